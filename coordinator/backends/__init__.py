@@ -1,0 +1,1 @@
+"""Cluster backends: ``sim`` (virtual time, fluid CPU sharing) and ``live`` (gRPC to node agents)."""

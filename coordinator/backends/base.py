@@ -1,0 +1,55 @@
+"""The backend interface: a cluster that executes actions and reports what finished.
+
+Two implementations share it and differ only in their clock (as SimPy's Environment and
+RealtimeEnvironment do): ``sim`` advances virtual time to the next completion at once; ``live`` waits in
+real (optionally compressed) time while node agents run real processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from coordinator.model import JobSpec, JobState
+
+
+class BackendError(RuntimeError):
+    """An action the cluster could not carry out (agent refused it, agent unreachable, ...)."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """A job the backend saw finish: DONE when all its work is done, FAILED with a message otherwise."""
+
+    job: str
+    state: JobState
+    message: str = ""
+
+
+class Backend(Protocol):
+    def now(self) -> float: ...
+
+    def start(self, spec: JobSpec, hosts: Sequence[str], cpu: float, progress: float = 0.0) -> None: ...
+
+    def set_share(self, job: str, cpu: float) -> None: ...
+
+    def pause(self, job: str) -> None: ...
+
+    def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None: ...
+
+    def migrate(self, job: str, task: int, dst: str) -> None: ...
+
+    def stop(self, job: str) -> None: ...
+
+    def progress(self, job: str) -> float:
+        """Fraction of the job's work done, in [0, 1]."""
+        ...
+
+    def advance(self, until: float) -> list[Report]:
+        """Let time pass until ``until``, or less if a job finishes (or, live, if woken); return finished jobs."""
+        ...
+
+    def wake(self) -> None:
+        """Make a blocking ``advance`` return early (new work arrived). A no-op in virtual time."""
+        ...

@@ -1,0 +1,352 @@
+"""The engine: the job state machine, the event loop, and the one place plans meet a backend.
+
+It is the same code in simulation and live (DESIGN.md): only the backend's clock differs. For each
+stimulus the engine builds an immutable Snapshot, asks the policy for a Plan, checks that the plan keeps
+every host within its CPU and memory capacity, applies it to the backend in a safe order (releases
+before acquisitions, so a live agent never sees a host over-subscribed) and records every transition.
+
+Threading: ``arrive`` and ``cancel`` may be called from other threads (the gRPC service); everything
+that touches the backend runs in the thread that calls ``step``/``run``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from coordinator.backends.base import Backend, BackendError, Report
+from coordinator.metrics import History, Transition
+from coordinator.model import (
+    Complete,
+    Host,
+    JobSpec,
+    JobState,
+    JobView,
+    Snapshot,
+    Stimulus,
+    Submit,
+    Tick,
+)
+from coordinator.plan import Action, Defer, Migrate, Pause, Plan, Resume, SetShare, Start
+from coordinator.policies.base import EPS, Policy
+
+Listener = Callable[[Transition], None]
+
+
+class PolicyError(RuntimeError):
+    """A plan that breaks the model: over-committed host, wrong state, unknown job or host."""
+
+
+class Stalled(RuntimeError):
+    """Unfinished jobs remain but nothing runs and nothing is scheduled to happen."""
+
+
+@dataclass
+class JobRecord:
+    """The engine's mutable view of one job; ``view()`` freezes it for a policy."""
+
+    spec: JobSpec
+    state: JobState = JobState.PENDING
+    hosts: tuple[str, ...] = ()
+    cpu: float = 0.0
+    vt: float = 0.0
+    attempts: int = 0
+    first_start: float | None = None
+    end: float | None = None
+    message: str = ""
+
+    def view(self) -> JobView:
+        return JobView(self.spec, self.state, self.hosts, self.cpu, self.vt, self.attempts, self.first_start)
+
+
+# Application order: releases first (pause, smaller shares), then moves, then acquisitions.
+def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
+    if isinstance(action, Pause):
+        return 0
+    if isinstance(action, SetShare):
+        return 1 if action.cpu <= jobs[action.job].cpu else 4
+    if isinstance(action, Migrate):
+        return 2
+    if isinstance(action, (Start, Resume)):
+        return 3
+    return 5
+
+
+@dataclass(order=True)
+class _Timer:
+    time: float
+    seq: int
+    kind: str = field(compare=False)  # "arrive" | "stim"
+    payload: JobSpec | Stimulus = field(compare=False)
+
+
+class Engine:
+    def __init__(
+        self,
+        policy: Policy,
+        backend: Backend,
+        hosts: Sequence[Host] = (),
+        history: History | None = None,
+    ) -> None:
+        self.policy = policy
+        self.backend = backend
+        self.hosts: list[Host] = list(hosts)
+        self.history = history if history is not None else History()
+        self.jobs: dict[str, JobRecord] = {}
+        self.listeners: list[Listener] = []
+        self.decision_listeners: list[Callable[[float], None]] = []
+        self.lock = threading.RLock()
+        self._timers: list[_Timer] = []
+        self._seq = itertools.count()
+        self._tick_scheduled = False
+
+    # ---- inputs -----------------------------------------------------------------------------------
+
+    def add_hosts(self, hosts: Iterable[Host]) -> None:
+        with self.lock:
+            known = {h.name for h in self.hosts}
+            self.hosts.extend(h for h in hosts if h.name not in known)
+
+    def schedule_arrivals(self, specs: Iterable[JobSpec]) -> None:
+        """Jobs that arrive at their ``submit_time`` (a trace replay)."""
+        with self.lock:
+            for spec in specs:
+                self._push(spec.submit_time, "arrive", spec)
+
+    def arrive(self, spec: JobSpec) -> None:
+        """Accept a job now (its submit_time is taken as given). Validates; raises InvalidJob."""
+        with self.lock:
+            spec.validate(tuple(self.hosts))
+            if spec.id in self.jobs:
+                raise ValueError(f"job id {spec.id!r} already exists")
+            self.jobs[spec.id] = JobRecord(spec)
+            self.history.specs[spec.id] = spec
+            self._record(spec.id, None, JobState.PENDING, reason="submitted")
+            self._push(self.backend.now(), "stim", Submit(spec.id))
+            self._ensure_tick()
+        self.backend.wake()
+
+    def cancel(self, job: str) -> JobRecord:
+        with self.lock:
+            rec = self.jobs[job]
+            if rec.state.finished:
+                return rec
+            if rec.state in (JobState.RUNNING, JobState.PAUSED):
+                self.backend.stop(job)
+            self._finish(rec, JobState.CANCELLED, "cancelled")
+            self._push(self.backend.now(), "stim", Complete(job))
+        self.backend.wake()
+        return rec
+
+    # ---- the loop ---------------------------------------------------------------------------------
+
+    def next_timer(self) -> float:
+        with self.lock:
+            return self._timers[0].time if self._timers else math.inf
+
+    @property
+    def unfinished(self) -> int:
+        return sum(1 for r in self.jobs.values() if not r.state.finished)
+
+    def step(self, until: float = math.inf) -> bool:
+        """Advance the backend to the next completion or timer (or ``until``) and react. False if idle."""
+        horizon = min(until, self.next_timer())
+        reports = self.backend.advance(horizon)
+        with self.lock:
+            for report in reports:
+                self._on_report(report)
+            now = self.backend.now()
+            while self._timers and self._timers[0].time <= now + 1e-9:
+                timer = heapq.heappop(self._timers)
+                if timer.kind == "arrive":
+                    assert isinstance(timer.payload, JobSpec)
+                    self.arrive(timer.payload)
+                else:
+                    assert not isinstance(timer.payload, JobSpec)
+                    if isinstance(timer.payload, Tick) and timer.payload.job is None:
+                        self._tick_scheduled = False
+                        self._ensure_tick()
+                    self.handle(timer.payload)
+            return bool(reports) or bool(self._timers) or self.unfinished > 0
+
+    def run(self, arrivals: Iterable[JobSpec] = (), until: float = math.inf) -> History:
+        """Replay ``arrivals`` and run until every job is finished (or ``until``)."""
+        self.schedule_arrivals(arrivals)
+        while self.backend.now() < until:
+            with self.lock:
+                running = any(r.state is JobState.RUNNING for r in self.jobs.values())
+                if not self._timers and not running:
+                    if self.unfinished:
+                        stuck = sorted(j for j, r in self.jobs.items() if not r.state.finished)
+                        raise Stalled(f"{len(stuck)} jobs can never progress: {', '.join(stuck[:10])}")
+                    break
+            self.step(until)
+        return self.history
+
+    # ---- reacting ---------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        with self.lock:
+            self._sync_progress()
+            return Snapshot(
+                self.backend.now(),
+                tuple(self.hosts),
+                {j: r.view() for j, r in self.jobs.items() if not r.state.finished},
+            )
+
+    def handle(self, stim: Stimulus) -> Plan:
+        with self.lock:
+            snap = self.snapshot()
+            t0 = time.perf_counter()
+            plan = self.policy.decide(snap, stim)
+            elapsed = time.perf_counter() - t0
+            self.history.decision_seconds.append(elapsed)
+            for listener in self.decision_listeners:
+                listener(elapsed)
+            self.apply(plan)
+            return plan
+
+    def apply(self, plan: Plan) -> None:
+        """Check and carry out a plan; a backend failure fails that job only."""
+        with self.lock:
+            self._check(plan)
+            for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
+                rec = self.jobs[action.job]
+                try:
+                    self._apply_one(action, rec)
+                except BackendError as exc:
+                    self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
+
+    def _apply_one(self, action: Action, rec: JobRecord) -> None:
+        now = self.backend.now()
+        if isinstance(action, Start):
+            self.backend.start(rec.spec, action.hosts, action.cpu)
+            rec.state, rec.hosts, rec.cpu = JobState.RUNNING, action.hosts, action.cpu
+            rec.first_start = now if rec.first_start is None else rec.first_start
+            self._record(rec.spec.id, JobState.PENDING, JobState.RUNNING, rec.hosts, rec.cpu, "start")
+        elif isinstance(action, SetShare):
+            self.backend.set_share(rec.spec.id, action.cpu)
+            rec.cpu = action.cpu
+            self._record(rec.spec.id, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "share")
+        elif isinstance(action, Pause):
+            self.backend.pause(rec.spec.id)
+            rec.state, rec.cpu = JobState.PAUSED, 0.0
+            self._record(rec.spec.id, JobState.RUNNING, JobState.PAUSED, rec.hosts, 0.0, "pause")
+        elif isinstance(action, Resume):
+            self.backend.resume(rec.spec.id, action.hosts, action.cpu)
+            rec.state, rec.hosts, rec.cpu = JobState.RUNNING, action.hosts, action.cpu
+            self._record(rec.spec.id, JobState.PAUSED, JobState.RUNNING, rec.hosts, rec.cpu, "resume")
+        elif isinstance(action, Migrate):
+            self.backend.migrate(rec.spec.id, action.task, action.dst)
+            hosts = list(rec.hosts)
+            hosts[action.task] = action.dst
+            rec.hosts = tuple(hosts)
+            self._record(rec.spec.id, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
+        elif isinstance(action, Defer):
+            rec.attempts += 1
+            self._push(action.until, "stim", Tick(action.job))
+
+    def _check(self, plan: Plan) -> None:
+        """Refuse a plan that is inconsistent with the state or over-commits a host."""
+        hosts = {h.name: h for h in self.hosts}
+        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self.jobs.items() if r.state is JobState.RUNNING}
+        need = {
+            Start: (JobState.PENDING,),
+            Resume: (JobState.PAUSED,),
+            Pause: (JobState.RUNNING,),
+            SetShare: (JobState.RUNNING,),
+            Migrate: (JobState.RUNNING,),
+            Defer: (JobState.PENDING,),
+        }
+        for a in plan.actions:
+            rec = self.jobs.get(a.job)
+            if rec is None or rec.state not in need[type(a)]:
+                state = rec.state.value if rec else "unknown"
+                raise PolicyError(f"{self.policy.name}: {a} on job in state {state}")
+            if isinstance(a, (Start, Resume)):
+                if len(a.hosts) != rec.spec.tasks or any(h not in hosts for h in a.hosts):
+                    raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")
+                placed[a.job] = (a.hosts, a.cpu, rec.spec)
+            elif isinstance(a, Pause):
+                placed.pop(a.job, None)
+            elif isinstance(a, SetShare):
+                h, _, s = placed[a.job]
+                placed[a.job] = (h, a.cpu, s)
+            elif isinstance(a, Migrate):
+                h, c, s = placed[a.job]
+                if a.dst not in hosts or not 0 <= a.task < len(h):
+                    raise PolicyError(f"{self.policy.name}: {a} names an unknown task or host")
+                placed[a.job] = (tuple(a.dst if i == a.task else x for i, x in enumerate(h)), c, s)
+        cpu = dict.fromkeys(hosts, 0.0)
+        mem = dict.fromkeys(hosts, 0.0)
+        for job, (hs, c, spec) in placed.items():
+            if c <= 0 or c > spec.cpu_need + EPS:
+                raise PolicyError(f"{self.policy.name}: job {job} given cpu {c} outside (0, need={spec.cpu_need}]")
+            for h in hs:
+                cpu[h] += c
+                mem[h] += spec.mem
+        for h, host in hosts.items():
+            if cpu[h] > host.cpu + 1e-6 or mem[h] > host.mem + 1e-6:
+                raise PolicyError(
+                    f"{self.policy.name}: host {h} over capacity (cpu {cpu[h]:.4f}/{host.cpu}, "
+                    f"memory {mem[h]:.4f}/{host.mem})"
+                )
+
+    def _on_report(self, report: Report) -> None:
+        rec = self.jobs.get(report.job)
+        if rec is None or rec.state.finished:
+            return
+        if report.state is JobState.DONE:
+            rec.vt = rec.spec.work
+            self._finish(rec, JobState.DONE, "completed")
+        else:
+            self._fail(rec, report.message or "failed")
+            return
+        self.handle(Complete(report.job))
+
+    def _fail(self, rec: JobRecord, message: str) -> None:
+        if rec.state in (JobState.RUNNING, JobState.PAUSED):
+            try:
+                self.backend.stop(rec.spec.id)
+            except BackendError:
+                pass
+        self._finish(rec, JobState.FAILED, message)
+
+    def _finish(self, rec: JobRecord, state: JobState, reason: str) -> None:
+        src = rec.state
+        rec.state, rec.end, rec.message = state, self.backend.now(), reason
+        self._record(rec.spec.id, src, state, rec.hosts, rec.cpu, reason)
+        rec.cpu = 0.0
+
+    def _sync_progress(self) -> None:
+        for job, rec in self.jobs.items():
+            if rec.state in (JobState.RUNNING, JobState.PAUSED):
+                rec.vt = self.backend.progress(job) * rec.spec.work
+
+    def _record(
+        self,
+        job: str,
+        src: JobState | None,
+        dst: JobState,
+        hosts: tuple[str, ...] = (),
+        cpu: float = 0.0,
+        reason: str = "",
+    ) -> None:
+        t = Transition(self.backend.now(), job, src, dst, hosts, cpu, reason)
+        self.history.transitions.append(t)
+        for listener in self.listeners:
+            listener(t)
+
+    def _push(self, at: float, kind: str, payload: JobSpec | Stimulus) -> None:
+        heapq.heappush(self._timers, _Timer(at, next(self._seq), kind, payload))
+
+    def _ensure_tick(self) -> None:
+        period = self.policy.period
+        if period and not self._tick_scheduled and self.unfinished:
+            self._tick_scheduled = True
+            self._push(self.backend.now() + period, "stim", Tick())

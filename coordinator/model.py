@@ -1,0 +1,193 @@
+"""The cluster model every policy, backend and metric shares.
+
+Units follow seed 001 Sec. II-B: a task's CPU need (alpha) and memory are fractions of one host; a
+job's ``work`` is its run time in seconds when every task gets its full CPU need. All tasks of a job
+have the same need and memory and receive the same CPU fraction, so a job has one *yield*
+(allocated fraction / need) and progresses at that rate (001 Sec. II-B.1 and II-B.2).
+
+Everything here is a value: a policy receives a frozen :class:`Snapshot` and cannot change it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+
+#: Bound on flow time and run time used by bounded stretch and by the priority (001 Sec. II-B.2, III-A).
+STRETCH_BOUND_S = 30.0
+
+#: Workload programs a job may name. ``modeled`` burns no CPU (its progress is computed).
+KNOWN_WORKLOADS = ("dgemm", "arraycycle", "modeled")
+
+
+class JobState(str, Enum):
+    """pending -> running <-> paused -> done / failed / cancelled (DESIGN.md, the engine's state machine)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+class InvalidJob(ValueError):
+    """A job spec that can never run; ``field`` names the offending field."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class Host:
+    """An emulated host. ``cpu`` and ``mem`` are capacities relative to a reference host (1.0)."""
+
+    name: str
+    cpu: float = 1.0
+    mem: float = 1.0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a user submits. Needs are per task; ``work`` is seconds at full speed (yield 1)."""
+
+    id: str
+    submit_time: float
+    tasks: int
+    cpu_need: float
+    mem: float
+    work: float
+    workload: str = "dgemm"
+
+    def validate(self, hosts: tuple[Host, ...] | None = None) -> None:
+        """Refuse a job that can never run, naming the field (001 Sec. II-B.1 constraints)."""
+        if not isinstance(self.tasks, int) or self.tasks < 1:
+            raise InvalidJob("tasks", f"must be a whole number >= 1, got {self.tasks!r}")
+        if not (isinstance(self.cpu_need, (int, float)) and math.isfinite(self.cpu_need)) or not (
+            0.0 < self.cpu_need <= 1.0
+        ):
+            raise InvalidJob("cpu_need", f"must be in (0, 1] (a fraction of one host), got {self.cpu_need!r}")
+        if not (isinstance(self.mem, (int, float)) and math.isfinite(self.mem)) or not (0.0 < self.mem <= 1.0):
+            raise InvalidJob("memory", f"must be in (0, 1] (a fraction of one host's memory), got {self.mem!r}")
+        if not (isinstance(self.work, (int, float)) and math.isfinite(self.work)) or self.work <= 0.0:
+            raise InvalidJob("work_seconds", f"must be > 0, got {self.work!r}")
+        if self.workload not in KNOWN_WORKLOADS:
+            raise InvalidJob("workload", f"unknown workload {self.workload!r}; known: {', '.join(KNOWN_WORKLOADS)}")
+        if hosts is not None:
+            biggest = max((h.mem for h in hosts), default=0.0)
+            if self.mem > biggest + 1e-12:
+                raise InvalidJob("memory", f"{self.mem} per task is more than any host has ({biggest})")
+            capacity = sum(math.floor(h.mem / self.mem + 1e-9) for h in hosts)
+            if self.tasks > capacity:
+                raise InvalidJob(
+                    "tasks",
+                    f"{self.tasks} tasks of memory {self.mem} can never fit: the cluster holds at most {capacity}",
+                )
+
+    @property
+    def total_need(self) -> float:
+        return self.tasks * self.cpu_need
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as a policy sees it at one instant.
+
+    ``hosts`` holds the host of each task while the job is placed (running or, for a paused job, where
+    it last ran). ``cpu`` is the CPU fraction each task receives; ``vt`` is the virtual time (the
+    integral of the yield, 001 Sec. III-A), which equals the seconds of full-speed work done.
+    ``attempts`` counts failed scheduling attempts (GREEDY's backoff, 001 Sec. III-A).
+    """
+
+    spec: JobSpec
+    state: JobState
+    hosts: tuple[str, ...] = ()
+    cpu: float = 0.0
+    vt: float = 0.0
+    attempts: int = 0
+    first_start: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def yield_(self) -> float:
+        return self.cpu / self.spec.cpu_need if self.state is JobState.RUNNING else 0.0
+
+    def flow_time(self, now: float) -> float:
+        return now - self.spec.submit_time
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable view of the cluster handed to a policy with one stimulus."""
+
+    now: float
+    hosts: tuple[Host, ...]
+    jobs: Mapping[str, JobView] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.jobs, MappingProxyType):
+            object.__setattr__(self, "jobs", MappingProxyType(dict(self.jobs)))
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def in_state(self, *states: JobState) -> list[JobView]:
+        """Jobs in the given states, in submission order (ties broken by id)."""
+        return sorted(
+            (j for j in self.jobs.values() if j.state in states),
+            key=lambda j: (j.spec.submit_time, j.id),
+        )
+
+    @property
+    def running(self) -> list[JobView]:
+        return self.in_state(JobState.RUNNING)
+
+    @property
+    def paused(self) -> list[JobView]:
+        return self.in_state(JobState.PAUSED)
+
+    @property
+    def pending(self) -> list[JobView]:
+        return self.in_state(JobState.PENDING)
+
+
+# ---- stimuli: the one event a policy reacts to -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submit:
+    job: str
+
+
+@dataclass(frozen=True)
+class Complete:
+    job: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A timer: a periodic scheduling event, or the end of a job's backoff (``job`` set)."""
+
+    job: str | None = None
+
+
+@dataclass(frozen=True)
+class HostLost:
+    host: str
+
+
+Stimulus = Submit | Complete | Tick | HostLost

@@ -1,0 +1,32 @@
+"""Pure scheduling policies. Look one up by name with :func:`get_policy`.
+
+Nothing in this package does I/O, reads a clock or imports grpc, ray or prometheus_client; an
+import-linter contract in pyproject.toml keeps it that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from coordinator.policies.base import Policy
+from coordinator.policies.batch import FCFS
+from coordinator.policies.dfrs import Greedy
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "fcfs": FCFS,
+    "greedy": Greedy,
+}
+
+
+class UnknownPolicy(ValueError):
+    pass
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name.lower()]()
+    except KeyError:
+        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+
+
+__all__ = ["POLICIES", "Policy", "UnknownPolicy", "get_policy"]

@@ -1,0 +1,124 @@
+"""The policy interface and the pure helpers several policies share.
+
+A policy is a pure function of (snapshot, stimulus) returning a Plan: no I/O, no clock, no randomness
+it did not receive (DESIGN.md). Policies hold only their configuration, so they are frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from coordinator.model import Host, JobSpec, JobView, Snapshot, Stimulus
+from coordinator.plan import Plan
+
+EPS = 1e-9
+
+
+class Policy(Protocol):
+    """What the engine calls. ``period`` (seconds) asks for a periodic ``Tick()``; None for none."""
+
+    name: str
+
+    @property
+    def period(self) -> float | None: ...
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan: ...
+
+
+@dataclass
+class HostUse:
+    """What is allocated on one host: CPU load (sum of needs), CPU given (sum of fractions), memory."""
+
+    load: float = 0.0
+    cpu: float = 0.0
+    mem: float = 0.0
+
+
+def host_use(hosts: Sequence[Host], jobs: Sequence[JobView]) -> dict[str, HostUse]:
+    """Allocation of every host by the given (placed, running) jobs."""
+    use = {h.name: HostUse() for h in hosts}
+    for j in jobs:
+        for h in j.hosts:
+            u = use[h]
+            u.load += j.spec.cpu_need
+            u.cpu += j.cpu
+            u.mem += j.spec.mem
+    return use
+
+
+def greedy_placement(
+    spec: JobSpec, hosts: Sequence[Host], use: Mapping[str, HostUse]
+) -> tuple[str, ...] | None:
+    """GREEDY's task mapping (001 Sec. III-A), or None if some task does not fit.
+
+    Among hosts with enough free memory for one task, the one with the lowest CPU load (sum of the
+    needs of its tasks, relative to its capacity) gets a task; a host that cannot take another task is
+    dropped. Ties go to the host listed first. ``use`` is not modified.
+    """
+    load = {h.name: use[h.name].load for h in hosts}
+    free_mem = {h.name: h.mem - use[h.name].mem for h in hosts}
+    cap = {h.name: h.cpu for h in hosts}
+    order = {h.name: i for i, h in enumerate(hosts)}
+    candidates = [h.name for h in hosts if free_mem[h.name] + EPS >= spec.mem]
+    placed: list[str] = []
+    for _ in range(spec.tasks):
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda n: (load[n] / cap[n], order[n]))
+        placed.append(best)
+        load[best] += spec.cpu_need
+        free_mem[best] -= spec.mem
+        if free_mem[best] + EPS < spec.mem:
+            candidates.remove(best)
+    return tuple(placed)
+
+
+def max_min_yields(
+    placements: Mapping[str, tuple[str, ...]], specs: Mapping[str, JobSpec], hosts: Sequence[Host]
+) -> dict[str, float]:
+    """Per-task CPU fraction of every placed job: the max-min yield, then the average-yield heuristic.
+
+    Max-min (001 Sec. III-A): every job gets yield 1/max(1, Λ), Λ the largest CPU load (sum of needs over
+    capacity) over all hosts — the best minimum yield for this mapping. Then the average-yield
+    heuristic of the same section: repeatedly pick, among jobs all of whose hosts still have unused CPU,
+    the one with the lowest total CPU need, and raise its yield as far as its hosts allow (at most 1).
+    A raised job can rise no further, so each job is raised at most once; ties go to the job id order.
+    """
+    cap = {h.name: h.cpu for h in hosts}
+    load = {h.name: 0.0 for h in hosts}
+    for job, hs in placements.items():
+        for h in hs:
+            load[h] += specs[job].cpu_need
+    lam = max((load[h] / cap[h] for h in load), default=0.0)
+    base_yield = 1.0 / max(1.0, lam)
+    yields = {job: base_yield for job in placements}
+    free = {h: cap[h] - load[h] * base_yield for h in load}
+
+    raised: set[str] = set()
+    while True:
+        open_jobs = [
+            j
+            for j in placements
+            if j not in raised and yields[j] < 1.0 - EPS and all(free[h] > EPS for h in placements[j])
+        ]
+        if not open_jobs:
+            break
+        job = min(open_jobs, key=lambda j: (specs[j].total_need, j))
+        raised.add(job)
+        need = specs[job].cpu_need
+        per_host: dict[str, int] = {}
+        for h in placements[job]:
+            per_host[h] = per_host.get(h, 0) + 1
+        room = min(free[h] / (need * k) for h, k in per_host.items())
+        new_yield = min(1.0, yields[job] + room)
+        for h, k in per_host.items():
+            free[h] -= (new_yield - yields[job]) * need * k
+        yields[job] = new_yield
+    return {job: yields[job] * specs[job].cpu_need for job in placements}
+
+
+def backoff_delay(attempts: int, cap_exponent: int = 12) -> float:
+    """GREEDY's bounded exponential backoff: min(2^12, 2^count) s after the count-th failure (001 III-A)."""
+    return float(2 ** min(cap_exponent, attempts))
