@@ -11,6 +11,7 @@ that touches the backend runs in the thread that calls ``step``/``run``.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
@@ -311,10 +312,8 @@ class Engine:
 
     def _fail(self, rec: JobRecord, message: str) -> None:
         if rec.state in (JobState.RUNNING, JobState.PAUSED):
-            try:
+            with contextlib.suppress(BackendError):
                 self.backend.stop(rec.spec.id)
-            except BackendError:
-                pass
         self._finish(rec, JobState.FAILED, message)
 
     def _finish(self, rec: JobRecord, state: JobState, reason: str) -> None:

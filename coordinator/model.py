@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from types import MappingProxyType
 
 #: Bound on flow time and run time used by bounded stretch and by the priority (001 Sec. II-B.2, III-A).
@@ -23,7 +23,7 @@ STRETCH_BOUND_S = 30.0
 KNOWN_WORKLOADS = ("dgemm", "arraycycle", "modeled")
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     """pending -> running <-> paused -> done / failed / cancelled (DESIGN.md, the engine's state machine)."""
 
     PENDING = "pending"

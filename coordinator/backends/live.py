@@ -1,0 +1,293 @@
+"""The live backend: real node agents over gRPC, real processes, real cgroups, real time.
+
+Each job task becomes one agent task ``<job>/<index>`` on the agent that emulates its host. The clock
+is wall time since the backend started, multiplied by ``compression`` (K); work is divided by K when a
+task starts, so a job of W trace-seconds takes W/K real seconds and W seconds on this clock (time
+compression for replays of long traces).
+
+A migration is done the way seed 001 Sec. IV-A assumes: checkpoint (read progress), stop, and start
+again on the new host from that progress. ``advance`` polls every agent's Status; a job is done when all
+its tasks are.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from coordinator.backends.base import BackendError, Report
+from coordinator.model import Host, JobSpec, JobState
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
+
+RPC_TIMEOUT_S = 5.0
+
+
+@dataclass
+class AgentHandle:
+    agent_id: str
+    address: str
+    channel: grpc.Channel
+    stub: agent_pb2_grpc.AgentStub
+    mode: str
+    hosts: list[str] = field(default_factory=list)
+    last_status: agent_pb2.StatusReply | None = None
+
+
+@dataclass
+class _Task:
+    task_id: str
+    host: str
+    progress: float = 0.0
+    state: int = agent_pb2.TASK_STATE_STARTING
+    message: str = ""
+
+
+class LiveBackend:
+    def __init__(self, compression: float = 1.0, poll_interval: float = 0.1) -> None:
+        if compression <= 0:
+            raise ValueError(f"compression: must be > 0, got {compression}")
+        self.compression = compression
+        self.poll_interval = poll_interval
+        self._t0 = time.monotonic()
+        self._wake = threading.Event()
+        self._lock = threading.RLock()
+        self.agents: dict[str, AgentHandle] = {}
+        self.host_agent: dict[str, str] = {}
+        self.host_info: dict[str, agent_pb2.HostInfo] = {}
+        self._reference: agent_pb2.HostInfo | None = None
+        self._specs: dict[str, JobSpec] = {}
+        self._tasks: dict[str, list[_Task]] = {}
+        self._restarts: dict[str, int] = {}
+
+    # ---- cluster membership -----------------------------------------------------------------------
+
+    def add_agent(self, address: str, description: agent_pb2.DescribeReply | None = None) -> list[Host]:
+        """Connect to an agent (asking it to Describe itself if needed); return its hosts for the model.
+
+        Host capacities in the model are relative to the first host ever registered (the reference
+        host): a host with twice its cores has cpu 2.0, one with half its memory has mem 0.5.
+        """
+        channel = grpc.insecure_channel(address)
+        stub = agent_pb2_grpc.AgentStub(channel)
+        if description is None:
+            try:
+                description = stub.Describe(agent_pb2.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                channel.close()
+                raise BackendError(f"agent at {address} did not answer Describe: {_rpc_text(exc)}") from None
+        with self._lock:
+            old = self.agents.get(description.agent_id)
+            if old is not None:
+                old.channel.close()
+            handle = AgentHandle(description.agent_id, address, channel, stub, description.mode)
+            hosts = []
+            for info in description.hosts:
+                if self._reference is None:
+                    self._reference = info
+                handle.hosts.append(info.name)
+                self.host_agent[info.name] = description.agent_id
+                self.host_info[info.name] = info
+                hosts.append(
+                    Host(
+                        info.name,
+                        cpu=info.cpu_cores / self._reference.cpu_cores,
+                        mem=info.memory_bytes / self._reference.memory_bytes,
+                    )
+                )
+            self.agents[description.agent_id] = handle
+            return hosts
+
+    def close(self) -> None:
+        with self._lock:
+            for handle in self.agents.values():
+                handle.channel.close()
+
+    # ---- the clock --------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        return (time.monotonic() - self._t0) * self.compression
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ---- actions ----------------------------------------------------------------------------------
+
+    def _stub(self, host: str) -> agent_pb2_grpc.AgentStub:
+        try:
+            return self.agents[self.host_agent[host]].stub
+        except KeyError:
+            raise BackendError(f"no agent emulates host {host!r}") from None
+
+    def _call(self, host: str, method: str, request: object) -> agent_pb2.TaskReply:
+        try:
+            return getattr(self._stub(host), method)(request, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}") from None
+
+    def _share(self, host: str, cpu: float) -> float:
+        """Model CPU fraction (of the reference host) -> fraction of this host's own capacity."""
+        assert self._reference is not None
+        return min(1.0, cpu * self._reference.cpu_cores / self.host_info[host].cpu_cores)
+
+    def _start_task(self, spec: JobSpec, index: int, host: str, cpu: float, progress: float) -> _Task:
+        self._restarts[spec.id] = self._restarts.get(spec.id, -1) + 1
+        task_id = f"{spec.id}/{index}" + (f".{self._restarts[spec.id]}" if self._restarts[spec.id] else "")
+        assert self._reference is not None
+        request = agent_pb2.StartTaskRequest(
+            task_id=task_id,
+            host=host,
+            workload=spec.workload,
+            cpu_share=self._share(host, cpu),
+            cpu_need=self._share(host, spec.cpu_need),
+            work_seconds=spec.work / self.compression,
+            memory_bytes=int(spec.mem * self._reference.memory_bytes),
+            start_progress=progress,
+        )
+        self._call(host, "StartTask", request)
+        return _Task(task_id, host, progress)
+
+    def start(self, spec: JobSpec, hosts: Sequence[str], cpu: float, progress: float = 0.0) -> None:
+        with self._lock:
+            self._specs[spec.id] = spec
+            tasks: list[_Task] = []
+            try:
+                for i, host in enumerate(hosts):
+                    tasks.append(self._start_task(spec, i, host, cpu, progress))
+            except BackendError:
+                for t in tasks:
+                    self._stop_task(t)
+                raise
+            self._tasks[spec.id] = tasks
+
+    def set_share(self, job: str, cpu: float) -> None:
+        with self._lock:
+            for t in self._tasks[job]:
+                self._set_share(t, cpu)
+
+    def _set_share(self, t: _Task, cpu: float) -> None:
+        request = agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
+        self._call(t.host, "SetShare", request)
+
+    def pause(self, job: str) -> None:
+        with self._lock:
+            for t in self._tasks[job]:
+                self._call(t.host, "Pause", agent_pb2.TaskRef(task_id=t.task_id))
+
+    def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
+        with self._lock:
+            tasks = self._tasks[job]
+            for i, (t, host) in enumerate(zip(tasks, hosts, strict=True)):
+                if t.host == host:
+                    self._set_share(t, cpu)
+                    self._call(host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
+                else:
+                    tasks[i] = self._move(self._specs[job], i, t, host, cpu)
+
+    def migrate(self, job: str, task: int, dst: str) -> None:
+        with self._lock:
+            tasks = self._tasks[job]
+            old = tasks[task]
+            share = self._last_share(old)
+            tasks[task] = self._move(self._specs[job], task, old, dst, share)
+
+    def _last_share(self, task: _Task) -> float:
+        handle = self.agents[self.host_agent[task.host]]
+        if handle.last_status is not None:
+            for ts in handle.last_status.tasks:
+                if ts.task_id == task.task_id:
+                    return ts.cpu_share * self.host_info[task.host].cpu_cores / self._reference.cpu_cores  # type: ignore[union-attr]
+        raise BackendError(f"no known share for task {task.task_id}")
+
+    def _move(self, spec: JobSpec, index: int, task: _Task, dst: str, cpu: float) -> _Task:
+        """Checkpoint, stop, restart on ``dst`` from the checkpointed progress."""
+        try:
+            reply = self._stub(task.host).Checkpoint(agent_pb2.TaskRef(task_id=task.task_id), timeout=RPC_TIMEOUT_S)
+            progress = reply.progress
+        except grpc.RpcError as exc:
+            raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}") from None
+        self._stop_task(task)
+        return self._start_task(spec, index, dst, cpu, progress)
+
+    def _stop_task(self, task: _Task) -> None:
+        try:
+            self._stub(task.host).Stop(agent_pb2.TaskRef(task_id=task.task_id), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}") from None
+        except BackendError:
+            pass
+
+    def stop(self, job: str) -> None:
+        with self._lock:
+            for t in self._tasks.pop(job, []):
+                self._stop_task(t)
+
+    def progress(self, job: str) -> float:
+        with self._lock:
+            tasks = self._tasks.get(job)
+            return min((t.progress for t in tasks), default=0.0) if tasks else 0.0
+
+    # ---- observing --------------------------------------------------------------------------------
+
+    def poll(self) -> list[Report]:
+        """One Status round over all agents; returns jobs that finished since the last round."""
+        with self._lock:
+            for handle in list(self.agents.values()):
+                try:
+                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(), timeout=RPC_TIMEOUT_S)
+                except grpc.RpcError:
+                    continue  # an unreachable agent is noticed by heartbeats, not here
+            seen: dict[str, agent_pb2.TaskStatus] = {}
+            for handle in self.agents.values():
+                if handle.last_status is not None:
+                    for ts in handle.last_status.tasks:
+                        seen[ts.task_id] = ts
+            reports = []
+            for job, tasks in list(self._tasks.items()):
+                for t in tasks:
+                    ts = seen.get(t.task_id)
+                    if ts is not None:
+                        t.progress, t.state, t.message = ts.progress, ts.state, ts.message
+                if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
+                    for t in tasks:
+                        t.progress = 1.0
+                        self._stop_task(t)
+                    del self._tasks[job]
+                    reports.append(Report(job, JobState.DONE))
+                else:
+                    failed = [t for t in tasks if t.state == agent_pb2.TASK_STATE_FAILED]
+                    if failed:
+                        reports.append(Report(job, JobState.FAILED, f"task {failed[0].task_id}: {failed[0].message}"))
+            return reports
+
+    def advance(self, until: float) -> list[Report]:
+        while True:
+            reports = self.poll()
+            if reports:
+                return reports
+            remaining = (until - self.now()) / self.compression
+            if remaining <= 0:
+                return []
+            if self._wake.wait(min(self.poll_interval, remaining)):
+                self._wake.clear()
+                return []
+
+    def host_status(self) -> dict[str, agent_pb2.HostStatus]:
+        """The latest status of every host, as its agent reported it."""
+        with self._lock:
+            out: dict[str, agent_pb2.HostStatus] = {}
+            for handle in self.agents.values():
+                if handle.last_status is not None:
+                    for hs in handle.last_status.hosts:
+                        out[hs.name] = hs
+            return out
+
+
+def _rpc_text(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return f"{code.name if code else 'error'}: {details}"
