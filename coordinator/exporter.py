@@ -74,7 +74,9 @@ class _StateCollector(Collector):
             measured = GaugeMetricFamily(
                 "vcemu_host_cpu_measured_ratio", "Measured CPU use on a host, fraction of its capacity", labels=["host"]
             )
-            used = GaugeMetricFamily("vcemu_host_memory_used_bytes", "Measured memory in use on a host", labels=["host"])
+            used = GaugeMetricFamily(
+                "vcemu_host_memory_used_bytes", "Measured memory in use on a host", labels=["host"]
+            )
             for name, hs in self.host_status().items():
                 measured.add_metric([name], hs.cpu_measured)
                 used.add_metric([name], hs.memory_used_bytes)

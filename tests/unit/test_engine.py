@@ -1,0 +1,124 @@
+"""The engine with the simulator backend: hand-worked runs, plan checking, safe action order."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from coordinator.backends.sim import SimBackend
+from coordinator.engine import Engine, PolicyError, Stalled
+from coordinator.metrics import job_results
+from coordinator.model import JobSpec, JobState, Snapshot, Stimulus, Submit
+from coordinator.plan import Plan, SetShare, Start
+from coordinator.policies import get_policy
+
+from .builders import hosts, spec
+
+
+def run(policy: str, jobs: Sequence[JobSpec], n_hosts: int = 1, penalty: float = 0.0):
+    engine = Engine(get_policy(policy), SimBackend(penalty), hosts(n_hosts))
+    return {r.job: r for r in job_results(engine.run(jobs))}
+
+
+def test_two_jobs_share_one_host_fluidly():
+    """A (work 10) alone for 5 s, then A and B at yield 0.5: A ends at 15, B alone again from 15 to 20."""
+    r = run("greedy", [spec("a", work=10.0), spec("b", work=10.0, submit=5.0)])
+    assert r["a"].flow_time == pytest.approx(15.0) and r["a"].stretch == pytest.approx(1.5)
+    assert r["b"].flow_time == pytest.approx(15.0) and r["b"].end == pytest.approx(20.0)
+    assert r["b"].final_yield == pytest.approx(1.0)  # raised again once A is gone
+
+
+def test_fcfs_runs_jobs_one_after_the_other():
+    r = run("fcfs", [spec("a", work=10.0), spec("b", work=10.0, submit=5.0)])
+    assert (r["a"].end, r["b"].start, r["b"].end) == (10.0, 10.0, 20.0)
+    assert r["b"].wait == 5.0
+
+
+def test_greedy_backoff_delays_a_job_that_does_not_fit():
+    """B needs memory A holds: tried at 0 (fail, retry in 2 s), at 2 (fail, 4 s), at 6 (fail, 8 s), at 14."""
+    r = run("greedy", [spec("a", mem=0.8, work=10.0), spec("b", mem=0.5, work=10.0)])
+    assert r["b"].start == pytest.approx(14.0)
+    assert r["b"].end == pytest.approx(24.0)
+
+
+def test_runs_are_deterministic():
+    jobs = [spec(f"j{i}", tasks=1 + i % 3, need=0.25 if i % 3 == 0 else 1.0, mem=0.3, work=20.0 + i,
+                 submit=5.0 * i) for i in range(12)]
+    e1, e2 = (Engine(get_policy("greedy"), SimBackend(), hosts(4)) for _ in range(2))
+    assert e1.run(jobs).transitions == e2.run(jobs).transitions
+
+
+def test_rescheduling_penalty_stops_progress_after_a_resume():
+    sim = SimBackend(penalty=5.0)
+    job = spec("a", work=10.0)
+    sim.start(job, ["h0"], 1.0)
+    sim.advance(4.0)
+    sim.pause("a")
+    sim.resume("a", ["h0"], 1.0)
+    (done,) = sim.advance(100.0)
+    assert done.job == "a" and sim.now() == pytest.approx(4.0 + 5.0 + 6.0)
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """A test policy returning a fixed plan for every submission."""
+
+    plan: Plan
+    name: str = "scripted"
+    period: float | None = None
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+        return self.plan if isinstance(stim, Submit) and stim.job == "b" else Plan()
+
+
+def test_a_plan_that_overcommits_a_host_is_refused():
+    engine = Engine(Scripted(Plan((Start("b", ("h0",), 1.0),))), SimBackend(), hosts(1))
+    engine.arrive(spec("a"))
+    engine.apply(Plan((Start("a", ("h0",), 0.5),)))
+    engine.arrive(spec("b"))
+    with pytest.raises(PolicyError, match="h0 over capacity"):
+        engine.step()
+
+
+class RecordingSim(SimBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def start(self, spec, hosts, cpu, progress=0.0):
+        self.calls.append(f"start {spec.id}")
+        super().start(spec, hosts, cpu, progress)
+
+    def set_share(self, job, cpu):
+        self.calls.append(f"share {job} {cpu}")
+        super().set_share(job, cpu)
+
+
+def test_releases_are_applied_before_acquisitions():
+    """The policy lists the Start first; the engine lowers A's share before starting B."""
+    backend = RecordingSim()
+    engine = Engine(Scripted(Plan((Start("b", ("h0",), 0.5), SetShare("a", 0.5)))), backend, hosts(1))
+    engine.arrive(spec("a"))
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    engine.arrive(spec("b"))
+    engine.step()
+    assert backend.calls == ["start a", "share a 0.5", "start b"]
+    assert engine.jobs["b"].state is JobState.RUNNING
+
+
+def test_a_job_that_can_never_run_is_reported_not_looped_on():
+    engine = Engine(Scripted(Plan()), SimBackend(), hosts(1))
+    with pytest.raises(Stalled, match="a"):
+        engine.run([spec("a")])
+
+
+def test_cancel_frees_the_host_for_the_others():
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(1))
+    engine.arrive(spec("a", work=10.0))
+    engine.arrive(spec("b", work=10.0))
+    engine.step(0.0)
+    assert engine.jobs["a"].cpu == pytest.approx(0.5)
+    engine.cancel("a")
+    engine.step(0.0)
+    assert engine.jobs["a"].state is JobState.CANCELLED
+    assert engine.jobs["b"].cpu == pytest.approx(1.0)

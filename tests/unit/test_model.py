@@ -1,0 +1,33 @@
+"""Job validation names the offending field (the service turns these into INVALID_ARGUMENT)."""
+
+import pytest
+
+from coordinator.model import InvalidJob, JobSpec
+
+from .builders import hosts
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"tasks": 0}, "tasks"),
+        ({"cpu_need": 0.0}, "cpu_need"),
+        ({"cpu_need": 1.5}, "cpu_need"),
+        ({"cpu_need": float("nan")}, "cpu_need"),
+        ({"mem": 1.2}, "memory"),
+        ({"mem": 0.0}, "memory"),
+        ({"work": -1.0}, "work_seconds"),
+        ({"workload": "rm -rf /"}, "workload"),
+        ({"tasks": 9, "mem": 0.5}, "tasks"),  # 4 hosts hold at most 8 such tasks
+    ],
+)
+def test_invalid_jobs_name_the_field(kwargs, field):
+    base = {"id": "j", "submit_time": 0.0, "tasks": 1, "cpu_need": 0.5, "mem": 0.1, "work": 10.0}
+    with pytest.raises(InvalidJob) as err:
+        JobSpec(**{**base, **kwargs}).validate(hosts(4))
+    assert err.value.field == field
+    assert str(err.value).startswith(field + ":")
+
+
+def test_a_job_that_fits_is_accepted():
+    JobSpec("j", 0.0, 8, 1.0, 0.5, 10.0).validate(hosts(4))

@@ -1,0 +1,106 @@
+"""FCFS and GREEDY on hand-worked cluster states: exact expected plans (seed 001 Sec. III-A, IV-B)."""
+
+import pytest
+
+from coordinator.model import Complete, Submit, Tick
+from coordinator.plan import Defer, Plan, SetShare, Start
+from coordinator.policies import UnknownPolicy, get_policy
+from coordinator.policies.base import max_min_yields
+from coordinator.policies.batch import FCFS
+from coordinator.policies.dfrs import Greedy
+
+from .builders import hosts, pending, running, snap, spec
+
+
+def assert_plan(plan: Plan, expected: list) -> None:
+    """Same actions in the same order; CPU fractions compared to 1e-12."""
+    assert len(plan.actions) == len(expected), plan.actions
+    for got, want in zip(plan.actions, expected, strict=True):
+        assert type(got) is type(want)
+        for name, value in vars(want).items():
+            if isinstance(value, float):
+                assert getattr(got, name) == pytest.approx(value, abs=1e-12), (got, want)
+            else:
+                assert getattr(got, name) == value, (got, want)
+
+
+class TestGreedy:
+    def test_first_job_gets_the_least_loaded_hosts_at_full_yield(self):
+        a = spec("a", tasks=2, need=1.0, mem=0.5)
+        plan = Greedy().decide(snap(0.0, hosts(2), pending(a)), Submit("a"))
+        assert_plan(plan, [Start("a", ("h0", "h1"), 1.0)])
+
+    def test_new_job_lowers_everyone_to_one_over_max_load(self):
+        """A (2 tasks, need 1) on h0,h1; B (need 0.5) ties onto h0: Λ = 1.5, yield 2/3 for all.
+
+        h1 keeps 1/3 unused but A cannot use it: its task on h0 has no room (parallel jobs share one
+        fraction, 001 Sec. II-B.1), and B sits on h0 too.
+        """
+        a = spec("a", tasks=2, need=1.0, mem=0.2)
+        b = spec("b", need=0.5, mem=0.3, submit=1.0)
+        s = snap(1.0, hosts(2), running(a, ("h0", "h1"), 1.0), pending(b))
+        assert_plan(Greedy().decide(s, Submit("b")), [SetShare("a", 2 / 3), Start("b", ("h0",), 1 / 3)])
+
+    def test_average_yield_heuristic_raises_a_job_with_room_on_all_its_hosts(self):
+        """A (need 1) on h0, B (need 0.5) on h1; C (need 1) goes to h1 (load 0.5 < 1).
+
+        Λ = 1.5 on h1 gives yield 2/3 to all; h0 then has 1/3 free and A is alone there, so the
+        heuristic raises A back to yield 1 (no SetShare for A: its fraction is unchanged).
+        """
+        a = spec("a", need=1.0)
+        b = spec("b", need=0.5)
+        c = spec("c", need=1.0, submit=2.0)
+        s = snap(2.0, hosts(2), running(a, ("h0",), 1.0), running(b, ("h1",), 0.5), pending(c))
+        assert_plan(Greedy().decide(s, Submit("c")), [SetShare("b", 1 / 3), Start("c", ("h1",), 2 / 3)])
+
+    def test_heuristic_serves_the_job_with_the_lowest_total_need_first(self):
+        """z (2 tasks, need 1) on h0,h1 and w (need 1) on h1 make Λ = 2: base yield 0.5 for all.
+
+        h0 then has 1 - (0.5 + 0.4*0.5 + 0.2*0.5) = 0.2 free, wanted by x (need 0.4) and y (need 0.2);
+        z cannot rise (h1 is full). y has the lower total need, so it is raised first, to yield 1
+        (+0.1), and x gets what is left: yield 0.5 + 0.1/0.4 = 0.75. Serving x first would instead
+        give x yield 1 and leave y at 0.5.
+        """
+        sp = {j.id: j for j in (spec("z", tasks=2, need=1.0), spec("w", need=1.0), spec("x", need=0.4),
+                                spec("y", need=0.2))}
+        placements = {"z": ("h0", "h1"), "w": ("h1",), "x": ("h0",), "y": ("h0",)}
+        cpus = max_min_yields(placements, sp, hosts(2))
+        assert cpus == pytest.approx({"z": 0.5, "w": 0.5, "x": 0.4 * 0.75, "y": 0.2})
+
+    @pytest.mark.parametrize(("attempts", "delay"), [(0, 2.0), (3, 16.0), (11, 4096.0), (40, 4096.0)])
+    def test_job_that_does_not_fit_backs_off_exponentially(self, attempts, delay):
+        a = spec("a", mem=0.8)
+        b = spec("b", mem=0.5, submit=3.0)
+        s = snap(10.0, hosts(1), running(a, ("h0",), 1.0), pending(b, attempts=attempts))
+        assert_plan(Greedy().decide(s, Tick("b")), [Defer("b", 10.0 + delay)])
+
+    def test_completion_raises_the_survivors(self):
+        a = spec("a", need=0.5)
+        c = spec("c", need=0.5)
+        # b (need 0.5) has just completed on h0; a and c were at yield 1/1.5 there, now Λ = 1.
+        s = snap(5.0, hosts(1), running(a, ("h0",), 1 / 3), running(c, ("h0",), 1 / 3))
+        assert_plan(Greedy().decide(s, Complete("b")), [SetShare("a", 0.5), SetShare("c", 0.5)])
+
+
+class TestFCFS:
+    def test_strict_order_without_backfilling(self):
+        a, b, c = spec("a", tasks=2), spec("b", tasks=2, submit=1.0), spec("c", submit=2.0)
+        s = snap(2.0, hosts(3), pending(a), pending(b), pending(c))
+        # a takes two whole nodes; b needs two but one is free; c would fit but must wait behind b.
+        assert_plan(FCFS().decide(s, Submit("c")), [Start("a", ("h0", "h1"), 1.0)])
+
+    def test_freed_nodes_go_to_the_queue_in_order(self):
+        b, c = spec("b", tasks=2, need=0.25, submit=1.0), spec("c", submit=2.0)
+        s = snap(9.0, hosts(3), pending(b), pending(c))
+        assert_plan(FCFS().decide(s, Complete("a")), [Start("b", ("h0", "h1"), 0.25), Start("c", ("h2",), 1.0)])
+
+    def test_busy_nodes_are_not_shared(self):
+        a, b = spec("a", need=0.25, mem=0.1), spec("b", need=0.25, mem=0.1, submit=1.0)
+        s = snap(1.0, hosts(1), running(a, ("h0",), 0.25), pending(b))
+        assert_plan(FCFS().decide(s, Submit("b")), [])
+
+
+def test_policy_registry():
+    assert get_policy("GREEDY").name == "greedy"
+    with pytest.raises(UnknownPolicy, match="unknown policy 'nope'"):
+        get_policy("nope")
