@@ -1,0 +1,100 @@
+"""The coordinator's gRPC API on 127.0.0.1: refusals name the field, accepted jobs are never lost.
+
+The registered agent here is only a description (its address answers nothing), so these tests cover
+the API's validation and bookkeeping; tests/integration runs jobs on real agents.
+"""
+
+import grpc
+import pytest
+
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer
+from vcemu.v1 import agent_pb2
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+
+@pytest.fixture()
+def server():
+    s = CoordinatorServer(get_policy("greedy"), port=0).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture()
+def stub(server):
+    channel = grpc.insecure_channel(server.address)
+    yield pb_grpc.CoordinatorStub(channel)
+    channel.close()
+
+
+def register(stub, hosts=4):
+    desc = agent_pb2.DescribeReply(
+        agent_id="a0", mode="cgroup-v1",
+        hosts=[agent_pb2.HostInfo(name=f"a0-h{i}", cpu_cores=0.5, memory_bytes=1 << 30) for i in range(hosts)],
+    )
+    return stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+
+
+def submit(stub, **spec):
+    fields = {"tasks": 1, "cpu_need": 0.5, "memory": 0.1, "work_seconds": 10.0, "workload": "dgemm", **spec}
+    return stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(**fields)), timeout=5)
+
+
+def test_submit_before_any_host_is_unavailable(stub):
+    with pytest.raises(grpc.RpcError) as err:
+        submit(stub)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "no hosts" in err.value.details()
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"memory": 1.5}, "memory"),
+        ({"cpu_need": 0.0}, "cpu_need"),
+        ({"cpu_need": 1.01}, "cpu_need"),
+        ({"tasks": 0}, "tasks"),
+        ({"tasks": 41}, "tasks"),  # 4 hosts x 10 tasks of memory 0.1
+        ({"workload": "bash"}, "workload"),
+        ({"work_seconds": 0.0}, "work_seconds"),
+    ],
+)
+def test_invalid_jobs_are_refused_naming_the_field(stub, spec, field):
+    assert register(stub).hosts == ["a0-h0", "a0-h1", "a0-h2", "a0-h3"]
+    accepted = submit(stub)
+    with pytest.raises(grpc.RpcError) as err:
+        submit(stub, **spec)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"invalid job: {field}:" in err.value.details()
+    # nothing already accepted is lost
+    jobs = stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs
+    assert [j.job_id for j in jobs] == [accepted.job_id]
+
+
+def test_lookups_of_unknown_things_say_what_is_unknown(stub):
+    with pytest.raises(grpc.RpcError) as err:
+        stub.GetJob(pb.JobRef(job_id="job-99999"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "job-99999" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ListJobs(pb.ListJobsRequest(state="sleeping"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("state:")
+
+
+def test_submit_with_a_request_id_is_idempotent(stub):
+    register(stub)
+    request = pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5), request_id="r1")
+    first = stub.Submit(request, timeout=5)
+    again = stub.Submit(request, timeout=5)
+    assert first.job_id == again.job_id
+    assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 1
+
+
+def test_health_service_reports_serving(server):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(server.address) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="vcemu.v1.Coordinator"), timeout=5
+        )
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
