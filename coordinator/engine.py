@@ -218,6 +218,8 @@ class Engine:
             self._check(plan)
             for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
                 rec = self.jobs[action.job]
+                if rec.state.finished:  # failed earlier in this plan
+                    continue
                 try:
                     self._apply_one(action, rec)
                 except BackendError as exc:
@@ -264,11 +266,18 @@ class Engine:
             Migrate: (JobState.RUNNING,),
             Defer: (JobState.PENDING,),
         }
-        for a in plan.actions:
+        after = {
+            Start: JobState.RUNNING, Resume: JobState.RUNNING, Pause: JobState.PAUSED,
+            SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
+        }
+        state: dict[str, JobState] = {}  # states as the plan moves them, in the order it is applied
+        for a in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
             rec = self.jobs.get(a.job)
-            if rec is None or rec.state not in need[type(a)]:
-                state = rec.state.value if rec else "unknown"
-                raise PolicyError(f"{self.policy.name}: {a} on job in state {state}")
+            current = state.get(a.job, rec.state if rec else None)
+            if rec is None or current not in need[type(a)]:
+                shown = current.value if current else "unknown"
+                raise PolicyError(f"{self.policy.name}: {a} on job in state {shown}")
+            state[a.job] = after[type(a)]
             if isinstance(a, (Start, Resume)):
                 if len(a.hosts) != rec.spec.tasks or any(h not in hosts for h in a.hosts):
                     raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")

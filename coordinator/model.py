@@ -66,6 +66,8 @@ class JobSpec:
     mem: float
     work: float
     workload: str = "dgemm"
+    #: A user's run-time estimate (SWF "requested time"), for EASY with user estimates; None if unknown.
+    estimate: float | None = None
 
     def validate(self, hosts: tuple[Host, ...] | None = None) -> None:
         """Refuse a job that can never run, naming the field (001 Sec. II-B.1 constraints)."""

@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinator.policies.base import Policy
-from coordinator.policies.batch import FCFS
-from coordinator.policies.dfrs import Greedy
+from coordinator.policies.batch import FCFS, Easy
+from coordinator.policies.dfrs import Greedy, GreedyPmtn, greedy_pmtn_migr
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "fcfs": FCFS,
+    "easy": Easy,
     "greedy": Greedy,
+    "greedy-pmtn": GreedyPmtn,
+    "greedy-pmtn-migr": greedy_pmtn_migr,
 }
 
 

@@ -6,7 +6,7 @@ it did not receive (DESIGN.md). Policies hold only their configuration, so they 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -36,7 +36,7 @@ class HostUse:
     mem: float = 0.0
 
 
-def host_use(hosts: Sequence[Host], jobs: Sequence[JobView]) -> dict[str, HostUse]:
+def host_use(hosts: Sequence[Host], jobs: Iterable[JobView]) -> dict[str, HostUse]:
     """Allocation of every host by the given (placed, running) jobs."""
     use = {h.name: HostUse() for h in hosts}
     for j in jobs:
@@ -45,6 +45,18 @@ def host_use(hosts: Sequence[Host], jobs: Sequence[JobView]) -> dict[str, HostUs
             u.load += j.spec.cpu_need
             u.cpu += j.cpu
             u.mem += j.spec.mem
+    return use
+
+
+def placement_use(
+    hosts: Sequence[Host], placements: Mapping[str, tuple[str, ...]], specs: Mapping[str, JobSpec]
+) -> dict[str, HostUse]:
+    """CPU load and memory of every host under a tentative placement (CPU fractions left at 0)."""
+    use = {h.name: HostUse() for h in hosts}
+    for job, on in placements.items():
+        for h in on:
+            use[h].load += specs[job].cpu_need
+            use[h].mem += specs[job].mem
     return use
 
 

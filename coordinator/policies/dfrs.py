@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.model import Complete, JobState, Snapshot, Stimulus, Submit, Tick
-from coordinator.plan import Action, Defer, Plan, SetShare, Start
-from coordinator.policies.base import EPS, backoff_delay, greedy_placement, host_use, max_min_yields
+from coordinator.metrics import priority
+from coordinator.model import Complete, JobSpec, JobState, JobView, Snapshot, Stimulus, Submit, Tick
+from coordinator.plan import Action, Defer, Pause, Plan, Resume, SetShare, Start
+from coordinator.policies.base import (
+    EPS,
+    backoff_delay,
+    greedy_placement,
+    host_use,
+    max_min_yields,
+    placement_use,
+)
 
 
 def reshare(snap: Snapshot, placements: dict[str, tuple[str, ...]], new: str | None = None) -> list[Action]:
@@ -56,3 +64,98 @@ class Greedy:
         if isinstance(stim, Complete) or job_id is None:
             return Plan(tuple(reshare(snap, placements)))
         return Plan()
+
+
+def _by_priority(snap: Snapshot, jobs: list[JobView]) -> list[JobView]:
+    """Increasing priority (001 Sec. III-A); ties go to the later-submitted job first."""
+    return sorted(
+        jobs,
+        key=lambda j: (priority(j.flow_time(snap.now), j.vt), -j.spec.submit_time, j.id),
+    )
+
+
+@dataclass(frozen=True)
+class GreedyPmtn:
+    """GREEDY-PMTN and GREEDY-PMTN-MIGR of 001 Sec. III-A: every new job is admitted at once.
+
+    If the new job does not fit, running jobs are marked for pausing in increasing priority until it
+    would fit; the marked ones are then reconsidered in decreasing priority and left running if the new
+    job still fits without pausing them. At every event, paused jobs are resumed in decreasing priority
+    wherever GREEDY's mapping finds room. With ``migrate`` (GREEDY-PMTN-MIGR) the jobs paused in this
+    event are among those candidates, so they may be resumed on other hosts at once: a migration. One
+    resumed on exactly its old hosts is simply left running.
+    """
+
+    name: str = "greedy-pmtn"
+    migrate: bool = False
+
+    @property
+    def period(self) -> float | None:
+        return None
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+        running = {j.id: j for j in snap.running}
+        placements = {j: v.hosts for j, v in running.items()}
+        specs = {j: v.spec for j, v in snap.jobs.items()}
+        victims: list[str] = []
+        new: str | None = None
+        job_id = stim.job if isinstance(stim, (Submit, Tick)) else None
+        if job_id is not None and snap.jobs[job_id].state is JobState.PENDING:
+            new = job_id
+            spec = specs[new]
+            hosts = greedy_placement(spec, snap.hosts, placement_use(snap.hosts, placements, specs))
+            if hosts is None:
+                victims = self._victims(snap, spec, placements, specs)
+                for v in victims:
+                    del placements[v]
+                hosts = greedy_placement(spec, snap.hosts, placement_use(snap.hosts, placements, specs))
+            if hosts is None:  # cannot happen for a validated job on an empty cluster; be safe anyway
+                return Plan((Defer(new, snap.now + backoff_delay(snap.jobs[new].attempts + 1)),))
+            placements[new] = hosts
+
+        candidates = list(snap.paused)
+        if self.migrate:
+            candidates += [running[v] for v in victims]
+        resumed: list[str] = []
+        for job in reversed(_by_priority(snap, candidates)):
+            hosts = greedy_placement(job.spec, snap.hosts, placement_use(snap.hosts, placements, specs))
+            if hosts is not None:
+                placements[job.id] = hosts
+                resumed.append(job.id)
+        # A victim given back exactly its hosts was never really moved: keep it running.
+        kept = {v for v in victims if v in resumed and sorted(placements[v]) == sorted(running[v].hosts)}
+        for v in kept:
+            placements[v] = running[v].hosts
+
+        cpus = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)
+        actions: list[Action] = [Pause(v) for v in victims if v not in kept]
+        for job, cpu in cpus.items():
+            if job in running and (job not in victims or job in kept) and abs(running[job].cpu - cpu) > EPS:
+                actions.append(SetShare(job, cpu))
+        if new is not None:
+            actions.append(Start(new, placements[new], cpus[new]))
+        actions += [Resume(j, placements[j], cpus[j]) for j in resumed if j not in kept]
+        return Plan(tuple(actions))
+
+    @staticmethod
+    def _victims(
+        snap: Snapshot, spec: JobSpec, placements: dict[str, tuple[str, ...]], specs: dict[str, JobSpec]
+    ) -> list[str]:
+        def fits_without(paused: list[str]) -> bool:
+            rest = {j: h for j, h in placements.items() if j not in paused}
+            return greedy_placement(spec, snap.hosts, placement_use(snap.hosts, rest, specs)) is not None
+
+        marked: list[str] = []
+        for job in _by_priority(snap, [snap.jobs[j] for j in placements]):
+            marked.append(job.id)
+            if fits_without(marked):
+                break
+        for job in reversed(list(marked)):  # decreasing priority: keep whoever memory allows
+            trial = [m for m in marked if m != job]
+            if fits_without(trial):
+                marked = trial
+        return marked
+
+
+def greedy_pmtn_migr() -> GreedyPmtn:
+    return GreedyPmtn(name="greedy-pmtn-migr", migrate=True)
