@@ -11,6 +11,7 @@ from collections.abc import Callable
 from coordinator.policies.base import Policy
 from coordinator.policies.batch import FCFS, Easy
 from coordinator.policies.dfrs import Greedy, GreedyPmtn, greedy_pmtn_migr
+from coordinator.policies.dynmcb import dynmcb8, dynmcb8_asap_per, dynmcb8_per, dynmcb8_stretch_per
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "fcfs": FCFS,
@@ -18,6 +19,10 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "greedy": Greedy,
     "greedy-pmtn": GreedyPmtn,
     "greedy-pmtn-migr": greedy_pmtn_migr,
+    "dynmcb8": dynmcb8,
+    "dynmcb8-per": dynmcb8_per,
+    "dynmcb8-asap-per": dynmcb8_asap_per,
+    "dynmcb8-stretch-per": dynmcb8_stretch_per,
 }
 
 

@@ -93,27 +93,40 @@ def max_min_yields(
     """Per-task CPU fraction of every placed job: the max-min yield, then the average-yield heuristic.
 
     Max-min (001 Sec. III-A): every job gets yield 1/max(1, Λ), Λ the largest CPU load (sum of needs over
-    capacity) over all hosts — the best minimum yield for this mapping. Then the average-yield
-    heuristic of the same section: repeatedly pick, among jobs all of whose hosts still have unused CPU,
-    the one with the lowest total CPU need, and raise its yield as far as its hosts allow (at most 1).
-    A raised job can rise no further, so each job is raised at most once; ties go to the job id order.
+    capacity) over all hosts — the best minimum yield for this mapping. Then :func:`raise_yields`.
     """
     cap = {h.name: h.cpu for h in hosts}
-    load = {h.name: 0.0 for h in hosts}
+    load = dict.fromkeys(cap, 0.0)
     for job, hs in placements.items():
         for h in hs:
             load[h] += specs[job].cpu_need
     lam = max((load[h] / cap[h] for h in load), default=0.0)
     base_yield = 1.0 / max(1.0, lam)
-    yields = {job: base_yield for job in placements}
-    free = {h: cap[h] - load[h] * base_yield for h in load}
+    return raise_yields(placements, specs, hosts, dict.fromkeys(placements, base_yield))
 
+
+def raise_yields(
+    placements: Mapping[str, tuple[str, ...]],
+    specs: Mapping[str, JobSpec],
+    hosts: Sequence[Host],
+    yields: Mapping[str, float],
+) -> dict[str, float]:
+    """The average-yield heuristic of 001 Sec. III-A from the given per-job yields; returns CPU fractions.
+
+    Repeatedly pick, among jobs all of whose hosts still have unused CPU, the one with the lowest total
+    CPU need, and raise its yield as far as its hosts allow (at most 1). A raised job can rise no further,
+    so each job is raised at most once; ties go to the job id order. It never lowers a yield.
+    """
+    y = dict(yields)
+    free = {h.name: h.cpu for h in hosts}
+    for job, hs in placements.items():
+        for h in hs:
+            free[h] -= specs[job].cpu_need * y[job]
     raised: set[str] = set()
     while True:
         open_jobs = [
-            j
-            for j in placements
-            if j not in raised and yields[j] < 1.0 - EPS and all(free[h] > EPS for h in placements[j])
+            j for j in placements
+            if j not in raised and y[j] < 1.0 - EPS and all(free[h] > EPS for h in placements[j])
         ]
         if not open_jobs:
             break
@@ -124,11 +137,11 @@ def max_min_yields(
         for h in placements[job]:
             per_host[h] = per_host.get(h, 0) + 1
         room = min(free[h] / (need * k) for h, k in per_host.items())
-        new_yield = min(1.0, yields[job] + room)
+        new_yield = min(1.0, y[job] + room)
         for h, k in per_host.items():
-            free[h] -= (new_yield - yields[job]) * need * k
-        yields[job] = new_yield
-    return {job: yields[job] * specs[job].cpu_need for job in placements}
+            free[h] -= (new_yield - y[job]) * need * k
+        y[job] = new_yield
+    return {job: y[job] * specs[job].cpu_need for job in placements}
 
 
 def backoff_delay(attempts: int, cap_exponent: int = 12) -> float:

@@ -1,0 +1,240 @@
+"""The MCB8-based DFRS policies of seed 001 Sec. III-B: DYNMCB8, -PER, -ASAP-PER and -STRETCH-PER.
+
+All repack every job in the system (running, paused and waiting) with MCB8 and its binary search on
+the yield (seed 002 Sec. 3.4, :mod:`coordinator.policies.packing`). When no packing exists however small
+the yield, the job with the lowest priority (max(30, flow time)/vt², 001 Sec. III-A) is removed from
+consideration — paused if it was running — and MCB8 runs again (001 Sec. III-B: jobs are never
+rejected).
+
+- DYNMCB8 repacks at every submission and completion.
+- DYNMCB8-PER repacks only every ``period`` seconds (600 s by default, 001 Sec. III-B); new jobs wait.
+- DYNMCB8-ASAP-PER is PER, but a new job is started at once with GREEDY's mapping (001 Sec. III-A) if
+  memory allows, without preempting anyone; the running jobs then get GREEDY's max-min and
+  average-yield shares for the current mapping. Completions between periods change nothing.
+- DYNMCB8-STRETCH-PER searches instead for the lowest estimated maximum stretch at the next period,
+  Ŝ(i+1) = max_j (flow_j + T)/(vt_j + y_j·T): for a target Ŝ each job's yield is solved from that
+  equation (a negative result becomes 0.01, above 1 becomes 1), MCB8 packs those CPU requirements, and a
+  binary search (relative accuracy ``accuracy``) finds the lowest feasible Ŝ. Spare CPU is then handed
+  out with the average-yield heuristic starting from those yields — our reading of "a heuristic to
+  improve the average estimated stretch", which raises the jobs with the smallest needs first.
+
+MCB8 fills hosts in index order, so its host numbers are labels: hosts of equal capacity are
+interchangeable, and we map the packing's hosts onto the real ones so as to keep the most tasks where
+they are (an assignment problem per group of identical hosts). Without this, a repacking that changes
+nothing but the labels would migrate everything. A running job that still ends up elsewhere is moved
+task by task (``Migrate``) keeping every task
+whose host is still among the job's new hosts; a paused job is resumed wherever MCB8 put it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from coordinator.metrics import priority
+from coordinator.model import Complete, JobState, JobView, Snapshot, Stimulus, Submit, Tick
+from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
+from coordinator.policies.base import EPS, greedy_placement, max_min_yields, placement_use, raise_yields
+from coordinator.policies.dfrs import reshare
+from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack
+
+DEFAULT_PERIOD_S = 600.0
+MIN_STRETCH_YIELD = 0.01
+
+
+@dataclass(frozen=True)
+class DynMcb8:
+    name: str = "dynmcb8"
+    period_s: float | None = None
+    asap: bool = False
+    stretch: bool = False
+    accuracy: float = 0.01
+
+    @property
+    def period(self) -> float | None:
+        return self.period_s
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+        if self.period_s is None:
+            if isinstance(stim, (Submit, Complete)):
+                return self._repack(snap)
+            return Plan()
+        if isinstance(stim, Tick) and stim.job is None:
+            return self._repack(snap)
+        if self.asap and isinstance(stim, Submit) and snap.jobs[stim.job].state is JobState.PENDING:
+            return self._start_now(snap, stim.job)
+        return Plan()
+
+    # ---- ASAP: GREEDY's admission between periods -------------------------------------------------
+
+    def _start_now(self, snap: Snapshot, job_id: str) -> Plan:
+        placements = {j.id: j.hosts for j in snap.running}
+        specs = {j: v.spec for j, v in snap.jobs.items()}
+        hosts = greedy_placement(specs[job_id], snap.hosts, placement_use(snap.hosts, placements, specs))
+        if hosts is None:
+            return Plan()
+        placements[job_id] = hosts
+        cpu = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)[job_id]
+        return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
+
+    # ---- the global repacking -----------------------------------------------------------------------
+
+    def _repack(self, snap: Snapshot) -> Plan:
+        considered = sorted(
+            (j for j in snap.jobs.values() if j.state in (JobState.RUNNING, JobState.PAUSED, JobState.PENDING)),
+            key=lambda j: (j.spec.submit_time, j.id),
+        )
+        by_priority = sorted(
+            considered, key=lambda j: (priority(j.flow_time(snap.now), j.vt), -j.spec.submit_time, j.id)
+        )
+        removed: set[str] = set()
+        result: dict[str, tuple[tuple[str, ...], float]] | None = None
+        while True:
+            jobs = [j for j in considered if j.id not in removed]
+            if not jobs:
+                result = {}
+                break
+            result = self._stretch_pack(snap, jobs) if self.stretch else self._yield_pack(snap, jobs)
+            if result is not None:
+                break
+            removed.add(next(j.id for j in by_priority if j.id not in removed))
+        return self._plan(snap, result)
+
+    def _yield_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
+        caps = [(h.cpu, h.mem) for h in snap.hosts]
+        alloc = mcb_allocate([PackJob(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs], caps,
+                             "MCB8", self.accuracy)
+        if alloc is None:
+            return None
+        names = _relabel(snap, jobs, [i for hs in alloc.hosts for i in hs])
+        return {
+            j.id: (tuple(names[i] for i in alloc.hosts[k]), alloc.cpu(k)) for k, j in enumerate(jobs)
+        }
+
+    def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
+        period = self.period_s or DEFAULT_PERIOD_S
+        caps = [(h.cpu, h.mem) for h in snap.hosts]
+        flows = [j.flow_time(snap.now) for j in jobs]
+
+        def yields(target: float) -> list[float]:
+            out = []
+            for j, flow in zip(jobs, flows, strict=True):
+                y = ((flow + period) / target - j.vt) / period
+                out.append(MIN_STRETCH_YIELD if y < 0 else min(1.0, max(y, MIN_STRETCH_YIELD)))
+            return out
+
+        def pack(target: float):
+            ys = yields(target)
+            prob = PackProblem.build(
+                [PackJob(j.spec.tasks, j.spec.cpu_need * y, j.spec.mem) for j, y in zip(jobs, ys, strict=True)], caps
+            )
+            return mcb_pack(prob, 1.0, "MCB8"), ys
+
+        # All yields reach 1 at or below lo, and the 0.01 floor at or above hi.
+        lo = min((f + period) / (j.vt + period) for j, f in zip(jobs, flows, strict=True))
+        hi = max((f + period) / (j.vt + MIN_STRETCH_YIELD * period) for j, f in zip(jobs, flows, strict=True))
+        best = pack(lo)
+        if best[0] is None:
+            best = pack(hi)
+            if best[0] is None:
+                return None
+            while hi / lo - 1.0 > self.accuracy:
+                mid = math.sqrt(lo * hi)
+                got = pack(mid)
+                if got[0] is None:
+                    lo = mid
+                else:
+                    hi, best = mid, got
+        task_host, ys = best
+        names = _relabel(snap, jobs, [int(i) for i in task_host])
+        placements: dict[str, tuple[str, ...]] = {}
+        k = 0
+        for j in jobs:
+            placements[j.id] = tuple(names[int(i)] for i in task_host[k : k + j.spec.tasks])
+            k += j.spec.tasks
+        specs = {j.id: j.spec for j in jobs}
+        cpus = raise_yields(placements, specs, snap.hosts, {j.id: y for j, y in zip(jobs, ys, strict=True)})
+        return {j: (placements[j], cpus[j]) for j in placements}
+
+    # ---- from a packing to actions ----------------------------------------------------------------
+
+    @staticmethod
+    def _plan(snap: Snapshot, result: dict[str, tuple[tuple[str, ...], float]]) -> Plan:
+        actions: list[Action] = []
+        for job in snap.running:
+            if job.id not in result:
+                actions.append(Pause(job.id))
+        for job_id, (hosts, cpu) in result.items():
+            job = snap.jobs[job_id]
+            if job.state is JobState.PENDING:
+                actions.append(Start(job_id, hosts, cpu))
+            elif job.state is JobState.PAUSED:
+                actions.append(Resume(job_id, hosts, cpu))
+            else:
+                actions += _moves(job, hosts)
+                if abs(job.cpu - cpu) > EPS:
+                    actions.append(SetShare(job_id, cpu))
+        return Plan(tuple(actions))
+
+
+def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> list[str]:
+    """Host name for each packing host index, keeping as many tasks in place as possible.
+
+    Only hosts of identical capacity are swapped. ``task_host`` lists the packing's host of every task,
+    jobs in order and tasks in order within a job.
+    """
+    hosts = snap.hosts
+    index = {h.name: i for i, h in enumerate(hosts)}
+    stay = np.zeros((len(hosts), len(hosts)))  # stay[bin, host]: tasks now on host that the bin holds
+    k = 0
+    for j in jobs:
+        for t in range(j.spec.tasks):
+            if j.state is JobState.RUNNING and t < len(j.hosts):
+                stay[task_host[k], index[j.hosts[t]]] += 1
+            k += 1
+    names = [h.name for h in hosts]
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, h in enumerate(hosts):
+        groups.setdefault((h.cpu, h.mem), []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        sub = stay[np.ix_(members, members)]
+        rows, cols = linear_sum_assignment(sub, maximize=True)
+        for r, c in zip(rows, cols, strict=True):
+            names[members[r]] = hosts[members[c]].name
+    return names
+
+
+def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
+    """Migrate only the tasks whose host is not among the new hosts (as a multiset)."""
+    wanted = Counter(new_hosts)
+    keep = []
+    for h in job.hosts:
+        if wanted[h] > 0:
+            wanted[h] -= 1
+            keep.append(True)
+        else:
+            keep.append(False)
+    spare = list(wanted.elements())
+    return [Migrate(job.id, i, spare.pop(0)) for i, kept in enumerate(keep) if not kept]
+
+
+def dynmcb8() -> DynMcb8:
+    return DynMcb8()
+
+
+def dynmcb8_per(period: float = DEFAULT_PERIOD_S) -> DynMcb8:
+    return DynMcb8(name="dynmcb8-per", period_s=period)
+
+
+def dynmcb8_asap_per(period: float = DEFAULT_PERIOD_S) -> DynMcb8:
+    return DynMcb8(name="dynmcb8-asap-per", period_s=period, asap=True)
+
+
+def dynmcb8_stretch_per(period: float = DEFAULT_PERIOD_S) -> DynMcb8:
+    return DynMcb8(name="dynmcb8-stretch-per", period_s=period, stretch=True)
