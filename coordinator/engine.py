@@ -216,6 +216,7 @@ class Engine:
         """Check and carry out a plan; a backend failure fails that job only."""
         with self.lock:
             self._check(plan)
+            moved: dict[str, JobRecord] = {}
             for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
                 rec = self.jobs[action.job]
                 if rec.state.finished:  # failed earlier in this plan
@@ -224,6 +225,12 @@ class Engine:
                     self._apply_one(action, rec)
                 except BackendError as exc:
                     self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
+                    continue
+                if isinstance(action, Migrate):
+                    moved[rec.spec.id] = rec
+            for job, rec in moved.items():  # one migration per job and event, however many tasks moved
+                if not rec.state.finished:
+                    self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
 
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
         now = self.backend.now()
@@ -249,7 +256,6 @@ class Engine:
             hosts = list(rec.hosts)
             hosts[action.task] = action.dst
             rec.hosts = tuple(hosts)
-            self._record(rec.spec.id, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
         elif isinstance(action, Defer):
             rec.attempts += 1
             self._push(action.until, "stim", Tick(action.job))

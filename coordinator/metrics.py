@@ -118,6 +118,8 @@ def job_results(history: History) -> list[JobResult]:
         running = [t for t in ts if t.dst is JobState.RUNNING]
         final_yield = job_yield(running[-1].cpu, spec.cpu_need) if running else 0.0
         preemptions = sum(1 for t in ts if t.src is JobState.RUNNING and t.dst is JobState.PAUSED)
+        # A migration is a running job moved (once per decision, however many tasks) or a paused job
+        # resumed on other hosts (001 Sec. III-A: "this amounts to a job migration").
         migrations = sum(1 for t in ts if t.reason == "migrate") + sum(
             1
             for prev, t in _resumes(ts)

@@ -1,0 +1,287 @@
+"""The agent's state: its emulated hosts and their tasks, request validation, and the monitor loop.
+
+No gRPC here: :class:`AgentCore` raises :class:`AgentError` with a status-code name, and the server maps
+it onto gRPC. One lock serialises requests and the monitor, which keeps capacity checks exact (two
+concurrent StartTasks cannot both take the last half of a host).
+
+Refusals (``code``: when):
+  INVALID_ARGUMENT: empty task_id; unknown workload; cpu_share or cpu_need outside (0, 1]; work_seconds
+    <= 0; memory_bytes < 0 or above the host's capacity; start_progress outside [0, 1); cpu_need of a
+    host that would need more than one core (the workload programs are single processes).
+  NOT_FOUND: unknown host; unknown task_id.
+  ALREADY_EXISTS: a task with this task_id is known (finished tasks stay known until Stop).
+  FAILED_PRECONDITION: the host's running shares would exceed 1 (StartTask, SetShare, Resume); the
+    host's memory would be over-committed (StartTask; paused tasks keep their memory).
+Requests on a finished task (SetShare, Pause, Resume) are accepted and change nothing; the reply's state
+says it is finished, which a coordinator racing a completion wants rather than an error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from node_agent.cgroups import CgroupDriver
+from node_agent.runner import State, Task, TaskSpec, TaskView
+from workloads.registry import PROGRAMS
+
+SHARE_EPS = 1e-6
+POLL_INTERVAL_S = 0.1
+
+
+class AgentError(Exception):
+    """A refused request; ``code`` is a gRPC status code name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    cpu_cores: float
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class HostView:
+    name: str
+    cpu_cores: float
+    memory_bytes: int
+    cpu_allocated: float
+    cpu_measured: float
+    memory_used_bytes: int
+
+
+_ACTIVE = (State.STARTING, State.RUNNING)
+
+
+class AgentCore:
+    """The hosts and tasks of one agent process."""
+
+    def __init__(self, agent_id: str, hosts: list[HostSpec], driver: CgroupDriver,
+                 units_per_core_second: dict[str, float]) -> None:
+        self.agent_id = agent_id
+        self.hosts = {h.name: h for h in hosts}
+        self.driver = driver
+        self.mode = driver.mode
+        self.rates = dict(units_per_core_second)
+        self.workloads = sorted(w for w in PROGRAMS if w in self.rates)
+        self.started = time.monotonic()
+        self._tasks: dict[str, Task] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closers: list[Callable[[], None]] = []
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        self._workdir = tempfile.mkdtemp(prefix=f"vcemu-agent-{agent_id}-", dir=shm)
+        self._monitor = threading.Thread(target=self._monitor_loop, name="agent-monitor", daemon=True)
+        self._monitor.start()
+
+    # ------------------------------------------------------------------ requests
+    def start_task(self, task_id: str, host: str, workload: str, cpu_share: float, cpu_need: float,
+                   work_seconds: float, memory_bytes: int, start_progress: float = 0.0) -> TaskView:
+        if not task_id:
+            raise AgentError("INVALID_ARGUMENT", "task_id: must not be empty")
+        if workload not in self.workloads:
+            raise AgentError("INVALID_ARGUMENT", f"workload: unknown workload {workload!r}; "
+                             f"this agent runs {', '.join(self.workloads)}")
+        _check_fraction("cpu_share", cpu_share)
+        _check_fraction("cpu_need", cpu_need)
+        if not (math.isfinite(work_seconds) and work_seconds > 0):
+            raise AgentError("INVALID_ARGUMENT", f"work_seconds: must be > 0, got {work_seconds}")
+        if not 0.0 <= start_progress < 1.0:
+            raise AgentError("INVALID_ARGUMENT", f"start_progress: must be in [0, 1), got {start_progress}")
+        with self._lock:
+            h = self._host(host)
+            if task_id in self._tasks:
+                raise AgentError("ALREADY_EXISTS", f"task_id: task {task_id!r} already exists on this agent")
+            if not 0 <= memory_bytes <= h.memory_bytes:
+                raise AgentError("INVALID_ARGUMENT", f"memory_bytes: {memory_bytes} is outside "
+                                 f"[0, {h.memory_bytes}] (the memory of host {host})")
+            if cpu_need * h.cpu_cores > 1.0 + SHARE_EPS:
+                raise AgentError("INVALID_ARGUMENT", f"cpu_need: {cpu_need} of host {host} is "
+                                 f"{cpu_need * h.cpu_cores:.3g} cores, but workload {workload} is a single "
+                                 "process and uses at most 1 core")
+            self._check_cpu(h, cpu_share, exclude=None)
+            used = sum(t.spec.memory_bytes for t in self._live(h.name))
+            if used + memory_bytes > h.memory_bytes:
+                raise AgentError("FAILED_PRECONDITION", f"memory_bytes: host {host} has "
+                                 f"{h.memory_bytes - used} bytes free, the task needs {memory_bytes}")
+            spec = TaskSpec(task_id=task_id, host=host, host_cores=h.cpu_cores, workload=workload,
+                            cpu_share=cpu_share, cpu_need=cpu_need, work_seconds=work_seconds,
+                            memory_bytes=memory_bytes, start_progress=start_progress)
+            task = Task(spec, self.driver, self.rates[workload], self._workdir)
+            task.start()
+            self._tasks[task_id] = task
+            return task.view()
+
+    def set_share(self, task_id: str, cpu_share: float) -> TaskView:
+        _check_fraction("cpu_share", cpu_share)
+        return self._apply(task_id, lambda t: t.set_share(cpu_share), share=cpu_share)
+
+    def pause(self, task_id: str) -> TaskView:
+        return self._apply(task_id, lambda t: t.pause())
+
+    def resume(self, task_id: str) -> TaskView:
+        return self._apply(task_id, lambda t: t.resume(), share=-1.0)
+
+    def stop(self, task_id: str) -> TaskView:
+        """Stop and forget a task (its id may then be reused, e.g. when a job migrates back)."""
+        with self._lock:
+            task = self._task(task_id)
+            task.stop()
+            del self._tasks[task_id]
+            return task.view()
+
+    def task(self, task_id: str) -> TaskView:
+        with self._lock:
+            task = self._task(task_id)
+            task.poll()
+            return task.view()
+
+    def status(self) -> tuple[list[HostView], list[TaskView]]:
+        """Fresh readings (each task is polled now, so a client timing CPU deltas gets exact figures)."""
+        with self._lock:
+            for t in self._tasks.values():
+                t.poll()
+            tasks = [t.view() for t in self._tasks.values()]
+        hosts = []
+        for h in self.hosts.values():
+            mine = [t for t in tasks if t.host == h.name]
+            hosts.append(HostView(
+                name=h.name, cpu_cores=h.cpu_cores, memory_bytes=h.memory_bytes,
+                cpu_allocated=sum(t.cpu_share for t in mine if t.state in _ACTIVE),
+                cpu_measured=sum(t.cpu_measured for t in mine),
+                memory_used_bytes=sum(t.memory_bytes for t in mine)))
+        return hosts, tasks
+
+    def shutdown(self) -> None:
+        """Kill every task (thawed first), remove every cgroup of this agent and its parent. Idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._monitor.join(timeout=2.0)
+        with self._lock:
+            for task in self._tasks.values():
+                task.stop()
+            self._tasks.clear()
+            self.driver.cleanup(remove_parent=True)
+            self.driver.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        for close in self._closers:
+            close()
+
+    # ------------------------------------------------------------------ helpers
+    def _apply(self, task_id: str, action: Callable[[Task], None], share: float | None = None) -> TaskView:
+        """Run ``action`` on a task; if it (re)claims CPU (``share``: a new share, or -1 for the task's
+        current one on Resume), check the host's capacity first."""
+        with self._lock:
+            task = self._task(task_id)
+            if share is not None and not task.state.finished:
+                claims = task.state in _ACTIVE or share < 0  # a paused task claims CPU only on Resume
+                if claims:
+                    need = task.cpu_share if share < 0 else share
+                    self._check_cpu(self.hosts[task.spec.host], need, exclude=task_id)
+            action(task)
+            return task.view()
+
+    def _check_cpu(self, h: HostSpec, share: float, exclude: str | None) -> None:
+        used = sum(t.cpu_share for t in self._live(h.name) if t.state in _ACTIVE and t.spec.task_id != exclude)
+        if used + share > 1.0 + SHARE_EPS:
+            raise AgentError("FAILED_PRECONDITION", f"cpu_share: host {h.name} has {1.0 - used:.6g} of its "
+                             f"CPU unallocated, the request needs {share:.6g}")
+
+    def _live(self, host: str) -> list[Task]:
+        return [t for t in self._tasks.values() if t.spec.host == host and not t.state.finished]
+
+    def _host(self, name: str) -> HostSpec:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            raise AgentError("NOT_FOUND", f"host: no host {name!r} on agent {self.agent_id} (hosts: "
+                             f"{', '.join(self.hosts)})") from None
+
+    def _task(self, task_id: str) -> Task:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise AgentError("NOT_FOUND", f"task_id: no task {task_id!r} on agent {self.agent_id}") from None
+
+    def _monitor_loop(self) -> None:
+        while not self._stop.wait(POLL_INTERVAL_S):
+            with self._lock:
+                for task in self._tasks.values():
+                    task.poll()
+
+    def sample(self, task_id: str) -> tuple[float, int, float, float]:
+        """``(t, units, units_t, cpu_seconds)`` of a task now: its latest progress record (units done as of
+        ``units_t``) and its cgroup CPU time as of ``t``. For benchmarks that fit rates."""
+        with self._lock:
+            task = self._task(task_id)
+            s = task.progress_sample()
+            cpu = self.driver.cpu_usage_s(task.cgroup)
+            t = time.monotonic()
+        return t, (s.units if s else 0), (s.t if s else t), cpu
+
+    def cgroup_dirs(self, task_id: str) -> list[str]:
+        """The cgroup directories of a task (for tests and operators)."""
+        with self._lock:
+            return self.driver.dirs(self._task(task_id).cgroup)
+
+
+def _check_fraction(field: str, value: float) -> None:
+    if not (math.isfinite(value) and 0.0 < value <= 1.0):
+        raise AgentError("INVALID_ARGUMENT", f"{field}: must be in (0, 1], got {value}")
+
+
+def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False) -> AgentCore:
+    """Probe cgroups (or use duty cycling if ``no_cgroups``), remove leftovers of an earlier run with
+    the same agent id, calibrate the workloads, and return a running core.
+
+    Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are needed but not writable."""
+    from node_agent.cgroups import open_driver
+    from node_agent.dutycycle import DutyCycleDriver
+    from node_agent.runner import calibrate
+
+    lock = _lock_agent_id(agent_id)
+    try:
+        driver: CgroupDriver
+        if no_cgroups:
+            driver = DutyCycleDriver()
+        else:
+            driver = open_driver(agent_id, sum(h.cpu_cores for h in hosts))
+            driver.cleanup(remove_parent=False)
+        rates = {w: calibrate(w) for w in PROGRAMS}
+    except BaseException:
+        lock.close()
+        raise
+    core = AgentCore(agent_id, hosts, driver, rates)
+    core._closers.append(lock.close)
+    return core
+
+
+def _lock_agent_id(agent_id: str) -> socket.socket:
+    """Claim ``agent_id`` on this machine while the agent lives: start-up removes the leftover cgroups of
+    its id, which must never be those of another live agent. The claim is an abstract unix socket name,
+    which the kernel releases when the process dies (no lock file to go stale or litter)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(f"\0vcemu-agent-{agent_id}")
+    except OSError:
+        sock.close()
+        raise AgentIdInUse(f"--agent-id: agent id {agent_id!r} is in use by another running agent "
+                           "on this machine") from None
+    return sock
+
+
+class AgentIdInUse(RuntimeError):
+    """Another live agent on this machine has the same id."""

@@ -1,0 +1,336 @@
+"""``vcemu bench cpu-share``: the CPU-cap experiment of seed 002 Sec. 7, with cgroups instead of Xen.
+
+Xen setup (002 Sec. 7): 1 to 10 VMs with chosen caps on one physical CPU, each doing 100x100 DGEMMs;
+the effective compute rate (multiplications per second) of each is compared with the expected rate,
+cap x the rate on raw hardware; plus the delay before a changed cap shows in the rate. Xen: 0.27%
+overhead, absolute error 0.72% on average and 5.99% at most, cap changes effective in under 1 s.
+
+Here: one emulated host of 1 core in an in-process agent (the same code that serves gRPC); every task
+and every raw run is pinned to one CPU (the Xen VMs shared one physical CPU); for n = 1..10 tasks the
+caps are proportional to 1..n and sum to :data:`TOTAL_CAP`. Definitions:
+
+* raw rate R: multiplications per CPU-second of a dgemm process outside any cgroup on the same CPU,
+  measured right before and after each configuration (the machine's speed drifts; interleaving keeps
+  the reference current) and averaged. Per CPU-second, so other load on the machine does not bias it.
+* rate of a task: least-squares slope of its (time, units) progress records, per wall-second.
+* error of a task: ``100 * |rate / R - cap|``, percentage points of one full CPU (the seed's "absolute
+  error"). ``cpu_*_error_pct`` is the same with cgroup CPU time (cpuacct) in place of units: the
+  accuracy of the quota alone, free of the machine's speed noise.
+* overhead: ``100 * (1 - units per CPU-second in capped tasks / R)``: what sharing a CPU under quotas
+  costs per unit of CPU (throttling, context switches, cache sharing).
+* cap change: a task goes 0.2 -> 0.8 -> 0.2; lines fitted to the progress before the change and from
+  0.4 s after it intersect at the moment the new rate took effect; the delay is from the SetShare call.
+
+Caps sum to 0.9, not 1: the emulated host then needs less than its CPU, so other processes on a shared
+machine do not turn a scheduling shortfall into a (false) cap error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
+from workloads import progress
+from workloads.registry import child_env, command
+
+TOTAL_CAP = 0.9
+CAP_CHANGE = (0.2, 0.8)
+TARGETS = {"overhead_pct": None, "avg_error_pct": 0.5, "max_error_pct": 2.0, "cap_change_s": 0.3}
+XEN = {"overhead_pct": 0.27, "avg_error_pct": 0.72, "max_error_pct": 5.99, "cap_change_s": 1.0}
+HOST = "bench-h0"
+REF_HOST, REF = "bench-ref", "bench-reference"
+TASK_WINDOW_S = 2.0
+RAW_WINDOW_S = 0.5
+
+
+def _fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares line ``y = a t + b``; returns ``(a, b)``."""
+    n = len(ts)
+    mt, my = sum(ts) / n, sum(ys) / n
+    var = sum((t - mt) ** 2 for t in ts)
+    a = sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / var
+    return a, my - a * mt
+
+
+def _records(samples: list[tuple[float, int, float, float]]) -> tuple[list[float], list[float]]:
+    """Distinct progress records (units_t, units) of a list of samples."""
+    seen = sorted({(s[2], s[1]) for s in samples})
+    return [t for t, _ in seen], [float(u) for _, u in seen]
+
+
+class RawProcess:
+    """An uncapped dgemm process outside any cgroup, pinned to one CPU: the "raw hardware" reference."""
+
+    def __init__(self, cpu: int) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="vcemu-bench-")
+        path = os.path.join(self._dir.name, "p")
+        progress.create(path)
+        self.proc = subprocess.Popen(command("dgemm", "--progress", path), env=child_env(),
+                                     stdout=subprocess.DEVNULL)
+        os.sched_setaffinity(self.proc.pid, {cpu})
+        self._reader = progress.ProgressReader(path)
+        while not self._reader.read().ready:
+            time.sleep(0.01)
+        self.samples: list[tuple[float, float]] = []
+
+    def sample(self) -> None:
+        """Record (CPU seconds, units). The units record lags by at most one publish interval of *run*
+        time, a constant offset that does not bias the fitted slope."""
+        with open(f"/proc/{self.proc.pid}/schedstat") as f:
+            cpu = int(f.read().split()[0]) / 1e9
+        self.samples.append((cpu, float(self._reader.read().units)))
+
+    def rate(self) -> float:
+        """Units per CPU-second over the recorded samples."""
+        return _fit(*map(list, zip(*self.samples, strict=True)))[0]
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.close()
+        self._dir.cleanup()
+
+
+def raw_rate(seconds: float, cpu: int) -> float:
+    """Units per CPU-second of a raw process running alone (apart from the machine's other load)."""
+    raw = RawProcess(cpu)
+    try:
+        time.sleep(0.3)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            raw.sample()
+            time.sleep(0.01)
+        return raw.rate()
+    finally:
+        raw.stop()
+
+
+@dataclass
+class TaskResult:
+    n: int
+    cap: float
+    rate_ratio: float  # measured rate / R
+    cpu_ratio: float  # measured CPU fraction
+    units_per_cpu_s: float
+    raw_rate: float  # R, of the raw process in the windows between the task windows
+    isolated_raw_rate: float = 0.0  # of raw processes running right before and after the configuration
+
+    @property
+    def error_pct(self) -> float:
+        return 100 * abs(self.rate_ratio - self.cap)
+
+    @property
+    def cpu_error_pct(self) -> float:
+        return 100 * abs(self.cpu_ratio - self.cap)
+
+
+def _start(core: AgentCore, tid: str, share: float, cpu: int, host: str = HOST) -> None:
+    view = core.start_task(tid, host, "dgemm", share, share, 1e6, 0)
+    os.sched_setaffinity(view.pid, {cpu})
+
+
+def _wait_running(core: AgentCore, ids: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    while any(core.task(t).state.name != "RUNNING" for t in ids):
+        if time.monotonic() > deadline:
+            raise RuntimeError("benchmark tasks did not start within 60 s")
+        time.sleep(0.05)
+
+
+def _window(core: AgentCore, ids: list[str], seconds: float) -> dict[str, tuple[float, float, float]]:
+    """Per task over ``seconds``: (units per wall-second, CPU fraction, units per CPU-second)."""
+    samples: dict[str, list[tuple[float, int, float, float]]] = {t: [] for t in ids}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for tid in ids:
+            samples[tid].append(core.sample(tid))
+        time.sleep(0.01)
+    out = {}
+    for tid, ss in samples.items():
+        rate = _fit(*_records(ss))[0]
+        cpu_rate = _fit([s[0] for s in ss], [s[3] for s in ss])[0]
+        per_cpu = _fit([s[3] for s in ss], [float(s[1]) for s in ss])[0]
+        out[tid] = (rate, cpu_rate, per_cpu)
+    return out
+
+
+def run_config(core: AgentCore, n: int, seconds: float, cpu: int) -> list[TaskResult]:
+    """n tasks with caps proportional to 1..n summing to TOTAL_CAP, measured in windows of
+    :data:`TASK_WINDOW_S`; between windows the tasks are frozen and the reference runs alone on the
+    CPU for :data:`RAW_WINDOW_S`, so R is measured within seconds of the rates it judges (this
+    machine's speed drifts by ~10% over tens of seconds). The reference is a task of a second
+    emulated host with share 1 (a quota of the whole CPU, i.e. never throttled): it gets the same
+    scheduling weight as the tasks, where a plain process would be preempted by the machine's other
+    load and lose cache efficiency the tasks do not lose.
+
+    Tasks start with equal shares (a tiny cap would make the interpreter's start-up take many seconds)
+    and then get their caps."""
+    caps = sorted(TOTAL_CAP * (i + 1) / (n * (n + 1) / 2) for i in range(n))
+    ids = [f"bench-{n}-{i}" for i in range(n)]
+    rounds = max(1, round(seconds / TASK_WINDOW_S))
+    windows: list[dict[str, tuple[float, float, float]]] = []
+    raws: list[float] = []
+    try:
+        for tid in ids:
+            _start(core, tid, 1.0 / n, cpu)
+        _wait_running(core, ids)
+        for tid, cap in zip(ids, caps, strict=True):
+            core.set_share(tid, cap)
+        _start(core, REF, 1.0, cpu, host=REF_HOST)
+        _wait_running(core, [REF])
+        core.pause(REF)
+        time.sleep(0.3)
+        for _ in range(rounds):
+            windows.append(_window(core, ids, TASK_WINDOW_S))
+            for tid in ids:
+                core.pause(tid)
+            core.resume(REF)
+            time.sleep(0.05)
+            ss = []
+            end = time.monotonic() + RAW_WINDOW_S
+            while time.monotonic() < end:
+                ss.append(core.sample(REF))
+                time.sleep(0.01)
+            raws.append(_fit([x[3] for x in ss], [float(x[1]) for x in ss])[0])
+            core.pause(REF)
+            for tid in ids:
+                core.resume(tid)
+            time.sleep(0.1)
+    finally:
+        for tid in [*ids, REF]:
+            with contextlib.suppress(AgentError):
+                core.stop(tid)
+    raw = sum(raws) / len(raws)
+    results = []
+    for tid, cap in zip(ids, caps, strict=True):
+        rate, cpu_rate, per_cpu = (sum(w[tid][k] for w in windows) / len(windows) for k in range(3))
+        results.append(TaskResult(n=n, cap=cap, rate_ratio=rate / raw, cpu_ratio=cpu_rate,
+                                  units_per_cpu_s=per_cpu, raw_rate=raw))
+    return results
+
+
+def cap_change_delay(core: AgentCore, cpu: int, hold: float = 1.5) -> list[float]:
+    """Seconds from SetShare until the new cap shows in the rate, for 0.2 -> 0.8 and 0.8 -> 0.2."""
+    tid = "bench-change"
+    lo, hi = CAP_CHANGE
+    delays = []
+    try:
+        _start(core, tid, hi, cpu)
+        _wait_running(core, [tid])
+        core.set_share(tid, lo)
+        time.sleep(0.5)
+        samples: list[tuple[float, int, float, float]] = []
+        changes = []
+        for share in (hi, lo, None):
+            end = time.monotonic() + hold
+            while time.monotonic() < end:
+                samples.append(core.sample(tid))
+                time.sleep(0.005)
+            if share is not None:
+                changes.append(time.monotonic())
+                core.set_share(tid, share)
+        ts, us = _records(samples)
+        for t0 in changes:
+            before = [(t, u) for t, u in zip(ts, us, strict=True) if t0 - hold + 0.2 <= t <= t0]
+            after = [(t, u) for t, u in zip(ts, us, strict=True) if t0 + 0.4 <= t <= t0 + hold]
+            a1, b1 = _fit(*map(list, zip(*before, strict=True)))
+            a2, b2 = _fit(*map(list, zip(*after, strict=True)))
+            delays.append(max(0.0, (b1 - b2) / (a2 - a1) - t0))
+    finally:
+        core.stop(tid)
+    return delays
+
+
+def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr) -> dict:  # type: ignore[no-untyped-def]
+    ns = [1, 2, 5, 10] if quick else list(range(1, 11))
+    window = seconds or (2.0 if quick else 4.0)
+    raw_window = 1.0 if quick else 2.0
+    core = open_core(f"bench-{os.getpid()}", [HostSpec(HOST, 1.0, 8 << 30), HostSpec(REF_HOST, 1.0, 1 << 30)])
+    started, mode = time.monotonic(), core.mode
+    try:
+        results: list[TaskResult] = []
+        raws = [raw_rate(raw_window, cpu)]
+        for k, n in enumerate(ns):
+            eta = (time.monotonic() - started) / (k or 1) * (len(ns) - k) if k else float("nan")
+            print(f"bench cpu-share: {n} task(s) [{k + 1}/{len(ns)}], ETA {eta:.0f} s", file=progress_out)
+            res = run_config(core, n, window, cpu)
+            raws.append(raw_rate(raw_window, cpu))
+            for r in res:
+                r.isolated_raw_rate = (raws[-2] + raws[-1]) / 2
+            results.extend(res)
+        print("bench cpu-share: cap change", file=progress_out)
+        delays = cap_change_delay(core, cpu)
+    finally:
+        core.shutdown()
+    errors = [r.error_pct for r in results]
+    cpu_errors = [r.cpu_error_pct for r in results]
+    eff = sum(r.units_per_cpu_s / r.raw_rate for r in results) / len(results)
+    eff_alone = sum(r.units_per_cpu_s / r.isolated_raw_rate for r in results) / len(results)
+    return {
+        "overhead_pct": 100 * (1 - eff),
+        "overhead_vs_isolated_raw_pct": 100 * (1 - eff_alone),
+        "avg_error_pct": sum(errors) / len(errors),
+        "max_error_pct": max(errors),
+        "cap_change_s": max(delays),
+        "cpu_avg_error_pct": sum(cpu_errors) / len(cpu_errors),
+        "cpu_max_error_pct": max(cpu_errors),
+        "cap_change_delays_s": delays,
+        "raw_rate_per_cpu_s": raws,
+        "raw_rate_spread_pct": 100 * (max(raws) - min(raws)) / min(raws),
+        "mode": mode,
+        "quick": quick,
+        "pinned_cpu": cpu,
+        "window_s": window,
+        "tasks": [asdict(r) | {"error_pct": r.error_pct, "cpu_error_pct": r.cpu_error_pct} for r in results],
+        "xen": XEN,
+        "targets": TARGETS,
+        "runtime_s": time.monotonic() - started,
+    }
+
+
+def _table(out: dict) -> str:
+    lines = [f"{'tasks':>5} {'cap':>7} {'rate/R':>8} {'error':>7} {'cpu':>7} {'cpu err':>8}"]
+    for t in out["tasks"]:
+        lines.append(f"{t['n']:>5} {t['cap']:>7.4f} {t['rate_ratio']:>8.4f} {t['error_pct']:>6.2f}% "
+                     f"{t['cpu_ratio']:>7.4f} {t['cpu_error_pct']:>7.2f}%")
+    lines += ["", f"{'':<28}{'measured':>10}{'target':>9}{'Xen':>8}"]
+    for key, label in (("overhead_pct", "overhead (%)"), ("avg_error_pct", "average abs. error (pp)"),
+                       ("max_error_pct", "maximum abs. error (pp)"), ("cap_change_s", "cap change (s)")):
+        target = TARGETS[key]
+        lines.append(f"{label:<28}{out[key]:>10.3f}{'-' if target is None else f'<= {target}':>9}"
+                     f"{XEN[key]:>8}")
+    lines.append(f"quota alone (cpuacct): average {out['cpu_avg_error_pct']:.3f} pp, maximum "
+                 f"{out['cpu_max_error_pct']:.3f} pp; raw rate drifted {out['raw_rate_spread_pct']:.1f}% "
+                 f"during the run ({out['runtime_s']:.0f} s)")
+    return "\n".join(lines)
+
+
+def cpu_share_main(argv: list[str]) -> int:
+    """``vcemu bench cpu-share [--json] [--quick]``; returns the exit status."""
+    p = argparse.ArgumentParser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
+    p.add_argument("--seconds", type=float, default=None, help="measurement window per configuration")
+    p.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="CPU to pin tasks to")
+    args = p.parse_args(argv)
+    if args.cpu not in os.sched_getaffinity(0):
+        p.error(f"argument --cpu: CPU {args.cpu} is not available to this process")
+    try:
+        out = run(args.quick, args.seconds, args.cpu)
+    except Exception as e:  # one clear line for any failure (e.g. cgroups unavailable)
+        print(f"vcemu bench cpu-share: error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(out) if args.json else _table(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cpu_share_main(sys.argv[1:]))

@@ -1,0 +1,429 @@
+"""Cgroup drivers: one interface, a cgroup v1 and a cgroup v2 implementation, chosen by probing.
+
+Every task gets its own cgroup, named by the agent, under a per-agent parent ``vcemu-<agent_id>``. The
+parent is created *inside the agent's own cgroup* of each hierarchy (read from /proc/self/cgroup), not
+at the hierarchy root: whatever limits the agent was started under (a container, a slice, a sandbox)
+then also bound its tasks, and nothing outside the agent's own subtree is touched. The parent is flat
+(no shared ``vcemu`` level) so that its CPU weight can be set per agent (see :data:`WEIGHT_PER_CORE`)
+and so that agents never race over a shared directory.
+
+CPU shares are CFS bandwidth quotas (:func:`cfs_period_quota_us`); pause is the freezer; memory is a
+hard limit. A v1 frozen task ignores SIGKILL until thawed, so everything that kills thaws as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import signal
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+DEFAULT_PERIOD_US = 100_000
+MIN_QUOTA_US = 1_000  # the kernel refuses smaller quotas
+MAX_PERIOD_US = 1_000_000  # the kernel refuses longer periods
+
+#: v1 ``cpu.shares`` of the agent's parent cgroup per emulated core (an ordinary process weighs 1024).
+#: Quotas cap the tasks at their hosts' capacity; this weight makes the CFS scheduler also *give* them
+#: their quota when the real machine is busy with other processes, i.e. an emulated host's CPU is
+#: reserved, like a VM's. Without it, ten busy neighbours would leave a 0.9-core task with ~0.2 core.
+#: The agent can never take more than its hosts' total cores: the quotas still bound it.
+WEIGHT_PER_CORE = 65536
+
+V1_CONTROLLERS = ("cpu", "cpuacct", "freezer", "memory")
+
+
+class CgroupError(RuntimeError):
+    """A cgroup operation failed; the message names the file."""
+
+
+def cfs_period_quota_us(cores: float) -> tuple[int, int]:
+    """CFS ``(period, quota)`` in microseconds for a limit of ``cores`` CPUs.
+
+    The period is 100 ms, so a quota change shows within 100 ms; for tiny limits (< 0.01 core) the
+    period grows, up to the kernel's 1 s maximum, so the quota stays >= 1 ms (the kernel minimum).
+    Below 0.001 core the quota is clamped to 1 ms per 1 s: the smallest limit CFS can express.
+    """
+    if not cores > 0:
+        raise ValueError(f"cpu limit must be > 0 cores, got {cores}")
+    period = DEFAULT_PERIOD_US
+    if cores * period < MIN_QUOTA_US:
+        period = min(MAX_PERIOD_US, math.ceil(MIN_QUOTA_US / cores))
+    return period, max(MIN_QUOTA_US, round(cores * period))
+
+
+def cpu_weight_v1(cores: float) -> int:
+    """v1 ``cpu.shares`` for a limit of ``cores``: proportional, so that if the agent's parent ever gets
+    less CPU than the sum of its quotas, tasks lose speed in proportion to their shares."""
+    return max(2, min(262_144, round(WEIGHT_PER_CORE * cores)))
+
+
+def cpu_weight_v2(cores: float) -> int:
+    """v2 ``cpu.weight`` (1..10000, default 100) with the same proportionality as :func:`cpu_weight_v1`."""
+    return max(1, min(10_000, round(100 * WEIGHT_PER_CORE / 1024 * cores)))
+
+
+def safe_name(task_id: str) -> str:
+    """A cgroup directory name for a task id (task ids look like ``job/3``; ``/`` cannot be in a name).
+    A hash suffix keeps distinct ids distinct after the replacement."""
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)[:64].lstrip(".")
+    return f"{cleaned or 'task'}-{hashlib.sha1(task_id.encode()).hexdigest()[:8]}"
+
+
+# --------------------------------------------------------------------------------------- discovery
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    root: str  # the mount's root inside the hierarchy (not "/" in some containers)
+    fstype: str  # "cgroup" or "cgroup2"
+    controllers: frozenset[str]  # v1 only
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """The cgroup mounts of /proc/self/mountinfo."""
+    mounts = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+            continue
+        ctrls = frozenset(o for o in tail[2].split(",") if o not in ("rw", "ro") and "=" not in o)
+        mounts.append(Mount(point=fields[4], root=fields[3], fstype=tail[0], controllers=ctrls))
+    return mounts
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """Controller -> cgroup path of a process, from /proc/<pid>/cgroup; the v2 path is under key ""."""
+    paths: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for ctrl in parts[1].split(",") if parts[1] else [""]:
+            paths[ctrl] = parts[2]
+    return paths
+
+
+def own_dir(mount: Mount, path: str) -> str:
+    """The directory of this process's own cgroup inside ``mount``."""
+    rel = os.path.relpath(path, mount.root) if path.startswith(mount.root) else "."
+    return os.path.normpath(os.path.join(mount.point, rel if not rel.startswith("..") else "."))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise CgroupError(f"cannot read {path}: {e.strerror}") from e
+
+
+def _write(path: str, value: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except OSError as e:
+        raise CgroupError(f"cannot write {value!r} to {path}: {e.strerror}") from e
+
+
+def _pids_in(cg_dir: str) -> list[int]:
+    try:
+        return [int(x) for x in _read(os.path.join(cg_dir, "cgroup.procs")).split()]
+    except CgroupError:
+        return []
+
+
+def _rmdir(path: str, timeout: float = 2.0) -> None:
+    """Remove a cgroup directory; a just-killed process may hold it busy for a few milliseconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise CgroupError(f"cannot remove {path}: {e.strerror}") from e
+            time.sleep(0.01)
+
+
+# --------------------------------------------------------------------------------------- interface
+class CgroupDriver(ABC):
+    """What the runner needs from a cgroup implementation. ``name`` is a task's cgroup name."""
+
+    mode: str
+
+    @abstractmethod
+    def create(self, name: str) -> None: ...
+
+    @abstractmethod
+    def add_pid(self, name: str, pid: int) -> None: ...
+
+    @abstractmethod
+    def set_cpu(self, name: str, cores: float) -> None:
+        """Limit the group to ``cores`` CPUs (may be fractional)."""
+
+    @abstractmethod
+    def set_memory_limit(self, name: str, limit_bytes: int) -> None: ...
+
+    @abstractmethod
+    def freeze(self, name: str) -> None: ...
+
+    @abstractmethod
+    def thaw(self, name: str) -> None: ...
+
+    @abstractmethod
+    def cpu_usage_s(self, name: str) -> float:
+        """Total CPU time used by the group's processes, in seconds."""
+
+    @abstractmethod
+    def memory_usage(self, name: str) -> int: ...
+
+    @abstractmethod
+    def pids(self, name: str) -> list[int]: ...
+
+    @abstractmethod
+    def remove(self, name: str) -> None:
+        """Remove the (empty) group."""
+
+    @abstractmethod
+    def dirs(self, name: str | None = None) -> list[str]:
+        """The directories of a task's group, or of the agent's parent group if ``name`` is None."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the driver's own resources (threads); cgroups are removed by :meth:`cleanup`."""
+
+    def kill_all(self, name: str) -> None:
+        """Thaw and SIGKILL every process of the group (used for leftovers and at shutdown)."""
+        for _ in range(2):
+            for pid in self.pids(name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.thaw(name)
+
+    def cleanup(self, remove_parent: bool) -> list[str]:
+        """Kill the processes of and remove every task group under the agent's parent (leftovers of a
+        crashed run with the same agent id, or everything at shutdown); returns the names removed."""
+        names = sorted({n for d in self.dirs() if os.path.isdir(d) for n in os.listdir(d)
+                        if os.path.isdir(os.path.join(d, n))})
+        for name in names:
+            self.kill_all(name)
+            deadline = time.monotonic() + 2.0
+            while self.pids(name) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.remove(name)
+        if remove_parent:
+            for d in self.dirs():
+                _rmdir(d)
+        return names
+
+
+# --------------------------------------------------------------------------------------- cgroup v1
+class CgroupV1Driver(CgroupDriver):
+    """cgroup v1: ``cpu`` (CFS quota), ``cpuacct`` (usage), ``freezer`` and ``memory`` hierarchies,
+    which may be mounted separately (as here) or together."""
+
+    mode = "cgroup-v1"
+
+    def __init__(self, parents: dict[str, str], total_cores: float = 1.0) -> None:
+        """``parents``: controller -> the agent's parent directory in that controller's hierarchy."""
+        self._parents = parents
+        for d in self.dirs():
+            os.makedirs(d, exist_ok=True)
+        with contextlib.suppress(CgroupError):  # a weight is an improvement, not a requirement
+            _write(os.path.join(parents["cpu"], "cpu.shares"), str(cpu_weight_v1(total_cores)))
+
+    def close(self) -> None:
+        pass
+
+    def _dir(self, ctrl: str, name: str) -> str:
+        return os.path.join(self._parents[ctrl], name)
+
+    def dirs(self, name: str | None = None) -> list[str]:
+        unique = dict.fromkeys(self._parents[c] for c in V1_CONTROLLERS)
+        return [d if name is None else os.path.join(d, name) for d in unique]
+
+    def create(self, name: str) -> None:
+        for d in self.dirs(name):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                pass
+            except OSError as e:
+                raise CgroupError(f"cannot create cgroup {d}: {e.strerror}") from e
+
+    def add_pid(self, name: str, pid: int) -> None:
+        for d in self.dirs(name):
+            _write(os.path.join(d, "cgroup.procs"), str(pid))
+
+    def set_cpu(self, name: str, cores: float) -> None:
+        period, quota = cfs_period_quota_us(cores)
+        d = self._dir("cpu", name)
+        if int(_read(os.path.join(d, "cpu.cfs_period_us"))) != period:
+            _write(os.path.join(d, "cpu.cfs_period_us"), str(period))
+        _write(os.path.join(d, "cpu.cfs_quota_us"), str(quota))
+        with contextlib.suppress(CgroupError):
+            _write(os.path.join(d, "cpu.shares"), str(cpu_weight_v1(cores)))
+
+    def set_memory_limit(self, name: str, limit_bytes: int) -> None:
+        _write(os.path.join(self._dir("memory", name), "memory.limit_in_bytes"), str(limit_bytes))
+
+    def _freezer(self, name: str, state: str) -> None:
+        path = os.path.join(self._dir("freezer", name), "freezer.state")
+        _write(path, state)
+        deadline = time.monotonic() + 2.0
+        while _read(path).strip() != state:
+            if time.monotonic() > deadline:
+                raise CgroupError(f"{path} did not reach {state}")
+            time.sleep(0.002)
+
+    def freeze(self, name: str) -> None:
+        self._freezer(name, "FROZEN")
+
+    def thaw(self, name: str) -> None:
+        if os.path.isdir(self._dir("freezer", name)):
+            self._freezer(name, "THAWED")
+
+    def cpu_usage_s(self, name: str) -> float:
+        return int(_read(os.path.join(self._dir("cpuacct", name), "cpuacct.usage"))) / 1e9
+
+    def memory_usage(self, name: str) -> int:
+        return int(_read(os.path.join(self._dir("memory", name), "memory.usage_in_bytes")))
+
+    def pids(self, name: str) -> list[int]:
+        return sorted({p for d in self.dirs(name) for p in _pids_in(d)})
+
+    def remove(self, name: str) -> None:
+        for d in self.dirs(name):
+            _rmdir(d)
+
+
+# --------------------------------------------------------------------------------------- cgroup v2
+class CgroupV2Driver(CgroupDriver):
+    """cgroup v2 (unified): ``cpu.max``, ``cgroup.freeze``, ``memory.max`` in a delegated subtree."""
+
+    mode = "cgroup-v2"
+
+    def __init__(self, parent: str, total_cores: float = 1.0) -> None:
+        self._parent = parent
+        os.makedirs(parent, exist_ok=True)
+        _write(os.path.join(parent, "cgroup.subtree_control"), "+cpu +memory")
+        with contextlib.suppress(CgroupError):
+            _write(os.path.join(parent, "cpu.weight"), str(cpu_weight_v2(total_cores)))
+
+    def close(self) -> None:
+        pass
+
+    def dirs(self, name: str | None = None) -> list[str]:
+        return [self._parent if name is None else os.path.join(self._parent, name)]
+
+    def _file(self, name: str, f: str) -> str:
+        return os.path.join(self._parent, name, f)
+
+    def create(self, name: str) -> None:
+        try:
+            os.makedirs(os.path.join(self._parent, name), exist_ok=True)
+        except OSError as e:
+            raise CgroupError(f"cannot create cgroup {self._parent}/{name}: {e.strerror}") from e
+
+    def add_pid(self, name: str, pid: int) -> None:
+        _write(self._file(name, "cgroup.procs"), str(pid))
+
+    def set_cpu(self, name: str, cores: float) -> None:
+        period, quota = cfs_period_quota_us(cores)
+        _write(self._file(name, "cpu.max"), f"{quota} {period}")
+        with contextlib.suppress(CgroupError):
+            _write(self._file(name, "cpu.weight"), str(cpu_weight_v2(cores)))
+
+    def set_memory_limit(self, name: str, limit_bytes: int) -> None:
+        _write(self._file(name, "memory.max"), str(limit_bytes))
+
+    def _freeze(self, name: str, frozen: bool) -> None:
+        _write(self._file(name, "cgroup.freeze"), "1" if frozen else "0")
+        events, want = self._file(name, "cgroup.events"), f"frozen {int(frozen)}"
+        deadline = time.monotonic() + 2.0
+        while os.path.exists(events) and want not in _read(events).splitlines():
+            if time.monotonic() > deadline:
+                raise CgroupError(f"{events} did not reach {want!r}")
+            time.sleep(0.002)
+
+    def freeze(self, name: str) -> None:
+        self._freeze(name, True)
+
+    def thaw(self, name: str) -> None:
+        if os.path.isdir(os.path.join(self._parent, name)):
+            self._freeze(name, False)
+
+    def cpu_usage_s(self, name: str) -> float:
+        for line in _read(self._file(name, "cpu.stat")).splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        raise CgroupError(f"no usage_usec in {self._file(name, 'cpu.stat')}")
+
+    def memory_usage(self, name: str) -> int:
+        return int(_read(self._file(name, "memory.current")))
+
+    def pids(self, name: str) -> list[int]:
+        return _pids_in(os.path.join(self._parent, name))
+
+    def remove(self, name: str) -> None:
+        _rmdir(os.path.join(self._parent, name))
+
+
+# --------------------------------------------------------------------------------------- probing
+class CgroupUnavailable(RuntimeError):
+    """Neither cgroup version can be used; the message says why for each."""
+
+
+def _try_v2(mounts: list[Mount], own: dict[str, str], agent_id: str, cores: float) -> CgroupDriver:
+    v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
+    if v2 is None:
+        raise CgroupError("cgroup2 is not mounted")
+    base = own_dir(v2, own.get("", "/"))
+    available = _read(os.path.join(base, "cgroup.controllers")).split()
+    missing = [c for c in ("cpu", "memory") if c not in available]
+    if missing:
+        raise CgroupError(f"cgroup2 at {base} has no {' or '.join(missing)} controller")
+    if "cpu" not in _read(os.path.join(base, "cgroup.subtree_control")).split():
+        _write(os.path.join(base, "cgroup.subtree_control"), "+cpu +memory")
+    return CgroupV2Driver(os.path.join(base, f"vcemu-{agent_id}"), cores)
+
+
+def _try_v1(mounts: list[Mount], own: dict[str, str], agent_id: str, cores: float) -> CgroupDriver:
+    parents = {}
+    for ctrl in V1_CONTROLLERS:
+        m = next((m for m in mounts if m.fstype == "cgroup" and ctrl in m.controllers), None)
+        if m is None:
+            raise CgroupError(f"no cgroup v1 hierarchy with the {ctrl} controller")
+        parents[ctrl] = os.path.join(own_dir(m, own.get(ctrl, "/")), f"vcemu-{agent_id}")
+    try:
+        return CgroupV1Driver(parents, cores)
+    except OSError as e:
+        raise CgroupError(f"cannot create {e.filename}: {e.strerror}") from e
+
+
+def open_driver(agent_id: str, total_cores: float, prefer: Iterable[str] = ("cgroup-v2", "cgroup-v1"),
+                mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup") -> CgroupDriver:
+    """Probe for a writable cgroup version (v2 first: it needs a CPU controller, which this machine's
+    v2 mount lacks) and return its driver; raise :class:`CgroupUnavailable` with each reason."""
+    try:
+        mounts = parse_mountinfo(_read(mountinfo))
+        own = parse_proc_cgroup(_read(proc_cgroup))
+    except CgroupError as e:
+        raise CgroupUnavailable(str(e)) from e
+    tries = {"cgroup-v2": _try_v2, "cgroup-v1": _try_v1}
+    reasons = []
+    for mode in prefer:
+        try:
+            return tries[mode](mounts, own, agent_id, total_cores)
+        except CgroupError as e:
+            reasons.append(f"{mode}: {e}")
+    raise CgroupUnavailable("; ".join(reasons))

@@ -1,0 +1,158 @@
+"""``vcemu agent``: run a node agent emulating one or more hosts (:func:`agent_main`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+#: Kubernetes quantity conventions: K/M/G/T (and KB...) are powers of 1000, Ki/Mi/... (KiB...) of 1024.
+_UNITS = {"": 1, "b": 1}
+for _i, _p in enumerate("kmgtp", start=1):
+    _UNITS[_p] = _UNITS[_p + "b"] = 1000**_i
+    _UNITS[_p + "i"] = _UNITS[_p + "ib"] = 1024**_i
+_AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: ``2GiB``, ``512Mi``, ``1.5G``, ``1000000``. ValueError if unparseable or < 0."""
+    m = _SIZE_RE.match(text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"cannot parse memory size {text!r} (examples: 2GiB, 512MiB, 1.5G, 1000000)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _list_of(conv, what: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> list:  # type: ignore[type-arg]
+        try:
+            values = [conv(x) for x in text.split(",")]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e) if "parse" in str(e) else f"not a number: {text!r}") from None
+        if any(not v > 0 for v in values):
+            raise argparse.ArgumentTypeError(f"{what} must be > 0, got {text!r}")
+        return values
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """One clear line (no usage block), exit status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="vcemu agent", description="Run a node agent: emulated hosts whose tasks are real "
+                "processes with cgroup-enforced CPU shares.")
+    p.add_argument("--hosts", type=int, default=1, help="number of emulated hosts (default 1)")
+    p.add_argument("--cpus-per-host", type=_list_of(float, "cpus"), default=[1.0], metavar="CORES[,CORES...]",
+                   help="CPU capacity of each host in real cores, or one value per host (default 1)")
+    p.add_argument("--mem-per-host", type=_list_of(parse_size, "memory"), default=[1 << 30],
+                   metavar="SIZE[,SIZE...]", help="memory of each host, e.g. 2GiB (default 1GiB)")
+    p.add_argument("--port", type=int, default=0, help="gRPC port; 0 picks a free one (default)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--agent-id", default=None, help="agent id (default: <hostname>-<pid>); a fixed id lets "
+                   "a restarted agent remove the cgroups and processes its crashed predecessor left")
+    p.add_argument("--host-prefix", default=None, help="host names are <prefix>-h<i> (default: agent id)")
+    p.add_argument("--no-cgroups", action="store_true",
+                   help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
+    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    p.add_argument("--coordinator", default=None, metavar="ADDR", help="register with this coordinator")
+    p.add_argument("--advertise", default=None, metavar="ADDR",
+                   help="address the coordinator should dial (default: the bound address)")
+    return p
+
+
+def _hosts(args: argparse.Namespace, parser: argparse.ArgumentParser):  # type: ignore[no-untyped-def]
+    from node_agent.agent import HostSpec
+
+    if args.hosts < 1:
+        parser.error(f"argument --hosts: must be >= 1, got {args.hosts}")
+    cpus, mems = args.cpus_per_host, args.mem_per_host
+    for flag, values in (("--cpus-per-host", cpus), ("--mem-per-host", mems)):
+        if len(values) not in (1, args.hosts):
+            parser.error(f"argument {flag}: give one value or {args.hosts} (one per host), got {len(values)}")
+    machine = os.cpu_count() or 1
+    if max(cpus) > machine:
+        parser.error(f"argument --cpus-per-host: {max(cpus)} cores is more than this machine's {machine}")
+    prefix = args.host_prefix or args.agent_id
+    return [HostSpec(name=f"{prefix}-h{i}", cpu_cores=cpus[i % len(cpus)], memory_bytes=mems[i % len(mems)])
+            for i in range(args.hosts)]
+
+
+def agent_main(argv: list[str]) -> int:
+    """Run an agent until SIGTERM/SIGINT; returns the exit status (0 after a clean shutdown, 2 for bad
+    flags, 1 if the agent cannot start, e.g. cgroups not writable without ``--no-cgroups``)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.agent_id is None:
+            args.agent_id = f"{socket.gethostname().split('.')[0]}-{os.getpid()}"
+        if not _AGENT_ID_RE.match(args.agent_id):
+            parser.error(f"argument --agent-id: {args.agent_id!r} must be letters, digits, '_', '.' or '-'")
+        for flag in ("port", "metrics_port"):
+            v = getattr(args, flag)
+            if v is not None and not 0 <= v <= 65535:
+                parser.error(f"argument --{flag.replace('_', '-')}: must be a port in [0, 65535], got {v}")
+        hosts = _hosts(args, parser)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if sum(h.cpu_cores for h in hosts) > (os.cpu_count() or 1):
+        print(f"vcemu agent: warning: hosts total {sum(h.cpu_cores for h in hosts):g} cores on a machine with "
+              f"{os.cpu_count()}; shares are capped but not guaranteed", file=sys.stderr)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="vcemu agent: %(levelname)s %(message)s")
+    return _run(args, hosts)
+
+
+def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg]
+    from node_agent.agent import AgentIdInUse
+    from node_agent.cgroups import CgroupUnavailable
+    from node_agent.register import Registrar
+    from node_agent.server import start_agent
+
+    stop = threading.Event()
+    with _signals_set(stop):
+        try:
+            agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
+                                no_cgroups=args.no_cgroups, metrics_port=args.metrics_port)
+        except CgroupUnavailable as e:
+            print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
+                  "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)
+            return 1
+        except (AgentIdInUse, RuntimeError) as e:
+            print(f"vcemu agent: error: {e}", file=sys.stderr)
+            return 1
+        registrar = Registrar(agent, args.coordinator, args.advertise or agent.address) if args.coordinator else None
+        metrics = f", metrics on :{agent.metrics_port}" if agent.metrics_port is not None else ""
+        print(f"vcemu agent: {agent.core.mode}, hosts {', '.join(h.name for h in hosts)}{metrics}", file=sys.stderr)
+        print(f"vcemu agent listening on {agent.address}", flush=True)
+        stop.wait()
+        if registrar:
+            registrar.stop()
+        agent.stop()
+    return 0
+
+
+class _signals_set:
+    """SIGTERM and SIGINT set ``stop`` (only possible from the main thread; elsewhere the caller must
+    arrange shutdown itself)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._stop = stop
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, lambda *_: self._stop.set())
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]

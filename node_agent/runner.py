@@ -1,0 +1,283 @@
+"""The process runner: one task = one workload process in its own cgroup.
+
+A task's process joins its cgroup before it computes: it is started with ``--wait-go`` and blocks on
+stdin before importing numpy; the runner adds its pid to the cgroup, then sends the go byte. So the
+import, the allocation and every multiplication are limited and accounted.
+
+Work is converted into the program's units with a calibration made once per agent and workload (units
+per CPU-second of one core, measured unthrottled): a task that needs ``cpu_need`` of a host with ``C``
+cores for ``work_seconds`` at full speed does ``work_seconds * cpu_need * C * rate`` units, less the
+fraction ``start_progress`` already done elsewhere.
+
+Memory limit rule: ``memory_bytes`` (what the program allocates) + :data:`INTERPRETER_ALLOWANCE_BYTES`
+for the interpreter, numpy and OpenBLAS (about 35 MB resident, plus their file pages, which v1 charges
+to the first cgroup that reads them).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import enum
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from node_agent.cgroups import CgroupDriver, CgroupError, safe_name
+from workloads import progress
+from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
+
+INTERPRETER_ALLOWANCE_BYTES = 64 << 20
+#: Window over which ``cpu_measured`` is computed.
+CPU_WINDOW_S = 1.0
+CALIBRATION_SECONDS = 0.6
+
+
+class State(enum.Enum):
+    """Task states; the names match ``vcemu.v1.TaskState`` without its ``TASK_STATE_`` prefix."""
+
+    STARTING = 1
+    RUNNING = 2
+    PAUSED = 3
+    DONE = 4
+    FAILED = 5
+    STOPPED = 6
+
+    @property
+    def finished(self) -> bool:
+        return self in (State.DONE, State.FAILED, State.STOPPED)
+
+
+_CALIBRATION: dict[str, float] = {}
+_CALIBRATION_LOCK = threading.Lock()
+
+
+def calibrate(workload: str, seconds: float = CALIBRATION_SECONDS) -> float:
+    """Units per CPU-second of one core for ``workload``, measured once per process and cached.
+
+    The program runs unthrottled and counts against its own CPU time, so other load on the machine
+    makes the measurement take longer but does not bias it."""
+    with _CALIBRATION_LOCK:
+        if workload not in _CALIBRATION:
+            mem = CALIBRATION_MEMORY_BYTES if workload == "arraycycle" else 0
+            out = subprocess.run(
+                command(workload, "--calibrate", str(seconds), "--memory-bytes", str(mem)),
+                env=child_env(), capture_output=True, text=True, timeout=60, check=False)
+            if out.returncode != 0:
+                raise RuntimeError(f"calibration of {workload} failed: {out.stderr.strip()[-500:]}")
+            _CALIBRATION[workload] = float(json.loads(out.stdout.splitlines()[-1])["units_per_cpu_second"])
+        return _CALIBRATION[workload]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A validated StartTask request, with its host's capacity."""
+
+    task_id: str
+    host: str
+    host_cores: float
+    workload: str
+    cpu_share: float
+    cpu_need: float
+    work_seconds: float
+    memory_bytes: int
+    start_progress: float = 0.0
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A consistent snapshot of a task, for Status replies and metrics."""
+
+    task_id: str
+    host: str
+    workload: str
+    state: State
+    progress: float
+    cpu_share: float
+    cpu_measured: float  # fraction of the host over the last CPU_WINDOW_S
+    cpu_seconds: float
+    memory_bytes: int
+    exit_code: int
+    message: str
+    pid: int
+    units_done: int
+    target_units: int
+
+
+def target_units(spec: TaskSpec, units_per_core_second: float) -> int:
+    """The units of work still to do (see the module docstring)."""
+    full = spec.work_seconds * spec.cpu_need * spec.host_cores * units_per_core_second
+    return max(1, round(full * (1.0 - spec.start_progress)))
+
+
+class Task:
+    """One task's process, cgroup and progress channel. Not thread-safe: the agent serialises calls."""
+
+    def __init__(self, spec: TaskSpec, driver: CgroupDriver, units_per_core_second: float, workdir: str):
+        self.spec = spec
+        self.cpu_share = spec.cpu_share
+        self.state = State.STARTING
+        self.target = target_units(spec, units_per_core_second)
+        self.cgroup = safe_name(spec.task_id)
+        self._driver = driver
+        self._path = os.path.join(workdir, self.cgroup)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ps: psutil.Process | None = None
+        self._reader: progress.ProgressReader | None = None
+        self._ready = False
+        self._units = 0
+        self._cpu_s = 0.0
+        self._rss = 0
+        self._samples: collections.deque[tuple[float, float]] = collections.deque()
+        self.exit_code = 0
+        self.message = ""
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Create the cgroup, start the process, put it in the cgroup, then let it compute."""
+        d, name = self._driver, self.cgroup
+        d.create(name)
+        try:
+            d.set_cpu(name, self.cpu_share * self.spec.host_cores)
+            d.set_memory_limit(name, self.spec.memory_bytes + INTERPRETER_ALLOWANCE_BYTES)
+            progress.create(self._path + ".progress")
+            args = ["--units", str(self.target), "--progress", self._path + ".progress",
+                    "--memory-bytes", str(self.spec.memory_bytes), "--wait-go"]
+            with open(self._path + ".stderr", "wb") as err:
+                self._proc = subprocess.Popen(
+                    command(self.spec.workload, *args), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                    stderr=err, env=child_env(), start_new_session=True, close_fds=True)
+            d.add_pid(name, self._proc.pid)
+            self._ps = psutil.Process(self._proc.pid)
+            self._reader = progress.ProgressReader(self._path + ".progress")
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(b"g")
+            self._proc.stdin.close()
+        except BaseException:
+            self._kill()
+            self._release()
+            raise
+        self._sample(time.monotonic())
+
+    def set_share(self, share: float) -> None:
+        if not self.state.finished:
+            self._driver.set_cpu(self.cgroup, share * self.spec.host_cores)
+        self.cpu_share = share
+
+    def pause(self) -> None:
+        if self.state in (State.STARTING, State.RUNNING):
+            self._driver.freeze(self.cgroup)
+            self.state = State.PAUSED
+
+    def resume(self) -> None:
+        if self.state is State.PAUSED:
+            self._driver.thaw(self.cgroup)
+            self.state = State.RUNNING if self._ready else State.STARTING
+
+    def stop(self) -> None:
+        """Thaw, kill, reap, remove the cgroup. A finished task only has its resources released."""
+        if not self.state.finished:
+            self.poll()
+        if not self.state.finished:
+            self._kill()
+            self.state = State.STOPPED
+            self.message = "stopped"
+        self._release()
+
+    def _kill(self) -> None:
+        with contextlib.suppress(CgroupError):
+            self._driver.kill_all(self.cgroup)  # thaws: a frozen v1 task ignores SIGKILL
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._driver.thaw(self.cgroup)
+                os.kill(self._proc.pid, signal.SIGKILL)
+                self._proc.wait(timeout=5)
+
+    def _release(self) -> None:
+        """Remove the cgroup and the channel files (idempotent)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        with contextlib.suppress(CgroupError):
+            self._driver.remove(self.cgroup)
+        for suffix in (".progress", ".stderr"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path + suffix)
+
+    # ------------------------------------------------------------------ monitoring
+    def _sample(self, now: float) -> None:
+        with contextlib.suppress(CgroupError):
+            self._cpu_s = max(self._cpu_s, self._driver.cpu_usage_s(self.cgroup))
+        self._samples.append((now, self._cpu_s))
+        while len(self._samples) > 2 and self._samples[1][0] <= now - CPU_WINDOW_S:
+            self._samples.popleft()
+
+    def poll(self) -> None:
+        """Read progress, CPU and memory; detect the end of the process (DONE or FAILED)."""
+        if self.state.finished or self._proc is None:
+            return
+        now = time.monotonic()
+        if self._reader is not None:
+            s = self._reader.read()
+            self._units, self._ready = max(self._units, s.units), self._ready or s.ready
+        if self.state is State.STARTING and self._ready:
+            self.state = State.RUNNING
+        self._sample(now)
+        if self._ps is not None:
+            with contextlib.suppress(psutil.Error):
+                self._rss = self._ps.memory_info().rss
+        rc = self._proc.poll()
+        if rc is not None:
+            self._finish(rc)
+
+    def _finish(self, rc: int) -> None:
+        if self._reader is not None:
+            self._units = max(self._units, self._reader.read().units)
+        self.exit_code = rc
+        self._rss = 0
+        if rc == 0 and self._units >= self.target:
+            self.state = State.DONE
+        else:
+            self.state = State.FAILED
+            self.message = self._failure_message(rc)
+        self._release()
+
+    def _failure_message(self, rc: int) -> str:
+        if rc < 0:
+            why = f"killed by {signal.Signals(-rc).name}"
+            if -rc == signal.SIGKILL:
+                why += " (memory limit exceeded, or killed from outside the agent)"
+        else:
+            why = {3: "never received the start signal", 4: "its agent went away"}.get(rc, f"exit code {rc}")
+        try:
+            with open(self._path + ".stderr", "rb") as f:
+                tail = f.read()[-300:].decode(errors="replace").strip().splitlines()
+        except OSError:
+            tail = []
+        return f"workload {self.spec.workload} failed: {why}" + (f": {tail[-1]}" if tail else "")
+
+    def progress_sample(self) -> progress.Sample | None:
+        """The program's latest (units, time) record, for rate measurements finer than :meth:`view`."""
+        return self._reader.read() if self._reader is not None else None
+
+    def view(self) -> TaskView:
+        sp = self.spec
+        done = 1.0 if self.state is State.DONE else min(1.0, self._units / self.target)
+        (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
+        measured = (c1 - c0) / (t1 - t0) / sp.host_cores if t1 > t0 and not self.state.finished else 0.0
+        return TaskView(
+            task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
+            progress=sp.start_progress + done * (1.0 - sp.start_progress), cpu_share=self.cpu_share,
+            cpu_measured=measured, cpu_seconds=self._cpu_s, memory_bytes=self._rss,
+            exit_code=self.exit_code, message=self.message, pid=self._proc.pid if self._proc else 0,
+            units_done=self._units, target_units=self.target)

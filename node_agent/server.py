@@ -1,0 +1,184 @@
+"""The gRPC face of an agent: ``vcemu.v1.Agent``, the standard health service and Prometheus metrics.
+
+:func:`start_agent` starts everything in-process and returns a :class:`RunningAgent` handle; the CLI
+and the integration tests both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
+from node_agent.cgroups import CgroupError
+from node_agent.runner import State, TaskView
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+SERVICE_NAME = "vcemu.v1.Agent"
+
+
+def task_status(v: TaskView) -> agent_pb2.TaskStatus:
+    return agent_pb2.TaskStatus(
+        task_id=v.task_id, host=v.host, state=v.state.value, progress=v.progress, cpu_share=v.cpu_share,
+        cpu_measured=v.cpu_measured, cpu_seconds=v.cpu_seconds, memory_bytes=v.memory_bytes,
+        exit_code=v.exit_code, message=v.message, workload=v.workload)
+
+
+def _call(context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
+    """Run a request; a refusal becomes its status code, a cgroup or OS failure becomes INTERNAL."""
+    try:
+        return fn()
+    except AgentError as e:
+        context.abort(getattr(grpc.StatusCode, e.code), e.message)
+    except (CgroupError, OSError) as e:
+        log.exception("request failed")
+        context.abort(grpc.StatusCode.INTERNAL, f"agent failure: {e}")
+    raise AssertionError("unreachable")  # context.abort raises
+
+
+class AgentServicer(agent_pb2_grpc.AgentServicer):
+    """Maps ``vcemu.v1.Agent`` onto :class:`AgentCore`."""
+
+    def __init__(self, core: AgentCore) -> None:
+        self.core = core
+
+    def Describe(self, request: Any, context: grpc.ServicerContext) -> agent_pb2.DescribeReply:
+        return describe(self.core)
+
+    def StartTask(self, r: agent_pb2.StartTaskRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
+        view = _call(context, lambda: self.core.start_task(
+            r.task_id, r.host, r.workload, r.cpu_share, r.cpu_need, r.work_seconds, r.memory_bytes,
+            r.start_progress))
+        return agent_pb2.TaskReply(task=task_status(view))
+
+    def SetShare(self, r: agent_pb2.SetShareRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
+        return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.set_share(
+            r.task_id, r.cpu_share))))
+
+    def Pause(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
+        return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.pause(r.task_id))))
+
+    def Resume(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
+        return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.resume(r.task_id))))
+
+    def Stop(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
+        return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.stop(r.task_id))))
+
+    def Checkpoint(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.CheckpointReply:
+        view = _call(context, lambda: self.core.task(r.task_id))
+        return agent_pb2.CheckpointReply(task_id=view.task_id, progress=view.progress)
+
+    def Status(self, request: Any, context: grpc.ServicerContext) -> agent_pb2.StatusReply:
+        hosts, tasks = self.core.status()
+        return agent_pb2.StatusReply(
+            agent_id=self.core.agent_id, mode=self.core.mode,
+            hosts=[agent_pb2.HostStatus(
+                name=h.name, cpu_cores=h.cpu_cores, memory_bytes=h.memory_bytes, cpu_allocated=h.cpu_allocated,
+                cpu_measured=h.cpu_measured, memory_used_bytes=h.memory_used_bytes) for h in hosts],
+            tasks=[task_status(t) for t in tasks], uptime_seconds=time.monotonic() - self.core.started)
+
+
+def describe(core: AgentCore) -> agent_pb2.DescribeReply:
+    return agent_pb2.DescribeReply(
+        agent_id=core.agent_id, mode=core.mode, workloads=core.workloads,
+        hosts=[agent_pb2.HostInfo(name=h.name, cpu_cores=h.cpu_cores, memory_bytes=h.memory_bytes)
+               for h in core.hosts.values()])
+
+
+class AgentCollector(Collector):
+    """Reads the agent's state at scrape time (no gauges to keep in sync)."""
+
+    MODES = ("cgroup-v1", "cgroup-v2", "duty-cycle")
+
+    def __init__(self, core: AgentCore) -> None:
+        self.core = core
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        hosts, tasks = self.core.status()
+        specs = [
+            ("vcemu_agent_host_cpu_allocated_ratio", "Sum of the CPU shares of running tasks, fraction of "
+             "the host", lambda h: h.cpu_allocated),
+            ("vcemu_agent_host_cpu_measured_ratio", "Measured CPU use of the host's tasks, fraction of the "
+             "host", lambda h: h.cpu_measured),
+            ("vcemu_agent_host_memory_used_bytes", "Resident memory of the host's tasks",
+             lambda h: h.memory_used_bytes),
+        ]
+        for name, doc, get in specs:
+            g = GaugeMetricFamily(name, doc, labels=["host"])
+            for h in hosts:
+                g.add_metric([h.name], float(get(h)))
+            yield g
+        g = GaugeMetricFamily("vcemu_agent_tasks", "Tasks known to the agent, by state", labels=["state"])
+        for s in State:
+            g.add_metric([s.name.lower()], float(sum(t.state is s for t in tasks)))
+        yield g
+        g = GaugeMetricFamily("vcemu_agent_cgroup_mode_info", "How the agent enforces CPU shares",
+                              labels=["mode"])
+        for m in self.MODES:
+            g.add_metric([m], 1.0 if m == self.core.mode else 0.0)
+        yield g
+
+
+@dataclass
+class RunningAgent:
+    """A serving agent. :meth:`stop` kills its tasks and removes its cgroups."""
+
+    core: AgentCore
+    server: grpc.Server
+    port: int
+    address: str
+    health: health.HealthServicer
+    metrics_port: int | None = None
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                close()
+        self.core.shutdown()
+
+
+def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str = "127.0.0.1",
+                no_cgroups: bool = False, metrics_port: int | None = None) -> RunningAgent:
+    """Open cgroups, calibrate, and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
+
+    Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and
+    ``no_cgroups`` is false, and RuntimeError if the port cannot be bound."""
+    core = open_core(agent_id, hosts, no_cgroups=no_cgroups)
+    try:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"))
+        agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(core), server)
+        hs = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(hs, server)
+        bound = server.add_insecure_port(f"{bind}:{port}")
+        if bound == 0:
+            raise RuntimeError(f"--port: cannot bind {bind}:{port}")
+        server.start()
+        for svc in ("", SERVICE_NAME):
+            hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
+        agent = RunningAgent(core=core, server=server, port=bound, address=f"{bind}:{bound}", health=hs)
+        if metrics_port is not None:
+            registry = CollectorRegistry()
+            registry.register(AgentCollector(core))
+            httpd, _ = start_http_server(metrics_port, addr=bind, registry=registry)
+            agent.metrics_port = httpd.server_port
+            agent._closers.append(httpd.shutdown)
+        return agent
+    except BaseException:
+        core.shutdown()
+        raise

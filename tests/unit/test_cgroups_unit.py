@@ -1,0 +1,157 @@
+"""Node agent pieces that need neither root nor cgroups: CFS arithmetic, cgroup discovery parsing, the
+v1/v2 drivers' file formats (on a fake cgroup tree), the progress channel, sizes and CLI refusals."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node_agent.cgroups import (
+    CgroupV1Driver,
+    CgroupV2Driver,
+    Mount,
+    cfs_period_quota_us,
+    own_dir,
+    parse_mountinfo,
+    parse_proc_cgroup,
+    safe_name,
+)
+from node_agent.cli import agent_main, parse_size
+from node_agent.runner import TaskSpec, target_units
+from workloads import progress
+
+
+@pytest.mark.parametrize(("cores", "expected"), [
+    (0.25, (100_000, 25_000)),
+    (1.0, (100_000, 100_000)),
+    (1.5, (100_000, 150_000)),
+    (0.01, (100_000, 1_000)),
+    (0.005, (200_000, 1_000)),  # longer period keeps the quota at the 1 ms minimum
+    (0.0001, (1_000_000, 1_000)),  # below 0.001 core: clamped to the smallest expressible limit
+])
+def test_cfs_period_and_quota(cores: float, expected: tuple[int, int]) -> None:
+    assert cfs_period_quota_us(cores) == expected
+
+
+@given(st.floats(min_value=0.001, max_value=64.0))
+def test_cfs_quota_is_valid_and_exact(cores: float) -> None:
+    period, quota = cfs_period_quota_us(cores)
+    assert 1_000 <= period <= 1_000_000 and quota >= 1_000
+    assert quota / period == pytest.approx(cores, rel=1e-3, abs=1e-6)
+
+
+def test_cfs_refuses_non_positive() -> None:
+    with pytest.raises(ValueError):
+        cfs_period_quota_us(0.0)
+
+
+MOUNTINFO = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 /outer /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_mountinfo_and_own_cgroup_paths() -> None:
+    mounts = parse_mountinfo(MOUNTINFO)
+    assert [m.point for m in mounts] == ["/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/memory",
+                                        "/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified"]
+    assert mounts[0].controllers == {"cpu", "cpuacct"} and mounts[3].fstype == "cgroup2"
+    own = parse_proc_cgroup("4:memory:/outer/job\n2:cpu,cpuacct:/\n1:name=systemd:/x\n0::/user.slice\n")
+    assert own == {"memory": "/outer/job", "cpu": "/", "cpuacct": "/", "name=systemd": "/x", "": "/user.slice"}
+    assert own_dir(mounts[1], own["memory"]) == "/sys/fs/cgroup/memory/job"  # mount root is /outer
+    assert own_dir(mounts[0], "/") == "/sys/fs/cgroup/cpu,cpuacct"
+    assert own_dir(Mount("/m", "/a", "cgroup", frozenset()), "/elsewhere") == "/m"
+
+
+def test_safe_name_keeps_task_ids_apart() -> None:
+    a, b = safe_name("job/1"), safe_name("job_1")
+    assert a != b and "/" not in a and a.startswith("job_1-")
+    assert not safe_name("../..").startswith(".")
+
+
+def _touch(path: str, content: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(content)
+
+
+def test_v1_driver_writes_quota_period_weight_and_limit(tmp_path) -> None:
+    parents = {c: str(tmp_path / c / "vcemu-a") for c in ("cpu", "cpuacct", "freezer", "memory")}
+    d = CgroupV1Driver(parents, total_cores=2.0)
+    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "131072"  # 2 cores
+    d.create("t")
+    _touch(str(tmp_path / "cpu/vcemu-a/t/cpu.cfs_period_us"), "100000")
+    d.set_cpu("t", 0.005)
+    assert (tmp_path / "cpu/vcemu-a/t/cpu.cfs_period_us").read_text() == "200000"
+    assert (tmp_path / "cpu/vcemu-a/t/cpu.cfs_quota_us").read_text() == "1000"
+    d.set_memory_limit("t", 123)
+    assert (tmp_path / "memory/vcemu-a/t/memory.limit_in_bytes").read_text() == "123"
+    d.freeze("t")
+    assert (tmp_path / "freezer/vcemu-a/t/freezer.state").read_text() == "FROZEN"
+    _touch(str(tmp_path / "cpuacct/vcemu-a/t/cpuacct.usage"), "2500000000\n")
+    assert d.cpu_usage_s("t") == 2.5
+
+
+def test_v2_driver_writes_cpu_max_freeze_and_memory_max(tmp_path) -> None:
+    d = CgroupV2Driver(str(tmp_path / "vcemu-a"))
+    assert (tmp_path / "vcemu-a/cgroup.subtree_control").read_text() == "+cpu +memory"
+    d.create("t")
+    d.set_cpu("t", 0.25)
+    assert (tmp_path / "vcemu-a/t/cpu.max").read_text() == "25000 100000"
+    d.set_memory_limit("t", 1 << 20)
+    assert (tmp_path / "vcemu-a/t/memory.max").read_text() == str(1 << 20)
+    d.freeze("t")
+    assert (tmp_path / "vcemu-a/t/cgroup.freeze").read_text() == "1"
+    _touch(str(tmp_path / "vcemu-a/t/cpu.stat"), "usage_usec 1500000\nuser_usec 1\n")
+    assert d.cpu_usage_s("t") == 1.5
+
+
+def test_target_units_follow_need_cores_and_start_progress() -> None:
+    spec = TaskSpec("j/0", "h", host_cores=0.5, workload="dgemm", cpu_share=0.2, cpu_need=0.4,
+                    work_seconds=10.0, memory_bytes=0, start_progress=0.25)
+    assert target_units(spec, 1000.0) == round(10.0 * 0.4 * 0.5 * 1000.0 * 0.75)
+
+
+def test_progress_channel_round_trip(tmp_path) -> None:
+    path = str(tmp_path / "p")
+    progress.create(path)
+    reader = progress.ProgressReader(path)
+    assert reader.read().units == 0 and not reader.read().ready
+    writer = progress.ProgressWriter(path, target=100)
+    writer.publish(42)
+    sample = reader.read()
+    assert sample.units == 42 and sample.ready and sample.t > 0
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2GiB", 2 << 30), ("512Mi", 512 << 20), ("1.5G", 1_500_000_000), ("1000000", 1_000_000),
+    ("64 KiB", 65536), ("3mb", 3_000_000),
+])
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "2XB", "-1G", "GiB", "1..5G"])
+def test_parse_size_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["--mem-per-host", "2GB?"], "--mem-per-host"),
+    (["--cpus-per-host", "-0.5"], "--cpus-per-host"),
+    (["--cpus-per-host", "0.5,0.25"], "--cpus-per-host"),  # two values for one host
+    (["--hosts", "0"], "--hosts"),
+    (["--port", "70000"], "--port"),
+    (["--agent-id", "a/b"], "--agent-id"),
+])
+def test_agent_cli_refuses_bad_values_with_one_line(argv: list[str], flag: str, capsys) -> None:
+    assert agent_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0]

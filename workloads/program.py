@@ -1,0 +1,90 @@
+"""The main loop shared by the workload programs.
+
+A program is a ``setup`` function that allocates the task's memory and returns a ``step`` callable doing
+a fixed amount of work and returning how many units it did. This module handles everything else the
+agent relies on:
+
+* ``--wait-go``: block on stdin until the agent has put this process in its cgroup, *before* numpy is
+  imported, so the import, the allocation and all computation are charged to (and limited by) the
+  task's cgroup. EOF instead of a byte means the agent gave up; exit 3.
+* single-threaded BLAS: the thread-count variables are set before numpy is imported, because a
+  task's CPU share is a quota and extra BLAS threads would only contend for it.
+* progress: published through :mod:`workloads.progress` about every 20 ms; exit 0 at ``--units``.
+* orphan check: if the agent dies (parent pid changes), exit 4 instead of burning CPU forever.
+* ``--calibrate SECONDS``: run unthrottled and print one JSON line with units per CPU-second, which the
+  agent uses to turn a task's ``work_seconds`` into units.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from workloads.progress import ProgressWriter
+
+Step = Callable[[], int]
+Setup = Callable[[int], Step]
+
+PUBLISH_INTERVAL_S = 0.02
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _parse(name: str, argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"python -m workloads.{name}", description=f"{name} workload program")
+    p.add_argument("--units", type=int, default=0, help="work units to do, then exit 0 (0 = forever)")
+    p.add_argument("--progress", help="progress channel file created by the agent")
+    p.add_argument("--memory-bytes", type=int, default=0, help="memory the program allocates and uses")
+    p.add_argument("--wait-go", action="store_true", help="wait for one byte on stdin before starting")
+    p.add_argument("--calibrate", type=float, default=0.0, metavar="SECONDS",
+                   help="measure units per CPU-second for SECONDS, print JSON, exit")
+    return p.parse_args(argv)
+
+
+def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
+    """Run a workload program; returns the process exit code."""
+    args = _parse(name, sys.argv[1:] if argv is None else argv)
+    ppid = os.getppid()
+    if args.wait_go and not sys.stdin.buffer.read(1):
+        return 3
+    for var in _BLAS_THREAD_VARS:
+        os.environ[var] = "1"
+    step = setup(max(0, args.memory_bytes))
+    if args.calibrate > 0:
+        return _calibrate(step, args.calibrate)
+    writer = ProgressWriter(args.progress, args.units) if args.progress else None
+    done = 0
+    if writer:
+        writer.publish(0, ready=True)
+    next_publish = time.monotonic() + PUBLISH_INTERVAL_S
+    while args.units <= 0 or done < args.units:
+        done += step()
+        now = time.monotonic()
+        if now >= next_publish:
+            next_publish = now + PUBLISH_INTERVAL_S
+            if writer:
+                writer.publish(done)
+            if os.getppid() != ppid:
+                return 4
+    if writer:
+        writer.publish(done)
+    return 0
+
+
+def _calibrate(step: Step, seconds: float) -> int:
+    """Warm up (caches, lazy BLAS init), then count units against this process's CPU time, so that a
+    busy machine only lengthens the measurement instead of biasing it."""
+    end = time.monotonic() + min(0.2, seconds / 3)
+    while time.monotonic() < end:
+        step()
+    units = 0
+    c0 = time.process_time()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        units += step()
+    cpu = time.process_time() - c0
+    print(json.dumps({"units": units, "cpu_seconds": cpu, "units_per_cpu_second": units / cpu}), flush=True)
+    return 0
