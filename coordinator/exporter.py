@@ -103,7 +103,10 @@ class CoordinatorMetrics:
             "vcemu_preemptions_total", "Jobs paused to make room", ["policy"], registry=self.registry
         )
         self.migrations = Counter(
-            "vcemu_migrations_total", "Jobs moved between hosts (once per job and decision)", ["policy"], registry=self.registry
+            "vcemu_migrations_total",
+            "Jobs moved between hosts (once per job and decision)",
+            ["policy"],
+            registry=self.registry,
         )
         self.stretch = Histogram(
             "vcemu_job_bounded_stretch",

@@ -25,6 +25,10 @@ Stable API (used by the online DFRS policies)
 ``lp_bound(jobs, hosts) -> float | None``
     The rational LP bound of Sec. 3.1, ``min(sum(cpu_cap) / sum(need), 1)``, or ``None`` when total
     memory does not fit (the relaxation is infeasible).
+``PackProblem.build(jobs, hosts)`` / ``mcb_pack(problem, yield_, key="MCB8") -> ndarray | None``
+    Lower level: the validated array form of an instance (tasks flattened in job order) and one MCB
+    packing pass at a fixed yield (one host index per task, or ``None``); ``mcb_search(problem, ...)`` is
+    ``mcb_allocate`` on a prebuilt problem.
 ``verify_allocation(jobs, hosts, allocation)``
     Raise ``ValueError`` unless the allocation is feasible and its claims hold (used by tests).
 
@@ -36,9 +40,11 @@ passes run). ``Allocation.cpu(i)`` is the CPU fraction each task of job ``i`` ge
 Search (Sec. 3.4): with the yield fixed at Y every task needs ``alpha_i * Y`` CPU and ``m_i`` memory, so
 MCB can pack it as a 2-capacity bin-packing problem; the yield lies in ``[0, min(1, sum cpu_cap / sum
 alpha)]``, the search starts at half of that bound and bisects until the interval is at most
-``accuracy`` (0.01). ``search="paper"`` is exactly that. ``search="fast"`` (default) adds two bounds
-that can only help: it first tries the upper bound itself (if that packs, it is optimal), and after
-each success it raises the lower end to the best minimum yield the found placement actually supports.
+``accuracy`` (0.01). ``search="paper"`` is exactly that. ``search="fast"`` (default) adds two bounds:
+it first tries the upper bound itself (if that packs, it is optimal), and after each success it raises
+the lower end to the best minimum yield the found placement actually supports. MCB is not monotone in
+Y, so the two modes can end on different placements; on 180 generated instances (small and large sets)
+"fast" was better on 94, worse on 9 (by at most 0.019), +0.002 minimum yield on average, same failures.
 In both modes the reported minimum yield is the one the returned placement supports (>= Y).
 
 Pure: no I/O, no clocks, no global randomness.
@@ -227,7 +233,7 @@ def _k_diff(c: np.ndarray, m: np.ndarray) -> np.ndarray:
 def _k_ratio(c: np.ndarray, m: np.ndarray) -> np.ndarray:
     hi = np.maximum(c, m)
     lo = np.minimum(c, m)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = np.where(lo > 0.0, hi / np.where(lo > 0.0, lo, 1.0), np.inf)
     return np.where(hi > 0.0, r, 1.0)
 
@@ -299,7 +305,7 @@ def _pass_generic(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarr
         ptr = [0, 0]
         while remaining:
             found = False
-            for li in ((0, 1) if ac > am else (1, 0)):
+            for li in (0, 1) if ac > am else (1, 0):
                 q = ptr[li]
                 if not left[li] or q >= alive[li].shape[0]:
                     continue
@@ -335,7 +341,7 @@ class _SortedList:
     pointer: every live position in [first fitting by prim, band) was rejected on ``sec``.
     """
 
-    __slots__ = ("alive", "band", "idx", "negp", "nxt", "prim", "sec", "sec_np", "size")
+    __slots__ = ("alive", "band", "idx", "negp", "nxt", "placed", "prim", "sec", "sec_np", "size")
 
     def __init__(self, idx: np.ndarray, prim: np.ndarray, sec: np.ndarray) -> None:
         self.idx = idx.tolist()
@@ -347,6 +353,7 @@ class _SortedList:
         self.alive = np.ones(self.size, dtype=bool)
         self.nxt = list(range(self.size + 1))
         self.band = 0
+        self.placed = 0
 
 
 def _find(nxt: list[int], p: int) -> int:
@@ -415,30 +422,45 @@ def _pass_mcb8(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray)
         am = capm_l[h]
         lc.band = 0
         lm.band = 0
-        while True:
+        # A list with no fitting task stays so for the rest of this host (it only gets fuller).
+        open_c = lc.size > lc.placed
+        open_m = lm.size > lm.placed
+        while open_c or open_m:
+            p = -1
+            lst = lc
             if ac > am:
-                p = _query(lc, ac, am)
-                lst = lc
-                if p < 0:
+                if open_c:
+                    p = _query(lc, ac, am)
+                    open_c = p >= 0
+                if p < 0 and open_m:
                     p = _query(lm, am, ac)
+                    open_m = p >= 0
                     lst = lm
             else:
-                p = _query(lm, am, ac)
-                lst = lm
-                if p < 0:
+                if open_m:
+                    p = _query(lm, am, ac)
+                    open_m = p >= 0
+                    lst = lm
+                if p < 0 and open_c:
                     p = _query(lc, ac, am)
+                    open_c = p >= 0
                     lst = lc
             if p < 0:
                 break
             lst.nxt[p] = p + 1
             lst.alive[p] = False
+            lst.placed += 1
             th[lst.idx[p]] = h
             if lst is lc:
                 ac -= lst.prim[p]
                 am -= lst.sec[p]
+                if lst.placed == lst.size:
+                    open_c = False
             else:
                 am -= lst.prim[p]
                 ac -= lst.sec[p]
+                if lst.placed == lst.size:
+                    open_m = False
             remaining -= 1
             if not remaining:
                 return task_host

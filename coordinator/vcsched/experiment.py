@@ -1,0 +1,493 @@
+"""The simulation experiments of seed 002 Sec. 4 (and Sec. 5 with ``--parallel-jobs``): ``vcemu vcsched``.
+
+Small set: 4 hosts with 6, 8, 10 or 12 tasks; large set: 64 hosts with 100, 250 or 500 tasks. Memory slack
+0.1 .. 0.9, coefficients of variation 0.25 and 0.75 for memory and for CPU (Sec. 4.1): 144 and 108
+specifications. Each instance is solved by MCB1-MCB8, GR/SG/GB/SGB, RRND/RRNZ, the MILP (small set only)
+and compared with the LP bound. Written to ``--out`` (default ``results/vcsched``), per set:
+
+* ``results.csv``      one row per (instance, algorithm): minimum yield, average yield, failure, run time;
+* ``summary.csv``      per algorithm and slack: mean minimum / average yield over solved instances, failure
+  rate, mean run time;
+* ``degradation.csv``  Tables 1 and 7: average and maximum % degradation from best among MCB1-MCB8;
+* ``mcb_*.png``        Figs. 2-5 (small) / 6, 8-10 (large); ``all_*.png`` Figs. 11-14 / 15-18 (19-22);
+* ``config.json``      (one level up) everything needed to reproduce the run.
+
+Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])``, so a run
+is reproducible whatever ``--jobs`` is. Run times are the CPU time (``time.process_time``) of each worker
+process per algorithm, so that a busy machine does not inflate them; they include the average-yield step
+(shared by all heuristics) and, for RRND/RRNZ, solving the LP relaxation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
+from coordinator.policies.packing import MCB_KEYS, Allocation, lp_bound, mcb_search
+from coordinator.vcsched.generator import InstanceSpec, generate
+
+__all__ = ["ExperimentConfig", "run_instance", "vcsched_main"]
+
+SETS = {"small": (4, (6, 8, 10, 12)), "large": (64, (100, 250, 500))}
+SLACKS = tuple(round(0.1 * i, 1) for i in range(1, 10))
+CVS = (0.25, 0.75)
+MCB = tuple(MCB_KEYS)
+ALL_ALGOS = (*MCB, *GREEDY_VARIANTS, "RRND", "RRNZ", "MILP")
+OVERALL = ("MCB8", *GREEDY_VARIANTS, "RRND", "RRNZ", "MILP", "LP")
+
+
+@dataclass
+class ExperimentConfig:
+    """Everything that determines a run (written to ``config.json``)."""
+
+    sets: tuple[str, ...] = ("small", "large")
+    instances: int = 10
+    large_instances: int | None = None
+    seed: int = 0
+    algorithms: tuple[str, ...] = ALL_ALGOS
+    accuracy: float = 0.01
+    search: str = "paper"
+    backtrack_limit: int = 500_000
+    backtrack_limit_large: int | None = None
+    milp_time_limit: float = 60.0
+    rr_max_tasks: int = 100
+    rr_eps: float = 0.01
+    parallel_jobs: bool = False
+    slacks: tuple[float, ...] = SLACKS
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def n_instances(self, set_name: str) -> int:
+        if set_name == "large" and self.large_instances is not None:
+            return self.large_instances
+        return self.instances
+
+    def attempts(self, set_name: str) -> int:
+        if set_name == "large" and self.backtrack_limit_large is not None:
+            return self.backtrack_limit_large
+        return self.backtrack_limit
+
+
+@dataclass(frozen=True)
+class Unit:
+    set_name: str
+    hosts: int
+    tasks: int
+    slack_i: int
+    cvm_i: int
+    cvc_i: int
+    k: int
+
+
+def _units(cfg: ExperimentConfig) -> list[Unit]:
+    out = []
+    for s in cfg.sets:
+        hosts, tasks = SETS[s]
+        for n in tasks:
+            for si in range(len(cfg.slacks)):
+                for a in range(len(CVS)):
+                    for b in range(len(CVS)):
+                        for k in range(cfg.n_instances(s)):
+                            out.append(Unit(s, hosts, n, si, a, b, k))
+    return out
+
+
+def _row(u: Unit, cfg: ExperimentConfig, algo: str, alloc: Allocation | None, secs: float, status: str = "") -> dict:
+    return {
+        "set": u.set_name,
+        "hosts": u.hosts,
+        "tasks": u.tasks,
+        "slack": cfg.slacks[u.slack_i],
+        "cv_mem": CVS[u.cvm_i],
+        "cv_cpu": CVS[u.cvc_i],
+        "instance": u.k,
+        "algorithm": algo,
+        "failed": int(alloc is None),
+        "min_yield": "" if alloc is None else f"{alloc.min_yield:.6f}",
+        "avg_yield": "" if alloc is None else f"{alloc.avg_yield:.6f}",
+        "seconds": f"{secs:.6f}",
+        "status": status,
+    }
+
+
+def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
+    """Generate one instance and run every configured algorithm on it."""
+    set_idx = ("small", "large").index(u.set_name)
+    ss = np.random.SeedSequence([cfg.seed, set_idx, u.tasks, u.slack_i, u.cvm_i, u.cvc_i, u.k])
+    gen_rng, rr_rng = (np.random.default_rng(s) for s in ss.spawn(2))
+    spec = InstanceSpec(u.hosts, u.tasks, cfg.slacks[u.slack_i], CVS[u.cvm_i], CVS[u.cvc_i], parallel=cfg.parallel_jobs)
+    inst = generate(spec, gen_rng)
+    prob = inst.problem()
+    rows = []
+    bound = lp_bound(inst.jobs, inst.host_arg)
+    rows.append(
+        {
+            **_row(u, cfg, "LP", None, 0.0),
+            "failed": int(bound is None),
+            "min_yield": "" if bound is None else f"{bound:.6f}",
+            "avg_yield": "",
+        }
+    )
+    for algo in cfg.algorithms:
+        if algo in MCB_KEYS:
+            t = time.process_time()
+            a = mcb_search(prob, algo, cfg.accuracy, search=cfg.search)
+            rows.append(_row(u, cfg, algo, a, time.process_time() - t))
+        elif algo in GREEDY_VARIANTS:
+            t = time.process_time()
+            a = greedy_search(prob, algo, cfg.attempts(u.set_name))
+            rows.append(_row(u, cfg, algo, a, time.process_time() - t))
+    rr = [a for a in ("RRND", "RRNZ") if a in cfg.algorithms]
+    if rr and u.tasks <= cfg.rr_max_tasks:
+        from coordinator.vcsched.exact import rrnd, rrnz, solve_lp_relaxation
+
+        t = time.process_time()
+        relax = solve_lp_relaxation(prob)
+        lp_secs = time.process_time() - t
+        for name in rr:
+            t = time.process_time()
+            a = rrnd(prob, rr_rng, relax) if name == "RRND" else rrnz(prob, rr_rng, relax, cfg.rr_eps)
+            rows.append(_row(u, cfg, name, a, lp_secs + time.process_time() - t, relax.status))
+    if "MILP" in cfg.algorithms and u.set_name == "small":
+        from coordinator.vcsched.exact import solve_milp
+
+        t = time.process_time()
+        r = solve_milp(prob, cfg.milp_time_limit)
+        rows.append(_row(u, cfg, "MILP", r.allocation, time.process_time() - t, r.status))
+    return rows
+
+
+def _quiet_worker() -> None:
+    # HiGHS prints some diagnostics straight to file descriptor 1; keep the progress bar readable.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+
+
+def _run_all(cfg: ExperimentConfig, jobs: int) -> list[dict]:
+    from tqdm import tqdm
+
+    units = _units(cfg)
+    rows: list[dict] = []
+    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_quiet_worker) as ex:
+        futs = [ex.submit(run_instance, u, cfg) for u in units]
+        for f in tqdm(as_completed(futs), total=len(futs), desc="vcsched instances", unit="inst", file=sys.stderr):
+            rows.extend(f.result())
+    order = {a: i for i, a in enumerate(("LP", *ALL_ALGOS))}
+    rows.sort(
+        key=lambda r: (r["set"], r["tasks"], r["slack"], r["cv_mem"], r["cv_cpu"], r["instance"], order[r["algorithm"]])
+    )
+    return rows
+
+
+# ---- analysis -------------------------------------------------------------------------------------------
+
+
+def _f(v: str) -> float | None:
+    return None if v == "" else float(v)
+
+
+def _by_instance(rows: Iterable[dict]) -> dict[tuple, dict[str, dict]]:
+    out: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in rows:
+        out[(r["tasks"], r["slack"], r["cv_mem"], r["cv_cpu"], r["instance"])][r["algorithm"]] = r
+    return out
+
+
+def degradation_table(rows: list[dict], algos: Iterable[str] = MCB) -> list[dict]:
+    """% degradation from best (Sec. 4.2.1): per instance, 100 * (best - y) / best among ``algos``,
+    averaged (and maximised) over the instances each algorithm solved. Sorted by average."""
+    present = {r["algorithm"] for r in rows}
+    algos = tuple(a for a in algos if a in present)
+    degs: dict[str, list[float]] = {a: [] for a in algos}
+    for per in _by_instance(rows).values():
+        ys = {a: _f(per[a]["min_yield"]) for a in algos if a in per and per[a]["failed"] == 0}
+        ys = {a: y for a, y in ys.items() if y is not None}
+        if not ys:
+            continue
+        best = max(ys.values())
+        if best <= 0:
+            continue
+        for a, y in ys.items():
+            degs[a].append(100.0 * (best - y) / best)
+    table = [
+        {
+            "algorithm": a,
+            "avg_deg_pct": float(np.mean(d)) if d else math.nan,
+            "max_deg_pct": float(np.max(d)) if d else math.nan,
+            "solved": len(d),
+        }
+        for a, d in degs.items()
+    ]
+    return sorted(table, key=lambda r: (math.isnan(r["avg_deg_pct"]), r["avg_deg_pct"]))
+
+
+def gap_to_lp(rows: list[dict], algo: str = "MCB8") -> dict[float, tuple[float, int]]:
+    """Per slack: mean of 100 * (LP - y) / LP over instances ``algo`` solved, and their count."""
+    acc: dict[float, list[float]] = defaultdict(list)
+    for per in _by_instance(rows).values():
+        if algo not in per or "LP" not in per or per[algo]["failed"] or per["LP"]["failed"]:
+            continue
+        lp = float(per["LP"]["min_yield"])
+        y = float(per[algo]["min_yield"])
+        acc[per[algo]["slack"]].append(100.0 * (lp - y) / lp)
+    return {s: (float(np.mean(v)), len(v)) for s, v in sorted(acc.items())}
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    acc: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        acc[(r["algorithm"], r["slack"])].append(r)
+    out = []
+    for (algo, slack), rs in sorted(acc.items()):
+        ok = [r for r in rs if not r["failed"]]
+        mins = [float(r["min_yield"]) for r in ok if r["min_yield"] != ""]
+        avgs = [float(r["avg_yield"]) for r in ok if r["avg_yield"] != ""]
+        out.append(
+            {
+                "algorithm": algo,
+                "slack": slack,
+                "instances": len(rs),
+                "failure_rate": (len(rs) - len(ok)) / len(rs),
+                "min_yield": float(np.mean(mins)) if mins else math.nan,
+                "avg_yield": float(np.mean(avgs)) if avgs else math.nan,
+                "seconds": float(np.mean([float(r["seconds"]) for r in rs])),
+            }
+        )
+    return out
+
+
+def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summ = summary(rows)
+    present = {r["algorithm"] for r in rows}
+    paths = []
+    label = f"{set_name} instances" + (", parallel jobs" if parallel else "")
+    groups = {"mcb": [a for a in MCB if a in present], "all": [a for a in OVERALL if a in present]}
+    all_tasks = {r["tasks"] for r in rows}
+    names = {}
+    for a in present:  # e.g. RRND/RRNZ run only on the smaller instances of the large set
+        ts = {r["tasks"] for r in rows if r["algorithm"] == a}
+        names[a] = a if ts == all_tasks else f"{a} ({'/'.join(str(t) for t in sorted(ts))} tasks only)"
+    metrics = [("min_yield", "Minimum yield"), ("avg_yield", "Average yield"), ("failure_rate", "Failure rate")]
+    for g, algos in groups.items():
+        for key, title in metrics:
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for a in algos:
+                if a == "LP" and key == "avg_yield":
+                    continue
+                pts = sorted((r["slack"], r[key]) for r in summ if r["algorithm"] == a)
+                if pts and not all(math.isnan(v) for _, v in pts):
+                    ax.plot(
+                        [p[0] for p in pts],
+                        [p[1] for p in pts],
+                        marker="o",
+                        ms=3,
+                        label=names[a],
+                        ls="--" if a in ("LP", "MILP") else "-",
+                    )
+            ax.set_xlabel("memory slack")
+            ax.set_ylabel(title.lower())
+            ax.set_title(f"{title} vs. slack ({label})")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, ncol=2)
+            p = outdir / f"{g}_{key}.png"
+            fig.tight_layout()
+            fig.savefig(p, dpi=110)
+            plt.close(fig)
+            paths.append(p)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for a in algos:
+            if a == "LP":
+                continue
+            t: dict[int, list[float]] = defaultdict(list)
+            for r in rows:
+                if r["algorithm"] == a:
+                    t[r["tasks"]].append(float(r["seconds"]))
+            if t:
+                xs = sorted(t)
+                ax.plot(xs, [1000 * float(np.mean(t[x])) for x in xs], marker="o", ms=3, label=a)
+        ax.set_xlabel("number of tasks")
+        ax.set_ylabel("run time (ms)")
+        ax.set_yscale("log")
+        ax.set_title(f"Run time vs. number of tasks ({label})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        p = outdir / f"{g}_runtime.png"
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        path.write_text("")
+        return
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> dict[str, Any]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    _write_csv(outdir / "results.csv", rows)
+    _write_csv(outdir / "summary.csv", summary(rows))
+    table = degradation_table(rows)
+    _write_csv(outdir / "degradation.csv", table)
+    _plots(rows, outdir, set_name, parallel)
+    print(f"\n== {set_name} set: % degradation from best among MCB1-MCB8 (Table {1 if set_name == 'small' else 7})")
+    print(f"{'algorithm':<10}{'avg':>8}{'max':>9}{'solved':>8}")
+    for r in table:
+        print(f"{r['algorithm']:<10}{r['avg_deg_pct']:>8.2f}{r['max_deg_pct']:>9.2f}{r['solved']:>8}")
+    gaps = gap_to_lp(rows, "MCB8")
+    print(f"-- {set_name} set: MCB8 minimum yield below the LP bound, mean % per slack (solved instances)")
+    print("   " + "  ".join(f"{s:.1f}:{g:.2f}%({n})" for s, (g, n) in gaps.items()))
+    hi = [g for s, (g, n) in gaps.items() if s >= 0.3 - 1e-9 for _ in range(n)]
+    summ = {r["algorithm"]: r for r in summary([dict(r, slack=0) for r in rows])}
+    print(f"-- {set_name} set: failure rate / mean min yield / mean run time (all slacks)")
+    for a in ("LP", *ALL_ALGOS):
+        if a in summ:
+            s = summ[a]
+            print(
+                f"   {a:<6} fail {100 * s['failure_rate']:5.1f}%  min {s['min_yield']:.4f}  "
+                f"avg {s['avg_yield']:.4f}  time {1000 * s['seconds']:9.3f} ms"
+            )
+    res = {
+        "degradation": table,
+        "mcb8_gap_to_lp_by_slack": {str(s): g for s, (g, _) in gaps.items()},
+        "mcb8_gap_to_lp_slack_ge_0.3": float(np.mean(hi)) if hi else None,
+        "best_avg_degradation": table[0]["algorithm"] if table else None,
+    }
+    print(
+        f"-- lowest average degradation: {res['best_avg_degradation']}; MCB8 vs LP at slack >= 0.3: "
+        f"{res['mcb8_gap_to_lp_slack_ge_0.3'] if hi else float('nan'):.2f}% below"
+    )
+    (outdir / "checks.json").write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vcemu vcsched", description="Run the VCSCHED instance sets of seed 002 Sec. 4.")
+    p.add_argument("--set", choices=("small", "large", "both"), default="both")
+    p.add_argument("--instances", type=int, default=10, help="instances per specification (paper: 10 small)")
+    p.add_argument("--large-instances", type=int, default=None, help="override --instances for the large set")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results/vcsched")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--algorithms", default=",".join(ALL_ALGOS), help="comma list (LP bound always included)")
+    p.add_argument("--accuracy", type=float, default=0.01, help="yield search accuracy (Sec. 3.4)")
+    p.add_argument("--search", choices=("paper", "fast"), default="paper", help="MCB yield search variant")
+    p.add_argument("--backtrack-limit", type=int, default=500_000, help="GB/SGB placement attempts (Sec. 3.3)")
+    p.add_argument("--backtrack-limit-large", type=int, default=None, help="override for the large set")
+    p.add_argument("--milp-time-limit", type=float, default=60.0, help="seconds per MILP (small set)")
+    p.add_argument(
+        "--rr-max-tasks",
+        type=int,
+        default=100,
+        help="run RRND/RRNZ only up to this many tasks (their LP takes ~50 s at 500 tasks)",
+    )
+    p.add_argument("--parallel-jobs", action="store_true", help="Sec. 5: parallel jobs (Lublin job sizes)")
+    p.add_argument("--slacks", default=",".join(str(s) for s in SLACKS))
+    p.add_argument("--replot", action="store_true", help="redo tables and plots from --out's results.csv")
+    return p
+
+
+def _load_rows(path: Path) -> list[dict]:
+    rows = []
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            for k in ("hosts", "tasks", "instance", "failed"):
+                r[k] = int(r[k])  # type: ignore[assignment]
+            for k in ("slack", "cv_mem", "cv_cpu"):
+                r[k] = float(r[k])  # type: ignore[assignment]
+            rows.append(r)
+    return rows
+
+
+def _replot(out: Path) -> int:
+    conf = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
+    done = 0
+    for s in ("small", "large"):
+        f = out / s / "results.csv"
+        if f.exists():
+            _report(_load_rows(f), out / s, s, bool(conf.get("parallel_jobs", False)))
+            done += 1
+    if not done:
+        print(f"vcemu vcsched: --replot: no results.csv under {out}/small or {out}/large", file=sys.stderr)
+        return 2
+    return 0
+
+
+def vcsched_main(argv: list[str]) -> int:
+    """Entry point of ``vcemu vcsched``. Returns a process exit code."""
+    args = _parser().parse_args(argv)
+    if args.replot:
+        return _replot(Path(args.out))
+    algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
+    bad = [a for a in algos if a not in ALL_ALGOS]
+    if bad:
+        print(f"vcemu vcsched: --algorithms: unknown {', '.join(bad)}; known: {', '.join(ALL_ALGOS)}", file=sys.stderr)
+        return 2
+    try:
+        slacks = tuple(float(s) for s in args.slacks.split(","))
+    except ValueError:
+        print(f"vcemu vcsched: --slacks: expected comma-separated numbers, got {args.slacks!r}", file=sys.stderr)
+        return 2
+    if args.instances < 1 or (args.large_instances is not None and args.large_instances < 1):
+        print("vcemu vcsched: --instances must be >= 1", file=sys.stderr)
+        return 2
+    cfg = ExperimentConfig(
+        sets=("small", "large") if args.set == "both" else (args.set,),
+        instances=args.instances,
+        large_instances=args.large_instances,
+        seed=args.seed,
+        algorithms=algos,
+        accuracy=args.accuracy,
+        search=args.search,
+        backtrack_limit=args.backtrack_limit,
+        backtrack_limit_large=args.backtrack_limit_large,
+        milp_time_limit=args.milp_time_limit,
+        rr_max_tasks=args.rr_max_tasks,
+        parallel_jobs=args.parallel_jobs,
+        slacks=slacks,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    conf = asdict(cfg)
+    conf["argv"] = list(argv)
+    conf["paper"] = "Casanova et al., Resource Allocation using Virtual Clusters, RR-6692 (seed 002), Sec. 4-5"
+    (out / "config.json").write_text(json.dumps(conf, indent=1) + "\n")
+    t0 = time.perf_counter()
+    rows = _run_all(cfg, args.jobs)
+    checks = {}
+    for s in cfg.sets:
+        sub = [r for r in rows if r["set"] == s]
+        checks[s] = _report(sub, out / s, s, cfg.parallel_jobs)
+    print(
+        f"\nwrote {out}/config.json and {', '.join(f'{out}/{s}/' for s in cfg.sets)} "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(vcsched_main(sys.argv[1:]))
