@@ -57,7 +57,7 @@ def run_demo(args: argparse.Namespace) -> int:
     quiet = args.json
     wall0 = time.monotonic()
     server, procs = start_local_cluster(
-        args.policy, args.hosts, 1, args.cpus_per_host, "1GiB", 0, None, args.no_cgroups
+        args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups
     )
     mode = next(iter(server.backend.agents.values())).mode
     if not quiet:

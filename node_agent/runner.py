@@ -9,6 +9,12 @@ per CPU-second of one core, measured unthrottled): a task that needs ``cpu_need`
 cores for ``work_seconds`` at full speed does ``work_seconds * cpu_need * C * rate`` units, less the
 fraction ``start_progress`` already done elsewhere.
 
+Boot phase: until the program reports ready (interpreter started, numpy imported, memory allocated) its
+cgroup's quota is the whole host's capacity, and the task's share applies from then on. Start-up is not
+part of a job's work: at a share of 0.1 core it would otherwise take seconds (writing a 500 MB ballast
+alone is a quarter of a CPU-second), and a live run would lag its simulation by that much per start.
+The host may therefore briefly use more than its allocated shares, never more than its capacity.
+
 Memory limit rule: ``memory_bytes`` (what the program allocates) + :data:`INTERPRETER_ALLOWANCE_BYTES`
 for the interpreter, numpy and OpenBLAS (about 35 MB resident, plus their file pages, which v1 charges
 to the first cgroup that reads them).
@@ -144,7 +150,7 @@ class Task:
         d, name = self._driver, self.cgroup
         d.create(name)
         try:
-            d.set_cpu(name, self.cpu_share * self.spec.host_cores)
+            d.set_cpu(name, self.spec.host_cores)  # boot phase: see the module docstring
             d.set_memory_limit(name, self.spec.memory_bytes + INTERPRETER_ALLOWANCE_BYTES)
             progress.create(self._path + ".progress")
             args = ["--units", str(self.target), "--progress", self._path + ".progress",
@@ -158,7 +164,7 @@ class Task:
             self._reader = progress.ProgressReader(self._path + ".progress")
             assert self._proc.stdin is not None
             self._proc.stdin.write(b"g")
-            self._proc.stdin.close()
+            self._proc.stdin.flush()
         except BaseException:
             self._kill()
             self._release()
@@ -166,7 +172,7 @@ class Task:
         self._sample(time.monotonic())
 
     def set_share(self, share: float) -> None:
-        if not self.state.finished:
+        if not self.state.finished and self._ready:
             self._driver.set_cpu(self.cgroup, share * self.spec.host_cores)
         self.cpu_share = share
 
@@ -190,6 +196,16 @@ class Task:
             self.message = "stopped"
         self._release()
 
+    def _release_stdin(self, message: bytes = b"") -> None:
+        """Send the program its last word on stdin (the run byte, or nothing: EOF) and close it."""
+        stdin = self._proc.stdin if self._proc is not None else None
+        if stdin is not None and not stdin.closed:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                if message:
+                    stdin.write(message)
+                    stdin.flush()
+                stdin.close()
+
     def _kill(self) -> None:
         with contextlib.suppress(CgroupError):
             self._driver.kill_all(self.cgroup)  # thaws: a frozen v1 task ignores SIGKILL
@@ -205,6 +221,7 @@ class Task:
 
     def _release(self) -> None:
         """Remove the cgroup and the channel files (idempotent)."""
+        self._release_stdin()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -232,6 +249,9 @@ class Task:
             self._units, self._ready = max(self._units, s.units), self._ready or s.ready
         if self.state is State.STARTING and self._ready:
             self.state = State.RUNNING
+            with contextlib.suppress(CgroupError):  # the boot phase is over: the task's own share
+                self._driver.set_cpu(self.cgroup, self.cpu_share * self.spec.host_cores)
+            self._release_stdin(b"r")
         self._sample(now)
         if self._ps is not None:
             with contextlib.suppress(psutil.Error):

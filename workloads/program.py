@@ -5,8 +5,10 @@ a fixed amount of work and returning how many units it did. This module handles 
 agent relies on:
 
 * ``--wait-go``: block on stdin until the agent has put this process in its cgroup, *before* numpy is
-  imported, so the import, the allocation and all computation are charged to (and limited by) the
-  task's cgroup. EOF instead of a byte means the agent gave up; exit 3.
+  imported, so the import, the allocation and all computation are charged to the task's cgroup; then,
+  once set up and reported ready, block again until the agent has replaced the boot-phase quota by the
+  task's share, so that not one multiplication runs outside it. EOF instead of a byte means the agent
+  gave up; exit 3.
 * single-threaded BLAS: the thread-count variables are set before numpy is imported, because a
   task's CPU share is a quota and extra BLAS threads would only contend for it.
 * progress: published through :mod:`workloads.progress` about every 20 ms; exit 0 at ``--units``.
@@ -59,6 +61,8 @@ def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     done = 0
     if writer:
         writer.publish(0, ready=True)
+    if args.wait_go and not sys.stdin.buffer.read(1):  # the agent applies the task's share, then says run
+        return 3
     next_publish = time.monotonic() + PUBLISH_INTERVAL_S
     while args.units <= 0 or done < args.units:
         done += step()
