@@ -42,7 +42,7 @@ from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
 INTERPRETER_ALLOWANCE_BYTES = 64 << 20
 #: Window over which ``cpu_measured`` is computed.
 CPU_WINDOW_S = 1.0
-CALIBRATION_SECONDS = 0.6
+CALIBRATION_SECONDS = 1.5
 
 
 class State(enum.Enum):

@@ -78,17 +78,25 @@ def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     return 0
 
 
-def _calibrate(step: Step, seconds: float) -> int:
+def _calibrate(step: Step, seconds: float, windows: int = 5) -> int:
     """Warm up (caches, lazy BLAS init), then count units against this process's CPU time, so that a
-    busy machine only lengthens the measurement instead of biasing it."""
+    busy machine only lengthens the measurement instead of biasing it. The rate is the median over
+    ``windows`` equal windows: on a virtual machine the speed per CPU-second jumps by 10-40% from one
+    fraction of a second to the next, and one unlucky window would skew every task of the agent."""
     end = time.monotonic() + min(0.2, seconds / 3)
     while time.monotonic() < end:
         step()
-    units = 0
-    c0 = time.process_time()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        units += step()
-    cpu = time.process_time() - c0
-    print(json.dumps({"units": units, "cpu_seconds": cpu, "units_per_cpu_second": units / cpu}), flush=True)
+    rates, total_units, total_cpu = [], 0, 0.0
+    for _ in range(windows):
+        units = 0
+        c0 = time.process_time()
+        end = time.monotonic() + seconds / windows
+        while time.monotonic() < end:
+            units += step()
+        cpu = time.process_time() - c0
+        rates.append(units / cpu)
+        total_units, total_cpu = total_units + units, total_cpu + cpu
+    rates.sort()
+    print(json.dumps({"units": total_units, "cpu_seconds": total_cpu, "units_per_cpu_second": rates[len(rates) // 2],
+                      "window_rates": rates}), flush=True)
     return 0

@@ -6,8 +6,14 @@ task starts, so a job of W trace-seconds takes W/K real seconds and W seconds on
 compression for replays of long traces).
 
 A migration is done the way seed 001 Sec. IV-A assumes: checkpoint (read progress), stop, and start
-again on the new host from that progress. ``advance`` polls every agent's Status; a job is done when all
-its tasks are.
+again on the new host from that progress. A pause, by default, does the same without the restart: the
+job is saved (its progress kept here) and its processes and memory are released, as 001's model has it
+("pausing instances by saving them to local or network-attached storage", Sec. II-B.1), so the memory
+a policy frees by pausing is really free on the agent. With ``pause_mode="freeze"`` a pause freezes the
+processes in place (cgroup freezer) instead: instant, but a frozen process keeps its memory, so only
+policies that never reuse a paused job's memory should run that way.
+
+``advance`` polls every agent's Status; a job is done when all its tasks are.
 """
 
 from __future__ import annotations
@@ -44,12 +50,16 @@ class _Task:
     progress: float = 0.0
     state: int = agent_pb2.TASK_STATE_STARTING
     message: str = ""
+    saved: bool = False  # checkpointed and stopped by a pause: no process until resumed
 
 
 class LiveBackend:
-    def __init__(self, compression: float = 1.0, poll_interval: float = 0.1) -> None:
+    def __init__(self, compression: float = 1.0, poll_interval: float = 0.1, pause_mode: str = "checkpoint") -> None:
         if compression <= 0:
             raise ValueError(f"compression: must be > 0, got {compression}")
+        if pause_mode not in ("checkpoint", "freeze"):
+            raise ValueError(f"pause_mode: must be 'checkpoint' or 'freeze', got {pause_mode!r}")
+        self.pause_mode = pause_mode
         self.compression = compression
         self.poll_interval = poll_interval
         self._t0 = time.monotonic()
@@ -62,6 +72,7 @@ class LiveBackend:
         self._specs: dict[str, JobSpec] = {}
         self._tasks: dict[str, list[_Task]] = {}
         self._restarts: dict[str, int] = {}
+        self._cpu: dict[str, float] = {}
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -162,9 +173,11 @@ class LiveBackend:
                     self._stop_task(t)
                 raise
             self._tasks[spec.id] = tasks
+            self._cpu[spec.id] = cpu
 
     def set_share(self, job: str, cpu: float) -> None:
         with self._lock:
+            self._cpu[job] = cpu
             for t in self._tasks[job]:
                 self._set_share(t, cpu)
 
@@ -175,13 +188,21 @@ class LiveBackend:
     def pause(self, job: str) -> None:
         with self._lock:
             for t in self._tasks[job]:
-                self._call(t.host, "Pause", agent_pb2.TaskRef(task_id=t.task_id))
+                if self.pause_mode == "freeze":
+                    self._call(t.host, "Pause", agent_pb2.TaskRef(task_id=t.task_id))
+                else:
+                    t.progress = self._checkpoint(t)
+                    self._stop_task(t)
+                    t.saved = True
 
     def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
         with self._lock:
             tasks = self._tasks[job]
+            self._cpu[job] = cpu
             for i, (t, host) in enumerate(zip(tasks, hosts, strict=True)):
-                if t.host == host:
+                if t.saved:
+                    tasks[i] = self._start_task(self._specs[job], i, host, cpu, t.progress)
+                elif t.host == host:
                     self._set_share(t, cpu)
                     self._call(host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
                 else:
@@ -190,25 +211,18 @@ class LiveBackend:
     def migrate(self, job: str, task: int, dst: str) -> None:
         with self._lock:
             tasks = self._tasks[job]
-            old = tasks[task]
-            share = self._last_share(old)
-            tasks[task] = self._move(self._specs[job], task, old, dst, share)
+            tasks[task] = self._move(self._specs[job], task, tasks[task], dst, self._cpu[job])
 
-    def _last_share(self, task: _Task) -> float:
-        handle = self.agents[self.host_agent[task.host]]
-        if handle.last_status is not None:
-            for ts in handle.last_status.tasks:
-                if ts.task_id == task.task_id:
-                    return ts.cpu_share * self.host_info[task.host].cpu_cores / self._reference.cpu_cores  # type: ignore[union-attr]
-        raise BackendError(f"no known share for task {task.task_id}")
+    def _checkpoint(self, task: _Task) -> float:
+        try:
+            reply = self._stub(task.host).Checkpoint(agent_pb2.TaskRef(task_id=task.task_id), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}") from None
+        return reply.progress
 
     def _move(self, spec: JobSpec, index: int, task: _Task, dst: str, cpu: float) -> _Task:
         """Checkpoint, stop, restart on ``dst`` from the checkpointed progress."""
-        try:
-            reply = self._stub(task.host).Checkpoint(agent_pb2.TaskRef(task_id=task.task_id), timeout=RPC_TIMEOUT_S)
-            progress = reply.progress
-        except grpc.RpcError as exc:
-            raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}") from None
+        progress = self._checkpoint(task)
         self._stop_task(task)
         return self._start_task(spec, index, dst, cpu, progress)
 
@@ -223,8 +237,10 @@ class LiveBackend:
 
     def stop(self, job: str) -> None:
         with self._lock:
+            self._cpu.pop(job, None)
             for t in self._tasks.pop(job, []):
-                self._stop_task(t)
+                if not t.saved:
+                    self._stop_task(t)
 
     def progress(self, job: str) -> float:
         with self._lock:
@@ -252,6 +268,8 @@ class LiveBackend:
                     ts = seen.get(t.task_id)
                     if ts is not None:
                         t.progress, t.state, t.message = ts.progress, ts.state, ts.message
+                if any(t.saved for t in tasks):
+                    continue
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
                     for t in tasks:
                         t.progress = 1.0
