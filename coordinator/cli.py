@@ -237,7 +237,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from coordinator.experiments import simulate_file
 
-    return simulate_file(args.jobs_file, args.policy, args.hosts, args.penalty, args.json)
+    return simulate_file(args.jobs_file, args.policy, args.hosts, args.penalty, args.json, args.segment)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -305,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--policy", type=_policy_name, required=True)
     sp.add_argument("--hosts", type=_positive("--hosts", int), default=4)
     sp.add_argument("--penalty", type=float, default=0.0, help="rescheduling penalty, seconds")
+    sp.add_argument("--segment", type=int, default=None, help="for an SWF trace: simulate only week K")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_simulate)
 

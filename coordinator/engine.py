@@ -159,8 +159,11 @@ class Engine:
         horizon = min(until, self.next_timer())
         reports = self.backend.advance(horizon)
         with self.lock:
-            for report in reports:
-                self._on_report(report)
+            # Every finished job leaves the state before the policy hears of any: two jobs may end at
+            # the same instant, and a plan for the first must not act on the second.
+            completed = [r.job for r in reports if self._on_report(r)]
+            for job in completed:
+                self.handle(Complete(job))
             now = self.backend.now()
             while self._timers and self._timers[0].time <= now + 1e-9:
                 timer = heapq.heappop(self._timers)
@@ -313,17 +316,17 @@ class Engine:
                     f"memory {mem[h]:.4f}/{host.mem})"
                 )
 
-    def _on_report(self, report: Report) -> None:
+    def _on_report(self, report: Report) -> bool:
+        """Record a finished job; True if the policy is to be told (it completed or failed now)."""
         rec = self.jobs.get(report.job)
         if rec is None or rec.state.finished:
-            return
+            return False
         if report.state is JobState.DONE:
             rec.vt = rec.spec.work
             self._finish(rec, JobState.DONE, "completed")
         else:
             self._fail(rec, report.message or "failed")
-            return
-        self.handle(Complete(report.job))
+        return True
 
     def _fail(self, rec: JobRecord, message: str) -> None:
         if rec.state in (JobState.RUNNING, JobState.PAUSED):

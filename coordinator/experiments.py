@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 
 from coordinator.backends.sim import SimBackend
@@ -37,17 +38,25 @@ def results_table(results: Sequence[JobResult]) -> list[tuple[str, ...]]:
     return rows
 
 
-def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: bool) -> int:
+def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: bool,
+                  segment: int | None = None) -> int:
+    """``vcemu simulate``: a job file (JSON lines, CSV, or an SWF trace week) through one policy."""
+    from coordinator.cli import format_table
+    from coordinator.model import InvalidJob
     from workloads.jobfile import JobFileError, read_jobs
 
-    from coordinator.cli import format_table
-
+    cluster = homogeneous_hosts(hosts)
     try:
-        specs = read_jobs(path)
-    except (JobFileError, OSError) as exc:
-        print(f"vcemu simulate: {exc}")
+        specs = read_jobs(path, hosts=tuple(cluster), segment=segment)
+        for spec in specs:
+            try:
+                spec.validate(tuple(cluster))
+            except InvalidJob as exc:
+                raise JobFileError(path, None, None, f"job {spec.id}: {exc}") from None
+    except (JobFileError, OSError, ValueError) as exc:
+        print(f"vcemu simulate: {exc}", file=sys.stderr)
         return 2
-    history = simulate(specs, policy, homogeneous_hosts(hosts), penalty)
+    history = simulate(specs, policy, cluster, penalty)
     results = job_results(history)
     summary = summarize(results)
     if as_json:

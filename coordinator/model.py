@@ -19,8 +19,8 @@ from types import MappingProxyType
 #: Bound on flow time and run time used by bounded stretch and by the priority (001 Sec. II-B.2, III-A).
 STRETCH_BOUND_S = 30.0
 
-#: Workload programs a job may name. ``modeled`` burns no CPU (its progress is computed).
-KNOWN_WORKLOADS = ("dgemm", "arraycycle", "modeled")
+#: Workload programs a job may name (the node agent's registry runs exactly these).
+KNOWN_WORKLOADS = ("dgemm", "arraycycle")
 
 
 class JobState(StrEnum):

@@ -122,3 +122,11 @@ def test_cancel_frees_the_host_for_the_others():
     engine.step(0.0)
     assert engine.jobs["a"].state is JobState.CANCELLED
     assert engine.jobs["b"].cpu == pytest.approx(1.0)
+
+
+def test_jobs_ending_at_the_same_instant_are_all_finished_before_the_policy_reacts():
+    """a and b end together at t=10; the plan for a's completion must not touch b (it would fail)."""
+    r = run("greedy", [spec("a", work=10.0, need=0.5), spec("b", work=10.0, need=0.5), spec("c", work=30.0)],
+            n_hosts=1)
+    assert {j: r[j].state for j in "abc"} == {j: JobState.DONE for j in "abc"}
+    assert r["a"].end == r["b"].end
