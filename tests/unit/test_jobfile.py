@@ -24,7 +24,7 @@ def _jsonl(path: Path, rows: list[object]) -> Path:
 
 @pytest.mark.parametrize("name", ["jobs.jsonl", "jobs.csv", "jobs.jsonl.gz", "jobs.csv.gz"])
 def test_round_trip(tmp_path: Path, name: str) -> None:
-    jobs = synthetic_trace(4, n_jobs=200, workload="modeled")
+    jobs = synthetic_trace(4, n_jobs=200, workload="arraycycle")
     path = tmp_path / name
     assert write_jobs(path, jobs) == 200
     assert read_jobs(path) == jobs
@@ -138,7 +138,7 @@ def test_swf_goes_through_the_conversion(tmp_path: Path) -> None:
         JobSpec("3", week + 5.0, 1, 1.0, 0.2, 80.0),
     ]
     assert read_jobs(path, segment=1) == [JobSpec("3", 5.0, 1, 1.0, 0.2, 80.0)]
-    assert [j.workload for j in read_jobs(path, workload="modeled")] == ["modeled"] * 3
+    assert [j.workload for j in read_jobs(path, workload="arraycycle")] == ["arraycycle"] * 3
     with pytest.raises(ValueError, match="weeks 0..1"):
         read_jobs(path, segment=2)
     with pytest.raises(JobFileError, match="t.swf.gz: memory: SWF job 1 does not fit"):

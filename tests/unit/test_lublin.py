@@ -140,6 +140,6 @@ def test_annotation_memory_fractions(big: list) -> None:
 
 
 def test_annotation_ids_and_workload() -> None:
-    jobs = annotate_rigid(generate(3, 0), 0, id_prefix="t7-", workload="modeled")
+    jobs = annotate_rigid(generate(3, 0), 0, id_prefix="t7-", workload="arraycycle")
     assert [j.id for j in jobs] == ["t7-0", "t7-1", "t7-2"]
-    assert {j.workload for j in jobs} == {"modeled"}
+    assert {j.workload for j in jobs} == {"arraycycle"}
