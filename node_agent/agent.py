@@ -34,6 +34,9 @@ from workloads.registry import PROGRAMS
 
 SHARE_EPS = 1e-6
 POLL_INTERVAL_S = 0.1
+#: CPU-seconds of task time per update of a workload's rate estimate, and the update's weight.
+RATE_UPDATE_CPU_S = 1.0
+RATE_SMOOTHING = 0.5
 
 
 class AgentError(Exception):
@@ -75,6 +78,7 @@ class AgentCore:
         self.driver = driver
         self.mode = driver.mode
         self.rates = dict(units_per_core_second)
+        self._rate_acc: dict[str, list[float]] = {w: [0.0, 0.0] for w in self.rates}
         self.workloads = sorted(w for w in PROGRAMS if w in self.rates)
         self.started = time.monotonic()
         self._tasks: dict[str, Task] = {}
@@ -221,6 +225,27 @@ class AgentCore:
             with self._lock:
                 for task in self._tasks.values():
                     task.poll()
+                    units, cpu = task.rate_delta()
+                    if cpu > 0:
+                        acc = self._rate_acc.setdefault(task.spec.workload, [0.0, 0.0])
+                        acc[0] += units
+                        acc[1] += cpu
+                self._update_rates()
+
+    def _update_rates(self) -> None:
+        """Keep each workload's units per CPU-second current from the running tasks themselves.
+
+        The start-up calibration runs alone and unthrottled; tasks run throttled, beside each other,
+        on cores that share caches and memory bandwidth (and, on a virtual machine, a host), where a
+        CPU-second does 10-40% less work and drifts over minutes. A new task's target is computed
+        from this running estimate (an exponential average over every CPU-second of task time), so
+        a job's work costs what it costs on the cluster as it is now. Shares are untouched.
+        """
+        for workload, acc in self._rate_acc.items():
+            if acc[1] >= RATE_UPDATE_CPU_S and acc[0] > 0:
+                measured = acc[0] / acc[1]
+                self.rates[workload] += RATE_SMOOTHING * (measured - self.rates[workload])
+                acc[0] = acc[1] = 0.0
 
     def sample(self, task_id: str) -> tuple[float, int, float, float]:
         """``(t, units, units_t, cpu_seconds)`` of a task now: its latest progress record (units done as of

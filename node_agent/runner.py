@@ -143,6 +143,7 @@ class Task:
         self._samples: collections.deque[tuple[float, float]] = collections.deque()
         self.exit_code = 0
         self.message = ""
+        self._rate_mark: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -285,6 +286,15 @@ class Task:
         except OSError:
             tail = []
         return f"workload {self.spec.workload} failed: {why}" + (f": {tail[-1]}" if tail else "")
+
+    def rate_delta(self) -> tuple[int, float]:
+        """Units and CPU-seconds done since the previous call, counted only between two calls that both
+        found the task computing (start-up, pauses and the end are left out)."""
+        mark = (self._units, self._cpu_s) if self.state is State.RUNNING else None
+        prev, self._rate_mark = self._rate_mark, mark
+        if prev is None or mark is None:
+            return 0, 0.0
+        return mark[0] - prev[0], mark[1] - prev[1]
 
     def progress_sample(self) -> progress.Sample | None:
         """The program's latest (units, time) record, for rate measurements finer than :meth:`view`."""
