@@ -25,6 +25,7 @@ from coordinator.metrics import History, Transition
 from coordinator.model import (
     Complete,
     Host,
+    InvalidJob,
     JobSpec,
     JobState,
     JobView,
@@ -123,6 +124,10 @@ class Engine:
         """Accept a job now (its submit_time is taken as given). Validates; raises InvalidJob."""
         with self.lock:
             spec.validate(tuple(self.hosts))
+            refuse = getattr(self.policy, "refuse", None)
+            why = refuse(spec, tuple(self.hosts)) if refuse is not None else None
+            if why is not None:
+                raise InvalidJob(*why)
             if spec.id in self.jobs:
                 raise ValueError(f"job id {spec.id!r} already exists")
             self.jobs[spec.id] = JobRecord(spec)
@@ -205,6 +210,10 @@ class Engine:
 
     def handle(self, stim: Stimulus) -> Plan:
         with self.lock:
+            if isinstance(stim, (Submit, Tick)) and stim.job is not None:
+                rec = self.jobs.get(stim.job)
+                if rec is None or rec.state is not JobState.PENDING:
+                    return Plan()  # a stale timer: the job was cancelled, or started, meanwhile
             snap = self.snapshot()
             t0 = time.perf_counter()
             plan = self.policy.decide(snap, stim)

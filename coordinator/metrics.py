@@ -8,9 +8,10 @@ and a live run are scored by the same code.
   work done.
 - flow time: time since submission (until completion once done).
 - stretch: flow time / flow time alone on the cluster (= work, the run time at full speed).
-- bounded stretch: the flow time replaced by max(flow time, 30 s) (001 Sec. II-B.2, the "bounded
-  slowdown" of Feitelson et al.). We divide by max(work, 30 s) as that definition does, which is
-  identical to max(1, flow/max(work, 30)) and never below 1.
+- bounded stretch: the flow time replaced by max(flow time, 30 s) (001 Sec. II-B.2, which names it the
+  "bounded slowdown" of its reference [31], Feitelson et al.). Read literally, 001 divides by the work;
+  we divide by max(work, 30 s) as [31]'s definition does — identical to max(1, flow/max(work, 30)),
+  never below 1 — so the two differ only for jobs shorter than 30 s.
 - priority: max(30, flow time) / virtual time^2, infinite for a job with no virtual time (001 Sec. III-A).
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -117,13 +119,18 @@ def job_results(history: History) -> list[JobResult]:
         state = ts[-1].dst if ts else JobState.PENDING
         running = [t for t in ts if t.dst is JobState.RUNNING]
         final_yield = job_yield(running[-1].cpu, spec.cpu_need) if running else 0.0
-        preemptions = sum(1 for t in ts if t.src is JobState.RUNNING and t.dst is JobState.PAUSED)
+        # A pause and a resume elsewhere at the same instant is a migration (GREEDY-PMTN-MIGR), not a
+        # preemption.
+        moved_at = {t.time for prev, t in _resumes(ts) if prev is not None and Counter(prev) != Counter(t.hosts)}
+        preemptions = sum(
+            1 for t in ts if t.src is JobState.RUNNING and t.dst is JobState.PAUSED and t.time not in moved_at
+        )
         # A migration is a running job moved (once per decision, however many tasks) or a paused job
         # resumed on other hosts (001 Sec. III-A: "this amounts to a job migration").
         migrations = sum(1 for t in ts if t.reason == "migrate") + sum(
             1
             for prev, t in _resumes(ts)
-            if prev is not None and set(prev) != set(t.hosts)
+            if prev is not None and Counter(prev) != Counter(t.hosts)
         )
         out.append(JobResult(job, submit, start, end, spec.work, state, final_yield, preemptions, migrations))
     return out

@@ -113,7 +113,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def WatchEvents(self, request: pb.WatchEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
         q: queue.Queue[Transition | None] = queue.Queue(maxsize=10_000)
         self.s.watchers.append(q)
-        context.add_callback(lambda: q.put(None))
+        def wake() -> None:
+            with contextlib.suppress(queue.Full):
+                q.put_nowait(None)
+
+        context.add_callback(wake)
         try:
             while context.is_active():
                 t = q.get()
@@ -238,7 +242,8 @@ class CoordinatorServer:
                     with contextlib.suppress(BackendError):
                         self.backend.stop(job)
         for q in list(self.watchers):
-            q.put_nowait(None)
+            with contextlib.suppress(queue.Full):
+                q.put_nowait(None)
         self.grpc.stop(grace).wait()
         self.backend.close()
 
@@ -246,7 +251,8 @@ class CoordinatorServer:
         """Block until every accepted job is finished (for the demo and tests)."""
         deadline = self.backend.now() + timeout * self.backend.compression
         while self.backend.now() < deadline:
-            if self.engine.jobs and self.engine.unfinished == 0:
-                return True
+            with self.engine.lock:
+                if self.engine.jobs and self.engine.unfinished == 0:
+                    return True
             self._stop.wait(0.1)
         return False

@@ -18,6 +18,7 @@ policies that never reuse a paused job's memory should run that way.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -28,6 +29,8 @@ import grpc
 from coordinator.backends.base import BackendError, Report
 from coordinator.model import Host, JobSpec, JobState
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
+
+log = logging.getLogger("vcemu.live")
 
 RPC_TIMEOUT_S = 5.0
 
@@ -73,6 +76,7 @@ class LiveBackend:
         self._tasks: dict[str, list[_Task]] = {}
         self._restarts: dict[str, int] = {}
         self._cpu: dict[str, float] = {}
+        self._orphans: list[_Task] = []  # tasks whose Stop failed, retried at every poll
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -192,14 +196,19 @@ class LiveBackend:
                     self._call(t.host, "Pause", agent_pb2.TaskRef(task_id=t.task_id))
                 else:
                     t.progress = self._checkpoint(t)
-                    self._stop_task(t)
-                    t.saved = True
+                    self._stop_task(t, strict=True)
+                    if t.progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
+                        t.progress, t.state = 1.0, agent_pb2.TASK_STATE_DONE  # nothing left to resume
+                    else:
+                        t.saved = True
 
     def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
         with self._lock:
             tasks = self._tasks[job]
             self._cpu[job] = cpu
             for i, (t, host) in enumerate(zip(tasks, hosts, strict=True)):
+                if t.state == agent_pb2.TASK_STATE_DONE:
+                    continue  # finished before the pause
                 if t.saved:
                     tasks[i] = self._start_task(self._specs[job], i, host, cpu, t.progress)
                 elif t.host == host:
@@ -223,24 +232,33 @@ class LiveBackend:
     def _move(self, spec: JobSpec, index: int, task: _Task, dst: str, cpu: float) -> _Task:
         """Checkpoint, stop, restart on ``dst`` from the checkpointed progress."""
         progress = self._checkpoint(task)
-        self._stop_task(task)
+        self._stop_task(task, strict=True)
+        if progress >= 1.0 or task.state == agent_pb2.TASK_STATE_DONE:
+            return _Task(task.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)  # done: nothing to move
         return self._start_task(spec, index, dst, cpu, progress)
 
-    def _stop_task(self, task: _Task) -> None:
+    def _stop_task(self, task: _Task, strict: bool = False) -> None:
+        """Stop a task's process on its agent. ``strict``: raise if that fails (before a restart
+        elsewhere, which must not run twice); otherwise keep it to retry at every poll, so a slow or
+        unreachable agent never costs the caller the job reports it is carrying."""
         try:
             self._stub(task.host).Stop(agent_pb2.TaskRef(task_id=task.task_id), timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return
+            if strict:
                 raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}") from None
-        except BackendError:
-            pass
+            log.warning("Stop %s on %s failed (%s); will retry", task.task_id, task.host, _rpc_text(exc))
+            self._orphans.append(task)
+        except BackendError as exc:  # its agent is gone: nothing left to stop there
+            log.warning("Stop %s: %s", task.task_id, exc)
 
     def stop(self, job: str) -> None:
         with self._lock:
             self._cpu.pop(job, None)
             for t in self._tasks.pop(job, []):
                 if not t.saved:
-                    self._stop_task(t)
+                    self._stop_task(t)  # a failure is retried at the next polls
 
     def progress(self, job: str) -> float:
         with self._lock:
@@ -262,20 +280,23 @@ class LiveBackend:
                 if handle.last_status is not None:
                     for ts in handle.last_status.tasks:
                         seen[ts.task_id] = ts
+            orphans, self._orphans = self._orphans, []
+            for t in orphans:
+                self._stop_task(t)
             reports = []
             for job, tasks in list(self._tasks.items()):
                 for t in tasks:
                     ts = seen.get(t.task_id)
                     if ts is not None:
                         t.progress, t.state, t.message = ts.progress, ts.state, ts.message
-                if any(t.saved for t in tasks):
-                    continue
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
                     for t in tasks:
                         t.progress = 1.0
                         self._stop_task(t)
                     del self._tasks[job]
                     reports.append(Report(job, JobState.DONE))
+                elif any(t.saved for t in tasks):
+                    continue
                 else:
                     failed = [t for t in tasks if t.state == agent_pb2.TASK_STATE_FAILED]
                     if failed:

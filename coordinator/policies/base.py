@@ -17,7 +17,11 @@ EPS = 1e-9
 
 
 class Policy(Protocol):
-    """What the engine calls. ``period`` (seconds) asks for a periodic ``Tick()``; None for none."""
+    """What the engine calls. ``period`` (seconds) asks for a periodic ``Tick()``; None for none.
+
+    A policy may also define ``refuse(spec, hosts) -> (field, reason) | None`` to turn away, at
+    submission, jobs it could never run (batch schedulers: more tasks than whole nodes).
+    """
 
     name: str
 

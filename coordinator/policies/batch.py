@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.model import JobView, Snapshot, Stimulus
+from coordinator.model import Host, JobSpec, JobView, Snapshot, Stimulus
 from coordinator.plan import Action, Plan, Start
 
 
@@ -20,9 +20,18 @@ def _free_nodes(snap: Snapshot) -> list[str]:
     return [h.name for h in snap.hosts if h.name not in busy]
 
 
+def refuse_oversized(spec: JobSpec, hosts: tuple[Host, ...]) -> tuple[str, str] | None:
+    """(field, reason) if a batch scheduler can never run the job: one task per whole node."""
+    if spec.tasks > len(hosts):
+        return "tasks", f"{spec.tasks} tasks need {spec.tasks} whole nodes; the cluster has {len(hosts)}"
+    return None
+
+
 @dataclass(frozen=True)
 class FCFS:
     name: str = "fcfs"
+
+    refuse = staticmethod(refuse_oversized)
 
     @property
     def period(self) -> float | None:
@@ -45,6 +54,8 @@ class Easy:
 
     name: str = "easy"
     user_estimates: bool = False
+
+    refuse = staticmethod(refuse_oversized)
 
     @property
     def period(self) -> float | None:

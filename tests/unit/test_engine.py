@@ -130,3 +130,24 @@ def test_jobs_ending_at_the_same_instant_are_all_finished_before_the_policy_reac
             n_hosts=1)
     assert {j: r[j].state for j in "abc"} == {j: JobState.DONE for j in "abc"}
     assert r["a"].end == r["b"].end
+
+
+def test_a_cancelled_jobs_pending_timer_is_ignored():
+    """GREEDY defers b (no memory), then b is cancelled: its backoff Tick must not reach the policy."""
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(1))
+    history = engine.run([spec("a", mem=0.8, work=10.0), spec("b", mem=0.5, work=10.0)], until=1.0)
+    assert engine.jobs["b"].attempts == 1
+    engine.cancel("b")
+    engine.run()
+    assert engine.jobs["a"].state is JobState.DONE and engine.jobs["b"].state is JobState.CANCELLED
+    assert history.transitions[-1].job == "a"
+
+
+def test_batch_policies_refuse_jobs_wider_than_the_cluster():
+    from coordinator.model import InvalidJob
+
+    engine = Engine(get_policy("fcfs"), SimBackend(), hosts(2))
+    with pytest.raises(InvalidJob) as err:
+        engine.arrive(spec("wide", tasks=3, mem=0.1))
+    assert err.value.field == "tasks" and "whole nodes" in str(err.value)
+    Engine(get_policy("greedy"), SimBackend(), hosts(2)).arrive(spec("wide", tasks=3, mem=0.1))  # shares nodes
