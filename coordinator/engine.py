@@ -240,6 +240,9 @@ class Engine:
                     continue
                 if isinstance(action, Migrate):
                     moved[rec.spec.id] = rec
+            flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
+            for job, error in flush() if flush is not None else []:
+                self._fail(self.jobs[job], f"migrate failed: {error}")
             for job, rec in moved.items():  # one migration per job and event, however many tasks moved
                 if not rec.state.finished:
                     self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")

@@ -50,6 +50,10 @@ class Backend(Protocol):
         """Let time pass until ``until``, or less if a job finishes (or, live, if woken); return finished jobs."""
         ...
 
+    # Optional: ``flush() -> list[tuple[job, error]]``, called by the engine after each plan, for a
+    # backend that defers the second half of its migrations (the live one: every task leaves its host
+    # before any arrives, since only the plan's final state is checked to fit).
+
     def wake(self) -> None:
         """Make a blocking ``advance`` return early (new work arrived). A no-op in virtual time."""
         ...

@@ -77,6 +77,7 @@ class LiveBackend:
         self._restarts: dict[str, int] = {}
         self._cpu: dict[str, float] = {}
         self._orphans: list[_Task] = []  # tasks whose Stop failed, retried at every poll
+        self._arrivals: list[tuple[str, int]] = []  # (job, task) moved out, to start at their new host
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -183,7 +184,8 @@ class LiveBackend:
         with self._lock:
             self._cpu[job] = cpu
             for t in self._tasks[job]:
-                self._set_share(t, cpu)
+                if not t.saved and t.state != agent_pb2.TASK_STATE_DONE:  # a moving task starts with it
+                    self._set_share(t, cpu)
 
     def _set_share(self, t: _Task, cpu: float) -> None:
         request = agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
@@ -192,6 +194,8 @@ class LiveBackend:
     def pause(self, job: str) -> None:
         with self._lock:
             for t in self._tasks[job]:
+                if t.saved or t.state == agent_pb2.TASK_STATE_DONE:
+                    continue
                 if self.pause_mode == "freeze":
                     self._call(t.host, "Pause", agent_pb2.TaskRef(task_id=t.task_id))
                 else:
@@ -218,9 +222,38 @@ class LiveBackend:
                     tasks[i] = self._move(self._specs[job], i, t, host, cpu)
 
     def migrate(self, job: str, task: int, dst: str) -> None:
+        """First half of a move: checkpoint and stop the task now; :meth:`flush` starts it at ``dst``.
+
+        A plan's moves may cross (A: h1->h2 while B: h2->h1): were each restarted at once, the first
+        would find its destination still full. Only the plan's final state is checked to fit, so
+        every task leaves before any arrives.
+        """
         with self._lock:
-            tasks = self._tasks[job]
-            tasks[task] = self._move(self._specs[job], task, tasks[task], dst, self._cpu[job])
+            t = self._tasks[job][task]
+            progress = self._checkpoint(t)
+            self._stop_task(t, strict=True)
+            if progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
+                self._tasks[job][task] = _Task(t.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)
+                return
+            self._tasks[job][task] = _Task(t.task_id, dst, progress, saved=True)
+            self._arrivals.append((job, task))
+
+    def flush(self) -> list[tuple[str, str]]:
+        """Second half of the plan's moves: start every moved task at its new host. Returns the
+        (job, error) of the jobs whose task could not be started."""
+        failed: list[tuple[str, str]] = []
+        with self._lock:
+            arrivals, self._arrivals = self._arrivals, []
+            for job, index in arrivals:
+                tasks = self._tasks.get(job)
+                if tasks is None or not tasks[index].saved:
+                    continue
+                t = tasks[index]
+                try:
+                    tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
+                except BackendError as exc:
+                    failed.append((job, str(exc)))
+        return failed
 
     def _checkpoint(self, task: _Task) -> float:
         try:

@@ -130,3 +130,20 @@ def test_bad_input_over_the_cli_names_the_field(greedy: Cluster):
     out = subprocess.run([*cmd, "--work", "2", "--memory", "0.2"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip().startswith("job-")
     greedy.wait([out.stdout.strip()])
+
+
+def test_dynmcb8_repacks_live_and_every_job_finishes_once(cgroups_required):
+    """DYNMCB8 repacks everything at each event: tasks move between hosts (stopped everywhere first,
+    then restarted from their progress) and low-priority jobs are paused. Every job must finish once."""
+    cluster = Cluster("dynmcb8", hosts=3)
+    try:
+        jobs = []
+        for tasks, memory in ((2, 0.4), (1, 0.5), (3, 0.3), (2, 0.5), (1, 0.6), (2, 0.2)):
+            jobs.append(cluster.submit(tasks=tasks, memory=memory, work=3.0))
+            time.sleep(0.7)
+        done = cluster.wait(jobs, timeout=90)
+        assert all(j.virtual_time == pytest.approx(3.0) for j in done)
+        finishes = [t.job for t in cluster.server.engine.history.transitions if t.dst.value == "done"]
+        assert sorted(finishes) == sorted(jobs)
+    finally:
+        cluster.close()
