@@ -30,9 +30,14 @@ def raise_average_yield(
     task_job: np.ndarray,
     need: np.ndarray,
     cpu_cap: np.ndarray,
-    min_yield: float,
+    min_yield: float | np.ndarray,
 ) -> np.ndarray:
-    """Per-job yields after the Sec. 3.5 / Sec. 5 greedy, starting from ``min_yield`` for every job.
+    """Per-job yields after the Sec. 3.5 / Sec. 5 greedy, starting from ``min_yield`` for every job
+    (or, given one value per job, from those: DYNMCB8-STRETCH-PER starts jobs at different yields).
+
+    This is also the average-yield heuristic of seed 001 Sec. III-A, which every online policy uses:
+    among jobs whose hosts all have spare CPU, raise the one with the lowest total need as far as its
+    hosts allow, and repeat.
 
     ``task_host[k]`` is the host of task ``k``, ``task_job[k]`` its job (tasks of a job are contiguous or
     not, either works), ``need[i]`` the CPU need ``alpha_i`` of one task of job ``i`` and ``cpu_cap[j]``
@@ -43,18 +48,19 @@ def raise_average_yield(
     need = np.asarray(need, dtype=float)
     cpu_cap = np.asarray(cpu_cap, dtype=float)
     njobs = need.shape[0]
-    y0 = min(max(float(min_yield), 0.0), 1.0)
-    yields = np.full(njobs, y0)
-    if njobs == 0 or y0 >= 1.0:
+    start = np.clip(np.broadcast_to(np.asarray(min_yield, dtype=float), (njobs,)), 0.0, 1.0)
+    yields = start.copy()
+    if njobs == 0 or bool(np.all(start >= 1.0)):
         return yields
     task_need = need[task_job]
-    load = np.bincount(task_host, weights=task_need * y0, minlength=cpu_cap.shape[0])
+    task_start = start[task_job]
+    load = np.bincount(task_host, weights=task_need * task_start, minlength=cpu_cap.shape[0])
     slack = np.maximum(cpu_cap - load, 0.0)
     ntasks = np.bincount(task_job, minlength=njobs)
 
     if task_job.shape[0] == njobs and bool(np.all(ntasks == 1)):
         # Sequential jobs: per host, smallest need first (Sec. 3.5), vectorised with grouped cumsums.
-        extra = task_need * (1.0 - y0)
+        extra = task_need * (1.0 - task_start)
         order = np.lexsort((np.arange(task_host.shape[0]), task_need, task_host))
         h = task_host[order]
         ex = extra[order]
@@ -63,7 +69,7 @@ def raise_average_yield(
         before = cum - ex - np.where(starts > 0, cum[starts - 1], 0.0)
         give = np.clip(slack[h] - before, 0.0, ex)
         y = np.empty_like(give)
-        y[order] = y0 + give / np.where(task_need[order] > 0, task_need[order], 1.0)
+        y[order] = task_start[order] + give / np.where(task_need[order] > 0, task_need[order], 1.0)
         yields[task_job] = np.minimum(y, 1.0)
         return yields
 
@@ -80,14 +86,14 @@ def raise_average_yield(
         hs, counts = np.unique(task_host[by_job[bounds[i] : bounds[i + 1]]], return_counts=True)
         hs_l = hs.tolist()
         cnt_l = counts.tolist()
-        room = 1.0 - y0
+        room = 1.0 - float(yields[i])
         for hj, n in zip(hs_l, cnt_l, strict=True):
             r = slack_l[hj] / (n * a)
             if r < room:
                 room = r
         if room <= 0.0:
             continue
-        yields[i] = min(y0 + room, 1.0)
+        yields[i] = min(float(yields[i]) + room, 1.0)
         for hj, n in zip(hs_l, cnt_l, strict=True):
             slack_l[hj] = max(slack_l[hj] - room * n * a, 0.0)
     return yields

@@ -10,8 +10,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from coordinator.model import Host, JobSpec, JobView, Snapshot, Stimulus
 from coordinator.plan import Plan
+from coordinator.policies.avgyield import raise_average_yield
 
 EPS = 1e-9
 
@@ -118,34 +121,22 @@ def raise_yields(
     """The average-yield heuristic of 001 Sec. III-A from the given per-job yields; returns CPU fractions.
 
     Repeatedly pick, among jobs all of whose hosts still have unused CPU, the one with the lowest total
-    CPU need, and raise its yield as far as its hosts allow (at most 1). A raised job can rise no further,
-    so each job is raised at most once; ties go to the job id order. It never lowers a yield.
+    CPU need, and raise its yield as far as its hosts allow (at most 1); it never lowers a yield. This
+    is the same greedy as seed 002's average-yield step, so one implementation serves both:
+    :func:`coordinator.policies.avgyield.raise_average_yield`. 001 leaves ties open; they go to the
+    smaller per-task need, then to the order of ``placements`` (policies list jobs in submission order).
     """
-    y = dict(yields)
-    free = {h.name: h.cpu for h in hosts}
-    for job, hs in placements.items():
-        for h in hs:
-            free[h] -= specs[job].cpu_need * y[job]
-    raised: set[str] = set()
-    while True:
-        open_jobs = [
-            j for j in placements
-            if j not in raised and y[j] < 1.0 - EPS and all(free[h] > EPS for h in placements[j])
-        ]
-        if not open_jobs:
-            break
-        job = min(open_jobs, key=lambda j: (specs[j].total_need, j))
-        raised.add(job)
-        need = specs[job].cpu_need
-        per_host: dict[str, int] = {}
-        for h in placements[job]:
-            per_host[h] = per_host.get(h, 0) + 1
-        room = min(free[h] / (need * k) for h, k in per_host.items())
-        new_yield = min(1.0, y[job] + room)
-        for h, k in per_host.items():
-            free[h] -= (new_yield - y[job]) * need * k
-        y[job] = new_yield
-    return {job: y[job] * specs[job].cpu_need for job in placements}
+    jobs = list(placements)
+    if not jobs:
+        return {}
+    index = {h.name: i for i, h in enumerate(hosts)}
+    task_host = np.fromiter((index[h] for j in jobs for h in placements[j]), dtype=np.int64)
+    task_job = np.repeat(np.arange(len(jobs)), [len(placements[j]) for j in jobs])
+    need = np.fromiter((specs[j].cpu_need for j in jobs), dtype=float, count=len(jobs))
+    cap = np.fromiter((h.cpu for h in hosts), dtype=float, count=len(hosts))
+    start = np.fromiter((yields[j] for j in jobs), dtype=float, count=len(jobs))
+    raised = raise_average_yield(task_host, task_job, need, cap, start)
+    return {j: float(raised[k]) * specs[j].cpu_need for k, j in enumerate(jobs)}
 
 
 def backoff_delay(attempts: int, cap_exponent: int = 12) -> float:
