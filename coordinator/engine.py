@@ -71,7 +71,8 @@ def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
     if isinstance(action, Pause):
         return 0
     if isinstance(action, SetShare):
-        return 1 if action.cpu <= jobs[action.job].cpu else 4
+        rec = jobs.get(action.job)  # an unknown job is refused by _check, not here
+        return 1 if rec is None or action.cpu <= rec.cpu else 4
     if isinstance(action, Migrate):
         return 2
     if isinstance(action, (Start, Resume)):

@@ -230,7 +230,10 @@ def hpc2n_job(
 
     The id is ``f"{id_prefix}{job_number}"``; the submit time is the record's (relative to the log start).
     """
-    a = _annotate_hpc2n(rec, node_memory_kb)
+    return _job(rec, _annotate_hpc2n(rec, node_memory_kb), workload, id_prefix)
+
+
+def _job(rec: SWFJob, a: _Annotated, workload: str, id_prefix: str) -> JobSpec:
     return JobSpec(
         id=f"{id_prefix}{rec.job_number}",
         submit_time=float(rec.submit_time),
@@ -302,15 +305,7 @@ def convert_hpc2n(
         if a.mem > 1.0:
             dropped["memory_exceeds_node"] += 1
             continue
-        job = JobSpec(
-            id=f"{id_prefix}{rec.job_number}",
-            submit_time=float(rec.submit_time),
-            tasks=a.tasks,
-            cpu_need=a.cpu_need,
-            mem=a.mem,
-            work=float(rec.run_time),
-            workload=workload,
-        )
+        job = _job(rec, a, workload, id_prefix)
         # JobSpec.validate(hosts) on `nodes` identical hosts of memory 1, inlined (it is the hot loop).
         if a.tasks > nodes * math.floor(1.0 / a.mem + 1e-9):
             dropped["does_not_fit_cluster"] += 1

@@ -6,13 +6,13 @@ it did not receive (DESIGN.md). Policies hold only their configuration, so they 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from coordinator.model import Host, JobSpec, JobView, Snapshot, Stimulus
+from coordinator.model import Host, JobSpec, Snapshot, Stimulus
 from coordinator.plan import Plan
 from coordinator.policies.avgyield import raise_average_yield
 
@@ -36,29 +36,16 @@ class Policy(Protocol):
 
 @dataclass
 class HostUse:
-    """What is allocated on one host: CPU load (sum of needs), CPU given (sum of fractions), memory."""
+    """What a placement puts on one host: CPU load (sum of the tasks' needs) and memory."""
 
     load: float = 0.0
-    cpu: float = 0.0
     mem: float = 0.0
-
-
-def host_use(hosts: Sequence[Host], jobs: Iterable[JobView]) -> dict[str, HostUse]:
-    """Allocation of every host by the given (placed, running) jobs."""
-    use = {h.name: HostUse() for h in hosts}
-    for j in jobs:
-        for h in j.hosts:
-            u = use[h]
-            u.load += j.spec.cpu_need
-            u.cpu += j.cpu
-            u.mem += j.spec.mem
-    return use
 
 
 def placement_use(
     hosts: Sequence[Host], placements: Mapping[str, tuple[str, ...]], specs: Mapping[str, JobSpec]
 ) -> dict[str, HostUse]:
-    """CPU load and memory of every host under a tentative placement (CPU fractions left at 0)."""
+    """CPU load and memory of every host under a (tentative) placement."""
     use = {h.name: HostUse() for h in hosts}
     for job, on in placements.items():
         for h in on:

@@ -17,7 +17,6 @@ from coordinator.policies.base import (
     EPS,
     backoff_delay,
     greedy_placement,
-    host_use,
     max_min_yields,
     placement_use,
 )
@@ -53,12 +52,12 @@ class Greedy:
         job_id = stim.job if isinstance(stim, (Submit, Tick)) else None
         if job_id is not None and snap.jobs[job_id].state is JobState.PENDING:
             job = snap.jobs[job_id]
-            hosts = greedy_placement(job.spec, snap.hosts, host_use(snap.hosts, running))
+            specs = {j: snap.jobs[j].spec for j in (*placements, job_id)}
+            hosts = greedy_placement(job.spec, snap.hosts, placement_use(snap.hosts, placements, specs))
             if hosts is None:
                 delay = backoff_delay(job.attempts + 1, self.backoff_cap_exponent)
                 return Plan((Defer(job_id, snap.now + delay),))
             placements[job_id] = hosts
-            specs = {j: snap.jobs[j].spec for j in placements}
             cpu = max_min_yields(placements, specs, snap.hosts)[job_id]
             return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
         if isinstance(stim, Complete) or job_id is None:

@@ -204,16 +204,22 @@ def solve_milp(
     if not prob.memory_may_fit():
         return ExactResult("infeasible", None, None, time.perf_counter() - t0)
     c, cons, bounds = _model(prob, symmetry=symmetry)
+    res = _run_milp(prob, c, cons, bounds, time_limit, mip_rel_gap)
+    return _result(prob, res, t0, "MILP")
+
+
+def _run_milp(prob: PackProblem, c: np.ndarray, cons: object, bounds: object, time_limit: float,
+              mip_rel_gap: float) -> object:
+    """HiGHS on a placement model: the e_ij (first n_tasks x n_hosts variables) are binary."""
     integrality = np.zeros(c.shape[0])
     integrality[: prob.n_tasks * prob.n_hosts] = 1
-    res = milp(
+    return milp(
         c,
         constraints=cons,
         integrality=integrality,
         bounds=bounds,
         options={"time_limit": float(time_limit), "disp": False, "mip_rel_gap": mip_rel_gap},
     )
-    return _result(prob, res, t0, "MILP")
 
 
 def _result(prob: PackProblem, res: object, t0: float, name: str, migrated: float | None = None) -> ExactResult:
@@ -319,15 +325,7 @@ def adapt_milp(
         return ExactResult("infeasible", None, None, time.perf_counter() - t0)
     weights = prob.task_mem if count == "memory" else np.ones(prob.n_tasks)
     c, cons, bounds = _model(prob, symmetry=False, previous=prev, budget=budget, weights=weights)
-    integrality = np.zeros(c.shape[0])
-    integrality[: prob.n_tasks * prob.n_hosts] = 1
-    res = milp(
-        c,
-        constraints=cons,
-        integrality=integrality,
-        bounds=bounds,
-        options={"time_limit": float(time_limit), "disp": False, "mip_rel_gap": mip_rel_gap},
-    )
+    res = _run_milp(prob, c, cons, bounds, time_limit, mip_rel_gap)
     migrated = None
     if res.x is not None:
         th = _placement(prob, res.x)
