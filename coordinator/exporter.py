@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -21,6 +22,47 @@ from coordinator.model import JobState
 
 STRETCH_BUCKETS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, float("inf"))
 LATENCY_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, float("inf"))
+#: An agent counts as up while its last heartbeat is at most this old: three missed 2 s heartbeats
+#: (node_agent.register.HEARTBEAT_S), so one slow beat on a loaded machine does not flap the gauge.
+AGENT_STALE_S = 6.0
+
+
+@dataclass(frozen=True)
+class AgentHealth:
+    """What the coordinator knows of one registered agent, for the dashboard's agent-health panel."""
+
+    agent: str
+    mode: str  # how it enforces shares: cgroup-v1, cgroup-v2 or duty-cycle
+    heartbeat_age_s: float  # wall seconds since its last RegisterAgent or Heartbeat
+    hosts: int
+
+
+class _AgentCollector(Collector):
+    """Agent health at scrape time: ``up`` per agent (Prometheus' own ``up`` only covers the targets it
+    scrapes, and agents are not scraped when they run without a metrics port), heartbeat age and count."""
+
+    def __init__(self, agent_health: Callable[[], list[AgentHealth]]) -> None:
+        self.agent_health = agent_health
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        agents = self.agent_health()
+        yield GaugeMetricFamily("vcemu_agents_registered", "Agents registered with the coordinator", len(agents))
+        up = GaugeMetricFamily(
+            "vcemu_agent_up",
+            f"1 if the agent's last heartbeat is at most {AGENT_STALE_S:g} s old, else 0",
+            labels=["agent", "mode"],
+        )
+        age = GaugeMetricFamily(
+            "vcemu_agent_heartbeat_age_seconds", "Seconds since the agent's last heartbeat", labels=["agent"]
+        )
+        hosts = GaugeMetricFamily("vcemu_agent_hosts", "Hosts an agent emulates", labels=["agent"])
+        for a in agents:
+            up.add_metric([a.agent, a.mode], 1.0 if a.heartbeat_age_s <= AGENT_STALE_S else 0.0)
+            age.add_metric([a.agent], a.heartbeat_age_s)
+            hosts.add_metric([a.agent], float(a.hosts))
+        yield up
+        yield age
+        yield hosts
 
 
 class _StateCollector(Collector):
@@ -88,10 +130,16 @@ class CoordinatorMetrics:
     """Registers the coordinator's metrics for one engine and keeps the event-fed ones up to date."""
 
     def __init__(
-        self, engine: Engine, policy: str, host_status: Callable[[], dict] | None = None
+        self,
+        engine: Engine,
+        policy: str,
+        host_status: Callable[[], dict] | None = None,
+        agent_health: Callable[[], list[AgentHealth]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StateCollector(engine, host_status, policy))
+        if agent_health is not None:
+            self.registry.register(_AgentCollector(agent_health))
         self.decisions = Histogram(
             "vcemu_decision_latency_seconds",
             "Time a policy took to decide on one event",
@@ -120,8 +168,8 @@ class CoordinatorMetrics:
         )
         self.policy = policy
         self.engine = engine
-        for c in (self.preemptions, self.migrations):
-            c.labels(policy)  # present from the start, at 0
+        for c in (self.preemptions, self.migrations, self.stretch, self.decisions):
+            c.labels(policy)  # present from the start, at 0, so increase()/rate() see the first events
         engine.listeners.append(self._on_transition)
         engine.decision_listeners.append(lambda s: self.decisions.labels(policy).observe(s))
 
