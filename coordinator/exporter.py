@@ -9,11 +9,14 @@ no job-id labels.
 from __future__ import annotations
 
 import statistics
+import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.engine import Engine
@@ -126,6 +129,58 @@ class _StateCollector(Collector):
             yield used
 
 
+class _MoveCounter(Collector):
+    """``vcemu_preemptions_total`` and ``vcemu_migrations_total`` counted as coordinator.metrics.job_results
+    counts them (seed 001 Sec. III-A): a migration is a running job moved (a ``migrate`` transition) or a
+    paused job resumed on other hosts ("this amounts to a job migration"); a pause whose job is resumed
+    elsewhere by the same decision (GREEDY-PMTN-MIGR) is that migration, not a preemption.
+
+    Fed by engine listeners, which run under the engine's lock while a plan is applied; :meth:`collect`
+    takes the same lock, so a scrape never sees such a pause before its resume, and the counts it sees
+    only grow.
+    """
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self.preemptions = 0
+        self.migrations = 0
+        self._decision = 0
+        self._paused: dict[str, tuple[int, tuple[str, ...]]] = {}  # job -> (decision, hosts when paused)
+        self.lock: threading.RLock = threading.RLock()
+
+    def next_decision(self) -> None:
+        self._decision += 1
+
+    def observe(self, t: Transition) -> None:
+        with self.lock:
+            if t.reason == "migrate":
+                self.migrations += 1
+            if t.src is JobState.RUNNING and t.dst is JobState.PAUSED:
+                self._paused[t.job] = (self._decision, t.hosts)
+                self.preemptions += 1
+            elif t.src is JobState.PAUSED:
+                paused = self._paused.pop(t.job, None)
+                if t.dst is JobState.RUNNING and paused is not None and Counter(paused[1]) != Counter(t.hosts):
+                    self.migrations += 1
+                    if paused[0] == self._decision:
+                        self.preemptions -= 1
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        with self.lock:
+            pre, mig = self.preemptions, self.migrations
+        c = CounterMetricFamily("vcemu_preemptions", "Jobs paused to make room", labels=["policy"])
+        c.add_metric([self.policy], pre)
+        yield c
+        c = CounterMetricFamily(
+            "vcemu_migrations",
+            "Jobs moved between hosts: running jobs moved (once per job and decision) or paused jobs resumed "
+            "on other hosts",
+            labels=["policy"],
+        )
+        c.add_metric([self.policy], mig)
+        yield c
+
+
 class CoordinatorMetrics:
     """Registers the coordinator's metrics for one engine and keeps the event-fed ones up to date."""
 
@@ -147,15 +202,9 @@ class CoordinatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.preemptions = Counter(
-            "vcemu_preemptions_total", "Jobs paused to make room", ["policy"], registry=self.registry
-        )
-        self.migrations = Counter(
-            "vcemu_migrations_total",
-            "Jobs moved between hosts (once per job and decision)",
-            ["policy"],
-            registry=self.registry,
-        )
+        self.moves = _MoveCounter(policy)
+        self.moves.lock = engine.lock  # see _MoveCounter: pause and resume of one plan are seen together
+        self.registry.register(self.moves)
         self.stretch = Histogram(
             "vcemu_job_bounded_stretch",
             "Bounded stretch (30 s bound, seed 001) of completed jobs",
@@ -163,22 +212,23 @@ class CoordinatorMetrics:
             buckets=STRETCH_BUCKETS,
             registry=self.registry,
         )
-        self.transitions = Counter(
+        self.transitions = PromCounter(
             "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
         )
         self.policy = policy
         self.engine = engine
-        for c in (self.preemptions, self.migrations, self.stretch, self.decisions):
+        for c in (self.stretch, self.decisions):
             c.labels(policy)  # present from the start, at 0, so increase()/rate() see the first events
         engine.listeners.append(self._on_transition)
-        engine.decision_listeners.append(lambda s: self.decisions.labels(policy).observe(s))
+        engine.decision_listeners.append(self._on_decision)
+
+    def _on_decision(self, seconds: float) -> None:
+        self.decisions.labels(self.policy).observe(seconds)
+        self.moves.next_decision()
 
     def _on_transition(self, t: Transition) -> None:
         self.transitions.labels(t.dst.value, self.policy).inc()
-        if t.src is JobState.RUNNING and t.dst is JobState.PAUSED:
-            self.preemptions.labels(self.policy).inc()
-        if t.reason == "migrate":
-            self.migrations.labels(self.policy).inc()
+        self.moves.observe(t)
         if t.dst is JobState.DONE:
             spec = self.engine.history.specs[t.job]
             self.stretch.labels(self.policy).observe(bounded_stretch(t.time - spec.submit_time, spec.work))

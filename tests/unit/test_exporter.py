@@ -9,6 +9,8 @@ from prometheus_client import generate_latest
 from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine
 from coordinator.exporter import AGENT_STALE_S, AgentHealth, CoordinatorMetrics
+from coordinator.metrics import job_results, summarize
+from coordinator.model import Host, JobSpec
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
 from vcemu.v1 import agent_pb2
@@ -56,3 +58,21 @@ def test_the_coordinator_reports_a_registered_agent_and_its_heartbeat():
         assert sample(server.metrics, "vcemu_agent_up", agent="a0", mode="cgroup-v1") == 1
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("policy", ["greedy-pmtn-migr", "greedy-pmtn"])
+def test_preemption_and_migration_counters_agree_with_the_results(policy: str):
+    """The counters count as coordinator.metrics.job_results does (001 Sec. III-A). A (memory 0.3) runs on
+    h0, B (0.3) on h1; C (0.8) needs a host to itself, so A is paused for it. GREEDY-PMTN-MIGR resumes A
+    beside B in the same decision: one migration, no preemption. GREEDY-PMTN leaves A paused until B ends
+    and then resumes it on h1: a preemption, and a migration (a paused job resumed elsewhere)."""
+    engine = Engine(get_policy(policy), SimBackend())
+    engine.add_hosts([Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0)])
+    m = CoordinatorMetrics(engine, policy)
+    history = engine.run([JobSpec("a", 0.0, 1, 1.0, 0.3, 60.0), JobSpec("b", 2.0, 1, 1.0, 0.3, 3.0),
+                          JobSpec("c", 3.0, 1, 1.0, 0.8, 30.0)])
+    s = summarize(job_results(history))
+    expected = {"greedy-pmtn-migr": (0, 1), "greedy-pmtn": (1, 1)}[policy]
+    assert (s.preemptions, s.migrations) == expected
+    assert sample(m, "vcemu_preemptions_total", policy=policy) == s.preemptions
+    assert sample(m, "vcemu_migrations_total", policy=policy) == s.migrations
