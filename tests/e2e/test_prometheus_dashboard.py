@@ -74,6 +74,23 @@ def test_every_template_variable_is_substituted():
     assert substitute('x{policy=~"$policy",host=~"${host}"}[$__rate_interval]', 60) == 'x{policy=~".*",host=~".*"}[10s]'
 
 
+def test_the_dashboard_covers_what_issue_6_asks_for():
+    """Yields, stretch distribution, CPU allocated and measured, memory, jobs by state, preemptions,
+    migrations, decision latency and agent health each have a panel; ids and layout are sound."""
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = " ".join(e for _, e, _ in panel_targets())
+    for metric in ("vcemu_yield_min_ratio", "vcemu_yield_avg_ratio", "vcemu_job_bounded_stretch_bucket",
+                   "vcemu_host_cpu_allocated_ratio", "vcemu_host_cpu_measured_ratio", "vcemu_host_memory_used_bytes",
+                   "vcemu_jobs", "vcemu_preemptions_total", "vcemu_migrations_total",
+                   "vcemu_decision_latency_seconds_bucket", "vcemu_agent_up"):
+        assert metric in exprs, metric
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in dash["panels"]:
+        assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
+        assert p["gridPos"]["x"] >= 0 and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24, p["title"]
+
+
 @pytest.fixture
 def live_run(tmp_path: Path) -> Iterator[tuple[str, int, float]]:
     """``vcemu up`` with a metrics port: (coordinator address, metrics port, start time)."""
