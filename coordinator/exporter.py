@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections import Counter
+from collections import Counter as Multiset
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
-from prometheus_client import Counter as PromCounter
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -160,7 +159,7 @@ class _MoveCounter(Collector):
                 self.preemptions += 1
             elif t.src is JobState.PAUSED:
                 paused = self._paused.pop(t.job, None)
-                if t.dst is JobState.RUNNING and paused is not None and Counter(paused[1]) != Counter(t.hosts):
+                if t.dst is JobState.RUNNING and paused is not None and Multiset(paused[1]) != Multiset(t.hosts):
                     self.migrations += 1
                     if paused[0] == self._decision:
                         self.preemptions -= 1
@@ -212,7 +211,7 @@ class CoordinatorMetrics:
             buckets=STRETCH_BUCKETS,
             registry=self.registry,
         )
-        self.transitions = PromCounter(
+        self.transitions = Counter(
             "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
         )
         self.policy = policy
