@@ -26,9 +26,9 @@ def _fraction(name: str):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
         if not 0.0 < value <= 1.0:
-            raise argparse.ArgumentTypeError(f"{name} must be in (0, 1], got {text}")
+            raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
         return value
 
     return parse
@@ -39,12 +39,30 @@ def _positive(name: str, kind=float):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a {kind.__name__}, got {text!r}") from None
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
         if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0, got {text}")
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
 
     return parse
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0 meaning "pick a free one"; gRPC would silently wrap 99999 round to 34463."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Bad configuration stops start-up with one clear line naming the setting (exit status 2)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _policy_name(text: str) -> str:
@@ -252,7 +270,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vcemu", description=__doc__.splitlines()[0])
+    p = _Parser(prog="vcemu", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def client(sp: argparse.ArgumentParser) -> None:
@@ -266,16 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="real cores per emulated host (default: 80%% of the machine shared out)")
     sp.add_argument("--mem-per-host", default="1GiB")
     sp.add_argument("--policy", type=_policy_name, default="greedy")
-    sp.add_argument("--port", type=int, default=50051)
-    sp.add_argument("--metrics-port", type=int, default=None)
+    sp.add_argument("--port", type=_port, default=50051)
+    sp.add_argument("--metrics-port", type=_port, default=None)
     sp.add_argument("--no-cgroups", action="store_true")
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("coordinator", help="run the coordinator alone (agents register with it)")
     sp.add_argument("--policy", type=_policy_name, default="greedy")
-    sp.add_argument("--port", type=int, default=50051)
+    sp.add_argument("--port", type=_port, default=50051)
     sp.add_argument("--bind", default="127.0.0.1")
-    sp.add_argument("--metrics-port", type=int, default=None)
+    sp.add_argument("--metrics-port", type=_port, default=None)
     sp.set_defaults(func=cmd_coordinator)
 
     sub.add_parser("agent", help="run a node agent (see vcemu agent --help)", add_help=False)
