@@ -72,8 +72,10 @@ class AgentCore:
     """The hosts and tasks of one agent process."""
 
     def __init__(self, agent_id: str, hosts: list[HostSpec], driver: CgroupDriver,
-                 units_per_core_second: dict[str, float]) -> None:
+                 units_per_core_second: dict[str, float], progress_by: str = "cpu-time") -> None:
         self.agent_id = agent_id
+        #: How tasks measure progress: "cpu-time" or "units" (see :mod:`node_agent.runner`).
+        self.progress_by = progress_by
         self.hosts = {h.name: h for h in hosts}
         self.driver = driver
         self.mode = driver.mode
@@ -123,7 +125,7 @@ class AgentCore:
             spec = TaskSpec(task_id=task_id, host=host, host_cores=h.cpu_cores, workload=workload,
                             cpu_share=cpu_share, cpu_need=cpu_need, work_seconds=work_seconds,
                             memory_bytes=memory_bytes, start_progress=start_progress)
-            task = Task(spec, self.driver, self.rates[workload], self._workdir)
+            task = Task(spec, self.driver, self.rates[workload], self._workdir, self.progress_by)
             task.start()
             self._tasks[task_id] = task
             return task.view()
@@ -268,7 +270,8 @@ def _check_fraction(field: str, value: float) -> None:
         raise AgentError("INVALID_ARGUMENT", f"{field}: must be in (0, 1], got {value}")
 
 
-def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False) -> AgentCore:
+def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
+              progress_by: str = "cpu-time") -> AgentCore:
     """Probe cgroups (or use duty cycling if ``no_cgroups``), remove leftovers of an earlier run with
     the same agent id, calibrate the workloads, and return a running core.
 
@@ -289,7 +292,7 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False) ->
     except BaseException:
         lock.close()
         raise
-    core = AgentCore(agent_id, hosts, driver, rates)
+    core = AgentCore(agent_id, hosts, driver, rates, progress_by)
     core._closers.append(lock.close)
     return core
 

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-id", default=None, help="agent id (default: <hostname>-<pid>); a fixed id lets "
                    "a restarted agent remove the cgroups and processes its crashed predecessor left")
     p.add_argument("--host-prefix", default=None, help="host names are <prefix>-h<i> (default: agent id)")
+    p.add_argument("--progress-by", choices=("cpu-time", "units"), default="cpu-time",
+                   help="a task is done when it has had its CPU-seconds (default: the model's unit of work, immune "
+                        "to this machine's drifting speed) or when the program has done its calibrated units")
     p.add_argument("--no-cgroups", action="store_true",
                    help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
@@ -121,7 +124,8 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
     with _signals_set(stop):
         try:
             agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
-                                no_cgroups=args.no_cgroups, metrics_port=args.metrics_port)
+                                no_cgroups=args.no_cgroups, metrics_port=args.metrics_port,
+                                progress_by=args.progress_by)
         except CgroupUnavailable as e:
             print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
                   "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)

@@ -154,12 +154,13 @@ class RunningAgent:
 
 
 def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str = "127.0.0.1",
-                no_cgroups: bool = False, metrics_port: int | None = None) -> RunningAgent:
+                no_cgroups: bool = False, metrics_port: int | None = None,
+                progress_by: str = "cpu-time") -> RunningAgent:
     """Open cgroups, calibrate, and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and
     ``no_cgroups`` is false, and RuntimeError if the port cannot be bound."""
-    core = open_core(agent_id, hosts, no_cgroups=no_cgroups)
+    core = open_core(agent_id, hosts, no_cgroups=no_cgroups, progress_by=progress_by)
     try:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"))
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(core), server)
