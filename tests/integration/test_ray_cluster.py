@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 
 RAY = str(Path(sys.executable).with_name("ray"))
 CORES = 0.3  # per emulated host: three hosts take 0.9 of this machine's 2 cores
-WORK = 5.0
+WORK = 4.0
 
 
 class LocalRayCluster:
@@ -46,7 +46,7 @@ class LocalRayCluster:
     it stops exactly its raylet, GCS and workers."""
 
     def __init__(self, tmp: Path, auth: str, workers: int = 2) -> None:
-        self.tmp, self.auth = tmp, auth
+        self.tmp, self.auth, self.nodes = tmp, auth, workers + 1
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE=auth)
         if auth == "token":
@@ -56,16 +56,25 @@ class LocalRayCluster:
         self.address = self._start("head", ["--head", "--port=0", "--include-dashboard=false",
                                             f"--temp-dir={tmp / 'ray'}", "--resources={\"vcemu_node_0\": 1}",
                                             *common])
-        for i in range(1, workers + 1):
-            self._start(f"worker{i}", [f"--address={self.address}", f"--resources={{\"vcemu_node_{i}\": 1}}",
-                                       *common])
+        names = [f"worker{i}" for i in range(1, workers + 1)]
+        for i, name in enumerate(names, start=1):  # the workers join in parallel
+            self._spawn(name, [f"--address={self.address}", f"--resources={{\"vcemu_node_{i}\": 1}}", *common])
+        for name, proc in zip(names, self.procs[1:], strict=True):
+            self._wait_started(name, proc)
 
-    def _start(self, name: str, args: list[str], timeout_s: float = 60.0) -> str:
-        log = self.tmp / f"{name}.log"
-        with open(log, "wb") as out:
+    def _start(self, name: str, args: list[str]) -> str:
+        return self._wait_started(name, self._spawn(name, args))
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        with open(self.tmp / f"{name}.log", "wb") as out:
             proc = subprocess.Popen([RAY, "start", *args], stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                     start_new_session=True)
         self.procs.append(proc)
+        return proc
+
+    def _wait_started(self, name: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> str:
+        """Wait for ``ray start`` to say the node runs; return the address it prints for joining."""
+        log = self.tmp / f"{name}.log"
         deadline = time.monotonic() + timeout_s
         while True:
             text = log.read_text(errors="replace")
@@ -103,7 +112,9 @@ class LocalRayCluster:
 def ray_cluster(request, cgroups_required) -> Iterator[LocalRayCluster]:
     # Short: Ray's unix socket paths under it must stay within 107 bytes.
     tmp = Path(tempfile.mkdtemp(prefix=f"vcray-{request.param[:3]}-", dir="/tmp"))
-    cluster = LocalRayCluster(tmp, request.param)
+    # Token auth on: the head and two workers. Off: the same path on the head and one worker, to keep
+    # the module near a minute and a half on two cores.
+    cluster = LocalRayCluster(tmp, request.param, workers=2 if request.param == "token" else 1)
     yield cluster
     cluster.stop()
     shutil.rmtree(tmp, ignore_errors=True)
@@ -143,23 +154,24 @@ class VcemuUp:
 
 
 def test_hosts_on_distinct_ray_nodes_run_jobs_to_completion_in_enforced_shares(ray_cluster: LocalRayCluster):
-    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "3", "--cpus-per-host", str(CORES),
+    n = ray_cluster.nodes
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", str(n), "--cpus-per-host", str(CORES),
                  "--mem-per-host", "256MiB")
     try:
         head = up.wait_for(r"coordinator on (\S+) .* on (\d+) Ray nodes \(Ray \S+, auth (\w+)\)", timeout_s=90)
         address, nodes, auth = head.group(1), int(head.group(2)), head.group(3)
-        assert (nodes, auth) == (3, ray_cluster.auth)
-        up.wait_for(r"^ray2-h0 ", timeout_s=5)
+        assert (nodes, auth) == (n, ray_cluster.auth)
+        up.wait_for(rf"^ray{n - 1}-h0 ", timeout_s=5)
         rows = [ln.split() for ln in up.lines if re.match(r"ray\d-h\d ", ln)]
         placement = {r[0]: (r[2], r[4]) for r in rows}  # host -> (agent id, Ray node id)
-        assert len({node for _, node in placement.values()}) == 3, placement  # three distinct Ray nodes
+        assert len({node for _, node in placement.values()}) == n, placement  # one host per Ray node
 
         with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.CoordinatorStub(channel)
-            spec = pb.JobSpec(tasks=3, cpu_need=1.0, memory=0.2, work_seconds=WORK, workload="dgemm")
+            spec = pb.JobSpec(tasks=n, cpu_need=1.0, memory=0.2, work_seconds=WORK, workload="dgemm")
             job_id = stub.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id
             _wait_job(stub, job_id, "running", timeout_s=15)
-            time.sleep(2.5)  # past start-up and one 1 s measurement window
+            time.sleep(2.0)  # past start-up and one 1 s measurement window
             status = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
             assert {h.name: h.agent for h in status.hosts} == {h: a for h, (a, _) in placement.items()}
             for h in status.hosts:
