@@ -10,7 +10,6 @@ import argparse
 import logging
 import signal
 import sys
-import threading
 import time
 from typing import Any
 
@@ -21,6 +20,8 @@ log = logging.getLogger("vcemu.ray")
 
 #: How often Ray may restart a crashed agent actor (each restart cleans up and registers again).
 MAX_RESTARTS = 3
+#: Seconds between checks that every agent actor answers.
+HEALTH_INTERVAL_S = 5.0
 
 
 class RayAgents:
@@ -58,6 +59,20 @@ class RayAgents:
             cause = exc.__cause__ or exc
             raise RuntimeError(f"--ray: an agent actor failed to start: {_last_line(cause)}") from None
         return self.infos
+
+    def unhealthy(self, timeout_s: float = 5.0) -> list[tuple[str, str]]:
+        """(agent id, why) of the actors that do not answer within ``timeout_s``."""
+        ray = self._ray
+        refs = {a.registered.remote(): p.agent_id for a, p in zip(self.actors, self.placements, strict=True)}
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        out = [(refs[r], "no reply in time") for r in pending]
+        for r in ready:
+            try:
+                if not ray.get(r):
+                    out.append((refs[r], "not registered with the coordinator"))
+            except Exception as exc:
+                out.append((refs[r], _last_line(exc)))
+        return out
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop every agent (its tasks killed, its cgroups removed), then the actors themselves."""
@@ -105,6 +120,9 @@ def run_up(args: argparse.Namespace) -> int:
     except RayUnavailable as exc:
         print(f"vcemu up: {exc}", file=sys.stderr)
         return 2
+    # After ray.init, which installs its own SIGTERM handler: from here SIGTERM unwinds through the
+    # cleanup below, even during start-up.
+    signal.signal(signal.SIGTERM, _interrupt)
     server = agents = None
     try:
         try:
@@ -113,8 +131,12 @@ def run_up(args: argparse.Namespace) -> int:
             print(f"vcemu up: {exc}", file=sys.stderr)
             return 2
         bind = args.bind or ctx.node_ip
-        server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=bind,
-                                   metrics_port=args.metrics_port).start()
+        try:
+            server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=bind,
+                                       metrics_port=args.metrics_port).start()
+        except OSError as exc:
+            print(f"vcemu up: --port/--bind/--metrics-port: {exc}", file=sys.stderr)
+            return 2
         agents = RayAgents(ctx, placements, server.address, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
             infos = agents.wait_started()
@@ -126,18 +148,25 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts on "
               f"{len(placements)} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
         print(placement_table(infos, placements), flush=True)
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        stop.wait()
+        while True:
+            time.sleep(HEALTH_INTERVAL_S)
+            for agent_id, why in agents.unhealthy():
+                print(f"vcemu up: agent actor {agent_id} does not answer ({why}); Ray restarts a crashed actor up "
+                      f"to {MAX_RESTARTS} times", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM (below): stop everything this run started
         print("vcemu up: stopping", flush=True)
         return 0
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         if server is not None:
             server.stop()
         if agents is not None:
             agents.stop()
         ctx.close()
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _wait_registered(server: Any, hosts: int, timeout_s: float) -> None:
