@@ -8,6 +8,11 @@ So Ray does what Ray is for here, placement (each actor pinned to its node by th
 ``ray.io/node-id`` label, :mod:`.placement`), lifecycle (start, restart after a crash, kill at the end)
 and failure detection, while task control keeps one implementation and one wire contract.
 
+Every emulated host lives in an agent actor pinned to its node; the hosts placed on one node share one
+actor, as a machine runs one ``vcemu agent`` (or one DaemonSet pod) for all its hosts: one calibration
+and one cgroup parent per node, and the node's host shares checked against each other by one AgentCore.
+With ``--hosts`` equal to the number of nodes (the usual testbed shape) that is one actor per host.
+
 Why not drive the actors by Ray method calls behind a transport seam in ``live.py``: that would be a
 second client of AgentCore (every call, error mapping and status conversion written twice) and a second
 code path for the engine's most delicate parts (two-phase migrations, retried Stops), to save one gRPC
