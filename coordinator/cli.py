@@ -224,6 +224,13 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.ray is not None:
+        from coordinator.backends.ray import run_up
+
+        return run_up(args)
+    if args.bind is not None:
+        print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
+        return 2
     server, procs = start_local_cluster(
         args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
         args.metrics_port, args.no_cgroups,
@@ -287,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=_port, default=50051)
     sp.add_argument("--metrics-port", type=_port, default=None)
     sp.add_argument("--no-cgroups", action="store_true")
+    sp.add_argument("--ray", metavar="ADDRESS", default=None,
+                    help="place the hosts on the nodes of the Ray cluster at ADDRESS (HOST:PORT of its head), "
+                    "one agent actor per node; token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
+    sp.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
+                    "(default: each node's IP as Ray reports it)")
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("coordinator", help="run the coordinator alone (agents register with it)")
