@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint unit clean
+.PHONY: install demo test lint unit clean system-packages
 
 $(STAMP): pyproject.toml setup.py $(wildcard proto/vcemu/v1/*.proto)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,7 +25,18 @@ lint: install
 unit: install
 	$(BIN)/python -m pytest -q tests/unit
 
-test: lint
+# System packages tests use: Prometheus (/usr/bin/prometheus) for tests/e2e/test_prometheus_dashboard.py.
+# Installed only when missing and we are root with apt-get; failing is not fatal (the test then skips
+# with its reason). Debian's package also tries to start a prometheus service; nothing here relies on it
+# (the test starts its own server on an ephemeral port), and without systemd as PID 1 it does not start.
+system-packages:
+	@if [ ! -x /usr/bin/prometheus ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing the Debian package prometheus (for the dashboard test)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    prometheus) || echo "warning: could not install prometheus; its test will skip"; \
+	fi
+
+test: lint system-packages
 	$(BIN)/python -m pytest -q -ra
 
 clean:

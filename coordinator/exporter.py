@@ -9,10 +9,14 @@ no job-id labels.
 from __future__ import annotations
 
 import statistics
+import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.engine import Engine
@@ -21,6 +25,47 @@ from coordinator.model import JobState
 
 STRETCH_BUCKETS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, float("inf"))
 LATENCY_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, float("inf"))
+#: An agent counts as up while its last heartbeat is at most this old: three missed 2 s heartbeats
+#: (node_agent.register.HEARTBEAT_S), so one slow beat on a loaded machine does not flap the gauge.
+AGENT_STALE_S = 6.0
+
+
+@dataclass(frozen=True)
+class AgentHealth:
+    """What the coordinator knows of one registered agent, for the dashboard's agent-health panel."""
+
+    agent: str
+    mode: str  # how it enforces shares: cgroup-v1, cgroup-v2 or duty-cycle
+    heartbeat_age_s: float  # wall seconds since its last RegisterAgent or Heartbeat
+    hosts: int
+
+
+class _AgentCollector(Collector):
+    """Agent health at scrape time: ``up`` per agent (Prometheus' own ``up`` only covers the targets it
+    scrapes, and agents are not scraped when they run without a metrics port), heartbeat age and count."""
+
+    def __init__(self, agent_health: Callable[[], list[AgentHealth]]) -> None:
+        self.agent_health = agent_health
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        agents = self.agent_health()
+        yield GaugeMetricFamily("vcemu_agents_registered", "Agents registered with the coordinator", len(agents))
+        up = GaugeMetricFamily(
+            "vcemu_agent_up",
+            f"1 if the agent's last heartbeat is at most {AGENT_STALE_S:g} s old, else 0",
+            labels=["agent", "mode"],
+        )
+        age = GaugeMetricFamily(
+            "vcemu_agent_heartbeat_age_seconds", "Seconds since the agent's last heartbeat", labels=["agent"]
+        )
+        hosts = GaugeMetricFamily("vcemu_agent_hosts", "Hosts an agent emulates", labels=["agent"])
+        for a in agents:
+            up.add_metric([a.agent, a.mode], 1.0 if a.heartbeat_age_s <= AGENT_STALE_S else 0.0)
+            age.add_metric([a.agent], a.heartbeat_age_s)
+            hosts.add_metric([a.agent], float(a.hosts))
+        yield up
+        yield age
+        yield hosts
 
 
 class _StateCollector(Collector):
@@ -84,14 +129,72 @@ class _StateCollector(Collector):
             yield used
 
 
+class _MoveCounter(Collector):
+    """``vcemu_preemptions_total`` and ``vcemu_migrations_total`` counted as coordinator.metrics.job_results
+    counts them (seed 001 Sec. III-A): a migration is a running job moved (a ``migrate`` transition) or a
+    paused job resumed on other hosts ("this amounts to a job migration"); a pause whose job is resumed
+    elsewhere by the same decision (GREEDY-PMTN-MIGR) is that migration, not a preemption.
+
+    Fed by engine listeners, which run under the engine's lock while a plan is applied; :meth:`collect`
+    takes the same lock, so a scrape never sees such a pause before its resume, and the counts it sees
+    only grow.
+    """
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self.preemptions = 0
+        self.migrations = 0
+        self._decision = 0
+        self._paused: dict[str, tuple[int, tuple[str, ...]]] = {}  # job -> (decision, hosts when paused)
+        self.lock: threading.RLock = threading.RLock()
+
+    def next_decision(self) -> None:
+        self._decision += 1
+
+    def observe(self, t: Transition) -> None:
+        with self.lock:
+            if t.reason == "migrate":
+                self.migrations += 1
+            if t.src is JobState.RUNNING and t.dst is JobState.PAUSED:
+                self._paused[t.job] = (self._decision, t.hosts)
+                self.preemptions += 1
+            elif t.src is JobState.PAUSED:
+                paused = self._paused.pop(t.job, None)
+                if t.dst is JobState.RUNNING and paused is not None and Counter(paused[1]) != Counter(t.hosts):
+                    self.migrations += 1
+                    if paused[0] == self._decision:
+                        self.preemptions -= 1
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        with self.lock:
+            pre, mig = self.preemptions, self.migrations
+        c = CounterMetricFamily("vcemu_preemptions", "Jobs paused to make room", labels=["policy"])
+        c.add_metric([self.policy], pre)
+        yield c
+        c = CounterMetricFamily(
+            "vcemu_migrations",
+            "Jobs moved between hosts: running jobs moved (once per job and decision) or paused jobs resumed "
+            "on other hosts",
+            labels=["policy"],
+        )
+        c.add_metric([self.policy], mig)
+        yield c
+
+
 class CoordinatorMetrics:
     """Registers the coordinator's metrics for one engine and keeps the event-fed ones up to date."""
 
     def __init__(
-        self, engine: Engine, policy: str, host_status: Callable[[], dict] | None = None
+        self,
+        engine: Engine,
+        policy: str,
+        host_status: Callable[[], dict] | None = None,
+        agent_health: Callable[[], list[AgentHealth]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_StateCollector(engine, host_status, policy))
+        if agent_health is not None:
+            self.registry.register(_AgentCollector(agent_health))
         self.decisions = Histogram(
             "vcemu_decision_latency_seconds",
             "Time a policy took to decide on one event",
@@ -99,15 +202,9 @@ class CoordinatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.preemptions = Counter(
-            "vcemu_preemptions_total", "Jobs paused to make room", ["policy"], registry=self.registry
-        )
-        self.migrations = Counter(
-            "vcemu_migrations_total",
-            "Jobs moved between hosts (once per job and decision)",
-            ["policy"],
-            registry=self.registry,
-        )
+        self.moves = _MoveCounter(policy)
+        self.moves.lock = engine.lock  # see _MoveCounter: pause and resume of one plan are seen together
+        self.registry.register(self.moves)
         self.stretch = Histogram(
             "vcemu_job_bounded_stretch",
             "Bounded stretch (30 s bound, seed 001) of completed jobs",
@@ -115,22 +212,23 @@ class CoordinatorMetrics:
             buckets=STRETCH_BUCKETS,
             registry=self.registry,
         )
-        self.transitions = Counter(
+        self.transitions = PromCounter(
             "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
         )
         self.policy = policy
         self.engine = engine
-        for c in (self.preemptions, self.migrations):
-            c.labels(policy)  # present from the start, at 0
+        for c in (self.stretch, self.decisions):
+            c.labels(policy)  # present from the start, at 0, so increase()/rate() see the first events
         engine.listeners.append(self._on_transition)
-        engine.decision_listeners.append(lambda s: self.decisions.labels(policy).observe(s))
+        engine.decision_listeners.append(self._on_decision)
+
+    def _on_decision(self, seconds: float) -> None:
+        self.decisions.labels(self.policy).observe(seconds)
+        self.moves.next_decision()
 
     def _on_transition(self, t: Transition) -> None:
         self.transitions.labels(t.dst.value, self.policy).inc()
-        if t.src is JobState.RUNNING and t.dst is JobState.PAUSED:
-            self.preemptions.labels(self.policy).inc()
-        if t.reason == "migrate":
-            self.migrations.labels(self.policy).inc()
+        self.moves.observe(t)
         if t.dst is JobState.DONE:
             spec = self.engine.history.specs[t.job]
             self.stretch.labels(self.policy).observe(bounded_stretch(t.time - spec.submit_time, spec.work))

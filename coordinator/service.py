@@ -23,7 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
-from coordinator.exporter import CoordinatorMetrics
+from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -190,7 +190,7 @@ class CoordinatorServer:
     ) -> None:
         self.backend = LiveBackend(compression=compression, poll_interval=poll_interval)
         self.engine = Engine(policy, self.backend)
-        self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status)
+        self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status, self.agent_health)
         self.ids = itertools.count(1)
         self.requests: dict[str, str] = {}
         self.heartbeats: dict[str, float] = {}
@@ -210,6 +210,14 @@ class CoordinatorServer:
         self.address = f"{bind}:{self.port}"
         self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
         self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    def agent_health(self) -> list[AgentHealth]:
+        """Registered agents with the wall-clock age of their last heartbeat (for the metrics)."""
+        now = self.backend.now()
+        return [
+            AgentHealth(a, h.mode, (now - self.heartbeats.get(a, -math.inf)) / self.backend.compression, len(h.hosts))
+            for a, h in list(self.backend.agents.items())
+        ]
 
     def _broadcast(self, t: Transition) -> None:
         for q in list(self.watchers):

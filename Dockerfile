@@ -1,0 +1,38 @@
+# The image the manifests in k8s/ name (ghcr.io/vcemu/vcemu): `vcemu coordinator`, `vcemu agent`, and,
+# for the KubeRay overlay, Ray's own `ray start` (ray is a dependency of the package once the Ray backend
+# is in). Build from the repository root:
+#   docker build -t ghcr.io/vcemu/vcemu:0.1.0 .
+# The non-editable install runs setup.py's build hook, which generates vcemu/v1/*_pb2*.py from proto/.
+ARG PYTHON=3.11
+
+FROM python:${PYTHON}-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY proto/ proto/
+COPY coordinator/ coordinator/
+COPY node_agent/ node_agent/
+COPY workloads/ workloads/
+COPY vcemu/ vcemu/
+RUN python -m venv /opt/vcemu \
+ && /opt/vcemu/bin/pip install --upgrade pip \
+ && /opt/vcemu/bin/pip install . \
+ && /opt/vcemu/bin/vcemu --help >/dev/null \
+ && /opt/vcemu/bin/vcemu agent --help >/dev/null
+
+FROM python:${PYTHON}-slim-bookworm
+# wget: KubeRay's default health probes of Ray pods call it. tini: signals reach vcemu as PID 1's child,
+# so SIGTERM from the kubelet stops the agent cleanly (it kills its tasks and removes its cgroups).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini wget \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 10001 vcemu \
+ && useradd --uid 10001 --gid 10001 --create-home --shell /bin/bash vcemu
+COPY --from=build /opt/vcemu /opt/vcemu
+ENV PATH=/opt/vcemu/bin:$PATH PYTHONUNBUFFERED=1
+# The coordinator runs as this user; the agent's DaemonSet runs as root (cgroup control).
+USER 10001:10001
+WORKDIR /home/vcemu
+EXPOSE 50051 50052 9100 9101
+ENTRYPOINT ["/usr/bin/tini", "--", "vcemu"]
+CMD ["--help"]

@@ -1,0 +1,209 @@
+"""The k8s/ manifests: every kustomize overlay renders, every object validates against the Kubernetes
+schemas in strict mode, CRD objects have what their CRDs require and point at real ports, and every
+``vcemu`` command line in a pod parses with the package's own argument parsers."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import io
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is a dev dependency (pip install -e '.[dev]')")
+kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is a dev dependency")
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAYS = sorted(p.name for p in (ROOT / "k8s" / "overlays").iterdir() if (p / "kustomization.yaml").exists())
+KUBECTL = shutil.which("kubectl")
+#: The newest Kubernetes the installed kubernetes-validate has schemas for (1.37.0 with version 1.37.0).
+K8S_VERSION = kv.latest_version()
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "RayCluster"}
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not found on PATH (needed for kubectl kustomize)")
+
+
+@functools.cache
+def render(overlay: str) -> tuple[dict, ...]:
+    out = subprocess.run([KUBECTL, "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"kubectl kustomize {overlay} failed: {out.stderr}"
+    docs = tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+    assert docs, f"{overlay} rendered nothing"
+    return docs
+
+
+def test_there_are_overlays_for_each_deployment_mode():
+    assert {"local", "prometheus-operator", "plain-prometheus", "kuberay", "no-cgroups"} <= set(OVERLAYS)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_validates_strictly(overlay: str):
+    checked = []
+    for doc in render(overlay):
+        if doc["kind"] != "Namespace":  # a resource an overlay adds must not land in "default"
+            assert doc["metadata"].get("namespace") == "vcemu", f"{doc['kind']} {doc['metadata']['name']}"
+        if doc["kind"] in CRD_KINDS:
+            continue  # no schema in kubernetes-validate: see test_crd_objects_*
+        kv.validate(doc, K8S_VERSION, strict=True)  # raises ValidationError naming the field
+        checked.append(doc["kind"])
+    print(f"{overlay}: {len(checked)} objects valid against Kubernetes {K8S_VERSION} (strict): {checked}")
+    assert checked
+
+
+def test_strict_validation_rejects_an_unknown_field():
+    """The validator really is strict: a misspelt field in a container fails."""
+    if KUBECTL is None:
+        pytest.skip("kubectl not found on PATH")
+    (dep,) = [d for d in render("local") if d["kind"] == "Deployment"]
+    bad = copy.deepcopy(dep)
+    bad["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, K8S_VERSION, strict=True)
+
+
+def _pod_template_valid(template: dict, where: str) -> None:
+    """Check an embedded pod template against the core PodTemplate schema, strictly."""
+    kv.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "check"}, "template": template},
+                K8S_VERSION, strict=True)
+    assert template["spec"]["containers"], where
+
+
+@needs_kubectl
+def test_crd_objects_of_the_prometheus_operator_overlay():
+    """ServiceMonitor/PodMonitor (monitoring.coreos.com/v1): the CRD requires spec.selector, and each
+    endpoint names a port; the ports must exist on the selected Service / pods, or nothing is scraped."""
+    docs = render("prometheus-operator")
+    by_kind = {d["kind"]: d for d in docs}
+    sm, pm = by_kind["ServiceMonitor"], by_kind["PodMonitor"]
+    for obj in (sm, pm):
+        assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+        assert obj["metadata"]["name"] and obj["metadata"]["namespace"] == "vcemu"
+        assert obj["spec"]["selector"]["matchLabels"]
+    svc = next(d for d in docs if d["kind"] == "Service"
+               and sm["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items())
+    assert {e["port"] for e in sm["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}
+    pods = [d["spec"]["template"] for d in docs if d["kind"] in ("DaemonSet", "Deployment")
+            and pm["spec"]["selector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+    assert pods, "the PodMonitor selects no pods"
+    ports = {p["name"] for t in pods for c in t["spec"]["containers"] for p in c.get("ports", [])}
+    assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= ports
+
+
+@needs_kubectl
+def test_crd_object_of_the_kuberay_overlay():
+    """RayCluster (ray.io/v1): required spec.headGroupSpec.template and, per worker group, groupName,
+    template and replica bounds; rayStartParams is present everywhere (required by older CRD versions).
+    The embedded pod templates are validated strictly against the core PodTemplate schema."""
+    docs = render("kuberay")
+    (rc,) = [d for d in docs if d["kind"] == "RayCluster"]
+    assert rc["apiVersion"] == "ray.io/v1" and rc["metadata"]["namespace"] == "vcemu"
+    head = rc["spec"]["headGroupSpec"]
+    assert "rayStartParams" in head
+    _pod_template_valid(head["template"], "headGroupSpec")
+    for g in rc["spec"]["workerGroupSpecs"]:
+        assert g["groupName"] and "rayStartParams" in g
+        assert 0 <= g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
+        _pod_template_valid(g["template"], g["groupName"])
+    # The base's agent DaemonSet and coordinator Deployment are replaced by the RayCluster.
+    assert not [d for d in docs if d["kind"] in ("DaemonSet", "Deployment")]
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    assert svc["spec"]["selector"] == {"ray.io/cluster": rc["metadata"]["name"], "ray.io/node-type": "head"}
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", ["plain-prometheus", "prometheus-operator"])
+def test_the_grafana_dashboard_configmap_is_the_json_file(overlay: str):
+    (cm,) = [d for d in render(overlay)
+             if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("vcemu-grafana")]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # what the Grafana sidecar selects on
+    assert cm["data"]["vcemu-dashboard.json"] == (ROOT / "k8s" / "grafana" / "vcemu-dashboard.json").read_text()
+
+
+# ---- the command lines in the pods are real ---------------------------------------------------------
+
+_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+#: Stand-ins for downward-API values (they are only known in a running pod).
+_FIELD_VALUES = {"spec.nodeName": "node-1.example", "status.podIP": "10.0.0.7"}
+
+
+def _containers(doc: dict) -> list[tuple[str, dict]]:
+    if doc["kind"] in ("Deployment", "DaemonSet"):
+        return [(doc["metadata"]["name"], c) for c in doc["spec"]["template"]["spec"]["containers"]]
+    if doc["kind"] == "RayCluster":
+        spec = doc["spec"]
+        groups = [spec["headGroupSpec"], *spec.get("workerGroupSpecs", [])]
+        return [(doc["metadata"]["name"], c) for g in groups for c in g["template"]["spec"]["containers"]]
+    return []
+
+
+def _environment(container: dict, configmaps: dict[str, dict]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for src in container.get("envFrom", []):
+        name = src["configMapRef"]["name"]
+        assert name in configmaps, f"envFrom names ConfigMap {name!r}, which the overlay does not render"
+        env.update(configmaps[name])
+    for e in container.get("env", []):
+        env[e["name"]] = e["value"] if "value" in e else _FIELD_VALUES[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+def _vcemu_commands(overlay: str) -> list[tuple[str, list[str]]]:
+    docs = render(overlay)
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    out = []
+    for owner, c in (pc for d in docs for pc in _containers(d)):
+        if c.get("command"):  # e.g. Ray's own containers (KubeRay sets `ray start` itself)
+            continue
+        if not c.get("args"):
+            continue
+        env, where = _environment(c, configmaps), f"{owner}/{c['name']}"
+
+        def subst(m: re.Match, env=env, where=where) -> str:
+            assert m.group(1) in env, f"{where}: $({m.group(1)}) is not in the container's env"
+            return env[m.group(1)]
+
+        out.append((where, [_VAR.sub(subst, a) for a in c["args"]]))
+    return out
+
+
+def _help(subcommand: str) -> str:
+    from coordinator.cli import build_parser
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+        build_parser().parse_args([subcommand, "--help"])
+    return buf.getvalue()
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pod_command_lines_parse_with_the_package_parsers(overlay: str):
+    """The image's entrypoint is ``vcemu``; each container's args must be accepted by the same parser
+    ``vcemu`` uses (flags exist, values valid: the policy name from the ConfigMap, sizes, ports)."""
+    from coordinator.cli import build_parser
+    from node_agent.cli import build_parser as agent_parser
+
+    commands = _vcemu_commands(overlay)
+    if overlay != "kuberay":
+        assert {argv[0] for _, argv in commands} == {"coordinator", "agent"}
+    for where, argv in commands:
+        if argv[0] == "up" and "--ray" not in _help("up"):
+            pytest.skip("vcemu up --ray is the Ray backend (issue 6 part 1), not on this branch yet")
+        try:
+            if argv[0] == "agent":
+                args = agent_parser().parse_args(argv[1:])
+                assert args.bind == "0.0.0.0" and args.coordinator and args.advertise, where
+            else:
+                args = build_parser().parse_args(argv)
+        except SystemExit as e:
+            pytest.fail(f"{overlay}: {where}: `vcemu {' '.join(argv)}` is rejected by the parser (exit {e.code})")
+        if argv[0] == "coordinator":
+            assert args.bind == "0.0.0.0", f"{where}: a coordinator in a pod must listen on all interfaces"
+            assert args.metrics_port is not None

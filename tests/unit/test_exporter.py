@@ -1,0 +1,78 @@
+"""The coordinator's agent-health metrics: what the dashboard's agent-health panel reads."""
+
+import time
+
+import grpc
+import pytest
+from prometheus_client import generate_latest
+
+from coordinator.backends.sim import SimBackend
+from coordinator.engine import Engine
+from coordinator.exporter import AGENT_STALE_S, AgentHealth, CoordinatorMetrics
+from coordinator.metrics import job_results, summarize
+from coordinator.model import Host, JobSpec
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer
+from vcemu.v1 import agent_pb2
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+
+def sample(metrics: CoordinatorMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_agent_up_follows_the_heartbeat_age():
+    agents = [AgentHealth("fresh", "cgroup-v2", 0.5, 3), AgentHealth("stale", "duty-cycle", AGENT_STALE_S + 0.1, 1)]
+    m = CoordinatorMetrics(Engine(get_policy("greedy"), SimBackend()), "greedy", agent_health=lambda: agents)
+    assert sample(m, "vcemu_agents_registered") == 2
+    assert sample(m, "vcemu_agent_up", agent="fresh", mode="cgroup-v2") == 1
+    assert sample(m, "vcemu_agent_up", agent="stale", mode="duty-cycle") == 0
+    assert sample(m, "vcemu_agent_heartbeat_age_seconds", agent="stale") == pytest.approx(AGENT_STALE_S + 0.1)
+    assert sample(m, "vcemu_agent_hosts", agent="fresh") == 3
+    agents.pop()  # read at scrape time: a forgotten agent disappears
+    assert sample(m, "vcemu_agents_registered") == 1
+    assert sample(m, "vcemu_agent_up", agent="stale", mode="duty-cycle") is None
+
+
+def test_without_an_agent_source_there_are_no_agent_series():
+    m = CoordinatorMetrics(Engine(get_policy("greedy"), SimBackend()), "greedy")
+    assert b"vcemu_agent_up" not in generate_latest(m.registry)
+
+
+def test_the_coordinator_reports_a_registered_agent_and_its_heartbeat():
+    server = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+                agent_pb2.HostInfo(name=f"a0-h{i}", cpu_cores=0.5, memory_bytes=1 << 30) for i in range(2)])
+            stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+            (a,) = server.agent_health()
+            assert (a.agent, a.mode, a.hosts) == ("a0", "cgroup-v1", 2)
+            assert 0 <= a.heartbeat_age_s < 1.0
+            time.sleep(0.3)
+            assert server.agent_health()[0].heartbeat_age_s >= 0.3
+            stub.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
+            assert server.agent_health()[0].heartbeat_age_s < 0.25
+        assert sample(server.metrics, "vcemu_agent_up", agent="a0", mode="cgroup-v1") == 1
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("policy", ["greedy-pmtn-migr", "greedy-pmtn"])
+def test_preemption_and_migration_counters_agree_with_the_results(policy: str):
+    """The counters count as coordinator.metrics.job_results does (001 Sec. III-A). A (memory 0.3) runs on
+    h0, B (0.3) on h1; C (0.8) needs a host to itself, so A is paused for it. GREEDY-PMTN-MIGR resumes A
+    beside B in the same decision: one migration, no preemption. GREEDY-PMTN leaves A paused until B ends
+    and then resumes it on h1: a preemption, and a migration (a paused job resumed elsewhere)."""
+    engine = Engine(get_policy(policy), SimBackend())
+    engine.add_hosts([Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0)])
+    m = CoordinatorMetrics(engine, policy)
+    history = engine.run([JobSpec("a", 0.0, 1, 1.0, 0.3, 60.0), JobSpec("b", 2.0, 1, 1.0, 0.3, 3.0),
+                          JobSpec("c", 3.0, 1, 1.0, 0.8, 30.0)])
+    s = summarize(job_results(history))
+    expected = {"greedy-pmtn-migr": (0, 1), "greedy-pmtn": (1, 1)}[policy]
+    assert (s.preemptions, s.migrations) == expected
+    assert sample(m, "vcemu_preemptions_total", policy=policy) == s.preemptions
+    assert sample(m, "vcemu_migrations_total", policy=policy) == s.migrations
