@@ -159,14 +159,14 @@ class AgentCore:
     def task(self, task_id: str) -> TaskView:
         with self._lock:
             task = self._task(task_id)
-            task.poll()
+            _poll(task)
             return task.view()
 
     def status(self) -> tuple[list[HostView], list[TaskView]]:
         """Fresh readings (each task is polled now, so a client timing CPU deltas gets exact figures)."""
         with self._lock:
             for t in self._tasks.values():
-                t.poll()
+                _poll(t)
             tasks = [t.view() for t in self._tasks.values()]
         hosts = []
         for h in self.hosts.values():
@@ -234,10 +234,7 @@ class AgentCore:
         while not self._stop.wait(POLL_INTERVAL_S):
             with self._lock:
                 for task in self._tasks.values():
-                    was = task.state
-                    task.poll()
-                    if task.state.finished and not was.finished:
-                        log.info("task end %s state=%s", task.spec.task_id, task.state.name.lower())
+                    _poll(task)
                     units, cpu = task.rate_delta()
                     if cpu > 0:
                         acc = self._rate_acc.setdefault(task.spec.workload, [0.0, 0.0])
@@ -274,6 +271,14 @@ class AgentCore:
         """The cgroup directories of a task (for tests and operators)."""
         with self._lock:
             return self.driver.dirs(self._task(task_id).cgroup)
+
+
+def _poll(task: Task | ModeledTask) -> None:
+    """Poll a task; log its end once (the agent-side record of what ran, for operators and fault tests)."""
+    was = task.state
+    task.poll()
+    if task.state.finished and not was.finished:
+        log.info("task end %s state=%s", task.spec.task_id, task.state.name.lower())
 
 
 def _check_fraction(field: str, value: float) -> None:
