@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -51,10 +51,35 @@ def _register(server_address: str, agent_address: str) -> None:
                                                   timeout=10)
 
 
+def _load_client(address: str, ids: list[int], go, out) -> None:  # type: ignore[no-untyped-def]
+    """One client process (its own GIL): ``inflight`` Submits in flight on one channel."""
+    spec = pb.JobSpec(tasks=1, cpu_need=0.1, memory=0.01, work_seconds=2.0, workload="modeled")
+    acked, errors = [], []
+    with grpc.insecure_channel(address) as ch:
+        stub = pb_grpc.CoordinatorStub(ch)
+        grpc.channel_ready_future(ch).result(timeout=30)
+        go.wait()
+        window: list = []
+        for i in ids:
+            window.append(stub.Submit.future(pb.SubmitRequest(spec=spec, request_id=f"load-{i}"), timeout=60))
+            if len(window) >= 4:
+                _collect(window.pop(0), acked, errors)
+        for f in window:
+            _collect(f, acked, errors)
+    out.put((acked, errors))
+
+
+def _collect(future, acked: list, errors: list) -> None:  # type: ignore[no-untyped-def]
+    try:
+        acked.append(future.result().job_id)
+    except grpc.RpcError as exc:
+        errors.append(f"{exc.code().name}: {exc.details()}")
+
+
 def bench_load_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="vcemu bench load", description=bench_load_main.__doc__)
     p.add_argument("--jobs", type=int, default=10_000)
-    p.add_argument("--clients", type=int, default=8, help="client threads, one channel each")
+    p.add_argument("--clients", type=int, default=4, help="client processes, one channel and 4 calls in flight each")
     p.add_argument("--hosts", type=int, default=16)
     p.add_argument("--policy", default="fcfs")
     p.add_argument("--synchronous", default="NORMAL", help="SQLite synchronous mode of the store")
@@ -78,34 +103,26 @@ def bench_load_main(argv: list[str]) -> int:
     server.start()
     acked: list[str] = []
     errors: list[str] = []
-    lock = threading.Lock()
-    bar = tqdm(total=args.jobs, desc="submit", unit="job", disable=args.json, file=sys.stderr)
-    spec = pb.JobSpec(tasks=1, cpu_need=0.1, memory=0.01, work_seconds=2.0, workload="modeled")
-
-    def client(k: int) -> None:
-        mine: list[str] = []
-        with grpc.insecure_channel(server.address) as ch:
-            stub = pb_grpc.CoordinatorStub(ch)
-            for i in range(k, args.jobs, args.clients):
-                try:
-                    mine.append(stub.Submit(pb.SubmitRequest(spec=spec, request_id=f"load-{i}"), timeout=30).job_id)
-                except grpc.RpcError as exc:
-                    with lock:
-                        errors.append(f"{exc.code().name}: {exc.details()}")
-                bar.update(1)
-        with lock:
-            acked.extend(mine)
-
+    ctx = multiprocessing.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
     try:
         _register(server.address, agent.address)
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
+        procs = [ctx.Process(target=_load_client, args=(server.address, list(range(k, args.jobs, args.clients)), go,
+                                                          out)) for k in range(args.clients)]
+        for pr in procs:
+            pr.start()
+        time.sleep(3.0)  # the clients import and connect before the clock starts
         t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        go.set()
+        with tqdm(total=args.jobs, desc="submit", unit="job", disable=args.json, file=sys.stderr) as bar:
+            for _ in procs:
+                a, e = out.get(timeout=600)
+                acked.extend(a)
+                errors.extend(e)
+                bar.update(len(a) + len(e))
         elapsed = time.perf_counter() - t0
-        bar.close()
+        for pr in procs:
+            pr.join(10)
     finally:
         server.stop()
         agent.stop()

@@ -127,10 +127,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         why = check_spec(spec_in, request.request_id)
         if why is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {why}")
-        with engine.lock, self.s.transaction():
+        with self.s.intake_lock:
             if request.request_id and request.request_id in self.s.requests:
-                return job_message(engine.jobs[self.s.requests[request.request_id]])
-            if not engine.hosts:
+                return job_message(self.s.lookup(self.s.requests[request.request_id]))  # type: ignore[arg-type]
+            hosts = tuple(engine.hosts)
+            if not hosts:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "no hosts registered yet: start agents first")
             job_id = f"job-{next(self.s.ids):05d}"
             spec = JobSpec(
@@ -143,16 +144,29 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 workload=spec_in.workload or "dgemm",
             )
             try:
-                engine.arrive(spec)
+                spec.validate(hosts)
+                refuse = getattr(engine.policy, "refuse", None)
+                why_not = refuse(spec, hosts) if refuse is not None else None
+                if why_not is not None:
+                    raise InvalidJob(*why_not)
             except InvalidJob as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {exc}")
+            rec = JobRecord(spec)
+            if self.s.store is not None:  # durable before the reply: the job's row and its first transition
+                with self.s.store.transaction():
+                    self.s.store.put_job(spec, JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+                    self.s.store.add_transition(Transition(spec.submit_time, job_id, None, JobState.PENDING,
+                                                           reason="submitted"))
+                    if request.request_id:
+                        self.s.store.set_request(job_id, request.request_id)
+            self.s.intake[job_id] = rec
             if request.request_id:
                 self.s.requests[request.request_id] = job_id
-                if self.s.store is not None:
-                    self.s.store.set_request(job_id, request.request_id)
-            return job_message(engine.jobs[job_id])
+        engine.backend.wake()
+        return job_message(rec)
 
     def _record(self, job_id: str, context: grpc.ServicerContext) -> JobRecord:
+        self.s.drain()
         rec = self.s.engine.jobs.get(job_id)
         if rec is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
@@ -170,6 +184,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
         if request.state and request.state not in {s.value for s in JobState}:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}")
+        self.s.drain()
         with self.s.engine.lock:
             recs = [r for r in self.s.engine.jobs.values() if not request.state or r.state.value == request.state]
             return pb.ListJobsReply(jobs=[job_message(r) for r in recs])
@@ -288,6 +303,10 @@ class CoordinatorServer:
         self.requests: dict[str, str] = {}
         self.heartbeats: dict[str, float] = {}
         self.watchers: list[queue.Queue[Transition | None]] = []
+        # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
+        # for the engine loop, which may be busy deciding; the loop drains this before every step.
+        self.intake_lock = threading.Lock()
+        self.intake: dict[str, JobRecord] = {}
         if loaded is not None:
             self._restore(loaded)
         if self.store is not None:
@@ -321,9 +340,37 @@ class CoordinatorServer:
     def transaction(self) -> contextlib.AbstractContextManager[None]:
         return self.store.transaction() if self.store is not None else contextlib.nullcontext()
 
+    def lookup(self, job_id: str) -> JobRecord | None:
+        return self.engine.jobs.get(job_id) or self.intake.get(job_id)
+
+    def drain(self) -> None:
+        """Hand accepted jobs to the engine, in submission order. A job the cluster can no longer hold
+        (its hosts were lost meanwhile) fails with the reason, and stays on record."""
+        with self.intake_lock:
+            batch = list(self.intake.values())
+        if not batch:
+            return
+        with self.engine.lock:
+            for rec in batch:
+                if rec.spec.id in self.engine.jobs:
+                    continue
+                try:
+                    self.engine.arrive(rec.spec)
+                except InvalidJob as exc:
+                    rec.state, rec.message, rec.end = JobState.FAILED, f"invalid job: {exc}", self.backend.now()
+                    self.engine.restore([rec])
+                    if self.store is not None:
+                        self.store.put_job(rec.spec, rec.state, (), 0.0, 0.0, 0, None, rec.end, rec.message)
+        with self.intake_lock:
+            for rec in batch:
+                self.intake.pop(rec.spec.id, None)
+
     def _persist(self, t: Transition) -> None:
-        """Engine listener: the job's row and the transition, committed (with the caller's transaction)."""
+        """Engine listener: the job's row and the transition, committed (with the caller's transaction).
+        A job's first transition was written when it was accepted."""
         assert self.store is not None
+        if t.src is None:
+            return
         rec = self.engine.jobs[t.job]
         with self.store.transaction():
             self.store.put_job(rec.spec, rec.state, rec.hosts, rec.cpu, rec.vt, rec.attempts, rec.first_start,
@@ -393,6 +440,7 @@ class CoordinatorServer:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                self.drain()
                 self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression)
             except Exception:  # the loop must survive a bad event; the error is logged with its trace
                 log.exception("engine step failed")
@@ -431,7 +479,7 @@ class CoordinatorServer:
         deadline = self.backend.now() + timeout * self.backend.compression
         while self.backend.now() < deadline:
             with self.engine.lock:
-                if self.engine.jobs and self.engine.unfinished == 0:
+                if self.engine.jobs and self.engine.unfinished == 0 and not self.intake:
                     return True
             self._stop.wait(0.1)
         return False
