@@ -84,11 +84,44 @@ def _stub(address: str):
     return coordinator_pb2_grpc.CoordinatorStub(grpc.insecure_channel(address))
 
 
+def _auth() -> tuple[tuple[str, str], ...]:
+    """Bearer token metadata from $VCEMU_TOKEN_FILE, if set (for a coordinator started with --token-file)."""
+    path = os.environ.get("VCEMU_TOKEN_FILE")
+    if not path:
+        return ()
+    with open(path) as f:
+        return (("authorization", f"Bearer {f.read().strip()}"),)
+
+
+def read_token(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise SystemExit(f"vcemu: --token-file {path}: {exc.strerror}") from None
+    if not token:
+        raise SystemExit(f"vcemu: --token-file {path}: the file is empty")
+    return token
+
+
+def _server_options(args: argparse.Namespace) -> dict:
+    """Reliability and security options shared by ``up`` and ``coordinator`` (issue 7)."""
+    from node_agent.tls import from_args
+
+    try:
+        tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
+    except ValueError as exc:
+        raise SystemExit(f"vcemu: {exc}") from None
+    return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls}
+
+
 def _rpc(call, request, what: str):
     import grpc
 
     try:
-        return call(request, timeout=10)
+        return call(request, timeout=10, metadata=_auth())
     except grpc.RpcError as exc:
         print(f"vcemu {what}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -199,20 +232,24 @@ def default_cpus_per_host(hosts: int) -> float:
 
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | None,
                         mem_per_host: str, port: int, metrics_port: int | None, no_cgroups: bool,
-                        wait_s: float = 90.0):
-    """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts."""
+                        wait_s: float = 90.0, **options):
+    """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts.
+    ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
 
-    server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port).start()
+    server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
+    tls = options.get("tls")
+    tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
     cpus = cpus_per_host if cpus_per_host is not None else default_cpus_per_host(hosts)
     split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
     procs = [
-        spawn_agent(server.address, n, cpus, mem_per_host, f"agent{i}", ["--no-cgroups"] if no_cgroups else [])
+        spawn_agent(server.address, n, cpus, mem_per_host, f"agent{i}",
+                    (["--no-cgroups"] if no_cgroups else []) + tls_flags)
         for i, n in enumerate(split) if n
     ]
     deadline = time.monotonic() + wait_s
-    while len(server.engine.hosts) < hosts:
+    while len({h.name for h in server.engine.hosts} & set(server.backend.host_agent)) < hosts:
         dead = [p for p in procs if p.poll() is not None]
         if dead or time.monotonic() > deadline:
             stop_processes(procs)
@@ -233,7 +270,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     server, procs = start_local_cluster(
         args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
-        args.metrics_port, args.no_cgroups,
+        args.metrics_port, args.no_cgroups, **_server_options(args),
     )
     metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
     print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. Ctrl-C stops.",
@@ -254,7 +291,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.service import CoordinatorServer
 
     server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
-                               metrics_port=args.metrics_port).start()
+                               metrics_port=args.metrics_port, **_server_options(args)).start()
     print(f"vcemu coordinator listening on {server.address}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -274,6 +311,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from coordinator.demo import run_demo
 
     return run_demo(args)
+
+
+def _reliability_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--state", default=None, metavar="DB",
+                    help="SQLite file for durable state: a restart with the same file carries on the run")
+    sp.add_argument("--heartbeat", type=_positive("--heartbeat"), default=2.0, metavar="S",
+                    help="agent heartbeat interval; an agent silent for 3 intervals is lost (default 2)")
+    sp.add_argument("--token-file", default=None, help="require this bearer token on the user API "
+                    "(clients: set $VCEMU_TOKEN_FILE)")
+    sp.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS with the agents")
+    sp.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
+    sp.add_argument("--tls-ca", default=None, help="PEM CA certificate of the cluster")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "one agent actor per node; token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
     sp.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
                     "(default: each node's IP as Ray reports it)")
+    _reliability_flags(sp)
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("coordinator", help="run the coordinator alone (agents register with it)")
@@ -306,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=_port, default=50051)
     sp.add_argument("--bind", default="127.0.0.1")
     sp.add_argument("--metrics-port", type=_port, default=None)
+    _reliability_flags(sp)
     sp.set_defaults(func=cmd_coordinator)
 
     sub.add_parser("agent", help="run a node agent (see vcemu agent --help)", add_help=False)
@@ -358,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("vcsched", help="seed 002 static placement experiments (see vcemu vcsched --help)",
                    add_help=False)
-    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing")
-    sp.add_argument("name", choices=["cpu-share", "packing"])
+    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, load, scale")
+    sp.add_argument("name", choices=["cpu-share", "packing", "load", "scale"])
     return p
 
 
@@ -383,6 +434,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from coordinator.vcsched.bench import bench_packing_main
 
             return bench_packing_main(argv[2:])
+        if argv[1] in ("load", "scale"):
+            from coordinator import bench_ops
+
+            return (bench_ops.bench_load_main if argv[1] == "load" else bench_ops.bench_scale_main)(argv[2:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -215,6 +215,10 @@ class CoordinatorMetrics:
         self.transitions = PromCounter(
             "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
         )
+        self.agents_lost = Counter(
+            "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
+            registry=self.registry,
+        )  # exposed as vcemu_agents_lost_total (issue 7)
         self.policy = policy
         self.engine = engine
         for c in (self.stretch, self.decisions):

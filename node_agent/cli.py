@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coordinator", default=None, metavar="ADDR", help="register with this coordinator")
     p.add_argument("--advertise", default=None, metavar="ADDR",
                    help="address the coordinator should dial (default: the bound address)")
+    p.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS (with --tls-key, --tls-ca)")
+    p.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
+    p.add_argument("--tls-ca", default=None, help="PEM CA certificate that signed the cluster's certificates")
     return p
 
 
@@ -104,6 +107,12 @@ def agent_main(argv: list[str]) -> int:
             if v is not None and not 0 <= v <= 65535:
                 parser.error(f"argument --{flag.replace('_', '-')}: must be a port in [0, 65535], got {v}")
         hosts = _hosts(args, parser)
+        from node_agent.tls import from_args
+
+        try:
+            args.tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
+        except ValueError as e:
+            parser.error(str(e))
     except SystemExit as e:
         return int(e.code or 0)
     if sum(h.cpu_cores for h in hosts) > (os.cpu_count() or 1):
@@ -124,16 +133,17 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
     with _signals_set(stop):
         try:
             agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
-                                no_cgroups=args.no_cgroups, metrics_port=args.metrics_port,
+                                no_cgroups=args.no_cgroups, metrics_port=args.metrics_port, tls=args.tls,
                                 progress_by=args.progress_by)
         except CgroupUnavailable as e:
             print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
                   "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)
             return 1
-        except (AgentIdInUse, RuntimeError) as e:
+        except (AgentIdInUse, RuntimeError, ValueError) as e:
             print(f"vcemu agent: error: {e}", file=sys.stderr)
             return 1
-        registrar = Registrar(agent, args.coordinator, args.advertise or agent.address) if args.coordinator else None
+        registrar = Registrar(agent, args.coordinator, args.advertise or agent.address,
+                              args.tls.client_channel if args.tls else None) if args.coordinator else None
         metrics = f", metrics on :{agent.metrics_port}" if agent.metrics_port is not None else ""
         print(f"vcemu agent: {agent.core.mode}, hosts {', '.join(h.name for h in hosts)}{metrics}", file=sys.stderr)
         print(f"vcemu agent listening on {agent.address}", flush=True)

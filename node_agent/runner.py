@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import psutil
 
 from node_agent.cgroups import CgroupDriver, CgroupError, safe_name
-from workloads import progress
+from workloads import modeled, progress
 from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
 
 INTERPRETER_ALLOWANCE_BYTES = 64 << 20
@@ -358,3 +358,68 @@ class Task:
             cpu_measured=measured, cpu_seconds=self._cpu_s, memory_bytes=self._rss,
             exit_code=self.exit_code, message=self.message, pid=self._proc.pid if self._proc else 0,
             units_done=self._units, target_units=self.target)
+
+
+class ModeledTask:
+    """A ``modeled`` task (see :mod:`workloads.modeled`): progress from share x elapsed time, no process.
+
+    Same interface as :class:`Task`, so the agent's capacity checks, pause/resume and status are shared."""
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.cpu_share = spec.cpu_share
+        self.state = State.RUNNING
+        self.cgroup = ""
+        self.target = 1
+        self.exit_code = 0
+        self.message = ""
+        self._progress = spec.start_progress
+        self._t = time.monotonic()
+
+    def start(self) -> None:
+        self._t = time.monotonic()
+
+    def _integrate(self) -> None:
+        now = time.monotonic()
+        if self.state is State.RUNNING:
+            self._progress = modeled.advance(self._progress, self.cpu_share, self.spec.cpu_need,
+                                             self.spec.work_seconds, now - self._t)
+            if self._progress >= 1.0:
+                self.state = State.DONE
+        self._t = now
+
+    def set_share(self, share: float) -> None:
+        self._integrate()
+        self.cpu_share = share
+
+    def pause(self) -> None:
+        self._integrate()
+        if self.state is State.RUNNING:
+            self.state = State.PAUSED
+
+    def resume(self) -> None:
+        self._integrate()
+        if self.state is State.PAUSED:
+            self.state = State.RUNNING
+
+    def stop(self) -> None:
+        self._integrate()
+        if not self.state.finished:
+            self.state, self.message = State.STOPPED, "stopped"
+
+    def poll(self) -> None:
+        self._integrate()
+
+    def rate_delta(self) -> tuple[int, float]:
+        return 0, 0.0
+
+    def progress_sample(self) -> progress.Sample | None:
+        return None
+
+    def view(self) -> TaskView:
+        sp = self.spec
+        return TaskView(
+            task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
+            progress=1.0 if self.state is State.DONE else self._progress, cpu_share=self.cpu_share,
+            cpu_measured=0.0, cpu_seconds=0.0, memory_bytes=0, exit_code=0, message=self.message, pid=0,
+            units_done=0, target_units=0)
