@@ -215,7 +215,7 @@ class CoordinatorMetrics:
         self.transitions = PromCounter(
             "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
         )
-        self.agents_lost = Counter(
+        self.agents_lost = PromCounter(
             "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
             registry=self.registry,
         )  # exposed as vcemu_agents_lost_total (issue 7)

@@ -433,10 +433,12 @@ class CoordinatorServer:
         return jobs
 
     def agent_health(self) -> list[AgentHealth]:
-        """Registered agents with the wall-clock age of their last heartbeat (for the metrics)."""
-        now = self.backend.now()
+        """Registered agents with the wall-clock age of their last heartbeat (for the metrics). Heartbeats
+        are stamped with ``time.monotonic()``; an agent restored from the store has a grace stamp in the
+        future, shown as age 0."""
+        now = time.monotonic()
         return [
-            AgentHealth(a, h.mode, (now - self.heartbeats.get(a, -math.inf)) / self.backend.compression, len(h.hosts))
+            AgentHealth(a, h.mode, max(0.0, now - self.heartbeats.get(a, -math.inf)), len(h.hosts))
             for a, h in list(self.backend.agents.items())
         ]
 
