@@ -26,9 +26,9 @@ def _fraction(name: str):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
         if not 0.0 < value <= 1.0:
-            raise argparse.ArgumentTypeError(f"{name} must be in (0, 1], got {text}")
+            raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
         return value
 
     return parse
@@ -39,12 +39,30 @@ def _positive(name: str, kind=float):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a {kind.__name__}, got {text!r}") from None
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
         if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0, got {text}")
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
 
     return parse
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0 meaning "pick a free one"; gRPC would silently wrap 99999 round to 34463."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Bad configuration stops start-up with one clear line naming the setting (exit status 2)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _policy_name(text: str) -> str:
@@ -66,11 +84,44 @@ def _stub(address: str):
     return coordinator_pb2_grpc.CoordinatorStub(grpc.insecure_channel(address))
 
 
+def _auth() -> tuple[tuple[str, str], ...]:
+    """Bearer token metadata from $VCEMU_TOKEN_FILE, if set (for a coordinator started with --token-file)."""
+    path = os.environ.get("VCEMU_TOKEN_FILE")
+    if not path:
+        return ()
+    with open(path) as f:
+        return (("authorization", f"Bearer {f.read().strip()}"),)
+
+
+def read_token(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as exc:
+        raise SystemExit(f"vcemu: --token-file {path}: {exc.strerror}") from None
+    if not token:
+        raise SystemExit(f"vcemu: --token-file {path}: the file is empty")
+    return token
+
+
+def _server_options(args: argparse.Namespace) -> dict:
+    """Reliability and security options shared by ``up`` and ``coordinator`` (issue 7)."""
+    from node_agent.tls import from_args
+
+    try:
+        tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
+    except ValueError as exc:
+        raise SystemExit(f"vcemu: {exc}") from None
+    return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls}
+
+
 def _rpc(call, request, what: str):
     import grpc
 
     try:
-        return call(request, timeout=10)
+        return call(request, timeout=10, metadata=_auth())
     except grpc.RpcError as exc:
         print(f"vcemu {what}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -181,20 +232,24 @@ def default_cpus_per_host(hosts: int) -> float:
 
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | None,
                         mem_per_host: str, port: int, metrics_port: int | None, no_cgroups: bool,
-                        wait_s: float = 90.0):
-    """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts."""
+                        wait_s: float = 90.0, **options):
+    """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts.
+    ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
 
-    server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port).start()
+    server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
+    tls = options.get("tls")
+    tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
     cpus = cpus_per_host if cpus_per_host is not None else default_cpus_per_host(hosts)
     split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
     procs = [
-        spawn_agent(server.address, n, cpus, mem_per_host, f"agent{i}", ["--no-cgroups"] if no_cgroups else [])
+        spawn_agent(server.address, n, cpus, mem_per_host, f"agent{i}",
+                    (["--no-cgroups"] if no_cgroups else []) + tls_flags)
         for i, n in enumerate(split) if n
     ]
     deadline = time.monotonic() + wait_s
-    while len(server.engine.hosts) < hosts:
+    while len({h.name for h in server.engine.hosts} & set(server.backend.host_agent)) < hosts:
         dead = [p for p in procs if p.poll() is not None]
         if dead or time.monotonic() > deadline:
             stop_processes(procs)
@@ -206,9 +261,16 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.ray is not None:
+        from coordinator.backends.ray import run_up
+
+        return run_up(args)
+    if args.bind is not None:
+        print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
+        return 2
     server, procs = start_local_cluster(
         args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
-        args.metrics_port, args.no_cgroups,
+        args.metrics_port, args.no_cgroups, **_server_options(args),
     )
     metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
     print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. Ctrl-C stops.",
@@ -229,7 +291,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.service import CoordinatorServer
 
     server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
-                               metrics_port=args.metrics_port).start()
+                               metrics_port=args.metrics_port, **_server_options(args)).start()
     print(f"vcemu coordinator listening on {server.address}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -251,8 +313,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _reliability_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--state", default=None, metavar="DB",
+                    help="SQLite file for durable state: a restart with the same file carries on the run")
+    sp.add_argument("--heartbeat", type=_positive("--heartbeat"), default=2.0, metavar="S",
+                    help="agent heartbeat interval; an agent silent for 3 intervals is lost (default 2)")
+    sp.add_argument("--token-file", default=None, help="require this bearer token on the user API "
+                    "(clients: set $VCEMU_TOKEN_FILE)")
+    sp.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS with the agents")
+    sp.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
+    sp.add_argument("--tls-ca", default=None, help="PEM CA certificate of the cluster")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vcemu", description=__doc__.splitlines()[0])
+    p = _Parser(prog="vcemu", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def client(sp: argparse.ArgumentParser) -> None:
@@ -266,16 +340,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="real cores per emulated host (default: 80%% of the machine shared out)")
     sp.add_argument("--mem-per-host", default="1GiB")
     sp.add_argument("--policy", type=_policy_name, default="greedy")
-    sp.add_argument("--port", type=int, default=50051)
-    sp.add_argument("--metrics-port", type=int, default=None)
+    sp.add_argument("--port", type=_port, default=50051)
+    sp.add_argument("--metrics-port", type=_port, default=None)
     sp.add_argument("--no-cgroups", action="store_true")
+    sp.add_argument("--ray", metavar="ADDRESS", default=None,
+                    help="place the hosts on the nodes of the Ray cluster at ADDRESS (HOST:PORT of its head), "
+                    "one agent actor per node; token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
+    sp.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
+                    "(default: each node's IP as Ray reports it)")
+    _reliability_flags(sp)
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("coordinator", help="run the coordinator alone (agents register with it)")
     sp.add_argument("--policy", type=_policy_name, default="greedy")
-    sp.add_argument("--port", type=int, default=50051)
+    sp.add_argument("--port", type=_port, default=50051)
     sp.add_argument("--bind", default="127.0.0.1")
-    sp.add_argument("--metrics-port", type=int, default=None)
+    sp.add_argument("--metrics-port", type=_port, default=None)
+    _reliability_flags(sp)
     sp.set_defaults(func=cmd_coordinator)
 
     sub.add_parser("agent", help="run a node agent (see vcemu agent --help)", add_help=False)
@@ -328,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("vcsched", help="seed 002 static placement experiments (see vcemu vcsched --help)",
                    add_help=False)
-    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing")
-    sp.add_argument("name", choices=["cpu-share", "packing"])
+    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, load, scale")
+    sp.add_argument("name", choices=["cpu-share", "packing", "load", "scale"])
     return p
 
 
@@ -353,6 +434,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from coordinator.vcsched.bench import bench_packing_main
 
             return bench_packing_main(argv[2:])
+        if argv[1] in ("load", "scale"):
+            from coordinator import bench_ops
+
+            return (bench_ops.bench_load_main if argv[1] == "load" else bench_ops.bench_scale_main)(argv[2:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

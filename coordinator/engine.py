@@ -144,11 +144,56 @@ class Engine:
             if rec.state.finished:
                 return rec
             if rec.state in (JobState.RUNNING, JobState.PAUSED):
-                self.backend.stop(job)
+                with contextlib.suppress(BackendError):  # an unreachable agent's tasks are fenced later
+                    self.backend.stop(job)
             self._finish(rec, JobState.CANCELLED, "cancelled")
             self._push(self.backend.now(), "stim", Complete(job))
         self.backend.wake()
         return rec
+
+    # ---- recovery (issue 7): a restarted coordinator, a lost agent ---------------------------------
+
+    def restore(self, records: Iterable[JobRecord], transitions: Iterable[Transition] = ()) -> None:
+        """Take back the jobs of an earlier run of this coordinator (from its store). Pending jobs are
+        offered to the policy again; placed ones are expected to have been adopted by the backend."""
+        with self.lock:
+            for rec in records:
+                self.jobs[rec.spec.id] = rec
+                self.history.specs[rec.spec.id] = rec.spec
+                if rec.state is JobState.PENDING:
+                    self._push(self.backend.now(), "stim", Submit(rec.spec.id))
+            self.history.transitions.extend(transitions)
+            self._ensure_tick()
+        self.backend.wake()
+
+    def requeue(self, job: str, reason: str) -> None:
+        """Put a placed job back to pending, keeping the work it has done (its last checkpoint): it
+        restarts from there when the policy places it again. For tasks lost with their host."""
+        with self.lock:
+            rec = self.jobs.get(job)
+            if rec is None or rec.state not in (JobState.RUNNING, JobState.PAUSED):
+                return
+            with contextlib.suppress(BackendError, KeyError):
+                rec.vt = max(rec.vt, self.backend.progress(job) * rec.spec.work)
+            with contextlib.suppress(BackendError):
+                self.backend.stop(job)
+            src, rec.state, rec.cpu = rec.state, JobState.PENDING, 0.0
+            self._record(job, src, JobState.PENDING, rec.hosts, 0.0, reason)
+            rec.hosts = ()
+            self._push(self.backend.now(), "stim", Submit(job))
+            self._ensure_tick()
+        self.backend.wake()
+
+    def lose_hosts(self, names: Iterable[str], reason: str) -> list[str]:
+        """Remove hosts (their agent is gone) and requeue every job with a task on one; returns those jobs."""
+        with self.lock:
+            gone = set(names)
+            self.hosts = [h for h in self.hosts if h.name not in gone]
+            hit = [j for j, r in self.jobs.items()
+                   if r.state in (JobState.RUNNING, JobState.PAUSED) and gone.intersection(r.hosts)]
+            for job in hit:
+                self.requeue(job, reason)
+            return hit
 
     # ---- the loop ---------------------------------------------------------------------------------
 
@@ -251,7 +296,8 @@ class Engine:
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
         now = self.backend.now()
         if isinstance(action, Start):
-            self.backend.start(rec.spec, action.hosts, action.cpu)
+            progress = min(rec.vt / rec.spec.work, 1.0) if rec.vt > 0 else 0.0  # > 0: requeued after a loss
+            self.backend.start(rec.spec, action.hosts, action.cpu, progress)
             rec.state, rec.hosts, rec.cpu = JobState.RUNNING, action.hosts, action.cpu
             rec.first_start = now if rec.first_start is None else rec.first_start
             self._record(rec.spec.id, JobState.PENDING, JobState.RUNNING, rec.hosts, rec.cpu, "start")
@@ -333,6 +379,9 @@ class Engine:
         """Record a finished job; True if the policy is to be told (it completed or failed now)."""
         rec = self.jobs.get(report.job)
         if rec is None or rec.state.finished:
+            return False
+        if report.state is JobState.PENDING:  # the backend lost a task: back to the queue (issue 7)
+            self.requeue(report.job, report.message or "task lost")
             return False
         if report.state is JobState.DONE:
             rec.vt = rec.spec.work

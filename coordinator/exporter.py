@@ -214,6 +214,10 @@ class CoordinatorMetrics:
         self.transitions = Counter(
             "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
         )
+        self.agents_lost = PromCounter(
+            "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
+            registry=self.registry,
+        )  # exposed as vcemu_agents_lost_total (issue 7)
         self.policy = policy
         self.engine = engine
         for c in (self.stretch, self.decisions):

@@ -20,7 +20,7 @@ from types import MappingProxyType
 STRETCH_BOUND_S = 30.0
 
 #: Workload programs a job may name (the node agent's registry runs exactly these).
-KNOWN_WORKLOADS = ("dgemm", "arraycycle")
+KNOWN_WORKLOADS = ("dgemm", "arraycycle", "modeled")
 
 
 class JobState(StrEnum):

@@ -4,16 +4,27 @@
 ``engine.step`` (the same loop the simulator runs, on a real clock), and the gRPC server whose handlers
 only validate, translate and hand work to the engine. A refused job gets INVALID_ARGUMENT with a message
 naming the field, and nothing already accepted is touched.
+
+Reliability (issue 7). With ``state`` (a SQLite file, :mod:`coordinator.store`) every accepted job and
+every transition is committed before the reply leaves; a restarted coordinator reloads its jobs, takes
+back its agents and the tasks they kept running (:meth:`LiveBackend.adopt`), and carries on. Agents
+heartbeat every ``heartbeat_s`` (told to them in RegisterAgentReply); one silent for ``heartbeat_misses``
+intervals is declared lost: its hosts leave the cluster and its jobs are requeued from their last
+checkpoint (counted in ``vcemu_agents_lost_total``, each requeue in the event stream). Submit is
+idempotent by ``request_id``, durably. With ``token`` the user API (everything but the agents' calls)
+needs ``authorization: Bearer <token>``; agents are authenticated by mutual TLS when it is configured.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import itertools
 import logging
 import math
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 
@@ -27,6 +38,9 @@ from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
+from coordinator.store import Store
+from node_agent.tls import TlsFiles
+from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
@@ -34,6 +48,51 @@ log = logging.getLogger("vcemu.coordinator")
 
 SERVICE_NAME = "vcemu.v1.Coordinator"
 MAX_MESSAGE_BYTES = 1 << 20
+#: Bounds on a job spec beyond the model's own checks (a request must not make the coordinator allocate
+#: or loop without limit).
+MAX_TASKS = 10_000
+MAX_WORK_S = 1e9
+MAX_NAME = 256
+MAX_REQUEST_ID = 256
+AGENT_METHODS = ("RegisterAgent", "Heartbeat")
+
+
+class TokenInterceptor(grpc.ServerInterceptor):
+    """Refuse user API calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED). The agents'
+    RegisterAgent/Heartbeat are left to mutual TLS."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+        def deny(request: object, context: grpc.ServicerContext) -> None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "authorization: missing or wrong bearer token")
+
+        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
+        method = details.method.rsplit("/", 1)[-1]
+        if not details.method.startswith(f"/{SERVICE_NAME}/") or method in AGENT_METHODS:
+            return continuation(details)
+        given = dict(details.invocation_metadata or ()).get("authorization", "")
+        if isinstance(given, bytes):
+            given = given.decode(errors="replace")
+        if hmac.compare_digest(given.encode(), b"Bearer " + self._token):
+            return continuation(details)
+        return self._deny_stream if method == "WatchEvents" else self._deny_unary
+
+
+def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
+    """The first bound a request breaks, as ``field: why``, or None."""
+    if len(request_id) > MAX_REQUEST_ID:
+        return f"request_id: at most {MAX_REQUEST_ID} characters, got {len(request_id)}"
+    if len(spec.name) > MAX_NAME:
+        return f"spec.name: at most {MAX_NAME} characters, got {len(spec.name)}"
+    if spec.tasks > MAX_TASKS:
+        return f"tasks: at most {MAX_TASKS}, got {spec.tasks}"
+    if math.isfinite(spec.work_seconds) and spec.work_seconds > MAX_WORK_S:
+        return f"work_seconds: at most {MAX_WORK_S:g}, got {spec.work_seconds:g}"
+    return None
 
 
 def job_message(rec: JobRecord) -> pb.Job:
@@ -65,11 +124,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.Job:
         engine = self.s.engine
         spec_in = request.spec
-        with engine.lock:
-            if not engine.hosts:
-                context.abort(grpc.StatusCode.UNAVAILABLE, "no hosts registered yet: start agents first")
+        why = check_spec(spec_in, request.request_id)
+        if why is not None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {why}")
+        with self.s.intake_lock:
             if request.request_id and request.request_id in self.s.requests:
-                return job_message(engine.jobs[self.s.requests[request.request_id]])
+                return job_message(self.s.lookup(self.s.requests[request.request_id]))  # type: ignore[arg-type]
+            hosts = tuple(engine.hosts)
+            if not hosts:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "no hosts registered yet: start agents first")
             job_id = f"job-{next(self.s.ids):05d}"
             spec = JobSpec(
                 id=job_id,
@@ -81,14 +144,29 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 workload=spec_in.workload or "dgemm",
             )
             try:
-                engine.arrive(spec)
+                spec.validate(hosts)
+                refuse = getattr(engine.policy, "refuse", None)
+                why_not = refuse(spec, hosts) if refuse is not None else None
+                if why_not is not None:
+                    raise InvalidJob(*why_not)
             except InvalidJob as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {exc}")
+            rec = JobRecord(spec)
+            if self.s.store is not None:  # durable before the reply: the job's row and its first transition
+                with self.s.store.transaction():
+                    self.s.store.put_job(spec, JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+                    self.s.store.add_transition(Transition(spec.submit_time, job_id, None, JobState.PENDING,
+                                                           reason="submitted"))
+                    if request.request_id:
+                        self.s.store.set_request(job_id, request.request_id)
+            self.s.intake[job_id] = rec
             if request.request_id:
                 self.s.requests[request.request_id] = job_id
-            return job_message(engine.jobs[job_id])
+        engine.backend.wake()
+        return job_message(rec)
 
     def _record(self, job_id: str, context: grpc.ServicerContext) -> JobRecord:
+        self.s.drain()
         rec = self.s.engine.jobs.get(job_id)
         if rec is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
@@ -106,6 +184,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
         if request.state and request.state not in {s.value for s in JobState}:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}")
+        self.s.drain()
         with self.s.engine.lock:
             recs = [r for r in self.s.engine.jobs.values() if not request.state or r.state.value == request.state]
             return pb.ListJobsReply(jobs=[job_message(r) for r in recs])
@@ -158,21 +237,35 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             return reply
 
     def RegisterAgent(self, request: pb.RegisterAgentRequest, context: grpc.ServicerContext) -> pb.RegisterAgentReply:
-        if not request.address or not request.description.hosts:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "address and description.hosts are required")
-        try:
-            hosts = self.s.backend.add_agent(request.address, request.description)
-        except BackendError as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        self.s.engine.add_hosts(hosts)
-        self.s.heartbeats[request.description.agent_id] = self.s.backend.now()
-        log.info("agent %s at %s registered %d hosts", request.description.agent_id, request.address, len(hosts))
-        return pb.RegisterAgentReply(hosts=[h.name for h in hosts])
+        d = request.description
+        if not request.address or not d.hosts or not d.agent_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "address, description.agent_id and description.hosts are required")
+        for h in d.hosts:
+            if not h.name or not (math.isfinite(h.cpu_cores) and h.cpu_cores > 0) or h.memory_bytes <= 0:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"description.hosts: host {h.name!r} needs a "
+                              "name, cpu_cores > 0 and memory_bytes > 0")
+        with self.s.engine.lock:
+            taken = {n: a for n, a in self.s.backend.host_agent.items() if a != d.agent_id}
+            clash = [h.name for h in d.hosts if h.name in taken]
+            if clash:
+                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"description.hosts: host {clash[0]!r} is already "
+                              f"emulated by agent {taken[clash[0]]!r}")
+            try:
+                hosts = self.s.backend.add_agent(request.address, d)
+            except BackendError as exc:
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            self.s.engine.add_hosts(hosts)
+            self.s.heartbeats[d.agent_id] = time.monotonic()
+            if self.s.store is not None:
+                self.s.store.put_agent(d.agent_id, request.address, d.SerializeToString())
+        log.info("agent %s at %s registered %d hosts", d.agent_id, request.address, len(hosts))
+        return pb.RegisterAgentReply(hosts=[h.name for h in hosts], heartbeat_interval_s=self.s.heartbeat_s)
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
         known = request.agent_id in self.s.backend.agents
         if known:
-            self.s.heartbeats[request.agent_id] = self.s.backend.now()
+            self.s.heartbeats[request.agent_id] = time.monotonic()
         return pb.HeartbeatReply(known=known)
 
 
@@ -187,35 +280,165 @@ class CoordinatorServer:
         metrics_port: int | None = None,
         compression: float = 1.0,
         poll_interval: float = 0.1,
+        state: str | None = None,
+        heartbeat_s: float = 2.0,
+        heartbeat_misses: int = 3,
+        token: str | None = None,
+        tls: TlsFiles | None = None,
+        rpc_timeout: float = 5.0,
+        stop_tasks_on_exit: bool = True,
     ) -> None:
-        self.backend = LiveBackend(compression=compression, poll_interval=poll_interval)
+        if not heartbeat_s > 0 or heartbeat_misses < 1:
+            raise ValueError(f"heartbeat: interval must be > 0 and misses >= 1, got {heartbeat_s}, {heartbeat_misses}")
+        self.heartbeat_s, self.heartbeat_misses = heartbeat_s, heartbeat_misses
+        self.stop_tasks_on_exit = stop_tasks_on_exit
+        self.store = Store(state) if state else None
+        loaded = self.store.load() if self.store is not None else None
+        self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
+                                   epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
+                                   channel_factory=tls.client_channel if tls else None)
         self.engine = Engine(policy, self.backend)
         self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status, self.agent_health)
         self.ids = itertools.count(1)
         self.requests: dict[str, str] = {}
         self.heartbeats: dict[str, float] = {}
         self.watchers: list[queue.Queue[Transition | None]] = []
+        # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
+        # for the engine loop, which may be busy deciding; the loop drains this before every step.
+        self.intake_lock = threading.Lock()
+        self.intake: dict[str, JobRecord] = {}
+        if loaded is not None:
+            self._restore(loaded)
+        if self.store is not None:
+            self.engine.listeners.append(self._persist)
+            self.backend.journal = self.store.put_tasks
         self.engine.listeners.append(self._broadcast)
         self._stop = threading.Event()
+        interceptors = [TokenInterceptor(token)] if token else []
         self.grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16),
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+            interceptors=interceptors,
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_send_message_length", 64 * MAX_MESSAGE_BYTES)],
         )
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self), self.grpc)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
-        self.port = self.grpc.add_insecure_port(f"{bind}:{port}")
+        if tls is not None:
+            self.port = self.grpc.add_secure_port(f"{bind}:{port}", tls.server_credentials())
+        else:
+            self.port = self.grpc.add_insecure_port(f"{bind}:{port}")
         if self.port == 0:
             raise OSError(f"cannot bind the coordinator to {bind}:{port}")
         self.address = f"{bind}:{self.port}"
         self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
         self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._watch = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
+
+    # ---- durability ---------------------------------------------------------------------------------
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        return self.store.transaction() if self.store is not None else contextlib.nullcontext()
+
+    def lookup(self, job_id: str) -> JobRecord | None:
+        return self.engine.jobs.get(job_id) or self.intake.get(job_id)
+
+    def drain(self) -> None:
+        """Hand accepted jobs to the engine, in submission order. A job the cluster can no longer hold
+        (its hosts were lost meanwhile) fails with the reason, and stays on record."""
+        with self.intake_lock:
+            batch = list(self.intake.values())
+        if not batch:
+            return
+        with self.engine.lock:
+            for rec in batch:
+                if rec.spec.id in self.engine.jobs:
+                    continue
+                try:
+                    self.engine.arrive(rec.spec)
+                except InvalidJob as exc:
+                    rec.state, rec.message, rec.end = JobState.FAILED, f"invalid job: {exc}", self.backend.now()
+                    self.engine.restore([rec])
+                    if self.store is not None:
+                        self.store.put_job(rec.spec, rec.state, (), 0.0, 0.0, 0, None, rec.end, rec.message)
+        with self.intake_lock:
+            for rec in batch:
+                self.intake.pop(rec.spec.id, None)
+
+    def _persist(self, t: Transition) -> None:
+        """Engine listener: the job's row and the transition, committed (with the caller's transaction).
+        A job's first transition was written when it was accepted."""
+        assert self.store is not None
+        if t.src is None:
+            return
+        rec = self.engine.jobs[t.job]
+        with self.store.transaction():
+            self.store.put_job(rec.spec, rec.state, rec.hosts, rec.cpu, rec.vt, rec.attempts, rec.first_start,
+                               rec.end, rec.message)
+            self.store.add_transition(t)
+
+    def _restore(self, loaded) -> None:  # type: ignore[no-untyped-def]
+        """Reload jobs, agents and tasks from the store (a restart after a crash, or a clean stop)."""
+        grace = time.monotonic() + 2 * self.heartbeat_s  # restored agents get time to heartbeat again
+        for agent_id, address, desc in loaded.agents:
+            try:
+                hosts = self.backend.add_agent(address, agent_pb2.DescribeReply.FromString(desc))
+            except BackendError as exc:
+                log.warning("agent %s from the store: %s", agent_id, exc)
+                continue
+            self.engine.add_hosts(hosts)
+            self.heartbeats[agent_id] = grace
+        records, top = [], 0
+        for j in loaded.jobs:
+            rec = JobRecord(j.spec, j.state, j.hosts, j.cpu, j.vt, j.attempts, j.first_start, j.end, j.message)
+            restarts, tasks = loaded.tasks.get(j.spec.id, (-1, []))
+            if j.state in (JobState.RUNNING, JobState.PAUSED) and tasks:
+                self.backend.adopt(j.spec, restarts, tasks, j.cpu)
+            else:
+                self.backend.reserve_restarts(j.spec.id, restarts)  # its leftover tasks are stopped by polling
+                if j.state in (JobState.RUNNING, JobState.PAUSED):  # placed, but no task record: start over
+                    rec.state, rec.hosts, rec.cpu = JobState.PENDING, (), 0.0
+            if j.request_id:
+                self.requests[j.request_id] = j.spec.id
+            with contextlib.suppress(ValueError, IndexError):
+                top = max(top, int(j.spec.id.rsplit("-", 1)[1]))
+            records.append(rec)
+        self.engine.restore(records, loaded.transitions)
+        self.ids = itertools.count(top + 1)
+        log.info("restored %d jobs (%d unfinished) and %d agents from %s", len(records),
+                 sum(1 for r in records if not r.state.finished), len(loaded.agents), self.store.path if self.store
+                 else "")
+
+    # ---- agent health -------------------------------------------------------------------------------
+
+    def _watch_agents(self) -> None:
+        """Declare an agent lost after ``heartbeat_misses`` silent intervals: its hosts leave the cluster
+        and its jobs go back to pending with their progress (restart from the last checkpoint)."""
+        while not self._stop.wait(self.heartbeat_s / 4):
+            deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
+            for agent_id, last in list(self.heartbeats.items()):
+                if last < deadline and agent_id in self.backend.agents:
+                    self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
+                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
+
+    def lose_agent(self, agent_id: str, reason: str) -> list[str]:
+        with self.engine.lock:
+            hosts = self.backend.remove_agent(agent_id)
+            self.heartbeats.pop(agent_id, None)
+            if self.store is not None:
+                self.store.drop_agent(agent_id)
+            jobs = self.engine.lose_hosts(hosts, reason)
+        self.metrics.agents_lost.inc()
+        log.warning("%s; hosts %s removed, %d jobs requeued", reason, ", ".join(hosts), len(jobs))
+        return jobs
 
     def agent_health(self) -> list[AgentHealth]:
-        """Registered agents with the wall-clock age of their last heartbeat (for the metrics)."""
-        now = self.backend.now()
+        """Registered agents with the wall-clock age of their last heartbeat (for the metrics). Heartbeats
+        are stamped with ``time.monotonic()``; an agent restored from the store has a grace stamp in the
+        future, shown as age 0."""
+        now = time.monotonic()
         return [
-            AgentHealth(a, h.mode, (now - self.heartbeats.get(a, -math.inf)) / self.backend.compression, len(h.hosts))
+            AgentHealth(a, h.mode, max(0.0, now - self.heartbeats.get(a, -math.inf)), len(h.hosts))
             for a, h in list(self.backend.agents.items())
         ]
 
@@ -227,6 +450,7 @@ class CoordinatorServer:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                self.drain()
                 self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression)
             except Exception:  # the loop must survive a bad event; the error is logged with its trace
                 log.exception("engine step failed")
@@ -235,6 +459,7 @@ class CoordinatorServer:
     def start(self) -> CoordinatorServer:
         self.grpc.start()
         self._loop.start()
+        self._watch.start()
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         return self
@@ -244,23 +469,27 @@ class CoordinatorServer:
         self._stop.set()
         self.backend.wake()
         self._loop.join(timeout=5)
-        with self.engine.lock:
-            for job, rec in self.engine.jobs.items():
-                if rec.state in (JobState.RUNNING, JobState.PAUSED):
-                    with contextlib.suppress(BackendError):
-                        self.backend.stop(job)
+        self._watch.join(timeout=5)
+        if self.stop_tasks_on_exit and self.store is None:  # with a store, a restart adopts them instead
+            with self.engine.lock:
+                for job, rec in self.engine.jobs.items():
+                    if rec.state in (JobState.RUNNING, JobState.PAUSED):
+                        with contextlib.suppress(BackendError):
+                            self.backend.stop(job)
         for q in list(self.watchers):
             with contextlib.suppress(queue.Full):
                 q.put_nowait(None)
         self.grpc.stop(grace).wait()
         self.backend.close()
+        if self.store is not None:
+            self.store.close()
 
     def wait_idle(self, timeout: float = math.inf) -> bool:
         """Block until every accepted job is finished (for the demo and tests)."""
         deadline = self.backend.now() + timeout * self.backend.compression
         while self.backend.now() < deadline:
             with self.engine.lock:
-                if self.engine.jobs and self.engine.unfinished == 0:
+                if self.engine.jobs and self.engine.unfinished == 0 and not self.intake:
                     return True
             self._stop.wait(0.1)
         return False

@@ -18,6 +18,8 @@ says it is finished, which a coordinator racing a completion wants rather than a
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import shutil
@@ -29,9 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node_agent.cgroups import CgroupDriver
-from node_agent.runner import State, Task, TaskSpec, TaskView
+from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView
+from workloads import modeled
 from workloads.registry import PROGRAMS
 
+log = logging.getLogger("vcemu.agent")
 SHARE_EPS = 1e-6
 POLL_INTERVAL_S = 0.1
 #: CPU-seconds of task time per update of a workload's rate estimate, and the update's weight.
@@ -72,16 +76,18 @@ class AgentCore:
     """The hosts and tasks of one agent process."""
 
     def __init__(self, agent_id: str, hosts: list[HostSpec], driver: CgroupDriver,
-                 units_per_core_second: dict[str, float]) -> None:
+                 units_per_core_second: dict[str, float], progress_by: str = "cpu-time") -> None:
         self.agent_id = agent_id
+        #: How tasks measure progress: "cpu-time" or "units" (see :mod:`node_agent.runner`).
+        self.progress_by = progress_by
         self.hosts = {h.name: h for h in hosts}
         self.driver = driver
         self.mode = driver.mode
         self.rates = dict(units_per_core_second)
         self._rate_acc: dict[str, list[float]] = {w: [0.0, 0.0] for w in self.rates}
-        self.workloads = sorted(w for w in PROGRAMS if w in self.rates)
+        self.workloads = sorted([*(w for w in PROGRAMS if w in self.rates), modeled.NAME])
         self.started = time.monotonic()
-        self._tasks: dict[str, Task] = {}
+        self._tasks: dict[str, Task | ModeledTask] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
@@ -111,21 +117,26 @@ class AgentCore:
             if not 0 <= memory_bytes <= h.memory_bytes:
                 raise AgentError("INVALID_ARGUMENT", f"memory_bytes: {memory_bytes} is outside "
                                  f"[0, {h.memory_bytes}] (the memory of host {host})")
-            if cpu_need * h.cpu_cores > 1.0 + SHARE_EPS:
+            if cpu_need * h.cpu_cores > 1.0 + SHARE_EPS and workload != modeled.NAME:
                 raise AgentError("INVALID_ARGUMENT", f"cpu_need: {cpu_need} of host {host} is "
                                  f"{cpu_need * h.cpu_cores:.3g} cores, but workload {workload} is a single "
                                  "process and uses at most 1 core")
             self._check_cpu(h, cpu_share, exclude=None)
-            used = sum(t.spec.memory_bytes for t in self._live(h.name))
+            used = sum(t.spec.memory_bytes for t in self._live(h.name))  # modeled tasks reserve memory too
             if used + memory_bytes > h.memory_bytes:
                 raise AgentError("FAILED_PRECONDITION", f"memory_bytes: host {host} has "
                                  f"{h.memory_bytes - used} bytes free, the task needs {memory_bytes}")
             spec = TaskSpec(task_id=task_id, host=host, host_cores=h.cpu_cores, workload=workload,
                             cpu_share=cpu_share, cpu_need=cpu_need, work_seconds=work_seconds,
                             memory_bytes=memory_bytes, start_progress=start_progress)
-            task = Task(spec, self.driver, self.rates[workload], self._workdir)
+            task: Task | ModeledTask
+            if workload == modeled.NAME:  # computed, no process (workloads/modeled.py)
+                task = ModeledTask(spec)
+            else:
+                task = Task(spec, self.driver, self.rates[workload], self._workdir, self.progress_by)
             task.start()
             self._tasks[task_id] = task
+            log.info("task start %s host=%s workload=%s progress=%.4f", task_id, host, workload, start_progress)
             return task.view()
 
     def set_share(self, task_id: str, cpu_share: float) -> TaskView:
@@ -144,19 +155,20 @@ class AgentCore:
             task = self._task(task_id)
             task.stop()
             del self._tasks[task_id]
+            log.info("task stop %s state=%s", task_id, task.state.name.lower())
             return task.view()
 
     def task(self, task_id: str) -> TaskView:
         with self._lock:
             task = self._task(task_id)
-            task.poll()
+            _poll(task)
             return task.view()
 
     def status(self) -> tuple[list[HostView], list[TaskView]]:
         """Fresh readings (each task is polled now, so a client timing CPU deltas gets exact figures)."""
         with self._lock:
             for t in self._tasks.values():
-                t.poll()
+                _poll(t)
             tasks = [t.view() for t in self._tasks.values()]
         hosts = []
         for h in self.hosts.values():
@@ -224,7 +236,7 @@ class AgentCore:
         while not self._stop.wait(POLL_INTERVAL_S):
             with self._lock:
                 for task in self._tasks.values():
-                    task.poll()
+                    _poll(task)
                     units, cpu = task.rate_delta()
                     if cpu > 0:
                         acc = self._rate_acc.setdefault(task.spec.workload, [0.0, 0.0])
@@ -263,12 +275,21 @@ class AgentCore:
             return self.driver.dirs(self._task(task_id).cgroup)
 
 
+def _poll(task: Task | ModeledTask) -> None:
+    """Poll a task; log its end once (the agent-side record of what ran, for operators and fault tests)."""
+    was = task.state
+    task.poll()
+    if task.state.finished and not was.finished:
+        log.info("task end %s state=%s", task.spec.task_id, task.state.name.lower())
+
+
 def _check_fraction(field: str, value: float) -> None:
     if not (math.isfinite(value) and 0.0 < value <= 1.0):
         raise AgentError("INVALID_ARGUMENT", f"{field}: must be in (0, 1], got {value}")
 
 
-def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False) -> AgentCore:
+def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
+              progress_by: str = "cpu-time") -> AgentCore:
     """Probe cgroups (or use duty cycling if ``no_cgroups``), remove leftovers of an earlier run with
     the same agent id, calibrate the workloads, and return a running core.
 
@@ -284,14 +305,29 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False) ->
             driver = DutyCycleDriver()
         else:
             driver = open_driver(agent_id, sum(h.cpu_cores for h in hosts))
-            driver.cleanup(remove_parent=False)
+            left = driver.cleanup(remove_parent=False)  # only this agent id's (vcemu-<agent_id>) groups
+            if left:
+                log.warning("removed %d task cgroups (and their processes) left by a "
+                                                    "crashed agent %s: %s", len(left), agent_id, ", ".join(left))
+        _remove_old_workdirs(agent_id)
         rates = {w: calibrate(w) for w in PROGRAMS}
     except BaseException:
         lock.close()
         raise
-    core = AgentCore(agent_id, hosts, driver, rates)
+    core = AgentCore(agent_id, hosts, driver, rates, progress_by)
     core._closers.append(lock.close)
     return core
+
+
+def _remove_old_workdirs(agent_id: str) -> None:
+    """Remove the progress-channel directories a crashed agent with this id left (we hold the id's lock,
+    so none of them belongs to a live agent)."""
+    for base in ("/dev/shm", tempfile.gettempdir()):
+        with contextlib.suppress(OSError):
+            for name in os.listdir(base):
+                rest = name.removeprefix(f"vcemu-agent-{agent_id}-")  # mkdtemp's 8-letter suffix, no '-'
+                if rest != name and len(rest) == 8 and "-" not in rest:
+                    shutil.rmtree(os.path.join(base, name), ignore_errors=True)
 
 
 def _lock_agent_id(agent_id: str) -> socket.socket:

@@ -60,12 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-id", default=None, help="agent id (default: <hostname>-<pid>); a fixed id lets "
                    "a restarted agent remove the cgroups and processes its crashed predecessor left")
     p.add_argument("--host-prefix", default=None, help="host names are <prefix>-h<i> (default: agent id)")
+    p.add_argument("--progress-by", choices=("cpu-time", "units"), default="cpu-time",
+                   help="a task is done when it has had its CPU-seconds (default: the model's unit of work, immune "
+                        "to this machine's drifting speed) or when the program has done its calibrated units")
     p.add_argument("--no-cgroups", action="store_true",
                    help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
     p.add_argument("--coordinator", default=None, metavar="ADDR", help="register with this coordinator")
     p.add_argument("--advertise", default=None, metavar="ADDR",
                    help="address the coordinator should dial (default: the bound address)")
+    p.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS (with --tls-key, --tls-ca)")
+    p.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
+    p.add_argument("--tls-ca", default=None, help="PEM CA certificate that signed the cluster's certificates")
     return p
 
 
@@ -101,6 +107,12 @@ def agent_main(argv: list[str]) -> int:
             if v is not None and not 0 <= v <= 65535:
                 parser.error(f"argument --{flag.replace('_', '-')}: must be a port in [0, 65535], got {v}")
         hosts = _hosts(args, parser)
+        from node_agent.tls import from_args
+
+        try:
+            args.tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
+        except ValueError as e:
+            parser.error(str(e))
     except SystemExit as e:
         return int(e.code or 0)
     if sum(h.cpu_cores for h in hosts) > (os.cpu_count() or 1):
@@ -121,15 +133,17 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
     with _signals_set(stop):
         try:
             agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
-                                no_cgroups=args.no_cgroups, metrics_port=args.metrics_port)
+                                no_cgroups=args.no_cgroups, metrics_port=args.metrics_port, tls=args.tls,
+                                progress_by=args.progress_by)
         except CgroupUnavailable as e:
             print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
                   "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)
             return 1
-        except (AgentIdInUse, RuntimeError) as e:
+        except (AgentIdInUse, RuntimeError, ValueError) as e:
             print(f"vcemu agent: error: {e}", file=sys.stderr)
             return 1
-        registrar = Registrar(agent, args.coordinator, args.advertise or agent.address) if args.coordinator else None
+        registrar = Registrar(agent, args.coordinator, args.advertise or agent.address,
+                              args.tls.client_channel if args.tls else None) if args.coordinator else None
         metrics = f", metrics on :{agent.metrics_port}" if agent.metrics_port is not None else ""
         print(f"vcemu agent: {agent.core.mode}, hosts {', '.join(h.name for h in hosts)}{metrics}", file=sys.stderr)
         print(f"vcemu agent listening on {agent.address}", flush=True)

@@ -1,10 +1,16 @@
 """Registration with a coordinator (``--coordinator``): RegisterAgent once it is reachable, then a
-Heartbeat every 2 s; re-register when the coordinator forgets the agent or becomes unreachable."""
+Heartbeat at the interval the coordinator asks for (RegisterAgentReply.heartbeat_interval_s, default
+2 s); re-register when the coordinator forgets the agent (it declared it lost, or lost its state) or
+becomes unreachable. Every call has a deadline; failures back off exponentially with full jitter, capped
+at the heartbeat interval, so that a restarted coordinator hears from its agents within one interval
+(issue 7) and a hundred agents do not reconnect in lockstep."""
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
+from collections.abc import Callable
 
 import grpc
 
@@ -13,16 +19,20 @@ from vcemu.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0
-MAX_BACKOFF_S = 10.0
+RPC_TIMEOUT_S = 5.0
+MIN_BACKOFF_S = 0.1
 
 
 class Registrar:
     """Background thread keeping an agent registered; :meth:`stop` ends it."""
 
-    def __init__(self, agent: RunningAgent, coordinator: str, advertise: str) -> None:
+    def __init__(self, agent: RunningAgent, coordinator: str, advertise: str,
+                 channel_factory: Callable[[str], grpc.Channel] | None = None) -> None:
         self._agent, self._coordinator, self._advertise = agent, coordinator, advertise
+        self._channel_factory = channel_factory or grpc.insecure_channel
         self._stop = threading.Event()
         self.registered = threading.Event()
+        self.interval = HEARTBEAT_S
         self._thread = threading.Thread(target=self._run, name="registrar", daemon=True)
         self._thread.start()
 
@@ -31,25 +41,30 @@ class Registrar:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        with grpc.insecure_channel(self._coordinator) as channel:
+        with self._channel_factory(self._coordinator) as channel:
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
-            backoff = 0.5
+            backoff = MIN_BACKOFF_S
             while not self._stop.is_set():
+                timeout = min(RPC_TIMEOUT_S, max(0.5, self.interval))
                 try:
                     if not self.registered.is_set():
-                        stub.RegisterAgent(coordinator_pb2.RegisterAgentRequest(
-                            address=self._advertise, description=describe(self._agent.core)), timeout=5.0)
+                        reply = stub.RegisterAgent(coordinator_pb2.RegisterAgentRequest(
+                            address=self._advertise, description=describe(self._agent.core)), timeout=timeout)
+                        if reply.heartbeat_interval_s > 0:
+                            self.interval = reply.heartbeat_interval_s
                         self.registered.set()
                         log.info("registered with coordinator %s as %s", self._coordinator, self._advertise)
-                    reply = stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
-                        agent_id=self._agent.core.agent_id), timeout=5.0)
-                    if not reply.known:
+                    hb = stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
+                        agent_id=self._agent.core.agent_id), timeout=timeout)
+                    if not hb.known:
                         self.registered.clear()
                         continue
-                    backoff, wait = 0.5, HEARTBEAT_S
+                    backoff, wait = MIN_BACKOFF_S, self.interval
                 except grpc.RpcError as e:
-                    if self.registered.is_set() or backoff == 0.5:
+                    if self.registered.is_set() or backoff == MIN_BACKOFF_S:
                         log.warning("coordinator %s: %s; retrying", self._coordinator, e.code().name)
-                    self.registered.clear()
-                    wait, backoff = backoff, min(MAX_BACKOFF_S, backoff * 2)
+                    if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                        self.registered.clear()
+                    wait = random.uniform(0, backoff)
+                    backoff = min(self.interval, backoff * 2)
                 self._stop.wait(wait)

@@ -9,6 +9,18 @@ per CPU-second of one core, measured unthrottled): a task that needs ``cpu_need`
 cores for ``work_seconds`` at full speed does ``work_seconds * cpu_need * C * rate`` units, less the
 fraction ``start_progress`` already done elsewhere.
 
+Progress is measured one of two ways (``progress_by``):
+
+* ``cpu-time`` (the default): a task is done when its cgroup has charged it ``work_seconds * cpu_need *
+  C`` CPU-seconds since its boot phase ended (less ``start_progress``); the agent then ends the process.
+  This is the model's own unit of work (seed 001 Sec. II-B: work is run time at full speed, i.e.
+  CPU-seconds at the task's need), so a live job takes as long as its simulation says whatever this
+  machine's speed per CPU-second does. On a virtual machine that speed drifts by 10-40% over minutes
+  (see :meth:`node_agent.agent.AgentCore._update_rates`), which in ``units`` mode turns directly into
+  run-time error. The program still counts its multiplications or array passes (``units_done``).
+* ``units``: a task is done when the program has done its calibrated number of units (multiplications
+  for dgemm) and exits by itself.
+
 Boot phase: until the program reports ready (interpreter started, numpy imported, memory allocated) its
 cgroup's quota is the whole host's capacity, and the task's share applies from then on. Start-up is not
 part of a job's work: at a share of 0.1 core it would otherwise take seconds (writing a 500 MB ballast
@@ -36,13 +48,15 @@ from dataclasses import dataclass
 import psutil
 
 from node_agent.cgroups import CgroupDriver, CgroupError, safe_name
-from workloads import progress
+from workloads import modeled, progress
 from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
 
 INTERPRETER_ALLOWANCE_BYTES = 64 << 20
 #: Window over which ``cpu_measured`` is computed.
 CPU_WINDOW_S = 1.0
 CALIBRATION_SECONDS = 1.5
+#: How a task's progress is measured (see the module docstring); the first is the default.
+PROGRESS_MODES = ("cpu-time", "units")
 
 
 class State(enum.Enum):
@@ -125,8 +139,15 @@ def target_units(spec: TaskSpec, units_per_core_second: float) -> int:
 class Task:
     """One task's process, cgroup and progress channel. Not thread-safe: the agent serialises calls."""
 
-    def __init__(self, spec: TaskSpec, driver: CgroupDriver, units_per_core_second: float, workdir: str):
+    def __init__(self, spec: TaskSpec, driver: CgroupDriver, units_per_core_second: float, workdir: str,
+                 progress_by: str = PROGRESS_MODES[0]):
+        if progress_by not in PROGRESS_MODES:
+            raise ValueError(f"progress_by: must be one of {', '.join(PROGRESS_MODES)}, got {progress_by!r}")
         self.spec = spec
+        self.progress_by = progress_by
+        #: CPU-seconds the task must be charged after its boot phase (``cpu-time`` mode).
+        self.cpu_target = spec.work_seconds * spec.cpu_need * spec.host_cores * (1.0 - spec.start_progress)
+        self._cpu_run0: float | None = None
         self.cpu_share = spec.cpu_share
         self.state = State.STARTING
         self.target = target_units(spec, units_per_core_second)
@@ -154,7 +175,8 @@ class Task:
             d.set_cpu(name, self.spec.host_cores)  # boot phase: see the module docstring
             d.set_memory_limit(name, self.spec.memory_bytes + INTERPRETER_ALLOWANCE_BYTES)
             progress.create(self._path + ".progress")
-            args = ["--units", str(self.target), "--progress", self._path + ".progress",
+            units = self.target if self.progress_by == "units" else 0  # 0: until the agent ends it
+            args = ["--units", str(units), "--progress", self._path + ".progress",
                     "--memory-bytes", str(self.spec.memory_bytes), "--wait-go"]
             with open(self._path + ".stderr", "wb") as err:
                 self._proc = subprocess.Popen(
@@ -254,19 +276,39 @@ class Task:
                 self._driver.set_cpu(self.cgroup, self.cpu_share * self.spec.host_cores)
             self._release_stdin(b"r")
         self._sample(now)
+        if self.state is State.RUNNING and self._cpu_run0 is None:
+            self._cpu_run0 = self._cpu_s
         if self._ps is not None:
             with contextlib.suppress(psutil.Error):
                 self._rss = self._ps.memory_info().rss
         rc = self._proc.poll()
         if rc is not None:
             self._finish(rc)
+        elif self.state is State.RUNNING and self._cpu_fraction() >= 1.0:
+            self._complete()
+
+    def _cpu_fraction(self) -> float:
+        """Fraction of the task's CPU-seconds done since its boot phase (``cpu-time`` mode; else 0)."""
+        if self.progress_by != "cpu-time" or self._cpu_run0 is None:
+            return 0.0
+        return (self._cpu_s - self._cpu_run0) / self.cpu_target if self.cpu_target > 0 else 1.0
+
+    def _complete(self) -> None:
+        """``cpu-time`` mode: the task has had its CPU-seconds; end the process and call it done."""
+        if self._reader is not None:
+            self._units = max(self._units, self._reader.read().units)
+        self._kill()
+        self.exit_code = 0
+        self._rss = 0
+        self.state = State.DONE
+        self._release()
 
     def _finish(self, rc: int) -> None:
         if self._reader is not None:
             self._units = max(self._units, self._reader.read().units)
         self.exit_code = rc
         self._rss = 0
-        if rc == 0 and self._units >= self.target:
+        if rc == 0 and self.progress_by == "units" and self._units >= self.target:
             self.state = State.DONE
         else:
             self.state = State.FAILED
@@ -302,7 +344,12 @@ class Task:
 
     def view(self) -> TaskView:
         sp = self.spec
-        done = 1.0 if self.state is State.DONE else min(1.0, self._units / self.target)
+        if self.state is State.DONE:
+            done = 1.0
+        elif self.progress_by == "cpu-time":
+            done = min(1.0, self._cpu_fraction())
+        else:
+            done = min(1.0, self._units / self.target)
         (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
         measured = (c1 - c0) / (t1 - t0) / sp.host_cores if t1 > t0 and not self.state.finished else 0.0
         return TaskView(
@@ -311,3 +358,68 @@ class Task:
             cpu_measured=measured, cpu_seconds=self._cpu_s, memory_bytes=self._rss,
             exit_code=self.exit_code, message=self.message, pid=self._proc.pid if self._proc else 0,
             units_done=self._units, target_units=self.target)
+
+
+class ModeledTask:
+    """A ``modeled`` task (see :mod:`workloads.modeled`): progress from share x elapsed time, no process.
+
+    Same interface as :class:`Task`, so the agent's capacity checks, pause/resume and status are shared."""
+
+    def __init__(self, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.cpu_share = spec.cpu_share
+        self.state = State.RUNNING
+        self.cgroup = ""
+        self.target = 1
+        self.exit_code = 0
+        self.message = ""
+        self._progress = spec.start_progress
+        self._t = time.monotonic()
+
+    def start(self) -> None:
+        self._t = time.monotonic()
+
+    def _integrate(self) -> None:
+        now = time.monotonic()
+        if self.state is State.RUNNING:
+            self._progress = modeled.advance(self._progress, self.cpu_share, self.spec.cpu_need,
+                                             self.spec.work_seconds, now - self._t)
+            if self._progress >= 1.0:
+                self.state = State.DONE
+        self._t = now
+
+    def set_share(self, share: float) -> None:
+        self._integrate()
+        self.cpu_share = share
+
+    def pause(self) -> None:
+        self._integrate()
+        if self.state is State.RUNNING:
+            self.state = State.PAUSED
+
+    def resume(self) -> None:
+        self._integrate()
+        if self.state is State.PAUSED:
+            self.state = State.RUNNING
+
+    def stop(self) -> None:
+        self._integrate()
+        if not self.state.finished:
+            self.state, self.message = State.STOPPED, "stopped"
+
+    def poll(self) -> None:
+        self._integrate()
+
+    def rate_delta(self) -> tuple[int, float]:
+        return 0, 0.0
+
+    def progress_sample(self) -> progress.Sample | None:
+        return None
+
+    def view(self) -> TaskView:
+        sp = self.spec
+        return TaskView(
+            task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
+            progress=1.0 if self.state is State.DONE else self._progress, cpu_share=self.cpu_share,
+            cpu_measured=0.0, cpu_seconds=0.0, memory_bytes=0, exit_code=0, message=self.message, pid=0,
+            units_done=0, target_units=0)

@@ -23,11 +23,14 @@ from prometheus_client.registry import Collector
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from node_agent.cgroups import CgroupError
 from node_agent.runner import State, TaskView
+from node_agent.tls import TlsFiles
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 SERVICE_NAME = "vcemu.v1.Agent"
+#: Largest request an agent accepts (its requests are a few hundred bytes; issue 7 bounds them).
+MAX_MESSAGE_BYTES = 64 << 10
 
 
 def task_status(v: TaskView) -> agent_pb2.TaskStatus:
@@ -154,18 +157,23 @@ class RunningAgent:
 
 
 def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str = "127.0.0.1",
-                no_cgroups: bool = False, metrics_port: int | None = None) -> RunningAgent:
+                no_cgroups: bool = False, metrics_port: int | None = None, tls: TlsFiles | None = None,
+                progress_by: str = "cpu-time") -> RunningAgent:
     """Open cgroups, calibrate, and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and
     ``no_cgroups`` is false, and RuntimeError if the port cannot be bound."""
-    core = open_core(agent_id, hosts, no_cgroups=no_cgroups)
+    core = open_core(agent_id, hosts, no_cgroups=no_cgroups, progress_by=progress_by)
     try:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"))
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"),
+                             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(core), server)
         hs = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
-        bound = server.add_insecure_port(f"{bind}:{port}")
+        if tls is not None:  # mutual TLS: only holders of a certificate of the cluster's CA may call
+            bound = server.add_secure_port(f"{bind}:{port}", tls.server_credentials())
+        else:
+            bound = server.add_insecure_port(f"{bind}:{port}")
         if bound == 0:
             raise RuntimeError(f"--port: cannot bind {bind}:{port}")
         server.start()

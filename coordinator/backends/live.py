@@ -14,25 +14,44 @@ processes in place (cgroup freezer) instead: instant, but a frozen process keeps
 policies that never reuse a paused job's memory should run that way.
 
 ``advance`` polls every agent's Status; a job is done when all its tasks are.
+
+Faults (issue 7): every RPC has a deadline (``rpc_timeout``); idempotent calls are retried with
+exponential backoff and full jitter (a StartTask retry that meets ALREADY_EXISTS found its first attempt
+done, since task ids are never reused). Each poll also reconciles: a task an agent runs that no job here
+owns (left by a crashed coordinator, or by an agent that was cut off and given up) is stopped; a task a
+job owns that its agent no longer reports (the agent restarted) is reported lost, and the engine requeues
+the job from its last checkpoint. With a ``journal`` (the coordinator's store) every change of where a
+job's tasks run is written, and a new task's id is reserved *before* its StartTask, so that a restarted
+coordinator can :meth:`adopt` the tasks that kept running and never reuses a task id.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
 
 from coordinator.backends.base import BackendError, Report
 from coordinator.model import Host, JobSpec, JobState
+from coordinator.store import StoredTask
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger("vcemu.live")
 
 RPC_TIMEOUT_S = 5.0
+#: Attempts of an idempotent call, and the first backoff (doubled each time, full jitter).
+RPC_ATTEMPTS = 3
+#: Seconds between writes of every task's progress to the journal (a lost task restarts from there).
+JOURNAL_PROGRESS_S = 1.0
+RPC_BACKOFF_S = 0.05
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+Journal = Callable[[str, int, "list[StoredTask] | None"], None]
 
 
 @dataclass
@@ -57,7 +76,9 @@ class _Task:
 
 
 class LiveBackend:
-    def __init__(self, compression: float = 1.0, poll_interval: float = 0.1, pause_mode: str = "checkpoint") -> None:
+    def __init__(self, compression: float = 1.0, poll_interval: float = 0.1, pause_mode: str = "checkpoint",
+                 epoch: float | None = None, rpc_timeout: float = RPC_TIMEOUT_S,
+                 channel_factory: Callable[[str], grpc.Channel] | None = None) -> None:
         if compression <= 0:
             raise ValueError(f"compression: must be > 0, got {compression}")
         if pause_mode not in ("checkpoint", "freeze"):
@@ -65,7 +86,12 @@ class LiveBackend:
         self.pause_mode = pause_mode
         self.compression = compression
         self.poll_interval = poll_interval
-        self._t0 = time.monotonic()
+        # ``epoch``: wall-clock time of time 0, so a restarted coordinator's clock carries on.
+        self._t0 = time.monotonic() if epoch is None else time.monotonic() - (time.time() - epoch)
+        self.rpc_timeout = rpc_timeout
+        self.channel_factory = channel_factory or grpc.insecure_channel
+        self.journal: Journal | None = None
+        self._journal_at = 0.0
         self._wake = threading.Event()
         self._lock = threading.RLock()
         self.agents: dict[str, AgentHandle] = {}
@@ -87,11 +113,11 @@ class LiveBackend:
         Host capacities in the model are relative to the first host ever registered (the reference
         host): a host with twice its cores has cpu 2.0, one with half its memory has mem 0.5.
         """
-        channel = grpc.insecure_channel(address)
+        channel = self.channel_factory(address)
         stub = agent_pb2_grpc.AgentStub(channel)
         if description is None:
             try:
-                description = stub.Describe(agent_pb2.DescribeRequest(), timeout=RPC_TIMEOUT_S)
+                description = self._retry(stub.Describe, agent_pb2.DescribeRequest())
             except grpc.RpcError as exc:
                 channel.close()
                 raise BackendError(f"agent at {address} did not answer Describe: {_rpc_text(exc)}") from None
@@ -117,6 +143,39 @@ class LiveBackend:
             self.agents[description.agent_id] = handle
             return hosts
 
+    def remove_agent(self, agent_id: str) -> list[str]:
+        """Forget an agent (declared lost); returns its hosts. Its tasks stay with their jobs until the
+        engine requeues them; if it comes back, its stale tasks are stopped by reconciliation."""
+        with self._lock:
+            handle = self.agents.pop(agent_id, None)
+            if handle is None:
+                return []
+            handle.channel.close()
+            for h in handle.hosts:
+                if self.host_agent.get(h) == agent_id:
+                    del self.host_agent[h]
+            return list(handle.hosts)
+
+    def adopt(self, spec: JobSpec, restarts: int, tasks: Sequence[StoredTask], cpu: float) -> None:
+        """Take over the tasks of a placed job from an earlier run of the coordinator (its store)."""
+        with self._lock:
+            self._specs[spec.id] = spec
+            self._restarts[spec.id] = max(self._restarts.get(spec.id, -1), restarts)
+            self._tasks[spec.id] = [_Task(t.task_id, t.host, t.progress, t.state, saved=t.saved) for t in tasks]
+            self._cpu[spec.id] = cpu
+
+    def reserve_restarts(self, job: str, restarts: int) -> None:
+        """Never reuse the task ids an earlier run of the coordinator may have given this job."""
+        with self._lock:
+            self._restarts[job] = max(self._restarts.get(job, -1), restarts)
+
+    def _persist(self, job: str) -> None:
+        if self.journal is not None:
+            tasks = self._tasks.get(job)
+            stored = None if tasks is None else [StoredTask(t.task_id, t.host, t.progress, t.state, t.saved)
+                                                  for t in tasks]
+            self.journal(job, self._restarts.get(job, -1), stored)
+
     def close(self) -> None:
         with self._lock:
             for handle in self.agents.values():
@@ -138,10 +197,24 @@ class LiveBackend:
         except KeyError:
             raise BackendError(f"no agent emulates host {host!r}") from None
 
+    def _retry(self, fn: Callable, request: object, attempts: int = RPC_ATTEMPTS):  # type: ignore[type-arg]
+        """Call an idempotent RPC with a deadline; retry UNAVAILABLE/DEADLINE_EXCEEDED with exponential
+        backoff and full jitter (so agents coming back are not hit by every client at once)."""
+        for attempt in range(attempts):
+            try:
+                return fn(request, timeout=self.rpc_timeout)
+            except grpc.RpcError as exc:
+                if exc.code() not in _RETRYABLE or attempt == attempts - 1:
+                    raise
+                time.sleep(random.uniform(0, RPC_BACKOFF_S * 2**attempt))
+        raise AssertionError("unreachable")
+
     def _call(self, host: str, method: str, request: object) -> agent_pb2.TaskReply:
         try:
-            return getattr(self._stub(host), method)(request, timeout=RPC_TIMEOUT_S)
+            return self._retry(getattr(self._stub(host), method), request)
         except grpc.RpcError as exc:
+            if method == "StartTask" and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
             raise BackendError(f"{method} on {host}: {_rpc_text(exc)}") from None
 
     def _share(self, host: str, cpu: float) -> float:
@@ -163,6 +236,7 @@ class LiveBackend:
             memory_bytes=int(spec.mem * self._reference.memory_bytes),
             start_progress=progress,
         )
+        self._persist(spec.id)  # the new restart count is durable before the task can exist
         self._call(host, "StartTask", request)
         return _Task(task_id, host, progress)
 
@@ -179,6 +253,7 @@ class LiveBackend:
                 raise
             self._tasks[spec.id] = tasks
             self._cpu[spec.id] = cpu
+            self._persist(spec.id)
 
     def set_share(self, job: str, cpu: float) -> None:
         with self._lock:
@@ -205,6 +280,7 @@ class LiveBackend:
                         t.progress, t.state = 1.0, agent_pb2.TASK_STATE_DONE  # nothing left to resume
                     else:
                         t.saved = True
+            self._persist(job)
 
     def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
         with self._lock:
@@ -220,6 +296,7 @@ class LiveBackend:
                     self._call(host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
                 else:
                     tasks[i] = self._move(self._specs[job], i, t, host, cpu)
+            self._persist(job)
 
     def migrate(self, job: str, task: int, dst: str) -> None:
         """First half of a move: checkpoint and stop the task now; :meth:`flush` starts it at ``dst``.
@@ -237,6 +314,7 @@ class LiveBackend:
                 return
             self._tasks[job][task] = _Task(t.task_id, dst, progress, saved=True)
             self._arrivals.append((job, task))
+            self._persist(job)
 
     def flush(self) -> list[tuple[str, str]]:
         """Second half of the plan's moves: start every moved task at its new host. Returns the
@@ -253,11 +331,12 @@ class LiveBackend:
                     tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
                 except BackendError as exc:
                     failed.append((job, str(exc)))
+                self._persist(job)
         return failed
 
     def _checkpoint(self, task: _Task) -> float:
         try:
-            reply = self._stub(task.host).Checkpoint(agent_pb2.TaskRef(task_id=task.task_id), timeout=RPC_TIMEOUT_S)
+            reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id))
         except grpc.RpcError as exc:
             raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}") from None
         return reply.progress
@@ -275,7 +354,7 @@ class LiveBackend:
         elsewhere, which must not run twice); otherwise keep it to retry at every poll, so a slow or
         unreachable agent never costs the caller the job reports it is carrying."""
         try:
-            self._stub(task.host).Stop(agent_pb2.TaskRef(task_id=task.task_id), timeout=RPC_TIMEOUT_S)
+            self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id))
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return
@@ -292,6 +371,7 @@ class LiveBackend:
             for t in self._tasks.pop(job, []):
                 if not t.saved:
                     self._stop_task(t)  # a failure is retried at the next polls
+            self._persist(job)
 
     def progress(self, job: str) -> float:
         with self._lock:
@@ -303,9 +383,11 @@ class LiveBackend:
     def poll(self) -> list[Report]:
         """One Status round over all agents; returns jobs that finished since the last round."""
         with self._lock:
+            answered: set[str] = set()  # hosts whose agent answered this round
             for handle in list(self.agents.values()):
                 try:
-                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(), timeout=RPC_TIMEOUT_S)
+                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(), timeout=self.rpc_timeout)
+                    answered.update(handle.hosts)
                 except grpc.RpcError:
                     continue  # an unreachable agent is noticed by heartbeats, not here
             seen: dict[str, agent_pb2.TaskStatus] = {}
@@ -316,17 +398,25 @@ class LiveBackend:
             orphans, self._orphans = self._orphans, []
             for t in orphans:
                 self._stop_task(t)
+            self._reconcile(seen, answered)
             reports = []
             for job, tasks in list(self._tasks.items()):
+                lost = None
                 for t in tasks:
                     ts = seen.get(t.task_id)
                     if ts is not None:
                         t.progress, t.state, t.message = ts.progress, ts.state, ts.message
+                    elif not t.saved and t.host in answered and t.state != agent_pb2.TASK_STATE_DONE:
+                        lost = t
+                if lost is not None:  # its agent answered without it: the agent restarted
+                    reports.append(Report(job, JobState.PENDING, f"task {lost.task_id} vanished from {lost.host}"))
+                    continue
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
                     for t in tasks:
                         t.progress = 1.0
                         self._stop_task(t)
                     del self._tasks[job]
+                    self._persist(job)
                     reports.append(Report(job, JobState.DONE))
                 elif any(t.saved for t in tasks):
                     continue
@@ -334,7 +424,20 @@ class LiveBackend:
                     failed = [t for t in tasks if t.state == agent_pb2.TASK_STATE_FAILED]
                     if failed:
                         reports.append(Report(job, JobState.FAILED, f"task {failed[0].task_id}: {failed[0].message}"))
+            if self.journal is not None and time.monotonic() >= self._journal_at:  # progress: the checkpoints
+                self._journal_at = time.monotonic() + JOURNAL_PROGRESS_S
+                for job in self._tasks:
+                    self._persist(job)
             return reports
+
+    def _reconcile(self, seen: dict[str, agent_pb2.TaskStatus], answered: set[str]) -> None:
+        """Stop every task an agent runs that no job here owns (fencing stale work)."""
+        owned = {t.task_id for tasks in self._tasks.values() for t in tasks if not t.saved}
+        owned.update(t.task_id for t in self._orphans)
+        for task_id, ts in seen.items():
+            if task_id not in owned and ts.host in answered and ts.host in self.host_agent:
+                log.warning("stopping task %s on %s: no job owns it", task_id, ts.host)
+                self._stop_task(_Task(task_id, ts.host))
 
     def advance(self, until: float) -> list[Report]:
         while True:

@@ -87,8 +87,24 @@ def test_job_completes_when_its_work_is_done(stub, agent: RunningAgent, task_ids
     done = wait_state(stub, tid, S.TASK_STATE_DONE, timeout=20.0)
     assert done.progress == 1.0 and done.exit_code == 0
     assert done.cpu_seconds >= 0.9 * 0.5  # the work was really computed
+    # cpu-time progress (the default): done after 0.5 CPU-s past the boot phase, whose start-up (interpreter,
+    # numpy) costs well under half a CPU-second, so the task was not left running long past its work.
+    assert done.cpu_seconds <= 0.5 + 0.5
     assert stub.Checkpoint(pb.TaskRef(task_id=tid)).progress == 1.0
     assert not any(os.path.exists(d) for d in dirs), "a finished task's cgroup is removed"
+
+
+def test_units_mode_completes_when_the_program_has_done_its_units(stub, agent: RunningAgent, task_ids) -> None:
+    agent.core.progress_by = "units"  # tasks read the mode when they start
+    try:
+        task_ids.append(tid := start(stub, 1.0, host="h1", need=1.0, work=1.0))
+    finally:
+        agent.core.progress_by = "cpu-time"
+    task = agent.core._tasks[tid]
+    assert task.progress_by == "units" and task.target > 0
+    done = wait_state(stub, tid, S.TASK_STATE_DONE, timeout=20.0)
+    assert done.progress == 1.0 and done.exit_code == 0
+    assert task.view().units_done >= task.target  # the program exited by itself at its calibrated units
 
 
 def test_paused_task_can_be_stopped(stub, agent: RunningAgent, task_ids) -> None:

@@ -1,0 +1,28 @@
+"""The Ray backend: emulated hosts on the nodes of a Ray cluster, one node agent per node as a Ray actor.
+
+Design (issue 6): each actor (:class:`node_agent.ray_actor.HostAgentActor`) runs the very agent that
+``vcemu agent`` runs (AgentCore, the process runner, the cgroup v1/v2 drivers) and serves the same gRPC
+``vcemu.v1.Agent`` API on its node's address; it registers with the coordinator and heartbeats like any
+agent. The coordinator drives it through the unchanged live backend (:mod:`coordinator.backends.live`).
+So Ray does what Ray is for here, placement (each actor pinned to its node by the node's
+``ray.io/node-id`` label, :mod:`.placement`), lifecycle (start, restart after a crash, kill at the end)
+and failure detection, while task control keeps one implementation and one wire contract.
+
+Every emulated host lives in an agent actor pinned to its node; the hosts placed on one node share one
+actor, as a machine runs one ``vcemu agent`` (or one DaemonSet pod) for all its hosts: one calibration
+and one cgroup parent per node, and the node's host shares checked against each other by one AgentCore.
+With ``--hosts`` equal to the number of nodes (the usual testbed shape) that is one actor per host.
+
+Why not drive the actors by Ray method calls behind a transport seam in ``live.py``: that would be a
+second client of AgentCore (every call, error mapping and status conversion written twice) and a second
+code path for the engine's most delicate parts (two-phase migrations, retried Stops), to save one gRPC
+hop per action on a path that is polled every 100 ms anyway. The gRPC route also keeps what the agent
+offers beyond the task API (health service, per-agent Prometheus metrics) on the Ray path.
+
+:mod:`.cluster` launches and stops the actors; :mod:`coordinator.raycluster` connects to the cluster.
+"""
+
+from coordinator.backends.ray.cluster import RayAgents, run_up
+from coordinator.backends.ray.placement import HostPlacement, place_hosts
+
+__all__ = ["HostPlacement", "RayAgents", "place_hosts", "run_up"]

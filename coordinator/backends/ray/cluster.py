@@ -1,0 +1,179 @@
+"""Launch the agent actors on a Ray cluster, wait until their hosts are registered, and stop them.
+
+:func:`run_up` is ``vcemu up --ray ADDRESS``: a coordinator in this process (the driver) and one agent
+actor per Ray node, until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from coordinator.backends.ray.placement import HostPlacement, place_hosts
+from coordinator.raycluster import RayContext, RayUnavailable, connect
+
+log = logging.getLogger("vcemu.ray")
+
+#: How often Ray may restart a crashed agent actor (each restart cleans up and registers again).
+MAX_RESTARTS = 3
+#: Seconds between checks that every agent actor answers.
+HEALTH_INTERVAL_S = 5.0
+
+
+class RayAgents:
+    """The agent actors of one run. ``coordinator``: the address they register with."""
+
+    def __init__(self, ctx: RayContext, placements: list[HostPlacement], coordinator: str,
+                 bind: str | None = None, no_cgroups: bool = False) -> None:
+        import ray
+
+        from node_agent.ray_actor import remote_class
+
+        self.ctx = ctx
+        self.placements = placements
+        actor_cls = remote_class()
+        self.actors: list[Any] = [
+            actor_cls.options(
+                name=f"vcemu-agent-{p.agent_id}", label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
+            ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups)
+            for p in placements
+        ]
+        self._ray = ray
+        self.infos: list[dict[str, Any]] = []
+
+    def wait_started(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        """Each actor's :class:`~node_agent.ray_actor.ActorInfo` once its agent serves. Raises
+        RuntimeError with the actor's own error if one failed to start (e.g. cgroups not writable)."""
+        ray = self._ray
+        refs = [a.info.remote() for a in self.actors]
+        try:
+            self.infos = ray.get(refs, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(f"--ray: the agent actors did not start within {timeout_s:.0f} s "
+                               "(is every node alive, with memory for a Python worker?)") from None
+        except ray.exceptions.RayActorError as exc:
+            cause = exc.__cause__ or exc
+            raise RuntimeError(f"--ray: an agent actor failed to start: {_last_line(cause)}") from None
+        return self.infos
+
+    def unhealthy(self, timeout_s: float = 5.0) -> list[tuple[str, str]]:
+        """(agent id, why) of the actors that do not answer within ``timeout_s``."""
+        ray = self._ray
+        refs = {a.registered.remote(): p.agent_id for a, p in zip(self.actors, self.placements, strict=True)}
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        out = [(refs[r], "no reply in time") for r in pending]
+        for r in ready:
+            try:
+                if not ray.get(r):
+                    out.append((refs[r], "not registered with the coordinator"))
+            except Exception as exc:
+                out.append((refs[r], _last_line(exc)))
+        return out
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop every agent (its tasks killed, its cgroups removed), then the actors themselves."""
+        ray = self._ray
+        try:
+            ray.get([a.shutdown.remote() for a in self.actors], timeout=timeout_s)
+        except Exception as exc:  # an actor already dead has nothing left to stop; kill the rest below
+            log.warning("stopping agent actors: %s", _last_line(exc))
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception as exc:
+                log.warning("killing an agent actor: %s", _last_line(exc))
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def placement_table(infos: list[dict[str, Any]], placements: list[HostPlacement]) -> str:
+    from coordinator.cli import format_table
+
+    rows = [("HOST", "CORES", "AGENT", "AGENT ADDRESS", "RAY NODE")]
+    for info, p in zip(infos, placements, strict=True):
+        for h in p.hosts:
+            rows.append((h["name"], f"{h['cpu_cores']:g}", info["agent_id"], info["address"], info["node_id"]))
+    return format_table(rows)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """``vcemu up --ray ADDRESS``: see the module docstring. Bad settings end it with one line naming
+    the setting and exit status 2."""
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+    from node_agent.cli import parse_size
+
+    try:
+        memory = parse_size(args.mem_per_host)
+    except ValueError as exc:
+        print(f"vcemu up: --mem-per-host: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ctx = connect(args.ray)
+    except RayUnavailable as exc:
+        print(f"vcemu up: {exc}", file=sys.stderr)
+        return 2
+    # After ray.init, which installs its own SIGTERM handler: from here SIGTERM unwinds through the
+    # cleanup below, even during start-up.
+    signal.signal(signal.SIGTERM, _interrupt)
+    server = agents = None
+    try:
+        try:
+            placements = place_hosts(ctx.nodes(), args.hosts, args.cpus_per_host, memory)
+        except ValueError as exc:
+            print(f"vcemu up: {exc}", file=sys.stderr)
+            return 2
+        bind = args.bind or ctx.node_ip
+        try:
+            server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=bind,
+                                       metrics_port=args.metrics_port).start()
+        except OSError as exc:
+            print(f"vcemu up: --port/--bind/--metrics-port: {exc}", file=sys.stderr)
+            return 2
+        agents = RayAgents(ctx, placements, server.address, bind=args.bind, no_cgroups=args.no_cgroups)
+        try:
+            infos = agents.wait_started()
+            _wait_registered(server, sum(len(p.hosts) for p in placements), timeout_s=30.0)
+        except RuntimeError as exc:
+            print(f"vcemu up: {exc}", file=sys.stderr)
+            return 1
+        metrics = f", metrics on http://{bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
+        print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts on "
+              f"{len(placements)} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
+        print(placement_table(infos, placements), flush=True)
+        while True:
+            time.sleep(HEALTH_INTERVAL_S)
+            for agent_id, why in agents.unhealthy():
+                print(f"vcemu up: agent actor {agent_id} does not answer ({why}); Ray restarts a crashed actor up "
+                      f"to {MAX_RESTARTS} times", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM (below): stop everything this run started
+        print("vcemu up: stopping", flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+        if server is not None:
+            server.stop()
+        if agents is not None:
+            agents.stop()
+        ctx.close()
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _wait_registered(server: Any, hosts: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(server.engine.hosts) < hosts:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"--ray: only {len(server.engine.hosts)} of {hosts} hosts registered with the "
+                               f"coordinator at {server.address} within {timeout_s:.0f} s (can the Ray nodes "
+                               "reach it? see --bind)")
+        time.sleep(0.1)

@@ -1,0 +1,219 @@
+"""Operational benchmarks (issue 7): ``vcemu bench load`` and ``vcemu bench scale``.
+
+load: how many submissions per second the coordinator's gRPC API accepts *durably* (each committed to
+its SQLite store before the reply), from several client threads, and whether any acknowledged job is
+missing from the store afterwards (``lost``, must be 0). A real agent (in-process, ``modeled`` jobs)
+provides the hosts, and the engine loop schedules the jobs while they arrive.
+
+scale: 1,000 emulated hosts across a few real agent processes (``modeled`` workload, no processes per
+task), one job per two hosts, under DYNMCB8-PER; reports the control cycle (the periodic Tick: policy
+decision plus applying the plan over gRPC) p50/p99, and the agents' resident memory per emulated host.
+
+Both write JSON (and the config that produced it) under ``--out``; ``--json`` prints the JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from tqdm import tqdm
+
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+GIB = 1 << 30
+
+
+def _write(out: str, name: str, result: dict, config: dict) -> None:
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (path / f"{name}-config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _register(server_address: str, agent_address: str) -> None:
+    with grpc.insecure_channel(agent_address) as ch:
+        desc = agent_pb2_grpc.AgentStub(ch).Describe(agent_pb2.DescribeRequest(), timeout=10)
+    with grpc.insecure_channel(server_address) as ch:
+        pb_grpc.CoordinatorStub(ch).RegisterAgent(pb.RegisterAgentRequest(address=agent_address, description=desc),
+                                                  timeout=10)
+
+
+def _load_client(address: str, ids: list[int], go, out) -> None:  # type: ignore[no-untyped-def]
+    """One client process (its own GIL): ``inflight`` Submits in flight on one channel."""
+    spec = pb.JobSpec(tasks=1, cpu_need=0.1, memory=0.01, work_seconds=2.0, workload="modeled")
+    acked, errors = [], []
+    with grpc.insecure_channel(address) as ch:
+        stub = pb_grpc.CoordinatorStub(ch)
+        grpc.channel_ready_future(ch).result(timeout=30)
+        go.wait()
+        window: list = []
+        for i in ids:
+            window.append(stub.Submit.future(pb.SubmitRequest(spec=spec, request_id=f"load-{i}"), timeout=60))
+            if len(window) >= 4:
+                _collect(window.pop(0), acked, errors)
+        for f in window:
+            _collect(f, acked, errors)
+    out.put((acked, errors))
+
+
+def _collect(future, acked: list, errors: list) -> None:  # type: ignore[no-untyped-def]
+    try:
+        acked.append(future.result().job_id)
+    except grpc.RpcError as exc:
+        errors.append(f"{exc.code().name}: {exc.details()}")
+
+
+def bench_load_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="vcemu bench load", description=bench_load_main.__doc__)
+    p.add_argument("--jobs", type=int, default=10_000)
+    p.add_argument("--clients", type=int, default=4, help="client processes, one channel and 4 calls in flight each")
+    p.add_argument("--hosts", type=int, default=16)
+    p.add_argument("--policy", default="fcfs")
+    p.add_argument("--synchronous", default="NORMAL", help="SQLite synchronous mode of the store")
+    p.add_argument("--out", default="results/bench-load")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+    from coordinator.store import Store
+    from node_agent.agent import HostSpec
+    from node_agent.server import start_agent
+
+    tmp = tempfile.mkdtemp(prefix="vcemu-bench-load-")
+    db = os.path.join(tmp, "state.db")
+    agent = start_agent([HostSpec(f"load-h{i}", 1.0, GIB) for i in range(args.hosts)],
+                        agent_id=f"bench-load-{os.getpid()}", no_cgroups=True)
+    server = CoordinatorServer(get_policy(args.policy), port=0, state=db, heartbeat_s=3600)
+    if args.synchronous.upper() != "NORMAL":
+        assert server.store is not None
+        server.store._db.execute(f"PRAGMA synchronous={args.synchronous.upper()}")
+    server.start()
+    acked: list[str] = []
+    errors: list[str] = []
+    ctx = multiprocessing.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    try:
+        _register(server.address, agent.address)
+        procs = [ctx.Process(target=_load_client, args=(server.address, list(range(k, args.jobs, args.clients)), go,
+                                                          out)) for k in range(args.clients)]
+        for pr in procs:
+            pr.start()
+        time.sleep(3.0)  # the clients import and connect before the clock starts
+        t0 = time.perf_counter()
+        go.set()
+        with tqdm(total=args.jobs, desc="submit", unit="job", disable=args.json, file=sys.stderr) as bar:
+            for _ in procs:
+                a, e = out.get(timeout=600)
+                acked.extend(a)
+                errors.extend(e)
+                bar.update(len(a) + len(e))
+        elapsed = time.perf_counter() - t0
+        for pr in procs:
+            pr.join(10)
+    finally:
+        server.stop()
+        agent.stop()
+    stored = {j.spec.id for j in Store(db).load().jobs}
+    result = {"submit_per_s": round(len(acked) / elapsed, 1), "jobs": args.jobs, "acknowledged": len(acked),
+              "refused": len(errors), "lost": len(set(acked) - stored), "duplicates": len(acked) - len(set(acked)),
+              "seconds": round(elapsed, 3), "clients": args.clients, "policy": args.policy,
+              "synchronous": args.synchronous.upper(), "first_error": errors[0] if errors else ""}
+    _write(args.out, "load", result, vars(args))
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>14}  {v}" for k, v in result.items()))
+    with contextlib.suppress(OSError):
+        for f in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, f))
+        os.rmdir(tmp)
+    return 0 if result["lost"] == 0 else 1
+
+
+def bench_scale_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="vcemu bench scale", description=bench_scale_main.__doc__)
+    p.add_argument("--hosts", type=int, default=1000)
+    p.add_argument("--agents", type=int, default=4, help="agent processes sharing the hosts")
+    p.add_argument("--jobs", type=int, default=None, help="default: one per two hosts")
+    p.add_argument("--period", type=float, default=5.0, help="DYNMCB8-PER period, seconds")
+    p.add_argument("--cycles", type=int, default=5, help="control cycles to measure")
+    p.add_argument("--out", default="results/bench-scale")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    import psutil
+
+    from coordinator.model import Tick
+    from coordinator.policies.dynmcb import dynmcb8_per
+    from coordinator.service import CoordinatorServer
+
+    jobs = args.jobs if args.jobs is not None else args.hosts // 2
+    server = CoordinatorServer(dynmcb8_per(args.period), port=0, heartbeat_s=30).start()
+    engine = server.engine
+    cycles: list[float] = []
+    decide: list[float] = []
+    handle = engine.handle
+
+    def timed(stim):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        n = len(engine.history.decision_seconds)
+        plan = handle(stim)
+        if isinstance(stim, Tick) and stim.job is None:
+            cycles.append(time.perf_counter() - t0)
+            decide.extend(engine.history.decision_seconds[n:])
+        return plan
+
+    engine.handle = timed  # type: ignore[method-assign]
+    split = [args.hosts // args.agents + (1 if i < args.hosts % args.agents else 0) for i in range(args.agents)]
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "coordinator.cli", "agent", "--no-cgroups", "--hosts", str(n), "--cpus-per-host", "1",
+         "--mem-per-host", "1GiB", "--agent-id", f"bench-scale-{os.getpid()}-{i}", "--coordinator", server.address],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) for i, n in enumerate(split)]
+    try:
+        deadline = time.monotonic() + 120
+        while len(server.backend.host_agent) < args.hosts:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit(f"vcemu bench scale: only {len(server.backend.host_agent)} hosts registered")
+            time.sleep(0.2)
+        spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.3, work_seconds=1e6, workload="modeled")
+        with grpc.insecure_channel(server.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            for i in tqdm(range(jobs), desc="submit", disable=args.json, file=sys.stderr):
+                stub.Submit(pb.SubmitRequest(spec=spec, request_id=f"scale-{i}"), timeout=30)
+        bar = tqdm(total=args.cycles, desc="cycles", disable=args.json, file=sys.stderr)
+        deadline = time.monotonic() + (args.cycles + 2) * args.period + 600
+        seen = 0
+        while len(cycles) < args.cycles + 1 and time.monotonic() < deadline:  # the first cycle places the jobs
+            time.sleep(0.2)
+            bar.update(max(0, len(cycles) - 1 - seen))
+            seen = max(seen, len(cycles) - 1)
+        bar.close()
+        with engine.lock:
+            running = sum(1 for r in engine.jobs.values() if r.state.value == "running")
+        rss = sum(psutil.Process(p.pid).memory_info().rss for p in procs)
+    finally:
+        server.stop()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(20)
+    steady = sorted(cycles[1:]) or sorted(cycles)
+    p99 = steady[min(len(steady) - 1, round(0.99 * (len(steady) - 1)))]
+    result = {"hosts": args.hosts, "agents": args.agents, "jobs": jobs, "running": running,
+              "cycle_p99_s": round(p99, 4), "cycle_p50_s": round(statistics.median(steady), 4),
+              "first_cycle_s": round(cycles[0], 4) if cycles else None,
+              "decide_p99_s": round(sorted(decide)[min(len(decide) - 1, round(0.99 * (len(decide) - 1)))], 4)
+              if decide else None, "cycles_measured": len(steady),
+              "agent_rss_mb_per_host": round(rss / args.hosts / 2**20, 3)}
+    _write(args.out, "scale", result, vars(args))
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
+    return 0

@@ -1,0 +1,211 @@
+"""Durable coordinator state: SQLite in WAL mode.
+
+Why: a live experiment runs for hours, and a coordinator crash must not cost the user a run (issue 7).
+Everything the coordinator has acknowledged is in this file before the acknowledgement leaves:
+
+* ``jobs``: every accepted job, its spec, its client request id and its engine state (one row, updated
+  in place at every transition);
+* ``transitions``: the engine's history, so metrics and the event stream continue after a restart;
+* ``tasks``: where each task of a placed job runs on the agents (task id, host, last known progress),
+  written *before* the StartTask RPC, so a restarted coordinator can adopt the tasks that kept running;
+* ``agents``: each registered agent's address and description, so a restarted coordinator can talk to
+  its agents at once, before they re-register;
+* ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts.
+
+Durability: WAL with ``synchronous=NORMAL`` by default. A committed transaction is in the WAL file (the
+OS page cache) before ``commit`` returns, so it survives ``kill -9`` of the coordinator; it may not
+survive a power cut. ``synchronous="FULL"`` fsyncs every commit (survives power loss, slower).
+
+Writes nest: :meth:`transaction` groups several writes (a Submit's job row, its first transition and
+its request id) into one commit; a write outside any transaction commits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from coordinator.metrics import Transition
+from coordinator.model import JobSpec, JobState
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, seq INTEGER NOT NULL, request_id TEXT UNIQUE, spec TEXT NOT NULL,
+    state TEXT NOT NULL, hosts TEXT NOT NULL, cpu REAL NOT NULL, vt REAL NOT NULL, attempts INTEGER NOT NULL,
+    first_start REAL, end_time REAL, message TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS transitions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT NOT NULL, src TEXT, dst TEXT NOT NULL,
+    hosts TEXT NOT NULL, cpu REAL NOT NULL, reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    job TEXT PRIMARY KEY, restarts INTEGER NOT NULL, tasks TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS agents (agent_id TEXT PRIMARY KEY, address TEXT NOT NULL, description BLOB NOT NULL);
+"""
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class StoreError(RuntimeError):
+    """The state file cannot be opened or is not a vcemu state file; the message names the path."""
+
+
+@dataclass
+class StoredJob:
+    spec: JobSpec
+    request_id: str | None
+    state: JobState
+    hosts: tuple[str, ...]
+    cpu: float
+    vt: float
+    attempts: int
+    first_start: float | None
+    end: float | None
+    message: str
+
+
+@dataclass(frozen=True)
+class StoredTask:
+    """One task of a placed job as the live backend last knew it."""
+
+    task_id: str
+    host: str
+    progress: float
+    state: int
+    saved: bool
+
+
+@dataclass
+class Loaded:
+    epoch: float
+    jobs: list[StoredJob] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+    tasks: dict[str, tuple[int, list[StoredTask]]] = field(default_factory=dict)
+    agents: list[tuple[str, str, bytes]] = field(default_factory=list)
+
+
+def _spec_json(spec: JobSpec) -> str:
+    return json.dumps({"id": spec.id, "submit_time": spec.submit_time, "tasks": spec.tasks,
+                       "cpu_need": spec.cpu_need, "mem": spec.mem, "work": spec.work,
+                       "workload": spec.workload, "estimate": spec.estimate})
+
+
+class Store:
+    """One SQLite file; thread-safe (one connection behind a lock)."""
+
+    def __init__(self, path: str, synchronous: str = "NORMAL") -> None:
+        if synchronous.upper() not in SYNCHRONOUS:
+            raise StoreError(f"synchronous: must be one of {', '.join(SYNCHRONOUS)}, got {synchronous!r}")
+        self.path = path
+        self._lock = threading.RLock()
+        self._depth = 0
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(f"--state {path}: cannot use WAL journaling (got {mode!r})")
+            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"--state {path}: not a usable vcemu state file: {exc}") from None
+        self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+
+    # ---- transactions ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes into one commit (nestable); rolled back if the block raises."""
+        with self._lock:
+            if self._depth == 0:
+                self._db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- writes ------------------------------------------------------------------------------------
+
+    def epoch(self) -> float:
+        """Wall-clock time of the coordinator's time 0; set on first use, kept across restarts."""
+        with self.transaction():
+            row = self._db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()
+            if row is not None:
+                return float(row[0])
+            now = time.time()
+            self._db.execute("INSERT INTO meta VALUES ('epoch', ?)", (repr(now),))
+            return now
+
+    def put_job(self, spec: JobSpec, state: JobState, hosts: tuple[str, ...], cpu: float, vt: float,
+                attempts: int, first_start: float | None, end: float | None, message: str) -> None:
+        with self.transaction():
+            updated = self._db.execute(
+                "UPDATE jobs SET state=?, hosts=?, cpu=?, vt=?, attempts=?, first_start=?, end_time=?, message=? "
+                "WHERE id=?", (state.value, json.dumps(hosts), cpu, vt, attempts, first_start, end, message, spec.id))
+            if updated.rowcount == 0:
+                self._seq += 1
+                self._db.execute("INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (
+                    spec.id, self._seq, None, _spec_json(spec), state.value, json.dumps(hosts), cpu, vt, attempts,
+                    first_start, end, message))
+
+    def set_request(self, job: str, request_id: str) -> None:
+        with self.transaction():
+            self._db.execute("UPDATE jobs SET request_id=? WHERE id=?", (request_id, job))
+
+    def add_transition(self, t: Transition) -> None:
+        with self.transaction():
+            self._db.execute("INSERT INTO transitions (time, job, src, dst, hosts, cpu, reason) VALUES (?,?,?,?,?,?,?)",
+                             (t.time, t.job, t.src.value if t.src else None, t.dst.value, json.dumps(t.hosts),
+                              t.cpu, t.reason))
+
+    def put_tasks(self, job: str, restarts: int, tasks: list[StoredTask] | None) -> None:
+        """Where a job's tasks are (None: it has none any more)."""
+        with self.transaction():
+            if tasks is None:
+                self._db.execute("DELETE FROM tasks WHERE job=?", (job,))
+            else:
+                self._db.execute("INSERT OR REPLACE INTO tasks VALUES (?,?,?)", (
+                    job, restarts, json.dumps([[t.task_id, t.host, t.progress, t.state, t.saved] for t in tasks])))
+
+    def put_agent(self, agent_id: str, address: str, description: bytes) -> None:
+        with self.transaction():
+            self._db.execute("INSERT OR REPLACE INTO agents VALUES (?,?,?)", (agent_id, address, description))
+
+    def drop_agent(self, agent_id: str) -> None:
+        with self.transaction():
+            self._db.execute("DELETE FROM agents WHERE agent_id=?", (agent_id,))
+
+    # ---- reads -------------------------------------------------------------------------------------
+
+    def load(self) -> Loaded:
+        """Everything a restarting coordinator needs, in submission order."""
+        with self._lock:
+            out = Loaded(epoch=self.epoch())
+            for row in self._db.execute("SELECT spec, request_id, state, hosts, cpu, vt, attempts, first_start, "
+                                        "end_time, message FROM jobs ORDER BY seq"):
+                out.jobs.append(StoredJob(JobSpec(**json.loads(row[0])), row[1], JobState(row[2]),
+                                          tuple(json.loads(row[3])), row[4], row[5], row[6], row[7], row[8], row[9]))
+            for row in self._db.execute("SELECT time, job, src, dst, hosts, cpu, reason FROM transitions ORDER BY seq"):
+                out.transitions.append(Transition(row[0], row[1], JobState(row[2]) if row[2] else None,
+                                                  JobState(row[3]), tuple(json.loads(row[4])), row[5], row[6]))
+            for job, restarts, tasks in self._db.execute("SELECT job, restarts, tasks FROM tasks"):
+                out.tasks[job] = (restarts, [StoredTask(t[0], t[1], t[2], t[3], bool(t[4])) for t in json.loads(tasks)])
+            out.agents = [(a, b, bytes(c)) for a, b, c in self._db.execute("SELECT * FROM agents")]
+            return out
+
+    def request_ids(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._db.execute("SELECT request_id, id FROM jobs WHERE request_id IS NOT NULL"))

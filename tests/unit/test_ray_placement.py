@@ -1,0 +1,68 @@
+"""Placement of emulated hosts on Ray nodes and Ray address validation (pure; no Ray cluster needed)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from coordinator.backends.ray.placement import place_hosts
+from coordinator.raycluster import RayNode, RayUnavailable, parse_address, probe
+
+MIB = 1 << 20
+
+
+def node(node_id: str, cpus: float = 4.0) -> RayNode:
+    return RayNode(node_id, "10.0.0.1", {"CPU": cpus} if cpus else {}, {"ray.io/node-id": node_id})
+
+
+def test_hosts_are_dealt_round_robin_in_node_id_order_and_pinned_by_node_label():
+    placements = place_hosts([node("cc"), node("aa"), node("bb")], hosts=5, cpus_per_host=0.5, memory_bytes=MIB)
+    assert [p.node.node_id for p in placements] == ["aa", "bb", "cc"]
+    assert [[h["name"] for h in p.hosts] for p in placements] == [
+        ["ray0-h0", "ray0-h1"], ["ray1-h0", "ray1-h1"], ["ray2-h0"]]
+    assert placements[1].label_selector == {"ray.io/node-id": "bb"}
+    assert len({p.agent_id for p in placements}) == 3
+    assert all(h["cpu_cores"] == 0.5 and h["memory_bytes"] == MIB for p in placements for h in p.hosts)
+
+
+def test_default_cores_share_out_part_of_each_nodes_cpus_and_nodes_without_cpus_get_nothing():
+    placements = place_hosts([node("head", cpus=0), node("w1", cpus=2.0), node("w2", cpus=8.0)], hosts=4,
+                             cpus_per_host=None, memory_bytes=MIB)
+    assert [p.node.node_id for p in placements] == ["w1", "w2"]
+    assert [h["cpu_cores"] for h in placements[0].hosts] == [0.6, 0.6]  # 0.6 * 2 CPUs / 2 hosts
+    assert [h["cpu_cores"] for h in placements[1].hosts] == [1.0, 1.0]  # capped at one core
+
+
+def test_fewer_hosts_than_nodes_leave_nodes_empty():
+    placements = place_hosts([node("a"), node("b"), node("c")], hosts=2, cpus_per_host=1.0, memory_bytes=MIB)
+    assert [p.node.node_id for p in placements] == ["a", "b"]
+
+
+@pytest.mark.parametrize(("kwargs", "setting"), [
+    ({"hosts": 0}, "--hosts"), ({"memory_bytes": 0}, "--mem-per-host"), ({"cpus_per_host": -1.0}, "--cpus-per-host"),
+    ({"nodes": [node("head", cpus=0)]}, "--ray"),
+])
+def test_bad_settings_are_named(kwargs, setting):
+    args = {"nodes": [node("a")], "hosts": 1, "cpus_per_host": 1.0, "memory_bytes": MIB, **kwargs}
+    with pytest.raises(ValueError, match=f"^{setting}:"):
+        place_hosts(**args)
+
+
+@pytest.mark.parametrize("bad", ["", "10.0.0.1", "10.0.0.1:", ":6379", "host:port", "host:0", "host:70000"])
+def test_a_malformed_address_is_named(bad):
+    with pytest.raises(RayUnavailable, match="^--ray: .* not a Ray address"):
+        parse_address(bad)
+
+
+def test_address_forms():
+    assert parse_address("10.0.0.5:6379") == ("10.0.0.5", 6379)
+    assert parse_address("[::1]:6379") == ("::1", 6379)
+
+
+def test_probe_refuses_a_port_where_nothing_listens_at_once():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(RayUnavailable, match=rf"^--ray: no Ray cluster reachable at 127.0.0.1:{port} \("):
+        probe(f"127.0.0.1:{port}", timeout_s=1.0)

@@ -1,0 +1,84 @@
+"""The durable store: what is committed survives a crash of the process that wrote it, and a coordinator
+restarted on the file gets its jobs, request ids, tasks and clock back."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from coordinator.metrics import Transition
+from coordinator.model import JobSpec, JobState
+from coordinator.store import Store, StoredTask, StoreError
+
+
+def spec(i: int) -> JobSpec:
+    return JobSpec(f"job-{i:05d}", float(i), 1, 0.5, 0.1, 10.0, "dgemm")
+
+
+def _write_then_die(path: str, n: int, ready) -> None:  # type: ignore[no-untyped-def]
+    store = Store(path)
+    for i in range(1, n + 1):
+        with store.transaction():
+            store.put_job(spec(i), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+            store.add_transition(Transition(float(i), spec(i).id, None, JobState.PENDING, (), 0.0, "submitted"))
+            store.set_request(spec(i).id, f"req-{i}")
+    ready.set()
+    os.kill(os.getpid(), signal.SIGKILL)  # no close, no checkpoint: as kill -9
+
+
+def test_committed_jobs_survive_kill_9_of_the_writer(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    p = ctx.Process(target=_write_then_die, args=(path, 50, ready))
+    p.start()
+    p.join(30)
+    assert p.exitcode == -signal.SIGKILL and ready.is_set()
+    loaded = Store(path).load()
+    assert [j.spec.id for j in loaded.jobs] == [spec(i).id for i in range(1, 51)]
+    assert loaded.jobs[7].spec == spec(8) and loaded.jobs[7].request_id == "req-8"
+    assert len(loaded.transitions) == 50 and loaded.transitions[0].dst is JobState.PENDING
+
+
+def test_rolled_back_transaction_leaves_nothing(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "s.db"))
+    with pytest.raises(RuntimeError), store.transaction():
+        store.put_job(spec(1), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+        raise RuntimeError("refused")
+    assert Store(str(tmp_path / "s.db")).load().jobs == []
+
+
+def test_updates_tasks_agents_and_epoch_round_trip(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = Store(path)
+    epoch = store.epoch()
+    store.put_job(spec(1), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+    store.put_job(spec(1), JobState.RUNNING, ("h0",), 0.4, 2.5, 1, 3.0, None, "")
+    store.put_tasks("job-00001", 2, [StoredTask("job-00001/0.2", "h0", 0.25, 2, False)])
+    store.put_tasks("job-00002", 0, [StoredTask("job-00002/0", "h1", 0.5, 2, False)])
+    store.put_tasks("job-00002", 0, None)
+    store.put_agent("a", "127.0.0.1:1", b"\x01\x02")
+    store.close()
+    loaded = Store(path).load()
+    assert loaded.epoch == epoch
+    (job,) = loaded.jobs
+    assert (job.state, job.hosts, job.cpu, job.vt, job.attempts, job.first_start) == (
+        JobState.RUNNING, ("h0",), 0.4, 2.5, 1, 3.0)
+    assert loaded.tasks == {"job-00001": (2, [StoredTask("job-00001/0.2", "h0", 0.25, 2, False)])}
+    assert loaded.agents == [("a", "127.0.0.1:1", b"\x01\x02")]
+    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_a_file_that_is_not_a_store_is_refused_by_name(tmp_path: Path) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="notes.txt"):
+        Store(str(bad))
+    with pytest.raises(StoreError, match="synchronous"):
+        Store(str(tmp_path / "x.db"), synchronous="sometimes")
