@@ -24,8 +24,9 @@ from coordinator.model import JobState
 
 STRETCH_BUCKETS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0, float("inf"))
 LATENCY_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, float("inf"))
-#: An agent counts as up while its last heartbeat is at most this old: three missed 2 s heartbeats
-#: (node_agent.register.HEARTBEAT_S), so one slow beat on a loaded machine does not flap the gauge.
+#: By default an agent counts as up while its last heartbeat is at most this old: three missed 2 s
+#: heartbeats, the coordinator's default before it declares an agent lost (CoordinatorServer passes its
+#: own heartbeat_misses x heartbeat_s), so one slow beat on a loaded machine does not flap the gauge.
 AGENT_STALE_S = 6.0
 
 
@@ -37,6 +38,7 @@ class AgentHealth:
     mode: str  # how it enforces shares: cgroup-v1, cgroup-v2 or duty-cycle
     heartbeat_age_s: float  # wall seconds since its last RegisterAgent or Heartbeat
     hosts: int
+    stale_after_s: float = AGENT_STALE_S  # up while heartbeat_age_s is at most this
 
 
 class _AgentCollector(Collector):
@@ -51,7 +53,8 @@ class _AgentCollector(Collector):
         yield GaugeMetricFamily("vcemu_agents_registered", "Agents registered with the coordinator", len(agents))
         up = GaugeMetricFamily(
             "vcemu_agent_up",
-            f"1 if the agent's last heartbeat is at most {AGENT_STALE_S:g} s old, else 0",
+            "1 while the agent's last heartbeat is recent enough for the coordinator to keep it (by default at "
+            f"most {AGENT_STALE_S:g} s old), else 0",
             labels=["agent", "mode"],
         )
         age = GaugeMetricFamily(
@@ -59,7 +62,7 @@ class _AgentCollector(Collector):
         )
         hosts = GaugeMetricFamily("vcemu_agent_hosts", "Hosts an agent emulates", labels=["agent"])
         for a in agents:
-            up.add_metric([a.agent, a.mode], 1.0 if a.heartbeat_age_s <= AGENT_STALE_S else 0.0)
+            up.add_metric([a.agent, a.mode], 1.0 if a.heartbeat_age_s <= a.stale_after_s else 0.0)
             age.add_metric([a.agent], a.heartbeat_age_s)
             hosts.add_metric([a.agent], float(a.hosts))
         yield up
@@ -214,7 +217,7 @@ class CoordinatorMetrics:
         self.transitions = Counter(
             "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
         )
-        self.agents_lost = PromCounter(
+        self.agents_lost = Counter(
             "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
             registry=self.registry,
         )  # exposed as vcemu_agents_lost_total (issue 7)

@@ -436,9 +436,9 @@ class CoordinatorServer:
         """Registered agents with the wall-clock age of their last heartbeat (for the metrics). Heartbeats
         are stamped with ``time.monotonic()``; an agent restored from the store has a grace stamp in the
         future, shown as age 0."""
-        now = time.monotonic()
+        now, stale = time.monotonic(), self.heartbeat_misses * self.heartbeat_s  # up until declared lost
         return [
-            AgentHealth(a, h.mode, max(0.0, now - self.heartbeats.get(a, -math.inf)), len(h.hosts))
+            AgentHealth(a, h.mode, max(0.0, now - self.heartbeats.get(a, -math.inf)), len(h.hosts), stale)
             for a, h in list(self.backend.agents.items())
         ]
 

@@ -23,15 +23,17 @@ def sample(metrics: CoordinatorMetrics, name: str, **labels: str) -> float | Non
 
 
 def test_agent_up_follows_the_heartbeat_age():
-    agents = [AgentHealth("fresh", "cgroup-v2", 0.5, 3), AgentHealth("stale", "duty-cycle", AGENT_STALE_S + 0.1, 1)]
+    agents = [AgentHealth("slow", "cgroup-v1", 8.0, 1, stale_after_s=10.0),  # a coordinator with 5 x 2 s
+              AgentHealth("fresh", "cgroup-v2", 0.5, 3), AgentHealth("stale", "duty-cycle", AGENT_STALE_S + 0.1, 1)]
     m = CoordinatorMetrics(Engine(get_policy("greedy"), SimBackend()), "greedy", agent_health=lambda: agents)
-    assert sample(m, "vcemu_agents_registered") == 2
+    assert sample(m, "vcemu_agents_registered") == 3
+    assert sample(m, "vcemu_agent_up", agent="slow", mode="cgroup-v1") == 1
     assert sample(m, "vcemu_agent_up", agent="fresh", mode="cgroup-v2") == 1
     assert sample(m, "vcemu_agent_up", agent="stale", mode="duty-cycle") == 0
     assert sample(m, "vcemu_agent_heartbeat_age_seconds", agent="stale") == pytest.approx(AGENT_STALE_S + 0.1)
     assert sample(m, "vcemu_agent_hosts", agent="fresh") == 3
     agents.pop()  # read at scrape time: a forgotten agent disappears
-    assert sample(m, "vcemu_agents_registered") == 1
+    assert sample(m, "vcemu_agents_registered") == 2
     assert sample(m, "vcemu_agent_up", agent="stale", mode="duty-cycle") is None
 
 
