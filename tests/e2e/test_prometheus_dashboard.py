@@ -154,6 +154,12 @@ def prometheus(tmp_path: Path, live_run: tuple[str, int, float]) -> Iterator[str
                 pass
             assert time.monotonic() < deadline, "prometheus not ready in 30 s"
             time.sleep(0.2)
+        while True:  # the run is watched from its first job on: wait for a successful scrape
+            result = http_json(f"{url}/api/v1/query?query=up")["data"]["result"]
+            if result and result[0]["value"][1] == "1":
+                break
+            assert time.monotonic() < deadline, f"prometheus never scraped the coordinator: {result}"
+            time.sleep(0.2)
         yield url
     finally:
         proc.terminate()
@@ -225,5 +231,7 @@ def test_every_dashboard_panel_returns_data(live_run: tuple[str, int, float], pr
         rows.append(f"{len(series):3d} series {n_finite:4d} finite  [{title}] {q}")
         if not series or n_finite == 0:
             empty.append((title, q))
-    print(f"\nrun+scrape {time.monotonic() - t_start:.1f} s, range {range_s} s; per panel target:\n" + "\n".join(rows))
+    scrapes = scalar(prometheus, f"count_over_time(up[{range_s}s])")
+    print(f"\nrun+scrape {time.monotonic() - t_start:.1f} s, range {range_s} s, {scrapes:.0f} scrapes; per panel "
+          "target:\n" + "\n".join(rows))
     assert not empty, f"panel queries without data: {empty}"
