@@ -413,11 +413,14 @@ class CoordinatorServer:
 
     def _watch_agents(self) -> None:
         """Declare an agent lost after ``heartbeat_misses`` silent intervals: its hosts leave the cluster
-        and its jobs go back to pending with their progress (restart from the last checkpoint)."""
+        and its jobs go back to pending with their progress (restart from the last checkpoint). An
+        answered Status poll counts as a sign of life too (an agent registered by hand, without a
+        registrar, is alive as long as it answers)."""
         while not self._stop.wait(self.heartbeat_s / 4):
             deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
             for agent_id, last in list(self.heartbeats.items()):
-                if last < deadline and agent_id in self.backend.agents:
+                handle = self.backend.agents.get(agent_id)
+                if handle is not None and max(last, handle.last_seen) < deadline:
                     self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
                                     f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
 

@@ -63,6 +63,7 @@ class AgentHandle:
     mode: str
     hosts: list[str] = field(default_factory=list)
     last_status: agent_pb2.StatusReply | None = None
+    last_seen: float = 0.0  # time.monotonic() of its last answered Status: a sign of life like a heartbeat
 
 
 @dataclass
@@ -387,6 +388,7 @@ class LiveBackend:
             for handle in list(self.agents.values()):
                 try:
                     handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(), timeout=self.rpc_timeout)
+                    handle.last_seen = time.monotonic()
                     answered.update(handle.hosts)
                 except grpc.RpcError:
                     continue  # an unreachable agent is noticed by heartbeats, not here

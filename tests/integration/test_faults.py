@@ -194,8 +194,8 @@ def test_agent_kill_9_requeues_its_jobs_from_their_checkpoint(run: Run) -> None:
     assert requeued, "no job was requeued after its agent was lost"
     assert lost_total(run) == 1.0
     assert all(v > 0 for v in restarted)
-    # The killed agent's processes noticed and exited (orphan check): none is left on the machine.
-    assert not any(run.ends[f"{j}/0"] > 1 for j in submitted)
+    # The killed agent's processes noticed their agent was gone and exited: no job ran to the end twice.
+    assert all(run.ends[f"{j}/0"] == 1 for j in submitted), run.ends
 
 
 def test_agent_restart_cleans_its_leftovers_and_gets_work_again(run: Run) -> None:
@@ -208,7 +208,9 @@ def test_agent_restart_cleans_its_leftovers_and_gets_work_again(run: Run) -> Non
     run.agents["a"].wait()
     run.start_agent("a")  # same id: removes the crashed agent's cgroups, re-registers
     run.check_exactly_once(submitted)
+    assert all(run.ends[f"{j}/0"] == 1 for j in submitted), run.ends
     restarted_log = run.logs["a"][1].read_text()
+    assert re.search(r"removed \d+ task cgroups", restarted_log) or "task start" in restarted_log
     assert START.search(restarted_log), "the restarted agent was given no work"
     with sqlite3.connect(run.db) as db:
         reasons = [r for (r,) in db.execute("SELECT reason FROM transitions WHERE dst='pending' AND src IS NOT NULL")]
@@ -230,3 +232,8 @@ def test_agent_sigstop_past_the_deadline_is_lost_and_fenced_when_it_returns(run:
     os.kill(run.agents["a"].pid, signal.SIGCONT)
     run.check_exactly_once(submitted)
     assert lost_total(run) >= 1.0
+    # A stopped agent's task processes are not stopped with it: a copy may have reached its end while
+    # the job was rerun elsewhere. The coordinator counts one completion (above); the stale copy is
+    # fenced (stopped, its result ignored) when the agent returns. At most that one extra end per job:
+    assert all(run.ends[f"{j}/0"] <= 2 for j in submitted), run.ends
+    print("agent-side ends per job:", dict(run.ends))
