@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-cgroups", action="store_true")
     sp.add_argument("--ray", metavar="ADDRESS", default=None,
                     help="place the hosts on the nodes of the Ray cluster at ADDRESS (HOST:PORT of its head), "
-                    "one agent actor per node; token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
+                    "one agent actor per host; token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
     sp.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
                     "(default: each node's IP as Ray reports it)")
     _reliability_flags(sp)

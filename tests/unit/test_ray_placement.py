@@ -18,20 +18,20 @@ def node(node_id: str, cpus: float = 4.0) -> RayNode:
 
 def test_hosts_are_dealt_round_robin_in_node_id_order_and_pinned_by_node_label():
     placements = place_hosts([node("cc"), node("aa"), node("bb")], hosts=5, cpus_per_host=0.5, memory_bytes=MIB)
-    assert [p.node.node_id for p in placements] == ["aa", "bb", "cc"]
+    # One actor per emulated host, dealt round-robin in node-id order.
+    assert [p.node.node_id for p in placements] == ["aa", "aa", "bb", "bb", "cc"]
     assert [[h["name"] for h in p.hosts] for p in placements] == [
-        ["ray0-h0", "ray0-h1"], ["ray1-h0", "ray1-h1"], ["ray2-h0"]]
-    assert placements[1].label_selector == {"ray.io/node-id": "bb"}
-    assert len({p.agent_id for p in placements}) == 3
+        ["ray0-h0"], ["ray0-h1"], ["ray1-h0"], ["ray1-h1"], ["ray2-h0"]]
+    assert placements[2].label_selector == {"ray.io/node-id": "bb"}
+    assert len({p.agent_id for p in placements}) == 5
     assert all(h["cpu_cores"] == 0.5 and h["memory_bytes"] == MIB for p in placements for h in p.hosts)
 
 
 def test_default_cores_share_out_part_of_each_nodes_cpus_and_nodes_without_cpus_get_nothing():
     placements = place_hosts([node("head", cpus=0), node("w1", cpus=2.0), node("w2", cpus=8.0)], hosts=4,
                              cpus_per_host=None, memory_bytes=MIB)
-    assert [p.node.node_id for p in placements] == ["w1", "w2"]
-    assert [h["cpu_cores"] for h in placements[0].hosts] == [0.6, 0.6]  # 0.6 * 2 CPUs / 2 hosts
-    assert [h["cpu_cores"] for h in placements[1].hosts] == [1.0, 1.0]  # capped at one core
+    assert [p.node.node_id for p in placements] == ["w1", "w1", "w2", "w2"]
+    assert [p.hosts[0]["cpu_cores"] for p in placements] == [0.6, 0.6, 1.0, 1.0]  # 0.6 * 2 CPUs / 2; capped at 1
 
 
 def test_fewer_hosts_than_nodes_leave_nodes_empty():

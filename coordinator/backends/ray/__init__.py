@@ -1,4 +1,4 @@
-"""The Ray backend: emulated hosts on the nodes of a Ray cluster, one node agent per node as a Ray actor.
+"""The Ray backend: emulated hosts on the nodes of a Ray cluster, each host a node-agent Ray actor.
 
 Design (issue 6): each actor (:class:`node_agent.ray_actor.HostAgentActor`) runs the very agent that
 ``vcemu agent`` runs (AgentCore, the process runner, the cgroup v1/v2 drivers) and serves the same gRPC
@@ -8,10 +8,9 @@ So Ray does what Ray is for here, placement (each actor pinned to its node by th
 ``ray.io/node-id`` label, :mod:`.placement`), lifecycle (start, restart after a crash, kill at the end)
 and failure detection, while task control keeps one implementation and one wire contract.
 
-Every emulated host lives in an agent actor pinned to its node; the hosts placed on one node share one
-actor, as a machine runs one ``vcemu agent`` (or one DaemonSet pod) for all its hosts: one calibration
-and one cgroup parent per node, and the node's host shares checked against each other by one AgentCore.
-With ``--hosts`` equal to the number of nodes (the usual testbed shape) that is one actor per host.
+Every emulated host is its own agent actor pinned to its node (issue 6), so Ray restarts, kills and
+reports each host on its own; the hosts of one node share the machine's CPU like the agents of several
+``vcemu agent`` processes do (each agent's cgroup parent is capped at its hosts' cores).
 
 Why not drive the actors by Ray method calls behind a transport seam in ``live.py``: that would be a
 second client of AgentCore (every call, error mapping and status conversion written twice) and a second

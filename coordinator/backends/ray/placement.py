@@ -19,7 +19,8 @@ DEFAULT_CPU_FRACTION = 0.6
 
 @dataclass(frozen=True)
 class HostPlacement:
-    """The hosts of one agent actor and the node it is pinned to."""
+    """The host of one agent actor and the node it is pinned to (a tuple: an actor serves the agent API,
+    which can hold several hosts, but placement gives each emulated host its own actor)."""
 
     node: RayNode
     agent_id: str
@@ -33,7 +34,7 @@ class HostPlacement:
 
 def place_hosts(nodes: Sequence[RayNode], hosts: int, cpus_per_host: float | None, memory_bytes: int,
                 tag: str = "ray") -> list[HostPlacement]:
-    """One :class:`HostPlacement` per node that gets hosts. ``cpus_per_host`` None: each node's hosts
+    """One :class:`HostPlacement` (one agent actor) per emulated host, pinned to its node. ``cpus_per_host`` None: each node's hosts
     share :data:`DEFAULT_CPU_FRACTION` of its Ray CPUs (at most one core each: a task is one process).
 
     Raises ValueError naming the setting when there is nothing to place on or a value is out of range."""
@@ -49,10 +50,9 @@ def place_hosts(nodes: Sequence[RayNode], hosts: int, cpus_per_host: float | Non
     counts = [hosts // len(usable) + (1 if i < hosts % len(usable) else 0) for i in range(len(usable))]
     out = []
     for k, (node, n) in enumerate(zip(usable, counts, strict=True)):
-        if n == 0:
-            continue
         cores = cpus_per_host if cpus_per_host is not None else round(min(1.0, DEFAULT_CPU_FRACTION * node.cpus / n), 3)
-        agent_id = f"{tag}{k}-{node.node_id[:8]}"
-        specs = tuple({"name": f"{tag}{k}-h{i}", "cpu_cores": cores, "memory_bytes": memory_bytes} for i in range(n))
-        out.append(HostPlacement(node, agent_id, specs))
+        for i in range(n):  # one actor per emulated host (issue 6: "each emulated host is a Ray actor")
+            name = f"{tag}{k}-h{i}"
+            spec = {"name": name, "cpu_cores": cores, "memory_bytes": memory_bytes}
+            out.append(HostPlacement(node, f"{name}-{node.node_id[:8]}", (spec,)))
     return out
