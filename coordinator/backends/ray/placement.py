@@ -35,7 +35,8 @@ class HostPlacement:
 def place_hosts(nodes: Sequence[RayNode], hosts: int, cpus_per_host: float | None, memory_bytes: int,
                 tag: str = "ray") -> list[HostPlacement]:
     """One :class:`HostPlacement` (one agent actor) per emulated host, pinned to its node.
-    ``cpus_per_host`` None: each node's hosts share :data:`DEFAULT_CPU_FRACTION` of its Ray CPUs (at most one core each: a task is one process).
+    ``cpus_per_host`` None: each node's hosts share :data:`DEFAULT_CPU_FRACTION` of its Ray CPUs (at most
+    one core each: a task is one process).
 
     Raises ValueError naming the setting when there is nothing to place on or a value is out of range."""
     if hosts < 1:
