@@ -31,6 +31,7 @@ from coordinator.experiments import homogeneous_hosts
 from coordinator.metrics import History, job_results, summarize
 from coordinator.model import JobSpec
 from coordinator.policies import get_policy
+from coordinator.policies.packing import PackJob, PackProblem, mcb_pack
 from workloads.annotate import synthetic_trace
 
 __all__ = ["DecisionTimes", "decision_times", "time_sim_1000", "trace"]
@@ -66,12 +67,14 @@ def time_sim_1000(
 ) -> dict:
     """Simulate one trace and time it (trace generation excluded).
 
-    Returns ``sim_1000jobs_s`` (wall seconds of ``Engine.run``), ``sim_cpu_s`` (its process CPU seconds,
+    The compiled MCB8 pass is loaded before the clock starts (``jit_warmup_s``). Returns
+    ``sim_1000jobs_s`` (wall seconds of ``Engine.run``), ``sim_cpu_s`` (its process CPU seconds,
     the steadier figure on a loaded machine), the run's identity (seed, policy, jobs,
     hosts, load, penalty) and its outcome (completed jobs, preemptions, migrations, max and mean bounded
     stretch, decisions) so that a faster run can be checked to be the same run.
     """
     specs = trace(seed, n_jobs, hosts, load)
+    warmup = _warm_up()
     c0, t0 = time.process_time(), time.perf_counter()
     history = _run(specs, policy, hosts, penalty)
     wall = time.perf_counter() - t0
@@ -80,6 +83,7 @@ def time_sim_1000(
     return {
         "sim_1000jobs_s": wall,
         "sim_cpu_s": cpu,
+        "jit_warmup_s": warmup,
         "seed": seed,
         "policy": policy,
         "jobs": n_jobs,
@@ -93,6 +97,15 @@ def time_sim_1000(
         "mean_bounded_stretch": summary.mean_bounded_stretch,
         "decisions": len(history.decision_seconds),
     }
+
+
+def _warm_up() -> float:
+    """Load the compiled MCB8 pass once (numba's on-disk cache; compiles on the very first use in a
+    checkout). A one-time cost per process, reported apart as ``jit_warmup_s``, not part of a run."""
+    t0 = time.perf_counter()
+    prob = PackProblem.build([PackJob(1, 0.5, 0.1)], 1)
+    mcb_pack(prob, 1.0, "MCB8")
+    return time.perf_counter() - t0
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,7 @@ def decision_times(
     has already left), i.e. the jobs the policy had to consider.
     """
     specs = trace(seed, n_jobs, hosts, load)
+    _warm_up()
     sizes: list[int] = []
     history = _run(specs, policy, hosts, penalty, sizes)
     return DecisionTimes(np.asarray(history.decision_seconds, dtype=float), np.asarray(sizes, dtype=np.int64))
