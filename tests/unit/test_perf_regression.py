@@ -65,3 +65,36 @@ def test_compiled_mcb8_pass_matches_the_python_pass() -> None:
             np.testing.assert_array_equal(a, b)
         outcomes["failed" if a is None else "packed"] += 1
     assert min(outcomes.values()) > 20  # both outcomes were exercised
+
+
+def test_removal_bisection_removes_what_one_at_a_time_removal_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """001 Sec. III-B removes the lowest-priority job one at a time until MCB8 packs; DYNMCB8 bisects on
+    the number removed. MCB8 is not monotone, so check on a run with many removals that bisection never
+    sets aside more jobs than the one-at-a-time rule (extra removals would be extra preemptions)."""
+    from coordinator.policies import dynmcb
+
+    original = dynmcb.DynMcb8._removals
+    seen = {"removals": 0}
+
+    def checked(self, snap, considered, by_priority):  # type: ignore[no-untyped-def]
+        k = original(self, snap, considered, by_priority)
+        caps = dynmcb._caps(snap.hosts)
+        first = 0
+        while first < k:
+            gone = {j.id for j in by_priority[:first]}
+            jobs = tuple(
+                dynmcb.PackJob(j.spec.tasks, j.spec.cpu_need * self.accuracy, j.spec.mem)
+                for j in considered
+                if j.id not in gone
+            )
+            if not jobs or dynmcb._packs(jobs, caps):
+                break
+            first += 1
+        assert first == k
+        seen["removals"] += k > 0
+        return k
+
+    monkeypatch.setattr(dynmcb.DynMcb8, "_removals", checked)
+    hosts = 32
+    simulate(synthetic_trace(0, 200, hosts=hosts, load=0.9), "dynmcb8-asap-per", homogeneous_hosts(hosts), 300.0)
+    assert seen["removals"] > 100
