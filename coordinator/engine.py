@@ -101,6 +101,9 @@ class Engine:
         self.hosts: list[Host] = list(hosts)
         self.history = history if history is not None else History()
         self.jobs: dict[str, JobRecord] = {}
+        # The unfinished jobs, kept as they change: a snapshot, the capacity check and the progress sync
+        # then cost O(jobs in the system), not O(jobs ever submitted) per event.
+        self._live: dict[str, JobRecord] = {}
         self.listeners: list[Listener] = []
         self.decision_listeners: list[Callable[[float], None]] = []
         self.lock = threading.RLock()
@@ -131,7 +134,9 @@ class Engine:
                 raise InvalidJob(*why)
             if spec.id in self.jobs:
                 raise ValueError(f"job id {spec.id!r} already exists")
-            self.jobs[spec.id] = JobRecord(spec)
+            rec = JobRecord(spec)
+            self.jobs[spec.id] = rec
+            self._live[spec.id] = rec
             self.history.specs[spec.id] = spec
             self._record(spec.id, None, JobState.PENDING, reason="submitted")
             self._push(self.backend.now(), "stim", Submit(spec.id))
@@ -203,7 +208,7 @@ class Engine:
 
     @property
     def unfinished(self) -> int:
-        return sum(1 for r in self.jobs.values() if not r.state.finished)
+        return len(self._live)
 
     def step(self, until: float = math.inf) -> bool:
         """Advance the backend to the next completion or timer (or ``until``) and react. False if idle."""
@@ -234,10 +239,10 @@ class Engine:
         self.schedule_arrivals(arrivals)
         while self.backend.now() < until:
             with self.lock:
-                running = any(r.state is JobState.RUNNING for r in self.jobs.values())
+                running = any(r.state is JobState.RUNNING for r in self._live.values())
                 if not self._timers and not running:
-                    if self.unfinished:
-                        stuck = sorted(j for j, r in self.jobs.items() if not r.state.finished)
+                    if self._live:
+                        stuck = sorted(self._live)
                         raise Stalled(f"{len(stuck)} jobs can never progress: {', '.join(stuck[:10])}")
                     break
             self.step(until)
@@ -251,7 +256,7 @@ class Engine:
             return Snapshot(
                 self.backend.now(),
                 tuple(self.hosts),
-                {j: r.view() for j, r in self.jobs.items() if not r.state.finished},
+                {j: r.view() for j, r in self._live.items()},
             )
 
     def handle(self, stim: Stimulus) -> Plan:
@@ -273,6 +278,8 @@ class Engine:
     def apply(self, plan: Plan) -> None:
         """Check and carry out a plan; a backend failure fails that job only."""
         with self.lock:
+            if not plan.actions:  # nothing changes: the state was checked when it was made
+                return
             self._check(plan)
             moved: dict[str, JobRecord] = {}
             for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
@@ -325,7 +332,7 @@ class Engine:
     def _check(self, plan: Plan) -> None:
         """Refuse a plan that is inconsistent with the state or over-commits a host."""
         hosts = {h.name: h for h in self.hosts}
-        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self.jobs.items() if r.state is JobState.RUNNING}
+        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self._live.items() if r.state is JobState.RUNNING}
         need = {
             Start: (JobState.PENDING,),
             Resume: (JobState.PAUSED,),
@@ -339,6 +346,7 @@ class Engine:
             SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
         }
         state: dict[str, JobState] = {}  # states as the plan moves them, in the order it is applied
+        moved: dict[str, list[str]] = {}
         for a in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
             rec = self.jobs.get(a.job)
             current = state.get(a.job, rec.state if rec else None)
@@ -359,7 +367,10 @@ class Engine:
                 h, c, s = placed[a.job]
                 if a.dst not in hosts or not 0 <= a.task < len(h):
                     raise PolicyError(f"{self.policy.name}: {a} names an unknown task or host")
-                placed[a.job] = (tuple(a.dst if i == a.task else x for i, x in enumerate(h)), c, s)
+                if a.job not in moved:  # copy a job's hosts once, then move its tasks in place
+                    h = moved[a.job] = list(h)
+                    placed[a.job] = (h, c, s)
+                h[a.task] = a.dst
         cpu = dict.fromkeys(hosts, 0.0)
         mem = dict.fromkeys(hosts, 0.0)
         for job, (hs, c, spec) in placed.items():
@@ -399,11 +410,12 @@ class Engine:
     def _finish(self, rec: JobRecord, state: JobState, reason: str) -> None:
         src = rec.state
         rec.state, rec.end, rec.message = state, self.backend.now(), reason
+        self._live.pop(rec.spec.id, None)
         self._record(rec.spec.id, src, state, rec.hosts, rec.cpu, reason)
         rec.cpu = 0.0
 
     def _sync_progress(self) -> None:
-        for job, rec in self.jobs.items():
+        for job, rec in self._live.items():
             if rec.state in (JobState.RUNNING, JobState.PAUSED):
                 rec.vt = self.backend.progress(job) * rec.spec.work
 

@@ -75,17 +75,21 @@ def raise_average_yield(
 
     # Parallel jobs: one yield per job; cheapest total need first (Sec. 5 per-job metric).
     order = np.lexsort((np.arange(njobs), need, ntasks * need))
-    by_job = np.argsort(task_job, kind="stable")
-    bounds = np.searchsorted(task_job[by_job], np.arange(njobs + 1))
+    # Each job's distinct hosts (ascending) and its task count on each, for all jobs in one sort.
+    nhosts = cpu_cap.shape[0]
+    pair, counts = np.unique(task_job * nhosts + task_host, return_counts=True)
+    pair_job = pair // nhosts
+    pair_host = (pair % nhosts).tolist()
+    pair_cnt = counts.tolist()
+    bounds = np.searchsorted(pair_job, np.arange(njobs + 1)).tolist()
     slack_l = slack.tolist()
     for i in order.tolist():
         a = float(need[i])
         if a <= 0.0:
             yields[i] = 1.0
             continue
-        hs, counts = np.unique(task_host[by_job[bounds[i] : bounds[i + 1]]], return_counts=True)
-        hs_l = hs.tolist()
-        cnt_l = counts.tolist()
+        hs_l = pair_host[bounds[i] : bounds[i + 1]]
+        cnt_l = pair_cnt[bounds[i] : bounds[i + 1]]
         room = 1.0 - float(yields[i])
         for hj, n in zip(hs_l, cnt_l, strict=True):
             r = slack_l[hj] / (n * a)

@@ -6,6 +6,7 @@ it did not receive (DESIGN.md). Policies hold only their configuration, so they 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -63,21 +64,22 @@ def greedy_placement(
     needs of its tasks, relative to its capacity) gets a task; a host that cannot take another task is
     dropped. Ties go to the host listed first. ``use`` is not modified.
     """
-    load = {h.name: use[h.name].load for h in hosts}
-    free_mem = {h.name: h.mem - use[h.name].mem for h in hosts}
-    cap = {h.name: h.cpu for h in hosts}
-    order = {h.name: i for i, h in enumerate(hosts)}
-    candidates = [h.name for h in hosts if free_mem[h.name] + EPS >= spec.mem]
+    # A heap keyed on (relative load, host index): only the chosen host's key changes at each step, so
+    # popping it and pushing it back with its new load picks exactly what a scan for the minimum would.
+    load = [use[h.name].load for h in hosts]
+    free_mem = [h.mem - use[h.name].mem for h in hosts]
+    heap = [(load[i] / h.cpu, i) for i, h in enumerate(hosts) if free_mem[i] + EPS >= spec.mem]
+    heapq.heapify(heap)
     placed: list[str] = []
     for _ in range(spec.tasks):
-        if not candidates:
+        if not heap:
             return None
-        best = min(candidates, key=lambda n: (load[n] / cap[n], order[n]))
-        placed.append(best)
+        _, best = heapq.heappop(heap)
+        placed.append(hosts[best].name)
         load[best] += spec.cpu_need
         free_mem[best] -= spec.mem
-        if free_mem[best] + EPS < spec.mem:
-            candidates.remove(best)
+        if free_mem[best] + EPS >= spec.mem:
+            heapq.heappush(heap, (load[best] / hosts[best].cpu, best))
     return tuple(placed)
 
 

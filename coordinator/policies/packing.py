@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coordinator.policies.avgyield import raise_average_yield
+from coordinator.policies.mcb8_kernel import mcb8_pass
 
 __all__ = [
     "EPS",
@@ -402,6 +403,7 @@ def _query(lst: _SortedList, ap: float, asec: float) -> int:
 
 
 def _pass_mcb8(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray) -> np.ndarray | None:
+    """MCB8's pass: the compiled kernel of :mod:`coordinator.policies.mcb8_kernel` when numba is there."""
     n = c.shape[0]
     heavy = c > m
     prim = np.where(heavy, c, m)
@@ -410,6 +412,27 @@ def _pass_mcb8(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray)
     hv = heavy[order]
     ci = order[hv]
     mi = order[~hv]
+    if mcb8_pass is not None:
+        task_host = np.full(n, -1, dtype=np.int64)
+        ok = mcb8_pass(prim[ci], sec[ci], ci, prim[mi], sec[mi], mi, capc, capm, task_host)
+        return task_host if ok else None
+    return _pass_mcb8_lists(n, prim, sec, ci, mi, capc, capm)
+
+
+def _pass_mcb8_py(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray) -> np.ndarray | None:
+    """The pure-Python MCB8 pass (used without numba; tests check the kernel against it)."""
+    n = c.shape[0]
+    heavy = c > m
+    prim = np.where(heavy, c, m)
+    sec = np.where(heavy, m, c)
+    order = np.lexsort((np.arange(n), -prim))
+    hv = heavy[order]
+    return _pass_mcb8_lists(n, prim, sec, order[hv], order[~hv], capc, capm)
+
+
+def _pass_mcb8_lists(
+    n: int, prim: np.ndarray, sec: np.ndarray, ci: np.ndarray, mi: np.ndarray, capc: np.ndarray, capm: np.ndarray
+) -> np.ndarray | None:
     lc = _SortedList(ci, prim[ci], sec[ci])  # CPU-heavy: prim = cpu, sec = mem
     lm = _SortedList(mi, prim[mi], sec[mi])  # memory-heavy: prim = mem, sec = cpu
     task_host = np.full(n, -1, dtype=np.int64)
