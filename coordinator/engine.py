@@ -110,6 +110,10 @@ class Engine:
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
         self._tick_scheduled = False
+        #: While a plan is applied, the time every transition it causes is stamped with: one decision is one
+        #: instant, also on a live backend whose clock moves between actions (so a pause and a resume
+        #: elsewhere in one plan read as the migration they are, see ``metrics.job_results``).
+        self._stamp: float | None = None
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -281,27 +285,34 @@ class Engine:
             if not plan.actions:  # nothing changes: the state was checked when it was made
                 return
             self._check(plan)
-            moved: dict[str, JobRecord] = {}
-            for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
-                rec = self.jobs[action.job]
-                if rec.state.finished:  # failed earlier in this plan
-                    continue
-                try:
-                    self._apply_one(action, rec)
-                except BackendError as exc:
-                    self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
-                    continue
-                if isinstance(action, Migrate):
-                    moved[rec.spec.id] = rec
-            flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
-            for job, error in flush() if flush is not None else []:
-                self._fail(self.jobs[job], f"migrate failed: {error}")
-            for job, rec in moved.items():  # one migration per job and event, however many tasks moved
-                if not rec.state.finished:
-                    self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
+            self._stamp = self.backend.now()
+            try:
+                self._apply_checked(plan)
+            finally:
+                self._stamp = None
+
+    def _apply_checked(self, plan: Plan) -> None:
+        moved: dict[str, JobRecord] = {}
+        for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
+            rec = self.jobs[action.job]
+            if rec.state.finished:  # failed earlier in this plan
+                continue
+            try:
+                self._apply_one(action, rec)
+            except BackendError as exc:
+                self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
+                continue
+            if isinstance(action, Migrate):
+                moved[rec.spec.id] = rec
+        flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
+        for job, error in flush() if flush is not None else []:
+            self._fail(self.jobs[job], f"migrate failed: {error}")
+        for job, rec in moved.items():  # one migration per job and event, however many tasks moved
+            if not rec.state.finished:
+                self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
 
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
-        now = self.backend.now()
+        now = self.backend.now() if self._stamp is None else self._stamp
         if isinstance(action, Start):
             progress = min(rec.vt / rec.spec.work, 1.0) if rec.vt > 0 else 0.0  # > 0: requeued after a loss
             self.backend.start(rec.spec, action.hosts, action.cpu, progress)
@@ -428,7 +439,7 @@ class Engine:
         cpu: float = 0.0,
         reason: str = "",
     ) -> None:
-        t = Transition(self.backend.now(), job, src, dst, hosts, cpu, reason)
+        t = Transition(self.backend.now() if self._stamp is None else self._stamp, job, src, dst, hosts, cpu, reason)
         self.history.transitions.append(t)
         for listener in self.listeners:
             listener(t)

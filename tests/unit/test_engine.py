@@ -151,3 +151,24 @@ def test_batch_policies_refuse_jobs_wider_than_the_cluster():
         engine.arrive(spec("wide", tasks=3, mem=0.1))
     assert err.value.field == "tasks" and "whole nodes" in str(err.value)
     Engine(get_policy("greedy"), SimBackend(), hosts(2)).arrive(spec("wide", tasks=3, mem=0.1))  # shares nodes
+
+
+class _TickingSim(SimBackend):
+    """A simulator whose clock moves a little at every read, as a live backend's does between actions."""
+
+    def now(self) -> float:
+        self._drift = getattr(self, "_drift", 0.0) + 0.001
+        return super().now() + self._drift
+
+
+def test_one_plan_is_one_instant_so_a_pause_and_resume_elsewhere_is_a_migration():
+    from coordinator.plan import Pause, Resume
+
+    engine = Engine(get_policy("greedy"), _TickingSim(), hosts(2))
+    engine.arrive(spec("a", work=10.0))
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    engine.apply(Plan((Pause("a"), Resume("a", ("h1",), 1.0))))
+    ts = [t for t in engine.history.transitions if t.job == "a"]
+    assert ts[-2].time == ts[-1].time  # pause and resume carry the decision's time
+    (r,) = job_results(engine.history)
+    assert (r.preemptions, r.migrations) == (0, 1)
