@@ -30,7 +30,10 @@ machines. Readings we chose where 004 is terse, each tied to the text:
   the rest of a run after one burst (``n ** (x / L)`` with large ``L``), so the cost then sends jobs to the
   fastest machine until its load is ``L * ln(1 / speed) / ln n`` above a slower one's. ``vcemu oppcost
   --scale peak`` measures that reading; the closing note reports both. Each method keeps its own scale.
-* The memory term is ``n ** (lm / rm)``; exponents are clamped at :data:`MAX_EXPONENT` to stay finite.
+* The memory term is ``n ** (lm / rm)``. The 004 mix draws memory without bound (one job in 10^4 asks for
+  100 times the largest machine), so terms beyond :data:`MAX_TERM` continue along their tangent (:func:`_power`)
+  instead of overflowing; an earlier clamp of the exponent made such a machine's cost flat, so E-Mosix piled
+  every job onto it — the continuation keeps each extra MB there expensive, as the exponential intends.
 * The *marginal cost* of a job on a machine is the increase of that machine's cost when the job is added
   (ASSIGN-U, Sec. 3.3 and 4); E-PVM picks the machine with the least marginal cost (ties: lowest index).
 * *Reassignment* (E-Mosix, "assigns or reassigns jobs to minimize the sum of the costs of all of the machines"):
@@ -72,9 +75,9 @@ DEFAULT_WINDOW = 2
 #: Relative-load difference above which Mosix balances.
 DEFAULT_THRESHOLD = 0.25
 
-#: Cost exponents are clamped here to stay in floating range (the 004 mix's memory draws are unbounded);
-#: ``n ** 300`` is hopeless either way.
-MAX_EXPONENT = 300.0
+#: Terms ``n ** x`` beyond this value continue linearly (the 004 mix's memory draws are unbounded and doubles
+#: overflow near 1e308); see :func:`_power`.
+MAX_TERM = 1e200
 
 METHODS = ("pvm", "e-pvm", "mosix", "e-mosix")
 
@@ -164,6 +167,16 @@ class LoadScale:
         return power_of_two_above(self.largest)
 
 
+def _power(n: int, x: float) -> float:
+    """``n ** x``, continued beyond :data:`MAX_TERM` by its tangent so it stays finite, increasing and convex
+    (a machine thousands of times over its memory must still cost more with each extra MB, or the cost would
+    stop steering jobs away from it)."""
+    cap = math.log(MAX_TERM) / math.log(n) if n > 1 else math.inf
+    if x <= cap:
+        return n**x
+    return MAX_TERM * (1.0 + (x - cap) * math.log(n))
+
+
 def cpu_load(machine: Machine, lc: int, lm: float, beta: float | None) -> float:
     """The CPU load the cost uses: the effective load of Sec. 2 (``beta`` times the count when memory is
     over-committed) per unit of speed; with ``beta=None`` the plain count per unit of speed."""
@@ -173,7 +186,7 @@ def cpu_load(machine: Machine, lc: int, lm: float, beta: float | None) -> float:
 def machine_cost(n: int, machine: Machine, lc: int, lm: float, L: float,  # noqa: N803
                  beta: float | None = None) -> float:
     """Sec. 4: ``n ** (used memory / total memory) + n ** (CPU load / L)`` (CPU load: :func:`cpu_load`)."""
-    return n ** min(lm / machine.mem, MAX_EXPONENT) + n ** min(cpu_load(machine, lc, lm, beta) / L, MAX_EXPONENT)
+    return _power(n, lm / machine.mem) + _power(n, cpu_load(machine, lc, lm, beta) / L)
 
 
 def marginal_cost(n: int, machine: Machine, lc: int, lm: float, mem: float, L: float,  # noqa: N803

@@ -175,3 +175,16 @@ def test_make_method_rejects_unknown_names() -> None:
         make_method("mosix2")
     with pytest.raises(ValueError, match="Machine.speed"):
         Machine(0, 10)
+
+
+def test_a_machine_far_over_its_memory_keeps_repelling_jobs() -> None:
+    # 004's mix can draw 90 GB for one job. 6 ** (90613 / 128) overflows a double; the cost continues along its
+    # tangent, so adding 2 MB there still costs more than on a normal machine with 5 jobs (no flat plateau).
+    ms = (Machine(1, 128), Machine(1, 128))
+    view = View(ms, [[Proc(0, 90613, 0)], procs(10, 10, 10, 10, 10, pid0=1)])
+    assert least_marginal_cost(view, 2.0, 8, [0, 1]) == 1
+    assert marginal_cost(6, ms[0], 1, 90613, 2.0, 8) > 1e100
+    # and the two processes there are separated (either move saves ~1e198; which one is below float precision)
+    view = View(ms, [[Proc(0, 90613, 0), Proc(1, 2, 1)], []])
+    mv = emosix_decision(view, 0, [1], 8, beta=10)
+    assert mv is not None and (mv.src, mv.dst) == (0, 1)
