@@ -68,6 +68,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 #: Thrashing slowdown factor of 004 Sec. 5.
 DEFAULT_BETA = 10.0
 #: Nodes a Mosix node hears from per interval.
@@ -177,6 +179,22 @@ def _power(n: int, x: float) -> float:
     return MAX_TERM * (1.0 + (x - cap) * math.log(n))
 
 
+def _power_vec(n: int, x: np.ndarray) -> np.ndarray:
+    """:func:`_power` over an array."""
+    cap = math.log(MAX_TERM) / math.log(n) if n > 1 else math.inf
+    return np.where(x <= cap, np.power(float(n), np.minimum(x, cap)), MAX_TERM * (1.0 + (x - cap) * math.log(n)))
+
+
+def _cost_vec(n: int, machine: Machine, lc: int, lm: np.ndarray, L: float,  # noqa: N803
+              beta: float | None) -> np.ndarray:
+    """:func:`machine_cost` for one process count and an array of memory loads."""
+    if beta is None:
+        cpu = np.full_like(lm, lc / machine.speed)
+    else:
+        cpu = np.where(lm > machine.mem, lc * beta, float(lc)) / machine.speed
+    return _power_vec(n, lm / machine.mem) + _power_vec(n, cpu / L)
+
+
 def cpu_load(machine: Machine, lc: int, lm: float, beta: float | None) -> float:
     """The CPU load the cost uses: the effective load of Sec. 2 (``beta`` times the count when memory is
     over-committed) per unit of speed; with ``beta=None`` the plain count per unit of speed."""
@@ -256,16 +274,20 @@ def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # no
         return None
     n, ms = len(view.machines), view.machines
     lc, lm = view.lc(node), view.lm(node)
+    # vectorised over the node's processes: saving(p) on the node, marginal(p) on each known target
+    mems = np.fromiter((p.mem for p in procs), float, len(procs))
+    saving = machine_cost(n, ms[node], lc, lm, L, beta) - _cost_vec(n, ms[node], lc - 1, lm - mems, L, beta)
     best: tuple[float, float, int, int] | None = None  # (-gain, start, pid, dst)
     for m in known:
         lcm, lmm = view.lc(m), view.lm(m)
-        for p in procs:
-            gain = (removal_saving(n, ms[node], lc, lm, p.mem, L, beta)
-                    - marginal_cost(n, ms[m], lcm, lmm, p.mem, L, beta))
-            if gain > 1e-9:
-                key = (-gain, p.start, p.pid, m)
-                if best is None or key < best:
-                    best = key
+        gain = saving - (_cost_vec(n, ms[m], lcm + 1, lmm + mems, L, beta) - machine_cost(n, ms[m], lcm, lmm, L, beta))
+        top = float(gain.max())
+        if top <= 1e-9:
+            continue
+        for k in np.flatnonzero(gain == top):
+            key = (-top, procs[k].start, procs[k].pid, m)
+            if best is None or key < best:
+                best = key
     return None if best is None else Migration(best[2], node, best[3])
 
 
