@@ -6,7 +6,9 @@ methods' random choices, so any execution can be rerun alone. Executions run in 
 
 Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
 sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2),
-``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``.
+``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``. Rows are also appended to
+``executions.partial.csv`` as executions finish; on Ctrl-C or SIGTERM the finished executions are summarised
+(``summary.json`` then says ``"interrupted": true``) and the exit code is 130.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import argparse
 import csv
 import json
 import os
+import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -117,6 +120,10 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
     return paths
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vcemu oppcost", description="Seed 004 Sec. 5.1: PVM, E-PVM, Mosix and "
                                 "E-Mosix on identical seeded job streams (Table 2, Figs. 3-6).")
@@ -163,16 +170,38 @@ def oppcost_main(argv: list[str]) -> int:
 
     t0 = time.monotonic()
     rows: list[dict[str, float]] = []
-    with ProcessPoolExecutor(max_workers=cfg.jobs) as pool:
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    pool = ProcessPoolExecutor(max_workers=cfg.jobs)
+    try:
         futures = [pool.submit(run_execution, cfg, k) for k in range(cfg.executions)]
-        for fut in tqdm(futures, total=len(futures), desc="oppcost executions", unit="exec"):
-            rows.append(fut.result())
+        with open(out / "executions.partial.csv", "w", newline="") as f:
+            w = None
+            for fut in tqdm(as_completed(futures), total=len(futures), desc="oppcost executions", unit="exec"):
+                rows.append(fut.result())
+                if w is None:
+                    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                    w.writeheader()
+                w.writerow(rows[-1])
+                f.flush()
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions", file=sys.stderr)
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        if interrupted:
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+        signal.signal(signal.SIGTERM, previous)
+    if not rows:
+        return 1
     wall = time.monotonic() - t0
     rows.sort(key=lambda r: r["execution"])
     with open(out / "executions.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    (out / "executions.partial.csv").unlink(missing_ok=True)
     table = summarize(rows)
     with open(out / "table2.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -184,7 +213,8 @@ def oppcost_main(argv: list[str]) -> int:
                                          for n, m in zip(CLUSTER_NAMES, CLUSTER, strict=True)],
               "mix": asdict(MixConfig(duration=cfg.duration, split_memory=cfg.split_memory)), "argv": argv}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    summary = {"executions": len(rows), "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
+    summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
+               "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
                "table2": table}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     figs = plot(rows, out, cfg.plot_first)
@@ -194,4 +224,4 @@ def oppcost_main(argv: list[str]) -> int:
         print(f"{LABELS[name]:<16}{t['by_execution']:>9.3f}{t['by_job']:>12.3f}{t['migrations_per_execution']:>18.1f}")
     print(f"{len(rows)} executions, {summary['jobs']} jobs, wall {wall:.1f} s; wrote {out}/executions.csv, "
           f"table2.csv, summary.json, config.json, {', '.join(p.name for p in figs)}")
-    return 0
+    return 130 if interrupted else 0
