@@ -188,10 +188,10 @@ def oppcost_main(argv: list[str]) -> int:
         interrupted = True
         print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions", file=sys.stderr)
     finally:
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
-        if interrupted:
-            for proc in list(getattr(pool, "_processes", {}).values()):
+        if interrupted:  # stop the workers now rather than wait for their current executions
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
         signal.signal(signal.SIGTERM, previous)
     if not rows:
         return 1

@@ -266,6 +266,9 @@ def mosix_decision(view: View, node: int, known: Sequence[int],
     return None
 
 
+_VECTOR_FROM = 24
+
+
 def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # noqa: N803
                     beta: float | None = None) -> Migration | None:
     """What E-Mosix node ``node`` does: the known move that lowers the cluster's total cost most, if any."""
@@ -274,6 +277,18 @@ def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # no
         return None
     n, ms = len(view.machines), view.machines
     lc, lm = view.lc(node), view.lm(node)
+    if len(procs) <= _VECTOR_FROM:  # numpy's per-call overhead loses on short lists
+        best_s: tuple[float, float, int, int] | None = None
+        for m in known:
+            lcm, lmm = view.lc(m), view.lm(m)
+            for p in procs:
+                gain = (removal_saving(n, ms[node], lc, lm, p.mem, L, beta)
+                        - marginal_cost(n, ms[m], lcm, lmm, p.mem, L, beta))
+                if gain > 1e-9:
+                    key = (-gain, p.start, p.pid, m)
+                    if best_s is None or key < best_s:
+                        best_s = key
+        return None if best_s is None else Migration(best_s[2], node, best_s[3])
     # vectorised over the node's processes: saving(p) on the node, marginal(p) on each known target
     mems = np.fromiter((p.mem for p in procs), float, len(procs))
     saving = machine_cost(n, ms[node], lc, lm, L, beta) - _cost_vec(n, ms[node], lc - 1, lm - mems, L, beta)

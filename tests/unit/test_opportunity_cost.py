@@ -188,3 +188,20 @@ def test_a_machine_far_over_its_memory_keeps_repelling_jobs() -> None:
     view = View(ms, [[Proc(0, 90613, 0), Proc(1, 2, 1)], []])
     mv = emosix_decision(view, 0, [1], 8, beta=10)
     assert mv is not None and (mv.src, mv.dst) == (0, 1)
+
+
+def test_emosix_vector_and_scalar_paths_agree(monkeypatch) -> None:
+    # long process lists take a numpy path; it must decide exactly as the plain loop does
+    import coordinator.policies.opportunity_cost as oc
+
+    rng = random.Random(5)
+    ms = (Machine(1, 128), Machine(0.7, 64), Machine(0.45, 32))
+    for _ in range(20):
+        view = View(ms, [[Proc(k, rng.uniform(0.5, 20), rng.uniform(0, 100)) for k in range(40)],
+                         [Proc(100 + k, rng.uniform(0.5, 20), 0) for k in range(rng.randrange(10))], []])
+        for beta in (None, 10.0):
+            vector = emosix_decision(view, 0, [1, 2], 64, beta)
+            monkeypatch.setattr(oc, "_VECTOR_FROM", 1000)
+            scalar = emosix_decision(view, 0, [1, 2], 64, beta)
+            monkeypatch.setattr(oc, "_VECTOR_FROM", 24)
+            assert vector == scalar and vector is not None
