@@ -65,6 +65,41 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _size(text: str) -> int:
+    from node_agent.cli import parse_size
+
+    return parse_size(text)
+
+
+def _per_host(name: str, conv):  # type: ignore[no-untyped-def]
+    """``--x VALUE`` or ``--x V1,V2,...`` (one per host): a list of the comma-separated texts, each checked by
+    ``conv`` (which must return a number > 0). The count is checked against ``--hosts`` by :func:`per_host`."""
+
+    def parse(text: str) -> list[str]:
+        parts = [x.strip() for x in text.split(",")]
+        for x in parts:
+            try:
+                value = conv(x)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{name}: cannot parse {x!r} in {text!r}") from None
+            if not value > 0:
+                raise argparse.ArgumentTypeError(f"{name} values must be > 0, got {x!r}")
+        return parts
+
+    return parse
+
+
+def per_host(flag: str, values: str | float | Sequence[str | float], hosts: int) -> list[str]:
+    """One value per host from one value (every host) or a list of exactly ``hosts`` values; ValueError naming
+    ``flag`` otherwise."""
+    items = [str(v) for v in values] if isinstance(values, list | tuple) else [str(values)]
+    if len(items) == 1:
+        return items * hosts
+    if len(items) != hosts:
+        raise ValueError(f"argument {flag}: give one value or {hosts} (one per host), got {len(items)}")
+    return items
+
+
 def _policy_name(text: str) -> str:
     from coordinator.policies import POLICIES
 
@@ -196,9 +231,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 # ---- servers --------------------------------------------------------------------------------------
 
 
-def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float, mem_per_host: str, agent_id: str,
+def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_per_host: str, agent_id: str,
                 extra: Sequence[str] = ()) -> subprocess.Popen:
-    """Start one ``vcemu agent`` process that registers with ``coordinator``."""
+    """Start one ``vcemu agent`` process that registers with ``coordinator``. The per-host values may be
+    comma-separated lists, one value per host of this agent."""
     cmd = [
         sys.executable, "-m", "coordinator.cli", "agent", "--hosts", str(hosts),
         "--cpus-per-host", str(cpus_per_host), "--mem-per-host", mem_per_host, "--port", "0",
@@ -230,22 +266,26 @@ def default_cpus_per_host(hosts: int) -> float:
     return round(min(1.0, 0.6 * (os.cpu_count() or 1) / hosts), 3)
 
 
-def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | None,
-                        mem_per_host: str, port: int, metrics_port: int | None, no_cgroups: bool,
+def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
+                        mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, **options):
-    """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts.
+    """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
+    and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
     ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
 
+    cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
+                    else default_cpus_per_host(hosts), hosts)
+    mems = per_host("--mem-per-host", mem_per_host, hosts)
     server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
     tls = options.get("tls")
     tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
-    cpus = cpus_per_host if cpus_per_host is not None else default_cpus_per_host(hosts)
     split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
+    first = [sum(split[:i]) for i in range(agents)]
     procs = [
-        spawn_agent(server.address, n, cpus, mem_per_host, f"agent{i}",
-                    (["--no-cgroups"] if no_cgroups else []) + tls_flags)
+        spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]), ",".join(mems[first[i]:first[i] + n]),
+                    f"agent{i}", (["--no-cgroups"] if no_cgroups else []) + tls_flags)
         for i, n in enumerate(split) if n
     ]
     deadline = time.monotonic() + wait_s
@@ -268,10 +308,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
         return 2
-    server, procs = start_local_cluster(
-        args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
-        args.metrics_port, args.no_cgroups, **_server_options(args),
-    )
+    try:
+        server, procs = start_local_cluster(
+            args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
+            args.metrics_port, args.no_cgroups, **_server_options(args),
+        )
+    except ValueError as e:
+        print(f"vcemu up: error: {e}", file=sys.stderr)
+        return 2
     metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
     print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. Ctrl-C stops.",
           flush=True)
@@ -336,9 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("up", help="run a local cluster: coordinator and agents on 127.0.0.1")
     sp.add_argument("--hosts", type=_positive("--hosts", int), default=4)
     sp.add_argument("--agents", type=_positive("--agents", int), default=1, help="agent processes sharing the hosts")
-    sp.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None,
-                    help="real cores per emulated host (default: 80%% of the machine shared out)")
-    sp.add_argument("--mem-per-host", default="1GiB")
+    sp.add_argument("--cpus-per-host", type=_per_host("--cpus-per-host", float), default=None,
+                    metavar="CORES[,CORES...]", help="real cores per emulated host, or one value per host "
+                    "(default: 60%% of the machine shared out)")
+    sp.add_argument("--mem-per-host", type=_per_host("--mem-per-host", _size), default=["1GiB"],
+                    metavar="SIZE[,SIZE...]", help="memory per emulated host, or one value per host (default 1GiB)")
     sp.add_argument("--policy", type=_policy_name, default="greedy")
     sp.add_argument("--port", type=_port, default=50051)
     sp.add_argument("--metrics-port", type=_port, default=None)
@@ -409,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("vcsched", help="seed 002 static placement experiments (see vcemu vcsched --help)",
                    add_help=False)
+    sub.add_parser("oppcost", help="seed 004 opportunity-cost simulations (see vcemu oppcost --help)",
+                   add_help=False)
     sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, load, scale")
     sp.add_argument("name", choices=["cpu-share", "packing", "load", "scale"])
     return p
@@ -425,6 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.vcsched.experiment import vcsched_main
 
         return vcsched_main(argv[1:])
+    if argv and argv[0] == "oppcost":
+        from coordinator.oppcost.experiment import oppcost_main
+
+        return oppcost_main(argv[1:])
     if len(argv) >= 2 and argv[0] == "bench":
         if argv[1] == "cpu-share":
             from node_agent.bench import cpu_share_main

@@ -110,8 +110,15 @@ def run_up(args: argparse.Namespace) -> int:
     from coordinator.service import CoordinatorServer
     from node_agent.cli import parse_size
 
+    # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
+    cpus, mems = args.cpus_per_host, args.mem_per_host
+    for flag, value in (("--cpus-per-host", cpus), ("--mem-per-host", mems)):
+        if isinstance(value, list) and len(value) > 1:
+            print(f"vcemu up: {flag}: with --ray give one value for every host, got {len(value)}", file=sys.stderr)
+            return 2
+    args.cpus_per_host = float(cpus[0]) if isinstance(cpus, list) else cpus
     try:
-        memory = parse_size(args.mem_per_host)
+        memory = parse_size(mems[0] if isinstance(mems, list) else mems)
     except ValueError as exc:
         print(f"vcemu up: --mem-per-host: {exc}", file=sys.stderr)
         return 2

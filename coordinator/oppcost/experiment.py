@@ -1,0 +1,227 @@
+"""``vcemu oppcost``: seed 004's simulation study (Sec. 5.1) — N seeded executions of PVM, E-PVM, Mosix and
+E-Mosix on identical job streams, the two averages of Table 2 and the scatter plots of Figs. 3-6.
+
+Execution ``k`` uses seed ``seed + k`` for its job stream (:func:`workloads.oppcost_mix.generate`) and for the
+methods' random choices, so any execution can be rerun alone. Executions run in worker processes (``--jobs``).
+
+Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
+sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2),
+``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``. Rows are also appended to
+``executions.partial.csv`` as executions finish; on Ctrl-C or SIGTERM the finished executions are summarised
+(``summary.json`` then says ``"interrupted": true``) and the exit code is 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from coordinator.oppcost.sim import simulate
+from coordinator.policies.opportunity_cost import (
+    DEFAULT_BETA,
+    DEFAULT_THRESHOLD,
+    DEFAULT_WINDOW,
+    METHODS,
+    make_method,
+)
+from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
+
+#: Figs. 3-6 of 004: (x method, y method).
+FIGURES = (("fig3", "pvm", "e-pvm"), ("fig4", "mosix", "e-mosix"), ("fig5", "mosix", "e-pvm"),
+           ("fig6", "e-pvm", "e-mosix"))
+LABELS = {"pvm": "PVM", "e-pvm": "Enhanced PVM", "mosix": "Mosix", "e-mosix": "Enhanced Mosix"}
+
+
+@dataclass(frozen=True)
+class Config:
+    executions: int = 300
+    seed: int = 1
+    jobs: int = 2
+    beta: float = DEFAULT_BETA
+    window: int = DEFAULT_WINDOW
+    threshold: float = DEFAULT_THRESHOLD
+    interval: float = 1.0
+    scale: str = "current"
+    thrash_in_cost: bool = True
+    split_memory: bool = True
+    migration_fixed: float = 0.0
+    migration_per_mb: float = 0.0
+    duration: float = 10_000.0
+    plot_first: int = 1000
+
+
+def run_execution(cfg: Config, k: int) -> dict[str, float]:
+    """One execution: all four methods on the stream of seed ``cfg.seed + k``."""
+    seed = cfg.seed + k
+    stream = generate(seed, CLUSTER, MixConfig(duration=cfg.duration, split_memory=cfg.split_memory))
+    row: dict[str, float] = {"execution": k, "seed": seed, "jobs": len(stream)}
+    for name in METHODS:
+        method = make_method(name, beta=cfg.beta, window=cfg.window, threshold=cfg.threshold,
+                             thrash_in_cost=cfg.thrash_in_cost, scale=cfg.scale)
+        res = simulate(stream, CLUSTER, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
+                       migration_per_mb=cfg.migration_per_mb)
+        row[f"{name}_mean"] = res.mean_slowdown
+        row[f"{name}_sum"] = sum(res.slowdowns)
+        row[f"{name}_migrations"] = res.migrations
+    return row
+
+
+def summarize(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Table 2: the unweighted mean over executions, and the mean over all jobs of all executions."""
+    jobs = sum(r["jobs"] for r in rows)
+    return {name: {"by_execution": sum(r[f"{name}_mean"] for r in rows) / len(rows),
+                   "by_job": sum(r[f"{name}_sum"] for r in rows) / jobs,
+                   "migrations_per_execution": sum(r[f"{name}_migrations"] for r in rows) / len(rows)}
+            for name in METHODS}
+
+
+def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
+
+    rows = sorted(rows, key=lambda r: r["execution"])[:first]
+    paths = []
+    for fig_name, xm, ym in FIGURES:
+        xs, ys = [r[f"{xm}_mean"] for r in rows], [r[f"{ym}_mean"] for r in rows]
+        fig, ax = plt.subplots(figsize=(6, 6))
+        ax.scatter(xs, ys, s=10, alpha=0.6, color="tab:blue", edgecolors="none")
+        lo, hi = min(xs + ys) * 0.9, max(xs + ys) * 1.1
+        ax.plot([lo, hi], [lo, hi], color="0.6", linewidth=1, label="x = y")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        below = sum(y < x for x, y in zip(xs, ys, strict=True))
+        ax.set_xlabel(f"{LABELS[xm]}: average slowdown of the execution")
+        ax.set_ylabel(f"{LABELS[ym]}: average slowdown of the execution")
+        ax.set_title(f"{fig_name[:3].capitalize()}. {fig_name[3:]}: {LABELS[ym]} vs {LABELS[xm]}\n"
+                     f"{len(rows)} executions; {below} below x = y ({LABELS[ym]} better)", fontsize=10)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FormatStrFormatter("%g"))
+            axis.set_minor_formatter(FormatStrFormatter(""))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="upper left")
+        fig.tight_layout()
+        path = out / f"{fig_name}_{xm}_vs_{ym}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vcemu oppcost", description="Seed 004 Sec. 5.1: PVM, E-PVM, Mosix and "
+                                "E-Mosix on identical seeded job streams (Table 2, Figs. 3-6).")
+    p.add_argument("--executions", type=int, default=300, help="number of executions (default 300)")
+    p.add_argument("--seed", type=int, default=1, help="seed of execution 0; execution k uses seed+k (default 1)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
+    p.add_argument("--out", default="results/oppcost", help="output directory (default results/oppcost)")
+    p.add_argument("--beta", type=float, default=DEFAULT_BETA, help="thrashing slowdown factor (default 10)")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="nodes a Mosix node hears from per interval")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="Mosix relative-load threshold")
+    p.add_argument("--interval", type=float, default=1.0, help="Mosix information/migration interval, s")
+    p.add_argument("--scale", choices=("current", "peak"), default="current",
+                   help="L = power of two above the largest CPU load now (current) or so far in the run (peak)")
+    p.add_argument("--no-thrash-in-cost", action="store_true",
+                   help="CPU term of the cost uses the process count, not the thrashing effective load")
+    p.add_argument("--whole-memory-per-component", action="store_true",
+                   help="each component of a parallel job holds the job's whole memory (default: divided)")
+    p.add_argument("--migration-fixed", type=float, default=0.0, help="seconds in transit per migration")
+    p.add_argument("--migration-per-mb", type=float, default=0.0, help="extra transit seconds per MB")
+    p.add_argument("--duration", type=float, default=10_000.0, help="arrival window, s (default 10000)")
+    return p
+
+
+def oppcost_main(argv: list[str]) -> int:
+    """Entry point of ``vcemu oppcost``; returns an exit code (2 for bad arguments)."""
+    args = _parser().parse_args(argv)
+    checks = [("--executions", args.executions >= 1), ("--jobs", args.jobs >= 1), ("--beta", args.beta >= 1),
+              ("--window", args.window >= 1), ("--threshold", args.threshold >= 0), ("--interval", args.interval > 0),
+              ("--migration-fixed", args.migration_fixed >= 0), ("--migration-per-mb", args.migration_per_mb >= 0),
+              ("--duration", args.duration > 0)]
+    for flag, ok in checks:
+        if not ok:
+            print(f"vcemu oppcost: {flag}: invalid value {getattr(args, flag[2:].replace('-', '_'))!r}",
+                  file=sys.stderr)
+            return 2
+    cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
+                 threshold=args.threshold, interval=args.interval, scale=args.scale,
+                 thrash_in_cost=not args.no_thrash_in_cost, split_memory=not args.whole_memory_per_component,
+                 migration_fixed=args.migration_fixed, migration_per_mb=args.migration_per_mb,
+                 duration=args.duration)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from tqdm import tqdm
+
+    t0 = time.monotonic()
+    rows: list[dict[str, float]] = []
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    pool = ProcessPoolExecutor(max_workers=cfg.jobs)
+    try:
+        futures = [pool.submit(run_execution, cfg, k) for k in range(cfg.executions)]
+        with open(out / "executions.partial.csv", "w", newline="") as f:
+            w = None
+            for fut in tqdm(as_completed(futures), total=len(futures), desc="oppcost executions", unit="exec"):
+                rows.append(fut.result())
+                if w is None:
+                    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                    w.writeheader()
+                w.writerow(rows[-1])
+                f.flush()
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions", file=sys.stderr)
+    finally:
+        if interrupted:  # stop the workers now rather than wait for their current executions
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
+    if not rows:
+        return 1
+    wall = time.monotonic() - t0
+    rows.sort(key=lambda r: r["execution"])
+    with open(out / "executions.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (out / "executions.partial.csv").unlink(missing_ok=True)
+    table = summarize(rows)
+    with open(out / "table2.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "avg_slowdown_by_execution", "avg_slowdown_by_job", "migrations_per_execution"])
+        for name in METHODS:
+            t = table[name]
+            w.writerow([name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['migrations_per_execution']:.1f}"])
+    config = {**asdict(cfg), "cluster": [{"name": n, "speed": m.speed, "mem_mb": m.mem}
+                                         for n, m in zip(CLUSTER_NAMES, CLUSTER, strict=True)],
+              "mix": asdict(MixConfig(duration=cfg.duration, split_memory=cfg.split_memory)), "argv": argv}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
+               "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
+               "table2": table}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    figs = plot(rows, out, cfg.plot_first)
+    print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'migrations/exec':>18}")
+    for name in METHODS:
+        t = table[name]
+        print(f"{LABELS[name]:<16}{t['by_execution']:>9.3f}{t['by_job']:>12.3f}{t['migrations_per_execution']:>18.1f}")
+    print(f"{len(rows)} executions, {summary['jobs']} jobs, wall {wall:.1f} s; wrote {out}/executions.csv, "
+          f"table2.csv, summary.json, config.json, {', '.join(p.name for p in figs)}")
+    return 130 if interrupted else 0

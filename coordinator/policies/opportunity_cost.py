@@ -1,0 +1,444 @@
+"""The opportunity-cost family of seed 004 (Amir, Awerbuch, Barak, Borgstrom, Keren, TPDS 2000): PVM, E-PVM,
+Mosix and E-Mosix, as pure decision functions over a snapshot of a heterogeneous cluster.
+
+Why a separate model from the DFRS policies: 004 lets memory be over-committed (a machine that runs out of memory
+thrashes, Sec. 2), which the engine's model forbids, and its processes share a CPU fairly rather than by assigned
+fractions. The simulator that applies these decisions lives in :mod:`coordinator.oppcost`; nothing here does
+I/O or reads a clock, and all randomness comes from the ``random.Random`` passed in.
+
+The model (Sec. 2). Machine ``i`` has CPU speed ``rc(i)`` (here :attr:`Machine.speed`, relative to the fastest
+machine = 1.0, so a job's CPU seconds are seconds on the fastest machine) and memory ``rm(i)``
+(:attr:`Machine.mem`, MB). The CPU load ``lc`` is the number of processes on the machine, the memory load ``lm``
+the sum of their memory. When ``lm`` exceeds ``rm`` the machine pages and its effective load is ``beta * lc``
+(``beta`` = 10, Sec. 5); each process receives ``rc / L_eff`` of a fastest CPU (fair sharing).
+Our thrashing test is ``lm > rm`` (a machine exactly full does not page).
+
+The cost (Sec. 4). A machine costs ``n ** (lm / rm) + n ** (cpu_load / L)`` where ``n`` is the number of
+machines. Readings we chose where 004 is terse, each tied to the text:
+
+* *CPU load* is ``lc / speed``: "the load on a given resource equals its usage divided by its capacity"
+  (Sec. 4) and the CPU edge of machine ``i`` has capacity ``rc(i)`` in the routing reduction (Sec. 3.4), where
+  every job puts 1 on the CPU edge. A job on a machine at half speed thus weighs 2.
+* The CPU load in the cost is the *effective* load of Sec. 2 (``beta * lc`` on a machine whose memory is
+  over-committed) per unit of speed: Sec. 2 defines that as the machine's CPU load, and it is what decides
+  each process's share. ``thrash_in_cost=False`` uses the plain count ``lc / speed`` instead.
+* ``L`` is "the smallest integer power of two greater than the largest load we have seen at any given time"
+  (Sec. 4). We read "at any given time" as "at the time of the decision": ``L`` is the power of two above the
+  largest CPU load in the snapshot the decision is made on (:class:`LoadScale` mode ``"current"``, default),
+  so it is an estimate of the present maximum load as ASSIGN-U's normalisation needs. The other reading, the
+  largest load seen so far in the run (mode ``"peak"``), is available; it makes the CPU term nearly linear for
+  the rest of a run after one burst (``n ** (x / L)`` with large ``L``), so the cost then sends jobs to the
+  fastest machine until its load is ``L * ln(1 / speed) / ln n`` above a slower one's. ``vcemu oppcost
+  --scale peak`` measures that reading; the closing note reports both. Each method keeps its own scale.
+* The memory term is ``n ** (lm / rm)``. The 004 mix draws memory without bound (one job in 10^4 asks for
+  100 times the largest machine), so terms beyond :data:`MAX_TERM` continue along their tangent (:func:`_power`)
+  instead of overflowing; an earlier clamp of the exponent made such a machine's cost flat, so E-Mosix piled
+  every job onto it — the continuation keeps each extra MB there expensive, as the exponential intends.
+* The *marginal cost* of a job on a machine is the increase of that machine's cost when the job is added
+  (ASSIGN-U, Sec. 3.3 and 4); E-PVM picks the machine with the least marginal cost (ties: lowest index).
+* *Reassignment* (E-Mosix, "assigns or reassigns jobs to minimize the sum of the costs of all of the machines"):
+  process ``j`` on machine ``i`` moves to ``M`` when that lowers the cluster's total cost, i.e. when the saving
+  on ``i`` (cost with ``j`` minus cost without it) exceeds ``j``'s marginal cost on ``M``. Of all such moves a
+  node may make, it takes the one that lowers the total cost most (ties: older process, then lower index). We
+  do not use the factor-2 stability test of [7] quoted in Sec. 3.3: 004 describes E-Mosix by the cost sum, and
+  the stability test refers to the load at the job's last assignment, which 004's practical scheme never uses.
+
+Mosix (Sec. 4, item 3 is prose; our reading, used for both Mosix and E-Mosix where they share it):
+
+* *Knowledge*: every ``interval`` seconds (1 s, "e.g., every second") each node, in a random order, learns the
+  state of ``window`` (default 2) other nodes drawn at random; it may only move a process to one of those.
+* *Migration limit*: a node sends at most one process per interval ("the waiting period between migrations").
+* *Initial placement*: a Mosix process starts on the node where it is launched (its *origin*, a property of the
+  job stream, drawn uniformly) and load balancing moves it later. E-Mosix, "with the same limits on its
+  knowledge", places a new job at the least marginal cost among its origin and ``window`` random other nodes.
+* *Memory ushering* comes first: a node whose memory is over-committed sends its largest process that fits in
+  the free memory of a known node, to the known node with the most free memory.
+* *Load balancing*: the relative load of a node is ``lc / speed``. A process moves from ``i`` to a known ``M``
+  when ``lc_i / speed_i - (lc_M + 1) / speed_M > threshold`` (the difference of relative loads, counting the
+  migrant on the target, exceeds the threshold, default 0.25) and it fits in ``M``'s free memory (Mosix
+  "endeavors to keep some memory free on all machines"). The target is the known node with the least relative
+  load after the move; the process is the oldest one that fits ("priority to migrate is given to older
+  processes that are CPU bound"; every process of the 004 mix is CPU bound, so age decides).
+
+What we measured (``vcemu oppcost --executions 300 --seed 1``, defaults above): E-PVM beats PVM in 296 of 300
+executions; E-Mosix beats Mosix in 175 of 300 and has the lower median (3.22 vs 3.28), but its mean is higher
+(22.5 vs 7.4) because of ~10 executions where a parallel job asks for more memory than the whole cluster: the
+convex memory term then spreads the over-commitment evenly, every machine thrashes (all six over-committed in
+87% of intervals of seed 70, against never three under Mosix, whose ushering only moves a process to a node
+with free memory), and the pile-up dominates the average. ASSIGN-U minimises the maximum utilisation; it has
+no notion that ``u > 1`` is a cliff rather than a slope.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Thrashing slowdown factor of 004 Sec. 5.
+DEFAULT_BETA = 10.0
+#: Nodes a Mosix node hears from per interval.
+DEFAULT_WINDOW = 2
+#: Relative-load difference above which Mosix balances.
+DEFAULT_THRESHOLD = 0.25
+
+#: Terms ``n ** x`` beyond this value continue linearly (the 004 mix's memory draws are unbounded and doubles
+#: overflow near 1e308); see :func:`_power`.
+MAX_TERM = 1e200
+
+METHODS = ("pvm", "e-pvm", "mosix", "e-mosix")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A machine of 004 Sec. 2: CPU speed relative to the fastest machine (1.0) and memory in MB."""
+
+    speed: float
+    mem: float
+
+    def __post_init__(self) -> None:
+        if not self.speed > 0:
+            raise ValueError(f"Machine.speed must be > 0, got {self.speed}")
+        if not self.mem > 0:
+            raise ValueError(f"Machine.mem must be > 0, got {self.mem}")
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A running process as a policy sees it: id, memory (MB) and start time (older = smaller)."""
+
+    pid: int
+    mem: float
+    start: float
+
+
+@dataclass(frozen=True)
+class Migration:
+    pid: int
+    src: int
+    dst: int
+
+
+@dataclass
+class View:
+    """A mutable snapshot of the cluster: the processes on each machine. Policies copy before changing it."""
+
+    machines: tuple[Machine, ...]
+    procs: list[list[Proc]]
+
+    def copy(self) -> View:
+        return View(self.machines, [list(p) for p in self.procs])
+
+    def lc(self, i: int) -> int:
+        return len(self.procs[i])
+
+    def lm(self, i: int) -> float:
+        return sum(p.mem for p in self.procs[i])
+
+
+def effective_load(lc: int, lm: float, rm: float, beta: float = DEFAULT_BETA) -> float:
+    """``L(t, i)`` of Sec. 2: the process count, times ``beta`` when memory is over-committed."""
+    return lc * beta if lm > rm else float(lc)
+
+
+def rate(machine: Machine, lc: int, lm: float, beta: float = DEFAULT_BETA) -> float:
+    """CPU seconds (of the fastest machine) per second each process receives under fair sharing (Sec. 2)."""
+    return machine.speed / effective_load(lc, lm, machine.mem, beta) if lc else 0.0
+
+
+def power_of_two_above(x: float) -> float:
+    """The smallest integer power of two strictly greater than ``x`` (``x`` >= 0); 1 for ``x`` < 1."""
+    if x < 1:
+        return 1.0
+    return float(2 ** (math.floor(math.log2(x)) + 1))
+
+
+@dataclass
+class LoadScale:
+    """``L`` of Sec. 4: tracks the largest CPU load (``lc / speed``) seen on any machine."""
+
+    largest: float = 0.0
+    #: "peak": the largest load seen so far in the run; "current": the largest load in the present snapshot
+    mode: str = "current"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("peak", "current"):
+            raise ValueError(f"LoadScale.mode must be 'peak' or 'current', got {self.mode!r}")
+
+    def observe(self, view: View, beta: float | None = None) -> None:
+        now = max(cpu_load(m, view.lc(i), view.lm(i), beta) for i, m in enumerate(view.machines))
+        self.largest = max(self.largest, now) if self.mode == "peak" else now
+
+    @property
+    def L(self) -> float:  # noqa: N802 - the paper's name
+        return power_of_two_above(self.largest)
+
+
+def _power(n: int, x: float) -> float:
+    """``n ** x``, continued beyond :data:`MAX_TERM` by its tangent so it stays finite, increasing and convex
+    (a machine thousands of times over its memory must still cost more with each extra MB, or the cost would
+    stop steering jobs away from it)."""
+    cap = math.log(MAX_TERM) / math.log(n) if n > 1 else math.inf
+    if x <= cap:
+        return n**x
+    return MAX_TERM * (1.0 + (x - cap) * math.log(n))
+
+
+def _power_vec(n: int, x: np.ndarray) -> np.ndarray:
+    """:func:`_power` over an array."""
+    cap = math.log(MAX_TERM) / math.log(n) if n > 1 else math.inf
+    return np.where(x <= cap, np.power(float(n), np.minimum(x, cap)), MAX_TERM * (1.0 + (x - cap) * math.log(n)))
+
+
+def _cost_vec(n: int, machine: Machine, lc: int, lm: np.ndarray, L: float,  # noqa: N803
+              beta: float | None) -> np.ndarray:
+    """:func:`machine_cost` for one process count and an array of memory loads."""
+    if beta is None:
+        cpu = np.full_like(lm, lc / machine.speed)
+    else:
+        cpu = np.where(lm > machine.mem, lc * beta, float(lc)) / machine.speed
+    return _power_vec(n, lm / machine.mem) + _power_vec(n, cpu / L)
+
+
+def cpu_load(machine: Machine, lc: int, lm: float, beta: float | None) -> float:
+    """The CPU load the cost uses: the effective load of Sec. 2 (``beta`` times the count when memory is
+    over-committed) per unit of speed; with ``beta=None`` the plain count per unit of speed."""
+    return (lc if beta is None else effective_load(lc, lm, machine.mem, beta)) / machine.speed
+
+
+def machine_cost(n: int, machine: Machine, lc: int, lm: float, L: float,  # noqa: N803
+                 beta: float | None = None) -> float:
+    """Sec. 4: ``n ** (used memory / total memory) + n ** (CPU load / L)`` (CPU load: :func:`cpu_load`)."""
+    return _power(n, lm / machine.mem) + _power(n, cpu_load(machine, lc, lm, beta) / L)
+
+
+def marginal_cost(n: int, machine: Machine, lc: int, lm: float, mem: float, L: float,  # noqa: N803
+                  beta: float | None = None) -> float:
+    """ASSIGN-U's marginal cost (Sec. 3.3/4): how much the machine's cost grows if a job of ``mem`` MB joins."""
+    return machine_cost(n, machine, lc + 1, lm + mem, L, beta) - machine_cost(n, machine, lc, lm, L, beta)
+
+
+def removal_saving(n: int, machine: Machine, lc: int, lm: float, mem: float, L: float,  # noqa: N803
+                   beta: float | None = None) -> float:
+    """How much the machine's cost falls when one of its processes (``mem`` MB) leaves."""
+    return machine_cost(n, machine, lc, lm, L, beta) - machine_cost(n, machine, lc - 1, lm - mem, L, beta)
+
+
+def least_marginal_cost(view: View, mem: float, L: float, candidates: Sequence[int],  # noqa: N803
+                        beta: float | None = None) -> int:
+    """The candidate machine where a job of ``mem`` MB has the least marginal cost (ties: first candidate)."""
+    n = len(view.machines)
+    best, best_cost = candidates[0], math.inf
+    for i in candidates:
+        c = marginal_cost(n, view.machines[i], view.lc(i), view.lm(i), mem, L, beta)
+        if c < best_cost - 1e-12:
+            best, best_cost = i, c
+    return best
+
+
+def sample_window(n: int, node: int, k: int, rng: random.Random) -> list[int]:
+    """``k`` distinct random nodes other than ``node`` (all others when ``k`` >= n - 1), in increasing order."""
+    others = [i for i in range(n) if i != node]
+    return sorted(others if k >= len(others) else rng.sample(others, k))
+
+
+# --- per-node reassignment decisions ------------------------------------------------------------------------
+
+
+def mosix_decision(view: View, node: int, known: Sequence[int],
+                   threshold: float = DEFAULT_THRESHOLD) -> Migration | None:
+    """What Mosix node ``node`` does this interval, knowing only ``known``: ushering, else balancing, else None."""
+    procs = view.procs[node]
+    if not procs:
+        return None
+    ms = view.machines
+    free = {m: ms[m].mem - view.lm(m) for m in known}
+    if view.lm(node) > ms[node].mem:  # memory ushering: largest process that fits somewhere known
+        for p in sorted(procs, key=lambda p: (-p.mem, p.start, p.pid)):
+            fits = [m for m in known if p.mem <= free[m]]
+            if fits:
+                dst = max(fits, key=lambda m: (free[m] - p.mem, -m))
+                return Migration(p.pid, node, dst)
+    rel = view.lc(node) / ms[node].speed
+    targets = sorted(((view.lc(m) + 1) / ms[m].speed, m) for m in known)
+    for after, m in targets:
+        if rel - after <= threshold:
+            break  # sorted: no later target passes either
+        fitting = [p for p in procs if p.mem <= free[m]]
+        if fitting:
+            p = min(fitting, key=lambda p: (p.start, p.pid))
+            return Migration(p.pid, node, m)
+    return None
+
+
+_VECTOR_FROM = 24
+
+
+def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # noqa: N803
+                    beta: float | None = None) -> Migration | None:
+    """What E-Mosix node ``node`` does: the known move that lowers the cluster's total cost most, if any."""
+    procs = view.procs[node]
+    if not procs:
+        return None
+    n, ms = len(view.machines), view.machines
+    lc, lm = view.lc(node), view.lm(node)
+    if len(procs) <= _VECTOR_FROM:  # numpy's per-call overhead loses on short lists
+        best_s: tuple[float, float, int, int] | None = None
+        for m in known:
+            lcm, lmm = view.lc(m), view.lm(m)
+            for p in procs:
+                gain = (removal_saving(n, ms[node], lc, lm, p.mem, L, beta)
+                        - marginal_cost(n, ms[m], lcm, lmm, p.mem, L, beta))
+                if gain > 1e-9:
+                    key = (-gain, p.start, p.pid, m)
+                    if best_s is None or key < best_s:
+                        best_s = key
+        return None if best_s is None else Migration(best_s[2], node, best_s[3])
+    # vectorised over the node's processes: saving(p) on the node, marginal(p) on each known target
+    mems = np.fromiter((p.mem for p in procs), float, len(procs))
+    saving = machine_cost(n, ms[node], lc, lm, L, beta) - _cost_vec(n, ms[node], lc - 1, lm - mems, L, beta)
+    best: tuple[float, float, int, int] | None = None  # (-gain, start, pid, dst)
+    for m in known:
+        lcm, lmm = view.lc(m), view.lm(m)
+        gain = saving - (_cost_vec(n, ms[m], lcm + 1, lmm + mems, L, beta) - machine_cost(n, ms[m], lcm, lmm, L, beta))
+        top = float(gain.max())
+        if top <= 1e-9:
+            continue
+        for k in np.flatnonzero(gain == top):
+            key = (-top, procs[k].start, procs[k].pid, m)
+            if best is None or key < best:
+                best = key
+    return None if best is None else Migration(best[2], node, best[3])
+
+
+# --- the four methods -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Method:
+    """Common state of a method: its name, load scale and knobs. Subclasses decide placement and moves."""
+
+    name: str = ""
+    beta: float = DEFAULT_BETA
+    scale: LoadScale = field(default_factory=LoadScale)
+    migrates: bool = False
+    #: price thrashing in the CPU term (effective load of Sec. 2); False: plain process count
+    thrash_in_cost: bool = True
+
+    @property
+    def cost_beta(self) -> float | None:
+        return self.beta if self.thrash_in_cost else None
+
+    def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
+        raise NotImplementedError
+
+    def rebalance(self, view: View, rng: random.Random, full_knowledge: bool = False) -> list[Migration]:
+        """Moves for one interval. ``full_knowledge`` lets every node see all others (used to detect that no
+        window could produce a move, so a simulator may skip idle intervals exactly)."""
+        return []
+
+
+@dataclass
+class PVM(Method):
+    """Strict round robin over the machines, no reassignment (Sec. 4, item 1)."""
+
+    name: str = "pvm"
+    next_machine: int = 0
+
+    def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
+        i = self.next_machine % len(view.machines)
+        self.next_machine = i + 1
+        return i
+
+
+@dataclass
+class EPVM(Method):
+    """Least marginal cost over all machines at arrival, no reassignment (Sec. 4, item 2)."""
+
+    name: str = "e-pvm"
+
+    def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
+        self.scale.observe(view, self.cost_beta)
+        return least_marginal_cost(view, mem, self.scale.L, range(len(view.machines)), self.cost_beta)
+
+
+@dataclass
+class _Interval(Method):
+    """Shared interval loop of Mosix and E-Mosix: nodes in random order, each with a random window, at most one
+    migration out of each node, each decision seeing the moves already made this interval."""
+
+    window: int = DEFAULT_WINDOW
+    migrates: bool = True
+
+    def decide(self, view: View, node: int, known: Sequence[int]) -> Migration | None:
+        raise NotImplementedError
+
+    def rebalance(self, view: View, rng: random.Random, full_knowledge: bool = False) -> list[Migration]:
+        self.scale.observe(view, self.cost_beta)
+        n = len(view.machines)
+        work = view.copy()
+        order = list(range(n))
+        if not full_knowledge:
+            rng.shuffle(order)
+        moves: list[Migration] = []
+        moved: set[int] = set()
+        for node in order:
+            known = [m for m in range(n) if m != node] if full_knowledge else sample_window(n, node, self.window, rng)
+            mv = self.decide(work, node, known)
+            if mv is None or mv.pid in moved:
+                continue
+            proc = next(p for p in work.procs[node] if p.pid == mv.pid)
+            work.procs[node].remove(proc)
+            work.procs[mv.dst].append(proc)
+            moved.add(mv.pid)
+            moves.append(mv)
+            if full_knowledge:
+                break  # one move proves the interval is not idle
+        return moves
+
+
+@dataclass
+class Mosix(_Interval):
+    """Mosix (Sec. 4, item 3): starts processes at their origin; memory ushering, then load balancing."""
+
+    name: str = "mosix"
+    threshold: float = DEFAULT_THRESHOLD
+
+    def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
+        return origin
+
+    def decide(self, view: View, node: int, known: Sequence[int]) -> Migration | None:
+        return mosix_decision(view, node, known, self.threshold)
+
+
+@dataclass
+class EMosix(_Interval):
+    """E-Mosix (Sec. 4, item 4): least marginal cost among the origin and its window; cost-lowering moves."""
+
+    name: str = "e-mosix"
+
+    def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
+        self.scale.observe(view, self.cost_beta)
+        known = [origin, *sample_window(len(view.machines), origin, self.window, rng)]
+        return least_marginal_cost(view, mem, self.scale.L, known, self.cost_beta)
+
+    def decide(self, view: View, node: int, known: Sequence[int]) -> Migration | None:
+        return emosix_decision(view, node, known, self.scale.L, self.cost_beta)
+
+
+def make_method(name: str, beta: float = DEFAULT_BETA, window: int = DEFAULT_WINDOW,
+                threshold: float = DEFAULT_THRESHOLD, thrash_in_cost: bool = True, scale: str = "current") -> Method:
+    """A fresh method by name (one of :data:`METHODS`); ValueError naming the known ones otherwise."""
+    key = name.lower()
+    if key == "pvm":
+        return PVM(beta=beta)
+    if key == "e-pvm":
+        return EPVM(beta=beta, thrash_in_cost=thrash_in_cost, scale=LoadScale(mode=scale))
+    if key == "mosix":
+        return Mosix(beta=beta, window=window, threshold=threshold)
+    if key == "e-mosix":
+        return EMosix(beta=beta, window=window, thrash_in_cost=thrash_in_cost, scale=LoadScale(mode=scale))
+    raise ValueError(f"unknown opportunity-cost method {name!r}; known: {', '.join(METHODS)}")

@@ -1,0 +1,97 @@
+"""The seed 004 simulator (fair sharing, thrashing, migrations), the 004 job mix and ``vcemu oppcost``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+
+import pytest
+
+from coordinator.oppcost.experiment import oppcost_main
+from coordinator.oppcost.sim import simulate
+from coordinator.policies.opportunity_cost import METHODS, PVM, Machine, Mosix, make_method
+from workloads.oppcost_mix import CLUSTER, MixConfig, ProcSpec, generate
+
+
+def spec(pid: int, work: float, mem: float = 1.0, arrival: float = 0.0, origin: int = 0) -> ProcSpec:
+    return ProcSpec(pid=pid, job=pid, arrival=arrival, work=work, mem=mem, origin=origin)
+
+
+def test_fair_sharing_on_a_half_speed_machine() -> None:
+    # speed 0.5, two processes from t=0: each gets 0.25 until work 1 is done at t=4; the other then has
+    # 2 - 1 = 1 left at 0.5 -> t=6. Slowdowns 4/1 and 6/2.
+    res = simulate([spec(0, 1.0), spec(1, 2.0)], (Machine(0.5, 100),), PVM(), seed=0)
+    assert res.completions == pytest.approx({0: 4.0, 1: 6.0})
+    assert res.slowdowns == pytest.approx([4.0, 3.0])
+
+
+def test_thrashing_slows_every_process_by_beta() -> None:
+    # 6 + 6 MB on a 10 MB machine: effective load 2 * 10 -> each runs at 1/20; work 1 -> both end at t=20.
+    res = simulate([spec(0, 1.0, mem=6), spec(1, 1.0, mem=6)], (Machine(1, 10),), PVM(), seed=0)
+    assert res.slowdowns == pytest.approx([20.0, 20.0])
+    res = simulate([spec(0, 1.0, mem=6), spec(1, 1.0, mem=6)], (Machine(1, 10),), PVM(beta=3), seed=0)
+    assert res.slowdowns == pytest.approx([6.0, 6.0])
+
+
+def test_mosix_migration_and_its_cost() -> None:
+    # Two speed-1 machines, both processes (work 2) start on origin 0 at rate 0.5. At the t=1 interval node 0
+    # (relative load 2) sends its oldest process to node 1 (load 1 after): both then run at 1 with 1.5 left.
+    ms = (Machine(1, 100), Machine(1, 100))
+    stream = [spec(0, 2.0), spec(1, 2.0)]
+    res = simulate(stream, ms, Mosix(window=1), seed=3)
+    assert res.migrations == 1
+    assert res.completions == pytest.approx({0: 2.5, 1: 2.5})
+    # a 0.5 s migration: the moved process waits in transit from 1 to 1.5 -> ends at 3.0; the other at 2.5
+    res = simulate(stream, ms, Mosix(window=1), seed=3, migration_fixed=0.5)
+    assert res.completions == pytest.approx({0: 3.0, 1: 2.5})
+
+
+def test_simulation_is_reproducible_and_ends_with_every_process_done() -> None:
+    stream = generate(7, CLUSTER, MixConfig(duration=600))
+    for name in METHODS:
+        a = simulate(stream, CLUSTER, make_method(name), seed=7)
+        b = simulate(stream, CLUSTER, make_method(name), seed=7)
+        assert a.slowdowns == b.slowdowns and a.migrations == b.migrations
+        assert len(a.completions) == len(stream)
+        assert min(a.slowdowns) >= 1 - 1e-9  # nothing beats running alone on the fastest machine
+
+
+def test_004_mix_follows_the_paper() -> None:
+    stream = generate(11)
+    assert generate(11) == stream and generate(12) != stream
+    jobs: dict[int, list[ProcSpec]] = {}
+    for p in stream:
+        jobs.setdefault(p.job, []).append(p)
+    # ~1 arrival / 10 s for 10,000 s (uniform inter-arrival in [0, 20)): 1000 +- a few sd (sd ~ 18)
+    assert 900 < len(jobs) < 1100
+    assert max(p.arrival for p in stream) <= 10_000
+    parallel = [ps for ps in jobs.values() if len(ps) > 1]
+    assert 0.02 < len(parallel) / len(jobs) < 0.08  # 5% x 19/20 (a 1-component parallel job looks serial)
+    assert max(len(ps) for ps in jobs.values()) <= 20
+    small = [ps[0] for ps in jobs.values() if len(ps) == 1]
+    assert min(p.work for p in small) >= 2.0  # 2 / r, r in (0, 1]
+    assert 3.0 < statistics.median(p.work for p in small) < 5.5  # median of 2/r is 4
+    # memory: (1/m) % of the largest machine (128 MB): at least 1.28 MB, median 2.56 MB
+    assert min(p.mem for p in small) >= 1.28 - 1e-9
+    assert 2.0 < statistics.median(p.mem for p in small) < 3.2
+    with pytest.raises(ValueError, match="MixConfig.duration"):
+        MixConfig(duration=0)
+
+
+def test_oppcost_cli_writes_table_figures_and_config(tmp_path, capsys) -> None:
+    out = tmp_path / "oc"
+    assert oppcost_main(["--executions", "2", "--jobs", "1", "--duration", "800", "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "executions.csv").read_text().splitlines()))
+    assert [r["seed"] for r in rows] == ["1", "2"]
+    table = {r["method"]: r for r in csv.DictReader((out / "table2.csv").read_text().splitlines())}
+    assert set(table) == set(METHODS)
+    summary = json.loads((out / "summary.json").read_text())
+    by_job = summary["table2"]["pvm"]["by_job"]
+    jobs = sum(int(r["jobs"]) for r in rows)
+    assert by_job == pytest.approx(sum(float(r["pvm_sum"]) for r in rows) / jobs)
+    assert json.loads((out / "config.json").read_text())["executions"] == 2
+    assert sorted(p.name for p in out.glob("fig*.png")) == [
+        "fig3_pvm_vs_e-pvm.png", "fig4_mosix_vs_e-mosix.png", "fig5_mosix_vs_e-pvm.png", "fig6_e-pvm_vs_e-mosix.png"]
+    assert oppcost_main(["--executions", "0", "--out", str(out)]) == 2
+    assert "--executions" in capsys.readouterr().err

@@ -1,0 +1,207 @@
+"""Seed 004's opportunity-cost policies on hand-worked cluster states (the arithmetic is in the comments)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from coordinator.policies.opportunity_cost import (
+    PVM,
+    EMosix,
+    LoadScale,
+    Machine,
+    Migration,
+    Mosix,
+    Proc,
+    View,
+    effective_load,
+    emosix_decision,
+    least_marginal_cost,
+    machine_cost,
+    make_method,
+    marginal_cost,
+    mosix_decision,
+    power_of_two_above,
+    rate,
+)
+
+
+def procs(*mems: float, start0: float = 0.0, pid0: int = 0) -> list[Proc]:
+    return [Proc(pid0 + k, m, start0 + k) for k, m in enumerate(mems)]
+
+
+def test_power_of_two_strictly_above() -> None:
+    assert [power_of_two_above(x) for x in (0, 0.5, 1, 3, 4, 5.2)] == [1, 1, 2, 4, 8, 8]
+
+
+def test_effective_load_and_fair_rate_with_thrashing() -> None:
+    m = Machine(speed=0.5, mem=100)
+    assert effective_load(2, 100, 100) == 2  # exactly full is not over-committed
+    assert effective_load(2, 101, 100) == 20  # beta = 10
+    assert rate(m, 2, 50) == pytest.approx(0.25)  # 0.5 / 2
+    assert rate(m, 2, 150, beta=10) == pytest.approx(0.025)  # 0.5 / 20
+
+
+def test_machine_cost_by_hand() -> None:
+    # n=4, speed 1, half memory, 2 jobs, L=4: 4**0.5 + 4**(2/4) = 2 + 2
+    assert machine_cost(4, Machine(1, 100), 2, 50, 4) == pytest.approx(4.0)
+    # thrash-priced CPU term: load 10*2/0.5 = 40, L=64: 4**1.5 + 4**(40/64) = 8 + 2**1.25
+    assert machine_cost(4, Machine(0.5, 100), 2, 150, 64, beta=10) == pytest.approx(8 + 2**1.25)
+
+
+def test_marginal_cost_and_least_marginal_cost_by_hand() -> None:
+    # empty machines, n=4, L=2, job of 50 MB: fast: (4**.5 + 4**.5) - 2 = 2; half speed: (4**.5 + 4**1) - 2 = 4
+    fast, slow = Machine(1, 100), Machine(0.5, 100)
+    assert marginal_cost(4, fast, 0, 0, 50, 2) == pytest.approx(2.0)
+    assert marginal_cost(4, slow, 0, 0, 50, 2) == pytest.approx(4.0)
+    # fast machine with 2 jobs vs empty half-speed one, memoryless job, L=4:
+    #   fast: 4**(3/4) - 4**(2/4) = 2.828 - 2 = 0.828 ; slow: 4**(2/4) - 4**0 = 1  -> the loaded fast machine
+    view = View((fast, slow, Machine(1, 100), Machine(1, 100)), [procs(0, 0), [], procs(0) , procs(0)])
+    assert least_marginal_cost(view, 0.0, 4, [0, 1]) == 0
+    #   with 3 jobs: 4**1 - 4**(3/4) = 1.172 > 1 -> the slow empty machine
+    view.procs[0] = procs(0, 0, 0)
+    assert least_marginal_cost(view, 0.0, 4, [0, 1]) == 1
+
+
+def test_load_scale_keeps_the_peak_or_follows_the_present() -> None:
+    ms = (Machine(1, 100), Machine(0.5, 100))
+    busy = View(ms, [procs(1, 1, 1), procs(1, 1)])  # loads 3 and 2/0.5 = 4 -> L = 8
+    calm = View(ms, [procs(1), []])  # load 1 -> L = 2
+    peak, current = LoadScale(mode="peak"), LoadScale()
+    for view in (busy, calm):
+        peak.observe(view)
+        current.observe(view)
+    assert (peak.L, current.L) == (8, 2)
+    with pytest.raises(ValueError, match="LoadScale.mode"):
+        LoadScale(mode="max")
+
+
+def test_emosix_moves_the_process_whose_move_lowers_total_cost_most() -> None:
+    # n=2 machines, speed 1, 100 MB, L=4, plain CPU count (beta=None).
+    # machine 0: A(60 MB), B(10 MB) -> lc 2, lm 70 ; machine 1: C(30 MB) -> lc 1, lm 30.
+    # cost(lc, lm) = 2**(lm/100) + 2**(lc/4)
+    # move A: saving cost(2,70)-cost(1,10) = 3.0387-2.2610 = 0.7777 ; marginal cost(2,90)-cost(1,30) = 0.8600 -> -0.08
+    # move B: saving cost(2,70)-cost(1,60) = 3.0387-2.7049 = 0.3338 ; marginal cost(2,40)-cost(1,30) = 0.3134 -> +0.02
+    ms = (Machine(1, 100), Machine(1, 100))
+    view = View(ms, [[Proc(1, 60, 0), Proc(2, 10, 1)], [Proc(3, 30, 2)]])
+    assert emosix_decision(view, 0, [1], 4) == Migration(2, 0, 1)
+    # machine 1 gains nothing by sending C: saving cost(1,30)-cost(0,0) = 2.4203-2 = 0.42 ;
+    # marginal on 0: cost(3,100)-cost(2,70) = (2+1.6818)-3.0387 = 0.64
+    assert emosix_decision(view, 1, [0], 4) is None
+
+
+def test_emosix_is_stable_on_a_balanced_pair_and_moves_off_an_unbalanced_one() -> None:
+    ms = (Machine(1, 100), Machine(1, 100))
+    # 3 vs 0 memoryless jobs, L=4: saving 2**.75-2**.5 = 0.2676 > marginal 2**.25-1 = 0.1892 -> move the oldest
+    view = View(ms, [[Proc(7, 0, 5.0), Proc(8, 0, 1.0), Proc(9, 0, 3.0)], []])
+    assert emosix_decision(view, 0, [1], 4) == Migration(8, 0, 1)
+    # 2 vs 1: saving 2**.5-2**.25 = marginal 2**.5-2**.25 -> gain 0 -> stay
+    view = View(ms, [procs(0, 0), procs(0, pid0=5)])
+    assert emosix_decision(view, 0, [1], 4) is None
+
+
+def test_mosix_ushering_sends_the_largest_process_that_fits_known_free_memory() -> None:
+    # machine 0 over-committed (80 + 30 = 110 > 100). Known: 1 has 25 MB free, 2 has 50 MB free.
+    # 80 MB fits nowhere; 30 MB fits only machine 2 (though machine 2 is slower).
+    ms = (Machine(1, 100), Machine(1, 100), Machine(0.5, 100))
+    view = View(ms, [[Proc(1, 80, 0), Proc(2, 30, 1)], [Proc(3, 75, 0)], [Proc(4, 50, 0)]])
+    assert mosix_decision(view, 0, [1, 2]) == Migration(2, 0, 2)
+    # with machine 1 empty (100 MB free), the 80 MB process fits there and goes first
+    view.procs[1] = []
+    assert mosix_decision(view, 0, [1, 2]) == Migration(1, 0, 1)
+
+
+def test_mosix_balancing_sends_the_oldest_process_past_the_threshold() -> None:
+    # machine 0 (speed 1) runs 3 processes: relative load 3. Known: 1 (speed 1, 1 proc) -> 2/1 = 2 after a move;
+    # 2 (speed 0.5, empty) -> 1/0.5 = 2 after. Difference 1 > 0.25; tie broken by lower index; oldest = start 1.
+    ms = (Machine(1, 100), Machine(1, 100), Machine(0.5, 100), Machine(1, 100))
+    view = View(ms, [[Proc(10, 1, 5), Proc(11, 1, 1), Proc(12, 1, 9)], [Proc(20, 1, 0)], [], []])
+    assert mosix_decision(view, 0, [1, 2]) == Migration(11, 0, 1)
+    # knowledge is limited: the empty machine 3 is better (1/1 = 1 after) but only used when known
+    assert mosix_decision(view, 0, [1, 2, 3]) == Migration(11, 0, 3)
+    # a threshold of 1 is not exceeded by a difference of exactly 1 -> no move
+    assert mosix_decision(view, 0, [1, 2], threshold=1.0) is None
+
+
+def test_mosix_balancing_respects_target_memory_and_skips_balanced_pairs() -> None:
+    ms = (Machine(1, 100), Machine(1, 100))
+    # 2 vs 1 processes: 2 - (1+1)/1 = 0 <= 0.25 -> stay
+    view = View(ms, [procs(1, 1), procs(1, pid0=5)])
+    assert mosix_decision(view, 0, [1]) is None
+    # 3 vs 0: move, but the oldest (60 MB) does not fit the 50 MB free on machine 1 -> next oldest that fits
+    view = View(ms, [[Proc(1, 60, 0), Proc(2, 40, 1), Proc(3, 10, 2)], [Proc(4, 50, 0)]])
+    view.procs[1] = []
+    view2 = View((Machine(1, 100), Machine(1, 50)), view.procs)
+    assert mosix_decision(view2, 0, [1]) == Migration(2, 0, 1)
+
+
+def test_pvm_is_round_robin_and_epvm_takes_least_marginal_cost() -> None:
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    view = View(ms, [[], [], []])
+    pvm, rng = PVM(), random.Random(0)
+    assert [pvm.assign(view, 5.0, 2, rng) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    epvm = make_method("e-pvm", thrash_in_cost=False)
+    view = View(ms, [procs(1, 1), procs(1), procs(1, 1)])
+    assert epvm.assign(view, 5.0, 0, rng) == 1  # the least loaded, identical memory
+
+
+def test_interval_rebalance_sends_at_most_one_process_per_node() -> None:
+    # machine 0 holds 4 processes, machines 1 and 2 are empty; with full knowledge node 0 may send only one,
+    # the others have nothing to send -> exactly one move per interval.
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    for method in (Mosix(), EMosix(thrash_in_cost=False)):
+        view = View(ms, [procs(1, 1, 1, 1), [], []])
+        moves = method.rebalance(view, random.Random(1))
+        assert len(moves) == 1 and moves[0].src == 0, method.name
+        assert view.lc(0) == 4  # the caller's snapshot is not modified
+
+
+def test_emosix_initial_assignment_uses_origin_and_window_only() -> None:
+    # 4 machines, window 1: node 3 (empty) is the best; a placement from origin 0 may only use 0 and one other.
+    ms = tuple(Machine(1, 100) for _ in range(4))
+    seen: set[int] = set()
+    for seed in range(20):
+        view = View(ms, [procs(1, 1, 1), procs(1, 1), procs(1, 1), []])
+        m = EMosix(window=1, thrash_in_cost=False)
+        rng = random.Random(seed)
+        dst = m.assign(view, 1.0, 0, rng)
+        seen.add(dst)
+    assert seen == {1, 2, 3}  # never stays on the loaded origin, and depends on the random window
+
+
+def test_make_method_rejects_unknown_names() -> None:
+    with pytest.raises(ValueError, match="known: pvm, e-pvm, mosix, e-mosix"):
+        make_method("mosix2")
+    with pytest.raises(ValueError, match="Machine.speed"):
+        Machine(0, 10)
+
+
+def test_a_machine_far_over_its_memory_keeps_repelling_jobs() -> None:
+    # 004's mix can draw 90 GB for one job. 6 ** (90613 / 128) overflows a double; the cost continues along its
+    # tangent, so adding 2 MB there still costs more than on a normal machine with 5 jobs (no flat plateau).
+    ms = (Machine(1, 128), Machine(1, 128))
+    view = View(ms, [[Proc(0, 90613, 0)], procs(10, 10, 10, 10, 10, pid0=1)])
+    assert least_marginal_cost(view, 2.0, 8, [0, 1]) == 1
+    assert marginal_cost(6, ms[0], 1, 90613, 2.0, 8) > 1e100
+    # and the two processes there are separated (either move saves ~1e198; which one is below float precision)
+    view = View(ms, [[Proc(0, 90613, 0), Proc(1, 2, 1)], []])
+    mv = emosix_decision(view, 0, [1], 8, beta=10)
+    assert mv is not None and (mv.src, mv.dst) == (0, 1)
+
+
+def test_emosix_vector_and_scalar_paths_agree(monkeypatch) -> None:
+    # long process lists take a numpy path; it must decide exactly as the plain loop does
+    import coordinator.policies.opportunity_cost as oc
+
+    rng = random.Random(5)
+    ms = (Machine(1, 128), Machine(0.7, 64), Machine(0.45, 32))
+    for _ in range(20):
+        view = View(ms, [[Proc(k, rng.uniform(0.5, 20), rng.uniform(0, 100)) for k in range(40)],
+                         [Proc(100 + k, rng.uniform(0.5, 20), 0) for k in range(rng.randrange(10))], []])
+        for beta in (None, 10.0):
+            vector = emosix_decision(view, 0, [1, 2], 64, beta)
+            monkeypatch.setattr(oc, "_VECTOR_FROM", 1000)
+            scalar = emosix_decision(view, 0, [1, 2], 64, beta)
+            monkeypatch.setattr(oc, "_VECTOR_FROM", 24)
+            assert vector == scalar and vector is not None
