@@ -328,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("vcsched", help="seed 002 static placement experiments (see vcemu vcsched --help)",
                    add_help=False)
+    sub.add_parser("apc", help="seed 003 APC experiments One-Three (see vcemu apc --help)", add_help=False)
     sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing")
     sp.add_argument("name", choices=["cpu-share", "packing"])
     return p
@@ -344,6 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.vcsched.experiment import vcsched_main
 
         return vcsched_main(argv[1:])
+    if argv and argv[0] == "apc":
+        from coordinator.apc.experiment import apc_main
+
+        return apc_main(argv[1:])
     if len(argv) >= 2 and argv[0] == "bench":
         if argv[1] == "cpu-share":
             from node_agent.bench import cpu_share_main
