@@ -223,6 +223,7 @@ class _Ctx:
     goal: np.ndarray
     rel: np.ndarray
     minrem_unplaced: np.ndarray  # min remaining time at now + T for a job that does not run this cycle
+    split_memo: dict[tuple, dict[str, float]] = field(default_factory=dict)  # app/batch split by capacities
 
 
 def _context(state: ApcState, T: float, costs: Costs, tolerance: float, samples: tuple[float, ...]) -> _Ctx:
@@ -316,12 +317,16 @@ def distribute(ctx: _Ctx, placement: Mapping[str, str], app_nodes: Mapping[str, 
         return job_total - sum(max(0.0, take[a.id] - app_free[a.id]) for a in apps)
 
     take = {a.id: min(a.model.saturation, app_free[a.id] + app_sq[a.id]) for a in apps}
-    if apps and ctx.h_now.ids:
+    key = (round(job_total, 3), tuple(round(app_free[a.id], 3) for a in apps),
+           tuple(round(app_sq[a.id], 3) for a in apps))
+    if apps and ctx.h_now.ids and key in ctx.split_memo:
+        take = dict(ctx.split_memo[key])
+    elif apps and ctx.h_now.ids:
         # the highest u at which every app reaches u (or its maximum) and the batch level stays >= u
         lo, hi = -20.0, 1.0
         if ctx.h_now.level(batch_cpu(app_take(lo))) < lo:
             hi = lo
-        for _ in range(22):
+        for _ in range(16):  # resolution 21 / 2**16 in u: far below the comparison tolerance
             mid = (lo + hi) / 2
             if ctx.h_now.level(batch_cpu(app_take(mid))) >= mid:
                 lo = mid
@@ -330,6 +335,7 @@ def distribute(ctx: _Ctx, placement: Mapping[str, str], app_nodes: Mapping[str, 
         take = app_take(lo)
         # extension of max-min: free capacity the batch cannot use goes to the apps (up to saturation)
         take = {a.id: max(take[a.id], min(a.model.saturation, app_free[a.id])) for a in apps}
+        ctx.split_memo[key] = dict(take)
     # spread each app's allocation over its nodes: free CPU first, then squeezed job CPU
     app_speed: dict[str, dict[str, float]] = {}
     job_room = {n: ctx.nodes[n].cpu for n in ctx.nodes}
