@@ -34,8 +34,8 @@ from coordinator.policies.apc import Costs
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
         "application placement (seed 003), Sec. 5"
-ALGOS = ("apc", "edf", "fcfs")
-COLORS = {"apc": "tab:blue", "edf": "tab:orange", "fcfs": "tab:green"}
+ALGOS = ("apc", "edf", "fcfs", "edf-repack")
+COLORS = {"apc": "tab:blue", "edf": "tab:orange", "fcfs": "tab:green", "edf-repack": "tab:red"}
 
 
 def _write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -96,11 +96,12 @@ def experiment_one(out: Path, seed: int, jobs: int, T: float) -> dict[str, Any]:
 # --------------------------------------------------------------------------- Experiment Two
 
 
-def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: float) -> dict[str, Any]:
+def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: float,
+                   algos: tuple[str, ...] = ALGOS[:3]) -> dict[str, Any]:
     summary, all_jobs = [], []
     for iat in iats:
         stream = exp2_jobs(int(jobs * max(3.0, 1000.0 / iat)), seed, iat)
-        for algo in ALGOS:
+        for algo in algos:
             t0 = time.perf_counter()
             res = _run(SimConfig(cluster(), algo, T, Costs.none(), stop_after_completed=jobs), stream,
                        f"exp2 {algo} iat={iat:g}", jobs)
@@ -118,7 +119,7 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
             ("placement_changes", "fig4_changes.png", "jobs suspended + resumed + migrated",
              "Experiment Two: placement changes")):
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for algo in ALGOS:
+        for algo in algos:
             rows = [r for r in summary if r["algorithm"] == algo]
             ax.plot([r["inter_arrival_s"] for r in rows], [r[key] for r in rows], "o-", c=COLORS[algo],
                     label=algo.upper())
@@ -132,10 +133,10 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         plt.close(fig)
     shown = [i for i in (200.0, 50.0) if i in iats] or list(iats[:2])
     fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
-    offsets = {"apc": -0.25, "edf": 0.0, "fcfs": 0.25}
+    offsets = {"apc": -0.3, "edf": -0.1, "fcfs": 0.1, "edf-repack": 0.3}
     factors = sorted({j["goal_factor"] for j in all_jobs})
     for ax, iat in zip(axes[0], shown, strict=True):
-        for algo in ALGOS:
+        for algo in algos:
             js = [j for j in all_jobs if j["inter_arrival_s"] == iat and j["algorithm"] == algo]
             x = [factors.index(j["goal_factor"]) + offsets[algo] for j in js]
             rng = np.random.default_rng(0)
@@ -219,6 +220,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--exp1-jobs", type=int, default=800)
     p.add_argument("--exp2-jobs", type=int, default=800, help="completions per run (003: 800)")
     p.add_argument("--exp2-iats", default="50,75,100,150,200,250,300,400", help="mean inter-arrival times [s]")
+    p.add_argument("--exp2-algorithms", default="apc,edf,fcfs",
+                   help="subset of apc,edf,fcfs,edf-repack (EDF re-packing every cycle)")
     p.add_argument("--exp3-horizon", type=float, default=130_000.0, help="simulated seconds of Experiment Three")
     p.add_argument("--live", action="store_true", help="also run a shortened Experiment Three live")
     p.add_argument("--live-seconds", type=float, default=40.0)
@@ -238,6 +241,11 @@ def apc_main(argv: list[str]) -> int:
     except ValueError:
         print(f"vcemu apc: --exp2-iats: expected comma-separated numbers, got {args.exp2_iats!r}", file=sys.stderr)
         return 2
+    algos = tuple(a.strip() for a in args.exp2_algorithms.split(",") if a.strip())
+    if not algos or any(a not in ALGOS for a in algos):
+        print(f"vcemu apc: --exp2-algorithms: expected a subset of {','.join(ALGOS)}, got {args.exp2_algorithms!r}",
+              file=sys.stderr)
+        return 2
     if args.cycle <= 0 or args.exp1_jobs < 1 or args.exp2_jobs < 1 or any(i <= 0 for i in iats):
         print("vcemu apc: --cycle, --exp1-jobs, --exp2-jobs and --exp2-iats must be positive", file=sys.stderr)
         return 2
@@ -250,7 +258,7 @@ def apc_main(argv: list[str]) -> int:
         print(f"Experiment One: {s['jobs_completed']} jobs, max RP {s['max_rp']:.4f} (paper 0.63), mean RP "
               f"{s['mean_rp']:.4f}, suspends+resumes+migrations {s['placement_changes']} (paper 0)")
     if "two" in exps:
-        summary["two"] = s = experiment_two(out, args.seed, args.exp2_jobs, iats, args.cycle)
+        summary["two"] = s = experiment_two(out, args.seed, args.exp2_jobs, iats, args.cycle, algos)
         print(f"Experiment Two ({args.exp2_jobs} completions per run):")
         print(f"  {'iat [s]':>8} {'algo':>5} {'met %':>6} {'changes':>8}")
         for r in s["rows"]:

@@ -44,7 +44,7 @@ from coordinator.policies.apc import (
 )
 from coordinator.policies.apc_rpf import Hypothetical, Job, TransactionalApp
 
-POLICIES = ("apc", "edf", "fcfs")
+POLICIES = ("apc", "edf", "edf-repack", "fcfs")
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,8 @@ def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, f
         d: Decision
         if cfg.policy == "apc":
             d = apc_place(state, cfg.T, cfg.costs, cfg.tolerance)
-        elif cfg.policy == "edf":
-            d = edf_place(state)
+        elif cfg.policy in ("edf", "edf-repack"):
+            d = edf_place(state, sticky=cfg.policy == "edf")
         else:
             d = fcfs_place(state)
         if static:

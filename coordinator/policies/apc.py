@@ -40,9 +40,11 @@ Our reading of the placement loop (003 Sec. 3.2 "Algorithm outline", after [18])
   This is how the worked example of Sec. 4.3 reads: in S1 the two options
   are both "0.7" (0.69 vs 0.69/0.71) and the unchanged one is kept.
 
-Baselines (Sec. 5.2): EDF, preemptive, places jobs in order of completion-time goal and suspends the
-rest; FCFS, non-preemptive, starts queued jobs in submission order and stops at the first that does not
-fit. Both use first fit (node order), give each job its stage's maximum speed, and keep a job on the
+Baselines (Sec. 5.2): EDF, preemptive, chooses the jobs to run in order of completion-time goal (first
+fit) and suspends the rest; the chosen jobs that were running keep their nodes, so EDF does not migrate
+jobs merely because a new deadline reordered the list; FCFS, non-preemptive, starts queued jobs in
+submission order and stops at the first that does not fit.
+Both use first fit (node order), give each job its stage's maximum speed, and keep a job on the
 node it runs on when it still fits there.
 """
 
@@ -521,11 +523,19 @@ def _baseline_decision(state: ApcState, placement: dict[str, str]) -> Decision:
     return Decision(placement, {}, speed, {}, {}, count_changes(state, placement, {}))
 
 
-def edf_place(state: ApcState) -> Decision:
+def edf_place(state: ApcState, sticky: bool = True) -> Decision:
     """Preemptive Earliest Deadline First with first fit: every job in the system, earliest completion
-    time goal first (ties by submission); jobs that no longer make the cut are suspended."""
+    time goal first (ties by submission); jobs that no longer make the cut are suspended. ``sticky=False``
+    is the literal reading: re-pack every cycle in deadline order (a running job whose slot an earlier
+    deadline took first is migrated)."""
     jobs = sorted((j for j in state.jobs if not j.finished), key=lambda j: (j.goal, j.submit, j.id))
-    return _baseline_decision(state, _first_fit(state, jobs, state.placement))
+    chosen = _first_fit(state, jobs, state.placement)  # which jobs run: earliest deadlines that fit
+    if not sticky:
+        return _baseline_decision(state, chosen)
+    # where they run: the chosen running jobs stay where they are, the others go first fit (deadline order)
+    order = [j for j in jobs if j.id in chosen and j.id in state.placement]
+    order += [j for j in jobs if j.id in chosen and j.id not in state.placement]
+    return _baseline_decision(state, _first_fit(state, order, state.placement))
 
 
 def fcfs_place(state: ApcState) -> Decision:

@@ -193,3 +193,14 @@ def test_simulator_validates_config():
         SimConfig(cluster(1), "sjf", horizon=10.0)
     with pytest.raises(ValueError, match="static_app_nodes"):
         SimConfig(cluster(1), "fcfs", horizon=10.0, static_app_nodes=("nope",))
+
+
+def test_edf_keeps_running_jobs_in_place_unless_repacking():
+    nodes = (Node("a", 1000.0, 1000.0), Node("b", 1000.0, 1000.0))
+    running = Job("run", 0.0, 1000.0, (Stage(1e5, 1000.0, 600.0),))
+    new = Job("new", 5.0, 100.0, (Stage(1000.0, 1000.0, 600.0),))
+    st = ApcState(5.0, nodes, (running, new), {"run": "a"})
+    sticky = edf_place(st)
+    assert sticky.placement == {"run": "a", "new": "b"} and sticky.changes.job_changes == 0
+    repack = edf_place(st, sticky=False)
+    assert repack.placement == {"new": "a", "run": "b"} and repack.changes.migrations == 1
