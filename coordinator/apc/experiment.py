@@ -183,6 +183,12 @@ def experiment_three(out: Path, seed: int, T: float, horizon: float) -> dict[str
                          "jobs_rp_at_completion_mean": float(np.mean([j["rp"] for j in res.jobs])),
                          "jobs_met_pct": 100 * res.met_fraction, "placement_changes": res.job_changes}
     _write_csv(out / "exp3_cycles.csv", cycles)
+    plot_exp3(out, cycles)
+    return summary
+
+
+def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
+    """Figs. 6 and 7 from Experiment Three's per-cycle rows (as written to ``exp3_cycles.csv``)."""
     import matplotlib.pyplot as plt
 
     for fname, title, series in (
@@ -198,14 +204,14 @@ def experiment_three(out: Path, seed: int, T: float, horizon: float) -> dict[str
             ax.set_title(name, fontsize=10)
             ax.grid(alpha=0.3)
             if fname == "fig6_rp.png":
-                ax.set_ylim(-0.6, 0.8)
+                low = min(float(c[k]) for c in cycles for k, _ in series if math.isfinite(float(c[k])))
+                ax.set_ylim(max(-3.0, low - 0.1), 0.8)
         axes[0].legend(loc="lower left", fontsize=8)
         axes[-1].set_xlabel("time [s]")
         fig.suptitle(title)
         fig.tight_layout()
         fig.savefig(out / fname, dpi=120)
         plt.close(fig)
-    return summary
 
 
 # --------------------------------------------------------------------------- CLI

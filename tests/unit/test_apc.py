@@ -204,3 +204,15 @@ def test_edf_keeps_running_jobs_in_place_unless_repacking():
     assert sticky.placement == {"run": "a", "new": "b"} and sticky.changes.job_changes == 0
     repack = edf_place(st, sticky=False)
     assert repack.placement == {"new": "a", "run": "b"} and repack.changes.migrations == 1
+
+
+def test_vcemu_apc_cli(tmp_path, capsys):
+    from coordinator.apc.experiment import apc_main
+
+    assert apc_main(["--experiments", "four"]) == 2
+    assert "--experiments" in capsys.readouterr().err
+    assert apc_main(["--exp2-algorithms", "sjf"]) == 2
+    assert apc_main(["--experiments", "one", "--exp1-jobs", "6", "--out", str(tmp_path)]) == 0
+    for name in ("config.json", "summary.json", "exp1_jobs.csv", "exp1_cycles.csv", "fig2_exp1.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "Experiment One: 6 jobs" in capsys.readouterr().out
