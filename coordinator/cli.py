@@ -457,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("oppcost", help="seed 004 opportunity-cost simulations (see vcemu oppcost --help)",
                    add_help=False)
+    sub.add_parser("apc", help="seed 003 APC experiments One-Three (see vcemu apc --help)", add_help=False)
     sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, load, scale")
     sp.add_argument("name", choices=["cpu-share", "packing", "load", "scale"])
     return p
@@ -477,6 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.oppcost.experiment import oppcost_main
 
         return oppcost_main(argv[1:])
+    if argv and argv[0] == "apc":
+        from coordinator.apc.experiment import apc_main
+
+        return apc_main(argv[1:])
     if len(argv) >= 2 and argv[0] == "bench":
         if argv[1] == "cpu-share":
             from node_agent.bench import cpu_share_main

@@ -1,0 +1,291 @@
+"""``vcemu apc``: Experiments One, Two and Three of seed 003 Sec. 5 in simulation (and Three, shortened, live).
+
+Written to ``--out`` (default ``results/apc``):
+
+* ``exp1_cycles.csv``, ``exp1_jobs.csv``, ``fig2_exp1.png`` - average hypothetical RP over time and the
+  actual RP of each job at completion (Fig. 2), with the 0.63 maximum;
+* ``exp2_jobs.csv``, ``exp2_summary.csv``, ``fig3_met.png``, ``fig4_changes.png``, ``fig5_distance.png`` -
+  per inter-arrival time and algorithm (APC, EDF, FCFS): share of jobs meeting their goal (Fig. 3), jobs
+  suspended, resumed or migrated (Fig. 4), distance to the goal at completion by goal factor (Fig. 5);
+* ``exp3_cycles.csv``, ``fig6_rp.png``, ``fig7_cpu.png`` - dynamic sharing vs static partitions of 9 and
+  6 transactional nodes: RP (transactional actual, batch hypothetical) and CPU per workload (Figs. 6, 7);
+* ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
+* ``config.json`` - the arguments and seed that reproduce the run; ``summary.json`` - the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from coordinator.apc.sim import SimConfig, SimResult, simulate
+from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
+from coordinator.policies.apc import Costs
+
+PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
+        "application placement (seed 003), Sec. 5"
+ALGOS = ("apc", "edf", "fcfs", "edf-repack")
+COLORS = {"apc": "tab:blue", "edf": "tab:orange", "fcfs": "tab:green", "edf-repack": "tab:red"}
+
+
+def _write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    rows = list(rows)
+    if not rows:
+        path.write_text("")
+        return
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _bar(total: int, desc: str) -> tqdm:
+    return tqdm(total=total, desc=desc, unit="job", leave=False, file=sys.stderr)
+
+
+def _run(cfg: SimConfig, jobs: list, desc: str, total: int) -> SimResult:
+    with _bar(total, desc) as bar:
+        def tick(done: int, _t: float) -> None:
+            bar.update(done - bar.n)
+        return simulate(cfg, jobs, tick)
+
+
+# --------------------------------------------------------------------------- Experiment One
+
+
+def experiment_one(out: Path, seed: int, jobs: int, T: float) -> dict[str, Any]:
+    res = _run(SimConfig(cluster(), "apc", T, Costs(), stop_after_completed=jobs), exp1_jobs(jobs, seed),
+               "exp1 apc", jobs)
+    _write_csv(out / "exp1_cycles.csv", res.cycles)
+    _write_csv(out / "exp1_jobs.csv", res.jobs)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.plot([c["time"] for c in res.cycles], [c["hyp_rp_mean"] for c in res.cycles], lw=1.2,
+            label="average hypothetical RP (each cycle)")
+    ax.scatter([j["completion"] for j in res.jobs], [j["rp"] for j in res.jobs], s=5, c="tab:red",
+               label="actual RP at completion")
+    ax.axhline(1 - 1 / 2.7, ls="--", c="grey", lw=0.8, label="maximum achievable 0.63")
+    ax.set_xlabel("time [s]")
+    ax.set_ylabel("relative performance")
+    ax.set_title(f"Experiment One: {jobs} identical jobs, 25 nodes, T = {T:g} s")
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(out / "fig2_exp1.png", dpi=120)
+    plt.close(fig)
+    rps = [j["rp"] for j in res.jobs]
+    return {"jobs_completed": len(res.jobs), "max_rp": max(rps), "mean_rp": float(np.mean(rps)),
+            "min_rp": min(rps), "placement_changes": res.job_changes, "changes": dict(res.changes),
+            "max_queued": max(c["queued"] for c in res.cycles),
+            "hyp_rp_when_empty_queue": max(c["hyp_rp_mean"] for c in res.cycles)}
+
+
+# --------------------------------------------------------------------------- Experiment Two
+
+
+def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: float,
+                   algos: tuple[str, ...] = ALGOS[:3]) -> dict[str, Any]:
+    summary, all_jobs = [], []
+    for iat in iats:
+        stream = exp2_jobs(int(jobs * max(3.0, 1000.0 / iat)), seed, iat)
+        for algo in algos:
+            t0 = time.perf_counter()
+            res = _run(SimConfig(cluster(), algo, T, Costs.none(), stop_after_completed=jobs), stream,
+                       f"exp2 {algo} iat={iat:g}", jobs)
+            summary.append({"inter_arrival_s": iat, "algorithm": algo, "completed": len(res.jobs),
+                            "met_pct": 100 * res.met_fraction, "suspends": res.changes["suspend"],
+                            "resumes": res.changes["resume"], "migrations": res.changes["migrate"],
+                            "placement_changes": res.job_changes, "wall_s": round(time.perf_counter() - t0, 1)})
+            all_jobs += [{"inter_arrival_s": iat, "algorithm": algo, **j} for j in res.jobs]
+    _write_csv(out / "exp2_summary.csv", summary)
+    _write_csv(out / "exp2_jobs.csv", all_jobs)
+    import matplotlib.pyplot as plt
+
+    for key, fname, ylabel, title in (
+            ("met_pct", "fig3_met.png", "jobs that met their goal [%]", "Experiment Two: jobs meeting the goal"),
+            ("placement_changes", "fig4_changes.png", "jobs suspended + resumed + migrated",
+             "Experiment Two: placement changes")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for algo in algos:
+            rows = [r for r in summary if r["algorithm"] == algo]
+            ax.plot([r["inter_arrival_s"] for r in rows], [r[key] for r in rows], "o-", c=COLORS[algo],
+                    label=algo.upper())
+        ax.set_xlabel("mean inter-arrival time [s]")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=120)
+        plt.close(fig)
+    shown = [i for i in (200.0, 50.0) if i in iats] or list(iats[:2])
+    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
+    offsets = {"apc": -0.3, "edf": -0.1, "fcfs": 0.1, "edf-repack": 0.3}
+    factors = sorted({j["goal_factor"] for j in all_jobs})
+    for ax, iat in zip(axes[0], shown, strict=True):
+        for algo in algos:
+            js = [j for j in all_jobs if j["inter_arrival_s"] == iat and j["algorithm"] == algo]
+            x = [factors.index(j["goal_factor"]) + offsets[algo] for j in js]
+            rng = np.random.default_rng(0)
+            ax.scatter(np.array(x) + rng.uniform(-0.08, 0.08, len(x)), [j["distance"] for j in js], s=4,
+                       c=COLORS[algo], alpha=0.5, label=algo.upper())
+        ax.axhline(0, c="k", lw=0.7)
+        ax.set_xticks(range(len(factors)), [f"{f:g}" for f in factors])
+        ax.set_xlabel("relative goal factor")
+        ax.set_ylabel("distance to goal at completion [s] (> 0: early)")
+        ax.set_yscale("symlog", linthresh=1000)
+        ax.set_title(f"Experiment Two, mean inter-arrival {iat:g} s")
+        ax.legend(markerscale=3)
+    fig.tight_layout()
+    fig.savefig(out / "fig5_distance.png", dpi=120)
+    plt.close(fig)
+    return {"rows": summary}
+
+
+# --------------------------------------------------------------------------- Experiment Three
+
+EXP3_CONFIGS = (("dynamic", ()), ("static 9 TA + 16 batch", 9), ("static 6 TA + 19 batch", 6))
+
+
+def experiment_three(out: Path, seed: int, T: float, horizon: float) -> dict[str, Any]:
+    nodes = cluster()
+    jobs = exp3_jobs(seed)
+    app = exp3_app()
+    cycles: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    for name, static in EXP3_CONFIGS:
+        static_nodes = tuple(n.id for n in nodes[:static]) if static else ()
+        cfg = SimConfig(nodes, "apc" if not static else "fcfs", T, Costs(), apps=(app,),
+                        static_app_nodes=static_nodes, horizon=horizon)
+        with tqdm(total=int(horizon // T), desc=f"exp3 {name}", unit="cycle", leave=False, file=sys.stderr) as bar:
+            res = simulate(cfg, jobs, lambda _d, _t, bar=bar: bar.update(1))
+        for c in res.cycles:
+            cycles.append({"config": name, **c})
+        ta = np.array([c["web_rp"] for c in res.cycles])
+        hyp = np.array([c["hyp_rp_mean"] for c in res.cycles], dtype=float)
+        both = np.minimum(ta, np.where(np.isnan(hyp), np.inf, hyp))
+        summary[name] = {"ta_rp_mean": float(np.mean(ta)), "batch_hyp_rp_mean": float(np.nanmean(hyp)),
+                         "min_of_both_mean": float(np.mean(both)),
+                         "jobs_completed": len(res.jobs),
+                         "jobs_rp_at_completion_mean": float(np.mean([j["rp"] for j in res.jobs])),
+                         "jobs_met_pct": 100 * res.met_fraction, "placement_changes": res.job_changes}
+    _write_csv(out / "exp3_cycles.csv", cycles)
+    plot_exp3(out, cycles)
+    return summary
+
+
+def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
+    """Figs. 6 and 7 from Experiment Three's per-cycle rows (as written to ``exp3_cycles.csv``)."""
+    import matplotlib.pyplot as plt
+
+    for fname, title, series in (
+            ("fig6_rp.png", "Experiment Three: relative performance",
+             (("web_rp", "transactional (actual)"), ("hyp_rp_mean", "long-running (hypothetical)"))),
+            ("fig7_cpu.png", "Experiment Three: CPU allocated [MHz]",
+             (("web_cpu_mhz", "transactional"), ("batch_cpu_mhz", "long-running")))):
+        fig, axes = plt.subplots(len(EXP3_CONFIGS), 1, figsize=(9, 8), sharex=True, sharey=True)
+        for ax, (name, _) in zip(axes, EXP3_CONFIGS, strict=True):
+            rows = [c for c in cycles if c["config"] == name]
+            for key, label in series:
+                ax.plot([c["time"] for c in rows], [c[key] for c in rows], lw=1.2, label=label)
+            ax.set_title(name, fontsize=10)
+            ax.grid(alpha=0.3)
+            if fname == "fig6_rp.png":
+                low = min(float(c[k]) for c in cycles for k, _ in series if math.isfinite(float(c[k])))
+                ax.set_ylim(max(-3.0, low - 0.1), 0.8)
+        axes[0].legend(loc="lower left", fontsize=8)
+        axes[-1].set_xlabel("time [s]")
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=120)
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vcemu apc", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--experiments", default="one,two,three", help="comma-separated subset of one,two,three")
+    p.add_argument("--out", default="results/apc")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cycle", type=float, default=600.0, help="control cycle T [s] (003: 600)")
+    p.add_argument("--exp1-jobs", type=int, default=800)
+    p.add_argument("--exp2-jobs", type=int, default=800, help="completions per run (003: 800)")
+    p.add_argument("--exp2-iats", default="50,75,100,150,200,250,300,400", help="mean inter-arrival times [s]")
+    p.add_argument("--exp2-algorithms", default="apc,edf,fcfs",
+                   help="subset of apc,edf,fcfs,edf-repack (EDF re-packing every cycle)")
+    p.add_argument("--exp3-horizon", type=float, default=130_000.0, help="simulated seconds of Experiment Three")
+    p.add_argument("--live", action="store_true", help="also run a shortened Experiment Three live")
+    p.add_argument("--live-seconds", type=float, default=40.0)
+    return p
+
+
+def apc_main(argv: list[str]) -> int:
+    """Entry point of ``vcemu apc``. Returns a process exit code."""
+    args = _parser().parse_args(argv)
+    exps = [e.strip() for e in args.experiments.split(",") if e.strip()]
+    bad = [e for e in exps if e not in ("one", "two", "three")]
+    if bad:
+        print(f"vcemu apc: --experiments: unknown {', '.join(bad)}; known: one, two, three", file=sys.stderr)
+        return 2
+    try:
+        iats = tuple(float(x) for x in args.exp2_iats.split(","))
+    except ValueError:
+        print(f"vcemu apc: --exp2-iats: expected comma-separated numbers, got {args.exp2_iats!r}", file=sys.stderr)
+        return 2
+    algos = tuple(a.strip() for a in args.exp2_algorithms.split(",") if a.strip())
+    if not algos or any(a not in ALGOS for a in algos):
+        print(f"vcemu apc: --exp2-algorithms: expected a subset of {','.join(ALGOS)}, got {args.exp2_algorithms!r}",
+              file=sys.stderr)
+        return 2
+    if args.cycle <= 0 or args.exp1_jobs < 1 or args.exp2_jobs < 1 or any(i <= 0 for i in iats):
+        print("vcemu apc: --cycle, --exp1-jobs, --exp2-jobs and --exp2-iats must be positive", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps({**vars(args), "argv": list(argv), "paper": PAPER}, indent=1) + "\n")
+    summary: dict[str, Any] = {}
+    if "one" in exps:
+        summary["one"] = s = experiment_one(out, args.seed, args.exp1_jobs, args.cycle)
+        print(f"Experiment One: {s['jobs_completed']} jobs, max RP {s['max_rp']:.4f} (paper 0.63), mean RP "
+              f"{s['mean_rp']:.4f}, suspends+resumes+migrations {s['placement_changes']} (paper 0)")
+    if "two" in exps:
+        summary["two"] = s = experiment_two(out, args.seed, args.exp2_jobs, iats, args.cycle, algos)
+        print(f"Experiment Two ({args.exp2_jobs} completions per run):")
+        print(f"  {'iat [s]':>8} {'algo':>5} {'met %':>6} {'changes':>8}")
+        for r in s["rows"]:
+            print(f"  {r['inter_arrival_s']:>8g} {r['algorithm']:>5} {r['met_pct']:>6.1f} {r['placement_changes']:>8}")
+    if "three" in exps:
+        summary["three"] = s = experiment_three(out, args.seed, args.cycle, args.exp3_horizon)
+        print("Experiment Three (means over the run):")
+        for name, v in s.items():
+            print(f"  {name:<24} transactional RP {v['ta_rp_mean']:.3f}  batch hypothetical RP "
+                  f"{v['batch_hyp_rp_mean']:.3f}  min of both {v['min_of_both_mean']:.3f}  jobs met "
+                  f"{v['jobs_met_pct']:.0f}%")
+    if args.live:
+        from coordinator.apc.live import live_experiment_three
+
+        summary["live"] = live_experiment_three(out / "live", args.live_seconds)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json_default) + "\n")
+    print(f"written to {out}/")
+    return 0
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return str(x)
