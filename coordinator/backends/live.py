@@ -50,6 +50,11 @@ RPC_ATTEMPTS = 3
 JOURNAL_PROGRESS_S = 1.0
 RPC_BACKOFF_S = 0.05
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: Deadline of the Status poll, and of the single attempt made on an agent that has not answered one for
+#: :data:`SILENT_AFTER_S`: a stopped or partitioned agent must not hold the engine (and with it the user
+#: API) for attempts x RPC_TIMEOUT_S per action before its heartbeats run out and it is declared lost.
+FAST_TIMEOUT_S = 1.0
+SILENT_AFTER_S = 2.0
 
 Journal = Callable[[str, int, "list[StoredTask] | None"], None]
 
@@ -64,6 +69,7 @@ class AgentHandle:
     hosts: list[str] = field(default_factory=list)
     last_status: agent_pb2.StatusReply | None = None
     last_seen: float = 0.0  # time.monotonic() of its last answered Status: a sign of life like a heartbeat
+    silent: bool = False  # its last Status poll went unanswered: calls to it get one short attempt
 
 
 @dataclass
@@ -198,12 +204,19 @@ class LiveBackend:
         except KeyError:
             raise BackendError(f"no agent emulates host {host!r}") from None
 
-    def _retry(self, fn: Callable, request: object, attempts: int = RPC_ATTEMPTS):  # type: ignore[type-arg]
+    def _retry(self, fn: Callable, request: object, attempts: int = RPC_ATTEMPTS,  # type: ignore[type-arg]
+               host: str | None = None):
         """Call an idempotent RPC with a deadline; retry UNAVAILABLE/DEADLINE_EXCEEDED with exponential
-        backoff and full jitter (so agents coming back are not hit by every client at once)."""
+        backoff and full jitter (so agents coming back are not hit by every client at once). To the agent
+        of ``host`` when it has been silent for :data:`SILENT_AFTER_S`: one attempt, short deadline."""
+        timeout = self.rpc_timeout / attempts  # the attempts share one deadline
+        handle = self.agents.get(self.host_agent.get(host, "")) if host is not None else None
+        if handle is not None and (handle.silent or (
+                handle.last_seen and time.monotonic() - handle.last_seen > SILENT_AFTER_S)):
+            attempts, timeout = 1, min(timeout, FAST_TIMEOUT_S)
         for attempt in range(attempts):
             try:
-                return fn(request, timeout=self.rpc_timeout)
+                return fn(request, timeout=timeout)
             except grpc.RpcError as exc:
                 if exc.code() not in _RETRYABLE or attempt == attempts - 1:
                     raise
@@ -212,7 +225,7 @@ class LiveBackend:
 
     def _call(self, host: str, method: str, request: object) -> agent_pb2.TaskReply:
         try:
-            return self._retry(getattr(self._stub(host), method), request)
+            return self._retry(getattr(self._stub(host), method), request, host=host)
         except grpc.RpcError as exc:
             if method == "StartTask" and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
@@ -337,7 +350,8 @@ class LiveBackend:
 
     def _checkpoint(self, task: _Task) -> float:
         try:
-            reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id))
+            reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id),
+                                host=task.host)
         except grpc.RpcError as exc:
             raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}") from None
         return reply.progress
@@ -355,7 +369,7 @@ class LiveBackend:
         elsewhere, which must not run twice); otherwise keep it to retry at every poll, so a slow or
         unreachable agent never costs the caller the job reports it is carrying."""
         try:
-            self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id))
+            self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id), host=task.host)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return
@@ -387,10 +401,12 @@ class LiveBackend:
             answered: set[str] = set()  # hosts whose agent answered this round
             for handle in list(self.agents.values()):
                 try:
-                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(), timeout=self.rpc_timeout)
-                    handle.last_seen = time.monotonic()
+                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(),
+                                                            timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
+                    handle.last_seen, handle.silent = time.monotonic(), False
                     answered.update(handle.hosts)
                 except grpc.RpcError:
+                    handle.silent = True
                     continue  # an unreachable agent is noticed by heartbeats, not here
             seen: dict[str, agent_pb2.TaskStatus] = {}
             for handle in self.agents.values():
