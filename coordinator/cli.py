@@ -328,8 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("vcsched", help="seed 002 static placement experiments (see vcemu vcsched --help)",
                    add_help=False)
-    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing")
-    sp.add_argument("name", choices=["cpu-share", "packing"])
+    sub.add_parser("sweep", help="seed 001 Sec. V experiments on Ray (see vcemu sweep --help)", add_help=False)
+    sub.add_parser("replay", help="replay a trace segment on live agents beside its simulation", add_help=False)
+    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, dfrs")
+    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs"])
     return p
 
 
@@ -344,6 +346,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.vcsched.experiment import vcsched_main
 
         return vcsched_main(argv[1:])
+    if argv and argv[0] == "sweep":
+        from coordinator.sweep import sweep_main
+
+        return sweep_main(argv[1:])
+    if argv and argv[0] == "replay":
+        from coordinator.replay import replay_main
+
+        return replay_main(argv[1:])
     if len(argv) >= 2 and argv[0] == "bench":
         if argv[1] == "cpu-share":
             from node_agent.bench import cpu_share_main
@@ -353,6 +363,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from coordinator.vcsched.bench import bench_packing_main
 
             return bench_packing_main(argv[2:])
+        if argv[1] == "dfrs":
+            from coordinator.bench_dfrs import bench_dfrs_main
+
+            return bench_dfrs_main(argv[2:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

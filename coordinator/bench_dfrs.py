@@ -1,0 +1,96 @@
+"""``vcemu bench dfrs``: how fast the DFRS simulation, its decisions and a sweep are (issue 4's targets).
+
+- ``sim_1000jobs_s``: wall time to simulate one 1,000-job Lublin trace scaled to offered load 0.9 on
+  128 hosts under DYNMCB8-ASAP-PER with the 5-minute rescheduling penalty (target <= 1 s).
+- ``decision_p99_ms``: the 99th percentile of the policy's decision time over the events of that run
+  where the snapshot held at most 100 jobs (target <= 50 ms; 001 Sec. V reports 0.25 s on average, 4.5 s
+  at most, for 11..102 jobs).
+- ``sweep_speedup_2cores``: a small fixed sweep (one 100-job trace at loads 0.5 and 0.9, four
+  algorithms, penalty 300 s: 8 cells) on a local Ray with 1 CPU, then with 2; the ratio of wall times,
+  Ray start-up and worker warm-up excluded (target >= 1.7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+BENCH_ALGS = ("easy", "greedy-pmtn", "dynmcb8-per", "dynmcb8-asap-per")
+
+
+def bench_sim(jobs: int = 1000, seed: int = 1, load: float = 0.9, hosts: int = 128) -> dict[str, Any]:
+    from coordinator.backends.sim import SimBackend
+    from coordinator.engine import Engine
+    from coordinator.experiments import homogeneous_hosts
+    from coordinator.metrics import percentile
+    from coordinator.policies import get_policy
+    from coordinator.sweep import TimedPolicy
+    from workloads.annotate import synthetic_trace
+
+    specs = synthetic_trace(seed, jobs, hosts=hosts, load=load)
+    policy = TimedPolicy(get_policy("dynmcb8-asap-per"))
+    engine = Engine(policy, SimBackend(penalty=300.0), homogeneous_hosts(hosts))  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    engine.run(sorted(specs, key=lambda s: (s.submit_time, s.id)))
+    wall = time.perf_counter() - t0
+    small = [s for n, s in policy.samples if n <= 100]
+    return {
+        "sim_1000jobs_s": wall,
+        "decision_p99_ms": percentile(small, 99) * 1e3 if small else math.nan,
+        "decision_max_ms": max(small) * 1e3 if small else math.nan,
+        "decisions": len(policy.samples),
+        "decisions_upto_100_jobs": len(small),
+        "max_jobs_in_a_decision": max((n for n, _ in policy.samples), default=0),
+    }
+
+
+def _sweep_wall(workers: int, seed: int) -> float:
+    import ray
+
+    from coordinator.sweep import _remote_run_cell, ray_init
+    from workloads.annotate import synthetic_trace
+
+    ray_init(None, workers)
+    try:
+        warm = ray.remote(num_cpus=1)(lambda: time.sleep(0.5))
+        ray.get([warm.remote() for _ in range(workers * 2)])  # workers started and imported
+        remote = ray.remote(num_cpus=1, max_retries=0)(_remote_run_cell)
+        traces = [ray.put(synthetic_trace(seed, 100, hosts=128, load=load)) for load in (0.5, 0.9)]
+        t0 = time.perf_counter()
+        refs = [remote.remote(tr, alg, 300.0, 128, 600.0, 8.0) for tr in traces for alg in BENCH_ALGS]
+        results = ray.get(refs)
+        wall = time.perf_counter() - t0
+        bad = [r for r in results if r["status"] != "ok"]
+        if bad:
+            raise RuntimeError(f"bench sweep: {len(bad)} cells failed: {bad[0].get('error')}")
+        return wall
+    finally:
+        ray.shutdown()
+
+
+def bench_dfrs_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="vcemu bench dfrs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--jobs", type=int, default=1000, help="jobs in the simulated trace (default 1000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-sweep", action="store_true", help="skip the Ray speedup measurement")
+    a = p.parse_args(list(argv))
+    if a.jobs < 2:
+        p.error("--jobs: must be >= 2")
+    out: dict[str, Any] = {"jobs": a.jobs, "seed": a.seed}
+    out.update(bench_sim(a.jobs, a.seed))
+    if not a.no_sweep:
+        w1 = _sweep_wall(1, a.seed)
+        w2 = _sweep_wall(2, a.seed)
+        out.update(sweep_1worker_s=w1, sweep_2workers_s=w2, sweep_speedup_2cores=w1 / w2)
+    out["targets"] = {"sim_1000jobs_s": "<= 1", "decision_p99_ms": "<= 50", "sweep_speedup_2cores": ">= 1.7"}
+    if a.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k:>26}: {v:.4g}" if isinstance(v, float) else f"{k:>26}: {v}")
+    return 0
