@@ -126,7 +126,7 @@ def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms
         ax.set_title(f"average degradation factor, rescheduling penalty {pen:g} s")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("max-stretch degradation factor (log)")
-    axes[0][-1].legend(fontsize=8, loc="best")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
