@@ -175,8 +175,9 @@ def build_traces(cfg: dict[str, Any]) -> list[Trace]:
         for w in cfg["hpc2n_weeks"]:
             if not 0 <= w < len(segs):
                 raise ValueError(f"--hpc2n-weeks: {path} has weeks 0..{len(segs) - 1}, got {w}")
-            if len(segs[w]) < 2:
-                raise ValueError(f"--hpc2n-weeks: week {w} has {len(segs[w])} jobs; pick a non-empty week")
+            if len(segs[w]) < 2:  # no offered load, nothing to compare: skipped, and said so
+                print(f"vcemu sweep: HPC2N week {w} has {len(segs[w])} jobs; skipped", file=sys.stderr)
+                continue
             specs = _first(segs[w], cap)
             traces.append(Trace(f"hpc2n-w{w:03d}", "hpc2n", round(offered_load(specs, HPC2N_NODES), 3),
                                 HPC2N_NODES, 2.0, tuple(specs)))
