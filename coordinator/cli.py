@@ -458,8 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("oppcost", help="seed 004 opportunity-cost simulations (see vcemu oppcost --help)",
                    add_help=False)
     sub.add_parser("apc", help="seed 003 APC experiments One-Three (see vcemu apc --help)", add_help=False)
-    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, load, scale")
-    sp.add_argument("name", choices=["cpu-share", "packing", "load", "scale"])
+    sub.add_parser("sweep", help="seed 001 Sec. V experiments on Ray (see vcemu sweep --help)", add_help=False)
+    sub.add_parser("replay", help="replay a trace segment on live agents beside its simulation", add_help=False)
+    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, dfrs, load, scale")
+    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale"])
     return p
 
 
@@ -482,6 +484,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from coordinator.apc.experiment import apc_main
 
         return apc_main(argv[1:])
+    if argv and argv[0] == "sweep":
+        from coordinator.sweep import sweep_main
+
+        return sweep_main(argv[1:])
+    if argv and argv[0] == "replay":
+        from coordinator.replay import replay_main
+
+        return replay_main(argv[1:])
     if len(argv) >= 2 and argv[0] == "bench":
         if argv[1] == "cpu-share":
             from node_agent.bench import cpu_share_main
@@ -495,6 +505,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from coordinator import bench_ops
 
             return (bench_ops.bench_load_main if argv[1] == "load" else bench_ops.bench_scale_main)(argv[2:])
+        if argv[1] == "dfrs":
+            from coordinator.bench_dfrs import bench_dfrs_main
+
+            return bench_dfrs_main(argv[2:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from coordinator.model import STRETCH_BOUND_S, JobSpec, JobState
@@ -177,3 +177,194 @@ def summarize(results: Sequence[JobResult]) -> Summary:
 def relative_difference(a: float, b: float) -> float:
     """|a - b| / b: how far a measured value a is from a reference b."""
     return abs(a - b) / abs(b) if b else math.inf
+
+
+# ---- trace-level metrics of seed 001 Sec. V (Table I, Figure 1, Table II) ------------------------------
+
+#: 001 Sec. IV-A, footnote 1: "a 128-task job with 1 TB total memory, or 8 GB per task" -- the node
+#: memory 001 assumes when it turns memory requirements (fractions of a node) into bytes for Table II.
+HOST_MEMORY_GB = 8.0
+
+
+def max_stretch(history: History, *, bounded: bool = True) -> float:
+    """The maximum (bounded) stretch of a trace: 001 Sec. V's per-instance objective.
+
+    001 evaluates schedules by "the maximum (bounded) stretch" (Sec. VII), bounded with 30 s (Sec.
+    II-B.2), over the jobs that completed. NaN when no job completed (nothing to compare).
+    """
+    s = summarize(job_results(history))
+    return s.max_bounded_stretch if bounded else s.max_stretch
+
+
+def degradation_factors(max_stretches: Mapping[str, float]) -> dict[str, float]:
+    """Each algorithm's degradation factor on one instance (001 Sec. V): "the ratio between the maximum
+    stretch achieved by that algorithm on that instance and that achieved by the best algorithm for that
+    instance". 1 marks the best. A NaN (failed/timed-out cell) stays NaN and is not a candidate for best.
+    """
+    finite = [v for v in max_stretches.values() if not math.isnan(v)]
+    if not finite:
+        raise ValueError("degradation factor: no algorithm has a maximum stretch on this instance")
+    best = min(finite)
+    if best <= 0:
+        raise ValueError(f"degradation factor: best maximum stretch must be > 0, got {best}")
+    return {alg: (math.nan if math.isnan(v) else v / best) for alg, v in max_stretches.items()}
+
+
+def trace_span(history: History) -> float:
+    """Seconds from the first submission to the last completion: the denominator of the per-hour rates,
+    the bandwidths and the (under)utilisation. 001 does not name its denominator for "per hour"; the
+    trace's duration is the natural one."""
+    if not history.specs:
+        return 0.0
+    first = min(s.submit_time for s in history.specs.values())
+    ends = [t.time for t in history.transitions if t.dst.finished]
+    last = max(ends, default=max((t.time for t in history.transitions), default=first))
+    return max(0.0, last - first)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """001 Table II for one trace: preemption (pmtn) and migration (mig) costs.
+
+    Bandwidth: every preemption and every migration moves the job's whole memory image once, i.e.
+    ``tasks x mem x host_memory_gb`` GB (001 Sec. IV-A: all migrations go through pause/resume, so a
+    migration costs what a preemption does), summed and divided by the trace span.
+    """
+
+    span_s: float
+    jobs: int
+    preemptions: int
+    migrations: int
+    pmtn_gb: float
+    mig_gb: float
+
+    @property
+    def pmtn_per_hour(self) -> float:
+        return self.preemptions * 3600.0 / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def mig_per_hour(self) -> float:
+        return self.migrations * 3600.0 / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def pmtn_per_job(self) -> float:
+        return self.preemptions / self.jobs if self.jobs else 0.0
+
+    @property
+    def mig_per_job(self) -> float:
+        return self.migrations / self.jobs if self.jobs else 0.0
+
+    @property
+    def pmtn_gb_s(self) -> float:
+        return self.pmtn_gb / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def mig_gb_s(self) -> float:
+        return self.mig_gb / self.span_s if self.span_s > 0 else 0.0
+
+
+def rescheduling_costs(history: History, *, host_memory_gb: float = HOST_MEMORY_GB) -> Costs:
+    """Preemptions and migrations of a run, counted as :func:`job_results` counts them, with the memory
+    they move (see :class:`Costs`). ``host_memory_gb`` is the node memory a ``mem`` of 1.0 stands for
+    (001: 8 GB for its synthetic traces; 2 GB is HPC2N's node memory)."""
+    if host_memory_gb <= 0:
+        raise ValueError(f"host_memory_gb: must be > 0, got {host_memory_gb}")
+    pm = mg = 0
+    pm_gb = mg_gb = 0.0
+    for r in job_results(history):
+        spec = history.specs[r.job]
+        image = spec.tasks * spec.mem * host_memory_gb
+        pm += r.preemptions
+        mg += r.migrations
+        pm_gb += r.preemptions * image
+        mg_gb += r.migrations * image
+    return Costs(trace_span(history), len(history.specs), pm, mg, pm_gb, mg_gb)
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    """CPU use over the trace span, as fractions of the cluster's CPU capacity x span.
+
+    - ``used``: allocated CPU (tasks x per-task share of every running job), integrated over time.
+    - ``under``: 001 Sec. II-B.3 observes that "resources may not be fully utilized once the minimum
+      yield has been maximized" while jobs want more; 001 gives no formula, so we define
+      underutilisation as the idle CPU capacity integrated over the times when at least one submitted,
+      unfinished job is below yield 1 (pending, paused, or running on less than its need), i.e. CPU
+      left unused while there was unmet demand. Idle CPU with every job at full speed is not counted.
+    """
+
+    used: float
+    under: float
+
+
+def utilisation(history: History, capacity: float) -> Utilisation:
+    """:class:`Utilisation` of a run on a cluster whose CPU capacities sum to ``capacity``."""
+    if capacity <= 0:
+        raise ValueError(f"capacity: must be > 0, got {capacity}")
+    span = trace_span(history)
+    if span <= 0:
+        return Utilisation(0.0, 0.0)
+    events: list[tuple[float, int, str, float, bool]] = []  # time, order, job, allocated cpu, starved
+    for s in history.specs.values():
+        events.append((s.submit_time, 0, s.id, 0.0, True))
+    for i, t in enumerate(history.transitions):
+        spec = history.specs.get(t.job)
+        if spec is None:
+            continue
+        running = t.dst is JobState.RUNNING
+        alloc = spec.tasks * t.cpu if running else 0.0
+        starved = (not t.dst.finished) and (not running or t.cpu < spec.cpu_need - 1e-9)
+        events.append((t.time, 1 + i, t.job, alloc, starved))
+    events.sort(key=lambda e: (e[0], e[1]))
+    alloc_of: dict[str, float] = {}
+    starved_jobs: set[str] = set()
+    used = under = 0.0
+    now = events[0][0] if events else 0.0
+    for time_, _, job, alloc, starved in events:
+        dt = time_ - now
+        if dt > 0:
+            total = min(capacity, sum(alloc_of.values()))
+            used += total * dt
+            if starved_jobs:
+                under += (capacity - total) * dt
+            now = time_
+        alloc_of[job] = alloc
+        if starved:
+            starved_jobs.add(job)
+        else:
+            starved_jobs.discard(job)
+    return Utilisation(used / (capacity * span), under / (capacity * span))
+
+
+@dataclass(frozen=True)
+class DecisionStats:
+    """The distribution of scheduler decision times (001 Sec. V reports average 0.25 s, max < 4.5 s)."""
+
+    count: int
+    mean_s: float
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    max_s: float
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks (numpy's default)."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q: must be in 0..100, got {q}")
+    xs = sorted(values)
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def decision_stats(seconds: Sequence[float]) -> DecisionStats:
+    if not seconds:
+        return DecisionStats(0, math.nan, math.nan, math.nan, math.nan, math.nan)
+    return DecisionStats(
+        len(seconds), statistics.fmean(seconds), percentile(seconds, 50), percentile(seconds, 90),
+        percentile(seconds, 99), max(seconds),
+    )

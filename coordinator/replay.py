@@ -1,0 +1,177 @@
+"""``vcemu replay TRACE --policy NAME --compress K``: a trace segment on live agents beside its simulation.
+
+The trace (a job file, or an SWF log: ``--segment`` picks a 1-week segment, read by
+``workloads.jobfile.read_jobs``) is cut to ``--max-jobs`` jobs (the first by submission) on ``--hosts``
+hosts; jobs wider than the cluster are dropped and counted. An in-process coordinator (as ``vcemu demo``
+starts it) drives ``--agents`` real agent processes (cgroup-enforced shares, pause = checkpoint and stop)
+with the live backend's time compression K: its clock runs K times faster than wall time and each task's
+work is divided by K, so a job of W trace-seconds takes W/K real seconds and everything is reported in
+trace seconds. Jobs arrive at their trace submit times (shifted by the cluster's start-up time) on that
+clock. The very same jobs then go through the simulator with the same policy, hosts and penalty, and both
+runs are scored by the same code (coordinator.metrics, 001 Sec. V's metrics), side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from coordinator.metrics import History
+
+
+def score(history: History, capacity: float, host_memory_gb: float) -> dict[str, Any]:
+    """001 Sec. V's metrics of one run (the same for a simulated and a live run)."""
+    from coordinator.metrics import decision_stats, job_results, rescheduling_costs, summarize, utilisation
+
+    s = summarize(job_results(history))
+    k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
+    u = utilisation(history, capacity)
+    d = decision_stats(history.decision_seconds)
+    return {
+        "jobs": s.jobs, "completed": s.completed, "max_stretch": s.max_bounded_stretch,
+        "mean_stretch": s.mean_bounded_stretch, "max_plain_stretch": s.max_stretch,
+        "preemptions": k.preemptions, "migrations": k.migrations, "span_s": k.span_s,
+        "pmtn_per_hour": k.pmtn_per_hour, "mig_per_hour": k.mig_per_hour, "pmtn_per_job": k.pmtn_per_job,
+        "mig_per_job": k.mig_per_job, "pmtn_gb_s": k.pmtn_gb_s, "mig_gb_s": k.mig_gb_s,
+        "utilisation": u.used, "underutilisation": u.under, "decision_p99_ms": d.p99_s * 1e3,
+        "decision_max_ms": d.max_s * 1e3,
+    }
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="vcemu replay", description=__doc__.split("\n\n")[0])
+    p.add_argument("trace", help="job file (JSON lines / CSV) or SWF trace (.swf, .swf.gz)")
+    p.add_argument("--policy", default="dynmcb8-asap-per")
+    p.add_argument("--compress", type=float, default=60.0, help="time compression factor K (> 0)")
+    p.add_argument("--segment", type=int, default=None, help="SWF only: the 1-week segment to replay")
+    p.add_argument("--max-jobs", type=int, default=20, help="replay only the first N jobs (default 20)")
+    p.add_argument("--hosts", type=int, default=4, help="live hosts (default 4)")
+    p.add_argument("--agents", type=int, default=1, help="agent processes sharing the hosts")
+    p.add_argument("--cpus-per-host", type=float, default=None, help="cores per host (default: 60%% of the box)")
+    p.add_argument("--mem-per-host", default="512MiB")
+    p.add_argument("--penalty", type=float, default=0.0,
+                   help="rescheduling penalty of the simulation, trace seconds (the live run pays real costs)")
+    p.add_argument("--host-memory-gb", type=float, default=8.0, help="node memory for the bandwidth metric")
+    p.add_argument("--timeout", type=float, default=600.0, help="wall seconds before the live run is abandoned")
+    p.add_argument("--no-cgroups", action="store_true", help="agents use the duty-cycle fallback")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--out", default="results/replay")
+    a = p.parse_args(list(argv))
+    for name, ok in (("compress", a.compress > 0), ("max_jobs", a.max_jobs >= 1), ("hosts", a.hosts >= 1),
+                     ("agents", 1 <= a.agents <= a.hosts), ("timeout", a.timeout > 0)):
+        if not ok:
+            p.error(f"--{name.replace('_', '-')}: bad value {getattr(a, name)!r}")
+    return a
+
+
+def load_segment(a: argparse.Namespace) -> tuple[list[Any], int]:
+    """The jobs to replay, submit times from 0, and how many were dropped for being wider than the cluster."""
+    from workloads.jobfile import read_jobs
+
+    jobs = sorted(read_jobs(a.trace, segment=a.segment), key=lambda j: (j.submit_time, j.id))
+    fit = [j for j in jobs if j.tasks <= a.hosts]
+    dropped = sum(1 for j in jobs[: a.max_jobs] if j.tasks > a.hosts)
+    fit = fit[: a.max_jobs]
+    if not fit:
+        raise ValueError(f"{a.trace}: no job fits on {a.hosts} hosts")
+    t0 = fit[0].submit_time
+    return [replace(j, submit_time=j.submit_time - t0) for j in fit], dropped
+
+
+def replay_main(argv: Sequence[str]) -> int:
+    from tqdm import tqdm
+
+    from coordinator.cli import default_cpus_per_host, spawn_agent, stop_processes
+    from coordinator.experiments import simulate
+    from coordinator.policies import UnknownPolicy, get_policy
+    from coordinator.service import CoordinatorServer
+    from workloads.jobfile import JobFileError
+
+    a = _parse(argv)
+    try:
+        policy = get_policy(a.policy)
+        specs, dropped = load_segment(a)
+    except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
+        print(f"vcemu replay: {exc}", file=sys.stderr)
+        return 2
+    wall0 = time.monotonic()
+    server = CoordinatorServer(policy, port=0, compression=a.compress).start()
+    cpus = a.cpus_per_host if a.cpus_per_host is not None else default_cpus_per_host(a.hosts)
+    split = [a.hosts // a.agents + (1 if i < a.hosts % a.agents else 0) for i in range(a.agents)]
+    procs = [spawn_agent(server.address, n, cpus, a.mem_per_host, f"replay{i}",
+                         ["--no-cgroups"] if a.no_cgroups else []) for i, n in enumerate(split)]
+    try:
+        deadline = time.monotonic() + 90
+        while len(server.engine.hosts) < a.hosts:
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                print("vcemu replay: the agents did not come up", file=sys.stderr)
+                return 1
+            time.sleep(0.1)
+        mode = next(iter(server.backend.agents.values())).mode
+        origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
+        arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
+        server.engine.schedule_arrivals(arrivals)
+        server.backend.wake()
+        bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
+        end = time.monotonic() + a.timeout
+        done = 0
+        while time.monotonic() < end:
+            with server.engine.lock:
+                finished = sum(1 for r in server.engine.jobs.values() if r.state.finished)
+            bar.update(finished - done)
+            done = finished
+            if finished == len(arrivals):
+                break
+            time.sleep(0.2)
+        bar.close()
+        timed_out = done < len(arrivals)
+    finally:
+        server.stop()
+        stop_processes(procs)
+    live = server.engine.history
+    hosts = list(server.engine.hosts)
+    capacity = sum(h.cpu for h in hosts)
+    sim = simulate(list(live.specs.values()) or arrivals, a.policy, hosts, a.penalty)
+    live_m, sim_m = score(live, capacity, a.host_memory_gb), score(sim, capacity, a.host_memory_gb)
+    out = {
+        "trace": a.trace, "segment": a.segment, "policy": a.policy, "compress": a.compress, "hosts": a.hosts,
+        "jobs": len(specs), "dropped_too_wide": dropped, "mode": mode, "timed_out": timed_out,
+        "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
+    }
+    path = _write(a, out)
+    if a.json:
+        print(json.dumps(out))
+    else:
+        print(f"vcemu replay: {len(specs)} jobs of {a.trace} on {a.hosts} hosts ({mode}), {a.policy}, "
+              f"compressed {a.compress:g}x, {out['wall_s']} s wall; {dropped} jobs dropped (wider than the cluster)")
+        print(f"{'metric':<20}{'live':>14}{'simulated':>14}")
+        for k in live_m:
+            lv, sv = live_m[k], sim_m[k]
+            print(f"{k:<20}{_f(lv):>14}{_f(sv):>14}")
+        print(f"results: {path}")
+    return 1 if timed_out or live_m["completed"] < len(specs) else 0
+
+
+def _f(x: Any) -> str:
+    if isinstance(x, float):
+        return "-" if math.isnan(x) else f"{x:.3f}"
+    return str(x)
+
+
+def _write(a: argparse.Namespace, out: dict[str, Any]) -> Path:
+    d = Path(a.out) / f"{time.strftime('%Y%m%d-%H%M%S')}-{a.policy}-k{a.compress:g}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(vars(a), indent=2) + "\n")
+    (d / "metrics.json").write_text(json.dumps(out, indent=2) + "\n")
+    with (d / "metrics.csv").open("w") as fh:
+        fh.write("metric,live,sim\n")
+        for k in out["live"]:
+            fh.write(f"{k},{out['live'][k]},{out['sim'][k]}\n")
+    return d

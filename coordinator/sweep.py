@@ -1,0 +1,402 @@
+"""``vcemu sweep``: seed 001 Sec. V's experiments -- algorithms x traces x rescheduling penalties, on Ray.
+
+A *cell* is one (trace, algorithm, penalty) simulation. Cells run as Ray tasks (a local Ray sized by
+``--workers`` by default, ``--address`` for an existing cluster), each stored as one JSON file in
+``OUT/cells/`` when it ends, so a rerun skips them (resumable). Traces are built in the driver from the
+config (seeded: the same config gives the same traces and so the same results) and shipped to workers.
+
+Traces (001 Sec. IV-C):
+
+- ``lublin``: ``--traces`` Lublin-Feitelson traces of ``--jobs`` jobs for ``--hosts`` (128) nodes, trace
+  ``i`` from seed ``seed + i``, annotated with CPU needs and memory (workloads/annotate.py), each scaled
+  to every load in ``--loads`` (0.1..0.9). **Offered load** is
+  ``sum_j tasks_j * work_j / (hosts * (last submit - first submit))`` -- the node-seconds the jobs ask
+  for over the node-seconds the cluster offers while they arrive (workloads.annotate.offered_load); a
+  level is reached by multiplying every inter-arrival time by one constant, as 001 does.
+- ``unscaled``: ``--unscaled`` further Lublin traces straight from the model (Table I's middle column).
+- ``hpc2n``: the 1-week segments ``--hpc2n-weeks`` of the HPC2N log (``--hpc2n`` path), converted by 001's
+  rules, on 120 nodes.
+
+Guards: ``--max-jobs`` keeps the first N jobs (by submission) of a trace; ``--cell-timeout`` aborts a
+cell whose simulation runs longer (recorded as ``timeout`` with no stretch, never retried unless
+``--retry-failed``), and a Ray-side backstop cancels a task that overruns it by far.
+
+Outputs in OUT: ``config.json``, ``cells/*.json``, ``cells.csv`` (every cell with its metrics),
+``degradation.csv`` (001's degradation factor per cell: max stretch / best max stretch of the same trace
+and penalty), ``table1_p<penalty>.csv/.png``, ``fig1.csv/.png`` (average degradation factor vs. load, one
+panel per penalty), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, scaled traces, load >= 0.7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator.model import JobSpec
+
+ALGORITHMS = (
+    "fcfs", "easy", "greedy", "greedy-pmtn", "greedy-pmtn-migr",
+    "dynmcb8", "dynmcb8-per", "dynmcb8-asap-per", "dynmcb8-stretch-per",
+)
+DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+DEFAULT_HPC2N = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "traces",
+                             "HPC2N-2002-2.2-cln.swf.gz")
+
+
+class CellTimeout(RuntimeError):
+    pass
+
+
+# ---- one cell ------------------------------------------------------------------------------------------
+
+
+class TimedPolicy:
+    """Wraps a policy: records each decision's job count and wall time, and aborts the run past a
+    deadline (the per-cell guard: the engine calls ``decide`` at every event, so a slow cell stops at
+    its next decision). Every other attribute (name, period, refuse) is the wrapped policy's."""
+
+    def __init__(self, policy: Any, deadline: float = math.inf) -> None:
+        self._policy = policy
+        self._deadline = deadline
+        self.samples: list[tuple[int, float]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+    def decide(self, snap: Any, stim: Any) -> Any:
+        t0 = time.perf_counter()
+        if t0 > self._deadline:
+            raise CellTimeout("cell time limit reached")
+        plan = self._policy.decide(snap, stim)
+        self.samples.append((len(snap.jobs), time.perf_counter() - t0))
+        return plan
+
+
+def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: int, *,
+             timeout_s: float = math.inf, host_memory_gb: float = 8.0) -> dict[str, Any]:
+    """Simulate one cell and score it with 001's metrics. Never raises for a slow or failing run: the
+    outcome is in ``status`` (ok / timeout / error)."""
+    from coordinator.backends.sim import SimBackend
+    from coordinator.engine import Engine
+    from coordinator.experiments import homogeneous_hosts
+    from coordinator.metrics import (
+        decision_stats,
+        job_results,
+        rescheduling_costs,
+        summarize,
+        utilisation,
+    )
+    from coordinator.policies import get_policy
+
+    t0 = time.perf_counter()
+    policy = TimedPolicy(get_policy(algorithm), t0 + timeout_s)
+    cluster = homogeneous_hosts(hosts)
+    engine = Engine(policy, SimBackend(penalty=penalty), cluster)  # type: ignore[arg-type]
+    out: dict[str, Any] = {"algorithm": algorithm, "penalty": penalty, "hosts": hosts, "jobs": len(specs)}
+    try:
+        history = engine.run(sorted(specs, key=lambda s: (s.submit_time, s.id)))
+    except CellTimeout:
+        out.update(status="timeout", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
+                   error=f"exceeded {timeout_s:g} s at simulated time {engine.backend.now():.0f} s")
+        return out
+    except Exception as exc:  # noqa: BLE001 -- a failing policy is a result of the sweep, not a crash
+        out.update(status="error", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
+                   error=f"{type(exc).__name__}: {exc}")
+        return out
+    wall = time.perf_counter() - t0
+    s = summarize(job_results(history))
+    k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
+    u = utilisation(history, sum(h.cpu for h in cluster))
+    d = decision_stats(history.decision_seconds)
+    out.update(
+        status="ok" if s.completed == s.jobs else "error",
+        error="" if s.completed == s.jobs else f"{s.jobs - s.completed} jobs did not complete",
+        wall_s=wall, completed=s.completed,
+        max_stretch=s.max_bounded_stretch, max_plain_stretch=s.max_stretch,
+        mean_stretch=s.mean_bounded_stretch,
+        preemptions=k.preemptions, migrations=k.migrations, span_s=k.span_s,
+        pmtn_per_hour=k.pmtn_per_hour, mig_per_hour=k.mig_per_hour,
+        pmtn_per_job=k.pmtn_per_job, mig_per_job=k.mig_per_job,
+        pmtn_gb_s=k.pmtn_gb_s, mig_gb_s=k.mig_gb_s,
+        utilisation=u.used, underutilisation=u.under,
+        decisions=d.count, decision_mean_s=d.mean_s, decision_p99_s=d.p99_s, decision_max_s=d.max_s,
+    )
+    return out
+
+
+# ---- traces --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trace:
+    id: str
+    group: str  # scaled / unscaled / hpc2n
+    load: float | None
+    hosts: int
+    host_memory_gb: float
+    specs: tuple[JobSpec, ...]
+
+
+def _first(jobs: Sequence[JobSpec], n: int | None) -> list[JobSpec]:
+    ordered = sorted(jobs, key=lambda j: (j.submit_time, j.id))
+    return ordered if n is None else ordered[:n]
+
+
+def build_traces(cfg: dict[str, Any]) -> list[Trace]:
+    """Every trace the config names, deterministically from its seed (see the module docstring)."""
+    from workloads.annotate import HPC2N_NODES, hpc2n_segments, offered_load, synthetic_trace
+
+    traces: list[Trace] = []
+    hosts, n, cap = cfg["hosts"], cfg["jobs"], cfg["max_jobs"]
+    for i in range(cfg["traces"]):
+        seed = cfg["seed"] + i
+        for load in cfg["loads"]:
+            specs = _first(synthetic_trace(seed, n, hosts=hosts, load=load), cap)
+            traces.append(Trace(f"lublin-s{seed}-l{load:.2f}", "scaled", load, hosts, cfg["host_memory_gb"],
+                                tuple(specs)))
+    for i in range(cfg["unscaled"]):
+        seed = cfg["seed"] + 10_000 + i
+        specs = _first(synthetic_trace(seed, n, hosts=hosts), cap)
+        traces.append(Trace(f"unscaled-s{seed}", "unscaled", round(offered_load(specs, hosts), 3), hosts,
+                            cfg["host_memory_gb"], tuple(specs)))
+    if cfg["hpc2n_weeks"]:
+        path = cfg["hpc2n"]
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"--hpc2n: no such trace file {path}")
+        segs = hpc2n_segments(path).segments
+        for w in cfg["hpc2n_weeks"]:
+            if not 0 <= w < len(segs):
+                raise ValueError(f"--hpc2n-weeks: {path} has weeks 0..{len(segs) - 1}, got {w}")
+            if len(segs[w]) < 2:  # no offered load, nothing to compare: skipped, and said so
+                print(f"vcemu sweep: HPC2N week {w} has {len(segs[w])} jobs; skipped", file=sys.stderr)
+                continue
+            specs = _first(segs[w], cap)
+            traces.append(Trace(f"hpc2n-w{w:03d}", "hpc2n", round(offered_load(specs, HPC2N_NODES), 3),
+                                HPC2N_NODES, 2.0, tuple(specs)))
+    return traces
+
+
+def cell_key(trace: str, algorithm: str, penalty: float) -> str:
+    return f"{trace}__{algorithm}__p{penalty:g}"
+
+
+# ---- the sweep ------------------------------------------------------------------------------------------
+
+
+def _remote_run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: int, timeout_s: float,
+                     host_memory_gb: float) -> dict[str, Any]:
+    return run_cell(specs, algorithm, penalty, hosts, timeout_s=timeout_s, host_memory_gb=host_memory_gb)
+
+
+def ray_init(address: str | None, workers: int) -> None:
+    """A local Ray with ``workers`` CPUs, or the existing cluster at ``address``."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    if address:
+        ray.init(address=address, runtime_env=env, log_to_driver=False)
+    else:
+        ray.init(num_cpus=workers, include_dashboard=False, runtime_env=env, log_to_driver=False,
+                 logging_level="ERROR")
+
+
+def run_cells(todo: list[tuple[str, Trace, str, float]], cfg: dict[str, Any], cells_dir: Path | None,
+              *, progress: bool = True) -> list[dict[str, Any]]:
+    """Run cells as Ray tasks (Ray must be initialised), storing each result as it arrives."""
+    import ray
+    from tqdm import tqdm
+
+    remote = ray.remote(num_cpus=1, max_retries=0)(_remote_run_cell)
+    trace_refs: dict[str, Any] = {}
+    pending: dict[Any, tuple[str, Trace, str, float, float]] = {}
+    for key, tr, alg, pen in todo:
+        if tr.id not in trace_refs:
+            trace_refs[tr.id] = ray.put(list(tr.specs))
+        ref = remote.remote(trace_refs[tr.id], alg, pen, tr.hosts, cfg["cell_timeout"], tr.host_memory_gb)
+        pending[ref] = (key, tr, alg, pen, time.monotonic())
+    results: list[dict[str, Any]] = []
+    backstop = 2 * cfg["cell_timeout"] + 60  # a task stuck outside the policy (queued time included)
+    bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress, dynamic_ncols=True)
+    last_progress = time.monotonic()
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
+        if done:
+            last_progress = time.monotonic()
+        for ref in done:
+            key, tr, alg, pen, _t = pending.pop(ref)
+            try:
+                res = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 -- a worker crash is recorded, not fatal
+                res = {"algorithm": alg, "penalty": pen, "hosts": tr.hosts, "jobs": len(tr.specs),
+                       "status": "error", "error": f"{type(exc).__name__}: {exc}", "max_stretch": math.nan}
+            results.append(_store(res, key, tr, cells_dir))
+            bar.update(1)
+        if not done and time.monotonic() - last_progress > backstop:
+            for ref, (key, tr, alg, pen, _t) in list(pending.items()):
+                ray.cancel(ref, force=True)
+                res = {"algorithm": alg, "penalty": pen, "hosts": tr.hosts, "jobs": len(tr.specs),
+                       "status": "timeout", "error": "cancelled by the sweep's backstop", "max_stretch": math.nan}
+                results.append(_store(res, key, tr, cells_dir))
+                pending.pop(ref)
+                bar.update(1)
+    bar.close()
+    return results
+
+
+def _store(res: dict[str, Any], key: str, tr: Trace, cells_dir: Path | None) -> dict[str, Any]:
+    res = {"cell": key, "trace": tr.id, "group": tr.group, "load": tr.load, **res}
+    if cells_dir is not None:
+        tmp = cells_dir / f"{key}.json.tmp"
+        tmp.write_text(json.dumps(res, allow_nan=True, sort_keys=True))
+        tmp.replace(cells_dir / f"{key}.json")  # atomic: an interrupted sweep never leaves half a cell
+    return res
+
+
+def _parse_floats(text: str, name: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"vcemu sweep: {name}: expected comma-separated numbers, got {text!r}") from None
+    return vals
+
+
+def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="vcemu sweep", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="results/sweep", help="output directory (resumes if it holds a sweep)")
+    p.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    p.add_argument("--penalties", default="0,300", help="rescheduling penalties in seconds (001: 0 and 300)")
+    p.add_argument("--traces", type=int, default=20, help="Lublin traces per load level (001: 100)")
+    p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (001: 1000)")
+    p.add_argument("--loads", default=",".join(f"{x:.1f}" for x in DEFAULT_LOADS))
+    p.add_argument("--unscaled", type=int, default=0, help="unscaled Lublin traces (Table I, middle column)")
+    p.add_argument("--hosts", type=int, default=128, help="nodes for the Lublin traces (001: 128)")
+    p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N), help="HPC2N SWF trace path")
+    p.add_argument("--hpc2n-weeks", default="", help="week indices, e.g. 10,11 or a range 0-181 ('' for none)")
+    p.add_argument("--max-jobs", type=int, default=None, help="keep only the first N jobs of every trace")
+    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds before a cell is abandoned")
+    p.add_argument("--host-memory-gb", type=float, default=8.0,
+                   help="node memory for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="CPUs of the local Ray")
+    p.add_argument("--address", default=None, help="an existing Ray cluster (ray://host:port or auto)")
+    p.add_argument("--retry-failed", action="store_true", help="rerun stored cells that timed out or failed")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--report-only", action="store_true", help="write the reports from the stored cells, run none")
+    return p.parse_args(list(argv))
+
+
+def _weeks(text: str) -> list[int]:
+    out: list[int] = []
+    for part in (x.strip() for x in text.split(",") if x.strip()):
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise SystemExit(f"vcemu sweep: --hpc2n-weeks: bad item {part!r}") from None
+    return out
+
+
+def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
+    from coordinator.policies import POLICIES
+
+    algs = [x.strip().lower() for x in a.algorithms.split(",") if x.strip()]
+    for alg in algs:
+        if alg not in POLICIES:
+            raise SystemExit(f"vcemu sweep: --algorithms: unknown {alg!r}; known: {', '.join(POLICIES)}")
+    loads = _parse_floats(a.loads, "--loads")
+    if any(not x > 0 for x in loads):
+        raise SystemExit("vcemu sweep: --loads: every load must be > 0")
+    pens = _parse_floats(a.penalties, "--penalties")
+    if any(x < 0 for x in pens):
+        raise SystemExit("vcemu sweep: --penalties: must be >= 0")
+    for name in ("traces", "unscaled"):
+        if getattr(a, name) < 0:
+            raise SystemExit(f"vcemu sweep: --{name}: must be >= 0")
+    if a.jobs < 2 or a.hosts < 1 or a.workers < 1 or a.cell_timeout <= 0:
+        raise SystemExit("vcemu sweep: --jobs >= 2, --hosts >= 1, --workers >= 1, --cell-timeout > 0 required")
+    if a.max_jobs is not None and a.max_jobs < 2:
+        raise SystemExit("vcemu sweep: --max-jobs: must be >= 2")
+    return {
+        "algorithms": algs, "penalties": pens, "traces": a.traces, "jobs": a.jobs, "loads": loads,
+        "unscaled": a.unscaled, "hosts": a.hosts, "hpc2n": os.path.abspath(a.hpc2n),
+        "hpc2n_weeks": _weeks(a.hpc2n_weeks), "max_jobs": a.max_jobs, "cell_timeout": a.cell_timeout,
+        "host_memory_gb": a.host_memory_gb, "seed": a.seed, "workers": a.workers,
+        "offered_load": "sum_j tasks_j*work_j / (hosts * (last submit - first submit)); levels by scaling "
+                        "all inter-arrival times by one constant (workloads.annotate.scale_to_load)",
+    }
+
+
+#: Settings that change results: a stored sweep with other values cannot be resumed.
+_RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "max_jobs", "host_memory_gb", "seed")
+
+
+def sweep_main(argv: Sequence[str]) -> int:
+    from coordinator.sweep_report import write_reports
+
+    a = _parse_args(argv)
+    cfg = config_from_args(a)
+    out = Path(a.out)
+    cells_dir = out / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.json"
+    if cfg_path.exists():
+        old = json.loads(cfg_path.read_text())
+        diff = [k for k in _RESULT_KEYS if old.get(k) != cfg.get(k)]
+        if diff:
+            print(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
+                  "use another --out", file=sys.stderr)
+            return 2
+        cfg["algorithms"] = sorted(set(old["algorithms"]) | set(cfg["algorithms"]), key=_alg_order)
+        cfg["penalties"] = sorted(set(old["penalties"]) | set(cfg["penalties"]))
+    try:
+        traces = build_traces(cfg)
+    except (OSError, ValueError) as exc:
+        print(f"vcemu sweep: {exc}", file=sys.stderr)
+        return 2
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    todo = []
+    for tr in traces:
+        for pen in cfg["penalties"]:
+            for alg in cfg["algorithms"]:
+                key = cell_key(tr.id, alg, pen)
+                f = cells_dir / f"{key}.json"
+                if f.exists():
+                    status = json.loads(f.read_text()).get("status")
+                    if status == "ok" or not a.retry_failed:
+                        continue
+                todo.append((key, tr, alg, pen))
+    total = len(traces) * len(cfg["penalties"]) * len(cfg["algorithms"])
+    print(f"vcemu sweep: {len(traces)} traces x {len(cfg['algorithms'])} algorithms x "
+          f"{len(cfg['penalties'])} penalties = {total} cells; {total - len(todo)} stored, {len(todo)} to run",
+          file=sys.stderr)
+    t0 = time.perf_counter()
+    if todo and not a.report_only:
+        ray_init(a.address, a.workers)
+        run_cells(todo, cfg, cells_dir, progress=not a.no_progress)
+    wall = time.perf_counter() - t0
+    rows = [json.loads(p.read_text()) for p in sorted(cells_dir.glob("*.json"))]
+    rows = [r for r in rows if r["algorithm"] in cfg["algorithms"] and r["penalty"] in cfg["penalties"]
+            and r["trace"] in {t.id for t in traces}]
+    paths = write_reports(rows, cfg, out)
+    bad = sum(1 for r in rows if r.get("status") != "ok")
+    print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
+          + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+def _alg_order(name: str) -> int:
+    return ALGORITHMS.index(name) if name in ALGORITHMS else len(ALGORITHMS)

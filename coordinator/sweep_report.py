@@ -1,0 +1,229 @@
+"""The analogues of seed 001's Table I, Figure 1 and Table II from a sweep's cells (CSV + PNG).
+
+Aggregation, as 001 Sec. V does it: a degradation factor per (trace, penalty) and algorithm (max stretch
+over the best algorithm's on that trace and penalty); Table I gives its average, standard deviation
+(population) and maximum over the traces of a group; Figure 1 its average per load level over the scaled
+traces; Table II the average (maximum) of the preemption/migration costs over the scaled traces with
+load >= 0.7, for the algorithms that preempt or migrate. Cells that timed out or failed have no max
+stretch: they are listed in cells.csv, counted in the tables' ``failed`` column and left out of averages.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from coordinator.metrics import degradation_factors
+
+GROUPS = (("scaled", "Scaled synthetic traces"), ("unscaled", "Unscaled synthetic traces"),
+          ("hpc2n", "Real-world trace (HPC2N weeks)"))
+PREEMPTIVE = ("greedy-pmtn", "greedy-pmtn-migr", "dynmcb8", "dynmcb8-per", "dynmcb8-asap-per",
+              "dynmcb8-stretch-per")
+COST_FIELDS = ("pmtn_gb_s", "mig_gb_s", "pmtn_per_hour", "mig_per_hour", "pmtn_per_job", "mig_per_job")
+CELL_FIELDS = ("cell", "trace", "group", "load", "algorithm", "penalty", "hosts", "jobs", "status", "wall_s",
+               "max_stretch", "max_plain_stretch", "mean_stretch", "degradation", "preemptions", "migrations",
+               "span_s", *COST_FIELDS, "utilisation", "underutilisation", "decisions", "decision_mean_s",
+               "decision_p99_s", "decision_max_s", "error")
+
+
+def with_degradation(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each cell with its degradation factor against the best algorithm of its (trace, penalty)."""
+    by_instance: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        ms = r.get("max_stretch")
+        by_instance[(r["trace"], r["penalty"])][r["algorithm"]] = math.nan if ms is None else float(ms)
+    factors: dict[tuple[str, float], dict[str, float]] = {}
+    for inst, ms in by_instance.items():
+        try:
+            factors[inst] = degradation_factors(ms)
+        except ValueError:
+            factors[inst] = {a: math.nan for a in ms}
+    return [{**r, "degradation": factors[(r["trace"], r["penalty"])][r["algorithm"]]} for r in rows]
+
+
+def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
+    xs = [x for x in xs if not math.isnan(x)]
+    if not xs:
+        return math.nan, math.nan, math.nan
+    return statistics.fmean(xs), statistics.pstdev(xs), max(xs)
+
+
+def table1(rows: Sequence[dict[str, Any]], algorithms: Sequence[str], penalty: float) -> list[dict[str, Any]]:
+    out = []
+    for alg in algorithms:
+        row: dict[str, Any] = {"algorithm": alg}
+        for group, _ in GROUPS:
+            cells = [r for r in rows if r["algorithm"] == alg and r["penalty"] == penalty and r["group"] == group]
+            avg, std, mx = _stats([r["degradation"] for r in cells])
+            row.update({f"{group}_avg": avg, f"{group}_std": std, f"{group}_max": mx, f"{group}_n": len(cells),
+                        f"{group}_failed": sum(1 for r in cells if r.get("status") != "ok")})
+        out.append(row)
+    return out
+
+
+def fig1(rows: Sequence[dict[str, Any]], algorithms: Sequence[str], penalty: float,
+         loads: Sequence[float]) -> list[dict[str, Any]]:
+    out = []
+    for load in loads:
+        row: dict[str, Any] = {"load": load}
+        for alg in algorithms:
+            xs = [r["degradation"] for r in rows if r["group"] == "scaled" and r["penalty"] == penalty
+                  and r["algorithm"] == alg and r["load"] is not None and abs(r["load"] - load) < 1e-9]
+            row[alg] = _stats(xs)[0]
+        out.append(row)
+    return out
+
+
+def table2(rows: Sequence[dict[str, Any]], algorithms: Sequence[str], penalty: float) -> list[dict[str, Any]]:
+    out = []
+    for alg in (a for a in algorithms if a in PREEMPTIVE):
+        cells = [r for r in rows if r["algorithm"] == alg and r["penalty"] == penalty and r["group"] == "scaled"
+                 and r["load"] is not None and r["load"] >= 0.7 - 1e-9 and r.get("status") == "ok"]
+        row: dict[str, Any] = {"algorithm": alg, "n": len(cells)}
+        for f in COST_FIELDS:
+            avg, _, mx = _stats([float(r[f]) for r in cells])
+            row[f"{f}_avg"], row[f"{f}_max"] = avg, mx
+        out.append(row)
+    return out
+
+
+def _write_csv(path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None) -> Path:
+    fields = list(fields or (rows[0].keys() if rows else []))
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items() if k in fields})
+    return path
+
+
+def _label(alg: str) -> str:
+    return alg.upper()
+
+
+def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms: Sequence[str]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False, sharey=True)
+    markers = "os^vD<>px*"
+    for ax, (pen, data) in zip(axes[0], sorted(panels.items()), strict=True):
+        loads = [d["load"] for d in data]
+        for i, alg in enumerate(algorithms):
+            ys = [d[alg] for d in data]
+            if all(math.isnan(y) for y in ys):
+                continue
+            ax.plot(loads, ys, marker=markers[i % len(markers)], label=_label(alg))
+        ax.set_yscale("log")
+        ax.set_xlabel("offered load")
+        ax.set_title(f"average degradation factor, rescheduling penalty {pen:g} s")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("max-stretch degradation factor (log)")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [(g, title) for g, title in GROUPS if any(r[f"{g}_n"] for r in t1)]
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(6 * max(1, len(groups)), 4.8), squeeze=False)
+    for ax, (g, title) in zip(axes[0], groups, strict=False):
+        algs = [r["algorithm"] for r in t1]
+        avg = [r[f"{g}_avg"] for r in t1]
+        mx = [r[f"{g}_max"] for r in t1]
+        xs = range(len(algs))
+        ax.bar(xs, avg, color="tab:blue", label="average")
+        ax.scatter(xs, mx, color="tab:red", marker="_", s=300, label="maximum", zorder=3)
+        ax.set_yscale("log")
+        ax.set_xticks(list(xs), [_label(a) for a in algs], rotation=45, ha="right", fontsize=8)
+        ax.set_title(f"{title}\n(n={t1[0][f'{g}_n']} traces)", fontsize=10)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    axes[0][0].set_ylabel("degradation factor (log)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"Table I analogue: degradation factor, penalty {penalty:g} s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _plot_table2(path: Path, t2: Sequence[dict[str, Any]], penalty: float) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    pairs = (("gb_s", "bandwidth (GB/s)"), ("per_hour", "occurrences per hour"), ("per_job", "occurrences per job"))
+    algs = [r["algorithm"] for r in t2]
+    xs = list(range(len(algs)))
+    w = 0.38
+    for ax, (suffix, title) in zip(axes, pairs, strict=True):
+        for off, kind, color in ((-w / 2, "pmtn", "tab:orange"), (w / 2, "mig", "tab:green")):
+            avg = [r[f"{kind}_{suffix}_avg"] for r in t2]
+            mx = [r[f"{kind}_{suffix}_max"] for r in t2]
+            ax.bar([x + off for x in xs], avg, width=w, color=color, label=f"{kind} (avg)")
+            ax.scatter([x + off for x in xs], mx, color="black", marker="_", s=120, zorder=3)
+        ax.set_xticks(xs, [_label(a) for a in algs], rotation=45, ha="right", fontsize=8)
+        ax.set_title(title)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8, title="bar: average, dash: max", title_fontsize=7)
+    fig.suptitle(f"Table II analogue: preemption/migration costs, scaled traces with load >= 0.7, "
+                 f"penalty {penalty:g} s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path) -> list[Path]:
+    """Write cells.csv, degradation.csv and per penalty table1/table2 (CSV + PNG), fig1 (CSV + PNG)."""
+    from coordinator.sweep import ALGORITHMS
+
+    algorithms = [a for a in ALGORITHMS if a in cfg["algorithms"]] + [
+        a for a in cfg["algorithms"] if a not in ALGORITHMS]
+    rows = with_degradation(rows)
+    rows = sorted(rows, key=lambda r: (r["trace"], r["penalty"], algorithms.index(r["algorithm"])))
+    paths = [_write_csv(out / "cells.csv", rows, CELL_FIELDS)]
+    paths.append(_write_csv(out / "degradation.csv", rows,
+                            ("trace", "group", "load", "penalty", "algorithm", "max_stretch", "degradation")))
+    panels: dict[float, list[dict[str, Any]]] = {}
+    for pen in cfg["penalties"]:
+        t1 = table1(rows, algorithms, pen)
+        paths.append(_write_csv(out / f"table1_p{pen:g}.csv", t1))
+        paths.append(_plot_table1(out / f"table1_p{pen:g}.png", t1, pen))
+        t2 = table2(rows, algorithms, pen)
+        if t2:
+            paths.append(_write_csv(out / f"table2_p{pen:g}.csv", t2))
+            paths.append(_plot_table2(out / f"table2_p{pen:g}.png", t2, pen))
+        if cfg["traces"]:
+            panels[pen] = fig1(rows, algorithms, pen, cfg["loads"])
+            paths.append(_write_csv(out / f"fig1_p{pen:g}.csv", panels[pen]))
+    if panels:
+        paths.append(_plot_fig1(out / "fig1.png", panels, algorithms))
+    return paths
+
+
+def format_table1(t1: Sequence[dict[str, Any]]) -> str:
+    """Table I as text, the paper's layout (avg / std / max per trace group)."""
+    groups = [g for g, _ in GROUPS if any(r[f"{g}_n"] for r in t1)]
+    head = f"{'algorithm':<22}" + "".join(f"{g + ' avg':>14}{'std':>10}{'max':>11}" for g in groups)
+    lines = [head]
+    for r in t1:
+        lines.append(f"{r['algorithm'].upper():<22}" + "".join(
+            f"{r[f'{g}_avg']:>14.2f}{r[f'{g}_std']:>10.2f}{r[f'{g}_max']:>11.2f}" for g in groups))
+    return "\n".join(lines)
