@@ -189,9 +189,9 @@ def test_hosts_on_distinct_ray_nodes_run_jobs_to_completion_in_enforced_shares(r
         assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-{agent_id}") + glob.glob(f"/sys/fs/cgroup/*/*/vcemu-{agent_id}")
 
 
+@pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)  # only a token cluster can refuse a token
 def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: LocalRayCluster):
-    if ray_cluster.auth != "token":
-        pytest.skip("the cluster runs without token authentication")
+    assert ray_cluster.auth == "token"
     env = {k: v for k, v in ray_cluster.env.items() if k != "RAY_AUTH_TOKEN"}
     env["RAY_gcs_server_port_wait_time_s"] = "2"  # connect() keeps a window the user set (default 5 s)
     for extra in ({"RAY_AUTH_TOKEN": "not-the-token"}, {}):
