@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from coordinator.cli import format_table, start_local_cluster, stop_processes
-from coordinator.experiments import simulate
+from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
 from workloads.mixes import demo_mix
@@ -71,17 +71,8 @@ def run_demo(args: argparse.Namespace) -> int:
         sub = threading.Thread(target=_submitter, args=(server.address, mix, t0, ids, errors), daemon=True)
         sub.start()
         bar = tqdm(total=len(mix), desc="jobs done", unit="job", file=sys.stderr, disable=None)
-        deadline = time.monotonic() + DEMO_TIMEOUT_S
-        done = 0
-        while time.monotonic() < deadline:
-            with server.engine.lock:
-                finished = sum(1 for r in server.engine.jobs.values() if r.state.finished)
-            bar.update(finished - done)
-            done = finished
-            if (len(ids) + len(errors) == len(mix)) and finished == len(ids):
-                break
-            time.sleep(0.2)
-        bar.close()
+        follow_jobs(server.engine, bar, lambda finished: len(ids) + len(errors) == len(mix) and finished == len(ids),
+                    time.monotonic() + DEMO_TIMEOUT_S)
         live = server.engine.history
     finally:
         server.stop()

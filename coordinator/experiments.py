@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine
@@ -22,6 +23,23 @@ def simulate(specs: Sequence[JobSpec], policy: str, hosts: Sequence[Host], penal
     """One deterministic simulated run of ``specs`` (submit times as given) under ``policy``."""
     engine = Engine(get_policy(policy), SimBackend(penalty=penalty), hosts)
     return engine.run(sorted(specs, key=lambda s: (s.submit_time, s.id)))
+
+
+def follow_jobs(engine: Engine, bar, until: Callable[[int], bool], deadline: float,  # type: ignore[no-untyped-def]
+                poll_s: float = 0.2) -> int:
+    """For a live run: advance ``bar`` (tqdm) with the engine's finished jobs until ``until(finished)``
+    holds or the monotonic ``deadline`` passes; returns the number finished."""
+    done = 0
+    while time.monotonic() < deadline:
+        with engine.lock:
+            finished = sum(1 for r in engine.jobs.values() if r.state.finished)
+        bar.update(finished - done)
+        done = finished
+        if until(finished):
+            break
+        time.sleep(poll_s)
+    bar.close()
+    return done
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:

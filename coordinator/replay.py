@@ -89,7 +89,7 @@ def replay_main(argv: Sequence[str]) -> int:
     from tqdm import tqdm
 
     from coordinator.cli import default_cpus_per_host, spawn_agent, stop_processes
-    from coordinator.experiments import simulate
+    from coordinator.experiments import follow_jobs, simulate
     from coordinator.policies import UnknownPolicy, get_policy
     from coordinator.service import CoordinatorServer
     from workloads.jobfile import JobFileError
@@ -120,17 +120,7 @@ def replay_main(argv: Sequence[str]) -> int:
         server.engine.schedule_arrivals(arrivals)
         server.backend.wake()
         bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
-        end = time.monotonic() + a.timeout
-        done = 0
-        while time.monotonic() < end:
-            with server.engine.lock:
-                finished = sum(1 for r in server.engine.jobs.values() if r.state.finished)
-            bar.update(finished - done)
-            done = finished
-            if finished == len(arrivals):
-                break
-            time.sleep(0.2)
-        bar.close()
+        done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals), time.monotonic() + a.timeout)
         timed_out = done < len(arrivals)
     finally:
         server.stop()
