@@ -165,6 +165,8 @@ def _rpc(call, request, what: str):
 def cmd_submit(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
+    if args.file:
+        return _submit_file(args)
     request = pb.SubmitRequest(
         spec=pb.JobSpec(
             tasks=args.tasks, cpu_need=args.cpu_need, memory=args.memory,
@@ -175,6 +177,40 @@ def cmd_submit(args: argparse.Namespace) -> int:
     job = _rpc(_stub(args.coordinator).Submit, request, "submit")
     print(job.job_id)
     return 0
+
+
+def _submit_file(args: argparse.Namespace) -> int:
+    """Submit every job of a job file (JSON lines or CSV) now, through SubmitBatch calls of up to
+    1,000. Each job's request id is the file's content hash and the job's id, so submitting the same file
+    again (after a crash, a timeout) creates nothing twice. Submit times in the file are ignored."""
+    import hashlib
+    from pathlib import Path
+
+    from vcemu.v1 import coordinator_pb2 as pb
+    from workloads.jobfile import JobFileError, iter_jobs
+
+    try:
+        digest = hashlib.sha256(Path(args.file).read_bytes()).hexdigest()[:16]
+        specs = list(iter_jobs(args.file))
+    except (OSError, JobFileError) as exc:
+        raise SystemExit(f"vcemu submit: {exc}") from None
+    prefix = args.request_id or digest
+    stub, accepted, refused = _stub(args.coordinator), 0, 0
+    for k in range(0, len(specs), 1000):
+        chunk = specs[k:k + 1000]
+        requests = [pb.SubmitRequest(spec=pb.JobSpec(tasks=s.tasks, cpu_need=s.cpu_need, memory=s.mem,
+                                                     work_seconds=s.work, workload=s.workload, name=s.id),
+                                     request_id=f"{prefix}:{s.id}") for s in chunk]
+        reply = _rpc(stub.SubmitBatch, pb.SubmitBatchRequest(requests=requests), "submit")
+        for s, r in zip(chunk, reply.results, strict=True):
+            if r.code == 0:
+                accepted += 1
+                print(f"{s.id}\t{r.job.job_id}")
+            else:
+                refused += 1
+                print(f"vcemu submit: {args.file}: job {s.id}: {r.error}", file=sys.stderr)
+    print(f"{accepted} accepted, {refused} refused", file=sys.stderr)
+    return 0 if refused == 0 else 1
 
 
 def _job_table(jobs) -> str:
@@ -414,7 +450,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--memory", type=float, default=0.1, help="per task, fraction of a host's memory, (0, 1]")
     sp.add_argument("--work", type=float, default=30.0, help="seconds at full speed")
     sp.add_argument("--workload", default="dgemm")
-    sp.add_argument("--request-id", default=None)
+    sp.add_argument("--request-id", default=None,
+                    help="makes the submit idempotent; with --file, the prefix of every job's request id")
+    sp.add_argument("--file", default=None, metavar="JOBS",
+                    help="submit every job of a job file (.jsonl or .csv, see README) in batches; the other job "
+                    "flags are ignored")
     sp.set_defaults(func=cmd_submit)
 
     sp = sub.add_parser("jobs", help="list jobs")

@@ -54,7 +54,10 @@ MAX_TASKS = 10_000
 MAX_WORK_S = 1e9
 MAX_NAME = 256
 MAX_REQUEST_ID = 256
+MAX_BATCH = 1_000  # submissions per SubmitBatch call (with MAX_MESSAGE_BYTES, bounds one call's work)
 AGENT_METHODS = ("RegisterAgent", "Heartbeat")
+#: Shortest time between two turns of the engine loop (seconds).
+BATCH_WINDOW_S = 0.02
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
@@ -117,53 +120,31 @@ def job_message(rec: JobRecord) -> pb.Job:
     )
 
 
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def _refusal(code: grpc.StatusCode, error: str) -> pb.SubmitResult:
+    return pb.SubmitResult(code=code.value[0], error=error)
+
+
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def __init__(self, server: CoordinatorServer) -> None:
         self.s = server
 
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.Job:
-        engine = self.s.engine
-        spec_in = request.spec
-        why = check_spec(spec_in, request.request_id)
-        if why is not None:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {why}")
-        with self.s.intake_lock:
-            if request.request_id and request.request_id in self.s.requests:
-                return job_message(self.s.lookup(self.s.requests[request.request_id]))  # type: ignore[arg-type]
-            hosts = tuple(engine.hosts)
-            if not hosts:
-                context.abort(grpc.StatusCode.UNAVAILABLE, "no hosts registered yet: start agents first")
-            job_id = f"job-{next(self.s.ids):05d}"
-            spec = JobSpec(
-                id=job_id,
-                submit_time=engine.backend.now(),
-                tasks=spec_in.tasks,
-                cpu_need=spec_in.cpu_need,
-                mem=spec_in.memory,
-                work=spec_in.work_seconds,
-                workload=spec_in.workload or "dgemm",
-            )
-            try:
-                spec.validate(hosts)
-                refuse = getattr(engine.policy, "refuse", None)
-                why_not = refuse(spec, hosts) if refuse is not None else None
-                if why_not is not None:
-                    raise InvalidJob(*why_not)
-            except InvalidJob as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {exc}")
-            rec = JobRecord(spec)
-            if self.s.store is not None:  # durable before the reply: the job's row and its first transition
-                with self.s.store.transaction():
-                    self.s.store.put_job(spec, JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
-                    self.s.store.add_transition(Transition(spec.submit_time, job_id, None, JobState.PENDING,
-                                                           reason="submitted"))
-                    if request.request_id:
-                        self.s.store.set_request(job_id, request.request_id)
-            self.s.intake[job_id] = rec
-            if request.request_id:
-                self.s.requests[request.request_id] = job_id
-        engine.backend.wake()
-        return job_message(rec)
+        (result,) = self.s.accept([request])
+        if result.code != grpc.StatusCode.OK.value[0]:
+            context.abort(_CODES[result.code], result.error)
+        self.s.engine.backend.wake()
+        return result.job
+
+    def SubmitBatch(self, request: pb.SubmitBatchRequest, context: grpc.ServicerContext) -> pb.SubmitBatchReply:
+        if len(request.requests) > MAX_BATCH:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"requests: at most {MAX_BATCH} per batch, got {len(request.requests)}")
+        results = self.s.accept(list(request.requests))
+        self.s.engine.backend.wake()
+        return pb.SubmitBatchReply(results=results)
 
     def _record(self, job_id: str, context: grpc.ServicerContext) -> JobRecord:
         self.s.drain()
@@ -343,6 +324,73 @@ class CoordinatorServer:
     def lookup(self, job_id: str) -> JobRecord | None:
         return self.engine.jobs.get(job_id) or self.intake.get(job_id)
 
+    def accept(self, requests: list[pb.SubmitRequest]) -> list[pb.SubmitResult]:
+        """Validate and accept submissions, in order; each gets its job or its refusal. With a store, every
+        accepted job (its row, first transition and request id) is committed, in one transaction for the
+        lot, before this returns: the reply never acknowledges a job a crash could lose. A request id seen
+        before returns the job it made (idempotent submit), also within one batch."""
+        results: list[pb.SubmitResult] = []
+        accepted: dict[str, JobRecord] = {}  # handed to the intake only once the commit succeeded
+        requests_seen: dict[str, str] = {}
+        with self.intake_lock:
+            self._accept_into(requests, results, accepted, requests_seen)
+            self.intake.update(accepted)
+            self.requests.update(requests_seen)
+        return results
+
+    def _accept_into(self, requests: list[pb.SubmitRequest], results: list[pb.SubmitResult],
+                     accepted: dict[str, JobRecord], requests_seen: dict[str, str]) -> None:
+        ok = grpc.StatusCode.OK.value[0]
+        engine = self.engine
+        with self.transaction():
+            hosts = tuple(engine.hosts)
+            refuse = getattr(engine.policy, "refuse", None)
+            for request in requests:
+                spec_in = request.spec
+                why = check_spec(spec_in, request.request_id)
+                if why is not None:
+                    results.append(_refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {why}"))
+                    continue
+                earlier = request.request_id and (requests_seen.get(request.request_id)
+                                                  or self.requests.get(request.request_id))
+                if earlier:
+                    rec = accepted.get(earlier) or self.lookup(earlier)
+                    assert rec is not None, f"request id {request.request_id!r} names no job"
+                    results.append(pb.SubmitResult(job=job_message(rec), code=ok))
+                    continue
+                if not hosts:
+                    results.append(_refusal(grpc.StatusCode.UNAVAILABLE,
+                                            "no hosts registered yet: start agents first"))
+                    continue
+                spec = JobSpec(
+                    id=f"job-{next(self.ids):05d}",
+                    submit_time=engine.backend.now(),
+                    tasks=spec_in.tasks,
+                    cpu_need=spec_in.cpu_need,
+                    mem=spec_in.memory,
+                    work=spec_in.work_seconds,
+                    workload=spec_in.workload or "dgemm",
+                )
+                try:
+                    spec.validate(hosts)
+                    why_not = refuse(spec, hosts) if refuse is not None else None
+                    if why_not is not None:
+                        raise InvalidJob(*why_not)
+                except InvalidJob as exc:
+                    results.append(_refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {exc}"))
+                    continue
+                rec = JobRecord(spec)
+                if self.store is not None:  # the job's row and its first transition
+                    self.store.put_job(spec, JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+                    self.store.add_transition(Transition(spec.submit_time, spec.id, None, JobState.PENDING,
+                                                         reason="submitted"))
+                    if request.request_id:
+                        self.store.set_request(spec.id, request.request_id)
+                accepted[spec.id] = rec
+                if request.request_id:
+                    requests_seen[request.request_id] = spec.id
+                results.append(pb.SubmitResult(job=job_message(rec), code=ok))
+
     def drain(self) -> None:
         """Hand accepted jobs to the engine, in submission order. A job the cluster can no longer hold
         (its hosts were lost meanwhile) fails with the reason, and stays on record."""
@@ -451,10 +499,23 @@ class CoordinatorServer:
                 q.put_nowait(t)
 
     def _run(self) -> None:
+        """The engine loop. A turn starts at most every ``BATCH_WINDOW_S``: each submission wakes the loop,
+        and a burst of them should be taken in as one batch (one decision for a policy that decides on
+        state, see ``Engine._merged``), not one turn per job starving the API threads of the GIL. Like
+        Slurm's ``batch_sched_delay``; the delay is far below the agents' poll interval."""
+        last, window = -math.inf, BATCH_WINDOW_S
         while not self._stop.is_set():
+            wait = last + window - time.monotonic()
+            if wait > 0 and self._stop.wait(wait):
+                break
+            last = time.monotonic()
             try:
+                busy = time.thread_time()
                 self.drain()
                 self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression)
+                # A turn that computed for c seconds waits 3c before the next: with a long queue the loop
+                # keeps at most a quarter of the CPU, and the API threads the rest (waiting is not counted).
+                window = max(BATCH_WINDOW_S, 3 * (time.thread_time() - busy))
             except Exception:  # the loop must survive a bad event; the error is logged with its trace
                 log.exception("engine step failed")
                 self._stop.wait(0.5)

@@ -28,6 +28,7 @@ coordinator can :meth:`adopt` the tasks that kept running and never reuses a tas
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -100,6 +101,7 @@ class LiveBackend:
         self.journal: Journal | None = None
         self._journal_at = 0.0
         self._wake = threading.Event()
+        self._polled = -math.inf  # monotonic time of the last Status round
         self._lock = threading.RLock()
         self.agents: dict[str, AgentHandle] = {}
         self.host_agent: dict[str, str] = {}
@@ -458,14 +460,19 @@ class LiveBackend:
                 self._stop_task(_Task(task_id, ts.host))
 
     def advance(self, until: float) -> list[Report]:
+        """Wait for a completion, ``until``, or a wake-up. Agents are polled at most every ``poll_interval``:
+        a burst of submissions wakes the loop for each one, and must not cost a Status round per job."""
         while True:
-            reports = self.poll()
-            if reports:
-                return reports
+            if time.monotonic() - self._polled >= self.poll_interval:
+                self._polled = time.monotonic()
+                reports = self.poll()
+                if reports:
+                    return reports
             remaining = (until - self.now()) / self.compression
             if remaining <= 0:
                 return []
-            if self._wake.wait(min(self.poll_interval, remaining)):
+            next_poll = self._polled + self.poll_interval - time.monotonic()
+            if self._wake.wait(max(0.0, min(next_poll, remaining))):
                 self._wake.clear()
                 return []
 

@@ -24,7 +24,9 @@ class Policy(Protocol):
     """What the engine calls. ``period`` (seconds) asks for a periodic ``Tick()``; None for none.
 
     A policy may also define ``refuse(spec, hosts) -> (field, reason) | None`` to turn away, at
-    submission, jobs it could never run (batch schedulers: more tasks than whole nodes).
+    submission, jobs it could never run (batch schedulers: more tasks than whole nodes), and
+    ``decides_on_state = True`` when its plan depends on the snapshot alone, not on which job a Submit
+    names: the engine then decides once for submissions that are due together (``Engine._merged``).
     """
 
     name: str

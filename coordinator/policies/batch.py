@@ -10,6 +10,7 @@ estimates: perfect ones (the job's work) by default, as 001 assumes, or the user
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from coordinator.model import Host, JobSpec, JobView, Snapshot, Stimulus
 from coordinator.plan import Action, Plan, Start
@@ -32,6 +33,9 @@ class FCFS:
     name: str = "fcfs"
 
     refuse = staticmethod(refuse_oversized)
+    #: The plan depends on the queue and the free nodes only, whichever job a Submit names, and a second
+    #: decision on its own result starts nothing new: the engine may decide once for a burst of submissions.
+    decides_on_state: ClassVar[bool] = True
 
     @property
     def period(self) -> float | None:
@@ -56,6 +60,9 @@ class Easy:
     user_estimates: bool = False
 
     refuse = staticmethod(refuse_oversized)
+    #: The plan depends on the queue and the free nodes only, whichever job a Submit names, and a second
+    #: decision on its own result starts nothing new: the engine may decide once for a burst of submissions.
+    decides_on_state: ClassVar[bool] = True
 
     @property
     def period(self) -> float | None:

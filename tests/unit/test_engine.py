@@ -172,3 +172,26 @@ def test_one_plan_is_one_instant_so_a_pause_and_resume_elsewhere_is_a_migration(
     assert ts[-2].time == ts[-1].time  # pause and resume carry the decision's time
     (r,) = job_results(engine.history)
     assert (r.preemptions, r.migrations) == (0, 1)
+
+
+def test_a_burst_of_submissions_is_one_decision_for_a_policy_that_decides_on_state():
+    """FCFS declares ``decides_on_state``: 30 jobs submitted at one instant cost one decision, with the same
+    schedule as deciding after each (forced here through a policy that does not declare it)."""
+
+    @dataclass(frozen=True)
+    class PerJobFcfs:
+        name: str = "fcfs-per-job"
+        period: float | None = None
+
+        def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+            return get_policy("fcfs").decide(snap, stim)
+
+    jobs = [spec(f"j{i:02d}", work=5.0 + i % 4, submit=0.0 if i < 30 else 3.0 * i) for i in range(40)]
+    merged = Engine(get_policy("fcfs"), SimBackend(), hosts(4))
+    single = Engine(PerJobFcfs(), SimBackend(), hosts(4))
+    h1, h2 = merged.run(jobs), single.run(jobs)
+    assert h1.transitions == h2.transitions
+    burst = len(h2.decision_seconds) - len(h1.decision_seconds)
+    # Deciding per job, the first Submit starts j00..j03 on the 4 hosts, the Submits of j01..j03 are then
+    # stale (skipped), and j04..j29 each cost a decision: 27 for the burst, against 1 merged.
+    assert burst == 26

@@ -98,3 +98,83 @@ def test_health_service_reports_serving(server):
             health_pb2.HealthCheckRequest(service="vcemu.v1.Coordinator"), timeout=5
         )
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_submit_batch_answers_each_request_on_its_own(stub):
+    """Good, bad and repeated requests in one call: each gets its job or its refusal, in order."""
+    register(stub)
+    good = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5)
+    reply = stub.SubmitBatch(pb.SubmitBatchRequest(requests=[
+        pb.SubmitRequest(spec=good, request_id="b1"),
+        pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=1.5, work_seconds=5)),
+        pb.SubmitRequest(spec=good, request_id="b1"),  # the same request again, within the batch
+        pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5, workload="sh")),
+        pb.SubmitRequest(spec=good),
+    ]), timeout=5)
+    codes = [r.code for r in reply.results]
+    ok, bad = grpc.StatusCode.OK.value[0], grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert codes == [ok, bad, ok, bad, ok]
+    assert "memory" in reply.results[1].error and "workload" in reply.results[3].error
+    assert reply.results[0].job.job_id == reply.results[2].job.job_id != reply.results[4].job.job_id
+    again = stub.Submit(pb.SubmitRequest(spec=good, request_id="b1"), timeout=5)  # and across calls
+    assert again.job_id == reply.results[0].job.job_id
+    listed = {j.job_id for j in stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs}
+    assert listed == {reply.results[0].job.job_id, reply.results[4].job.job_id}
+
+
+def test_submit_batch_is_bounded(stub):
+    register(stub)
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.SubmitBatch(pb.SubmitBatchRequest(requests=[pb.SubmitRequest(spec=spec)] * 1001), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "requests: at most 1000" in err.value.details()
+    assert not stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs
+
+
+def test_submit_batch_is_durable_before_the_reply(tmp_path):
+    from coordinator.store import Store
+
+    db = str(tmp_path / "state.db")
+    server = CoordinatorServer(get_policy("fcfs"), port=0, state=db).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.CoordinatorStub(channel)
+            register(stub)
+            spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=5)
+            reply = stub.SubmitBatch(pb.SubmitBatchRequest(
+                requests=[pb.SubmitRequest(spec=spec, request_id=f"d{i}") for i in range(50)]), timeout=10)
+            acked = {r.job.job_id for r in reply.results if r.code == 0}
+            loaded = Store(db).load()  # read while the coordinator still runs: committed, not just cached
+    finally:
+        server.stop()
+    assert len(acked) == 50
+    assert acked <= {j.spec.id for j in loaded.jobs}
+    assert {j.request_id for j in loaded.jobs if j.spec.id in acked} == {f"d{i}" for i in range(50)}
+
+
+def test_cli_submits_a_job_file_in_batches_and_again_creates_nothing(stub, server, tmp_path, capsys):
+    import json
+
+    from coordinator.cli import main
+
+    register(stub)
+    rows = [{"id": f"t{i}", "submit_time": 0.0, "tasks": 1, "cpu_need": 0.5, "memory": 0.1, "work": 5.0}
+            for i in range(3)] + [{"id": "big", "submit_time": 0.0, "tasks": 41, "cpu_need": 0.5, "memory": 0.1,
+                                   "work": 5.0}]  # 4 hosts x 10 tasks of memory 0.1: refused by the coordinator
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["submit", "--coordinator", server.address, "--file", str(path)]) == 1  # one refused
+    out, err = capsys.readouterr()
+    first = dict(line.split("\t") for line in out.splitlines())
+    assert sorted(first) == ["t0", "t1", "t2"]
+    assert "job big: invalid job: tasks" in err and "3 accepted, 1 refused" in err
+    main(["submit", "--coordinator", server.address, "--file", str(path)])
+    again = dict(line.split("\t") for line in capsys.readouterr()[0].splitlines())
+    assert again == first  # the same file again: the same jobs, none new
+    assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "workload": "sh"}) + "\n")
+    with pytest.raises(SystemExit, match=r"bad.jsonl:2: workload"):  # the file is read whole before any submit
+        main(["submit", "--coordinator", server.address, "--file", str(bad)])
+    assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
