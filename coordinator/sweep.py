@@ -47,7 +47,7 @@ ALGORITHMS = (
     "dynmcb8", "dynmcb8-per", "dynmcb8-asap-per", "dynmcb8-stretch-per",
 )
 DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-DEFAULT_HPC2N = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "traces",
+DEFAULT_HPC2N = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",  # ../shared beside the clone
                              "HPC2N-2002-2.2-cln.swf.gz")
 
 
