@@ -67,3 +67,21 @@ def test_aggregation_follows_001_section_v():
 def test_bad_settings_are_refused_by_name(argv, message):
     with pytest.raises(SystemExit, match=message):
         config_from_args(_parse_args(argv))
+
+
+def test_table1_beside_the_paper_ranks_both_columns():
+    from coordinator.sweep_report import PAPER_TABLE1_P300, table1_vs_paper
+
+    t1 = []
+    for alg, avg in (("fcfs", 200.0), ("greedy-pmtn", 1.5), ("dynmcb8-asap-per", 2.0)):
+        row = {"algorithm": alg}
+        for g in ("scaled", "unscaled", "hpc2n"):
+            row.update({f"{g}_n": 1 if g == "scaled" else 0, f"{g}_avg": avg if g == "scaled" else float("nan"),
+                        f"{g}_max": 2 * avg if g == "scaled" else float("nan")})
+        t1.append(row)
+    out = {r["algorithm"]: r for r in table1_vs_paper(t1)}
+    assert out["fcfs"]["scaled_paper_avg"] == PAPER_TABLE1_P300["fcfs"]["scaled"][0] == 435.32
+    assert [out[a]["scaled_avg_rank"] for a in ("greedy-pmtn", "dynmcb8-asap-per", "fcfs")] == [1, 2, 3]
+    # the paper: ASAP-PER 2.62 < GREEDY-PMTN 9.45 < FCFS 435.32
+    assert [out[a]["scaled_paper_avg_rank"] for a in ("dynmcb8-asap-per", "greedy-pmtn", "fcfs")] == [1, 2, 3]
+    assert "unscaled_avg_rank" not in out["fcfs"]  # no traces in the group: no rank
