@@ -162,7 +162,8 @@ def _window(core: AgentCore, ids: list[str], seconds: float) -> dict[str, tuple[
     return out
 
 
-def run_config(core: AgentCore, n: int, seconds: float, cpu: int) -> list[TaskResult]:
+def run_config(core: AgentCore, n: int, seconds: float, cpu: int, task_window: float = TASK_WINDOW_S,
+               ref_window: float = RAW_WINDOW_S) -> list[TaskResult]:
     """n tasks with caps proportional to 1..n summing to TOTAL_CAP, measured in windows of
     :data:`TASK_WINDOW_S`; between windows the tasks are frozen and the reference runs alone on the
     CPU for :data:`RAW_WINDOW_S`, so R is measured within seconds of the rates it judges (this
@@ -175,7 +176,7 @@ def run_config(core: AgentCore, n: int, seconds: float, cpu: int) -> list[TaskRe
     and then get their caps."""
     caps = sorted(TOTAL_CAP * (i + 1) / (n * (n + 1) / 2) for i in range(n))
     ids = [f"bench-{n}-{i}" for i in range(n)]
-    rounds = max(1, round(seconds / TASK_WINDOW_S))
+    rounds = max(1, round(seconds / task_window))
     windows: list[dict[str, tuple[float, float, float]]] = []
     raws: list[float] = []
     try:
@@ -189,13 +190,13 @@ def run_config(core: AgentCore, n: int, seconds: float, cpu: int) -> list[TaskRe
         core.pause(REF)
         time.sleep(0.3)
         for _ in range(rounds):
-            windows.append(_window(core, ids, TASK_WINDOW_S))
+            windows.append(_window(core, ids, task_window))
             for tid in ids:
                 core.pause(tid)
             core.resume(REF)
             time.sleep(0.05)
             ss = []
-            end = time.monotonic() + RAW_WINDOW_S
+            end = time.monotonic() + ref_window
             while time.monotonic() < end:
                 ss.append(core.sample(REF))
                 time.sleep(0.01)
@@ -249,7 +250,8 @@ def cap_change_delay(core: AgentCore, cpu: int, hold: float = 1.5) -> list[float
     return delays
 
 
-def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr) -> dict:  # type: ignore[no-untyped-def]
+def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr,  # type: ignore[no-untyped-def]
+        task_window: float = TASK_WINDOW_S, ref_window: float = RAW_WINDOW_S) -> dict:
     ns = [1, 2, 5, 10] if quick else list(range(1, 11))
     window = seconds or (2.0 if quick else 4.0)
     raw_window = 1.0 if quick else 2.0
@@ -261,7 +263,7 @@ def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr) -
         for k, n in enumerate(ns):
             eta = (time.monotonic() - started) / (k or 1) * (len(ns) - k) if k else float("nan")
             print(f"bench cpu-share: {n} task(s) [{k + 1}/{len(ns)}], ETA {eta:.0f} s", file=progress_out)
-            res = run_config(core, n, window, cpu)
+            res = run_config(core, n, window, cpu, task_window, ref_window)
             raws.append(raw_rate(raw_window, cpu))
             for r in res:
                 r.isolated_raw_rate = (raws[-2] + raws[-1]) / 2
@@ -289,6 +291,8 @@ def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr) -
         "quick": quick,
         "pinned_cpu": cpu,
         "window_s": window,
+        "task_window_s": task_window,
+        "ref_window_s": ref_window,
         "tasks": [asdict(r) | {"error_pct": r.error_pct, "cpu_error_pct": r.cpu_error_pct} for r in results],
         "xen": XEN,
         "targets": TARGETS,
@@ -319,12 +323,18 @@ def cpu_share_main(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
     p.add_argument("--seconds", type=float, default=None, help="measurement window per configuration")
+    p.add_argument("--task-window", type=float, default=TASK_WINDOW_S,
+                   help="seconds the tasks run between two reference windows")
+    p.add_argument("--ref-window", type=float, default=RAW_WINDOW_S, help="seconds of each reference window")
     p.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="CPU to pin tasks to")
     args = p.parse_args(argv)
+    for flag, value in (("--task-window", args.task_window), ("--ref-window", args.ref_window)):
+        if not value > 0:
+            p.error(f"argument {flag}: must be > 0 seconds, got {value}")
     if args.cpu not in os.sched_getaffinity(0):
         p.error(f"argument --cpu: CPU {args.cpu} is not available to this process")
     try:
-        out = run(args.quick, args.seconds, args.cpu)
+        out = run(args.quick, args.seconds, args.cpu, task_window=args.task_window, ref_window=args.ref_window)
     except Exception as e:  # one clear line for any failure (e.g. cgroups unavailable)
         print(f"vcemu bench cpu-share: error: {e}", file=sys.stderr)
         return 1
