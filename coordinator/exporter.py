@@ -133,9 +133,10 @@ class _StateCollector(Collector):
 
 class _MoveCounter(Collector):
     """``vcemu_preemptions_total`` and ``vcemu_migrations_total`` counted as coordinator.metrics.job_results
-    counts them (seed 001 Sec. III-A): a migration is a running job moved (a ``migrate`` transition) or a
-    paused job resumed on other hosts ("this amounts to a job migration"); a pause whose job is resumed
-    elsewhere by the same decision (GREEDY-PMTN-MIGR) is that migration, not a preemption.
+    counts them (seed 001 Sec. III-A and Table II): a migration is a running job moved within one decision,
+    by a ``migrate`` transition or by a pause and a resume elsewhere in the same decision (GREEDY-PMTN-MIGR:
+    "this amounts to a job migration"; not a preemption). A job resumed elsewhere by a later decision was
+    preempted, not migrated.
 
     Fed by engine listeners, which run under the engine's lock while a plan is applied; :meth:`collect`
     takes the same lock, so a scrape never sees such a pause before its resume, and the counts it sees
@@ -162,10 +163,10 @@ class _MoveCounter(Collector):
                 self.preemptions += 1
             elif t.src is JobState.PAUSED:
                 paused = self._paused.pop(t.job, None)
-                if t.dst is JobState.RUNNING and paused is not None and Multiset(paused[1]) != Multiset(t.hosts):
+                if (t.dst is JobState.RUNNING and paused is not None and paused[0] == self._decision
+                        and Multiset(paused[1]) != Multiset(t.hosts)):
                     self.migrations += 1
-                    if paused[0] == self._decision:
-                        self.preemptions -= 1
+                    self.preemptions -= 1
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         with self.lock:
@@ -175,8 +176,7 @@ class _MoveCounter(Collector):
         yield c
         c = CounterMetricFamily(
             "vcemu_migrations",
-            "Jobs moved between hosts: running jobs moved (once per job and decision) or paused jobs resumed "
-            "on other hosts",
+            "Running jobs moved between hosts within one decision (once per job and decision)",
             labels=["policy"],
         )
         c.add_metric([self.policy], mig)

@@ -121,27 +121,35 @@ def job_results(history: History) -> list[JobResult]:
         final_yield = job_yield(running[-1].cpu, spec.cpu_need) if running else 0.0
         # A pause and a resume elsewhere at the same instant is a migration (GREEDY-PMTN-MIGR), not a
         # preemption.
-        moved_at = {t.time for prev, t in _resumes(ts) if prev is not None and Counter(prev) != Counter(t.hosts)}
+        moved_at = {t.time for prev, paused_at, t in _resumes(ts)
+                    if prev is not None and paused_at == t.time and Counter(prev) != Counter(t.hosts)}
         preemptions = sum(
             1 for t in ts if t.src is JobState.RUNNING and t.dst is JobState.PAUSED and t.time not in moved_at
         )
-        # A migration is a running job moved (once per decision, however many tasks) or a paused job
-        # resumed on other hosts (001 Sec. III-A: "this amounts to a job migration").
-        migrations = sum(1 for t in ts if t.reason == "migrate") + sum(
-            1
-            for prev, t in _resumes(ts)
-            if prev is not None and Counter(prev) != Counter(t.hosts)
-        )
+        # A migration is a running job moved within one decision (once, however many tasks): a Migrate, or
+        # a pause and a resume elsewhere at the same instant (001 Sec. III-A, GREEDY-PMTN-MIGR: "this amounts
+        # to a job migration"). A job paused at one event and resumed on other nodes at a later one was
+        # preempted, not migrated: 001 Table II gives GREEDY-PMTN 0.00 migrations although it "may or may
+        # not" restart a paused job on its previous nodes.
+        migrations = sum(1 for t in ts if t.reason == "migrate") + len(moved_at)
         out.append(JobResult(job, submit, start, end, spec.work, state, final_yield, preemptions, migrations))
     return out
 
 
-def _resumes(ts: Sequence[Transition]) -> Iterable[tuple[tuple[str, ...] | None, Transition]]:
-    """Pairs (hosts before the pause, resume transition) for every pause/resume cycle."""
+#: How :func:`job_results` counts preemptions and migrations, stored with results computed from them (a
+#: sweep's cells), so that counts made under an earlier rule are not averaged with these.
+MOVE_COUNTING = "001-table-ii"
+
+
+def _resumes(ts: Sequence[Transition]) -> Iterable[tuple[tuple[str, ...] | None, float | None, Transition]]:
+    """(hosts before the pause, time of the pause, resume transition) for every pause/resume cycle."""
     last_hosts: tuple[str, ...] | None = None
+    paused_at: float | None = None
     for t in ts:
+        if t.dst is JobState.PAUSED:
+            paused_at = t.time
         if t.src is JobState.PAUSED and t.dst is JobState.RUNNING:
-            yield last_hosts, t
+            yield last_hosts, paused_at, t
         if t.dst is JobState.RUNNING:
             last_hosts = t.hosts
 

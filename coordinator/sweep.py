@@ -88,6 +88,7 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
     from coordinator.engine import Engine
     from coordinator.experiments import homogeneous_hosts
     from coordinator.metrics import (
+        MOVE_COUNTING,
         decision_stats,
         job_results,
         rescheduling_costs,
@@ -122,7 +123,7 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         wall_s=wall, completed=s.completed,
         max_stretch=s.max_bounded_stretch, max_plain_stretch=s.max_stretch,
         mean_stretch=s.mean_bounded_stretch,
-        preemptions=k.preemptions, migrations=k.migrations, span_s=k.span_s,
+        preemptions=k.preemptions, migrations=k.migrations, counting=MOVE_COUNTING, span_s=k.span_s,
         pmtn_per_hour=k.pmtn_per_hour, mig_per_hour=k.mig_per_hour,
         pmtn_per_job=k.pmtn_per_job, mig_per_job=k.mig_per_job,
         pmtn_gb_s=k.pmtn_gb_s, mig_gb_s=k.mig_gb_s,

@@ -65,7 +65,8 @@ def test_utilisation_and_underutilisation_over_the_trace_span():
 
 def test_rescheduling_costs_count_and_size_every_preemption_and_migration():
     """c (2 tasks x 25% memory = 4 GB at 8 GB/node) is paused at 10 s and resumed in place at 20 s (a
-    preemption), paused at 30 s and resumed elsewhere at 40 s (a preemption and a migration)."""
+    preemption), paused at 30 s and resumed elsewhere at 40 s (a preemption: 001 counts no migration when
+    the move spans two events, Table II's GREEDY-PMTN), then moved at 50 s within one decision (a migration)."""
     c = JobSpec("c", 0.0, 2, 1.0, 0.25, 60.0)
     h = _history([c], [
         Transition(0.0, "c", None, P),
@@ -74,7 +75,9 @@ def test_rescheduling_costs_count_and_size_every_preemption_and_migration():
         Transition(20.0, "c", Z, R, ("h0", "h1"), 1.0),
         Transition(30.0, "c", R, Z, ("h0", "h1"), 0.0),
         Transition(40.0, "c", Z, R, ("h2", "h3"), 1.0),
-        Transition(80.0, "c", R, D, ("h2", "h3"), 1.0),
+        Transition(50.0, "c", R, Z, ("h2", "h3"), 0.0),
+        Transition(50.0, "c", Z, R, ("h0", "h3"), 1.0),
+        Transition(80.0, "c", R, D, ("h0", "h3"), 1.0),
     ])
     k = rescheduling_costs(h)
     assert HOST_MEMORY_GB == 8.0

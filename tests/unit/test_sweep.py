@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from coordinator.metrics import MOVE_COUNTING
 from coordinator.model import JobSpec
 from coordinator.sweep import _parse_args, config_from_args, run_cell
 from coordinator.sweep_report import fig1, table1, table2, with_degradation
@@ -30,7 +31,7 @@ def test_the_per_cell_guard_turns_a_slow_cell_into_a_timeout():
 
 def _row(trace, group, load, alg, ms, **kw):
     base = {"trace": trace, "group": group, "load": load, "algorithm": alg, "penalty": 300.0, "max_stretch": ms,
-            "status": "ok" if not math.isnan(ms) else "timeout"}
+            "status": "ok" if not math.isnan(ms) else "timeout", "counting": MOVE_COUNTING}
     return {**base, **{f: 0.0 for f in ("pmtn_gb_s", "mig_gb_s", "pmtn_per_hour", "mig_per_hour",
                                           "pmtn_per_job", "mig_per_job")}, **kw}
 
@@ -56,6 +57,10 @@ def test_aggregation_follows_001_section_v():
     t2 = table2(rows, ["easy", "greedy-pmtn"], 300.0)
     assert [r["algorithm"] for r in t2] == ["greedy-pmtn"]  # batch algorithms neither preempt nor migrate
     assert t2[0]["n"] == 2 and t2[0]["pmtn_per_hour_avg"] == 20.0 and t2[0]["pmtn_per_hour_max"] == 30.0
+    # a cell stored by an older vcemu, which counted moves another way, is left out of Table II and counted
+    old = {**_row("t4", "scaled", 0.8, "greedy-pmtn", 2.0, pmtn_per_hour=99.0), "counting": None}
+    (t2,) = table2([*rows, old], ["greedy-pmtn"], 300.0)
+    assert (t2["n"], t2["other_counting"], t2["pmtn_per_hour_max"]) == (2, 1, 30.0)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
