@@ -179,6 +179,8 @@ class Engine:
             for rec in records:
                 self.jobs[rec.spec.id] = rec
                 self.history.specs[rec.spec.id] = rec.spec
+                if not rec.state.finished:
+                    self._live[rec.spec.id] = rec
                 if rec.state is JobState.PENDING:
                     self._push(self.backend.now(), "stim", Submit(rec.spec.id))
             self.history.transitions.extend(transitions)

@@ -1,6 +1,6 @@
 """Every Grafana dashboard panel's query returns data from a real Prometheus scraping a live run.
 
-A real ``vcemu up`` (coordinator + agent processes, real cgroups) runs greedy-pmtn on 2 hosts with
+A real ``vcemu up`` (coordinator + agent processes, real cgroups) runs greedy-pmtn-migr on 2 hosts with
 a job mix that forces a preemption and a migration; the Debian ``prometheus`` server scrapes its
 coordinator every second from its own temporary storage on an ephemeral port; then each panel target
 of k8s/grafana/vcemu-dashboard.json is evaluated through Prometheus' HTTP API (range queries over the
@@ -100,7 +100,7 @@ def live_run(tmp_path: Path) -> Iterator[tuple[str, int, float]]:
     port, metrics = free_port(), free_port()
     log = (tmp_path / "up.log").open("w+")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--policy", "greedy-pmtn",
+        [sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--policy", "greedy-pmtn-migr",
          "--port", str(port), "--metrics-port", str(metrics), "--cpus-per-host", "0.3", "--mem-per-host", "256MiB"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
     )
@@ -203,12 +203,16 @@ def test_every_dashboard_panel_returns_data(live_run: tuple[str, int, float], pr
     t_start = time.monotonic()
     with grpc.insecure_channel(address) as ch:
         stub = pb_grpc.CoordinatorStub(ch)
-        # Memory is the hard constraint (CPU is shared). A (0.3) runs on one host for 2 s, B (0.3) takes
-        # the other; C (0.8) needs a host to itself, so the lowest-priority job, A (it has run longest),
-        # is paused for it (a preemption). When B ends, A resumes on B's host: a migration.
+        # Memory is the hard constraint (CPU is shared); the policy is GREEDY-PMTN-MIGR. A (0.3) runs on one
+        # host for 2 s, B (0.3) takes the other; C (0.8) needs a host to itself, so the lowest-priority job,
+        # A (it has run longest), is paused for it and, in the same decision, resumed beside B: a migration
+        # (001 Table II counts it as one, not as a preemption). D (0.8) then needs a host too, and neither
+        # A nor B fits beside C: both are paused (preemptions) until C ends.
         jobs = [submit(stub, 6.0, 0.3)]
         time.sleep(2.0)
         jobs.append(submit(stub, 3.0, 0.3))
+        time.sleep(1.0)
+        jobs.append(submit(stub, 3.0, 0.8))
         time.sleep(1.0)
         jobs.append(submit(stub, 3.0, 0.8))
         deadline = time.monotonic() + 40

@@ -195,3 +195,15 @@ def test_a_burst_of_submissions_is_one_decision_for_a_policy_that_decides_on_sta
     # Deciding per job, the first Submit starts j00..j03 on the 4 hosts, the Submits of j01..j03 are then
     # stale (skipped), and j04..j29 each cost a decision: 27 for the burst, against 1 merged.
     assert burst == 26
+
+
+def test_restored_pending_jobs_are_offered_to_the_policy_again():
+    """A restarted coordinator hands its stored jobs to a fresh engine: the pending ones must be in the
+    snapshot the policy sees, and run to the end (issue 7: no accepted job is lost)."""
+    from coordinator.engine import JobRecord
+
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(1))
+    engine.restore([JobRecord(spec("a", work=10.0)), JobRecord(spec("b", work=10.0))])
+    assert set(engine.snapshot().jobs) == {"a", "b"} and engine.unfinished == 2
+    r = {x.job: x for x in job_results(engine.run())}
+    assert r["a"].end == pytest.approx(20.0) and r["b"].end == pytest.approx(20.0)
