@@ -14,6 +14,9 @@ Traces (001 Sec. IV-C):
   for over the node-seconds the cluster offers while they arrive (workloads.annotate.offered_load); a
   level is reached by multiplying every inter-arrival time by one constant, as 001 does.
 - ``unscaled``: ``--unscaled`` further Lublin traces straight from the model (Table I's middle column).
+- ``--job-scale K`` divides every Lublin job's work and inter-arrival time by K (same load, K times the jobs
+  per hour; trace ids get ``-xK``): how much the 5-minute penalty weighs depends on job length, and our
+  Lublin jobs are about 4x longer than 001's (see workloads/lublin.py and the README's reproduction notes).
 - ``hpc2n``: the 1-week segments ``--hpc2n-weeks`` of the HPC2N log (``--hpc2n`` path), converted by 001's
   rules, on 120 nodes.
 
@@ -153,20 +156,22 @@ def _first(jobs: Sequence[JobSpec], n: int | None) -> list[JobSpec]:
 
 def build_traces(cfg: dict[str, Any]) -> list[Trace]:
     """Every trace the config names, deterministically from its seed (see the module docstring)."""
-    from workloads.annotate import HPC2N_NODES, hpc2n_segments, offered_load, synthetic_trace
+    from workloads.annotate import HPC2N_NODES, compress_time, hpc2n_segments, offered_load, synthetic_trace
 
     traces: list[Trace] = []
     hosts, n, cap = cfg["hosts"], cfg["jobs"], cfg["max_jobs"]
+    k = cfg.get("job_scale", 1.0)
+    tag = "" if k == 1.0 else f"-x{k:g}"
     for i in range(cfg["traces"]):
         seed = cfg["seed"] + i
         for load in cfg["loads"]:
-            specs = _first(synthetic_trace(seed, n, hosts=hosts, load=load), cap)
-            traces.append(Trace(f"lublin-s{seed}-l{load:.2f}", "scaled", load, hosts, cfg["host_memory_gb"],
+            specs = _first(compress_time(synthetic_trace(seed, n, hosts=hosts, load=load), k), cap)
+            traces.append(Trace(f"lublin-s{seed}-l{load:.2f}{tag}", "scaled", load, hosts, cfg["host_memory_gb"],
                                 tuple(specs)))
     for i in range(cfg["unscaled"]):
         seed = cfg["seed"] + 10_000 + i
-        specs = _first(synthetic_trace(seed, n, hosts=hosts), cap)
-        traces.append(Trace(f"unscaled-s{seed}", "unscaled", round(offered_load(specs, hosts), 3), hosts,
+        specs = _first(compress_time(synthetic_trace(seed, n, hosts=hosts), k), cap)
+        traces.append(Trace(f"unscaled-s{seed}{tag}", "unscaled", round(offered_load(specs, hosts), 3), hosts,
                             cfg["host_memory_gb"], tuple(specs)))
     if cfg["hpc2n_weeks"]:
         path = cfg["hpc2n"]
@@ -285,6 +290,9 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N), help="HPC2N SWF trace path")
     p.add_argument("--hpc2n-weeks", default="", help="week indices, e.g. 10,11 or a range 0-181 ('' for none)")
     p.add_argument("--max-jobs", type=int, default=None, help="keep only the first N jobs of every trace")
+    p.add_argument("--job-scale", type=float, default=1.0,
+                   help="divide every Lublin job's work and inter-arrival time by K (same load, K times the jobs "
+                        "per hour; the penalty weighs K times more)")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds before a cell is abandoned")
     p.add_argument("--host-memory-gb", type=float, default=8.0,
                    help="node memory for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
@@ -331,18 +339,23 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("vcemu sweep: --jobs >= 2, --hosts >= 1, --workers >= 1, --cell-timeout > 0 required")
     if a.max_jobs is not None and a.max_jobs < 2:
         raise SystemExit("vcemu sweep: --max-jobs: must be >= 2")
+    if not (math.isfinite(a.job_scale) and a.job_scale > 0):
+        raise SystemExit(f"vcemu sweep: --job-scale: must be a number > 0, got {a.job_scale}")
     return {
         "algorithms": algs, "penalties": pens, "traces": a.traces, "jobs": a.jobs, "loads": loads,
         "unscaled": a.unscaled, "hosts": a.hosts, "hpc2n": os.path.abspath(a.hpc2n),
-        "hpc2n_weeks": _weeks(a.hpc2n_weeks), "max_jobs": a.max_jobs, "cell_timeout": a.cell_timeout,
-        "host_memory_gb": a.host_memory_gb, "seed": a.seed, "workers": a.workers,
+        "hpc2n_weeks": _weeks(a.hpc2n_weeks), "max_jobs": a.max_jobs, "job_scale": a.job_scale,
+        "cell_timeout": a.cell_timeout, "host_memory_gb": a.host_memory_gb, "seed": a.seed, "workers": a.workers,
         "offered_load": "sum_j tasks_j*work_j / (hosts * (last submit - first submit)); levels by scaling "
                         "all inter-arrival times by one constant (workloads.annotate.scale_to_load)",
     }
 
 
 #: Settings that change results: a stored sweep with other values cannot be resumed.
-_RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "max_jobs", "host_memory_gb", "seed")
+_RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "max_jobs", "host_memory_gb", "seed",
+                "job_scale")
+#: The value of a result key in a sweep stored before that key existed.
+_RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
 
 
 def sweep_main(argv: Sequence[str]) -> int:
@@ -356,7 +369,7 @@ def sweep_main(argv: Sequence[str]) -> int:
     cfg_path = out / "config.json"
     if cfg_path.exists():
         old = json.loads(cfg_path.read_text())
-        diff = [k for k in _RESULT_KEYS if old.get(k) != cfg.get(k)]
+        diff = [k for k in _RESULT_KEYS if old.get(k, _RESULT_DEFAULTS.get(k)) != cfg.get(k)]
         if diff:
             print(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
                   "use another --out", file=sys.stderr)

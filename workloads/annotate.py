@@ -407,6 +407,19 @@ def offered_load(jobs: Sequence[JobSpec], hosts: int) -> float:
     return demand / (hosts * (last - first))
 
 
+def compress_time(jobs: Sequence[JobSpec], factor: float) -> list[JobSpec]:
+    """The same jobs with every job's work and every inter-arrival time divided by ``factor``: the offered
+    load and the job mix's shape are unchanged, there are ``factor`` times as many jobs per hour, and a
+    fixed rescheduling penalty (001's 300 s) weighs ``factor`` times more against a job's run time. Used to
+    study how 001's results depend on job length relative to the penalty (``vcemu sweep --job-scale``)."""
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        raise ValueError(f"factor: must be a finite number > 0, got {factor!r}")
+    if not jobs:
+        return []
+    first = min(j.submit_time for j in jobs)
+    return [replace(j, submit_time=first + (j.submit_time - first) / factor, work=j.work / factor) for j in jobs]
+
+
 def scale_to_load(jobs: Sequence[JobSpec], hosts: int, load: float) -> list[JobSpec]:
     """The same jobs with every inter-arrival time multiplied by one constant so that
     :func:`offered_load` equals ``load`` (001 Sec. IV-C: "we multiplied the inter-arrival times of jobs

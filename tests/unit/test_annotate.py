@@ -11,6 +11,7 @@ from workloads.annotate import (
     DROP_RULES,
     WEEK_S,
     HPC2NSegments,
+    compress_time,
     convert_hpc2n,
     hpc2n_job,
     hpc2n_segments,
@@ -214,3 +215,16 @@ def test_scale_to_load_refuses_bad_targets() -> None:
     for bad in (0.0, -0.5, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="load"):
             scale_to_load(jobs, 128, bad)
+
+
+def test_compress_time_keeps_the_load_and_the_mix() -> None:
+    """K = 4: work and gaps a quarter, submit order and offered load the same."""
+    jobs = synthetic_trace(3, 50, load=0.7)
+    fast = compress_time(jobs, 4.0)
+    assert [j.id for j in fast] == [j.id for j in jobs]
+    assert [f.work for f in fast] == [j.work / 4.0 for j in jobs]
+    assert fast[0].submit_time == jobs[0].submit_time
+    assert fast[10].submit_time - fast[0].submit_time == pytest.approx((jobs[10].submit_time - jobs[0].submit_time) / 4)
+    assert offered_load(fast, 128) == pytest.approx(offered_load(jobs, 128))
+    with pytest.raises(ValueError, match="factor"):
+        compress_time(jobs, 0.0)

@@ -68,6 +68,7 @@ def test_aggregation_follows_001_section_v():
     (["--loads", "0.5,x"], "--loads"),
     (["--penalties", "-1"], "--penalties"),
     (["--hpc2n-weeks", "a-b"], "--hpc2n-weeks"),
+    (["--job-scale", "0"], "--job-scale"),
 ])
 def test_bad_settings_are_refused_by_name(argv, message):
     with pytest.raises(SystemExit, match=message):
