@@ -103,6 +103,10 @@ class TransactionalTask(Task):
     def _cpu_fraction(self) -> float:
         return 0.0  # no work to finish: never DONE by CPU time
 
+    def rate_delta(self) -> tuple[int, float]:
+        """Nothing: requests are not calibrated units, and must not enter the agent's rate estimates."""
+        return 0, 0.0
+
     def poll(self) -> None:
         super().poll()
         if self.state in (State.RUNNING, State.PAUSED) and self._gen is None and self._ready:
