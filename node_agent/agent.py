@@ -6,12 +6,15 @@ concurrent StartTasks cannot both take the last half of a host).
 
 Refusals (``code``: when):
   INVALID_ARGUMENT: empty task_id; unknown workload; cpu_share or cpu_need outside (0, 1]; work_seconds
-    <= 0; memory_bytes < 0 or above the host's capacity; start_progress outside [0, 1); cpu_need of a
-    host that would need more than one core (the workload programs are single processes).
+    <= 0 (except for workload transactional, which ignores it); memory_bytes < 0 or above the host's
+    capacity; start_progress outside [0, 1); cpu_need of a host that would need more than one core (the
+    workload programs are single processes); a transactional spec with a bad field, or one given for
+    another workload; SetLoad with rate_rps <= 0.
   NOT_FOUND: unknown host; unknown task_id.
   ALREADY_EXISTS: a task with this task_id is known (finished tasks stay known until Stop).
   FAILED_PRECONDITION: the host's running shares would exceed 1 (StartTask, SetShare, Resume); the
-    host's memory would be over-committed (StartTask; paused tasks keep their memory).
+    host's memory would be over-committed (StartTask; paused tasks keep their memory); SetLoad on a task
+    that is not transactional.
 Requests on a finished task (SetShare, Pause, Resume) are accepted and change nothing; the reply's state
 says it is finished, which a coordinator racing a completion wants rather than an error.
 """
@@ -32,6 +35,8 @@ from dataclasses import dataclass
 
 from node_agent.cgroups import CgroupDriver
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView
+from node_agent.transactional import NAME as TRANSACTIONAL
+from node_agent.transactional import TransactionalParams, TransactionalTask
 from workloads import modeled
 from workloads.registry import PROGRAMS
 
@@ -85,7 +90,7 @@ class AgentCore:
         self.mode = driver.mode
         self.rates = dict(units_per_core_second)
         self._rate_acc: dict[str, list[float]] = {w: [0.0, 0.0] for w in self.rates}
-        self.workloads = sorted([*(w for w in PROGRAMS if w in self.rates), modeled.NAME])
+        self.workloads = sorted([*(w for w in PROGRAMS if w in self.rates), modeled.NAME, TRANSACTIONAL])
         self.started = time.monotonic()
         self._tasks: dict[str, Task | ModeledTask] = {}
         self._lock = threading.Lock()
@@ -98,7 +103,10 @@ class AgentCore:
 
     # ------------------------------------------------------------------ requests
     def start_task(self, task_id: str, host: str, workload: str, cpu_share: float, cpu_need: float,
-                   work_seconds: float, memory_bytes: int, start_progress: float = 0.0) -> TaskView:
+                   work_seconds: float, memory_bytes: int, start_progress: float = 0.0,
+                   transactional: TransactionalParams | None = None) -> TaskView:
+        """Start a task. A ``transactional`` task runs until stopped: ``work_seconds`` and
+        ``start_progress`` are ignored for it (see :mod:`node_agent.transactional`)."""
         if not task_id:
             raise AgentError("INVALID_ARGUMENT", "task_id: must not be empty")
         if workload not in self.workloads:
@@ -106,7 +114,16 @@ class AgentCore:
                              f"this agent runs {', '.join(self.workloads)}")
         _check_fraction("cpu_share", cpu_share)
         _check_fraction("cpu_need", cpu_need)
-        if not (math.isfinite(work_seconds) and work_seconds > 0):
+        service = workload == TRANSACTIONAL
+        if service:
+            try:
+                transactional = (transactional or TransactionalParams()).checked()
+            except ValueError as e:
+                raise AgentError("INVALID_ARGUMENT", str(e)) from None
+        elif transactional is not None:
+            raise AgentError("INVALID_ARGUMENT", f"transactional: set for workload {workload}; it applies to "
+                             f"workload {TRANSACTIONAL} only")
+        elif not (math.isfinite(work_seconds) and work_seconds > 0):
             raise AgentError("INVALID_ARGUMENT", f"work_seconds: must be > 0, got {work_seconds}")
         if not 0.0 <= start_progress < 1.0:
             raise AgentError("INVALID_ARGUMENT", f"start_progress: must be in [0, 1), got {start_progress}")
@@ -132,6 +149,8 @@ class AgentCore:
             task: Task | ModeledTask
             if workload == modeled.NAME:  # computed, no process (workloads/modeled.py)
                 task = ModeledTask(spec)
+            elif transactional is not None:  # a request server and its load generator
+                task = TransactionalTask(spec, self.driver, self._workdir, transactional)
             else:
                 task = Task(spec, self.driver, self.rates[workload], self._workdir, self.progress_by)
             task.start()
@@ -142,6 +161,18 @@ class AgentCore:
     def set_share(self, task_id: str, cpu_share: float) -> TaskView:
         _check_fraction("cpu_share", cpu_share)
         return self._apply(task_id, lambda t: t.set_share(cpu_share), share=cpu_share)
+
+    def set_load(self, task_id: str, rate_rps: float) -> TaskView:
+        """Change a transactional task's request arrival rate."""
+        if not (math.isfinite(rate_rps) and rate_rps > 0):
+            raise AgentError("INVALID_ARGUMENT", f"rate_rps: must be > 0 requests/s, got {rate_rps}")
+        with self._lock:
+            task = self._task(task_id)
+            if not isinstance(task, TransactionalTask):
+                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} runs workload "
+                                 f"{task.spec.workload}, which takes no load; only {TRANSACTIONAL} does")
+            task.set_rate(rate_rps)
+            return task.view()
 
     def pause(self, task_id: str) -> TaskView:
         return self._apply(task_id, lambda t: t.pause())

@@ -44,12 +44,16 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
 
 from node_agent.cgroups import CgroupDriver, CgroupError, safe_name
 from workloads import modeled, progress
 from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
+
+if TYPE_CHECKING:
+    from node_agent.transactional import ServiceView
 
 INTERPRETER_ALLOWANCE_BYTES = 64 << 20
 #: Window over which ``cpu_measured`` is computed.
@@ -128,6 +132,8 @@ class TaskView:
     pid: int
     units_done: int
     target_units: int
+    #: A transactional task's measured response time and throughput (:mod:`node_agent.transactional`).
+    service: ServiceView | None = None
 
 
 def target_units(spec: TaskSpec, units_per_core_second: float) -> int:
@@ -167,6 +173,15 @@ class Task:
         self._rate_mark: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ lifecycle
+    #: The program's stdout (a subclass that reads it sets ``subprocess.PIPE``).
+    _STDOUT: int = subprocess.DEVNULL
+
+    def _argv(self) -> list[str]:
+        """The program's command line (the start protocol of :mod:`workloads.program`)."""
+        units = self.target if self.progress_by == "units" else 0  # 0: until the agent ends it
+        return command(self.spec.workload, "--units", str(units), "--progress", self._path + ".progress",
+                       "--memory-bytes", str(self.spec.memory_bytes), "--wait-go")
+
     def start(self) -> None:
         """Create the cgroup, start the process, put it in the cgroup, then let it compute."""
         d, name = self._driver, self.cgroup
@@ -175,12 +190,9 @@ class Task:
             d.set_cpu(name, self.spec.host_cores)  # boot phase: see the module docstring
             d.set_memory_limit(name, self.spec.memory_bytes + INTERPRETER_ALLOWANCE_BYTES)
             progress.create(self._path + ".progress")
-            units = self.target if self.progress_by == "units" else 0  # 0: until the agent ends it
-            args = ["--units", str(units), "--progress", self._path + ".progress",
-                    "--memory-bytes", str(self.spec.memory_bytes), "--wait-go"]
             with open(self._path + ".stderr", "wb") as err:
                 self._proc = subprocess.Popen(
-                    command(self.spec.workload, *args), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                    self._argv(), stdin=subprocess.PIPE, stdout=self._STDOUT,
                     stderr=err, env=child_env(), start_new_session=True, close_fds=True)
             d.add_pid(name, self._proc.pid)
             self._ps = psutil.Process(self._proc.pid)

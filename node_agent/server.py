@@ -24,6 +24,7 @@ from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from node_agent.cgroups import CgroupError
 from node_agent.runner import State, TaskView
 from node_agent.tls import TlsFiles
+from node_agent.transactional import TransactionalParams
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -34,10 +35,24 @@ MAX_MESSAGE_BYTES = 64 << 10
 
 
 def task_status(v: TaskView) -> agent_pb2.TaskStatus:
+    s = v.service
+    service = None if s is None else agent_pb2.ServiceStats(
+        window_seconds=s.window_seconds, response_time_mean_s=s.response_time_mean_s,
+        response_time_p95_s=s.response_time_p95_s, throughput_rps=s.throughput_rps, rate_rps=s.rate_rps,
+        completed=s.completed, dropped=s.dropped, outstanding=s.outstanding, age_seconds=s.age_seconds)
     return agent_pb2.TaskStatus(
         task_id=v.task_id, host=v.host, state=v.state.value, progress=v.progress, cpu_share=v.cpu_share,
         cpu_measured=v.cpu_measured, cpu_seconds=v.cpu_seconds, memory_bytes=v.memory_bytes,
-        exit_code=v.exit_code, message=v.message, workload=v.workload)
+        exit_code=v.exit_code, message=v.message, workload=v.workload, service=service)
+
+
+def transactional_params(r: agent_pb2.StartTaskRequest) -> TransactionalParams | None:
+    """The request's TransactionalSpec with its unset (zero) fields at their defaults, or None if absent."""
+    if not r.HasField("transactional"):
+        return None
+    t, d = r.transactional, TransactionalParams()
+    return TransactionalParams(rate_rps=t.rate_rps or d.rate_rps, work=t.work or d.work,
+                               window_seconds=t.window_seconds or d.window_seconds, seed=t.seed)
 
 
 def _call(context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
@@ -64,8 +79,12 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     def StartTask(self, r: agent_pb2.StartTaskRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         view = _call(context, lambda: self.core.start_task(
             r.task_id, r.host, r.workload, r.cpu_share, r.cpu_need, r.work_seconds, r.memory_bytes,
-            r.start_progress))
+            r.start_progress, transactional_params(r)))
         return agent_pb2.TaskReply(task=task_status(view))
+
+    def SetLoad(self, r: agent_pb2.SetLoadRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
+        return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.set_load(
+            r.task_id, r.rate_rps))))
 
     def SetShare(self, r: agent_pb2.SetShareRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.set_share(

@@ -10,12 +10,29 @@ Load generator (:class:`LoadGenerator`): sends requests at Poisson arrival times
 fixed pool of client threads (one connection each, bounded), for a bounded duration, and records each
 response time; :meth:`LoadGenerator.window` gives the mean response time and throughput of the recent
 past. Loopback only: the server binds 127.0.0.1 and the client connects to 127.0.0.1.
+
+As a node-agent workload (``transactional``, see :mod:`node_agent.transactional`) the two run as two
+processes:
+
+* ``agent-serve``: the server as the task's process, with the agent's start protocol of
+  :mod:`workloads.program` (``--wait-go``: block until the agent has put it in the task's cgroup; bind,
+  print ``{"port": ...}`` on stdout, publish ready on the ``--progress`` channel; block again until the
+  agent has applied the task's share; then serve). Units on the progress channel are requests answered.
+  It exits 4 when the agent dies (its parent pid changes).
+* ``generate``: the load generator (the request router of 003 Sec. 3.1), started by the agent *outside*
+  the task's cgroup, because a client inside the quota would be throttled with the server and would
+  delay its own arrivals and time-stamps, so a cut share would show partly as a slower client instead of
+  as the server's response time. Every 0.2 s it writes its window's figures as one JSON object to
+  ``--stats`` (atomically, by rename); a line ``rate R`` on stdin changes the arrival rate; EOF on stdin
+  (the agent stopped the task, or died) ends it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import queue
 import random
 import socket
@@ -37,6 +54,18 @@ def burn(iterations: int) -> int:
     return acc
 
 
+class Counter:
+    """Requests answered, counted by the handler threads."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.value += 1
+
+
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         work: int = self.server.work  # type: ignore[attr-defined]
@@ -47,6 +76,9 @@ class _Handler(socketserver.StreamRequestHandler):
             burn(work)
             self.wfile.write(b"ok\n")
             self.wfile.flush()
+            served: Counter | None = getattr(self.server, "served", None)
+            if served is not None:
+                served.add()
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -65,12 +97,15 @@ def make_server(work: int, port: int = 0) -> _Server:
 
 @dataclass(frozen=True)
 class Window:
-    """Measurements over a recent interval."""
+    """Measurements over a recent interval (``completed`` and ``p95_response_s`` are the window's)."""
 
     mean_response_s: float
     throughput_rps: float
     completed: int
     dropped: int
+    p95_response_s: float = math.nan
+    outstanding: int = 0  # requests arrived and not answered, now (queued or in service)
+    total_completed: int = 0  # since the start
 
 
 class LoadGenerator:
@@ -81,17 +116,20 @@ class LoadGenerator:
     dropped if more than ``max_backlog`` are waiting, so an overloaded server cannot grow memory."""
 
     def __init__(self, port: int, rate: float, duration: float, clients: int = 16, max_backlog: int = 1000,
-                 seed: int = 0) -> None:
+                 seed: int = 0, horizon: float = 120.0) -> None:
         if rate <= 0 or duration <= 0:
             raise ValueError(f"rate and duration must be > 0, got {rate}, {duration}")
         self.port, self.rate, self.duration = port, rate, duration
         self._clients, self._max_backlog = clients, max_backlog
+        self._horizon = horizon  # completions older than this are forgotten (no window is longer)
         self._rng = random.Random(seed)
         self._queue: queue.Queue[float | None] = queue.Queue()
         self._done: deque[tuple[float, float]] = deque(maxlen=200_000)  # (finish time, response time)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.dropped = 0
+        self.arrived = 0
+        self.completed = 0
         self._threads: list[threading.Thread] = []
 
     def set_rate(self, rate: float) -> None:
@@ -130,6 +168,8 @@ class LoadGenerator:
                 with self._lock:
                     self.dropped += 1
                 continue
+            with self._lock:
+                self.arrived += 1
             self._queue.put(nxt)
 
     def _client(self) -> None:
@@ -152,16 +192,89 @@ class LoadGenerator:
                 now = time.monotonic()
                 with self._lock:
                     self._done.append((now, now - arrival))
+                    self.completed += 1
 
     def window(self, seconds: float) -> Window:
         """Mean response time and throughput of requests completed in the last ``seconds``."""
         now = time.monotonic()
         with self._lock:
+            while self._done and self._done[0][0] < now - max(seconds, self._horizon):
+                self._done.popleft()
             recent = [r for t, r in self._done if t >= now - seconds]
-            dropped = self.dropped
+            dropped, total = self.dropped, self.completed
+            outstanding = self.arrived - self.completed
         if not recent:
-            return Window(float("nan"), 0.0, 0, dropped)
-        return Window(sum(recent) / len(recent), len(recent) / seconds, len(recent), dropped)
+            return Window(math.nan, 0.0, 0, dropped, math.nan, outstanding, total)
+        recent.sort()
+        p95 = recent[max(0, math.ceil(0.95 * len(recent)) - 1)]
+        return Window(sum(recent) / len(recent), len(recent) / seconds, len(recent), dropped, p95, outstanding,
+                      total)
+
+
+def _orphaned(ppid: int) -> bool:
+    return os.getppid() != ppid
+
+
+def agent_serve(args: argparse.Namespace) -> int:
+    """The server as a node-agent task (see the module docstring); returns the exit code."""
+    from workloads.progress import ProgressWriter
+
+    ppid = os.getppid()
+    if args.wait_go and not sys.stdin.buffer.read(1):
+        return 3
+    ballast = bytearray(max(0, args.memory_bytes))  # the task's declared memory, made resident
+    if ballast:
+        ballast[::4096] = b"\1" * len(range(0, len(ballast), 4096))
+    srv = make_server(args.work, args.port)
+    served = Counter()
+    srv.served = served  # type: ignore[attr-defined]
+    print(json.dumps({"port": srv.server_address[1], "pid": os.getpid()}), flush=True)
+    writer = ProgressWriter(args.progress, 0) if args.progress else None
+    if writer:
+        writer.publish(0, ready=True)
+    if args.wait_go and not sys.stdin.buffer.read(1):  # the agent applies the task's share, then says run
+        return 3
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    while not _orphaned(ppid):
+        time.sleep(0.05)
+        if writer:
+            writer.publish(served.value)
+    srv.shutdown()
+    return 4
+
+
+def generate(args: argparse.Namespace) -> int:
+    """The load generator as a process (see the module docstring); returns the exit code."""
+    ppid = os.getppid()
+    gen = LoadGenerator(args.port, args.rate, math.inf, clients=args.clients, seed=args.seed,
+                        horizon=max(60.0, 2 * args.window)).start()
+    eof = threading.Event()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "rate":
+                try:
+                    gen.set_rate(float(parts[1]))
+                except ValueError as e:
+                    print(f"generate: ignored {line.strip()!r}: {e}", file=sys.stderr, flush=True)
+        eof.set()
+
+    threading.Thread(target=commands, daemon=True).start()
+    tmp = args.stats + ".tmp"
+    while not eof.wait(STATS_INTERVAL_S) and not _orphaned(ppid):
+        w = gen.window(args.window)
+        with open(tmp, "w") as f:
+            json.dump({"t": time.monotonic(), "window_seconds": args.window, "mean_s": w.mean_response_s,
+                       "p95_s": w.p95_response_s, "throughput_rps": w.throughput_rps, "rate_rps": gen.rate,
+                       "completed": w.total_completed, "dropped": w.dropped, "outstanding": w.outstanding}, f)
+        os.replace(tmp, args.stats)
+    gen.stop()
+    return 0
+
+
+#: How often ``generate`` publishes its figures.
+STATS_INTERVAL_S = 0.2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,10 +284,27 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve", help="serve requests on 127.0.0.1 until stdin closes")
     s.add_argument("--work", type=int, default=200_000, help="loop iterations per request")
     s.add_argument("--port", type=int, default=0)
+    a = sub.add_parser("agent-serve", help="serve as a node-agent task (start protocol of workloads.program)")
+    a.add_argument("--work", type=int, default=20_000, help="loop iterations per request")
+    a.add_argument("--port", type=int, default=0)
+    a.add_argument("--progress", help="progress channel file created by the agent (units: requests answered)")
+    a.add_argument("--memory-bytes", type=int, default=0, help="memory the server holds resident")
+    a.add_argument("--wait-go", action="store_true", help="the agent's two-step start (see the docstring)")
+    g = sub.add_parser("generate", help="Poisson load on 127.0.0.1:PORT, figures to --stats")
+    g.add_argument("--port", type=int, required=True)
+    g.add_argument("--rate", type=float, required=True, help="arrivals per second")
+    g.add_argument("--window", type=float, default=2.0, help="seconds the published figures cover")
+    g.add_argument("--stats", required=True, help="file the figures are written to (JSON, replaced)")
+    g.add_argument("--clients", type=int, default=16, help="client connections (concurrent requests)")
+    g.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.cmd == "agent-serve":
+        return agent_serve(args)
+    if args.cmd == "generate":
+        return generate(args)
     srv = make_server(args.work, args.port)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    print(json.dumps({"port": srv.server_address[1], "pid": __import__("os").getpid()}), flush=True)
+    print(json.dumps({"port": srv.server_address[1], "pid": os.getpid()}), flush=True)
     sys.stdin.read()  # the parent holds our stdin; EOF (or its death) ends the server
     srv.shutdown()
     return 0

@@ -231,6 +231,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--exp3-horizon", type=float, default=130_000.0, help="simulated seconds of Experiment Three")
     p.add_argument("--live", action="store_true", help="also run a shortened Experiment Three live")
     p.add_argument("--live-seconds", type=float, default=40.0)
+    p.add_argument("--live-agent", metavar="HOST:PORT", default=None,
+                   help="run the live experiment on this running `vcemu agent` (its first host); "
+                        "default: an in-process agent with one 1-core host")
     return p
 
 
@@ -279,7 +282,7 @@ def apc_main(argv: list[str]) -> int:
     if args.live:
         from coordinator.apc.live import live_experiment_three
 
-        summary["live"] = live_experiment_three(out / "live", args.live_seconds)
+        summary["live"] = live_experiment_three(out / "live", args.live_seconds, agent=args.live_agent)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json_default) + "\n")
     print(f"written to {out}/")
     return 0

@@ -1,19 +1,22 @@
-"""APC live: a control loop over real processes in real cgroups, using measured response times.
+"""APC live: a control loop over a real node agent, using the response times the agent measures.
 
-One node (this machine, or ``cores`` of it): a transactional server (:mod:`workloads.transactional`) in
-one cgroup, driven by a Poisson load generator on loopback, and CPU-bound batch jobs, each its own
-process in its own cgroup. Every ``T`` seconds the driver
+One node: an emulated host of a node agent (in-process :func:`node_agent.server.start_agent`, or a running
+``vcemu agent`` given by address), reached over gRPC like any coordinator reaches it. On it run a
+``transactional`` task (a request server in its cgroup and a Poisson load generator outside it, see
+:mod:`node_agent.transactional`) and CPU-bound batch jobs (``dgemm`` tasks), each in its own cgroup.
+Every ``T`` seconds the driver
 
-1. measures the server's mean response time and throughput over the last cycle (the request router's
-   measurements of 003 Sec. 3.1) and each job's CPU time (its progress: 1 CPU-second = ``MHZ_PER_CORE``
-   Mcycles);
+1. reads the agent's Status: the transactional task's mean response time and throughput over the last
+   window (``TaskStatus.service``, window = ``T``: the request router's measurements of 003 Sec. 3.1)
+   and each job's CPU time (its progress: 1 CPU-second = ``MHZ_PER_CORE`` Mcycles);
 2. fits the response-time model through that measurement (:meth:`ResponseTimeModel.fit`) at the
    allocation in force, and builds APC's state: the jobs with their goals and progress, the app;
-3. runs one APC cycle (:func:`coordinator.policies.apc.apc_place`) and applies its CPU split to the
-   cgroups' CFS quotas (the SetShare of the live backend, done here directly on the cgroups).
+3. runs one APC cycle (:func:`coordinator.policies.apc.apc_place`) and applies its CPU split with the
+   agent's SetShare RPC (cuts first, so that the host's shares never exceed its capacity in between).
 
 The transactional RP recorded is eq. 1 at the *measured* response time. Placement changes (suspend,
-resume) are not exercised live: the jobs fit in memory; APC only moves CPU.
+resume) are not exercised live: the jobs fit in memory; APC only moves CPU. The batch jobs' work is
+APC's (``LiveConfig.jobs``); their agent tasks are long enough never to finish during a run.
 """
 
 from __future__ import annotations
@@ -23,21 +26,25 @@ import csv
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from coordinator.policies.apc import ApcState, Costs, Node, apc_place
 from coordinator.policies.apc_rpf import Job, ResponseTimeModel, Stage, TransactionalApp
-from workloads.registry import child_env
-from workloads.transactional import LoadGenerator
+from vcemu.v1 import agent_pb2 as pb
+from vcemu.v1 import agent_pb2_grpc
 
 MHZ_PER_CORE = 1000.0  # the live node's unit: one core is 1,000 MHz
-_BATCH_CODE = ("import sys, time\nend = time.monotonic() + float(sys.argv[1])\nx = 0\n"
-               "while time.monotonic() < end:\n    for i in range(200000):\n        x = (x * 31 + i) & 0xFFFFFFFF\n")
+APP = "web"  # the transactional task's id
+#: Smallest share the driver sets (the agent refuses 0; a zero APC allocation becomes this).
+MIN_SHARE = 0.01
+#: work_seconds of the batch tasks at the agent: longer than any run, so the agent never ends them.
+_BATCH_TASK_SECONDS = 1e6
 
 
 @dataclass
@@ -45,28 +52,43 @@ class LiveConfig:
     cores: float = 1.0  # CPU of the emulated node, in cores of this machine
     T: float = 2.0
     duration: float = 24.0
-    work: int = 20_000  # loop iterations per request (about 2 ms of one core)
+    work: int = 20_000  # loop iterations per request (about 1-2 ms of one core)
     rates: tuple[tuple[float, float], ...] = ((0.0, 40.0),)  # (from second, requests/s)
     tau: float = 0.02  # response time goal [s]
     jobs: tuple[tuple[float, float], ...] = ((20.0, 600.0),)  # (CPU-seconds of work, relative goal [s])
     initial_app_share: float = 0.15  # fraction of the node the app gets before APC's first cycle
     seed: int = 0
+    agent: str | None = None  # address of a running agent (its first host is the node); None: in-process
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """The transactional task's figures from one Status (see ``vcemu.v1.ServiceStats``)."""
+
+    mean_s: float
+    p95_s: float
+    throughput_rps: float
+    outstanding: int
+    cpu_measured: float  # the server's CPU use, fraction of the host
+
+
 class LiveApc:
-    """The processes, cgroups and load generator of one live run. Use as a context manager."""
+    """The agent, its tasks and the gRPC channel of one live run. Use as a context manager."""
 
     def __init__(self, cfg: LiveConfig) -> None:
-        from node_agent.cgroups import open_driver
-
+        if not 0 < cfg.initial_app_share < 1:
+            raise ValueError(f"initial_app_share: must be in (0, 1), got {cfg.initial_app_share}")
+        if not cfg.jobs:
+            raise ValueError("jobs: at least one batch job is needed")
         self.cfg = cfg
-        self.driver = open_driver(f"vcemu-apc-{os.getpid()}", cfg.cores)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.load: LoadGenerator | None = None
-        self.port = 0
-        self.app_share = cfg.initial_app_share
-        self.job_cores: dict[str, float] = {}
+        self._agent: Any = None  # node_agent.server.RunningAgent when in-process
+        self._channel: grpc.Channel | None = None
+        self.stub: agent_pb2_grpc.AgentStub | None = None
+        self.host = "live"
+        self.tasks: list[str] = []
+        self.shares: dict[str, float] = {}  # share in force, fraction of the host
+        self.rate = cfg.rates[0][1]
 
     def __enter__(self) -> LiveApc:
         try:
@@ -79,101 +101,148 @@ class LiveApc:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _spawn(self, name: str, argv: list[str], cores: float) -> subprocess.Popen[bytes]:
-        self.driver.create(name)
-        self.driver.set_cpu(name, cores)
-        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             env=child_env(), start_new_session=True)
-        self.driver.add_pid(name, p.pid)
-        self.procs[name] = p
-        return p
+    @property
+    def app_share(self) -> float:
+        return self.shares[APP]
 
     def _start(self) -> None:
         cfg = self.cfg
-        web = self._spawn("web", [sys.executable, "-m", "workloads.transactional", "serve", "--work", str(cfg.work)],
-                          cfg.cores * self.app_share)
-        assert web.stdout is not None
-        self.port = int(json.loads(web.stdout.readline())["port"])
-        share = max(0.05, 1 - self.app_share) / max(1, len(cfg.jobs))
-        for k, _ in enumerate(cfg.jobs):
-            name = f"job{k}"
-            self._spawn(name, [sys.executable, "-c", _BATCH_CODE, str(cfg.duration * 3 + 30)], cfg.cores * share)
-            self.job_cores[name] = cfg.cores * share
-        self.load = LoadGenerator(self.port, cfg.rates[0][1], 2 * cfg.duration + 60, seed=cfg.seed).start()
+        address = cfg.agent
+        if address is None:
+            from node_agent.agent import HostSpec
+            from node_agent.server import start_agent
 
-    def set_app_share(self, cores: float) -> None:
-        self.driver.set_cpu("web", max(0.01, cores))
-        self.app_share = cores / self.cfg.cores
+            self._agent = start_agent([HostSpec(self.host, cfg.cores, 4 << 30)], agent_id=f"apc-{os.getpid()}")
+            address = self._agent.address
+        self._channel = grpc.insecure_channel(address)
+        self.stub = agent_pb2_grpc.AgentStub(self._channel)
+        info = self.stub.Describe(pb.DescribeRequest(), timeout=10)
+        if cfg.agent is not None:  # a running agent: its first host is the node
+            self.host, cfg.cores = info.hosts[0].name, info.hosts[0].cpu_cores
+        need = min(1.0, 1.0 / cfg.cores)  # the programs are single processes: at most one core
+        self._start_task(APP, "transactional", cfg.initial_app_share, need, transactional=pb.TransactionalSpec(
+            rate_rps=self.rate, work=cfg.work, window_seconds=cfg.T, seed=cfg.seed))
+        share = (1 - cfg.initial_app_share) / len(cfg.jobs)
+        for k in range(len(cfg.jobs)):
+            self._start_task(f"job{k}", "dgemm", share, need, work_seconds=_BATCH_TASK_SECONDS)
+        deadline = time.monotonic() + 30
+        while True:  # boot phases over (numpy imported, server listening, generator started)
+            st = self.status()
+            if all(t.state == pb.TASK_STATE_RUNNING for t in st.values()) and st[APP].HasField("service"):
+                break
+            bad = [t for t in st.values() if t.state not in (pb.TASK_STATE_STARTING, pb.TASK_STATE_RUNNING)]
+            if bad or time.monotonic() > deadline:
+                raise RuntimeError(f"tasks did not start: {bad or list(st.values())}")
+            time.sleep(0.1)
+
+    def _start_task(self, task_id: str, workload: str, share: float, need: float, work_seconds: float = 0.0,
+                    transactional: pb.TransactionalSpec | None = None) -> None:
+        assert self.stub is not None
+        self.stub.StartTask(pb.StartTaskRequest(
+            task_id=task_id, host=self.host, workload=workload, cpu_share=share, cpu_need=need,
+            work_seconds=work_seconds, memory_bytes=0, transactional=transactional), timeout=30)
+        self.tasks.append(task_id)
+        self.shares[task_id] = share
+
+    def status(self) -> dict[str, pb.TaskStatus]:
+        assert self.stub is not None
+        return {t.task_id: t for t in self.stub.Status(pb.StatusRequest(), timeout=10).tasks if t.task_id in self.tasks}
+
+    def measure(self) -> Measurement:
+        """The transactional task's figures over the agent's last window (``T`` seconds)."""
+        t = self.status()[APP]
+        s = t.service
+        return Measurement(s.response_time_mean_s, s.response_time_p95_s, s.throughput_rps, s.outstanding,
+                           t.cpu_measured)
+
+    def set_shares(self, shares: dict[str, float]) -> None:
+        """New shares (fractions of the host) through SetShare: cuts first, then raises, so that the
+        agent's capacity check holds at every step; each at least :data:`MIN_SHARE`, scaled to fit."""
+        assert self.stub is not None
+        new = {k: max(MIN_SHARE, v) for k, v in shares.items()}
+        new = {**self.shares, **new}
+        total = sum(new.values())
+        if total > 1.0:
+            new = {k: v / total * (1 - 1e-9) for k, v in new.items()}
+        for k in sorted(new, key=lambda k: new[k] - self.shares[k]):  # largest cut first
+            if new[k] != self.shares[k]:
+                self.stub.SetShare(pb.SetShareRequest(task_id=k, cpu_share=new[k]), timeout=10)
+                self.shares[k] = new[k]
+
+    def set_app_share(self, share: float) -> None:
+        """The app's share (fraction of the host); the jobs split the rest equally."""
+        rest = (1.0 - share) / len(self.cfg.jobs)
+        self.set_shares({APP: share, **{f"job{k}": rest for k in range(len(self.cfg.jobs))}})
+
+    def set_rate(self, rate: float) -> None:
+        assert self.stub is not None
+        self.stub.SetLoad(pb.SetLoadRequest(task_id=APP, rate_rps=rate), timeout=10)
+        self.rate = rate
 
     def close(self) -> None:
-        if self.load is not None:
-            self.load.stop()
-        for name, p in self.procs.items():
-            with contextlib.suppress(Exception):
-                self.driver.kill_all(name)
-            with contextlib.suppress(Exception):
-                p.kill()
-                p.wait(timeout=5)
-            with contextlib.suppress(Exception):
-                self.driver.remove(name)
-        with contextlib.suppress(Exception):
-            self.driver.cleanup(remove_parent=True)
-
-    def measure(self, seconds: float) -> tuple[float, float]:
-        """(mean response time [s], throughput [1/s]) of the server over the last ``seconds``."""
-        assert self.load is not None
-        w = self.load.window(seconds)
-        return w.mean_response_s, w.throughput_rps
+        if self.stub is not None:
+            for task_id in self.tasks:
+                with contextlib.suppress(grpc.RpcError):
+                    self.stub.Stop(pb.TaskRef(task_id=task_id), timeout=10)
+        if self._channel is not None:
+            self._channel.close()
+        if self._agent is not None:
+            self._agent.stop()
+            self._agent = None
 
     def run(self) -> list[dict[str, Any]]:
         """The control loop (see the module docstring); returns one row per cycle."""
         cfg = self.cfg
-        assert self.load is not None
-        node = Node("live", cfg.cores * MHZ_PER_CORE, 1e9)
+        node = Node(self.host, cfg.cores * MHZ_PER_CORE, 1e9)
         t0 = time.monotonic()
         specs = {f"job{k}": (w, g) for k, (w, g) in enumerate(cfg.jobs)}
         rows: list[dict[str, Any]] = []
         for cycle in range(int(cfg.duration / cfg.T)):
             time.sleep(max(0.0, t0 + (cycle + 1) * cfg.T - time.monotonic()))
             now = time.monotonic() - t0
-            rate = [r for start, r in cfg.rates if start <= now][-1]
-            if rate != self.load.rate:
-                self.load.set_rate(rate)
-            rt, tput = self.measure(cfg.T)
+            st = self.status()
+            app_status = st[APP].service
+            rt, tput = app_status.response_time_mean_s, app_status.throughput_rps
             app_mhz = self.app_share * node.cpu
             jobs = []
             for name, (work_s, goal) in specs.items():
-                done = min(self.driver.cpu_usage_s(name), work_s * 0.999) * MHZ_PER_CORE
+                done = min(st[name].cpu_seconds, work_s * 0.999) * MHZ_PER_CORE
                 jobs.append(Job(name, 0.0, goal, (Stage(work_s * MHZ_PER_CORE, MHZ_PER_CORE, 1.0),), done=done))
-            row: dict[str, Any] = {"time": round(now, 2), "rate_rps": rate, "measured_rt_s": rt,
-                                   "throughput_rps": tput, "app_cores": self.app_share * cfg.cores}
+            row: dict[str, Any] = {"time": round(now, 2), "rate_rps": self.rate, "measured_rt_s": rt,
+                                   "measured_p95_s": app_status.response_time_p95_s, "throughput_rps": tput,
+                                   "outstanding": app_status.outstanding, "app_cores": self.app_share * cfg.cores,
+                                   "app_cpu_measured_cores": st[APP].cpu_measured * cfg.cores}
             if math.isfinite(rt) and rt > 0 and tput > 0:
                 model = ResponseTimeModel.fit(app_mhz, rt, tput, saturation=node.cpu)
-                app = TransactionalApp("web", cfg.tau, model, nodes=frozenset({"live"}))
+                app = TransactionalApp(APP, cfg.tau, model, nodes=frozenset({node.id}))
                 row["app_rp_measured"] = app.rp_of_time(rt)
-                d = apc_place(ApcState(now, (node,), tuple(jobs), {j.id: "live" for j in jobs}, apps=(app,)),
+                d = apc_place(ApcState(now, (node,), tuple(jobs), {j.id: node.id for j in jobs}, apps=(app,)),
                               cfg.T, Costs.none())
-                new_app = d.app_cpu("web") / MHZ_PER_CORE
-                self.set_app_share(new_app)
+                new = {APP: d.app_cpu(APP) / node.cpu}
                 for j in jobs:
-                    cores = d.job_speed.get(j.id, 0.0) / MHZ_PER_CORE
-                    self.driver.set_cpu(j.id, max(0.01, cores))
-                    self.job_cores[j.id] = cores
+                    new[j.id] = d.job_speed.get(j.id, 0.0) / node.cpu
                     row[f"{j.id}_rp_predicted"] = d.rp.get(j.id, math.nan)
-                row["app_rp_predicted"] = d.rp["web"]
-                row["app_cores_next"] = new_app
+                self.set_shares(new)
+                for j in jobs:
+                    row[f"{j.id}_cores_next"] = self.shares[j.id] * cfg.cores
+                row["app_rp_predicted"] = d.rp[APP]
+                row["app_cores_next"] = self.app_share * cfg.cores
+            rate = [r for start, r in cfg.rates if start <= time.monotonic() - t0][-1]
+            if rate != self.rate:
+                self.set_rate(rate)
             rows.append(row)
         self.cfg.rows = rows
         return rows
 
 
-def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0) -> dict[str, Any]:
+def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, agent: str | None = None
+                          ) -> dict[str, Any]:
     """A shortened Experiment Three: the request rate rises then falls while two batch jobs run."""
     from node_agent.cgroups import CgroupUnavailable
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = LiveConfig(cores=cores, duration=seconds, rates=((0.0, 20.0), (seconds / 3, 60.0), (2 * seconds / 3, 20.0)),
-                     jobs=((seconds, 4 * seconds), (seconds, 8 * seconds)), initial_app_share=0.5)
+                     jobs=((seconds, 4 * seconds), (seconds, 8 * seconds)), initial_app_share=0.5, agent=agent)
     try:
         with LiveApc(cfg) as live:
             rows = live.run()
@@ -204,7 +273,7 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0) 
     a2b.set_ylabel("requests/s")
     a2.set_xlabel("time [s]")
     a2.legend(loc="upper left", fontsize=8)
-    fig.suptitle("Live Experiment Three (shortened): APC over real cgroups")
+    fig.suptitle("Live Experiment Three (shortened): APC over a node agent")
     fig.tight_layout()
     fig.savefig(out / "fig_live.png", dpi=120)
     plt.close(fig)
