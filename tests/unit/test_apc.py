@@ -14,6 +14,7 @@ from coordinator.policies.apc import (
     Costs,
     Node,
     _context,
+    _node_loop,
     apc_place,
     better,
     change_delays,
@@ -204,6 +205,29 @@ def test_edf_keeps_running_jobs_in_place_unless_repacking():
     assert sticky.placement == {"run": "a", "new": "b"} and sticky.changes.job_changes == 0
     repack = edf_place(st, sticky=False)
     assert repack.placement == {"new": "a", "run": "b"} and repack.changes.migrations == 1
+
+
+def test_room_elsewhere_is_used_before_a_job_is_moved_to_make_room():
+    """Two nodes with one free slot each (2 jobs of 750 MB per 2,000 MB node), two waiting jobs with tight
+    goals. A single pass with removals, visiting node a first, sets R aside to put both newcomers on a
+    and then places R on b: a migration for the same vector. The additions-only first pass puts one
+    newcomer on each node and moves nothing."""
+    nodes = (Node("a", 1000.0, 2000.0), Node("b", 1000.0, 2000.0))
+
+    def job(name: str, goal: float) -> Job:
+        return Job(name, 0.0, goal, (Stage(5000.0, 500.0, 750.0),))
+
+    st = ApcState(0.0, nodes, (job("R", 1000.0), job("Q", 1000.0), job("W1", 14.0), job("W2", 15.0)),
+                  {"R": "a", "Q": "b"})
+    d = apc_place(st, T=5.0)
+    assert d.placement == {"R": "a", "Q": "b", "W1": "a", "W2": "b"}
+    assert d.changes.starts == 2 and d.changes.job_changes == 0
+    ctx = _context(st, 5.0, Costs.none(), 0.01, DEFAULT_SAMPLES)
+    incumbent = evaluate(ctx, dict(st.placement), {})
+    assert incumbent is not None
+    one_pass = _node_loop(ctx, st, incumbent, {}, lambda j: ctx.jobs[j].max_rp(0.0), 0.01, removals=True)
+    assert one_pass.placement == {"Q": "b", "W1": "a", "W2": "a", "R": "b"} and one_pass.changes.migrations == 1
+    assert one_pass.vector == pytest.approx(d.vector)  # the migration bought nothing
 
 
 def test_vcemu_apc_cli(tmp_path, capsys):
