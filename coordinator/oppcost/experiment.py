@@ -33,7 +33,9 @@ from coordinator.policies.opportunity_cost import (
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW,
     METHODS,
+    View,
     make_method,
+    out_of_memory,
 )
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
@@ -130,6 +132,37 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
     return paths
 
 
+def explain(cfg: Config, seed: int, top: int = 5) -> list[str]:
+    """What happened in the execution of job-stream seed ``seed`` (``vcemu oppcost --explain SEED``): its largest
+    jobs by memory, and per method the mean slowdown, makespan, migrations, final ``L`` and how many machines had
+    run out of memory (Sec. 2) when each process arrived. Used to find what carries an average."""
+    stream = generate(seed, CLUSTER, MixConfig(duration=cfg.duration, split_memory=cfg.split_memory))
+    jobs: dict[int, list] = {}
+    for p in stream:
+        jobs.setdefault(p.job, []).append(p)
+    lines = [f"seed {seed}: {len(stream)} processes of {len(jobs)} jobs; cluster memory "
+             f"{sum(m.mem for m in CLUSTER):.0f} MB ({', '.join(f'{m.mem:.0f}' for m in CLUSTER)})",
+             "largest jobs by memory (processes x MB each, CPU s each, arrival s):"]
+    for ps in sorted(jobs.values(), key=lambda ps: -sum(p.mem for p in ps))[:top]:
+        lines.append(f"  job {ps[0].job}: {len(ps)} x {ps[0].mem:.1f} MB = {sum(p.mem for p in ps):.0f} MB, "
+                     f"{ps[0].work:.1f} s, at {ps[0].arrival:.0f}")
+    lines.append(f"{'method':<9}{'mean':>10}{'makespan':>10}{'migr':>7}{'L':>7}  machines out of memory at arrivals "
+                 f"(count of arrivals with 0..{len(CLUSTER)})")
+    for name in METHODS:
+        method = make_method(name, beta=cfg.beta, window=cfg.window, threshold=cfg.threshold,
+                             cost_load=cfg.cost_load, scale=cfg.scale)
+        hist = [0] * (len(CLUSTER) + 1)
+
+        def count(now: float, view: View, dst: int, hist: list[int] = hist) -> None:
+            hist[sum(out_of_memory(view.lm(i), m.mem) for i, m in enumerate(view.machines))] += 1
+
+        res = simulate(stream, CLUSTER, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
+                       migration_per_mb=cfg.migration_per_mb, observe=count)
+        scale = f"{method.scale.L:.0f}" if name.startswith("e-") else "-"
+        lines.append(f"{name:<9}{res.mean_slowdown:>10.2f}{res.makespan:>10.0f}{res.migrations:>7}{scale:>7}  {hist}")
+    return lines
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -156,6 +189,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--migration-fixed", type=float, default=0.0, help="seconds in transit per migration")
     p.add_argument("--migration-per-mb", type=float, default=0.0, help="extra transit seconds per MB")
     p.add_argument("--duration", type=float, default=10_000.0, help="arrival window, s (default 10000)")
+    p.add_argument("--explain", type=int, metavar="SEED", default=None,
+                   help="instead of a study, print what happens in the execution of this job-stream seed")
     return p
 
 
@@ -176,6 +211,9 @@ def oppcost_main(argv: list[str]) -> int:
                  cost_load=args.cost_load, split_memory=not args.whole_memory_per_component,
                  migration_fixed=args.migration_fixed, migration_per_mb=args.migration_per_mb,
                  duration=args.duration)
+    if args.explain is not None:
+        print("\n".join(explain(cfg, args.explain)))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from tqdm import tqdm

@@ -105,3 +105,15 @@ def test_oppcost_cli_writes_table_figures_and_config(tmp_path, capsys) -> None:
         "fig3_pvm_vs_e-pvm.png", "fig4_mosix_vs_e-mosix.png", "fig5_mosix_vs_e-pvm.png", "fig6_e-pvm_vs_e-mosix.png"]
     assert oppcost_main(["--executions", "0", "--out", str(out)]) == 2
     assert "--executions" in capsys.readouterr().err
+
+
+def test_oppcost_explain_reports_each_method_on_one_stream(capsys) -> None:
+    assert oppcost_main(["--explain", "3", "--duration", "600"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    n = len(generate(3, CLUSTER, MixConfig(duration=600)))
+    assert out[0].startswith(f"seed 3: {n} processes")
+    rows = {line.split()[0]: line for line in out if line.split()[0] in METHODS}
+    assert set(rows) == set(METHODS)
+    for line in rows.values():  # every arrival is counted once in the out-of-memory histogram
+        hist = json.loads(line[line.index("["):])
+        assert len(hist) == len(CLUSTER) + 1 and sum(hist) == n
