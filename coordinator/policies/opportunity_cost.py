@@ -70,18 +70,27 @@ Mosix (Sec. 4, item 3 is prose; our reading, used for both Mosix and E-Mosix whe
   move; the process is the oldest one that fits ("priority to migrate is given to older processes that are CPU
   bound"; every process of the 004 mix is CPU bound, so age decides).
 
-What the readings above do (``vcemu oppcost --executions 100 --jobs 1``, seeds 1-100; average slowdown by
-execution / median over executions; E-Mosix's wins over Mosix): PVM 700.6 / 703.9, E-PVM 73.7 / 6.65,
-Mosix 3.90 / 3.32, E-Mosix 43.7 / 4.66, E-Mosix wins 1 of 100. E-PVM < PVM holds as in 004's Table 2; E-Mosix <
-Mosix does not. Two mechanisms, both the text's rule applied to the 004 mix on our cluster: (1) with ``L`` at
-16-32 after a burst the CPU term is nearly linear, so E-PVM and E-Mosix keep 3-6 processes on the fastest
-machines while slower ones idle (seed 2, E-Mosix: loads [5, 3, 0, 0, 0, 0]), which Mosix's relative-load
-balancing never does; (2) in the few executions where a parallel job's components are each larger than most
-machines and together larger than the cluster (seed 70: 11 components of 68 MB, 745 MB against 448 MB), the
-convex memory term spreads them, every machine pages, the backlog's own memory keeps them paging, and the
-execution never recovers before arrivals stop (E-Mosix 1181, E-PVM 1423 against Mosix 6.2; under E-Mosix all six
-machines are out of memory at 1108 of the 1372 arrivals, under Mosix never more than two, whose ushering leaves
-the components paging where they fit nowhere and moves the small processes away).
+Measured (``vcemu oppcost --executions 300 --jobs 1``, seeds 1-300, readings above; average slowdown by
+execution / by job / median over executions): PVM 690.4 / 694.2 / 696.7, E-PVM 60.9 / 62.9 / 6.63, Mosix
+7.41 / 7.98 / 3.28, E-Mosix 33.7 / 35.2 / 4.59. E-PVM beats PVM in 295 of 300 executions and E-Mosix beats
+E-PVM in 287, as in 004; E-Mosix beats Mosix in 2 of 300, unlike 004's Table 2 and Fig. 4. Two mechanisms, both
+the text's rule applied to the 004 mix on our cluster:
+
+1. With ``L`` at 16-32 after a burst the CPU term is nearly linear, so E-PVM and E-Mosix keep several processes
+   on the fastest machines while slower ones idle, which Mosix's relative-load balancing does not (seed 2,
+   E-Mosix: at 494 of 1409 arrivals the fastest machine runs 4 or more processes while a slower one is idle,
+   against 91 with ``L`` of the present snapshot; average slowdown 3.58 against 2.78, Mosix 2.89). Without
+   paging (``--beta 1``, 30 executions) E-Mosix loses to Mosix in all 30 (4.97 vs 3.85) with ``L`` as read
+   here, and wins 24 of 30 (3.80 vs 3.85) with ``--scale current``.
+2. Paging collapses: in a few executions a job too large for most machines meets the convex memory term, which
+   spreads it, every machine pages, the backlog's own memory keeps them paging, and the execution never
+   recovers before arrivals stop (seed 70: a parallel job of 11 x 68 MB = 745 MB against 448 MB in the
+   cluster; E-Mosix 1181, E-PVM 1423, Mosix 6.2; under E-Mosix all six machines are out of memory at 1108 of
+   the 1372 arrivals, under Mosix never more than two, since ushering leaves the components paging where they
+   fit nowhere and moves the small processes away). The ten worst executions carry 80% of E-Mosix's sum of
+   execution averages (its mean over the other 290 is 7.16, Mosix's 3.58). Mosix collapses too when two long
+   jobs of 1 GB page for thousands of seconds (seed 183: Mosix 1091, E-Mosix 1277). PVM's ~690 is the same
+   collapse on the small machines in nearly every execution; with ``--beta 1`` PVM's average is 5.45.
 """
 
 from __future__ import annotations
