@@ -73,8 +73,10 @@ Mosix (Sec. 4, item 3 is prose; our reading, used for both Mosix and E-Mosix whe
 Measured (``vcemu oppcost --executions 300 --jobs 1``, seeds 1-300, readings above; average slowdown by
 execution / by job / median over executions): PVM 690.4 / 694.2 / 696.7, E-PVM 60.9 / 62.9 / 6.63, Mosix
 7.41 / 7.98 / 3.28, E-Mosix 33.7 / 35.2 / 4.59. E-PVM beats PVM in 295 of 300 executions and E-Mosix beats
-E-PVM in 287, as in 004; E-Mosix beats Mosix in 2 of 300, unlike 004's Table 2 and Fig. 4. Two mechanisms, both
-the text's rule applied to the 004 mix on our cluster:
+E-PVM in 287, as in 004; E-Mosix beats Mosix in 2 of 300, unlike 004's Table 2 and Fig. 4. With ``L`` of the
+present snapshot (``--scale current``, same seeds): E-PVM 51.8 / 53.6 / 4.57, E-Mosix 30.1 / 31.3 / 3.27, E-Mosix
+beats Mosix in 165 of 300 but not on average. Two mechanisms, both the text's rule applied to the 004 mix on our
+cluster:
 
 1. With ``L`` at 16-32 after a burst the CPU term is nearly linear, so E-PVM and E-Mosix keep several processes
    on the fastest machines while slower ones idle, which Mosix's relative-load balancing does not (seed 2,
