@@ -5,8 +5,9 @@ Execution ``k`` uses seed ``seed + k`` for its job stream (:func:`workloads.oppc
 methods' random choices, so any execution can be rerun alone. Executions run in worker processes (``--jobs``).
 
 Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
-sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2),
-``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``. Rows are also appended to
+sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2, and
+the median over executions; ``summary.json`` also counts, for each pair of Figs. 3-6, the executions each method
+wins), ``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``. Rows are also appended to
 ``executions.partial.csv`` as executions finish; on Ctrl-C or SIGTERM the finished executions are summarised
 (``summary.json`` then says ``"interrupted": true``) and the exit code is 130.
 """
@@ -18,6 +19,7 @@ import csv
 import json
 import os
 import signal
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -26,11 +28,14 @@ from pathlib import Path
 
 from coordinator.oppcost.sim import simulate
 from coordinator.policies.opportunity_cost import (
+    COST_LOADS,
     DEFAULT_BETA,
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW,
     METHODS,
+    View,
     make_method,
+    out_of_memory,
 )
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
@@ -49,8 +54,8 @@ class Config:
     window: int = DEFAULT_WINDOW
     threshold: float = DEFAULT_THRESHOLD
     interval: float = 1.0
-    scale: str = "current"
-    thrash_in_cost: bool = True
+    scale: str = "peak"
+    cost_load: str = "count"
     split_memory: bool = True
     migration_fixed: float = 0.0
     migration_per_mb: float = 0.0
@@ -65,7 +70,7 @@ def run_execution(cfg: Config, k: int) -> dict[str, float]:
     row: dict[str, float] = {"execution": k, "seed": seed, "jobs": len(stream)}
     for name in METHODS:
         method = make_method(name, beta=cfg.beta, window=cfg.window, threshold=cfg.threshold,
-                             thrash_in_cost=cfg.thrash_in_cost, scale=cfg.scale)
+                             cost_load=cfg.cost_load, scale=cfg.scale)
         res = simulate(stream, CLUSTER, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
                        migration_per_mb=cfg.migration_per_mb)
         row[f"{name}_mean"] = res.mean_slowdown
@@ -75,12 +80,19 @@ def run_execution(cfg: Config, k: int) -> dict[str, float]:
 
 
 def summarize(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Table 2: the unweighted mean over executions, and the mean over all jobs of all executions."""
+    """Table 2: the unweighted mean over executions, and the mean over all jobs of all executions; also the median
+    over executions (a few executions can carry a mean, see the policy module's docstring)."""
     jobs = sum(r["jobs"] for r in rows)
     return {name: {"by_execution": sum(r[f"{name}_mean"] for r in rows) / len(rows),
                    "by_job": sum(r[f"{name}_sum"] for r in rows) / jobs,
+                   "median_by_execution": statistics.median(r[f"{name}_mean"] for r in rows),
                    "migrations_per_execution": sum(r[f"{name}_migrations"] for r in rows) / len(rows)}
             for name in METHODS}
+
+
+def wins(rows: list[dict[str, float]]) -> dict[str, int]:
+    """For each pair of Figs. 3-6 (x, y): in how many executions y's average slowdown is below x's (y wins)."""
+    return {f"{ym}<{xm}": sum(r[f"{ym}_mean"] < r[f"{xm}_mean"] for r in rows) for _, xm, ym in FIGURES}
 
 
 def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
@@ -120,6 +132,37 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
     return paths
 
 
+def explain(cfg: Config, seed: int, top: int = 5) -> list[str]:
+    """What happened in the execution of job-stream seed ``seed`` (``vcemu oppcost --explain SEED``): its largest
+    jobs by memory, and per method the mean slowdown, makespan, migrations, final ``L`` and how many machines had
+    run out of memory (Sec. 2) when each process arrived. Used to find what carries an average."""
+    stream = generate(seed, CLUSTER, MixConfig(duration=cfg.duration, split_memory=cfg.split_memory))
+    jobs: dict[int, list] = {}
+    for p in stream:
+        jobs.setdefault(p.job, []).append(p)
+    lines = [f"seed {seed}: {len(stream)} processes of {len(jobs)} jobs; cluster memory "
+             f"{sum(m.mem for m in CLUSTER):.0f} MB ({', '.join(f'{m.mem:.0f}' for m in CLUSTER)})",
+             "largest jobs by memory (processes x MB each, CPU s each, arrival s):"]
+    for ps in sorted(jobs.values(), key=lambda ps: -sum(p.mem for p in ps))[:top]:
+        lines.append(f"  job {ps[0].job}: {len(ps)} x {ps[0].mem:.1f} MB = {sum(p.mem for p in ps):.0f} MB, "
+                     f"{ps[0].work:.1f} s, at {ps[0].arrival:.0f}")
+    lines.append(f"{'method':<9}{'mean':>10}{'makespan':>10}{'migr':>7}{'L':>7}  machines out of memory at arrivals "
+                 f"(count of arrivals with 0..{len(CLUSTER)})")
+    for name in METHODS:
+        method = make_method(name, beta=cfg.beta, window=cfg.window, threshold=cfg.threshold,
+                             cost_load=cfg.cost_load, scale=cfg.scale)
+        hist = [0] * (len(CLUSTER) + 1)
+
+        def count(now: float, view: View, dst: int, hist: list[int] = hist) -> None:
+            hist[sum(out_of_memory(view.lm(i), m.mem) for i, m in enumerate(view.machines))] += 1
+
+        res = simulate(stream, CLUSTER, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
+                       migration_per_mb=cfg.migration_per_mb, observe=count)
+        scale = f"{method.scale.L:.0f}" if name.startswith("e-") else "-"
+        lines.append(f"{name:<9}{res.mean_slowdown:>10.2f}{res.makespan:>10.0f}{res.migrations:>7}{scale:>7}  {hist}")
+    return lines
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -135,15 +178,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="nodes a Mosix node hears from per interval")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="Mosix relative-load threshold")
     p.add_argument("--interval", type=float, default=1.0, help="Mosix information/migration interval, s")
-    p.add_argument("--scale", choices=("current", "peak"), default="current",
-                   help="L = power of two above the largest CPU load now (current) or so far in the run (peak)")
-    p.add_argument("--no-thrash-in-cost", action="store_true",
-                   help="CPU term of the cost uses the process count, not the thrashing effective load")
+    p.add_argument("--scale", choices=("peak", "current"), default="peak",
+                   help="L = power of two above the largest CPU load so far in the run (peak, default) or now")
+    p.add_argument("--cost-load", choices=COST_LOADS, default="count",
+                   help="load in the cost's CPU term and in L: process count per speed (count, default: 004 Sec. 2/4), "
+                   "thrashing effective load (effective), or effective in the term with L from counts "
+                   "(effective-count-scale)")
     p.add_argument("--whole-memory-per-component", action="store_true",
                    help="each component of a parallel job holds the job's whole memory (default: divided)")
     p.add_argument("--migration-fixed", type=float, default=0.0, help="seconds in transit per migration")
     p.add_argument("--migration-per-mb", type=float, default=0.0, help="extra transit seconds per MB")
     p.add_argument("--duration", type=float, default=10_000.0, help="arrival window, s (default 10000)")
+    p.add_argument("--explain", type=int, metavar="SEED", default=None,
+                   help="instead of a study, print what happens in the execution of this job-stream seed")
     return p
 
 
@@ -161,9 +208,12 @@ def oppcost_main(argv: list[str]) -> int:
             return 2
     cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
                  threshold=args.threshold, interval=args.interval, scale=args.scale,
-                 thrash_in_cost=not args.no_thrash_in_cost, split_memory=not args.whole_memory_per_component,
+                 cost_load=args.cost_load, split_memory=not args.whole_memory_per_component,
                  migration_fixed=args.migration_fixed, migration_per_mb=args.migration_per_mb,
                  duration=args.duration)
+    if args.explain is not None:
+        print("\n".join(explain(cfg, args.explain)))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from tqdm import tqdm
@@ -205,23 +255,29 @@ def oppcost_main(argv: list[str]) -> int:
     table = summarize(rows)
     with open(out / "table2.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["method", "avg_slowdown_by_execution", "avg_slowdown_by_job", "migrations_per_execution"])
+        w.writerow(["method", "avg_slowdown_by_execution", "avg_slowdown_by_job", "median_slowdown_by_execution",
+                    "migrations_per_execution"])
         for name in METHODS:
             t = table[name]
-            w.writerow([name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['migrations_per_execution']:.1f}"])
+            w.writerow([name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['median_by_execution']:.4f}",
+                        f"{t['migrations_per_execution']:.1f}"])
     config = {**asdict(cfg), "cluster": [{"name": n, "speed": m.speed, "mem_mb": m.mem}
                                          for n, m in zip(CLUSTER_NAMES, CLUSTER, strict=True)],
               "mix": asdict(MixConfig(duration=cfg.duration, split_memory=cfg.split_memory)), "argv": argv}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
                "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
-               "table2": table}
+               "table2": table, "wins": wins(rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     figs = plot(rows, out, cfg.plot_first)
-    print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'migrations/exec':>18}")
+    print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'median':>10}{'migrations/exec':>18}")
     for name in METHODS:
         t = table[name]
-        print(f"{LABELS[name]:<16}{t['by_execution']:>9.3f}{t['by_job']:>12.3f}{t['migrations_per_execution']:>18.1f}")
+        print(f"{LABELS[name]:<16}{t['by_execution']:>9.3f}{t['by_job']:>12.3f}{t['median_by_execution']:>10.3f}"
+              f"{t['migrations_per_execution']:>18.1f}")
+    print("executions won (lower average slowdown): "
+          + ", ".join(f"{LABELS[k.split('<')[0]]} over {LABELS[k.split('<')[1]]} {v}/{len(rows)}"
+                      for k, v in summary["wins"].items()))
     print(f"{len(rows)} executions, {summary['jobs']} jobs, wall {wall:.1f} s; wrote {out}/executions.csv, "
           f"table2.csv, summary.json, config.json, {', '.join(p.name for p in figs)}")
     return 130 if interrupted else 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coordinator.policies.opportunity_cost import Method, Proc, View, rate
@@ -55,8 +56,11 @@ class _Machine:
 
 def simulate(stream: list[ProcSpec], machines: tuple, method: Method, seed: int, interval: float = 1.0,
              migration_fixed: float = 0.0, migration_per_mb: float = 0.0,
-             max_time: float = 1e9) -> SimResult:
+             max_time: float = 1e9, observe: Callable[[float, View, int], None] | None = None) -> SimResult:
     """Run ``stream`` on ``machines`` under ``method``; returns per-process slowdowns (in pid order).
+
+    ``observe(now, view, machine)``, if given, is called after each arrival's placement with the snapshot the
+    method decided on and the machine it chose (``vcemu oppcost --explain`` uses it).
 
     ``seed`` drives the method's random choices (windows, node order). ``max_time`` guards against a run that
     never ends; reaching it is an error naming the unfinished processes' count.
@@ -141,7 +145,11 @@ def simulate(stream: list[ProcSpec], machines: tuple, method: Method, seed: int,
             while ai < len(arrivals) and arrivals[ai].arrival <= now:
                 s = arrivals[ai]
                 ai += 1
-                place(s.pid, method.assign(view(), s.mem, s.origin, rng), s.work)
+                snapshot = view()
+                dst = method.assign(snapshot, s.mem, s.origin, rng)
+                if observe is not None:
+                    observe(now, snapshot, dst)
+                place(s.pid, dst, s.work)
             wake()
         elif t_next == t_transit:
             _, pid, dst = heapq.heappop(transit)

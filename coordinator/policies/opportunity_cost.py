@@ -8,34 +8,42 @@ I/O or reads a clock, and all randomness comes from the ``random.Random`` passed
 
 The model (Sec. 2). Machine ``i`` has CPU speed ``rc(i)`` (here :attr:`Machine.speed`, relative to the fastest
 machine = 1.0, so a job's CPU seconds are seconds on the fastest machine) and memory ``rm(i)``
-(:attr:`Machine.mem`, MB). The CPU load ``lc`` is the number of processes on the machine, the memory load ``lm``
-the sum of their memory. When ``lm`` exceeds ``rm`` the machine pages and its effective load is ``beta * lc``
-(``beta`` = 10, Sec. 5); each process receives ``rc / L_eff`` of a fastest CPU (fair sharing).
-Our thrashing test is ``lm > rm`` (a machine exactly full does not page).
+(:attr:`Machine.mem`, MB). "The CPU load" ``lc`` is the number of processes on the machine, "the memory load"
+``lm`` the sum of their memory. "The effective CPU load" is ``L(t, i) = lc`` if ``lm < rm`` and ``beta * lc``
+otherwise (``beta`` = 10, Sec. 5): a machine whose processes fill its memory exactly has already run out of it
+(:func:`out_of_memory`). Each process receives ``rc / L(t, i)`` of a fastest CPU (fair sharing).
 
-The cost (Sec. 4). A machine costs ``n ** (lm / rm) + n ** (cpu_load / L)`` where ``n`` is the number of
+The cost (Sec. 4). A machine costs ``n ** (lm / rm) + n ** (CPU load / L)`` where ``n`` is the number of
 machines. Readings we chose where 004 is terse, each tied to the text:
 
-* *CPU load* is ``lc / speed``: "the load on a given resource equals its usage divided by its capacity"
-  (Sec. 4) and the CPU edge of machine ``i`` has capacity ``rc(i)`` in the routing reduction (Sec. 3.4), where
-  every job puts 1 on the CPU edge. A job on a machine at half speed thus weighs 2.
-* The CPU load in the cost is the *effective* load of Sec. 2 (``beta * lc`` on a machine whose memory is
-  over-committed) per unit of speed: Sec. 2 defines that as the machine's CPU load, and it is what decides
-  each process's share. ``thrash_in_cost=False`` uses the plain count ``lc / speed`` instead.
-* ``L`` is "the smallest integer power of two greater than the largest load we have seen at any given time"
-  (Sec. 4). We read "at any given time" as "at the time of the decision": ``L`` is the power of two above the
-  largest CPU load in the snapshot the decision is made on (:class:`LoadScale` mode ``"current"``, default),
-  so it is an estimate of the present maximum load as ASSIGN-U's normalisation needs. The other reading, the
-  largest load seen so far in the run (mode ``"peak"``), is available; it makes the CPU term nearly linear for
-  the rest of a run after one burst (``n ** (x / L)`` with large ``L``), so the cost then sends jobs to the
-  fastest machine until its load is ``L * ln(1 / speed) / ln n`` above a slower one's. ``vcemu oppcost
-  --scale peak`` measures that reading; the closing note reports both. Each method keeps its own scale.
-* The memory term is ``n ** (lm / rm)``. The 004 mix draws memory without bound (one job in 10^4 asks for
-  100 times the largest machine), so terms beyond :data:`MAX_TERM` continue along their tangent (:func:`_power`)
-  instead of overflowing; an earlier clamp of the exponent made such a machine's cost flat, so E-Mosix piled
-  every job onto it — the continuation keeps each extra MB there expensive, as the exponential intends.
+* *CPU load* in the cost is ``lc / speed``, the process count per unit of speed, not the effective load. Sec. 2
+  names ``lc`` "the CPU load" and ``L(t, i)`` "the effective CPU load"; Sec. 4's formula says "CPU load"; and the
+  routing reduction the cost comes from (Sec. 3.4) puts 1 per job on machine ``i``'s CPU edge of capacity
+  ``rc(i)`` ("the load on a given resource equals its usage divided by its capacity", Sec. 4) and prices memory
+  over-use on the memory edge alone. Running out of memory therefore enters the cost only through the memory
+  term. (An earlier version priced the CPU term with the effective load ``beta * lc``; that is not what the
+  text says. It stays available as ``cost_load="effective"``, and ``"effective-count-scale"`` prices the CPU term
+  with the effective load but forms ``L`` from counts; ``vcemu oppcost --cost-load`` measures them.)
+* ``L`` is "the smallest integer power of two greater than the largest load we have seen at any given time",
+  assumed to be "the maximum possible load" (Sec. 4). We read it as the largest CPU load (``lc / speed``, the
+  load of the previous item) seen on any machine so far in the run: "we have seen" is the history, "at any given
+  time" the maximum over its moments, and only a running maximum can stand for "the maximum possible load"
+  (the doubling estimate of an unknown maximum that ASSIGN-U's analysis allows, "while inaccurate, does not
+  change the competitive ratio"). :class:`LoadScale` mode ``"peak"`` (default); each method keeps its own
+  ``L``, which never falls during a run. An earlier version used the largest load of the present snapshot (mode
+  ``"current"``, ``vcemu oppcost --scale current``). Consequence of the text's reading: after a burst has
+  raised ``L`` to 16 or 32, ``n ** (x / L)`` is nearly linear at ordinary loads of 2-6, and the memory term
+  (whose scale is fixed) decides most placements.
+* The memory term is ``n ** (lm / rm)`` for every ``lm``, also above ``rm``: Sec. 4 prices memory by its
+  utilisation and Sec. 3.4 counts "memory (over) usage" as load like any other; nothing in 004 makes ``u > 1``
+  a wall or a jump. Because the term is convex and has no cliff at ``u = 1`` while the model of Sec. 2 does
+  (the whole machine slows by ``beta``), the least marginal cost can put a job on a machine that had room and
+  make it thrash rather than add to one already over its memory (hand-worked in the tests). The 004 mix draws
+  memory without bound (one job in 10^4 asks for 100 times the largest machine), so terms beyond
+  :data:`MAX_TERM` continue along their tangent (:func:`_power`) instead of overflowing.
 * The *marginal cost* of a job on a machine is the increase of that machine's cost when the job is added
-  (ASSIGN-U, Sec. 3.3 and 4); E-PVM picks the machine with the least marginal cost (ties: lowest index).
+  (ASSIGN-U, Sec. 3.3 and 4); E-PVM picks the machine with the least marginal cost (ties: lowest index), with no
+  other factor ("No other factors come into play", Sec. 4 item 2), so no machine ever refuses a job.
 * *Reassignment* (E-Mosix, "assigns or reassigns jobs to minimize the sum of the costs of all of the machines"):
   process ``j`` on machine ``i`` moves to ``M`` when that lowers the cluster's total cost, i.e. when the saving
   on ``i`` (cost with ``j`` minus cost without it) exceeds ``j``'s marginal cost on ``M``. Of all such moves a
@@ -51,22 +59,40 @@ Mosix (Sec. 4, item 3 is prose; our reading, used for both Mosix and E-Mosix whe
 * *Initial placement*: a Mosix process starts on the node where it is launched (its *origin*, a property of the
   job stream, drawn uniformly) and load balancing moves it later. E-Mosix, "with the same limits on its
   knowledge", places a new job at the least marginal cost among its origin and ``window`` random other nodes.
-* *Memory ushering* comes first: a node whose memory is over-committed sends its largest process that fits in
-  the free memory of a known node, to the known node with the most free memory.
+* A process *fits* on a node when the node's memory load stays below its memory after the move (Sec. 2: at
+  ``lm = rm`` the node pages).
+* *Memory ushering* comes first: a node that has run out of memory sends its largest process that fits on a
+  known node, to the known node with the most free memory.
 * *Load balancing*: the relative load of a node is ``lc / speed``. A process moves from ``i`` to a known ``M``
   when ``lc_i / speed_i - (lc_M + 1) / speed_M > threshold`` (the difference of relative loads, counting the
-  migrant on the target, exceeds the threshold, default 0.25) and it fits in ``M``'s free memory (Mosix
-  "endeavors to keep some memory free on all machines"). The target is the known node with the least relative
-  load after the move; the process is the oldest one that fits ("priority to migrate is given to older
-  processes that are CPU bound"; every process of the 004 mix is CPU bound, so age decides).
+  migrant on the target, exceeds the threshold, default 0.25) and it fits on ``M`` (Mosix "endeavors to keep
+  some memory free on all machines"). The target is the known node with the least relative load after the
+  move; the process is the oldest one that fits ("priority to migrate is given to older processes that are CPU
+  bound"; every process of the 004 mix is CPU bound, so age decides).
 
-What we measured (``vcemu oppcost --executions 300 --seed 1``, defaults above): E-PVM beats PVM in 296 of 300
-executions; E-Mosix beats Mosix in 175 of 300 and has the lower median (3.22 vs 3.28), but its mean is higher
-(22.5 vs 7.4) because of ~10 executions where a parallel job asks for more memory than the whole cluster: the
-convex memory term then spreads the over-commitment evenly, every machine thrashes (all six over-committed in
-87% of intervals of seed 70, against never three under Mosix, whose ushering only moves a process to a node
-with free memory), and the pile-up dominates the average. ASSIGN-U minimises the maximum utilisation; it has
-no notion that ``u > 1`` is a cliff rather than a slope.
+Measured (``vcemu oppcost --executions 300 --jobs 1``, seeds 1-300, readings above; average slowdown by
+execution / by job / median over executions): PVM 690.4 / 694.2 / 696.7, E-PVM 60.9 / 62.9 / 6.63, Mosix
+7.41 / 7.98 / 3.28, E-Mosix 33.7 / 35.2 / 4.59. E-PVM beats PVM in 295 of 300 executions and E-Mosix beats
+E-PVM in 287, as in 004; E-Mosix beats Mosix in 2 of 300, unlike 004's Table 2 and Fig. 4. With ``L`` of the
+present snapshot (``--scale current``, same seeds): E-PVM 51.8 / 53.6 / 4.57, E-Mosix 30.1 / 31.3 / 3.27, E-Mosix
+beats Mosix in 165 of 300 but not on average. Two mechanisms, both the text's rule applied to the 004 mix on our
+cluster:
+
+1. With ``L`` at 16-32 after a burst the CPU term is nearly linear, so E-PVM and E-Mosix keep several processes
+   on the fastest machines while slower ones idle, which Mosix's relative-load balancing does not (seed 2,
+   E-Mosix: at 494 of 1409 arrivals the fastest machine runs 4 or more processes while a slower one is idle,
+   against 91 with ``L`` of the present snapshot; average slowdown 3.58 against 2.78, Mosix 2.89). Without
+   paging (``--beta 1``, 30 executions) E-Mosix loses to Mosix in all 30 (4.97 vs 3.85) with ``L`` as read
+   here, and wins 24 of 30 (3.80 vs 3.85) with ``--scale current``.
+2. Paging collapses: in a few executions a job too large for most machines meets the convex memory term, which
+   spreads it, every machine pages, the backlog's own memory keeps them paging, and the execution never
+   recovers before arrivals stop (seed 70: a parallel job of 11 x 68 MB = 745 MB against 448 MB in the
+   cluster; E-Mosix 1181, E-PVM 1423, Mosix 6.2; under E-Mosix all six machines are out of memory at 1108 of
+   the 1372 arrivals, under Mosix never more than two, since ushering leaves the components paging where they
+   fit nowhere and moves the small processes away). The ten worst executions carry 80% of E-Mosix's sum of
+   execution averages (its mean over the other 290 is 7.16, Mosix's 3.58). Mosix collapses too when two long
+   jobs of 1 GB page for thousands of seconds (seed 183: Mosix 1091, E-Mosix 1277). PVM's ~690 is the same
+   collapse on the small machines in nearly every execution; with ``--beta 1`` PVM's average is 5.45.
 """
 
 from __future__ import annotations
@@ -90,6 +116,11 @@ DEFAULT_THRESHOLD = 0.25
 MAX_TERM = 1e200
 
 METHODS = ("pvm", "e-pvm", "mosix", "e-mosix")
+
+#: Readings of the load in the cost (module docstring): "count" = ``lc / speed`` in the CPU term and in ``L``
+#: (Sec. 2's "CPU load", Sec. 4's formula; default); "effective" = Sec. 2's effective load ``L(t, i) / speed`` in
+#: both; "effective-count-scale" = effective load in the CPU term, ``L`` from counts.
+COST_LOADS = ("count", "effective", "effective-count-scale")
 
 
 @dataclass(frozen=True)
@@ -139,9 +170,14 @@ class View:
         return sum(p.mem for p in self.procs[i])
 
 
+def out_of_memory(lm: float, rm: float) -> bool:
+    """Sec. 2: a machine has run out of main memory (and pages) unless ``lm(t, i) < rm(i)``."""
+    return lm >= rm
+
+
 def effective_load(lc: int, lm: float, rm: float, beta: float = DEFAULT_BETA) -> float:
-    """``L(t, i)`` of Sec. 2: the process count, times ``beta`` when memory is over-committed."""
-    return lc * beta if lm > rm else float(lc)
+    """``L(t, i)`` of Sec. 2: ``lc`` if ``lm < rm``, ``lc * beta`` otherwise."""
+    return lc * beta if out_of_memory(lm, rm) else float(lc)
 
 
 def rate(machine: Machine, lc: int, lm: float, beta: float = DEFAULT_BETA) -> float:
@@ -161,8 +197,9 @@ class LoadScale:
     """``L`` of Sec. 4: tracks the largest CPU load (``lc / speed``) seen on any machine."""
 
     largest: float = 0.0
-    #: "peak": the largest load seen so far in the run; "current": the largest load in the present snapshot
-    mode: str = "current"
+    #: "peak": the largest load seen so far in the run (Sec. 4's reading, default); "current": the largest load in
+    #: the present snapshot
+    mode: str = "peak"
 
     def __post_init__(self) -> None:
         if self.mode not in ("peak", "current"):
@@ -199,7 +236,7 @@ def _cost_vec(n: int, machine: Machine, lc: int, lm: np.ndarray, L: float,  # no
     if beta is None:
         cpu = np.full_like(lm, lc / machine.speed)
     else:
-        cpu = np.where(lm > machine.mem, lc * beta, float(lc)) / machine.speed
+        cpu = np.where(lm >= machine.mem, lc * beta, float(lc)) / machine.speed
     return _power_vec(n, lm / machine.mem) + _power_vec(n, cpu / L)
 
 
@@ -256,9 +293,9 @@ def mosix_decision(view: View, node: int, known: Sequence[int],
         return None
     ms = view.machines
     free = {m: ms[m].mem - view.lm(m) for m in known}
-    if view.lm(node) > ms[node].mem:  # memory ushering: largest process that fits somewhere known
+    if out_of_memory(view.lm(node), ms[node].mem):  # memory ushering: largest process that fits somewhere known
         for p in sorted(procs, key=lambda p: (-p.mem, p.start, p.pid)):
-            fits = [m for m in known if p.mem <= free[m]]
+            fits = [m for m in known if p.mem < free[m]]  # still below rm after the move
             if fits:
                 dst = max(fits, key=lambda m: (free[m] - p.mem, -m))
                 return Migration(p.pid, node, dst)
@@ -267,7 +304,7 @@ def mosix_decision(view: View, node: int, known: Sequence[int],
     for after, m in targets:
         if rel - after <= threshold:
             break  # sorted: no later target passes either
-        fitting = [p for p in procs if p.mem <= free[m]]
+        fitting = [p for p in procs if p.mem < free[m]]
         if fitting:
             p = min(fitting, key=lambda p: (p.start, p.pid))
             return Migration(p.pid, node, m)
@@ -325,12 +362,22 @@ class Method:
     beta: float = DEFAULT_BETA
     scale: LoadScale = field(default_factory=LoadScale)
     migrates: bool = False
-    #: price thrashing in the CPU term (effective load of Sec. 2); False: plain process count
-    thrash_in_cost: bool = True
+    #: which load the cost's CPU term and ``L`` use, one of :data:`COST_LOADS` (default "count", Sec. 2 and 4)
+    cost_load: str = "count"
+
+    def __post_init__(self) -> None:
+        if self.cost_load not in COST_LOADS:
+            raise ValueError(f"cost_load must be one of {', '.join(COST_LOADS)}, got {self.cost_load!r}")
 
     @property
     def cost_beta(self) -> float | None:
-        return self.beta if self.thrash_in_cost else None
+        """``beta`` if the cost's CPU term uses the effective load, None if it uses the process count."""
+        return None if self.cost_load == "count" else self.beta
+
+    @property
+    def scale_beta(self) -> float | None:
+        """``beta`` if ``L`` is formed from effective loads, None if from process counts."""
+        return self.beta if self.cost_load == "effective" else None
 
     def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
         raise NotImplementedError
@@ -361,7 +408,7 @@ class EPVM(Method):
     name: str = "e-pvm"
 
     def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
-        self.scale.observe(view, self.cost_beta)
+        self.scale.observe(view, self.scale_beta)
         return least_marginal_cost(view, mem, self.scale.L, range(len(view.machines)), self.cost_beta)
 
 
@@ -377,7 +424,7 @@ class _Interval(Method):
         raise NotImplementedError
 
     def rebalance(self, view: View, rng: random.Random, full_knowledge: bool = False) -> list[Migration]:
-        self.scale.observe(view, self.cost_beta)
+        self.scale.observe(view, self.scale_beta)
         n = len(view.machines)
         work = view.copy()
         order = list(range(n))
@@ -421,7 +468,7 @@ class EMosix(_Interval):
     name: str = "e-mosix"
 
     def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
-        self.scale.observe(view, self.cost_beta)
+        self.scale.observe(view, self.scale_beta)
         known = [origin, *sample_window(len(view.machines), origin, self.window, rng)]
         return least_marginal_cost(view, mem, self.scale.L, known, self.cost_beta)
 
@@ -430,15 +477,15 @@ class EMosix(_Interval):
 
 
 def make_method(name: str, beta: float = DEFAULT_BETA, window: int = DEFAULT_WINDOW,
-                threshold: float = DEFAULT_THRESHOLD, thrash_in_cost: bool = True, scale: str = "current") -> Method:
+                threshold: float = DEFAULT_THRESHOLD, cost_load: str = "count", scale: str = "peak") -> Method:
     """A fresh method by name (one of :data:`METHODS`); ValueError naming the known ones otherwise."""
     key = name.lower()
     if key == "pvm":
         return PVM(beta=beta)
     if key == "e-pvm":
-        return EPVM(beta=beta, thrash_in_cost=thrash_in_cost, scale=LoadScale(mode=scale))
+        return EPVM(beta=beta, cost_load=cost_load, scale=LoadScale(mode=scale))
     if key == "mosix":
         return Mosix(beta=beta, window=window, threshold=threshold)
     if key == "e-mosix":
-        return EMosix(beta=beta, window=window, thrash_in_cost=thrash_in_cost, scale=LoadScale(mode=scale))
+        return EMosix(beta=beta, window=window, cost_load=cost_load, scale=LoadScale(mode=scale))
     raise ValueError(f"unknown opportunity-cost method {name!r}; known: {', '.join(METHODS)}")

@@ -32,6 +32,12 @@ def test_thrashing_slows_every_process_by_beta() -> None:
     assert res.slowdowns == pytest.approx([20.0, 20.0])
     res = simulate([spec(0, 1.0, mem=6), spec(1, 1.0, mem=6)], (Machine(1, 10),), PVM(beta=3), seed=0)
     assert res.slowdowns == pytest.approx([6.0, 6.0])
+    # exactly full (5 + 5 MB on 10 MB) already pages (Sec. 2: L = lc only while lm < rm) ...
+    res = simulate([spec(0, 1.0, mem=5), spec(1, 1.0, mem=5)], (Machine(1, 10),), PVM(), seed=0)
+    assert res.slowdowns == pytest.approx([20.0, 20.0])
+    # ... and just below does not: each at 1/2 -> both end at t = 2
+    res = simulate([spec(0, 1.0, mem=5), spec(1, 1.0, mem=4.9)], (Machine(1, 10),), PVM(), seed=0)
+    assert res.slowdowns == pytest.approx([2.0, 2.0])
 
 
 def test_mosix_migration_and_its_cost() -> None:
@@ -90,8 +96,24 @@ def test_oppcost_cli_writes_table_figures_and_config(tmp_path, capsys) -> None:
     by_job = summary["table2"]["pvm"]["by_job"]
     jobs = sum(int(r["jobs"]) for r in rows)
     assert by_job == pytest.approx(sum(float(r["pvm_sum"]) for r in rows) / jobs)
+    means = sorted(float(r["e-mosix_mean"]) for r in rows)
+    assert summary["table2"]["e-mosix"]["median_by_execution"] == pytest.approx(sum(means) / 2)
+    assert summary["wins"]["e-mosix<mosix"] == sum(float(r["e-mosix_mean"]) < float(r["mosix_mean"]) for r in rows)
+    assert set(summary["wins"]) == {"e-pvm<pvm", "e-mosix<mosix", "e-pvm<mosix", "e-mosix<e-pvm"}
     assert json.loads((out / "config.json").read_text())["executions"] == 2
     assert sorted(p.name for p in out.glob("fig*.png")) == [
         "fig3_pvm_vs_e-pvm.png", "fig4_mosix_vs_e-mosix.png", "fig5_mosix_vs_e-pvm.png", "fig6_e-pvm_vs_e-mosix.png"]
     assert oppcost_main(["--executions", "0", "--out", str(out)]) == 2
     assert "--executions" in capsys.readouterr().err
+
+
+def test_oppcost_explain_reports_each_method_on_one_stream(capsys) -> None:
+    assert oppcost_main(["--explain", "3", "--duration", "600"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    n = len(generate(3, CLUSTER, MixConfig(duration=600)))
+    assert out[0].startswith(f"seed 3: {n} processes")
+    rows = {line.split()[0]: line for line in out if line.split()[0] in METHODS}
+    assert set(rows) == set(METHODS)
+    for line in rows.values():  # every arrival is counted once in the out-of-memory histogram
+        hist = json.loads(line[line.index("["):])
+        assert len(hist) == len(CLUSTER) + 1 and sum(hist) == n

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from coordinator.policies.opportunity_cost import (
+    EPVM,
     PVM,
     EMosix,
     LoadScale,
@@ -37,8 +38,10 @@ def test_power_of_two_strictly_above() -> None:
 
 def test_effective_load_and_fair_rate_with_thrashing() -> None:
     m = Machine(speed=0.5, mem=100)
-    assert effective_load(2, 100, 100) == 2  # exactly full is not over-committed
-    assert effective_load(2, 101, 100) == 20  # beta = 10
+    # Sec. 2: L = lc if lm < rm, beta * lc otherwise -> a machine exactly full has run out of memory
+    assert effective_load(2, 99.9, 100) == 2
+    assert effective_load(2, 100, 100) == 20  # beta = 10
+    assert effective_load(2, 101, 100) == 20
     assert rate(m, 2, 50) == pytest.approx(0.25)  # 0.5 / 2
     assert rate(m, 2, 150, beta=10) == pytest.approx(0.025)  # 0.5 / 20
 
@@ -68,7 +71,8 @@ def test_load_scale_keeps_the_peak_or_follows_the_present() -> None:
     ms = (Machine(1, 100), Machine(0.5, 100))
     busy = View(ms, [procs(1, 1, 1), procs(1, 1)])  # loads 3 and 2/0.5 = 4 -> L = 8
     calm = View(ms, [procs(1), []])  # load 1 -> L = 2
-    peak, current = LoadScale(mode="peak"), LoadScale()
+    peak, current = LoadScale(), LoadScale(mode="current")
+    assert peak.mode == "peak"  # Sec. 4's reading is the default
     for view in (busy, calm):
         peak.observe(view)
         current.observe(view)
@@ -141,7 +145,7 @@ def test_pvm_is_round_robin_and_epvm_takes_least_marginal_cost() -> None:
     view = View(ms, [[], [], []])
     pvm, rng = PVM(), random.Random(0)
     assert [pvm.assign(view, 5.0, 2, rng) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
-    epvm = make_method("e-pvm", thrash_in_cost=False)
+    epvm = make_method("e-pvm", cost_load="count")
     view = View(ms, [procs(1, 1), procs(1), procs(1, 1)])
     assert epvm.assign(view, 5.0, 0, rng) == 1  # the least loaded, identical memory
 
@@ -150,7 +154,7 @@ def test_interval_rebalance_sends_at_most_one_process_per_node() -> None:
     # machine 0 holds 4 processes, machines 1 and 2 are empty; with full knowledge node 0 may send only one,
     # the others have nothing to send -> exactly one move per interval.
     ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
-    for method in (Mosix(), EMosix(thrash_in_cost=False)):
+    for method in (Mosix(), EMosix(cost_load="count")):
         view = View(ms, [procs(1, 1, 1, 1), [], []])
         moves = method.rebalance(view, random.Random(1))
         assert len(moves) == 1 and moves[0].src == 0, method.name
@@ -163,7 +167,7 @@ def test_emosix_initial_assignment_uses_origin_and_window_only() -> None:
     seen: set[int] = set()
     for seed in range(20):
         view = View(ms, [procs(1, 1, 1), procs(1, 1), procs(1, 1), []])
-        m = EMosix(window=1, thrash_in_cost=False)
+        m = EMosix(window=1, cost_load="count")
         rng = random.Random(seed)
         dst = m.assign(view, 1.0, 0, rng)
         seen.add(dst)
@@ -205,3 +209,74 @@ def test_emosix_vector_and_scalar_paths_agree(monkeypatch) -> None:
             scalar = emosix_decision(view, 0, [1, 2], 64, beta)
             monkeypatch.setattr(oc, "_VECTOR_FROM", 24)
             assert vector == scalar and vector is not None
+
+
+def test_mosix_never_fills_a_target_to_exactly_its_memory() -> None:
+    # Sec. 2: a machine with lm = rm has run out of memory, so a process "fits" only if the target stays below rm.
+    # machine 0 is over-committed (80 + 30 > 100); machine 1 has exactly 30 MB free -> the 30 MB process would
+    # leave it exactly full (thrashing) -> no ushering; with 30.5 MB free it goes.
+    ms = (Machine(1, 100), Machine(1, 100))
+    view = View(ms, [[Proc(1, 80, 0), Proc(2, 30, 1)], [Proc(3, 70, 0)]])
+    assert mosix_decision(view, 0, [1]) is None
+    view.procs[1] = [Proc(3, 69.5, 0)]
+    assert mosix_decision(view, 0, [1]) == Migration(2, 0, 1)
+    # and balancing (3 vs 0 processes) skips a process that would fill the target exactly
+    ms = (Machine(1, 100), Machine(1, 40))
+    view = View(ms, [[Proc(1, 40, 0), Proc(2, 10, 1), Proc(3, 10, 2)], []])
+    assert mosix_decision(view, 0, [1]) == Migration(2, 0, 1)
+
+
+def test_cost_load_readings_on_a_thrashing_machine() -> None:
+    # Two speed-1 machines of 100 MB (n = 2). Machine 0: 2 processes, 100 MB (exactly full: thrashing, Sec. 2);
+    # machine 1: 3 processes, 30 MB. A 1 MB job arrives.
+    ms = (Machine(1, 100), Machine(1, 100))
+    view = View(ms, [procs(60, 40), procs(10, 10, 10, pid0=5)])
+    # "count" (Sec. 2's CPU load lc, Sec. 4's formula): loads 2 and 3 -> L = 4.
+    #   machine 0: 2**1.01 - 2**1 = 0.0139 (memory) + 2**(3/4) - 2**(2/4) = 0.2676 (CPU) -> 0.2815
+    #   machine 1: 2**.31 - 2**.30 = 0.0086          + 2**(4/4) - 2**(3/4) = 0.3182       -> 0.3268
+    #   -> machine 0: the count cost does not see that machine 0 pages.
+    count = EPVM()
+    assert count.assign(view, 1.0, 0, random.Random(0)) == 0 and count.scale.L == 4
+    # "effective": loads 2 * 10 = 20 and 3 -> L = 32.
+    #   machine 0: 0.0139 + 2**(30/32) - 2**(20/32) = 0.0139 + 0.3729 ; machine 1: 0.0086 + 2**(4/32) - 2**(3/32)
+    #   = 0.0086 + 0.0234 -> machine 1
+    effective = EPVM(cost_load="effective")
+    assert effective.assign(view, 1.0, 0, random.Random(0)) == 1 and effective.scale.L == 32
+    # "effective-count-scale": L = 4 from the counts, CPU term of machine 0: 2**(30/4) - 2**(20/4) = 149 -> 1
+    hybrid = EPVM(cost_load="effective-count-scale")
+    assert hybrid.assign(view, 1.0, 0, random.Random(0)) == 1 and hybrid.scale.L == 4
+    with pytest.raises(ValueError, match="cost_load must be one of count, effective"):
+        EPVM(cost_load="plain")
+
+
+def test_peak_scale_keeps_jobs_on_the_fast_machine_after_a_burst() -> None:
+    # Machines: speed 1 and speed 0.75, 100 MB, n = 2; memoryless jobs. A burst puts 8 processes on machine 0
+    # (load 8 -> L = 16). Later machine 0 runs 2 processes and machine 1 none.
+    ms = (Machine(1, 100), Machine(0.75, 100))
+    burst = View(ms, [procs(*[0] * 8), []])
+    calm = View(ms, [procs(0, 0), []])
+    rng = random.Random(0)
+    # peak (Sec. 4, "the largest load we have seen"): L stays 16.
+    #   machine 0: 2**(3/16) - 2**(2/16) = 1.1388 - 1.0905 = 0.0483 ; machine 1: 2**((1/0.75)/16) - 1 = 0.0595 -> 0
+    peak = EPVM()
+    peak.assign(burst, 0.0, 0, rng)
+    assert peak.assign(calm, 0.0, 0, rng) == 0 and peak.scale.L == 16
+    # current: L = 4 from the calm snapshot. machine 0: 2**(3/4) - 2**(2/4) = 0.2676 ; machine 1: 2**(1/3) - 1
+    #   = 0.2599 -> 1
+    current = EPVM(scale=LoadScale(mode="current"))
+    current.assign(burst, 0.0, 0, rng)
+    assert current.assign(calm, 0.0, 0, rng) == 1 and current.scale.L == 4
+
+
+def test_the_cost_spreads_over_commitment_onto_a_machine_that_had_room() -> None:
+    # What carries E-PVM's and E-Mosix's worst executions: the memory term n**u is convex and has no cliff at
+    # u = 1, so it prefers two machines over their memory to one far over it. Two speed-1 machines of 100 MB,
+    # n = 2, one process each; machine 0 already pages (150 MB), machine 1 holds 50 MB. A 60 MB job:
+    #   machine 0: 2**2.1 - 2**1.5 = 4.2871 - 2.8284 = 1.4587 (memory) + 2**(2/2) - 2**(1/2) = 0.5858 (CPU, L = 2)
+    #   machine 1: 2**1.1 - 2**0.5 = 2.1435 - 1.4142 = 0.7293          + 0.5858
+    # -> machine 1, which then pages too (110 MB): both machines now run at 1/beta of their speed.
+    ms = (Machine(1, 100), Machine(1, 100))
+    view = View(ms, [procs(150), procs(50, pid0=1)])
+    assert marginal_cost(2, ms[0], 1, 150, 60, 2) == pytest.approx(1.4587 + 0.5858, abs=1e-4)
+    assert marginal_cost(2, ms[1], 1, 50, 60, 2) == pytest.approx(0.7293 + 0.5858, abs=1e-4)
+    assert EPVM().assign(view, 60.0, 0, random.Random(0)) == 1
