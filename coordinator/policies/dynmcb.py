@@ -51,7 +51,16 @@ from coordinator.model import Complete, Host, JobState, JobView, Snapshot, Stimu
 from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.base import EPS, greedy_placement, max_min_yields, placement_use, raise_yields
 from coordinator.policies.dfrs import reshare
-from coordinator.policies.packing import Allocation, Hosts, PackJob, PackProblem, mcb_allocate, mcb_pack
+from coordinator.policies.packing import (
+    Allocation,
+    Hosts,
+    PackJob,
+    PackProblem,
+    _host_arrays,
+    _pass_mcb8,
+    mcb_allocate,
+    mcb_pack,
+)
 
 DEFAULT_PERIOD_S = 600.0
 MIN_STRETCH_YIELD = 0.01
@@ -120,15 +129,25 @@ class DynMcb8:
         of removals by bisection (fewer removals pack less easily), which takes log(n) packings
         instead of n yield searches. If the full search then still fails, one more job is removed.
         """
-        caps = _caps(snap.hosts)
+        if not considered:
+            return 0
         floor = self.accuracy
+        n = len(considered)
+        rank = {j.id: r for r, j in enumerate(by_priority)}
+        tasks = [j.spec.tasks for j in considered]
+        # The tasks of every considered job once, in job order (as PackProblem.build flattens them); a
+        # probe keeps those of the jobs not set aside. Same values, same order: the same packing pass.
+        t_need = np.repeat(np.fromiter((j.spec.cpu_need * floor for j in considered), dtype=float, count=n), tasks)
+        t_mem = np.repeat(np.fromiter((j.spec.mem for j in considered), dtype=float, count=n), tasks)
+        t_rank = np.repeat(np.fromiter((rank[j.id] for j in considered), dtype=np.int64, count=n), tasks)
+        capc, capm = _host_arrays(_caps(snap.hosts))
+        limits = (float(capc.sum()), float(capm.sum()), float(capm.max()))
 
         def packs(k: int) -> bool:
-            gone = {j.id for j in by_priority[:k]}
-            jobs = tuple(
-                PackJob(j.spec.tasks, j.spec.cpu_need * floor, j.spec.mem) for j in considered if j.id not in gone
-            )
-            return not jobs or _packs(jobs, caps)
+            if k == 0:
+                return _fits(t_need, t_mem, capc, capm, limits)
+            keep = t_rank >= k
+            return not keep.any() or _fits(t_need[keep], t_mem[keep], capc, capm, limits)
 
         if packs(0):
             return 0
@@ -239,6 +258,18 @@ def _allocate(jobs: tuple[PackJob, ...], caps: Hosts, accuracy: float) -> Alloca
 @lru_cache(maxsize=1024)
 def _packs(jobs: tuple[PackJob, ...], caps: Hosts) -> bool:
     return mcb_pack(PackProblem.build(jobs, caps), 1.0, "MCB8") is not None
+
+
+def _fits(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray, limits: tuple[float, float, float]) -> bool:
+    """``mcb_pack(PackProblem.build(jobs, hosts), 1.0, "MCB8") is not None`` for the tasks' CPU and memory
+    requirements ``c`` and ``m`` (at least one task), with the hosts' totals precomputed: ``limits`` is
+    (total CPU, total memory, largest memory). The same checks on the same arrays, then the same pass."""
+    cpu_total, mem_total, mem_max = limits
+    if float(c.sum()) > cpu_total + EPS * c.shape[0]:
+        return False
+    if float(m.sum()) > mem_total + EPS or not float(m.max()) <= mem_max + EPS:
+        return False
+    return _pass_mcb8(c, m, capc, capm) is not None
 
 
 def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> list[str]:
