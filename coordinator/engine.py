@@ -456,9 +456,12 @@ class Engine:
         rec.cpu = 0.0
 
     def _sync_progress(self) -> None:
+        progress = self.backend.progress
         for job, rec in self._live.items():
-            if rec.state in (JobState.RUNNING, JobState.PAUSED):
-                rec.vt = self.backend.progress(job) * rec.spec.work
+            if rec.state is JobState.RUNNING or rec.state is JobState.PAUSED:
+                vt = progress(job) * rec.spec.work
+                if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its frozen view
+                    rec.vt = vt
 
     def _record(
         self,

@@ -86,19 +86,29 @@ class SimBackend:
         return max(self._now, j.blocked_until) + (j.spec.work - j.done) / rate
 
     def advance(self, until: float) -> list[Report]:
-        finish = {name: self._finish_time(j) for name, j in self._jobs.items()}
+        # One pass computes every job's rate and finish time (_rate, _finish_time, inlined: this runs at
+        # every event for every job in the system); a paused job (rate 0) gains no work.
+        now = self._now
+        finish: dict[str, float] = {}
+        moving: list[tuple[_SimJob, float]] = []
+        for name, j in self._jobs.items():
+            rate = j.cpu / j.spec.cpu_need if j.running else 0.0
+            if rate <= 0.0:
+                finish[name] = math.inf
+            else:
+                finish[name] = max(now, j.blocked_until) + (j.spec.work - j.done) / rate
+                moving.append((j, rate))
         t = min(min(finish.values(), default=math.inf), until)
         if math.isinf(t):
             return []
-        t = max(t, self._now)
-        for j in self._jobs.values():
-            active_from = max(self._now, j.blocked_until)
+        t = max(t, now)
+        for j, rate in moving:
+            active_from = max(now, j.blocked_until)
             if t > active_from:
-                j.done += self._rate(j) * (t - active_from)
+                j.done += rate * (t - active_from)
         self._now = t
         reports = []
-        for name in sorted(finish, key=lambda n: (finish[n], n)):
-            if finish[name] <= t:
-                self._jobs.pop(name)
-                reports.append(Report(name, JobState.DONE))
+        for name in sorted((n for n, f in finish.items() if f <= t), key=lambda n: (finish[n], n)):
+            self._jobs.pop(name)
+            reports.append(Report(name, JobState.DONE))
         return reports

@@ -50,7 +50,6 @@ from coordinator.metrics import priority
 from coordinator.model import Complete, Host, JobState, JobView, Snapshot, Stimulus, Submit, Tick
 from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.base import EPS, greedy_placement, max_min_yields, placement_use, raise_yields
-from coordinator.policies.dfrs import reshare
 from coordinator.policies.packing import (
     Allocation,
     Hosts,
@@ -98,8 +97,13 @@ class DynMcb8:
         if hosts is None:
             return Plan()
         placements[job_id] = hosts
-        cpu = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)[job_id]
-        return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
+        # The shares of every placed job, computed once: what reshare(snap, placements, new=job_id) gives
+        # the running jobs (it would compute the same max-min yields again) and the new job's own share.
+        cpus = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)
+        shares = [
+            SetShare(j, cpu) for j, cpu in cpus.items() if j != job_id and abs(snap.jobs[j].cpu - cpu) > EPS
+        ]
+        return Plan((*shares, Start(job_id, hosts, cpus[job_id])))
 
     # ---- the global repacking -----------------------------------------------------------------------
 
@@ -309,6 +313,8 @@ def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> list[
 
 def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
     """Migrate only the tasks whose host is not among the new hosts (as a multiset)."""
+    if job.hosts == new_hosts:  # the common case after relabelling: every task stays
+        return []
     wanted = Counter(new_hosts)
     keep = []
     for h in job.hosts:

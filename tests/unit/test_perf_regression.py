@@ -16,7 +16,7 @@ import pytest
 
 from coordinator.experiments import homogeneous_hosts, simulate
 from coordinator.metrics import job_results
-from coordinator.policies import mcb8_kernel
+from coordinator.policies import avgyield, avgyield_kernel, mcb8_kernel
 from coordinator.policies.packing import _pass_mcb8, _pass_mcb8_py
 from workloads.annotate import synthetic_trace
 
@@ -100,3 +100,28 @@ def test_removal_bisection_removes_what_one_at_a_time_removal_would(monkeypatch:
     hosts = 32
     simulate(synthetic_trace(0, 200, hosts=hosts, load=0.9), "dynmcb8-asap-per", homogeneous_hosts(hosts), 300.0)
     assert seen["removals"] > 100
+
+
+@pytest.mark.skipif(avgyield_kernel.average_yield_parallel is None, reason="numba is not installed: only Python")
+def test_compiled_average_yield_matches_the_python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exactly equal yields, on random parallel-job placements with ties in need, shared hosts and start yields."""
+    rng = np.random.default_rng(5)
+    cases = []
+    for _ in range(300):
+        njobs = int(rng.integers(1, 40))
+        nhosts = int(rng.integers(1, 20))
+        ntasks = rng.integers(1, 6, njobs)
+        task_job = np.repeat(np.arange(njobs), ntasks)
+        task_host = rng.integers(0, nhosts, task_job.shape[0])
+        need = rng.choice([0.25, 0.5, 1.0, float(rng.random())], njobs)
+        cap = rng.choice([0.5, 1.0, 2.0], nhosts).astype(float)
+        start = rng.choice([0.1, float(rng.random())]) if rng.random() < 0.5 else rng.random(njobs)
+        cases.append((task_host, task_job, need, cap, start))
+    compiled = [avgyield.raise_average_yield(*c) for c in cases]
+    monkeypatch.setattr(avgyield, "average_yield_parallel", None)
+    python = [avgyield.raise_average_yield(*c) for c in cases]
+    raised = 0
+    for a, b, c in zip(compiled, python, cases, strict=True):
+        np.testing.assert_array_equal(a, b)
+        raised += bool(np.any(a > np.broadcast_to(np.clip(c[4], 0.0, 1.0), a.shape)))
+    assert raised > 100  # the greedy did raise yields, not only copy the start
