@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from coordinator.backends.base import Backend, BackendError, Report
 from coordinator.metrics import History, Transition
@@ -88,6 +89,21 @@ def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
     if isinstance(action, (Start, Resume)):
         return 3
     return 5
+
+
+# What a plan's action needs of its job's state, and the state it leaves the job in (Engine._check).
+_NEED: dict[type, tuple[JobState, ...]] = {
+    Start: (JobState.PENDING,),
+    Resume: (JobState.PAUSED,),
+    Pause: (JobState.RUNNING,),
+    SetShare: (JobState.RUNNING,),
+    Migrate: (JobState.RUNNING,),
+    Defer: (JobState.PENDING,),
+}
+_AFTER: dict[type, JobState] = {
+    Start: JobState.RUNNING, Resume: JobState.RUNNING, Pause: JobState.PAUSED,
+    SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
+}
 
 
 @dataclass(order=True)
@@ -287,10 +303,11 @@ class Engine:
     def snapshot(self) -> Snapshot:
         with self.lock:
             self._sync_progress()
+            # A fresh mapping wrapped read-only here: Snapshot would otherwise copy it once more.
             return Snapshot(
                 self.backend.now(),
                 tuple(self.hosts),
-                {j: r.view() for j, r in self._live.items()},
+                MappingProxyType({j: r.view() for j, r in self._live.items()}),
             )
 
     def handle(self, stim: Stimulus) -> Plan:
@@ -314,16 +331,21 @@ class Engine:
         with self.lock:
             if not plan.actions:  # nothing changes: the state was checked when it was made
                 return
-            self._check(plan)
+            ordered = self._ordered(plan)  # the check follows the order the actions are applied in
+            self._check(plan, ordered)
             self._stamp = self.backend.now()
             try:
-                self._apply_checked(plan)
+                self._apply_checked(plan, ordered)
             finally:
                 self._stamp = None
 
-    def _apply_checked(self, plan: Plan) -> None:
+    def _ordered(self, plan: Plan) -> list[Action]:
+        jobs = self.jobs
+        return sorted(plan.actions, key=lambda a: _order(a, jobs))
+
+    def _apply_checked(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         moved: dict[str, JobRecord] = {}
-        for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
+        for action in self._ordered(plan) if ordered is None else ordered:
             rec = self.jobs[action.job]
             if rec.state.finished:  # failed earlier in this plan
                 continue
@@ -370,25 +392,15 @@ class Engine:
             rec.attempts += 1
             self._push(action.until, "stim", Tick(action.job))
 
-    def _check(self, plan: Plan) -> None:
+    def _check(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         """Refuse a plan that is inconsistent with the state or over-commits a host."""
         hosts = {h.name: h for h in self.hosts}
-        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self._live.items() if r.state is JobState.RUNNING}
-        need = {
-            Start: (JobState.PENDING,),
-            Resume: (JobState.PAUSED,),
-            Pause: (JobState.RUNNING,),
-            SetShare: (JobState.RUNNING,),
-            Migrate: (JobState.RUNNING,),
-            Defer: (JobState.PENDING,),
-        }
-        after = {
-            Start: JobState.RUNNING, Resume: JobState.RUNNING, Pause: JobState.PAUSED,
-            SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
-        }
+        running = JobState.RUNNING
+        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self._live.items() if r.state is running}
+        need, after = _NEED, _AFTER
         state: dict[str, JobState] = {}  # states as the plan moves them, in the order it is applied
         moved: dict[str, list[str]] = {}
-        for a in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
+        for a in self._ordered(plan) if ordered is None else ordered:
             rec = self.jobs.get(a.job)
             current = state.get(a.job, rec.state if rec else None)
             if rec is None or current not in need[type(a)]:
@@ -417,9 +429,10 @@ class Engine:
         for job, (hs, c, spec) in placed.items():
             if c <= 0 or c > spec.cpu_need + EPS:
                 raise PolicyError(f"{self.policy.name}: job {job} given cpu {c} outside (0, need={spec.cpu_need}]")
+            m = spec.mem
             for h in hs:
                 cpu[h] += c
-                mem[h] += spec.mem
+                mem[h] += m
         for h, host in hosts.items():
             if cpu[h] > host.cpu + 1e-6 or mem[h] > host.mem + 1e-6:
                 raise PolicyError(

@@ -61,9 +61,7 @@ class SimBackend:
 
     def migrate(self, job: str, task: int, dst: str) -> None:
         j = self._job(job)
-        hosts = list(j.hosts)
-        hosts[task] = dst
-        j.hosts = tuple(hosts)
+        j.hosts = (*j.hosts[:task], dst, *j.hosts[task + 1 :])
         j.blocked_until = self._now + self.penalty
 
     def stop(self, job: str) -> None:

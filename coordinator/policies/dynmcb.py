@@ -144,8 +144,8 @@ class DynMcb8:
         t_need = np.repeat(np.fromiter((j.spec.cpu_need * floor for j in considered), dtype=float, count=n), tasks)
         t_mem = np.repeat(np.fromiter((j.spec.mem for j in considered), dtype=float, count=n), tasks)
         t_rank = np.repeat(np.fromiter((rank[j.id] for j in considered), dtype=np.int64, count=n), tasks)
-        capc, capm = _host_arrays(_caps(snap.hosts))
-        limits = (float(capc.sum()), float(capm.sum()), float(capm.max()))
+        info = _host_info(snap.hosts)
+        capc, capm, limits = info.capc, info.capm, info.limits
 
         def packs(k: int) -> bool:
             if k == 0:
@@ -166,13 +166,16 @@ class DynMcb8:
 
     def _yield_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
         alloc = _allocate(
-            tuple(PackJob(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs), _caps(snap.hosts), self.accuracy
+            tuple([PackJob(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]),
+            _host_info(snap.hosts).caps,
+            self.accuracy,
         )
         if alloc is None:
             return None
         names = _relabel(snap, jobs, [i for hs in alloc.hosts for i in hs])
+        needs, yields = alloc.needs, alloc.yields  # alloc.cpu(k) is needs[k] * yields[k]
         return {
-            j.id: (tuple(names[i] for i in alloc.hosts[k]), alloc.cpu(k)) for k, j in enumerate(jobs)
+            j.id: (tuple([names[i] for i in alloc.hosts[k]]), needs[k] * yields[k]) for k, j in enumerate(jobs)
         }
 
     def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
@@ -276,38 +279,76 @@ def _fits(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray, limi
     return _pass_mcb8(c, m, capc, capm) is not None
 
 
+@dataclass(frozen=True)
+class _HostInfo:
+    """What the packing and the relabelling derive from the hosts alone (the same at every event)."""
+
+    caps: Hosts
+    capc: np.ndarray  # per host CPU capacity (PackProblem's cpu_cap); read, never written
+    capm: np.ndarray  # per host memory capacity
+    limits: tuple[float, float, float]  # total CPU, total memory, largest memory (see _fits)
+    index: dict[str, int]  # host name -> position
+    names: tuple[str, ...]
+    groups: tuple[tuple[int, ...], ...]  # positions of hosts of identical capacity, groups of two or more
+
+
+_LAST_HOSTS: list[tuple[tuple[Host, ...], _HostInfo | None]] = [((), None)]
+
+
+def _host_info(hosts: Sequence[Host]) -> _HostInfo:
+    """The :class:`_HostInfo` of ``hosts``, kept for the last host list seen: the engine hands every
+    snapshot the same Host objects, so the comparison is one identity check per host."""
+    last, info = _LAST_HOSTS[0]
+    hosts = tuple(hosts)
+    if info is not None and last == hosts:
+        return info
+    caps = _caps(hosts)
+    capc, capm = _host_arrays(caps)
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, h in enumerate(hosts):
+        groups.setdefault((h.cpu, h.mem), []).append(i)
+    info = _HostInfo(
+        caps=caps,
+        capc=capc,
+        capm=capm,
+        limits=(float(capc.sum()), float(capm.sum()), float(capm.max())),
+        index={h.name: i for i, h in enumerate(hosts)},
+        names=tuple(h.name for h in hosts),
+        groups=tuple(tuple(g) for g in groups.values() if len(g) >= 2),
+    )
+    _LAST_HOSTS[0] = (hosts, info)
+    return info
+
+
 def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> list[str]:
     """Host name for each packing host index, keeping as many tasks in place as possible.
 
     Only hosts of identical capacity are swapped. ``task_host`` lists the packing's host of every task,
     jobs in order and tasks in order within a job.
     """
-    hosts = snap.hosts
-    n = len(hosts)
-    index = {h.name: i for i, h in enumerate(hosts)}
+    info = _host_info(snap.hosts)
+    n = len(info.names)
+    index = info.index
+    running = JobState.RUNNING
     bins: list[int] = []  # the packing's host of every task now running, and that task's current host
     now_on: list[int] = []
     k = 0
     for j in jobs:
-        if j.state is JobState.RUNNING:
-            m = min(j.spec.tasks, len(j.hosts))
+        tasks = j.spec.tasks
+        if j.state is running:
+            m = min(tasks, len(j.hosts))
             bins += task_host[k : k + m]
             now_on += [index[h] for h in j.hosts[:m]]
-        k += j.spec.tasks
+        k += tasks
     # stay[bin, host]: tasks now on host that the bin holds
     stay = np.bincount(np.asarray(bins, dtype=np.int64) * n + np.asarray(now_on, dtype=np.int64),
                        minlength=n * n).astype(float).reshape(n, n)
-    names = [h.name for h in hosts]
-    groups: dict[tuple[float, float], list[int]] = {}
-    for i, h in enumerate(hosts):
-        groups.setdefault((h.cpu, h.mem), []).append(i)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    names = list(info.names)
+    for members in info.groups:
         sub = stay if len(members) == n else stay[np.ix_(members, members)]
         rows, cols = linear_sum_assignment(sub, maximize=True)
-        for r, c in zip(rows, cols, strict=True):
-            names[members[r]] = hosts[members[c]].name
+        for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+            names[members[r]] = info.names[members[c]]
     return names
 
 
