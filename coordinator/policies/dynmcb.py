@@ -50,6 +50,7 @@ from coordinator.metrics import priority
 from coordinator.model import Complete, Host, JobState, JobView, Snapshot, Stimulus, Submit, Tick
 from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.base import EPS, greedy_placement, max_min_yields, placement_use, raise_yields
+from coordinator.policies.mcb8_kernel import mcb8_removals
 from coordinator.policies.packing import (
     Allocation,
     Hosts,
@@ -146,6 +147,8 @@ class DynMcb8:
         t_rank = np.repeat(np.fromiter((rank[j.id] for j in considered), dtype=np.int64, count=n), tasks)
         info = _host_info(snap.hosts)
         capc, capm, limits = info.capc, info.capm, info.limits
+        if mcb8_removals is not None:  # the bisection below, compiled, probe for probe
+            return mcb8_removals(t_need, t_mem, t_rank, len(by_priority), capc, capm, *limits)
 
         def packs(k: int) -> bool:
             if k == 0:

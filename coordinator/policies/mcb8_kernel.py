@@ -26,16 +26,18 @@ import numpy as np
 
 EPS = 1e-9
 
-__all__ = ["mcb8_pack", "mcb8_pass"]
+__all__ = ["mcb8_pack", "mcb8_pass", "mcb8_removals", "mcb8_search", "numpy_sum"]
 
 mcb8_pass: Callable[..., bool] | None
 mcb8_pack: Callable[..., bool] | None
+mcb8_removals: Callable[..., int] | None
+mcb8_search: Callable[..., tuple[bool, float, int]] | None
+numpy_sum: Callable[..., float] | None
 
 try:  # pragma: no branch - numba is a declared dependency; the fallback keeps a broken install usable
     from numba import njit
 except ImportError:  # pragma: no cover
-    mcb8_pass = None
-    mcb8_pack = None
+    mcb8_pass = mcb8_pack = mcb8_removals = mcb8_search = numpy_sum = None
 else:
 
     @njit(cache=True, nogil=True)
@@ -158,5 +160,210 @@ else:
                 b += 1
         return _mcb8_pass(prim[ci], sec[ci], ci, prim[mi], sec[mi], mi, capc, capm, out)
 
+    # ---- whole searches: no Python between probes ---------------------------------------------------------
+    # The checks around a pass (total CPU and memory) use sums; numpy sums a float64 array pairwise, so
+    # these do too, in numpy's exact order (numpy/_core/src/umath/loops_utils.h.src, pairwise_sum:
+    # 8 accumulators over blocks of up to 128, halves rounded to multiples of 8), so every comparison
+    # sees the very number numpy would compute. A unit test checks it against ndarray.sum.
+
+    @njit(cache=True, nogil=True)
+    def _pairwise_block(a: np.ndarray, lo: int, n: int) -> float:
+        """numpy's pairwise_sum on a block of at most 128 values."""
+        if n < 8:
+            res = 0.0
+            for i in range(lo, lo + n):
+                res += a[i]
+            return res
+        r0 = a[lo]
+        r1 = a[lo + 1]
+        r2 = a[lo + 2]
+        r3 = a[lo + 3]
+        r4 = a[lo + 4]
+        r5 = a[lo + 5]
+        r6 = a[lo + 6]
+        r7 = a[lo + 7]
+        i = 8
+        stop = n - n % 8
+        while i < stop:
+            r0 += a[lo + i]
+            r1 += a[lo + i + 1]
+            r2 += a[lo + i + 2]
+            r3 += a[lo + i + 3]
+            r4 += a[lo + i + 4]
+            r5 += a[lo + i + 5]
+            r6 += a[lo + i + 6]
+            r7 += a[lo + i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            res += a[lo + i]
+            i += 1
+        return res
+
+    @njit(cache=True, nogil=True)
+    def _numpy_sum(a: np.ndarray) -> float:
+        """``float(a.sum())`` for a 1-d float64 array, bit for bit. numpy's recursion (a block of up to
+        128 values is summed directly, a longer range is split at half its length rounded down to a
+        multiple of 8, and the two sums added) on an explicit stack: numba's cache mishandles recursive
+        functions (a cached recursive kernel crashed when loaded)."""
+        seg_lo = np.empty(192, dtype=np.int64)
+        seg_n = np.empty(192, dtype=np.int64)  # -1: add the two sums on top of the value stack
+        vals = np.empty(96)
+        sp = 1
+        seg_lo[0] = 0
+        seg_n[0] = a.shape[0]
+        nv = 0
+        while sp > 0:
+            sp -= 1
+            lo = seg_lo[sp]
+            n = seg_n[sp]
+            if n < 0:
+                nv -= 1
+                vals[nv - 1] = vals[nv - 1] + vals[nv]
+            elif n <= 128:
+                vals[nv] = _pairwise_block(a, lo, n)
+                nv += 1
+            else:
+                n2 = n // 2
+                n2 -= n2 % 8
+                seg_n[sp] = -1
+                seg_lo[sp + 1] = lo + n2
+                seg_n[sp + 1] = n - n2
+                seg_lo[sp + 2] = lo
+                seg_n[sp + 2] = n2
+                sp += 3
+        return vals[0]
+
+    @njit(cache=True, nogil=True)
+    def _fits(
+        c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray,
+        cpu_total: float, mem_total: float, mem_max: float, out: np.ndarray,
+    ) -> bool:
+        """``mcb_pack`` at yield 1 on tasks with CPU ``c`` and memory ``m`` (at least one task): its two
+        cheap refusals (total CPU, total and largest memory), then the pass."""
+        n = c.shape[0]
+        if _numpy_sum(c) > cpu_total + EPS * n:
+            return False
+        if _numpy_sum(m) > mem_total + EPS:
+            return False
+        if not m.max() <= mem_max + EPS:
+            return False
+        return _mcb8_pack(c, m, capc, capm, out)
+
+    @njit(cache=True, nogil=True)
+    def _packs_without(
+        k: int, t_need: np.ndarray, t_mem: np.ndarray, t_rank: np.ndarray, capc: np.ndarray, capm: np.ndarray,
+        cpu_total: float, mem_total: float, mem_max: float, c: np.ndarray, m: np.ndarray, out: np.ndarray,
+    ) -> bool:
+        cnt = 0
+        for i in range(t_need.shape[0]):
+            if t_rank[i] >= k:
+                c[cnt] = t_need[i]
+                m[cnt] = t_mem[i]
+                cnt += 1
+        if cnt == 0:
+            return True
+        return _fits(c[:cnt], m[:cnt], capc, capm, cpu_total, mem_total, mem_max, out[:cnt])
+
+    @njit(cache=True, nogil=True)
+    def _mcb8_removals(
+        t_need: np.ndarray, t_mem: np.ndarray, t_rank: np.ndarray, njobs: int, capc: np.ndarray, capm: np.ndarray,
+        cpu_total: float, mem_total: float, mem_max: float,
+    ) -> int:
+        """DYNMCB8's removal bisection (:meth:`coordinator.policies.dynmcb.DynMcb8._removals`): the least
+        ``k`` found by bisection such that the tasks of jobs of priority rank >= ``k`` pack at the
+        given (floor) CPU requirements ``t_need``; tasks in job order, ``t_rank`` their job's rank."""
+        n = t_need.shape[0]
+        c = np.empty(n)
+        m = np.empty(n)
+        out = np.empty(n, dtype=np.int64)
+        if _packs_without(0, t_need, t_mem, t_rank, capc, capm, cpu_total, mem_total, mem_max, c, m, out):
+            return 0
+        lo = 0
+        hi = njobs
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _packs_without(mid, t_need, t_mem, t_rank, capc, capm, cpu_total, mem_total, mem_max, c, m, out):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    @njit(cache=True, nogil=True)
+    def _probe(
+        task_need: np.ndarray, task_mem: np.ndarray, y: float, capc: np.ndarray, capm: np.ndarray,
+        cpu_total: float, c: np.ndarray, out: np.ndarray,
+    ) -> bool:
+        """``packing._probe`` for MCB8: the total CPU refusal, then the pass at yield ``y``."""
+        n = task_need.shape[0]
+        for k in range(n):
+            c[k] = task_need[k] * y
+        if _numpy_sum(c) > cpu_total + EPS * n:
+            return False
+        return _mcb8_pack(c, task_mem, capc, capm, out)
+
+    @njit(cache=True, nogil=True)
+    def _min_yield(th: np.ndarray, task_need: np.ndarray, task_mem: np.ndarray, capc: np.ndarray,
+                   capm: np.ndarray) -> float:
+        """``packing.placement_min_yield``: host sums in task order, as ``np.bincount`` adds them."""
+        nh = capc.shape[0]
+        memload = np.zeros(nh)
+        load = np.zeros(nh)
+        for k in range(th.shape[0]):
+            memload[th[k]] += task_mem[k]
+        for h in range(nh):
+            if memload[h] > capm[h] + 1e-7:
+                return -1.0
+        for k in range(th.shape[0]):
+            load[th[k]] += task_need[k]
+        r = np.inf
+        for h in range(nh):
+            if load[h] > 0.0:
+                q = capc[h] / load[h]
+                if q < r:
+                    r = q
+        return r if r < 1.0 else 1.0
+
+    @njit(cache=True, nogil=True)
+    def _mcb8_search(
+        task_need: np.ndarray, task_mem: np.ndarray, capc: np.ndarray, capm: np.ndarray,
+        ub: float, cpu_total: float, accuracy: float, best: np.ndarray,
+    ) -> tuple[bool, float, int]:
+        """``packing.mcb_search``'s "fast" yield search for MCB8, probe for probe: (found, the yield of the
+        probe that found ``best``, probes). Tasks are there and memory may fit (checked by the caller)."""
+        n = task_need.shape[0]
+        c = np.empty(n)
+        th = np.empty(n, dtype=np.int64)
+        probes = 1
+        if _probe(task_need, task_mem, ub, capc, capm, cpu_total, c, th):
+            best[:] = th
+            return True, ub, probes
+        lo = 0.0
+        hi = ub
+        found = False
+        best_y = 0.0
+        best_sy = 0.0
+        y = ub / 2.0
+        while True:
+            probes += 1
+            if _probe(task_need, task_mem, y, capc, capm, cpu_total, c, th):
+                got = _min_yield(th, task_need, task_mem, capc, capm)
+                if not found or got > best_y:
+                    best[:] = th
+                    best_y = got
+                    best_sy = y
+                    found = True
+                if got > lo:
+                    lo = got
+            else:
+                hi = y
+            if hi - lo <= accuracy:
+                break
+            y = (lo + hi) / 2.0
+        return found, best_sy, probes
+
     mcb8_pass = _mcb8_pass
     mcb8_pack = _mcb8_pack
+    mcb8_removals = _mcb8_removals
+    mcb8_search = _mcb8_search
+    numpy_sum = _numpy_sum

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coordinator.policies.avgyield import raise_average_yield
-from coordinator.policies.mcb8_kernel import mcb8_pack
+from coordinator.policies.mcb8_kernel import mcb8_pack, mcb8_search
 
 __all__ = [
     "EPS",
@@ -555,6 +555,12 @@ def mcb_search(
     fast = search == "fast"
     ub = prob.yield_upper_bound()
     cpu_total = float(prob.cpu_cap.sum())
+    if fast and key == "MCB8" and mcb8_search is not None:  # the loop below, compiled, probe for probe
+        best_th = np.empty(prob.n_tasks, dtype=np.int64)
+        found, sy, probes = mcb8_search(
+            prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap, ub, cpu_total, float(accuracy), best_th
+        )
+        return _finish(prob, best_th, key, sy, probes, average) if found else None
     probes = 0
     if fast:
         probes += 1

@@ -125,3 +125,41 @@ def test_compiled_average_yield_matches_the_python_loop(monkeypatch: pytest.Monk
         np.testing.assert_array_equal(a, b)
         raised += bool(np.any(a > np.broadcast_to(np.clip(c[4], 0.0, 1.0), a.shape)))
     assert raised > 100  # the greedy did raise yields, not only copy the start
+
+
+@pytest.mark.skipif(mcb8_kernel.numpy_sum is None, reason="numba is not installed: only numpy sums")
+def test_compiled_sum_is_numpys_sum() -> None:
+    """The compiled searches compare sums against capacities; they must be numpy's pairwise sums to the
+    last bit (a numpy that sums differently fails here, not as a changed schedule)."""
+    rng = np.random.default_rng(3)
+    for trial in range(3000):
+        n = int(rng.integers(0, 600)) if trial % 10 else int(rng.integers(0, 20000))
+        a = rng.random(n) * rng.choice([1e-3, 1.0, 1e3])
+        if trial % 3 == 0:
+            a = np.round(a, 2) * 0.01  # many equal values
+        assert mcb8_kernel.numpy_sum(a) == float(a.sum()), (trial, n)
+
+
+@pytest.mark.skipif(mcb8_kernel.mcb8_search is None, reason="numba is not installed: only the Python search")
+def test_compiled_yield_search_matches_the_python_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mcb_search's compiled MCB8 loop returns the very allocation of its Python loop (placement, yields,
+    probes), on random instances with parallel jobs, heterogeneous hosts, and instances that fail."""
+    from coordinator.policies import packing
+
+    rng = np.random.default_rng(17)
+    cases = []
+    for trial in range(300):
+        n = int(rng.integers(1, 40))
+        jobs = [packing.PackJob(int(rng.integers(1, 5)), float(rng.choice([0.25, 1.0, rng.random() * 0.9 + 0.05])),
+                                float(rng.choice([0.1, 0.3, rng.random() * 0.6]))) for _ in range(n)]
+        h = int(rng.integers(1, 30))
+        hosts = h if trial % 2 else [(float(rng.choice([0.5, 1.0, 2.0])), float(rng.choice([0.5, 1.0, 2.0])))
+                                     for _ in range(h)]
+        cases.append((jobs, hosts))
+    compiled = [packing.mcb_allocate(j, hs) for j, hs in cases]
+    monkeypatch.setattr(packing, "mcb8_search", None)
+    python = [packing.mcb_allocate(j, hs) for j, hs in cases]
+    assert compiled == python
+    found = sum(a is not None for a in compiled)
+    assert 30 < found < len(cases) - 30  # both outcomes exercised
+    assert sum(a is not None and a.probes > 1 for a in compiled) > 30  # and the bisection, not only the bound
