@@ -100,6 +100,7 @@ _NEED: dict[type, tuple[JobState, ...]] = {
     Migrate: (JobState.RUNNING,),
     Defer: (JobState.PENDING,),
 }
+_FINISHED = frozenset(s for s in JobState if s.finished)
 _AFTER: dict[type, JobState] = {
     Start: JobState.RUNNING, Resume: JobState.RUNNING, Pause: JobState.PAUSED,
     SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
@@ -345,9 +346,10 @@ class Engine:
 
     def _apply_checked(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         moved: dict[str, JobRecord] = {}
+        jobs = self.jobs
         for action in self._ordered(plan) if ordered is None else ordered:
-            rec = self.jobs[action.job]
-            if rec.state.finished:  # failed earlier in this plan
+            rec = jobs[action.job]
+            if rec.state in _FINISHED:  # failed earlier in this plan
                 continue
             try:
                 self._apply_one(action, rec)
@@ -364,6 +366,11 @@ class Engine:
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
 
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
+        if isinstance(action, Migrate):  # first: a repacking moves tasks one action each, by the thousand
+            self.backend.migrate(rec.spec.id, action.task, action.dst)
+            hosts = rec.hosts
+            rec.hosts = (*hosts[: action.task], action.dst, *hosts[action.task + 1 :])
+            return
         now = self.backend.now() if self._stamp is None else self._stamp
         if isinstance(action, Start):
             progress = min(rec.vt / rec.spec.work, 1.0) if rec.vt > 0 else 0.0  # > 0: requeued after a loss
@@ -383,11 +390,6 @@ class Engine:
             self.backend.resume(rec.spec.id, action.hosts, action.cpu)
             rec.state, rec.hosts, rec.cpu = JobState.RUNNING, action.hosts, action.cpu
             self._record(rec.spec.id, JobState.PAUSED, JobState.RUNNING, rec.hosts, rec.cpu, "resume")
-        elif isinstance(action, Migrate):
-            self.backend.migrate(rec.spec.id, action.task, action.dst)
-            hosts = list(rec.hosts)
-            hosts[action.task] = action.dst
-            rec.hosts = tuple(hosts)
         elif isinstance(action, Defer):
             rec.attempts += 1
             self._push(action.until, "stim", Tick(action.job))
@@ -400,14 +402,24 @@ class Engine:
         need, after = _NEED, _AFTER
         state: dict[str, JobState] = {}  # states as the plan moves them, in the order it is applied
         moved: dict[str, list[str]] = {}
+        jobs = self.jobs
         for a in self._ordered(plan) if ordered is None else ordered:
-            rec = self.jobs.get(a.job)
+            rec = jobs.get(a.job)
             current = state.get(a.job, rec.state if rec else None)
-            if rec is None or current not in need[type(a)]:
+            kind = type(a)
+            if rec is None or current not in need[kind]:
                 shown = current.value if current else "unknown"
                 raise PolicyError(f"{self.policy.name}: {a} on job in state {shown}")
-            state[a.job] = after[type(a)]
-            if isinstance(a, (Start, Resume)):
+            state[a.job] = after[kind]
+            if kind is Migrate:  # the commonest action first (need[kind] admits the six action types only)
+                h, c, s = placed[a.job]
+                if a.dst not in hosts or not 0 <= a.task < len(h):
+                    raise PolicyError(f"{self.policy.name}: {a} names an unknown task or host")
+                if a.job not in moved:  # copy a job's hosts once, then move its tasks in place
+                    h = moved[a.job] = list(h)
+                    placed[a.job] = (h, c, s)
+                h[a.task] = a.dst
+            elif isinstance(a, (Start, Resume)):
                 if len(a.hosts) != rec.spec.tasks or any(h not in hosts for h in a.hosts):
                     raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")
                 placed[a.job] = (a.hosts, a.cpu, rec.spec)
@@ -416,14 +428,6 @@ class Engine:
             elif isinstance(a, SetShare):
                 h, _, s = placed[a.job]
                 placed[a.job] = (h, a.cpu, s)
-            elif isinstance(a, Migrate):
-                h, c, s = placed[a.job]
-                if a.dst not in hosts or not 0 <= a.task < len(h):
-                    raise PolicyError(f"{self.policy.name}: {a} names an unknown task or host")
-                if a.job not in moved:  # copy a job's hosts once, then move its tasks in place
-                    h = moved[a.job] = list(h)
-                    placed[a.job] = (h, c, s)
-                h[a.task] = a.dst
         cpu = dict.fromkeys(hosts, 0.0)
         mem = dict.fromkeys(hosts, 0.0)
         for job, (hs, c, spec) in placed.items():

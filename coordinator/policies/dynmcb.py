@@ -367,8 +367,8 @@ def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
             keep.append(True)
         else:
             keep.append(False)
-    spare = list(wanted.elements())
-    return [Migrate(job.id, i, spare.pop(0)) for i, kept in enumerate(keep) if not kept]
+    spare = wanted.elements()  # taken in order, one per task that moves
+    return [Migrate(job.id, i, next(spare)) for i, kept in enumerate(keep) if not kept]
 
 
 def dynmcb8() -> DynMcb8:
