@@ -19,7 +19,7 @@ from coordinator.model import JobSpec, JobState
 @dataclass
 class _SimJob:
     spec: JobSpec
-    hosts: tuple[str, ...]
+    hosts: list[str]  # one per task; changed in place by a migration (a repacking moves thousands of tasks)
     cpu: float
     done: float  # seconds of full-speed work done
     running: bool = True
@@ -46,7 +46,7 @@ class SimBackend:
             raise BackendError(f"unknown job {job!r}") from None
 
     def start(self, spec: JobSpec, hosts: Sequence[str], cpu: float, progress: float = 0.0) -> None:
-        self._jobs[spec.id] = _SimJob(spec, tuple(hosts), cpu, progress * spec.work)
+        self._jobs[spec.id] = _SimJob(spec, list(hosts), cpu, progress * spec.work)
 
     def set_share(self, job: str, cpu: float) -> None:
         self._job(job).cpu = cpu
@@ -56,12 +56,12 @@ class SimBackend:
 
     def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
         j = self._job(job)
-        j.running, j.hosts, j.cpu = True, tuple(hosts), cpu
+        j.running, j.hosts, j.cpu = True, list(hosts), cpu
         j.blocked_until = self._now + self.penalty
 
     def migrate(self, job: str, task: int, dst: str) -> None:
         j = self._job(job)
-        j.hosts = (*j.hosts[:task], dst, *j.hosts[task + 1 :])
+        j.hosts[task] = dst
         j.blocked_until = self._now + self.penalty
 
     def stop(self, job: str) -> None:
