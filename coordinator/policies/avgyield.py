@@ -50,6 +50,15 @@ def raise_average_yield(
     need = np.asarray(need, dtype=float)
     cpu_cap = np.asarray(cpu_cap, dtype=float)
     njobs = need.shape[0]
+    if (
+        average_yield_parallel is not None
+        and isinstance(min_yield, float)
+        and 0.0 < min_yield < 1.0
+        and task_job.shape[0] != njobs
+    ):  # one start yield (clipping leaves it as it is) and parallel jobs: straight to the compiled loop
+        yields = np.full(njobs, min_yield)
+        average_yield_parallel(task_host, task_job, need, cpu_cap, yields)
+        return yields
     start = np.clip(np.broadcast_to(np.asarray(min_yield, dtype=float), (njobs,)), 0.0, 1.0)
     yields = start.copy()
     if njobs == 0 or bool(np.all(start >= 1.0)):

@@ -109,12 +109,14 @@ class DynMcb8:
     # ---- the global repacking -----------------------------------------------------------------------
 
     def _repack(self, snap: Snapshot) -> Plan:
+        now = snap.now
         considered = sorted(
             (j for j in snap.jobs.values() if j.state in (JobState.RUNNING, JobState.PAUSED, JobState.PENDING)),
-            key=lambda j: (j.spec.submit_time, j.id),
+            key=lambda j: (j.spec.submit_time, j.spec.id),
         )
+        # priority(flow time, vt); JobView.flow_time(now) is now - submit_time
         by_priority = sorted(
-            considered, key=lambda j: (priority(j.flow_time(snap.now), j.vt), -j.spec.submit_time, j.id)
+            considered, key=lambda j: (priority(now - j.spec.submit_time, j.vt), -j.spec.submit_time, j.spec.id)
         )
         removed = {j.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
         while True:
@@ -137,14 +139,14 @@ class DynMcb8:
         if not considered:
             return 0
         floor = self.accuracy
-        n = len(considered)
-        rank = {j.id: r for r, j in enumerate(by_priority)}
-        tasks = [j.spec.tasks for j in considered]
+        rank = {j.spec.id: r for r, j in enumerate(by_priority)}
+        specs = [j.spec for j in considered]
+        tasks = [s.tasks for s in specs]
         # The tasks of every considered job once, in job order (as PackProblem.build flattens them); a
         # probe keeps those of the jobs not set aside. Same values, same order: the same packing pass.
-        t_need = np.repeat(np.fromiter((j.spec.cpu_need * floor for j in considered), dtype=float, count=n), tasks)
-        t_mem = np.repeat(np.fromiter((j.spec.mem for j in considered), dtype=float, count=n), tasks)
-        t_rank = np.repeat(np.fromiter((rank[j.id] for j in considered), dtype=np.int64, count=n), tasks)
+        t_need = np.repeat(np.array([s.cpu_need * floor for s in specs], dtype=float), tasks)
+        t_mem = np.repeat(np.array([s.mem for s in specs], dtype=float), tasks)
+        t_rank = np.repeat(np.array([rank[s.id] for s in specs], dtype=np.int64), tasks)
         info = _host_info(snap.hosts)
         capc, capm, limits = info.capc, info.capm, info.limits
         if mcb8_removals is not None:  # the bisection below, compiled, probe for probe

@@ -518,7 +518,7 @@ def _finish(
         yields = raise_average_yield(task_host, prob.task_job, prob.need, prob.cpu_cap, y)
     else:
         yields = np.full(len(prob.jobs), y)
-    bounds = np.concatenate(([0], np.cumsum(prob.ntasks)))
+    bounds = np.concatenate(([0], np.cumsum(prob.ntasks))).tolist()
     th = task_host.tolist()
     per_job = tuple(tuple(th[bounds[i] : bounds[i + 1]]) for i in range(len(prob.jobs)))
     ylist = yields.tolist()
