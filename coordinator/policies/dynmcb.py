@@ -58,8 +58,8 @@ from coordinator.policies.packing import (
     PackProblem,
     _host_arrays,
     _pass_mcb8,
-    mcb_allocate,
     mcb_pack,
+    mcb_search,
 )
 
 DEFAULT_PERIOD_S = 600.0
@@ -264,7 +264,16 @@ def _caps(hosts: Sequence[Host]) -> Hosts:
 
 @lru_cache(maxsize=256)
 def _allocate(jobs: tuple[PackJob, ...], caps: Hosts, accuracy: float) -> Allocation | None:
-    return mcb_allocate(jobs, caps, "MCB8", accuracy)
+    """``mcb_allocate(jobs, caps, "MCB8", accuracy)`` on the problem PackProblem.build would make, built
+    without its input checks: the jobs come from validated JobSpecs (need in (0, 1], memory in [0, 1])."""
+    n = len(jobs)
+    need = np.array([j.cpu_need for j in jobs], dtype=float)
+    mem = np.array([j.mem for j in jobs], dtype=float)
+    ntasks = np.array([j.tasks for j in jobs], dtype=np.int64)
+    task_job = np.repeat(np.arange(n, dtype=np.int64), ntasks)
+    cpu_cap, mem_cap = _host_arrays(caps)
+    prob = PackProblem(jobs, need, mem, ntasks, task_job, need[task_job], mem[task_job], cpu_cap, mem_cap)
+    return mcb_search(prob, "MCB8", accuracy)
 
 
 @lru_cache(maxsize=1024)

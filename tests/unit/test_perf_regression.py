@@ -163,3 +163,17 @@ def test_compiled_yield_search_matches_the_python_search(monkeypatch: pytest.Mon
     found = sum(a is not None for a in compiled)
     assert 30 < found < len(cases) - 30  # both outcomes exercised
     assert sum(a is not None and a.probes > 1 for a in compiled) > 30  # and the bisection, not only the bound
+
+
+def test_dynmcb_allocate_builds_the_problem_mcb_allocate_builds() -> None:
+    """DYNMCB8 builds its packing problem without PackProblem.build's input checks; same allocation."""
+    from coordinator.policies import dynmcb, packing
+
+    rng = np.random.default_rng(23)
+    for trial in range(60):
+        jobs = tuple(
+            packing.PackJob(int(rng.integers(1, 6)), float(rng.random() * 0.95 + 0.05), float(rng.random() * 0.5))
+            for _ in range(int(rng.integers(1, 30)))
+        )
+        caps = 16 if trial % 2 else tuple((float(c), 1.0) for c in rng.choice([0.5, 1.0], 16))
+        assert dynmcb._allocate.__wrapped__(jobs, caps, 0.01) == packing.mcb_allocate(jobs, caps, "MCB8", 0.01)
