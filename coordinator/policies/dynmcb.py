@@ -37,6 +37,7 @@ counting defect; the removal bisection above is checked against one-at-a-time re
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -47,9 +48,10 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from coordinator.metrics import priority
-from coordinator.model import Complete, Host, JobState, JobView, Snapshot, Stimulus, Submit, Tick
+from coordinator.model import Complete, Host, JobSpec, JobState, JobView, Snapshot, Stimulus, Submit, Tick
 from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
-from coordinator.policies.base import EPS, greedy_placement, max_min_yields, placement_use, raise_yields
+from coordinator.policies.avgyield import raise_average_yield
+from coordinator.policies.base import EPS, raise_yields
 from coordinator.policies.mcb8_kernel import mcb8_removals
 from coordinator.policies.packing import (
     Allocation,
@@ -92,19 +94,38 @@ class DynMcb8:
     # ---- ASAP: GREEDY's admission between periods -------------------------------------------------
 
     def _start_now(self, snap: Snapshot, job_id: str) -> Plan:
-        placements = {j.id: j.hosts for j in snap.running}
-        specs = {j: v.spec for j, v in snap.jobs.items()}
-        hosts = greedy_placement(specs[job_id], snap.hosts, placement_use(snap.hosts, placements, specs))
-        if hosts is None:
+        """GREEDY's mapping for the new job, then every placed job's max-min + average-yield share: what
+        ``greedy_placement(spec, hosts, placement_use(...))``, ``max_min_yields`` and ``reshare`` compute
+        (:mod:`coordinator.policies.base`, :mod:`coordinator.policies.dfrs`), on per-host lists instead of
+        one HostUse object and dictionary per host, with every sum taken in the same order."""
+        info = _host_info(snap.hosts)
+        index = info.index
+        running = snap.running  # placement order: submission order
+        load = [0.0] * len(index)  # placement_use: each running task's need and memory, in that order
+        used = [0.0] * len(index)
+        task_host: list[int] = []
+        for j in running:
+            need, mem = j.spec.cpu_need, j.spec.mem
+            for h in j.hosts:
+                i = index[h]
+                load[i] += need
+                used[i] += mem
+                task_host.append(i)
+        spec = snap.jobs[job_id].spec
+        placed = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
+        if placed is None:
             return Plan()
-        placements[job_id] = hosts
-        # The shares of every placed job, computed once: what reshare(snap, placements, new=job_id) gives
-        # the running jobs (it would compute the same max-min yields again) and the new job's own share.
-        cpus = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)
-        shares = [
-            SetShare(j, cpu) for j, cpu in cpus.items() if j != job_id and abs(snap.jobs[j].cpu - cpu) > EPS
-        ]
-        return Plan((*shares, Start(job_id, hosts, cpus[job_id])))
+        task_host += placed
+        # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
+        lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
+        base_yield = 1.0 / max(1.0, lam)
+        jobs = [j.spec for j in running] + [spec]
+        task_job = np.repeat(np.arange(len(jobs)), [len(j.hosts) for j in running] + [spec.tasks])
+        need = np.array([s.cpu_need for s in jobs], dtype=float)
+        raised = raise_average_yield(np.array(task_host, dtype=np.int64), task_job, need, info.capc, base_yield)
+        cpus = [float(y) * s.cpu_need for y, s in zip(raised.tolist(), jobs, strict=True)]
+        shares = [SetShare(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
+        return Plan((*shares, Start(job_id, tuple(info.names[i] for i in placed), cpus[-1])))
 
     # ---- the global repacking -----------------------------------------------------------------------
 
@@ -249,6 +270,27 @@ class DynMcb8:
         return Plan(tuple(actions))
 
 
+def _greedy_hosts(spec: JobSpec, info: _HostInfo, load: list[float], used: list[float]) -> list[int] | None:
+    """:func:`coordinator.policies.base.greedy_placement` on host positions: among hosts with memory for
+    one more task, the lowest relative CPU load (first listed on a tie) takes the next task. ``load``
+    gains the placed tasks' needs (the caller's max-min loads); None if some task does not fit."""
+    cpu, mem = info.cpu, info.mem
+    free_mem = [m - u for m, u in zip(mem, used, strict=True)]
+    heap = [(load[i] / cpu[i], i) for i in range(len(cpu)) if free_mem[i] + EPS >= spec.mem]
+    heapq.heapify(heap)
+    placed: list[int] = []
+    for _ in range(spec.tasks):
+        if not heap:
+            return None
+        _, best = heapq.heappop(heap)
+        placed.append(best)
+        load[best] += spec.cpu_need
+        free_mem[best] -= spec.mem
+        if free_mem[best] + EPS >= spec.mem:
+            heapq.heappush(heap, (load[best] / cpu[best], best))
+    return placed
+
+
 def _caps(hosts: Sequence[Host]) -> Hosts:
     """The packing's host capacities: the count alone when every host is a unit host (same arrays)."""
     if all(h.cpu == 1.0 and h.mem == 1.0 for h in hosts):
@@ -303,6 +345,8 @@ class _HostInfo:
     limits: tuple[float, float, float]  # total CPU, total memory, largest memory (see _fits)
     index: dict[str, int]  # host name -> position
     names: tuple[str, ...]
+    cpu: tuple[float, ...]  # Host.cpu, Host.mem per position
+    mem: tuple[float, ...]
     groups: tuple[tuple[int, ...], ...]  # positions of hosts of identical capacity, groups of two or more
 
 
@@ -328,6 +372,8 @@ def _host_info(hosts: Sequence[Host]) -> _HostInfo:
         limits=(float(capc.sum()), float(capm.sum()), float(capm.max())),
         index={h.name: i for i, h in enumerate(hosts)},
         names=tuple(h.name for h in hosts),
+        cpu=tuple(h.cpu for h in hosts),
+        mem=tuple(h.mem for h in hosts),
         groups=tuple(tuple(g) for g in groups.values() if len(g) >= 2),
     )
     _LAST_HOSTS[0] = (hosts, info)

@@ -177,3 +177,41 @@ def test_dynmcb_allocate_builds_the_problem_mcb_allocate_builds() -> None:
         )
         caps = 16 if trial % 2 else tuple((float(c), 1.0) for c in rng.choice([0.5, 1.0], 16))
         assert dynmcb._allocate.__wrapped__(jobs, caps, 0.01) == packing.mcb_allocate(jobs, caps, "MCB8", 0.01)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_asap_admission_is_greedy_then_max_min(monkeypatch: pytest.MonkeyPatch, mixed: bool) -> None:
+    """DYNMCB8-ASAP-PER's admission works on per-host lists; at every admission of a run (unit hosts, and
+    hosts of two CPU and memory sizes) its plan is the one the shared helpers give: GREEDY's mapping, the
+    max-min + average-yield shares and reshare's SetShares (the code it replaced, verbatim)."""
+    from coordinator.model import Host
+    from coordinator.plan import Plan, Start
+    from coordinator.policies import dynmcb
+    from coordinator.policies.base import greedy_placement, max_min_yields, placement_use
+    from coordinator.policies.dfrs import reshare
+
+    def reference(snap, job_id):  # type: ignore[no-untyped-def]
+        placements = {j.id: j.hosts for j in snap.running}
+        specs = {j: v.spec for j, v in snap.jobs.items()}
+        hosts = greedy_placement(specs[job_id], snap.hosts, placement_use(snap.hosts, placements, specs))
+        if hosts is None:
+            return Plan()
+        placements[job_id] = hosts
+        cpu = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)[job_id]
+        return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
+
+    fast = dynmcb.DynMcb8._start_now
+    seen = {"admissions": 0, "shares": 0}
+
+    def checked(self, snap, job_id):  # type: ignore[no-untyped-def]
+        plan = fast(self, snap, job_id)
+        assert plan == reference(snap, job_id)
+        seen["admissions"] += bool(plan.actions)
+        seen["shares"] += len(plan.actions) > 1
+        return plan
+
+    monkeypatch.setattr(dynmcb.DynMcb8, "_start_now", checked)
+    hosts = [Host(f"h{i}", 2.0 if mixed and i % 3 == 0 else 1.0, 2.0 if mixed and i % 4 == 1 else 1.0)
+             for i in range(16)]
+    simulate(synthetic_trace(4, 150, hosts=16, load=0.9), "dynmcb8-asap-per", hosts, 0.0)
+    assert seen["admissions"] > 50 and seen["shares"] > 20
