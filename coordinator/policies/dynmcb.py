@@ -380,14 +380,13 @@ def _host_info(hosts: Sequence[Host]) -> _HostInfo:
     return info
 
 
-def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> list[str]:
+def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> tuple[str, ...]:
     """Host name for each packing host index, keeping as many tasks in place as possible.
 
     Only hosts of identical capacity are swapped. ``task_host`` lists the packing's host of every task,
     jobs in order and tasks in order within a job.
     """
     info = _host_info(snap.hosts)
-    n = len(info.names)
     index = info.index
     running = JobState.RUNNING
     bins: list[int] = []  # the packing's host of every task now running, and that task's current host
@@ -400,16 +399,29 @@ def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> list[
             bins += task_host[k : k + m]
             now_on += [index[h] for h in j.hosts[:m]]
         k += tasks
+    return _assign(tuple(bins), tuple(now_on), info.names, info.groups)
+
+
+# Between two periods in which nothing arrived, ended or moved, a repacking meets the same tasks on the
+# same hosts (about 40% of the assignments of a 1,000-job DYNMCB8-ASAP-PER run repeat the previous one):
+# the assignment, a function of these arguments alone, is then not solved again.
+@lru_cache(maxsize=64)
+def _assign(
+    bins: tuple[int, ...], now_on: tuple[int, ...], hosts: tuple[str, ...], groups: tuple[tuple[int, ...], ...]
+) -> tuple[str, ...]:
+    """The relabelling's assignment: ``bins[k]`` is the packing host of a running task now on host
+    position ``now_on[k]``; hosts of a group are matched so as to keep the most tasks in place."""
+    n = len(hosts)
     # stay[bin, host]: tasks now on host that the bin holds
     stay = np.bincount(np.asarray(bins, dtype=np.int64) * n + np.asarray(now_on, dtype=np.int64),
                        minlength=n * n).astype(float).reshape(n, n)
-    names = list(info.names)
-    for members in info.groups:
+    names = list(hosts)
+    for members in groups:
         sub = stay if len(members) == n else stay[np.ix_(members, members)]
         rows, cols = linear_sum_assignment(sub, maximize=True)
         for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-            names[members[r]] = info.names[members[c]]
-    return names
+            names[members[r]] = hosts[members[c]]
+    return tuple(names)
 
 
 def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
