@@ -109,7 +109,7 @@ def _warm_up() -> float:
     prob = PackProblem.build([PackJob(2, 0.6, 0.1), PackJob(1, 0.5, 0.2)], 1)  # yield < 1: the average-yield step
     mcb_allocate(prob.jobs, 1, "MCB8")  # the yield search, the pass and the average-yield step
     if mcb8_removals is not None:  # DYNMCB8's removal bisection, with the argument types it is called with
-        mcb8_removals(prob.task_need, prob.task_mem, prob.task_job, 2, prob.cpu_cap, prob.mem_cap, 1.0, 1.0, 1.0)
+        mcb8_removals(prob.need, prob.mem, prob.ntasks, prob.ntasks, prob.cpu_cap, prob.mem_cap, 1.0, 1.0, 1.0)
     return time.perf_counter() - t0
 
 

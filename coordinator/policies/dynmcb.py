@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -162,16 +161,19 @@ class DynMcb8:
         floor = self.accuracy
         rank = {j.spec.id: r for r, j in enumerate(by_priority)}
         specs = [j.spec for j in considered]
-        tasks = [s.tasks for s in specs]
-        # The tasks of every considered job once, in job order (as PackProblem.build flattens them); a
-        # probe keeps those of the jobs not set aside. Same values, same order: the same packing pass.
-        t_need = np.repeat(np.array([s.cpu_need * floor for s in specs], dtype=float), tasks)
-        t_mem = np.repeat(np.array([s.mem for s in specs], dtype=float), tasks)
-        t_rank = np.repeat(np.array([rank[s.id] for s in specs], dtype=np.int64), tasks)
+        need = np.array([s.cpu_need * floor for s in specs], dtype=float)
+        mem = np.array([s.mem for s in specs], dtype=float)
+        ranks = np.array([rank[s.id] for s in specs], dtype=np.int64)
+        tasks = np.array([s.tasks for s in specs], dtype=np.int64)
         info = _host_info(snap.hosts)
         capc, capm, limits = info.capc, info.capm, info.limits
         if mcb8_removals is not None:  # the bisection below, compiled, probe for probe
-            return mcb8_removals(t_need, t_mem, t_rank, len(by_priority), capc, capm, *limits)
+            return mcb8_removals(need, mem, ranks, tasks, capc, capm, *limits)
+        # The tasks of every considered job once, in job order (as PackProblem.build flattens them); a
+        # probe keeps those of the jobs not set aside. Same values, same order: the same packing pass.
+        t_need = np.repeat(need, tasks)
+        t_mem = np.repeat(mem, tasks)
+        t_rank = np.repeat(ranks, tasks)
 
         def packs(k: int) -> bool:
             if k == 0:
@@ -428,15 +430,18 @@ def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
     """Migrate only the tasks whose host is not among the new hosts (as a multiset)."""
     if job.hosts == new_hosts:  # the common case after relabelling: every task stays
         return []
-    wanted = Counter(new_hosts)
+    wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order
+    for h in new_hosts:
+        wanted[h] = wanted.get(h, 0) + 1
     keep = []
     for h in job.hosts:
-        if wanted[h] > 0:
-            wanted[h] -= 1
+        left = wanted.get(h, 0)
+        if left > 0:
+            wanted[h] = left - 1
             keep.append(True)
         else:
             keep.append(False)
-    spare = wanted.elements()  # taken in order, one per task that moves
+    spare = (h for h, left in wanted.items() for _ in range(left))  # Counter.elements(): taken in order
     return [Migrate(job.id, i, next(spare)) for i, kept in enumerate(keep) if not kept]
 
 

@@ -267,13 +267,27 @@ else:
 
     @njit(cache=True, nogil=True)
     def _mcb8_removals(
-        t_need: np.ndarray, t_mem: np.ndarray, t_rank: np.ndarray, njobs: int, capc: np.ndarray, capm: np.ndarray,
+        need: np.ndarray, mem: np.ndarray, rank: np.ndarray, tasks: np.ndarray, capc: np.ndarray, capm: np.ndarray,
         cpu_total: float, mem_total: float, mem_max: float,
     ) -> int:
-        """DYNMCB8's removal bisection (:meth:`coordinator.policies.dynmcb.DynMcb8._removals`): the least
-        ``k`` found by bisection such that the tasks of jobs of priority rank >= ``k`` pack at the
-        given (floor) CPU requirements ``t_need``; tasks in job order, ``t_rank`` their job's rank."""
-        n = t_need.shape[0]
+        """DYNMCB8's removal bisection (:meth:`coordinator.policies.dynmcb.DynMcb8._removals`): the number
+        ``k`` found by bisection such that the tasks of the jobs of priority rank >= ``k`` pack at the
+        given (floor) CPU requirements. Per job, in submission order: a task's CPU ``need`` and memory
+        ``mem``, the job's priority ``rank`` (0 lowest) and its number of ``tasks``."""
+        njobs = need.shape[0]
+        n = 0
+        for i in range(njobs):
+            n += tasks[i]
+        t_need = np.empty(n)  # the tasks flattened in job order, as PackProblem.build does (np.repeat)
+        t_mem = np.empty(n)
+        t_rank = np.empty(n, dtype=np.int64)
+        q = 0
+        for i in range(njobs):
+            for _ in range(tasks[i]):
+                t_need[q] = need[i]
+                t_mem[q] = mem[i]
+                t_rank[q] = rank[i]
+                q += 1
         c = np.empty(n)
         m = np.empty(n)
         out = np.empty(n, dtype=np.int64)
