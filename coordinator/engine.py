@@ -78,7 +78,13 @@ class JobRecord:
 
 
 # Application order: releases first (pause, smaller shares), then moves, then acquisitions.
+_RANK: dict[type, int] = {Pause: 0, Migrate: 2, Start: 3, Resume: 3, Defer: 5}
+
+
 def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
+    rank = _RANK.get(type(action))  # the exact action types; SetShare (and any subclass) below
+    if rank is not None:
+        return rank
     if isinstance(action, Pause):
         return 0
     if isinstance(action, SetShare):
@@ -290,8 +296,8 @@ class Engine:
         self.schedule_arrivals(arrivals)
         while self.backend.now() < until:
             with self.lock:
-                running = any(r.state is JobState.RUNNING for r in self._live.values())
-                if not self._timers and not running:
+                # (the scan for a running job only when no timer is due: a periodic policy always has one)
+                if not self._timers and not any(r.state is JobState.RUNNING for r in self._live.values()):
                     if self._live:
                         stuck = sorted(self._live)
                         raise Stalled(f"{len(stuck)} jobs can never progress: {', '.join(stuck[:10])}")
