@@ -32,7 +32,7 @@ from coordinator.metrics import History, job_results, summarize
 from coordinator.model import JobSpec
 from coordinator.policies import get_policy
 from coordinator.policies.mcb8_kernel import mcb8_removals
-from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate
+from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack
 from workloads.annotate import synthetic_trace
 
 __all__ = ["DecisionTimes", "time_sim_1000", "trace"]
@@ -108,6 +108,7 @@ def _warm_up() -> float:
     t0 = time.perf_counter()
     prob = PackProblem.build([PackJob(2, 0.6, 0.1), PackJob(1, 0.5, 0.2)], 1)  # yield < 1: the average-yield step
     mcb_allocate(prob.jobs, 1, "MCB8")  # the yield search, the pass and the average-yield step
+    mcb_pack(prob, 0.5, "MCB8")  # one pass on its own (DYNMCB8-STRETCH-PER's probes)
     if mcb8_removals is not None:  # DYNMCB8's removal bisection, with the argument types it is called with
         mcb8_removals(prob.need, prob.mem, prob.ntasks, prob.ntasks, prob.cpu_cap, prob.mem_cap, 1.0, 1.0, 1.0)
     return time.perf_counter() - t0

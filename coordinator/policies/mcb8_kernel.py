@@ -26,18 +26,19 @@ import numpy as np
 
 EPS = 1e-9
 
-__all__ = ["mcb8_pack", "mcb8_pass", "mcb8_removals", "mcb8_search", "numpy_sum"]
+__all__ = ["mcb8_pack", "mcb8_pass", "mcb8_removals", "mcb8_search", "min_yield", "numpy_sum"]
 
 mcb8_pass: Callable[..., bool] | None
 mcb8_pack: Callable[..., bool] | None
 mcb8_removals: Callable[..., int] | None
 mcb8_search: Callable[..., tuple[bool, float, int]] | None
 numpy_sum: Callable[..., float] | None
+min_yield: Callable[..., float] | None
 
 try:  # pragma: no branch - numba is a declared dependency; the fallback keeps a broken install usable
     from numba import njit
 except ImportError:  # pragma: no cover
-    mcb8_pass = mcb8_pack = mcb8_removals = mcb8_search = numpy_sum = None
+    mcb8_pass = mcb8_pack = mcb8_removals = mcb8_search = numpy_sum = min_yield = None
 else:
 
     @njit(cache=True, nogil=True)
@@ -381,3 +382,4 @@ else:
     mcb8_removals = _mcb8_removals
     mcb8_search = _mcb8_search
     numpy_sum = _numpy_sum
+    min_yield = _min_yield

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coordinator.policies.avgyield import raise_average_yield
-from coordinator.policies.mcb8_kernel import mcb8_pack, mcb8_search
+from coordinator.policies.mcb8_kernel import mcb8_pack, mcb8_search, min_yield
 
 __all__ = [
     "EPS",
@@ -509,9 +509,12 @@ def placement_min_yield(prob: PackProblem, task_host: np.ndarray) -> float:
 
 
 def _finish(
-    prob: PackProblem, task_host: np.ndarray, algorithm: str, search_yield: float, probes: int, average: bool
+    prob: PackProblem, task_host: np.ndarray, algorithm: str, search_yield: float, probes: int, average: bool,
+    y: float | None = None,
 ) -> Allocation | None:
-    y = placement_min_yield(prob, task_host)
+    """The allocation of a placement; ``y`` is its :func:`placement_min_yield` if the caller has it."""
+    if y is None:
+        y = placement_min_yield(prob, task_host)
     if y < 0.0:
         return None
     if average:
@@ -555,12 +558,18 @@ def mcb_search(
     fast = search == "fast"
     ub = prob.yield_upper_bound()
     cpu_total = float(prob.cpu_cap.sum())
-    if fast and key == "MCB8" and mcb8_search is not None:  # the loop below, compiled, probe for probe
+    if fast and key == "MCB8" and mcb8_search is not None and min_yield is not None:
+        # the loop below, compiled, probe for probe
         best_th = np.empty(prob.n_tasks, dtype=np.int64)
         found, sy, probes = mcb8_search(
             prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap, ub, cpu_total, float(accuracy), best_th
         )
-        return _finish(prob, best_th, key, sy, probes, average) if found else None
+        if not found:
+            return None
+        # placement_min_yield, compiled (the same sums in the same order, tested equal), on the kernel's
+        # own placement: every index is a host
+        y = min_yield(best_th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap)
+        return _finish(prob, best_th, key, sy, probes, average, y)
     probes = 0
     if fast:
         probes += 1

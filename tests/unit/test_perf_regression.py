@@ -219,3 +219,24 @@ def test_asap_admission_is_greedy_then_max_min(monkeypatch: pytest.MonkeyPatch, 
              for i in range(16)]
     simulate(synthetic_trace(4, 150, hosts=16, load=0.9), "dynmcb8-asap-per", hosts, 0.0)
     assert seen["admissions"] > 50 and seen["shares"] > 20
+
+
+@pytest.mark.skipif(mcb8_kernel.min_yield is None, reason="numba is not installed: only placement_min_yield")
+def test_compiled_min_yield_is_placement_min_yield() -> None:
+    """Random placements (some over memory) on unit and mixed hosts: the very number, or -1 for both."""
+    from coordinator.policies import packing
+
+    rng = np.random.default_rng(29)
+    over = 0
+    for trial in range(500):
+        n, h = int(rng.integers(1, 80)), int(rng.integers(1, 20))
+        jobs = [packing.PackJob(1, float(rng.random() * 0.9 + 0.1), float(rng.choice([0.1, 0.25, rng.random()])))
+                for _ in range(n)]
+        hosts = h if trial % 2 else [(float(rng.choice([0.5, 1.0, 2.0])), float(rng.choice([1.0, 2.0])))
+                                     for _ in range(h)]
+        prob = packing.PackProblem.build(jobs, hosts)
+        th = rng.integers(0, h, n).astype(np.int64)
+        expected = packing.placement_min_yield(prob, th)
+        assert mcb8_kernel.min_yield(th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap) == expected
+        over += expected < 0
+    assert 20 < over < 480
