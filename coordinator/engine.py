@@ -410,30 +410,31 @@ class Engine:
         moved: dict[str, list[str]] = {}
         jobs = self.jobs
         for a in self._ordered(plan) if ordered is None else ordered:
-            rec = jobs.get(a.job)
-            current = state.get(a.job, rec.state if rec else None)
+            job = a.job
+            rec = jobs.get(job)
+            current = state.get(job, rec.state if rec else None)
             kind = type(a)
             if rec is None or current not in need[kind]:
                 shown = current.value if current else "unknown"
                 raise PolicyError(f"{self.policy.name}: {a} on job in state {shown}")
-            state[a.job] = after[kind]
+            state[job] = after[kind]
             if kind is Migrate:  # the commonest action first (need[kind] admits the six action types only)
-                h, c, s = placed[a.job]
+                h, c, s = placed[job]
                 if a.dst not in hosts or not 0 <= a.task < len(h):
                     raise PolicyError(f"{self.policy.name}: {a} names an unknown task or host")
-                if a.job not in moved:  # copy a job's hosts once, then move its tasks in place
-                    h = moved[a.job] = list(h)
-                    placed[a.job] = (h, c, s)
+                if job not in moved:  # copy a job's hosts once, then move its tasks in place
+                    h = moved[job] = list(h)
+                    placed[job] = (h, c, s)
                 h[a.task] = a.dst
             elif isinstance(a, (Start, Resume)):
-                if len(a.hosts) != rec.spec.tasks or any(h not in hosts for h in a.hosts):
+                if len(a.hosts) != rec.spec.tasks or not all(map(hosts.__contains__, a.hosts)):
                     raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")
-                placed[a.job] = (a.hosts, a.cpu, rec.spec)
+                placed[job] = (a.hosts, a.cpu, rec.spec)
             elif isinstance(a, Pause):
-                placed.pop(a.job, None)
+                placed.pop(job, None)
             elif isinstance(a, SetShare):
-                h, _, s = placed[a.job]
-                placed[a.job] = (h, a.cpu, s)
+                h, _, s = placed[job]
+                placed[job] = (h, a.cpu, s)
         cpu = dict.fromkeys(hosts, 0.0)
         mem = dict.fromkeys(hosts, 0.0)
         for job, (hs, c, spec) in placed.items():
