@@ -309,13 +309,17 @@ class Engine:
 
     def snapshot(self) -> Snapshot:
         with self.lock:
-            self._sync_progress()
-            # A fresh mapping wrapped read-only here: Snapshot would otherwise copy it once more.
-            return Snapshot(
-                self.backend.now(),
-                tuple(self.hosts),
-                MappingProxyType({j: r.view() for j, r in self._live.items()}),
-            )
+            # _sync_progress and the views in one pass over the live jobs (a job's view depends on its
+            # own record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
+            progress = self.backend.progress
+            views: dict[str, JobView] = {}
+            for job, rec in self._live.items():
+                if rec.state is JobState.RUNNING or rec.state is JobState.PAUSED:
+                    vt = progress(job) * rec.spec.work
+                    if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its view
+                        rec.vt = vt
+                views[job] = rec.view()
+            return Snapshot(self.backend.now(), tuple(self.hosts), MappingProxyType(views))
 
     def handle(self, stim: Stimulus) -> Plan:
         with self.lock:
@@ -478,14 +482,6 @@ class Engine:
         self._live.pop(rec.spec.id, None)
         self._record(rec.spec.id, src, state, rec.hosts, rec.cpu, reason)
         rec.cpu = 0.0
-
-    def _sync_progress(self) -> None:
-        progress = self.backend.progress
-        for job, rec in self._live.items():
-            if rec.state is JobState.RUNNING or rec.state is JobState.PAUSED:
-                vt = progress(job) * rec.spec.work
-                if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its frozen view
-                    rec.vt = vt
 
     def _record(
         self,
