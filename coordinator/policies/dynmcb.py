@@ -142,10 +142,10 @@ class DynMcb8:
         while True:
             jobs = [j for j in considered if j.id not in removed]
             if not jobs:
-                return self._plan(snap, {})
+                return self._plan(snap, {}, considered)
             result = self._stretch_pack(snap, jobs) if self.stretch else self._yield_pack(snap, jobs)
             if result is not None:
-                return self._plan(snap, result)
+                return self._plan(snap, result, considered)
             removed.add(next(j.id for j in by_priority if j.id not in removed))
 
     def _removals(self, snap: Snapshot, considered: list[JobView], by_priority: list[JobView]) -> int:
@@ -254,11 +254,15 @@ class DynMcb8:
     # ---- from a packing to actions ----------------------------------------------------------------
 
     @staticmethod
-    def _plan(snap: Snapshot, result: dict[str, tuple[tuple[str, ...], float]]) -> Plan:
+    def _plan(
+        snap: Snapshot, result: dict[str, tuple[tuple[str, ...], float]], considered: list[JobView] | None = None
+    ) -> Plan:
+        """``considered``: the jobs in submission order (then id), as :attr:`Snapshot.running` sorts them."""
         actions: list[Action] = []
-        for job in snap.running:
-            if job.id not in result:
-                actions.append(Pause(job.id))
+        running = JobState.RUNNING
+        for job in snap.running if considered is None else considered:
+            if job.state is running and job.spec.id not in result:
+                actions.append(Pause(job.spec.id))
         for job_id, (hosts, cpu) in result.items():
             job = snap.jobs[job_id]
             if job.state is JobState.PENDING:
