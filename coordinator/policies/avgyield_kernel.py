@@ -25,6 +25,7 @@ try:  # pragma: no branch - numba is a declared dependency; the fallback keeps a
 except ImportError:  # pragma: no cover
     average_yield_parallel = None
 else:
+    from coordinator.policies.mcb8_kernel import _argsort_stable
 
     @njit(cache=True, nogil=True)
     def _average_yield_parallel(
@@ -48,10 +49,11 @@ else:
         total = np.empty(njobs)
         for i in range(njobs):
             total[i] = ntasks[i] * need[i]
-        by_need = np.argsort(need, kind="mergesort")
-        order = by_need[np.argsort(total[by_need], kind="mergesort")]
+        by_need = _argsort_stable(need)
+        order = by_need[_argsort_stable(total[by_need])]
         # Each job's distinct hosts, ascending, with its task count on each (np.unique of job * H + host).
-        pair = np.sort(task_job * nhosts + task_host)
+        keys = task_job * nhosts + task_host
+        pair = keys[_argsort_stable(keys)]
         npair = 0
         for k in range(ntask):
             if k == 0 or pair[k] != pair[k - 1]:

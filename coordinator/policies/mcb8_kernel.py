@@ -26,19 +26,20 @@ import numpy as np
 
 EPS = 1e-9
 
-__all__ = ["mcb8_pack", "mcb8_pass", "mcb8_removals", "mcb8_search", "min_yield", "numpy_sum"]
+__all__ = ["argsort_stable", "mcb8_pack", "mcb8_pass", "mcb8_removals", "mcb8_search", "min_yield", "numpy_sum"]
 
 mcb8_pass: Callable[..., bool] | None
 mcb8_pack: Callable[..., bool] | None
 mcb8_removals: Callable[..., int] | None
 mcb8_search: Callable[..., tuple[bool, float, int]] | None
 numpy_sum: Callable[..., float] | None
+argsort_stable: Callable[..., np.ndarray] | None
 min_yield: Callable[..., float] | None
 
 try:  # pragma: no branch - numba is a declared dependency; the fallback keeps a broken install usable
     from numba import njit
 except ImportError:  # pragma: no cover
-    mcb8_pass = mcb8_pack = mcb8_removals = mcb8_search = numpy_sum = min_yield = None
+    mcb8_pass = mcb8_pack = mcb8_removals = mcb8_search = numpy_sum = min_yield = argsort_stable = None
 else:
 
     @njit(cache=True, nogil=True)
@@ -129,6 +130,43 @@ else:
         return False
 
     @njit(cache=True, nogil=True)
+    def _argsort_stable(keys: np.ndarray) -> np.ndarray:
+        """``np.argsort(keys, kind="stable")``: a bottom-up merge sort of positions (equal keys keep their
+        order). Ours because numba's own mergesort took ~1.5 s to compile into every kernel using it."""
+        n = keys.shape[0]
+        idx = np.arange(n)
+        tmp = np.empty(n, dtype=np.int64)
+        width = 1
+        while width < n:
+            lo = 0
+            while lo < n:
+                mid = min(lo + width, n)
+                hi = min(lo + 2 * width, n)
+                i = lo
+                j = mid
+                k = lo
+                while i < mid and j < hi:
+                    if keys[idx[j]] < keys[idx[i]]:  # strictly smaller only: ties take the left run first
+                        tmp[k] = idx[j]
+                        j += 1
+                    else:
+                        tmp[k] = idx[i]
+                        i += 1
+                    k += 1
+                while i < mid:
+                    tmp[k] = idx[i]
+                    i += 1
+                    k += 1
+                while j < hi:
+                    tmp[k] = idx[j]
+                    j += 1
+                    k += 1
+                lo = hi
+            idx, tmp = tmp, idx
+            width *= 2
+        return idx
+
+    @njit(cache=True, nogil=True)
     def _mcb8_pack(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray, out: np.ndarray) -> bool:
         """The whole pass from the tasks' CPU and memory requirements: the two lists, each sorted by its
         dominant requirement descending (a stable sort, ties in task order, as ``np.lexsort`` in
@@ -146,7 +184,7 @@ else:
             else:
                 prim[k] = m[k]
                 sec[k] = c[k]
-        order = np.argsort(-prim, kind="mergesort")  # stable: equal keys keep task order
+        order = _argsort_stable(-prim)  # stable: equal keys keep task order
         ci = np.empty(nheavy, dtype=np.int64)
         mi = np.empty(n - nheavy, dtype=np.int64)
         a = 0
@@ -382,4 +420,5 @@ else:
     mcb8_removals = _mcb8_removals
     mcb8_search = _mcb8_search
     numpy_sum = _numpy_sum
+    argsort_stable = _argsort_stable
     min_yield = _min_yield

@@ -240,3 +240,14 @@ def test_compiled_min_yield_is_placement_min_yield() -> None:
         assert mcb8_kernel.min_yield(th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap) == expected
         over += expected < 0
     assert 20 < over < 480
+
+
+@pytest.mark.skipif(mcb8_kernel.argsort_stable is None, reason="numba is not installed")
+def test_compiled_stable_argsort_is_numpys() -> None:
+    rng = np.random.default_rng(31)
+    for trial in range(2000):
+        n = int(rng.integers(0, 700))
+        keys = rng.choice([0.1, 0.25, 0.5, 1.0], n) if trial % 2 else rng.random(n)
+        if trial % 5 == 0:
+            keys = rng.integers(0, 20, n).astype(np.int64)
+        np.testing.assert_array_equal(mcb8_kernel.argsort_stable(keys), np.argsort(keys, kind="stable"))
