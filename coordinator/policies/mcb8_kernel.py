@@ -274,26 +274,16 @@ else:
         return vals[0]
 
     @njit(cache=True, nogil=True)
-    def _fits(
-        c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray,
-        cpu_total: float, mem_total: float, mem_max: float, out: np.ndarray,
-    ) -> bool:
-        """``mcb_pack`` at yield 1 on tasks with CPU ``c`` and memory ``m`` (at least one task): its two
-        cheap refusals (total CPU, total and largest memory), then the pass."""
-        n = c.shape[0]
-        if _numpy_sum(c) > cpu_total + EPS * n:
-            return False
-        if _numpy_sum(m) > mem_total + EPS:
-            return False
-        if not m.max() <= mem_max + EPS:
-            return False
-        return _mcb8_pack(c, m, capc, capm, out)
-
-    @njit(cache=True, nogil=True)
     def _packs_without(
-        k: int, t_need: np.ndarray, t_mem: np.ndarray, t_rank: np.ndarray, capc: np.ndarray, capm: np.ndarray,
-        cpu_total: float, mem_total: float, mem_max: float, c: np.ndarray, m: np.ndarray, out: np.ndarray,
+        k: int, t_need: np.ndarray, t_mem: np.ndarray, t_rank: np.ndarray, order: np.ndarray, capc: np.ndarray,
+        capm: np.ndarray, cpu_total: float, mem_total: float, mem_max: float, c: np.ndarray, m: np.ndarray,
+        lists: np.ndarray, idx: np.ndarray, out: np.ndarray,
     ) -> bool:
+        """``mcb_pack`` at yield 1 on the tasks of rank >= ``k`` (in job order): its two cheap refusals (total
+        CPU, total and largest memory), then the pass. The requirements do not depend on ``k``,
+        so the two lists come from ``order``, the stable sort of all tasks, keeping the tasks of rank >=
+        ``k``: a stable sort of the kept tasks would list them in that very order. The pass then writes
+        each task's host at its position among all tasks (only whether it packs is used)."""
         cnt = 0
         for i in range(t_need.shape[0]):
             if t_rank[i] >= k:
@@ -302,7 +292,34 @@ else:
                 cnt += 1
         if cnt == 0:
             return True
-        return _fits(c[:cnt], m[:cnt], capc, capm, cpu_total, mem_total, mem_max, out[:cnt])
+        cc = c[:cnt]
+        mm = m[:cnt]
+        if _numpy_sum(cc) > cpu_total + EPS * cnt:
+            return False
+        if _numpy_sum(mm) > mem_total + EPS:
+            return False
+        if not mm.max() <= mem_max + EPS:
+            return False
+        nc = 0
+        for q in range(order.shape[0]):  # CPU-heavy list (prim = CPU) at the front of lists / idx
+            t = order[q]
+            if t_rank[t] >= k and t_need[t] > t_mem[t]:
+                lists[0, nc] = t_need[t]
+                lists[1, nc] = t_mem[t]
+                idx[nc] = t
+                nc += 1
+        nm = 0
+        for q in range(order.shape[0]):  # memory-heavy list (prim = memory) after it
+            t = order[q]
+            if t_rank[t] >= k and not t_need[t] > t_mem[t]:
+                lists[0, nc + nm] = t_mem[t]
+                lists[1, nc + nm] = t_need[t]
+                idx[nc + nm] = t
+                nm += 1
+        return _mcb8_pass(
+            lists[0, :nc], lists[1, :nc], idx[:nc], lists[0, nc : nc + nm], lists[1, nc : nc + nm],
+            idx[nc : nc + nm], capc, capm, out,
+        )
 
     @njit(cache=True, nogil=True)
     def _mcb8_removals(
@@ -327,16 +344,24 @@ else:
                 t_mem[q] = mem[i]
                 t_rank[q] = rank[i]
                 q += 1
+        prim = np.empty(n)  # each task's dominant requirement, as _mcb8_pack computes it
+        for q in range(n):
+            prim[q] = t_need[q] if t_need[q] > t_mem[q] else t_mem[q]
+        order = _argsort_stable(-prim)
         c = np.empty(n)
         m = np.empty(n)
+        lists = np.empty((2, n))
+        idx = np.empty(n, dtype=np.int64)
         out = np.empty(n, dtype=np.int64)
-        if _packs_without(0, t_need, t_mem, t_rank, capc, capm, cpu_total, mem_total, mem_max, c, m, out):
+        if _packs_without(0, t_need, t_mem, t_rank, order, capc, capm, cpu_total, mem_total, mem_max, c, m, lists,
+                          idx, out):
             return 0
         lo = 0
         hi = njobs
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if _packs_without(mid, t_need, t_mem, t_rank, capc, capm, cpu_total, mem_total, mem_max, c, m, out):
+            if _packs_without(mid, t_need, t_mem, t_rank, order, capc, capm, cpu_total, mem_total, mem_max, c, m,
+                              lists, idx, out):
                 hi = mid
             else:
                 lo = mid
