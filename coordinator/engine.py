@@ -356,18 +356,36 @@ class Engine:
 
     def _apply_checked(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         moved: dict[str, JobRecord] = {}
+        # The hosts of jobs whose tasks are moving, as lists: a job's record gets them as one tuple when
+        # the moves are over (the next other action, a failure, or the end), not one tuple per task;
+        # nothing reads a record's hosts in between (a migration records no transition).
+        moving: dict[str, list[str]] = {}
         jobs = self.jobs
         for action in self._ordered(plan) if ordered is None else ordered:
             rec = jobs[action.job]
             if rec.state in _FINISHED:  # failed earlier in this plan
                 continue
+            if isinstance(action, Migrate):
+                try:
+                    self.backend.migrate(rec.spec.id, action.task, action.dst)
+                except BackendError as exc:
+                    self._settle(moving)
+                    self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
+                    continue
+                hosts = moving.get(action.job)
+                if hosts is None:
+                    hosts = moving[action.job] = list(rec.hosts)
+                hosts[action.task] = action.dst
+                moved[rec.spec.id] = rec
+                continue
+            if moving:
+                self._settle(moving)
             try:
                 self._apply_one(action, rec)
             except BackendError as exc:
                 self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
                 continue
-            if isinstance(action, Migrate):
-                moved[rec.spec.id] = rec
+        self._settle(moving)
         flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
         for job, error in flush() if flush is not None else []:
             self._fail(self.jobs[job], f"migrate failed: {error}")
@@ -375,11 +393,18 @@ class Engine:
             if not rec.state.finished:
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
 
+    def _settle(self, moving: dict[str, list[str]]) -> None:
+        """Give the records of moving jobs their hosts after the moves (see ``_apply_checked``)."""
+        for job, hosts in moving.items():
+            self.jobs[job].hosts = tuple(hosts)
+        moving.clear()
+
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
-        if isinstance(action, Migrate):  # first: a repacking moves tasks one action each, by the thousand
+        if isinstance(action, Migrate):  # (_apply_checked moves tasks itself, a job's moves at once)
             self.backend.migrate(rec.spec.id, action.task, action.dst)
-            hosts = rec.hosts
-            rec.hosts = (*hosts[: action.task], action.dst, *hosts[action.task + 1 :])
+            hosts = list(rec.hosts)
+            hosts[action.task] = action.dst
+            rec.hosts = tuple(hosts)
             return
         now = self.backend.now() if self._stamp is None else self._stamp
         if isinstance(action, Start):

@@ -251,3 +251,34 @@ def test_compiled_stable_argsort_is_numpys() -> None:
         if trial % 5 == 0:
             keys = rng.integers(0, 20, n).astype(np.int64)
         np.testing.assert_array_equal(mcb8_kernel.argsort_stable(keys), np.argsort(keys, kind="stable"))
+
+
+def test_a_failed_migration_fails_its_job_with_the_moves_done_so_far() -> None:
+    """The engine gives a record its hosts after all of a plan's moves; a backend failure mid-way must
+    still fail that job with the hosts it had reached, and leave the other job's moves intact."""
+    from coordinator.backends.base import BackendError
+    from coordinator.backends.sim import SimBackend
+    from coordinator.engine import Engine
+    from coordinator.model import JobSpec, JobState
+    from coordinator.plan import Migrate, Plan, Start
+    from coordinator.policies import get_policy
+
+    class Flaky(SimBackend):
+        def migrate(self, job: str, task: int, dst: str) -> None:
+            if (job, task) == ("a", 1):
+                raise BackendError("agent gone")
+            super().migrate(job, task, dst)
+
+    engine = Engine(get_policy("greedy"), Flaky(), homogeneous_hosts(6))
+    for name in ("a", "b"):
+        engine.arrive(JobSpec(name, 0.0, 3, 0.2, 0.1, 100.0))
+    engine.apply(Plan((Start("a", ("h0", "h1", "h2"), 0.2), Start("b", ("h0", "h1", "h2"), 0.2))))
+    engine.apply(Plan((Migrate("a", 0, "h3"), Migrate("b", 0, "h4"), Migrate("a", 1, "h4"), Migrate("a", 2, "h5"),
+                       Migrate("b", 2, "h5"))))
+    a, b = engine.jobs["a"], engine.jobs["b"]
+    assert a.state is JobState.FAILED and a.message == "migrate failed: agent gone"
+    failed = [t for t in engine.history.transitions if t.job == "a" and t.dst is JobState.FAILED]
+    assert a.hosts == failed[0].hosts == ("h3", "h1", "h2")  # the first move was done, the second failed
+    assert b.state is JobState.RUNNING and b.hosts == ("h4", "h1", "h5")
+    moves = [t for t in engine.history.transitions if t.reason == "migrate"]
+    assert [(t.job, t.hosts) for t in moves] == [("b", ("h4", "h1", "h5"))]
