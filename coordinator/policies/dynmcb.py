@@ -194,7 +194,7 @@ class DynMcb8:
 
     def _yield_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
         alloc = _allocate(
-            tuple([PackJob(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]),
+            tuple([(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]),  # PackJob fields, hashed in C
             _host_info(snap.hosts).caps,
             self.accuracy,
         )
@@ -311,16 +311,18 @@ def _caps(hosts: Sequence[Host]) -> Hosts:
 
 
 @lru_cache(maxsize=256)
-def _allocate(jobs: tuple[PackJob, ...], caps: Hosts, accuracy: float) -> Allocation | None:
-    """``mcb_allocate(jobs, caps, "MCB8", accuracy)`` on the problem PackProblem.build would make, built
-    without its input checks: the jobs come from validated JobSpecs (need in (0, 1], memory in [0, 1])."""
+def _allocate(jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy: float) -> Allocation | None:
+    """``mcb_allocate([PackJob(*j) for j in jobs], caps, "MCB8", accuracy)`` on the problem PackProblem.build
+    would make, built without its input checks: the jobs come from validated JobSpecs (need in (0, 1],
+    memory in [0, 1])."""
     n = len(jobs)
-    need = np.array([j.cpu_need for j in jobs], dtype=float)
-    mem = np.array([j.mem for j in jobs], dtype=float)
-    ntasks = np.array([j.tasks for j in jobs], dtype=np.int64)
+    need = np.array([j[1] for j in jobs], dtype=float)
+    mem = np.array([j[2] for j in jobs], dtype=float)
+    ntasks = np.array([j[0] for j in jobs], dtype=np.int64)
     task_job = np.repeat(np.arange(n, dtype=np.int64), ntasks)
     cpu_cap, mem_cap = _host_arrays(caps)
-    prob = PackProblem(jobs, need, mem, ntasks, task_job, need[task_job], mem[task_job], cpu_cap, mem_cap)
+    pack_jobs = tuple(PackJob(*j) for j in jobs)
+    prob = PackProblem(pack_jobs, need, mem, ntasks, task_job, need[task_job], mem[task_job], cpu_cap, mem_cap)
     return mcb_search(prob, "MCB8", accuracy)
 
 

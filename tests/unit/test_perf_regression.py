@@ -180,7 +180,8 @@ def test_dynmcb_allocate_builds_the_problem_mcb_allocate_builds() -> None:
             for _ in range(int(rng.integers(1, 30)))
         )
         caps = 16 if trial % 2 else tuple((float(c), 1.0) for c in rng.choice([0.5, 1.0], 16))
-        assert dynmcb._allocate.__wrapped__(jobs, caps, 0.01) == packing.mcb_allocate(jobs, caps, "MCB8", 0.01)
+        triples = tuple((j.tasks, j.cpu_need, j.mem) for j in jobs)
+        assert dynmcb._allocate.__wrapped__(triples, caps, 0.01) == packing.mcb_allocate(jobs, caps, "MCB8", 0.01)
 
 
 @pytest.mark.parametrize("mixed", [False, True])
