@@ -43,8 +43,18 @@ except ImportError:  # pragma: no cover
 else:
 
     @njit(cache=True, nogil=True)
-    def _first_fit(prim: np.ndarray, sec: np.ndarray, alive: np.ndarray, start: int, ap: float, asec: float) -> int:
-        """First alive position >= the first with ``prim <= ap + EPS`` whose ``sec <= asec + EPS``."""
+    def _find(nxt: np.ndarray, p: int) -> int:
+        """The first alive position >= ``p``: ``nxt`` skips placed ones (union-find, path halving)."""
+        while nxt[p] != p:
+            q = nxt[nxt[p]]
+            nxt[p] = q
+            p = q
+        return p
+
+    @njit(cache=True, nogil=True)
+    def _first_fit(prim: np.ndarray, sec: np.ndarray, nxt: np.ndarray, start: int, ap: float, asec: float) -> int:
+        """First alive position >= the first with ``prim <= ap + EPS`` whose ``sec <= asec + EPS``. Placed
+        positions are skipped through ``nxt`` rather than tested one by one (same answer, fewer steps)."""
         n = prim.shape[0]
         lim_p = ap + EPS
         lo, hi = start, n  # prim is sorted descending: bisect for the first prim <= lim_p
@@ -55,9 +65,11 @@ else:
             else:
                 lo = mid + 1
         lim_s = asec + EPS
-        for q in range(lo, n):
-            if alive[q] and sec[q] <= lim_s:
+        q = _find(nxt, lo)
+        while q < n:
+            if sec[q] <= lim_s:
                 return q
+            q = _find(nxt, q + 1)
         return -1
 
     @njit(cache=True, nogil=True)
@@ -70,6 +82,8 @@ else:
         nm = mp.shape[0]
         alive_c = np.ones(nc, dtype=np.bool_)
         alive_m = np.ones(nm, dtype=np.bool_)
+        nxt_c = np.arange(nc + 1)  # nxt[p] == p: p is alive (position n: the end)
+        nxt_m = np.arange(nm + 1)
         first_c = 0  # every position before first_* is placed
         first_m = 0
         placed_c = 0
@@ -87,25 +101,26 @@ else:
                 heavy = True
                 if ac > am:
                     if open_c:
-                        p = _first_fit(cp, cs, alive_c, first_c, ac, am)
+                        p = _first_fit(cp, cs, nxt_c, first_c, ac, am)
                         open_c = p >= 0
                     if p < 0 and open_m:
-                        p = _first_fit(mp, ms, alive_m, first_m, am, ac)
+                        p = _first_fit(mp, ms, nxt_m, first_m, am, ac)
                         open_m = p >= 0
                         heavy = False
                 else:
                     if open_m:
-                        p = _first_fit(mp, ms, alive_m, first_m, am, ac)
+                        p = _first_fit(mp, ms, nxt_m, first_m, am, ac)
                         open_m = p >= 0
                         heavy = False
                     if p < 0 and open_c:
-                        p = _first_fit(cp, cs, alive_c, first_c, ac, am)
+                        p = _first_fit(cp, cs, nxt_c, first_c, ac, am)
                         open_c = p >= 0
                         heavy = True
                 if p < 0:
                     break
                 if heavy:
                     alive_c[p] = False
+                    nxt_c[p] = p + 1
                     placed_c += 1
                     out[ci[p]] = h
                     ac -= cp[p]
@@ -116,6 +131,7 @@ else:
                         open_c = False
                 else:
                     alive_m[p] = False
+                    nxt_m[p] = p + 1
                     placed_m += 1
                     out[mi[p]] = h
                     am -= mp[p]
