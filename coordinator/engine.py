@@ -312,9 +312,11 @@ class Engine:
             # _sync_progress and the views in one pass over the live jobs (a job's view depends on its
             # own record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
             progress = self.backend.progress
+            running, paused = JobState.RUNNING, JobState.PAUSED
             views: dict[str, JobView] = {}
             for job, rec in self._live.items():
-                if rec.state is JobState.RUNNING or rec.state is JobState.PAUSED:
+                state = rec.state
+                if state is running or state is paused:
                     vt = progress(job) * rec.spec.work
                     if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its view
                         rec.vt = vt

@@ -64,6 +64,7 @@ from coordinator.policies.packing import (
 )
 
 DEFAULT_PERIOD_S = 600.0
+_CONSIDERED = frozenset((JobState.RUNNING, JobState.PAUSED, JobState.PENDING))  # the jobs a repacking places
 MIN_STRETCH_YIELD = 0.01
 
 
@@ -131,7 +132,7 @@ class DynMcb8:
     def _repack(self, snap: Snapshot) -> Plan:
         now = snap.now
         considered = sorted(
-            (j for j in snap.jobs.values() if j.state in (JobState.RUNNING, JobState.PAUSED, JobState.PENDING)),
+            (j for j in snap.jobs.values() if j.state in _CONSIDERED),
             key=lambda j: (j.spec.submit_time, j.spec.id),
         )
         # priority(flow time, vt); JobView.flow_time(now) is now - submit_time
@@ -259,15 +260,15 @@ class DynMcb8:
     ) -> Plan:
         """``considered``: the jobs in submission order (then id), as :attr:`Snapshot.running` sorts them."""
         actions: list[Action] = []
-        running = JobState.RUNNING
+        running, paused, pending = JobState.RUNNING, JobState.PAUSED, JobState.PENDING  # (enum lookups cost)
         for job in snap.running if considered is None else considered:
             if job.state is running and job.spec.id not in result:
                 actions.append(Pause(job.spec.id))
         for job_id, (hosts, cpu) in result.items():
             job = snap.jobs[job_id]
-            if job.state is JobState.PENDING:
+            if job.state is pending:
                 actions.append(Start(job_id, hosts, cpu))
-            elif job.state is JobState.PAUSED:
+            elif job.state is paused:
                 actions.append(Resume(job_id, hosts, cpu))
             else:
                 actions += _moves(job, hosts)
