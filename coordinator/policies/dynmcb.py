@@ -139,9 +139,9 @@ class DynMcb8:
         by_priority = sorted(
             considered, key=lambda j: (priority(now - j.spec.submit_time, j.vt), -j.spec.submit_time, j.spec.id)
         )
-        removed = {j.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
+        removed = {j.spec.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
         while True:
-            jobs = [j for j in considered if j.id not in removed]
+            jobs = [j for j in considered if j.spec.id not in removed]
             if not jobs:
                 return self._plan(snap, {}, considered)
             result = self._stretch_pack(snap, jobs) if self.stretch else self._yield_pack(snap, jobs)
@@ -204,7 +204,7 @@ class DynMcb8:
         names = _relabel(snap, jobs, [i for hs in alloc.hosts for i in hs])
         needs, yields = alloc.needs, alloc.yields  # alloc.cpu(k) is needs[k] * yields[k]
         return {
-            j.id: (tuple([names[i] for i in alloc.hosts[k]]), needs[k] * yields[k]) for k, j in enumerate(jobs)
+            j.spec.id: (tuple([names[i] for i in alloc.hosts[k]]), needs[k] * yields[k]) for k, j in enumerate(jobs)
         }
 
     def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
@@ -449,7 +449,7 @@ def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
         else:
             keep.append(False)
     spare = (h for h, left in wanted.items() for _ in range(left))  # Counter.elements(): taken in order
-    return [Migrate(job.id, i, next(spare)) for i, kept in enumerate(keep) if not kept]
+    return [Migrate(job.spec.id, i, next(spare)) for i, kept in enumerate(keep) if not kept]
 
 
 def dynmcb8() -> DynMcb8:
