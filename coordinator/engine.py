@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import numpy as np
+
 from coordinator.backends.base import Backend, BackendError, Report
 from coordinator.metrics import History, Transition
 from coordinator.model import (
@@ -113,6 +115,29 @@ _AFTER: dict[type, JobState] = {
 }
 
 
+@dataclass(frozen=True)
+class _HostTable:
+    """What the capacity check derives from the host list: the hosts by name (the last of a repeated
+    name), their positions in that mapping's order, and their capacities in that order."""
+
+    hosts: tuple[Host, ...]
+    by_name: dict[str, Host]
+    index: dict[str, int]
+    cpu: np.ndarray
+    mem: np.ndarray
+
+    @classmethod
+    def of(cls, hosts: tuple[Host, ...]) -> _HostTable:
+        by_name = {h.name: h for h in hosts}
+        return cls(
+            hosts,
+            by_name,
+            {name: i for i, name in enumerate(by_name)},
+            np.array([h.cpu for h in by_name.values()], dtype=float),
+            np.array([h.mem for h in by_name.values()], dtype=float),
+        )
+
+
 @dataclass(order=True)
 class _Timer:
     time: float
@@ -147,6 +172,7 @@ class Engine:
         #: instant, also on a live backend whose clock moves between actions (so a pause and a resume
         #: elsewhere in one plan read as the migration they are, see ``metrics.job_results``).
         self._stamp: float | None = None
+        self._host_table: _HostTable | None = None  # the capacity check's, for the current host list
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -433,7 +459,10 @@ class Engine:
 
     def _check(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         """Refuse a plan that is inconsistent with the state or over-commits a host."""
-        hosts = {h.name: h for h in self.hosts}
+        table = self._host_table
+        if table is None or table.hosts != tuple(self.hosts):  # compares the same Host objects: quick
+            table = self._host_table = _HostTable.of(tuple(self.hosts))
+        hosts = table.by_name
         running = JobState.RUNNING
         placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self._live.items() if r.state is running}
         need, after = _NEED, _AFTER
@@ -458,7 +487,7 @@ class Engine:
                     placed[job] = (h, c, s)
                 h[a.task] = a.dst
             elif isinstance(a, (Start, Resume)):
-                if len(a.hosts) != rec.spec.tasks or not all(map(hosts.__contains__, a.hosts)):
+                if len(a.hosts) != rec.spec.tasks or not hosts.keys() >= set(a.hosts):
                     raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")
                 placed[job] = (a.hosts, a.cpu, rec.spec)
             elif isinstance(a, Pause):
@@ -466,21 +495,30 @@ class Engine:
             elif isinstance(a, SetShare):
                 h, _, s = placed[job]
                 placed[job] = (h, a.cpu, s)
-        cpu = dict.fromkeys(hosts, 0.0)
-        mem = dict.fromkeys(hosts, 0.0)
+        # Each host's CPU and memory: every placed task's share added in placement order, as a loop over
+        # the tasks would add them (np.bincount sums its weights in the order given).
+        index = table.index
+        at: list[int] = []
+        cpu_w: list[float] = []
+        mem_w: list[float] = []
         for job, (hs, c, spec) in placed.items():
             if c <= 0 or c > spec.cpu_need + EPS:
                 raise PolicyError(f"{self.policy.name}: job {job} given cpu {c} outside (0, need={spec.cpu_need}]")
-            m = spec.mem
-            for h in hs:
-                cpu[h] += c
-                mem[h] += m
-        for h, host in hosts.items():
-            if cpu[h] > host.cpu + 1e-6 or mem[h] > host.mem + 1e-6:
-                raise PolicyError(
-                    f"{self.policy.name}: host {h} over capacity (cpu {cpu[h]:.4f}/{host.cpu}, "
-                    f"memory {mem[h]:.4f}/{host.mem})"
-                )
+            at += map(index.__getitem__, hs)
+            cpu_w += [c] * len(hs)
+            mem_w += [spec.mem] * len(hs)
+        n = len(index)
+        at_a = np.asarray(at, dtype=np.int64)
+        cpu = np.bincount(at_a, weights=np.asarray(cpu_w, dtype=float), minlength=n)
+        mem = np.bincount(at_a, weights=np.asarray(mem_w, dtype=float), minlength=n)
+        over = np.flatnonzero((cpu > table.cpu + 1e-6) | (mem > table.mem + 1e-6))
+        if over.size:
+            i = int(over[0])
+            host = list(hosts.values())[i]
+            raise PolicyError(
+                f"{self.policy.name}: host {host.name} over capacity (cpu {float(cpu[i]):.4f}/{host.cpu}, "
+                f"memory {float(mem[i]):.4f}/{host.mem})"
+            )
 
     def _on_report(self, report: Report) -> bool:
         """Record a finished job; True if the policy is to be told (it completed or failed now)."""

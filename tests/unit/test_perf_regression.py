@@ -283,3 +283,37 @@ def test_a_failed_migration_fails_its_job_with_the_moves_done_so_far() -> None:
     assert b.state is JobState.RUNNING and b.hosts == ("h4", "h1", "h5")
     moves = [t for t in engine.history.transitions if t.reason == "migrate"]
     assert [(t.job, t.hosts) for t in moves] == [("b", ("h4", "h1", "h5"))]
+
+
+
+@pytest.mark.parametrize(
+    ("shares", "error"),
+    [
+        ({"x": [0.6, 0.4 + 0.9e-6]}, None),  # 1 + 0.9e-6: within the check's tolerance
+        ({"x": [0.6, 0.4 + 2e-6]}, r"host x over capacity \(cpu 1\.0000/1\.0, memory 0\.5000/1\.0\)"),
+        ({"y": [0.3, 0.3], "x": [0.6, 0.5]}, r"host x over"),  # the first host over, in host order
+        ({"y": [0.3, 0.3], "x": [0.5]}, r"host y over capacity \(cpu 0\.6000/0\.5, memory 0\.5000/2\.0\)"),
+    ],
+)
+def test_capacity_check_verdicts_and_message(shares: dict[str, list[float]], error: str | None) -> None:
+    """Engine._check sums each host's shares with np.bincount, task by task in placement order: same
+    verdicts at the 1e-6 tolerance and same message (first host over, its sums) as the loop it replaced."""
+    from coordinator.backends.sim import SimBackend
+    from coordinator.engine import Engine, PolicyError
+    from coordinator.model import Host, JobSpec
+    from coordinator.plan import Plan, Start
+    from coordinator.policies import get_policy
+
+    engine = Engine(get_policy("greedy"), SimBackend(), [Host("x", 1.0, 1.0), Host("y", 0.5, 2.0)])
+    starts = []
+    for host, cpus in shares.items():
+        for c in cpus:
+            name = f"j{len(starts)}"
+            engine.arrive(JobSpec(name, 0.0, 1, 1.0, 0.25, 10.0))
+            starts.append(Start(name, (host,), c))
+    if error is None:
+        engine.apply(Plan(tuple(starts)))
+        assert all(engine.jobs[s.job].state.value == "running" for s in starts)
+    else:
+        with pytest.raises(PolicyError, match=error):
+            engine.apply(Plan(tuple(starts)))
