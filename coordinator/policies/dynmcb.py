@@ -101,16 +101,19 @@ class DynMcb8:
         info = _host_info(snap.hosts)
         index = info.index
         running = snap.running  # placement order: submission order
-        load = [0.0] * len(index)  # placement_use: each running task's need and memory, in that order
-        used = [0.0] * len(index)
+        # placement_use: each running task's need and memory added to its host, in placement order (which
+        # is the order in which np.bincount adds its weights)
         task_host: list[int] = []
+        needs: list[float] = []
+        mems: list[float] = []
         for j in running:
-            need, mem = j.spec.cpu_need, j.spec.mem
-            for h in j.hosts:
-                i = index[h]
-                load[i] += need
-                used[i] += mem
-                task_host.append(i)
+            hs = j.hosts
+            task_host += map(index.__getitem__, hs)
+            needs += [j.spec.cpu_need] * len(hs)
+            mems += [j.spec.mem] * len(hs)
+        at = np.asarray(task_host, dtype=np.int64)
+        load = np.bincount(at, weights=np.asarray(needs, dtype=float), minlength=len(index)).tolist()
+        used = np.bincount(at, weights=np.asarray(mems, dtype=float), minlength=len(index)).tolist()
         spec = snap.jobs[job_id].spec
         placed = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
         if placed is None:
