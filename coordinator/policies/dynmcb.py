@@ -443,16 +443,16 @@ def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
     wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order
     for h in new_hosts:
         wanted[h] = wanted.get(h, 0) + 1
-    keep = []
-    for h in job.hosts:
+    moving = []  # the tasks whose host is not (or no longer) wanted, in task order
+    for i, h in enumerate(job.hosts):
         left = wanted.get(h, 0)
         if left > 0:
             wanted[h] = left - 1
-            keep.append(True)
         else:
-            keep.append(False)
-    spare = (h for h, left in wanted.items() for _ in range(left))  # Counter.elements(): taken in order
-    return [Migrate(job.spec.id, i, next(spare)) for i, kept in enumerate(keep) if not kept]
+            moving.append(i)
+    spare = [h for h, left in wanted.items() for _ in range(left)]  # Counter.elements(): in order
+    jid = job.spec.id
+    return [Migrate(jid, i, h) for i, h in zip(moving, spare, strict=True)]
 
 
 def dynmcb8() -> DynMcb8:
