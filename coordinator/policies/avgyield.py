@@ -50,6 +50,8 @@ def raise_average_yield(
     need = np.asarray(need, dtype=float)
     cpu_cap = np.asarray(cpu_cap, dtype=float)
     njobs = need.shape[0]
+    if isinstance(min_yield, float) and min_yield >= 1.0:  # every job starts (clipped) at 1: nothing to raise
+        return np.ones(njobs)
     if (
         average_yield_parallel is not None
         and isinstance(min_yield, float)

@@ -120,6 +120,8 @@ def test_compiled_average_yield_matches_the_python_loop(monkeypatch: pytest.Monk
         need = rng.choice([0.25, 0.5, 1.0, float(rng.random())], njobs)
         cap = rng.choice([0.5, 1.0, 2.0], nhosts).astype(float)
         start = rng.choice([0.1, float(rng.random())]) if rng.random() < 0.5 else rng.random(njobs)
+        if rng.random() < 0.05:
+            start = float(rng.choice([1.0, 1.5]))  # nothing to raise (the shortcut for one start yield >= 1)
         cases.append((task_host, task_job, need, cap, start))
     compiled = [avgyield.raise_average_yield(*c) for c in cases]
     monkeypatch.setattr(avgyield, "average_yield_parallel", None)
