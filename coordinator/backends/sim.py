@@ -88,12 +88,15 @@ class SimBackend:
 
     def advance(self, until: float) -> list[Report]:
         # One pass computes every job's rate and finish time (_rate, _finish_time, inlined: this runs at
-        # every event for every job in the system); a paused job (rate 0) gains no work.
+        # every event for every job in the system); a paused job (rate 0) gains no work and never
+        # finishes (an infinite finish time, which neither the minimum nor the finished list would use).
         now = self._now
         finish: dict[str, float] = {}
         moving: list[tuple[_SimJob, float]] = []
         for name, j in self._jobs.items():
-            rate = j.cpu / j.spec.cpu_need if j.running else 0.0
+            if not j.running:
+                continue
+            rate = j.cpu / j.spec.cpu_need
             if rate <= 0.0:
                 finish[name] = math.inf
             else:
