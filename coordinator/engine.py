@@ -19,6 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
 
 from coordinator.backends.base import Backend, BackendError, Report
 from coordinator.metrics import History, Transition
@@ -77,7 +80,13 @@ class JobRecord:
 
 
 # Application order: releases first (pause, smaller shares), then moves, then acquisitions.
+_RANK: dict[type, int] = {Pause: 0, Migrate: 2, Start: 3, Resume: 3, Defer: 5}
+
+
 def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
+    rank = _RANK.get(type(action))  # the exact action types; SetShare (and any subclass) below
+    if rank is not None:
+        return rank
     if isinstance(action, Pause):
         return 0
     if isinstance(action, SetShare):
@@ -88,6 +97,45 @@ def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
     if isinstance(action, (Start, Resume)):
         return 3
     return 5
+
+
+# What a plan's action needs of its job's state, and the state it leaves the job in (Engine._check).
+_NEED: dict[type, tuple[JobState, ...]] = {
+    Start: (JobState.PENDING,),
+    Resume: (JobState.PAUSED,),
+    Pause: (JobState.RUNNING,),
+    SetShare: (JobState.RUNNING,),
+    Migrate: (JobState.RUNNING,),
+    Defer: (JobState.PENDING,),
+}
+_FINISHED = frozenset(s for s in JobState if s.finished)
+_AFTER: dict[type, JobState] = {
+    Start: JobState.RUNNING, Resume: JobState.RUNNING, Pause: JobState.PAUSED,
+    SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
+}
+
+
+@dataclass(frozen=True)
+class _HostTable:
+    """What the capacity check derives from the host list: the hosts by name (the last of a repeated
+    name), their positions in that mapping's order, and their capacities in that order."""
+
+    hosts: tuple[Host, ...]
+    by_name: dict[str, Host]
+    index: dict[str, int]
+    cpu: np.ndarray
+    mem: np.ndarray
+
+    @classmethod
+    def of(cls, hosts: tuple[Host, ...]) -> _HostTable:
+        by_name = {h.name: h for h in hosts}
+        return cls(
+            hosts,
+            by_name,
+            {name: i for i, name in enumerate(by_name)},
+            np.array([h.cpu for h in by_name.values()], dtype=float),
+            np.array([h.mem for h in by_name.values()], dtype=float),
+        )
 
 
 @dataclass(order=True)
@@ -124,6 +172,7 @@ class Engine:
         #: instant, also on a live backend whose clock moves between actions (so a pause and a resume
         #: elsewhere in one plan read as the migration they are, see ``metrics.job_results``).
         self._stamp: float | None = None
+        self._host_table: _HostTable | None = None  # the capacity check's, for the current host list
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -273,8 +322,8 @@ class Engine:
         self.schedule_arrivals(arrivals)
         while self.backend.now() < until:
             with self.lock:
-                running = any(r.state is JobState.RUNNING for r in self._live.values())
-                if not self._timers and not running:
+                # (the scan for a running job only when no timer is due: a periodic policy always has one)
+                if not self._timers and not any(r.state is JobState.RUNNING for r in self._live.values()):
                     if self._live:
                         stuck = sorted(self._live)
                         raise Stalled(f"{len(stuck)} jobs can never progress: {', '.join(stuck[:10])}")
@@ -286,12 +335,19 @@ class Engine:
 
     def snapshot(self) -> Snapshot:
         with self.lock:
-            self._sync_progress()
-            return Snapshot(
-                self.backend.now(),
-                tuple(self.hosts),
-                {j: r.view() for j, r in self._live.items()},
-            )
+            # _sync_progress and the views in one pass over the live jobs (a job's view depends on its
+            # own record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
+            progress = self.backend.progress
+            running, paused = JobState.RUNNING, JobState.PAUSED
+            views: dict[str, JobView] = {}
+            for job, rec in self._live.items():
+                state = rec.state
+                if state is running or state is paused:
+                    vt = progress(job) * rec.spec.work
+                    if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its view
+                        rec.vt = vt
+                views[job] = rec.view()
+            return Snapshot(self.backend.now(), tuple(self.hosts), MappingProxyType(views))
 
     def handle(self, stim: Stimulus) -> Plan:
         with self.lock:
@@ -314,26 +370,50 @@ class Engine:
         with self.lock:
             if not plan.actions:  # nothing changes: the state was checked when it was made
                 return
-            self._check(plan)
+            ordered = self._ordered(plan)  # the check follows the order the actions are applied in
+            self._check(plan, ordered)
             self._stamp = self.backend.now()
             try:
-                self._apply_checked(plan)
+                self._apply_checked(plan, ordered)
             finally:
                 self._stamp = None
 
-    def _apply_checked(self, plan: Plan) -> None:
+    def _ordered(self, plan: Plan) -> list[Action]:
+        jobs = self.jobs
+        return sorted(plan.actions, key=lambda a: _order(a, jobs))
+
+    def _apply_checked(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         moved: dict[str, JobRecord] = {}
-        for action in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
-            rec = self.jobs[action.job]
-            if rec.state.finished:  # failed earlier in this plan
+        # The hosts of jobs whose tasks are moving, as lists: a job's record gets them as one tuple when
+        # the moves are over (the next other action, a failure, or the end), not one tuple per task;
+        # nothing reads a record's hosts in between (a migration records no transition).
+        moving: dict[str, list[str]] = {}
+        jobs = self.jobs
+        for action in self._ordered(plan) if ordered is None else ordered:
+            rec = jobs[action.job]
+            if rec.state in _FINISHED:  # failed earlier in this plan
                 continue
+            if isinstance(action, Migrate):
+                try:
+                    self.backend.migrate(rec.spec.id, action.task, action.dst)
+                except BackendError as exc:
+                    self._settle(moving)
+                    self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
+                    continue
+                hosts = moving.get(action.job)
+                if hosts is None:
+                    hosts = moving[action.job] = list(rec.hosts)
+                hosts[action.task] = action.dst
+                moved[rec.spec.id] = rec
+                continue
+            if moving:
+                self._settle(moving)
             try:
                 self._apply_one(action, rec)
             except BackendError as exc:
                 self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
                 continue
-            if isinstance(action, Migrate):
-                moved[rec.spec.id] = rec
+        self._settle(moving)
         flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
         for job, error in flush() if flush is not None else []:
             self._fail(self.jobs[job], f"migrate failed: {error}")
@@ -341,7 +421,19 @@ class Engine:
             if not rec.state.finished:
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
 
+    def _settle(self, moving: dict[str, list[str]]) -> None:
+        """Give the records of moving jobs their hosts after the moves (see ``_apply_checked``)."""
+        for job, hosts in moving.items():
+            self.jobs[job].hosts = tuple(hosts)
+        moving.clear()
+
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
+        if isinstance(action, Migrate):  # (_apply_checked moves tasks itself, a job's moves at once)
+            self.backend.migrate(rec.spec.id, action.task, action.dst)
+            hosts = list(rec.hosts)
+            hosts[action.task] = action.dst
+            rec.hosts = tuple(hosts)
+            return
         now = self.backend.now() if self._stamp is None else self._stamp
         if isinstance(action, Start):
             progress = min(rec.vt / rec.spec.work, 1.0) if rec.vt > 0 else 0.0  # > 0: requeued after a loss
@@ -361,71 +453,72 @@ class Engine:
             self.backend.resume(rec.spec.id, action.hosts, action.cpu)
             rec.state, rec.hosts, rec.cpu = JobState.RUNNING, action.hosts, action.cpu
             self._record(rec.spec.id, JobState.PAUSED, JobState.RUNNING, rec.hosts, rec.cpu, "resume")
-        elif isinstance(action, Migrate):
-            self.backend.migrate(rec.spec.id, action.task, action.dst)
-            hosts = list(rec.hosts)
-            hosts[action.task] = action.dst
-            rec.hosts = tuple(hosts)
         elif isinstance(action, Defer):
             rec.attempts += 1
             self._push(action.until, "stim", Tick(action.job))
 
-    def _check(self, plan: Plan) -> None:
+    def _check(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         """Refuse a plan that is inconsistent with the state or over-commits a host."""
-        hosts = {h.name: h for h in self.hosts}
-        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self._live.items() if r.state is JobState.RUNNING}
-        need = {
-            Start: (JobState.PENDING,),
-            Resume: (JobState.PAUSED,),
-            Pause: (JobState.RUNNING,),
-            SetShare: (JobState.RUNNING,),
-            Migrate: (JobState.RUNNING,),
-            Defer: (JobState.PENDING,),
-        }
-        after = {
-            Start: JobState.RUNNING, Resume: JobState.RUNNING, Pause: JobState.PAUSED,
-            SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
-        }
+        table = self._host_table
+        if table is None or table.hosts != tuple(self.hosts):  # compares the same Host objects: quick
+            table = self._host_table = _HostTable.of(tuple(self.hosts))
+        hosts = table.by_name
+        running = JobState.RUNNING
+        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self._live.items() if r.state is running}
+        need, after = _NEED, _AFTER
         state: dict[str, JobState] = {}  # states as the plan moves them, in the order it is applied
         moved: dict[str, list[str]] = {}
-        for a in sorted(plan.actions, key=lambda a: _order(a, self.jobs)):
-            rec = self.jobs.get(a.job)
-            current = state.get(a.job, rec.state if rec else None)
-            if rec is None or current not in need[type(a)]:
+        jobs = self.jobs
+        for a in self._ordered(plan) if ordered is None else ordered:
+            job = a.job
+            rec = jobs.get(job)
+            current = state.get(job, rec.state if rec else None)
+            kind = type(a)
+            if rec is None or current not in need[kind]:
                 shown = current.value if current else "unknown"
                 raise PolicyError(f"{self.policy.name}: {a} on job in state {shown}")
-            state[a.job] = after[type(a)]
-            if isinstance(a, (Start, Resume)):
-                if len(a.hosts) != rec.spec.tasks or any(h not in hosts for h in a.hosts):
-                    raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")
-                placed[a.job] = (a.hosts, a.cpu, rec.spec)
-            elif isinstance(a, Pause):
-                placed.pop(a.job, None)
-            elif isinstance(a, SetShare):
-                h, _, s = placed[a.job]
-                placed[a.job] = (h, a.cpu, s)
-            elif isinstance(a, Migrate):
-                h, c, s = placed[a.job]
+            state[job] = after[kind]
+            if kind is Migrate:  # the commonest action first (need[kind] admits the six action types only)
+                h, c, s = placed[job]
                 if a.dst not in hosts or not 0 <= a.task < len(h):
                     raise PolicyError(f"{self.policy.name}: {a} names an unknown task or host")
-                if a.job not in moved:  # copy a job's hosts once, then move its tasks in place
-                    h = moved[a.job] = list(h)
-                    placed[a.job] = (h, c, s)
+                if job not in moved:  # copy a job's hosts once, then move its tasks in place
+                    h = moved[job] = list(h)
+                    placed[job] = (h, c, s)
                 h[a.task] = a.dst
-        cpu = dict.fromkeys(hosts, 0.0)
-        mem = dict.fromkeys(hosts, 0.0)
+            elif isinstance(a, (Start, Resume)):
+                if len(a.hosts) != rec.spec.tasks or not hosts.keys() >= set(a.hosts):
+                    raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")
+                placed[job] = (a.hosts, a.cpu, rec.spec)
+            elif isinstance(a, Pause):
+                placed.pop(job, None)
+            elif isinstance(a, SetShare):
+                h, _, s = placed[job]
+                placed[job] = (h, a.cpu, s)
+        # Each host's CPU and memory: every placed task's share added in placement order, as a loop over
+        # the tasks would add them (np.bincount sums its weights in the order given).
+        index = table.index
+        at: list[int] = []
+        cpu_w: list[float] = []
+        mem_w: list[float] = []
         for job, (hs, c, spec) in placed.items():
             if c <= 0 or c > spec.cpu_need + EPS:
                 raise PolicyError(f"{self.policy.name}: job {job} given cpu {c} outside (0, need={spec.cpu_need}]")
-            for h in hs:
-                cpu[h] += c
-                mem[h] += spec.mem
-        for h, host in hosts.items():
-            if cpu[h] > host.cpu + 1e-6 or mem[h] > host.mem + 1e-6:
-                raise PolicyError(
-                    f"{self.policy.name}: host {h} over capacity (cpu {cpu[h]:.4f}/{host.cpu}, "
-                    f"memory {mem[h]:.4f}/{host.mem})"
-                )
+            at += map(index.__getitem__, hs)
+            cpu_w += [c] * len(hs)
+            mem_w += [spec.mem] * len(hs)
+        n = len(index)
+        at_a = np.asarray(at, dtype=np.int64)
+        cpu = np.bincount(at_a, weights=np.asarray(cpu_w, dtype=float), minlength=n)
+        mem = np.bincount(at_a, weights=np.asarray(mem_w, dtype=float), minlength=n)
+        over = np.flatnonzero((cpu > table.cpu + 1e-6) | (mem > table.mem + 1e-6))
+        if over.size:
+            i = int(over[0])
+            host = list(hosts.values())[i]
+            raise PolicyError(
+                f"{self.policy.name}: host {host.name} over capacity (cpu {float(cpu[i]):.4f}/{host.cpu}, "
+                f"memory {float(mem[i]):.4f}/{host.mem})"
+            )
 
     def _on_report(self, report: Report) -> bool:
         """Record a finished job; True if the policy is to be told (it completed or failed now)."""
@@ -454,11 +547,6 @@ class Engine:
         self._live.pop(rec.spec.id, None)
         self._record(rec.spec.id, src, state, rec.hosts, rec.cpu, reason)
         rec.cpu = 0.0
-
-    def _sync_progress(self) -> None:
-        for job, rec in self._live.items():
-            if rec.state in (JobState.RUNNING, JobState.PAUSED):
-                rec.vt = self.backend.progress(job) * rec.spec.work
 
     def _record(
         self,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from coordinator.policies.avgyield_kernel import average_yield_parallel
+
 __all__ = ["raise_average_yield"]
 
 
@@ -48,17 +50,32 @@ def raise_average_yield(
     need = np.asarray(need, dtype=float)
     cpu_cap = np.asarray(cpu_cap, dtype=float)
     njobs = need.shape[0]
+    if isinstance(min_yield, float) and min_yield >= 1.0:  # every job starts (clipped) at 1: nothing to raise
+        return np.ones(njobs)
+    if (
+        average_yield_parallel is not None
+        and isinstance(min_yield, float)
+        and 0.0 < min_yield < 1.0
+        and task_job.shape[0] != njobs
+    ):  # one start yield (clipping leaves it as it is) and parallel jobs: straight to the compiled loop
+        yields = np.full(njobs, min_yield)
+        average_yield_parallel(task_host, task_job, need, cpu_cap, yields)
+        return yields
     start = np.clip(np.broadcast_to(np.asarray(min_yield, dtype=float), (njobs,)), 0.0, 1.0)
     yields = start.copy()
     if njobs == 0 or bool(np.all(start >= 1.0)):
+        return yields
+    ntasks = np.bincount(task_job, minlength=njobs)
+    sequential = task_job.shape[0] == njobs and bool(np.all(ntasks == 1))
+    if not sequential and average_yield_parallel is not None:
+        average_yield_parallel(task_host, task_job, need, cpu_cap, yields)  # the loop below, compiled
         return yields
     task_need = need[task_job]
     task_start = start[task_job]
     load = np.bincount(task_host, weights=task_need * task_start, minlength=cpu_cap.shape[0])
     slack = np.maximum(cpu_cap - load, 0.0)
-    ntasks = np.bincount(task_job, minlength=njobs)
 
-    if task_job.shape[0] == njobs and bool(np.all(ntasks == 1)):
+    if sequential:
         # Sequential jobs: per host, smallest need first (Sec. 3.5), vectorised with grouped cumsums.
         extra = task_need * (1.0 - task_start)
         order = np.lexsort((np.arange(task_host.shape[0]), task_need, task_host))

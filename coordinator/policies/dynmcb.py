@@ -37,8 +37,8 @@ counting defect; the removal bisection above is checked against one-at-a-time re
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -47,13 +47,24 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from coordinator.metrics import priority
-from coordinator.model import Complete, Host, JobState, JobView, Snapshot, Stimulus, Submit, Tick
+from coordinator.model import Complete, Host, JobSpec, JobState, JobView, Snapshot, Stimulus, Submit, Tick
 from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
-from coordinator.policies.base import EPS, greedy_placement, max_min_yields, placement_use, raise_yields
-from coordinator.policies.dfrs import reshare
-from coordinator.policies.packing import Allocation, Hosts, PackJob, PackProblem, mcb_allocate, mcb_pack
+from coordinator.policies.avgyield import raise_average_yield
+from coordinator.policies.base import EPS, raise_yields
+from coordinator.policies.mcb8_kernel import mcb8_removals
+from coordinator.policies.packing import (
+    Allocation,
+    Hosts,
+    PackJob,
+    PackProblem,
+    _host_arrays,
+    _pass_mcb8,
+    mcb_pack,
+    mcb_search,
+)
 
 DEFAULT_PERIOD_S = 600.0
+_CONSIDERED = frozenset((JobState.RUNNING, JobState.PAUSED, JobState.PENDING))  # the jobs a repacking places
 MIN_STRETCH_YIELD = 0.01
 
 
@@ -83,33 +94,62 @@ class DynMcb8:
     # ---- ASAP: GREEDY's admission between periods -------------------------------------------------
 
     def _start_now(self, snap: Snapshot, job_id: str) -> Plan:
-        placements = {j.id: j.hosts for j in snap.running}
-        specs = {j: v.spec for j, v in snap.jobs.items()}
-        hosts = greedy_placement(specs[job_id], snap.hosts, placement_use(snap.hosts, placements, specs))
-        if hosts is None:
+        """GREEDY's mapping for the new job, then every placed job's max-min + average-yield share: what
+        ``greedy_placement(spec, hosts, placement_use(...))``, ``max_min_yields`` and ``reshare`` compute
+        (:mod:`coordinator.policies.base`, :mod:`coordinator.policies.dfrs`), on per-host lists instead of
+        one HostUse object and dictionary per host, with every sum taken in the same order."""
+        info = _host_info(snap.hosts)
+        index = info.index
+        running = snap.running  # placement order: submission order
+        # placement_use: each running task's need and memory added to its host, in placement order (which
+        # is the order in which np.bincount adds its weights)
+        task_host: list[int] = []
+        needs: list[float] = []
+        mems: list[float] = []
+        for j in running:
+            hs = j.hosts
+            task_host += map(index.__getitem__, hs)
+            needs += [j.spec.cpu_need] * len(hs)
+            mems += [j.spec.mem] * len(hs)
+        at = np.asarray(task_host, dtype=np.int64)
+        load = np.bincount(at, weights=np.asarray(needs, dtype=float), minlength=len(index)).tolist()
+        used = np.bincount(at, weights=np.asarray(mems, dtype=float), minlength=len(index)).tolist()
+        spec = snap.jobs[job_id].spec
+        placed = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
+        if placed is None:
             return Plan()
-        placements[job_id] = hosts
-        cpu = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)[job_id]
-        return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
+        task_host += placed
+        # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
+        lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
+        base_yield = 1.0 / max(1.0, lam)
+        jobs = [j.spec for j in running] + [spec]
+        task_job = np.repeat(np.arange(len(jobs)), [len(j.hosts) for j in running] + [spec.tasks])
+        need = np.array([s.cpu_need for s in jobs], dtype=float)
+        raised = raise_average_yield(np.array(task_host, dtype=np.int64), task_job, need, info.capc, base_yield)
+        cpus = [float(y) * s.cpu_need for y, s in zip(raised.tolist(), jobs, strict=True)]
+        shares = [SetShare(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
+        return Plan((*shares, Start(job_id, tuple(info.names[i] for i in placed), cpus[-1])))
 
     # ---- the global repacking -----------------------------------------------------------------------
 
     def _repack(self, snap: Snapshot) -> Plan:
+        now = snap.now
         considered = sorted(
-            (j for j in snap.jobs.values() if j.state in (JobState.RUNNING, JobState.PAUSED, JobState.PENDING)),
-            key=lambda j: (j.spec.submit_time, j.id),
+            (j for j in snap.jobs.values() if j.state in _CONSIDERED),
+            key=lambda j: (j.spec.submit_time, j.spec.id),
         )
+        # priority(flow time, vt); JobView.flow_time(now) is now - submit_time
         by_priority = sorted(
-            considered, key=lambda j: (priority(j.flow_time(snap.now), j.vt), -j.spec.submit_time, j.id)
+            considered, key=lambda j: (priority(now - j.spec.submit_time, j.vt), -j.spec.submit_time, j.spec.id)
         )
-        removed = {j.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
+        removed = {j.spec.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
         while True:
-            jobs = [j for j in considered if j.id not in removed]
+            jobs = [j for j in considered if j.spec.id not in removed]
             if not jobs:
-                return self._plan(snap, {})
+                return self._plan(snap, {}, considered)
             result = self._stretch_pack(snap, jobs) if self.stretch else self._yield_pack(snap, jobs)
             if result is not None:
-                return self._plan(snap, result)
+                return self._plan(snap, result, considered)
             removed.add(next(j.id for j in by_priority if j.id not in removed))
 
     def _removals(self, snap: Snapshot, considered: list[JobView], by_priority: list[JobView]) -> int:
@@ -120,15 +160,30 @@ class DynMcb8:
         of removals by bisection (fewer removals pack less easily), which takes log(n) packings
         instead of n yield searches. If the full search then still fails, one more job is removed.
         """
-        caps = _caps(snap.hosts)
+        if not considered:
+            return 0
         floor = self.accuracy
+        rank = {j.spec.id: r for r, j in enumerate(by_priority)}
+        specs = [j.spec for j in considered]
+        need = np.array([s.cpu_need * floor for s in specs], dtype=float)
+        mem = np.array([s.mem for s in specs], dtype=float)
+        ranks = np.array([rank[s.id] for s in specs], dtype=np.int64)
+        tasks = np.array([s.tasks for s in specs], dtype=np.int64)
+        info = _host_info(snap.hosts)
+        capc, capm, limits = info.capc, info.capm, info.limits
+        if mcb8_removals is not None:  # the bisection below, compiled, probe for probe
+            return mcb8_removals(need, mem, ranks, tasks, capc, capm, *limits)
+        # The tasks of every considered job once, in job order (as PackProblem.build flattens them); a
+        # probe keeps those of the jobs not set aside. Same values, same order: the same packing pass.
+        t_need = np.repeat(need, tasks)
+        t_mem = np.repeat(mem, tasks)
+        t_rank = np.repeat(ranks, tasks)
 
         def packs(k: int) -> bool:
-            gone = {j.id for j in by_priority[:k]}
-            jobs = tuple(
-                PackJob(j.spec.tasks, j.spec.cpu_need * floor, j.spec.mem) for j in considered if j.id not in gone
-            )
-            return not jobs or _packs(jobs, caps)
+            if k == 0:
+                return _fits(t_need, t_mem, capc, capm, limits)
+            keep = t_rank >= k
+            return not keep.any() or _fits(t_need[keep], t_mem[keep], capc, capm, limits)
 
         if packs(0):
             return 0
@@ -143,13 +198,16 @@ class DynMcb8:
 
     def _yield_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
         alloc = _allocate(
-            tuple(PackJob(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs), _caps(snap.hosts), self.accuracy
+            tuple([(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]),  # PackJob fields, hashed in C
+            _host_info(snap.hosts).caps,
+            self.accuracy,
         )
         if alloc is None:
             return None
         names = _relabel(snap, jobs, [i for hs in alloc.hosts for i in hs])
+        needs, yields = alloc.needs, alloc.yields  # alloc.cpu(k) is needs[k] * yields[k]
         return {
-            j.id: (tuple(names[i] for i in alloc.hosts[k]), alloc.cpu(k)) for k, j in enumerate(jobs)
+            j.spec.id: (tuple([names[i] for i in alloc.hosts[k]]), needs[k] * yields[k]) for k, j in enumerate(jobs)
         }
 
     def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
@@ -200,22 +258,47 @@ class DynMcb8:
     # ---- from a packing to actions ----------------------------------------------------------------
 
     @staticmethod
-    def _plan(snap: Snapshot, result: dict[str, tuple[tuple[str, ...], float]]) -> Plan:
+    def _plan(
+        snap: Snapshot, result: dict[str, tuple[tuple[str, ...], float]], considered: list[JobView] | None = None
+    ) -> Plan:
+        """``considered``: the jobs in submission order (then id), as :attr:`Snapshot.running` sorts them."""
         actions: list[Action] = []
-        for job in snap.running:
-            if job.id not in result:
-                actions.append(Pause(job.id))
+        running, paused, pending = JobState.RUNNING, JobState.PAUSED, JobState.PENDING  # (enum lookups cost)
+        for job in snap.running if considered is None else considered:
+            if job.state is running and job.spec.id not in result:
+                actions.append(Pause(job.spec.id))
         for job_id, (hosts, cpu) in result.items():
             job = snap.jobs[job_id]
-            if job.state is JobState.PENDING:
+            if job.state is pending:
                 actions.append(Start(job_id, hosts, cpu))
-            elif job.state is JobState.PAUSED:
+            elif job.state is paused:
                 actions.append(Resume(job_id, hosts, cpu))
             else:
                 actions += _moves(job, hosts)
                 if abs(job.cpu - cpu) > EPS:
                     actions.append(SetShare(job_id, cpu))
         return Plan(tuple(actions))
+
+
+def _greedy_hosts(spec: JobSpec, info: _HostInfo, load: list[float], used: list[float]) -> list[int] | None:
+    """:func:`coordinator.policies.base.greedy_placement` on host positions: among hosts with memory for
+    one more task, the lowest relative CPU load (first listed on a tie) takes the next task. ``load``
+    gains the placed tasks' needs (the caller's max-min loads); None if some task does not fit."""
+    cpu, mem = info.cpu, info.mem
+    free_mem = [m - u for m, u in zip(mem, used, strict=True)]
+    heap = [(load[i] / cpu[i], i) for i in range(len(cpu)) if free_mem[i] + EPS >= spec.mem]
+    heapq.heapify(heap)
+    placed: list[int] = []
+    for _ in range(spec.tasks):
+        if not heap:
+            return None
+        _, best = heapq.heappop(heap)
+        placed.append(best)
+        load[best] += spec.cpu_need
+        free_mem[best] -= spec.mem
+        if free_mem[best] + EPS >= spec.mem:
+            heapq.heappush(heap, (load[best] / cpu[best], best))
+    return placed
 
 
 def _caps(hosts: Sequence[Host]) -> Hosts:
@@ -232,8 +315,19 @@ def _caps(hosts: Sequence[Host]) -> Hosts:
 
 
 @lru_cache(maxsize=256)
-def _allocate(jobs: tuple[PackJob, ...], caps: Hosts, accuracy: float) -> Allocation | None:
-    return mcb_allocate(jobs, caps, "MCB8", accuracy)
+def _allocate(jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy: float) -> Allocation | None:
+    """``mcb_allocate([PackJob(*j) for j in jobs], caps, "MCB8", accuracy)`` on the problem PackProblem.build
+    would make, built without its input checks: the jobs come from validated JobSpecs (need in (0, 1],
+    memory in [0, 1])."""
+    n = len(jobs)
+    need = np.array([j[1] for j in jobs], dtype=float)
+    mem = np.array([j[2] for j in jobs], dtype=float)
+    ntasks = np.array([j[0] for j in jobs], dtype=np.int64)
+    task_job = np.repeat(np.arange(n, dtype=np.int64), ntasks)
+    cpu_cap, mem_cap = _host_arrays(caps)
+    pack_jobs = tuple(PackJob(*j) for j in jobs)
+    prob = PackProblem(pack_jobs, need, mem, ntasks, task_job, need[task_job], mem[task_job], cpu_cap, mem_cap)
+    return mcb_search(prob, "MCB8", accuracy)
 
 
 @lru_cache(maxsize=1024)
@@ -241,53 +335,124 @@ def _packs(jobs: tuple[PackJob, ...], caps: Hosts) -> bool:
     return mcb_pack(PackProblem.build(jobs, caps), 1.0, "MCB8") is not None
 
 
-def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> list[str]:
+def _fits(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray, limits: tuple[float, float, float]) -> bool:
+    """``mcb_pack(PackProblem.build(jobs, hosts), 1.0, "MCB8") is not None`` for the tasks' CPU and memory
+    requirements ``c`` and ``m`` (at least one task), with the hosts' totals precomputed: ``limits`` is
+    (total CPU, total memory, largest memory). The same checks on the same arrays, then the same pass."""
+    cpu_total, mem_total, mem_max = limits
+    if float(c.sum()) > cpu_total + EPS * c.shape[0]:
+        return False
+    if float(m.sum()) > mem_total + EPS or not float(m.max()) <= mem_max + EPS:
+        return False
+    return _pass_mcb8(c, m, capc, capm) is not None
+
+
+@dataclass(frozen=True)
+class _HostInfo:
+    """What the packing and the relabelling derive from the hosts alone (the same at every event)."""
+
+    caps: Hosts
+    capc: np.ndarray  # per host CPU capacity (PackProblem's cpu_cap); read, never written
+    capm: np.ndarray  # per host memory capacity
+    limits: tuple[float, float, float]  # total CPU, total memory, largest memory (see _fits)
+    index: dict[str, int]  # host name -> position
+    names: tuple[str, ...]
+    cpu: tuple[float, ...]  # Host.cpu, Host.mem per position
+    mem: tuple[float, ...]
+    groups: tuple[tuple[int, ...], ...]  # positions of hosts of identical capacity, groups of two or more
+
+
+_LAST_HOSTS: list[tuple[tuple[Host, ...], _HostInfo | None]] = [((), None)]
+
+
+def _host_info(hosts: Sequence[Host]) -> _HostInfo:
+    """The :class:`_HostInfo` of ``hosts``, kept for the last host list seen: the engine hands every
+    snapshot the same Host objects, so the comparison is one identity check per host."""
+    last, info = _LAST_HOSTS[0]
+    hosts = tuple(hosts)
+    if info is not None and last == hosts:
+        return info
+    caps = _caps(hosts)
+    capc, capm = _host_arrays(caps)
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, h in enumerate(hosts):
+        groups.setdefault((h.cpu, h.mem), []).append(i)
+    info = _HostInfo(
+        caps=caps,
+        capc=capc,
+        capm=capm,
+        limits=(float(capc.sum()), float(capm.sum()), float(capm.max())),
+        index={h.name: i for i, h in enumerate(hosts)},
+        names=tuple(h.name for h in hosts),
+        cpu=tuple(h.cpu for h in hosts),
+        mem=tuple(h.mem for h in hosts),
+        groups=tuple(tuple(g) for g in groups.values() if len(g) >= 2),
+    )
+    _LAST_HOSTS[0] = (hosts, info)
+    return info
+
+
+def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> tuple[str, ...]:
     """Host name for each packing host index, keeping as many tasks in place as possible.
 
     Only hosts of identical capacity are swapped. ``task_host`` lists the packing's host of every task,
     jobs in order and tasks in order within a job.
     """
-    hosts = snap.hosts
-    n = len(hosts)
-    index = {h.name: i for i, h in enumerate(hosts)}
+    info = _host_info(snap.hosts)
+    index = info.index
+    running = JobState.RUNNING
     bins: list[int] = []  # the packing's host of every task now running, and that task's current host
     now_on: list[int] = []
     k = 0
     for j in jobs:
-        if j.state is JobState.RUNNING:
-            m = min(j.spec.tasks, len(j.hosts))
+        tasks = j.spec.tasks
+        if j.state is running:
+            m = min(tasks, len(j.hosts))
             bins += task_host[k : k + m]
             now_on += [index[h] for h in j.hosts[:m]]
-        k += j.spec.tasks
+        k += tasks
+    return _assign(tuple(bins), tuple(now_on), info.names, info.groups)
+
+
+# Between two periods in which nothing arrived, ended or moved, a repacking meets the same tasks on the
+# same hosts (about 40% of the assignments of a 1,000-job DYNMCB8-ASAP-PER run repeat the previous one):
+# the assignment, a function of these arguments alone, is then not solved again.
+@lru_cache(maxsize=64)
+def _assign(
+    bins: tuple[int, ...], now_on: tuple[int, ...], hosts: tuple[str, ...], groups: tuple[tuple[int, ...], ...]
+) -> tuple[str, ...]:
+    """The relabelling's assignment: ``bins[k]`` is the packing host of a running task now on host
+    position ``now_on[k]``; hosts of a group are matched so as to keep the most tasks in place."""
+    n = len(hosts)
     # stay[bin, host]: tasks now on host that the bin holds
     stay = np.bincount(np.asarray(bins, dtype=np.int64) * n + np.asarray(now_on, dtype=np.int64),
                        minlength=n * n).astype(float).reshape(n, n)
-    names = [h.name for h in hosts]
-    groups: dict[tuple[float, float], list[int]] = {}
-    for i, h in enumerate(hosts):
-        groups.setdefault((h.cpu, h.mem), []).append(i)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    names = list(hosts)
+    for members in groups:
         sub = stay if len(members) == n else stay[np.ix_(members, members)]
         rows, cols = linear_sum_assignment(sub, maximize=True)
-        for r, c in zip(rows, cols, strict=True):
-            names[members[r]] = hosts[members[c]].name
-    return names
+        for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+            names[members[r]] = hosts[members[c]]
+    return tuple(names)
 
 
 def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
     """Migrate only the tasks whose host is not among the new hosts (as a multiset)."""
-    wanted = Counter(new_hosts)
-    keep = []
-    for h in job.hosts:
-        if wanted[h] > 0:
-            wanted[h] -= 1
-            keep.append(True)
+    if job.hosts == new_hosts:  # the common case after relabelling: every task stays
+        return []
+    wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order
+    for h in new_hosts:
+        wanted[h] = wanted.get(h, 0) + 1
+    moving = []  # the tasks whose host is not (or no longer) wanted, in task order
+    for i, h in enumerate(job.hosts):
+        left = wanted.get(h, 0)
+        if left > 0:
+            wanted[h] = left - 1
         else:
-            keep.append(False)
-    spare = list(wanted.elements())
-    return [Migrate(job.id, i, spare.pop(0)) for i, kept in enumerate(keep) if not kept]
+            moving.append(i)
+    spare = [h for h, left in wanted.items() for _ in range(left)]  # Counter.elements(): in order
+    jid = job.spec.id
+    return [Migrate(jid, i, h) for i, h in zip(moving, spare, strict=True)]
 
 
 def dynmcb8() -> DynMcb8:

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coordinator.policies.avgyield import raise_average_yield
-from coordinator.policies.mcb8_kernel import mcb8_pass
+from coordinator.policies.mcb8_kernel import mcb8_pack, mcb8_search, min_yield
 
 __all__ = [
     "EPS",
@@ -286,6 +286,17 @@ def mcb_pack(prob: PackProblem, yield_: float, key: str = "MCB8", *, generic: bo
     return _pass_generic(c, m, prob.cpu_cap, prob.mem_cap, key)
 
 
+def _probe(prob: PackProblem, yield_: float, key: str, cpu_total: float) -> np.ndarray | None:
+    """:func:`mcb_pack` inside a search that has already checked memory and has tasks: the same pass,
+    without recomputing what does not depend on the yield (``cpu_total`` is ``prob.cpu_cap.sum()``)."""
+    c = prob.task_need * yield_
+    if float(c.sum()) > cpu_total + EPS * c.shape[0]:
+        return None
+    if key == "MCB8":
+        return _pass_mcb8(c, prob.task_mem, prob.cpu_cap, prob.mem_cap)
+    return _pass_generic(c, prob.task_mem, prob.cpu_cap, prob.mem_cap, key)
+
+
 def _pass_generic(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray, key: str) -> np.ndarray | None:
     fn, desc = MCB_KEYS[key]
     n = c.shape[0]
@@ -404,19 +415,10 @@ def _query(lst: _SortedList, ap: float, asec: float) -> int:
 
 def _pass_mcb8(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray) -> np.ndarray | None:
     """MCB8's pass: the compiled kernel of :mod:`coordinator.policies.mcb8_kernel` when numba is there."""
-    n = c.shape[0]
-    heavy = c > m
-    prim = np.where(heavy, c, m)
-    sec = np.where(heavy, m, c)
-    order = np.lexsort((np.arange(n), -prim))
-    hv = heavy[order]
-    ci = order[hv]
-    mi = order[~hv]
-    if mcb8_pass is not None:
-        task_host = np.full(n, -1, dtype=np.int64)
-        ok = mcb8_pass(prim[ci], sec[ci], ci, prim[mi], sec[mi], mi, capc, capm, task_host)
-        return task_host if ok else None
-    return _pass_mcb8_lists(n, prim, sec, ci, mi, capc, capm)
+    if mcb8_pack is not None:
+        task_host = np.full(c.shape[0], -1, dtype=np.int64)
+        return task_host if mcb8_pack(c, m, capc, capm, task_host) else None
+    return _pass_mcb8_py(c, m, capc, capm)
 
 
 def _pass_mcb8_py(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray) -> np.ndarray | None:
@@ -507,16 +509,19 @@ def placement_min_yield(prob: PackProblem, task_host: np.ndarray) -> float:
 
 
 def _finish(
-    prob: PackProblem, task_host: np.ndarray, algorithm: str, search_yield: float, probes: int, average: bool
+    prob: PackProblem, task_host: np.ndarray, algorithm: str, search_yield: float, probes: int, average: bool,
+    y: float | None = None,
 ) -> Allocation | None:
-    y = placement_min_yield(prob, task_host)
+    """The allocation of a placement; ``y`` is its :func:`placement_min_yield` if the caller has it."""
+    if y is None:
+        y = placement_min_yield(prob, task_host)
     if y < 0.0:
         return None
     if average:
         yields = raise_average_yield(task_host, prob.task_job, prob.need, prob.cpu_cap, y)
     else:
         yields = np.full(len(prob.jobs), y)
-    bounds = np.concatenate(([0], np.cumsum(prob.ntasks)))
+    bounds = np.concatenate(([0], np.cumsum(prob.ntasks))).tolist()
     th = task_host.tolist()
     per_job = tuple(tuple(th[bounds[i] : bounds[i + 1]]) for i in range(len(prob.jobs)))
     ylist = yields.tolist()
@@ -552,10 +557,23 @@ def mcb_search(
         return None
     fast = search == "fast"
     ub = prob.yield_upper_bound()
+    cpu_total = float(prob.cpu_cap.sum())
+    if fast and key == "MCB8" and mcb8_search is not None and min_yield is not None:
+        # the loop below, compiled, probe for probe
+        best_th = np.empty(prob.n_tasks, dtype=np.int64)
+        found, sy, probes = mcb8_search(
+            prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap, ub, cpu_total, float(accuracy), best_th
+        )
+        if not found:
+            return None
+        # placement_min_yield, compiled (the same sums in the same order, tested equal), on the kernel's
+        # own placement: every index is a host
+        y = min_yield(best_th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap)
+        return _finish(prob, best_th, key, sy, probes, average, y)
     probes = 0
     if fast:
         probes += 1
-        th = mcb_pack(prob, ub, key)
+        th = _probe(prob, ub, key, cpu_total)
         if th is not None:
             return _finish(prob, th, key, ub, probes, average)
     lo, hi = 0.0, ub
@@ -565,7 +583,7 @@ def mcb_search(
     y = ub / 2.0
     while True:
         probes += 1
-        th = mcb_pack(prob, y, key)
+        th = _probe(prob, y, key, cpu_total)
         if th is not None:
             got = placement_min_yield(prob, th) if fast else y
             if best is None or got > best_y:
