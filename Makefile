@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard proto/vcemu/v1/*.proto)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m coordinator.warmup  # compiles the policies' numba kernels into numba's disk cache
 	touch $(STAMP)
 
 install: $(STAMP)

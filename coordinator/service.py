@@ -39,6 +39,7 @@ from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
 from coordinator.store import Store
+from coordinator.warmup import warm_kernels
 from node_agent.tls import TlsFiles
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
@@ -463,12 +464,16 @@ class CoordinatorServer:
         """Declare an agent lost after ``heartbeat_misses`` silent intervals: its hosts leave the cluster
         and its jobs go back to pending with their progress (restart from the last checkpoint). An
         answered Status poll counts as a sign of life too (an agent registered by hand, without a
-        registrar, is alive as long as it answers)."""
+        registrar, is alive as long as it answers), and an agent is declared lost only when the engine
+        loop's last poll of it went unanswered as well: if the loop itself was held up (a long decision),
+        the coordinator was not listening, and the silence says nothing about the agent."""
         while not self._stop.wait(self.heartbeat_s / 4):
             deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
             for agent_id, last in list(self.heartbeats.items()):
                 handle = self.backend.agents.get(agent_id)
-                if handle is not None and max(last, handle.last_seen) < deadline:
+                # Silence counts only if the coordinator was listening: the last Status poll must have gone
+                # unanswered too. A stalled engine loop (no polls) is not evidence against the agent.
+                if handle is not None and handle.silent and max(last, handle.last_seen) < deadline:
                     self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
                                     f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
 
@@ -521,6 +526,9 @@ class CoordinatorServer:
                 self._stop.wait(0.5)
 
     def start(self) -> CoordinatorServer:
+        took = warm_kernels()  # before serving: a first decision must not stall the loop compiling
+        if took > 1.0:
+            log.info("policy kernels compiled in %.1f s", took)
         self.grpc.start()
         self._loop.start()
         self._watch.start()

@@ -98,6 +98,8 @@ class DynMcb8:
         ``greedy_placement(spec, hosts, placement_use(...))``, ``max_min_yields`` and ``reshare`` compute
         (:mod:`coordinator.policies.base`, :mod:`coordinator.policies.dfrs`), on per-host lists instead of
         one HostUse object and dictionary per host, with every sum taken in the same order."""
+        if not snap.hosts:
+            return Plan()
         info = _host_info(snap.hosts)
         index = info.index
         running = snap.running  # placement order: submission order
@@ -142,6 +144,8 @@ class DynMcb8:
         by_priority = sorted(
             considered, key=lambda j: (priority(now - j.spec.submit_time, j.vt), -j.spec.submit_time, j.spec.id)
         )
+        if not snap.hosts:  # every agent lost (live): nothing can run; jobs wait for hosts to return
+            return self._plan(snap, {}, considered)
         removed = {j.spec.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
         while True:
             jobs = [j for j in considered if j.spec.id not in removed]

@@ -26,8 +26,8 @@ MIB = 1 << 20
 
 
 class Cluster:
-    def __init__(self, policy: str, hosts: int, cores: float = 0.4) -> None:
-        self.server = CoordinatorServer(get_policy(policy), port=0, metrics_port=0).start()
+    def __init__(self, policy: str, hosts: int, cores: float = 0.4, heartbeat_s: float = 2.0) -> None:
+        self.server = CoordinatorServer(get_policy(policy), port=0, metrics_port=0, heartbeat_s=heartbeat_s).start()
         specs = [HostSpec(f"h{i}", cores, 512 * MIB) for i in range(hosts)]
         self.agent: RunningAgent = start_agent(specs, agent_id=f"pytest-live-{os.getpid()}-{policy}", port=0)
         self.channel = grpc.insecure_channel(self.server.address)
@@ -145,5 +145,23 @@ def test_dynmcb8_repacks_live_and_every_job_finishes_once(cgroups_required):
         assert all(j.virtual_time == pytest.approx(3.0) for j in done)
         finishes = [t.job for t in cluster.server.engine.history.transitions if t.dst.value == "done"]
         assert sorted(finishes) == sorted(jobs)
+    finally:
+        cluster.close()
+
+
+def test_a_stalled_engine_loop_does_not_declare_a_live_agent_lost(cgroups_required):
+    """The engine loop is held up (here: its lock held for 5 heartbeat intervals, as a long first
+    decision would) while the agent is fine. The coordinator was not polling, so the silence is not the
+    agent's: it stays registered, and work submitted afterwards runs on it."""
+    cluster = Cluster("dynmcb8", hosts=1, heartbeat_s=0.3)
+    try:
+        agent_id = cluster.agent.core.agent_id
+        time.sleep(0.5)  # a few polls answered
+        with cluster.server.engine.lock:
+            time.sleep(1.5)
+        time.sleep(0.6)  # two watchdog intervals and a poll after the stall
+        assert agent_id in cluster.server.backend.agents
+        (job,) = cluster.wait([cluster.submit(work=1.0)], timeout=20)
+        assert job.state == "done"
     finally:
         cluster.close()

@@ -2,9 +2,9 @@
 
 import pytest
 
-from coordinator.model import Complete, Submit, Tick
+from coordinator.model import Complete, HostLost, Submit, Tick
 from coordinator.plan import Defer, Plan, SetShare, Start
-from coordinator.policies import UnknownPolicy, get_policy
+from coordinator.policies import POLICIES, UnknownPolicy, get_policy
 from coordinator.policies.base import max_min_yields
 from coordinator.policies.batch import FCFS
 from coordinator.policies.dfrs import Greedy
@@ -104,3 +104,13 @@ def test_policy_registry():
     assert get_policy("GREEDY").name == "greedy"
     with pytest.raises(UnknownPolicy, match="unknown policy 'nope'"):
         get_policy("nope")
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_with_every_host_lost_a_policy_starts_nothing_and_does_not_fail(name: str) -> None:
+    """A live cluster can lose all its agents (hosts leave with them); the engine keeps deciding. Every
+    policy must then return a plan that starts nothing: the pending jobs wait for hosts to come back."""
+    a, b = spec("a"), spec("b", tasks=2)
+    for stimulus in (Submit("b"), HostLost("h0"), Tick()):
+        plan = get_policy(name).decide(snap(100.0, (), pending(a), pending(b)), stimulus)
+        assert not [act for act in plan.actions if isinstance(act, Start)], (name, stimulus, plan)
