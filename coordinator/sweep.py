@@ -337,6 +337,13 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(f"vcemu sweep: --{name}: must be >= 0")
     if a.jobs < 2 or a.hosts < 1 or a.workers < 1 or a.cell_timeout <= 0:
         raise SystemExit("vcemu sweep: --jobs >= 2, --hosts >= 1, --workers >= 1, --cell-timeout > 0 required")
+    if a.traces or a.unscaled:  # the Lublin model's size distribution needs a big enough machine
+        from workloads.lublin import LublinParams
+
+        try:
+            LublinParams(nodes=a.hosts)
+        except ValueError as exc:
+            raise SystemExit(f"vcemu sweep: --hosts: {exc}") from None
     if a.max_jobs is not None and a.max_jobs < 2:
         raise SystemExit("vcemu sweep: --max-jobs: must be >= 2")
     if not (math.isfinite(a.job_scale) and a.job_scale > 0):

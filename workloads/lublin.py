@@ -161,7 +161,12 @@ class LublinParams:
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"{name}: must be a probability in [0, 1], got {v!r}")
         if not self.ulow <= self.umed <= self.uhi:
-            raise ValueError(f"need ulow <= umed <= uhi, got {self.ulow}, {self.umed}, {self.uhi}")
+            # umed = log2(nodes) - umed_below_uhi: with the published parameters, fewer than 10 nodes
+            least = math.ceil(2 ** (self.ulow + self.umed_below_uhi))
+            raise ValueError(
+                f"nodes: the model's parallel job sizes need ulow <= umed <= uhi, where umed = log2(nodes) - "
+                f"umed_below_uhi; got ulow {self.ulow:g}, umed {self.umed:g}, uhi {self.uhi:g} for {self.nodes} "
+                f"nodes (with these parameters nodes must be >= {least})")
         for name in ("a1", "b1", "a2", "b2", "aarr", "barr", "anum", "bnum"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)!r}")

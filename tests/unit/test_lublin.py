@@ -109,6 +109,10 @@ def test_params_for_other_machines() -> None:
     assert max(j.size for j in jobs) == 256
     with pytest.raises(ValueError, match="nodes"):
         LublinParams(nodes=1)
+    # umed = log2(nodes) - 2.5 falls below ulow = 0.8 under 10 nodes: the error says so and names the bound
+    assert LublinParams(nodes=10).umed >= 0.8
+    with pytest.raises(ValueError, match=r"^nodes: .* for 8 nodes \(with these parameters nodes must be >= 10\)"):
+        LublinParams(nodes=8)
     with pytest.raises(ValueError, match="serial_prob"):
         LublinParams(serial_prob=1.5)
 

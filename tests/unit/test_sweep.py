@@ -69,6 +69,7 @@ def test_aggregation_follows_001_section_v():
     (["--penalties", "-1"], "--penalties"),
     (["--hpc2n-weeks", "a-b"], "--hpc2n-weeks"),
     (["--job-scale", "0"], "--job-scale"),
+    (["--hosts", "8"], r"--hosts: nodes: .* nodes must be >= 10"),
 ])
 def test_bad_settings_are_refused_by_name(argv, message):
     with pytest.raises(SystemExit, match=message):
