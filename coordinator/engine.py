@@ -37,7 +37,7 @@ from coordinator.model import (
     Submit,
     Tick,
 )
-from coordinator.plan import Action, Defer, Migrate, Pause, Plan, Resume, SetShare, Start
+from coordinator.plan import Action, Defer, Migrate, Move, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.base import EPS, Policy
 
 Listener = Callable[[Transition], None]
@@ -80,7 +80,7 @@ class JobRecord:
 
 
 # Application order: releases first (pause, smaller shares), then moves, then acquisitions.
-_RANK: dict[type, int] = {Pause: 0, Migrate: 2, Start: 3, Resume: 3, Defer: 5}
+_RANK: dict[type, int] = {Pause: 0, Migrate: 2, Move: 2, Start: 3, Resume: 3, Defer: 5}
 
 
 def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
@@ -92,7 +92,7 @@ def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
     if isinstance(action, SetShare):
         rec = jobs.get(action.job)  # an unknown job is refused by _check, not here
         return 1 if rec is None or action.cpu <= rec.cpu else 4
-    if isinstance(action, Migrate):
+    if isinstance(action, (Migrate, Move)):
         return 2
     if isinstance(action, (Start, Resume)):
         return 3
@@ -106,12 +106,13 @@ _NEED: dict[type, tuple[JobState, ...]] = {
     Pause: (JobState.RUNNING,),
     SetShare: (JobState.RUNNING,),
     Migrate: (JobState.RUNNING,),
+    Move: (JobState.RUNNING,),
     Defer: (JobState.PENDING,),
 }
 _FINISHED = frozenset(s for s in JobState if s.finished)
 _AFTER: dict[type, JobState] = {
     Start: JobState.RUNNING, Resume: JobState.RUNNING, Pause: JobState.PAUSED,
-    SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Defer: JobState.PENDING,
+    SetShare: JobState.RUNNING, Migrate: JobState.RUNNING, Move: JobState.RUNNING, Defer: JobState.PENDING,
 }
 
 
@@ -408,6 +409,10 @@ class Engine:
                 continue
             if moving:
                 self._settle(moving)
+            if type(action) is Move:
+                if self._move(rec, action.hosts):
+                    moved[rec.spec.id] = rec
+                continue
             try:
                 self._apply_one(action, rec)
             except BackendError as exc:
@@ -420,6 +425,26 @@ class Engine:
         for job, rec in moved.items():  # one migration per job and event, however many tasks moved
             if not rec.state.finished:
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
+
+    def _move(self, rec: JobRecord, new: tuple[str, ...]) -> bool:
+        """Carry out a checked Move: the backend moves each task whose host changes, in task order, as it
+        would for one Migrate per task. True if the job moved; on a backend failure the job fails with
+        the hosts its tasks had reached (and False)."""
+        old = rec.hosts
+        if old == new:
+            return False
+        migrate = self.backend.migrate
+        job = rec.spec.id
+        for i, (was, dst) in enumerate(zip(old, new, strict=True)):
+            if was != dst:
+                try:
+                    migrate(job, i, dst)
+                except BackendError as exc:
+                    rec.hosts = (*new[:i], *old[i:])
+                    self._fail(rec, f"move failed: {exc}")
+                    return False
+        rec.hosts = new
+        return True
 
     def _settle(self, moving: dict[str, list[str]]) -> None:
         """Give the records of moving jobs their hosts after the moves (see ``_apply_checked``)."""
@@ -486,6 +511,12 @@ class Engine:
                     h = moved[job] = list(h)
                     placed[job] = (h, c, s)
                 h[a.task] = a.dst
+            elif kind is Move:
+                h, c, s = placed[job]
+                if len(a.hosts) != len(h) or not hosts.keys() >= set(a.hosts):
+                    raise PolicyError(f"{self.policy.name}: {a} needs {len(h)} known hosts")
+                placed[job] = (a.hosts, c, s)
+                moved.pop(job, None)  # a later Migrate of this job copies the moved hosts again
             elif isinstance(a, (Start, Resume)):
                 if len(a.hosts) != rec.spec.tasks or not hosts.keys() >= set(a.hosts):
                     raise PolicyError(f"{self.policy.name}: {a} needs {rec.spec.tasks} known hosts")

@@ -48,7 +48,7 @@ from scipy.optimize import linear_sum_assignment
 
 from coordinator.metrics import priority
 from coordinator.model import Complete, Host, JobSpec, JobState, JobView, Snapshot, Stimulus, Submit, Tick
-from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
+from coordinator.plan import Action, Move, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.avgyield import raise_average_yield
 from coordinator.policies.base import EPS, raise_yields
 from coordinator.policies.mcb8_kernel import mcb8_removals
@@ -278,7 +278,9 @@ class DynMcb8:
             elif job.state is paused:
                 actions.append(Resume(job_id, hosts, cpu))
             else:
-                actions += _moves(job, hosts)
+                moved = _moved_hosts(job.hosts, hosts)
+                if moved is not None:
+                    actions.append(Move(job_id, moved))
                 if abs(job.cpu - cpu) > EPS:
                     actions.append(SetShare(job_id, cpu))
         return Plan(tuple(actions))
@@ -440,23 +442,29 @@ def _assign(
     return tuple(names)
 
 
-def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
-    """Migrate only the tasks whose host is not among the new hosts (as a multiset)."""
-    if job.hosts == new_hosts:  # the common case after relabelling: every task stays
-        return []
+def _moved_hosts(hosts: tuple[str, ...], new_hosts: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The job's hosts after moving only the tasks whose host is not among the new hosts (as a multiset),
+    each to a host the new placement has to spare (in task order, spares in first-seen order); None if no
+    task moves. A moving task never lands on its own host: that host had no place left for it."""
+    if hosts == new_hosts:  # the common case after relabelling: every task stays
+        return None
     wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order
     for h in new_hosts:
         wanted[h] = wanted.get(h, 0) + 1
     moving = []  # the tasks whose host is not (or no longer) wanted, in task order
-    for i, h in enumerate(job.hosts):
+    for i, h in enumerate(hosts):
         left = wanted.get(h, 0)
         if left > 0:
             wanted[h] = left - 1
         else:
             moving.append(i)
+    if not moving:
+        return None
+    out = list(hosts)
     spare = [h for h, left in wanted.items() for _ in range(left)]  # Counter.elements(): in order
-    jid = job.spec.id
-    return [Migrate(jid, i, h) for i, h in zip(moving, spare, strict=True)]
+    for i, h in zip(moving, spare, strict=True):
+        out[i] = h
+    return tuple(out)
 
 
 def dynmcb8() -> DynMcb8:
