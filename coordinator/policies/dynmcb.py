@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -46,8 +47,18 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from coordinator.metrics import priority
-from coordinator.model import Complete, Host, JobSpec, JobState, JobView, Snapshot, Stimulus, Submit, Tick
+from coordinator.model import (
+    STRETCH_BOUND_S,
+    Complete,
+    Host,
+    JobSpec,
+    JobState,
+    JobView,
+    Snapshot,
+    Stimulus,
+    Submit,
+    Tick,
+)
 from coordinator.plan import Action, Move, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.avgyield import raise_average_yield
 from coordinator.policies.base import EPS, raise_yields
@@ -136,14 +147,19 @@ class DynMcb8:
 
     def _repack(self, snap: Snapshot) -> Plan:
         now = snap.now
-        considered = sorted(
-            (j for j in snap.jobs.values() if j.state in _CONSIDERED),
-            key=lambda j: (j.spec.submit_time, j.spec.id),
-        )
-        # priority(flow time, vt); JobView.flow_time(now) is now - submit_time
-        by_priority = sorted(
-            considered, key=lambda j: (priority(now - j.spec.submit_time, j.vt), -j.spec.submit_time, j.spec.id)
-        )
+        # Sorted on key tuples built once (ids are unique, so a comparison never reaches the view), not
+        # through a key function called per job.
+        keyed = [(j.spec.submit_time, j.spec.id, j) for j in snap.jobs.values() if j.state in _CONSIDERED]
+        keyed.sort()
+        considered = [k[2] for k in keyed]
+        # priority(flow time, vt) of coordinator.metrics, inlined; JobView.flow_time(now) is now - submit_time
+        bound, inf = STRETCH_BOUND_S, math.inf
+        ranked = []
+        for t, jid, j in keyed:
+            vt, flow = j.vt, now - t
+            ranked.append((inf if vt <= 0.0 else (flow if flow > bound else bound) / (vt * vt), -t, jid, j))
+        ranked.sort()
+        by_priority = [k[3] for k in ranked]
         if not snap.hosts:  # every agent lost (live): nothing can run; jobs wait for hosts to return
             return self._plan(snap, {}, considered)
         removed = {j.spec.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
@@ -448,9 +464,7 @@ def _moved_hosts(hosts: tuple[str, ...], new_hosts: tuple[str, ...]) -> tuple[st
     task moves. A moving task never lands on its own host: that host had no place left for it."""
     if hosts == new_hosts:  # the common case after relabelling: every task stays
         return None
-    wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order
-    for h in new_hosts:
-        wanted[h] = wanted.get(h, 0) + 1
+    wanted = Counter(new_hosts)  # in first-seen order
     moving = []  # the tasks whose host is not (or no longer) wanted, in task order
     for i, h in enumerate(hosts):
         left = wanted.get(h, 0)
@@ -461,8 +475,7 @@ def _moved_hosts(hosts: tuple[str, ...], new_hosts: tuple[str, ...]) -> tuple[st
     if not moving:
         return None
     out = list(hosts)
-    spare = [h for h, left in wanted.items() for _ in range(left)]  # Counter.elements(): in order
-    for i, h in zip(moving, spare, strict=True):
+    for i, h in zip(moving, wanted.elements(), strict=True):  # the spare hosts, in first-seen order
         out[i] = h
     return tuple(out)
 
