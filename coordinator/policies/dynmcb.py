@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -464,18 +463,21 @@ def _moved_hosts(hosts: tuple[str, ...], new_hosts: tuple[str, ...]) -> tuple[st
     task moves. A moving task never lands on its own host: that host had no place left for it."""
     if hosts == new_hosts:  # the common case after relabelling: every task stays
         return None
-    wanted = Counter(new_hosts)  # in first-seen order
+    wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order (a dict is faster here)
+    for h in new_hosts:
+        wanted[h] = wanted.get(h, 0) + 1
     moving = []  # the tasks whose host is not (or no longer) wanted, in task order
     for i, h in enumerate(hosts):
         left = wanted.get(h, 0)
-        if left > 0:
+        if left:
             wanted[h] = left - 1
         else:
             moving.append(i)
     if not moving:
         return None
     out = list(hosts)
-    for i, h in zip(moving, wanted.elements(), strict=True):  # the spare hosts, in first-seen order
+    spare = [h for h, left in wanted.items() if left for h in [h] * left]  # Counter.elements(): in order
+    for i, h in zip(moving, spare, strict=True):
         out[i] = h
     return tuple(out)
 
