@@ -156,6 +156,19 @@ class _HostTable:
     index: dict[str, int]
     cpu: np.ndarray
     mem: np.ndarray
+    #: host positions of a job's hosts tuple, kept while it is seen again: a job keeps its hosts across
+    #: most decisions, and the check would otherwise look up every task's host at every plan
+    positions: dict[tuple[str, ...], list[int]] = field(default_factory=dict)
+
+    def at(self, hosts: tuple[str, ...] | list[str]) -> list[int]:
+        if type(hosts) is not tuple:  # a job's hosts as Migrates move them (a list, changing): not kept
+            return list(map(self.index.__getitem__, hosts))
+        got = self.positions.get(hosts)
+        if got is None:
+            if len(self.positions) >= 4096:  # bounded: a long run places many different jobs
+                self.positions.clear()
+            got = self.positions[hosts] = list(map(self.index.__getitem__, hosts))
+        return got
 
     @classmethod
     def of(cls, hosts: tuple[Host, ...]) -> _HostTable:
@@ -572,7 +585,7 @@ class Engine:
         for job, (hs, c, spec) in placed.items():
             if c <= 0 or c > spec.cpu_need + EPS:
                 raise PolicyError(f"{self.policy.name}: job {job} given cpu {c} outside (0, need={spec.cpu_need}]")
-            at += map(index.__getitem__, hs)
+            at += table.at(hs)
             cpus.append(c)
             mems.append(spec.mem)
             counts.append(len(hs))

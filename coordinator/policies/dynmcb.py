@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -223,11 +224,17 @@ class DynMcb8:
         )
         if alloc is None:
             return None
-        names = _relabel(snap, jobs, [i for hs in alloc.hosts for i in hs])
+        flat = list(chain.from_iterable(alloc.hosts))  # every task's packing host, jobs in order
+        names = _relabel(snap, jobs, flat)
+        named = list(map(names.__getitem__, flat))  # and its host name
         needs, yields = alloc.needs, alloc.yields  # alloc.cpu(k) is needs[k] * yields[k]
-        return {
-            j.spec.id: (tuple([names[i] for i in alloc.hosts[k]]), needs[k] * yields[k]) for k, j in enumerate(jobs)
-        }
+        out: dict[str, tuple[tuple[str, ...], float]] = {}
+        k0 = 0
+        for k, j in enumerate(jobs):
+            k1 = k0 + len(alloc.hosts[k])
+            out[j.spec.id] = (tuple(named[k0:k1]), needs[k] * yields[k])
+            k0 = k1
+        return out
 
     def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
         period = self.period_s or DEFAULT_PERIOD_S
@@ -430,7 +437,7 @@ def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> tuple
         if j.state is running:
             m = min(tasks, len(j.hosts))
             bins += task_host[k : k + m]
-            now_on += [index[h] for h in j.hosts[:m]]
+            now_on += map(index.__getitem__, j.hosts[:m])
         k += tasks
     return _assign(tuple(bins), tuple(now_on), info.names, info.groups)
 
