@@ -399,6 +399,7 @@ def _host_info(hosts: Sequence[Host]) -> _HostInfo:
     last, info = _LAST_HOSTS[0]
     hosts = tuple(hosts)
     if info is not None and last == hosts:
+        _LAST_HOSTS[0] = (hosts, info)  # equal hosts may be other objects (a new run): the next check is quick
         return info
     caps = _caps(hosts)
     capc, capm = _host_arrays(caps)
