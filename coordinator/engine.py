@@ -158,16 +158,18 @@ class _HostTable:
     mem: np.ndarray
     #: host positions of a job's hosts tuple, kept while it is seen again: a job keeps its hosts across
     #: most decisions, and the check would otherwise look up every task's host at every plan
-    positions: dict[tuple[str, ...], list[int]] = field(default_factory=dict)
+    positions: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)
 
-    def at(self, hosts: tuple[str, ...] | list[str]) -> list[int]:
+    def at(self, hosts: tuple[str, ...] | list[str]) -> np.ndarray:
+        """The positions of ``hosts`` (as int64; the check concatenates one array per job)."""
         if type(hosts) is not tuple:  # a job's hosts as Migrates move them (a list, changing): not kept
-            return list(map(self.index.__getitem__, hosts))
+            return np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64, count=len(hosts))
         got = self.positions.get(hosts)
         if got is None:
             if len(self.positions) >= 4096:  # bounded: a long run places many different jobs
                 self.positions.clear()
-            got = self.positions[hosts] = list(map(self.index.__getitem__, hosts))
+            got = self.positions[hosts] = np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64,
+                                                       count=len(hosts))
         return got
 
     @classmethod
@@ -578,19 +580,19 @@ class Engine:
         # Each host's CPU and memory: every placed task's share added in placement order, as a loop over
         # the tasks would add them (np.bincount sums its weights in the order given).
         index = table.index
-        at: list[int] = []
+        at: list[np.ndarray] = []
         cpus: list[float] = []  # per job; np.repeat gives each of its tasks the job's value
         mems: list[float] = []
         counts: list[int] = []
         for job, (hs, c, spec) in placed.items():
             if c <= 0 or c > spec.cpu_need + EPS:
                 raise PolicyError(f"{self.policy.name}: job {job} given cpu {c} outside (0, need={spec.cpu_need}]")
-            at += table.at(hs)
+            at.append(table.at(hs))
             cpus.append(c)
             mems.append(spec.mem)
             counts.append(len(hs))
         n = len(index)
-        at_a = np.asarray(at, dtype=np.int64)
+        at_a = np.concatenate(at) if at else np.zeros(0, dtype=np.int64)
         cpu = np.bincount(at_a, weights=np.repeat(np.asarray(cpus, dtype=float), counts), minlength=n)
         mem = np.bincount(at_a, weights=np.repeat(np.asarray(mems, dtype=float), counts), minlength=n)
         over = np.flatnonzero((cpu > table.cpu + 1e-6) | (mem > table.mem + 1e-6))

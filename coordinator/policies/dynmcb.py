@@ -40,7 +40,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
 
@@ -116,29 +116,32 @@ class DynMcb8:
         running = snap.running  # placement order: submission order
         # placement_use: each running task's need and memory added to its host, in placement order (which
         # is the order in which np.bincount adds its weights)
-        task_host: list[int] = []
+        ats: list[np.ndarray] = []  # per job its tasks' host positions; np.repeat gives each task its job's values
         needs: list[float] = []
         mems: list[float] = []
+        counts: list[int] = []
         for j in running:
             hs = j.hosts
-            task_host += map(index.__getitem__, hs)
-            needs += [j.spec.cpu_need] * len(hs)
-            mems += [j.spec.mem] * len(hs)
-        at = np.asarray(task_host, dtype=np.int64)
-        load = np.bincount(at, weights=np.asarray(needs, dtype=float), minlength=len(index)).tolist()
-        used = np.bincount(at, weights=np.asarray(mems, dtype=float), minlength=len(index)).tolist()
+            ats.append(info.at(hs))
+            needs.append(j.spec.cpu_need)
+            mems.append(j.spec.mem)
+            counts.append(len(hs))
+        at = np.concatenate(ats) if ats else np.zeros(0, dtype=np.int64)
+        n = len(index)
+        load = np.bincount(at, weights=np.repeat(np.asarray(needs, dtype=float), counts), minlength=n).tolist()
+        used = np.bincount(at, weights=np.repeat(np.asarray(mems, dtype=float), counts), minlength=n).tolist()
         spec = snap.jobs[job_id].spec
         placed = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
         if placed is None:
             return Plan()
-        task_host += placed
         # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
         lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
         base_yield = 1.0 / max(1.0, lam)
         jobs = [j.spec for j in running] + [spec]
-        task_job = np.repeat(np.arange(len(jobs)), [len(j.hosts) for j in running] + [spec.tasks])
+        task_job = np.repeat(np.arange(len(jobs)), [*counts, spec.tasks])
         need = np.array([s.cpu_need for s in jobs], dtype=float)
-        raised = raise_average_yield(np.array(task_host, dtype=np.int64), task_job, need, info.capc, base_yield)
+        task_host = np.concatenate((at, np.asarray(placed, dtype=np.int64)))
+        raised = raise_average_yield(task_host, task_job, need, info.capc, base_yield)
         cpus = [float(y) * s.cpu_need for y, s in zip(raised.tolist(), jobs, strict=True)]
         shares = [SetShare(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
         return Plan((*shares, Start(job_id, tuple(info.names[i] for i in placed), cpus[-1])))
@@ -388,6 +391,19 @@ class _HostInfo:
     cpu: tuple[float, ...]  # Host.cpu, Host.mem per position
     mem: tuple[float, ...]
     groups: tuple[tuple[int, ...], ...]  # positions of hosts of identical capacity, groups of two or more
+    #: host positions of a job's hosts tuple, kept while it is seen again (a job keeps its hosts across
+    #: most decisions); derived data, like the caches below, so the policy stays a pure function
+    positions: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, compare=False, hash=False)
+
+    def at(self, hosts: tuple[str, ...]) -> np.ndarray:
+        """The positions of ``hosts``, as int64."""
+        got = self.positions.get(hosts)
+        if got is None:
+            if len(self.positions) >= 4096:  # bounded: a long run places many different jobs
+                self.positions.clear()
+            got = self.positions[hosts] = np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64,
+                                                       count=len(hosts))
+        return got
 
 
 _LAST_HOSTS: list[tuple[tuple[Host, ...], _HostInfo | None]] = [((), None)]
