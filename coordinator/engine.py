@@ -392,7 +392,9 @@ class Engine:
                 if state is running or state is paused:
                     vt = (progress(job) or 0.0) * rec.spec.work
                     if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its view
-                        rec.vt = vt
+                        d = rec.__dict__  # rec.vt = vt, which drops its view, without __setattr__'s calls
+                        d["vt"] = vt
+                        d["_view"] = None
                 views[job] = rec.view()
             return Snapshot(self.backend.now(), tuple(self.hosts), MappingProxyType(views))
 
