@@ -52,6 +52,19 @@ class Migrate:
 
 
 @dataclass(frozen=True)
+class Move:
+    """Move some tasks of a running job at once: task ``i`` then runs on ``hosts[i]``; a task whose host is
+    unchanged stays where it is (live: only the others are checkpointed, stopped and restarted).
+
+    One action for what would be one ``Migrate`` per moving task: a repacking moves a job's tasks in one
+    decision (seed 001 Sec. III-B), and counts as one migration of that job (001 Table II).
+    """
+
+    job: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Defer:
     """Reconsider a pending job at time ``until`` (GREEDY's bounded exponential backoff)."""
 
@@ -59,7 +72,7 @@ class Defer:
     until: float
 
 
-Action = Start | SetShare | Pause | Resume | Migrate | Defer
+Action = Start | SetShare | Pause | Resume | Migrate | Move | Defer
 
 
 @dataclass(frozen=True)

@@ -40,15 +40,26 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from coordinator.metrics import priority
-from coordinator.model import Complete, Host, JobSpec, JobState, JobView, Snapshot, Stimulus, Submit, Tick
-from coordinator.plan import Action, Migrate, Pause, Plan, Resume, SetShare, Start
+from coordinator.model import (
+    STRETCH_BOUND_S,
+    Complete,
+    Host,
+    JobSpec,
+    JobState,
+    JobView,
+    Snapshot,
+    Stimulus,
+    Submit,
+    Tick,
+)
+from coordinator.plan import Action, Move, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.avgyield import raise_average_yield
 from coordinator.policies.base import EPS, raise_yields
 from coordinator.policies.mcb8_kernel import mcb8_removals
@@ -105,29 +116,32 @@ class DynMcb8:
         running = snap.running  # placement order: submission order
         # placement_use: each running task's need and memory added to its host, in placement order (which
         # is the order in which np.bincount adds its weights)
-        task_host: list[int] = []
+        ats: list[np.ndarray] = []  # per job its tasks' host positions; np.repeat gives each task its job's values
         needs: list[float] = []
         mems: list[float] = []
+        counts: list[int] = []
         for j in running:
             hs = j.hosts
-            task_host += map(index.__getitem__, hs)
-            needs += [j.spec.cpu_need] * len(hs)
-            mems += [j.spec.mem] * len(hs)
-        at = np.asarray(task_host, dtype=np.int64)
-        load = np.bincount(at, weights=np.asarray(needs, dtype=float), minlength=len(index)).tolist()
-        used = np.bincount(at, weights=np.asarray(mems, dtype=float), minlength=len(index)).tolist()
+            ats.append(info.at(hs))
+            needs.append(j.spec.cpu_need)
+            mems.append(j.spec.mem)
+            counts.append(len(hs))
+        at = np.concatenate(ats) if ats else np.zeros(0, dtype=np.int64)
+        n = len(index)
+        load = np.bincount(at, weights=np.repeat(np.asarray(needs, dtype=float), counts), minlength=n).tolist()
+        used = np.bincount(at, weights=np.repeat(np.asarray(mems, dtype=float), counts), minlength=n).tolist()
         spec = snap.jobs[job_id].spec
         placed = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
         if placed is None:
             return Plan()
-        task_host += placed
         # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
         lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
         base_yield = 1.0 / max(1.0, lam)
         jobs = [j.spec for j in running] + [spec]
-        task_job = np.repeat(np.arange(len(jobs)), [len(j.hosts) for j in running] + [spec.tasks])
+        task_job = np.repeat(np.arange(len(jobs)), [*counts, spec.tasks])
         need = np.array([s.cpu_need for s in jobs], dtype=float)
-        raised = raise_average_yield(np.array(task_host, dtype=np.int64), task_job, need, info.capc, base_yield)
+        task_host = np.concatenate((at, np.asarray(placed, dtype=np.int64)))
+        raised = raise_average_yield(task_host, task_job, need, info.capc, base_yield)
         cpus = [float(y) * s.cpu_need for y, s in zip(raised.tolist(), jobs, strict=True)]
         shares = [SetShare(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
         return Plan((*shares, Start(job_id, tuple(info.names[i] for i in placed), cpus[-1])))
@@ -136,14 +150,19 @@ class DynMcb8:
 
     def _repack(self, snap: Snapshot) -> Plan:
         now = snap.now
-        considered = sorted(
-            (j for j in snap.jobs.values() if j.state in _CONSIDERED),
-            key=lambda j: (j.spec.submit_time, j.spec.id),
-        )
-        # priority(flow time, vt); JobView.flow_time(now) is now - submit_time
-        by_priority = sorted(
-            considered, key=lambda j: (priority(now - j.spec.submit_time, j.vt), -j.spec.submit_time, j.spec.id)
-        )
+        # Sorted on key tuples built once (ids are unique, so a comparison never reaches the view), not
+        # through a key function called per job.
+        keyed = [(j.spec.submit_time, j.spec.id, j) for j in snap.jobs.values() if j.state in _CONSIDERED]
+        keyed.sort()
+        considered = [k[2] for k in keyed]
+        # priority(flow time, vt) of coordinator.metrics, inlined; JobView.flow_time(now) is now - submit_time
+        bound, inf = STRETCH_BOUND_S, math.inf
+        ranked = []
+        for t, jid, j in keyed:
+            vt, flow = j.vt, now - t
+            ranked.append((inf if vt <= 0.0 else (flow if flow > bound else bound) / (vt * vt), -t, jid, j))
+        ranked.sort()
+        by_priority = [k[3] for k in ranked]
         if not snap.hosts:  # every agent lost (live): nothing can run; jobs wait for hosts to return
             return self._plan(snap, {}, considered)
         removed = {j.spec.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
@@ -208,11 +227,17 @@ class DynMcb8:
         )
         if alloc is None:
             return None
-        names = _relabel(snap, jobs, [i for hs in alloc.hosts for i in hs])
+        flat = list(chain.from_iterable(alloc.hosts))  # every task's packing host, jobs in order
+        names = _relabel(snap, jobs, flat)
+        named = list(map(names.__getitem__, flat))  # and its host name
         needs, yields = alloc.needs, alloc.yields  # alloc.cpu(k) is needs[k] * yields[k]
-        return {
-            j.spec.id: (tuple([names[i] for i in alloc.hosts[k]]), needs[k] * yields[k]) for k, j in enumerate(jobs)
-        }
+        out: dict[str, tuple[tuple[str, ...], float]] = {}
+        k0 = 0
+        for k, j in enumerate(jobs):
+            k1 = k0 + len(alloc.hosts[k])
+            out[j.spec.id] = (tuple(named[k0:k1]), needs[k] * yields[k])
+            k0 = k1
+        return out
 
     def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
         period = self.period_s or DEFAULT_PERIOD_S
@@ -278,7 +303,9 @@ class DynMcb8:
             elif job.state is paused:
                 actions.append(Resume(job_id, hosts, cpu))
             else:
-                actions += _moves(job, hosts)
+                moved = _moved_hosts(job.hosts, hosts)
+                if moved is not None:
+                    actions.append(Move(job_id, moved))
                 if abs(job.cpu - cpu) > EPS:
                     actions.append(SetShare(job_id, cpu))
         return Plan(tuple(actions))
@@ -364,6 +391,19 @@ class _HostInfo:
     cpu: tuple[float, ...]  # Host.cpu, Host.mem per position
     mem: tuple[float, ...]
     groups: tuple[tuple[int, ...], ...]  # positions of hosts of identical capacity, groups of two or more
+    #: host positions of a job's hosts tuple, kept while it is seen again (a job keeps its hosts across
+    #: most decisions); derived data, like the caches below, so the policy stays a pure function
+    positions: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, compare=False, hash=False)
+
+    def at(self, hosts: tuple[str, ...]) -> np.ndarray:
+        """The positions of ``hosts``, as int64."""
+        got = self.positions.get(hosts)
+        if got is None:
+            if len(self.positions) >= 4096:  # bounded: a long run places many different jobs
+                self.positions.clear()
+            got = self.positions[hosts] = np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64,
+                                                       count=len(hosts))
+        return got
 
 
 _LAST_HOSTS: list[tuple[tuple[Host, ...], _HostInfo | None]] = [((), None)]
@@ -375,6 +415,7 @@ def _host_info(hosts: Sequence[Host]) -> _HostInfo:
     last, info = _LAST_HOSTS[0]
     hosts = tuple(hosts)
     if info is not None and last == hosts:
+        _LAST_HOSTS[0] = (hosts, info)  # equal hosts may be other objects (a new run): the next check is quick
         return info
     caps = _caps(hosts)
     capc, capm = _host_arrays(caps)
@@ -413,7 +454,7 @@ def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> tuple
         if j.state is running:
             m = min(tasks, len(j.hosts))
             bins += task_host[k : k + m]
-            now_on += [index[h] for h in j.hosts[:m]]
+            now_on += map(index.__getitem__, j.hosts[:m])
         k += tasks
     return _assign(tuple(bins), tuple(now_on), info.names, info.groups)
 
@@ -440,23 +481,29 @@ def _assign(
     return tuple(names)
 
 
-def _moves(job: JobView, new_hosts: tuple[str, ...]) -> list[Action]:
-    """Migrate only the tasks whose host is not among the new hosts (as a multiset)."""
-    if job.hosts == new_hosts:  # the common case after relabelling: every task stays
-        return []
-    wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order
+def _moved_hosts(hosts: tuple[str, ...], new_hosts: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The job's hosts after moving only the tasks whose host is not among the new hosts (as a multiset),
+    each to a host the new placement has to spare (in task order, spares in first-seen order); None if no
+    task moves. A moving task never lands on its own host: that host had no place left for it."""
+    if hosts == new_hosts:  # the common case after relabelling: every task stays
+        return None
+    wanted: dict[str, int] = {}  # a Counter of the new hosts, in first-seen order (a dict is faster here)
     for h in new_hosts:
         wanted[h] = wanted.get(h, 0) + 1
     moving = []  # the tasks whose host is not (or no longer) wanted, in task order
-    for i, h in enumerate(job.hosts):
+    for i, h in enumerate(hosts):
         left = wanted.get(h, 0)
-        if left > 0:
+        if left:
             wanted[h] = left - 1
         else:
             moving.append(i)
-    spare = [h for h, left in wanted.items() for _ in range(left)]  # Counter.elements(): in order
-    jid = job.spec.id
-    return [Migrate(jid, i, h) for i, h in zip(moving, spare, strict=True)]
+    if not moving:
+        return None
+    out = list(hosts)
+    spare = [h for h, left in wanted.items() if left for h in [h] * left]  # Counter.elements(): in order
+    for i, h in zip(moving, spare, strict=True):
+        out[i] = h
+    return tuple(out)
 
 
 def dynmcb8() -> DynMcb8:

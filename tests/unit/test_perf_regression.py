@@ -46,6 +46,27 @@ def test_simulated_outcome_is_unchanged(policy: str, penalty: float) -> None:
     assert hashlib.sha256(text.encode()).hexdigest()[:16] == digest
 
 
+# policy, penalty -> (digest of every transition: time, job, states, each task's host, share, reason; count;
+# migrations). Recorded from commit 988f06f, before DYNMCB8 moved a job's tasks with one Move action instead
+# of one Migrate per task (issue 4, round 2): the completion times above would not see a task sent to
+# another host of the same job, this does.
+TRANSITIONS = {
+    ("dynmcb8-asap-per", 0.0): ("99e8ce1c4fe2ff3f", 610, 94),
+    ("dynmcb8", 300.0): ("bf927063f069f0f3", 868, 239),
+}
+
+
+@pytest.mark.parametrize(("policy", "penalty"), list(TRANSITIONS))
+def test_every_transition_is_unchanged(policy: str, penalty: float) -> None:
+    history = simulate(synthetic_trace(7, 100, hosts=16, load=0.9), policy, homogeneous_hosts(16), penalty)
+    text = "\n".join(f"{t.time:.6f} {t.job} {t.src} {t.dst} {','.join(t.hosts)} {t.cpu:.9f} {t.reason}"
+                     for t in history.transitions)
+    digest, count, migrations = TRANSITIONS[(policy, penalty)]
+    assert len(history.transitions) == count
+    assert sum(t.reason == "migrate" for t in history.transitions) == migrations
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == digest
+
+
 @pytest.mark.skipif(mcb8_kernel.mcb8_pass is None, reason="numba is not installed: only the Python pass exists")
 def test_compiled_mcb8_pass_matches_the_python_pass() -> None:
     """Task for task, on random instances with ties, heterogeneous hosts and failures."""
