@@ -38,7 +38,7 @@ from coordinator.model import (
     Tick,
 )
 from coordinator.plan import Action, Defer, Migrate, Move, Pause, Plan, Resume, SetShare, Start
-from coordinator.policies.base import EPS, Policy
+from coordinator.policies.base import EPS, Policy, host_positions
 
 Listener = Callable[[Transition], None]
 
@@ -164,13 +164,7 @@ class _HostTable:
         """The positions of ``hosts`` (as int64; the check concatenates one array per job)."""
         if type(hosts) is not tuple:  # a job's hosts as Migrates move them (a list, changing): not kept
             return np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64, count=len(hosts))
-        got = self.positions.get(hosts)
-        if got is None:
-            if len(self.positions) >= 4096:  # bounded: a long run places many different jobs
-                self.positions.clear()
-            got = self.positions[hosts] = np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64,
-                                                       count=len(hosts))
-        return got
+        return host_positions(self.positions, self.index, hosts)
 
     @classmethod
     def of(cls, hosts: tuple[Host, ...]) -> _HostTable:

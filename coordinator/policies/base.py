@@ -17,6 +17,23 @@ from coordinator.model import Host, JobSpec, Snapshot, Stimulus
 from coordinator.plan import Plan
 from coordinator.policies.avgyield import raise_average_yield
 
+#: entries a host-positions cache keeps before it starts afresh (a long run places many different jobs)
+POSITIONS_KEPT = 4096
+
+
+def host_positions(cache: dict[tuple[str, ...], np.ndarray], index: Mapping[str, int],
+                   hosts: tuple[str, ...]) -> np.ndarray:
+    """The positions of ``hosts`` in a host list (``index``: name -> position), as int64, kept in ``cache``
+    while the same tuple is seen again: a job keeps its hosts across most decisions, and both the engine's
+    capacity check and DYNMCB8's admission would otherwise look up every task's host at every event."""
+    got = cache.get(hosts)
+    if got is None:
+        if len(cache) >= POSITIONS_KEPT:
+            cache.clear()
+        got = cache[hosts] = np.fromiter(map(index.__getitem__, hosts), dtype=np.int64, count=len(hosts))
+    return got
+
+
 EPS = 1e-9
 
 

@@ -61,7 +61,7 @@ from coordinator.model import (
 )
 from coordinator.plan import Action, Move, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.avgyield import raise_average_yield
-from coordinator.policies.base import EPS, raise_yields
+from coordinator.policies.base import EPS, host_positions, raise_yields
 from coordinator.policies.mcb8_kernel import mcb8_removals
 from coordinator.policies.packing import (
     Allocation,
@@ -397,13 +397,7 @@ class _HostInfo:
 
     def at(self, hosts: tuple[str, ...]) -> np.ndarray:
         """The positions of ``hosts``, as int64."""
-        got = self.positions.get(hosts)
-        if got is None:
-            if len(self.positions) >= 4096:  # bounded: a long run places many different jobs
-                self.positions.clear()
-            got = self.positions[hosts] = np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64,
-                                                       count=len(hosts))
-        return got
+        return host_positions(self.positions, self.index, hosts)
 
 
 _LAST_HOSTS: list[tuple[tuple[Host, ...], _HostInfo | None]] = [((), None)]
