@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import math
 import threading
 import time
@@ -39,6 +40,8 @@ from coordinator.model import (
 )
 from coordinator.plan import Action, Defer, Migrate, Move, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.base import EPS, Policy, host_positions
+
+log = logging.getLogger("vcemu.engine")
 
 Listener = Callable[[Transition], None]
 
@@ -114,19 +117,10 @@ _RANK: dict[type, int] = {Pause: 0, Migrate: 2, Move: 2, Start: 3, Resume: 3, De
 
 
 def _order(action: Action, jobs: dict[str, JobRecord]) -> int:
-    rank = _RANK.get(type(action))  # the exact action types; SetShare (and any subclass) below
-    if rank is not None:
-        return rank
-    if isinstance(action, Pause):
-        return 0
-    if isinstance(action, SetShare):
+    if type(action) is SetShare:  # a smaller share is a release, a larger one an acquisition
         rec = jobs.get(action.job)  # an unknown job is refused by _check, not here
         return 1 if rec is None or action.cpu <= rec.cpu else 4
-    if isinstance(action, (Migrate, Move)):
-        return 2
-    if isinstance(action, (Start, Resume)):
-        return 3
-    return 5
+    return _RANK.get(type(action), 5)  # exact types, as _check's tables are keyed
 
 
 # What a plan's action needs of its job's state, and the state it leaves the job in (Engine._check).
@@ -375,16 +369,15 @@ class Engine:
 
     def snapshot(self) -> Snapshot:
         with self.lock:
-            # _sync_progress and the views in one pass over the live jobs (a job's view depends on its
-            # own record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
-            bulk = getattr(self.backend, "progresses", None)  # (optional) every job's progress in one call
-            progress = self.backend.progress if bulk is None else bulk().get
+            # Progress and the views in one pass over the live jobs (a job's view depends on its own
+            # record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
+            progress = self.backend.progresses()
             running, paused = JobState.RUNNING, JobState.PAUSED
             views: dict[str, JobView] = {}
             for job, rec in self._live.items():
                 state = rec.state
                 if state is running or state is paused:
-                    vt = (progress(job) or 0.0) * rec.spec.work
+                    vt = progress.get(job, 0.0) * rec.spec.work
                     if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its view
                         d = rec.__dict__  # rec.vt = vt, which drops its view, without __setattr__'s calls
                         d["vt"] = vt
@@ -427,51 +420,34 @@ class Engine:
 
     def _apply_checked(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         moved: dict[str, JobRecord] = {}
-        # The hosts of jobs whose tasks are moving, as lists: a job's record gets them as one tuple when
-        # the moves are over (the next other action, a failure, or the end), not one tuple per task;
-        # nothing reads a record's hosts in between (a migration records no transition).
-        moving: dict[str, list[str]] = {}
         jobs = self.jobs
+        dropped: set[str] = set()  # jobs failed or requeued earlier in this plan: their other actions lapse
         for action in self._ordered(plan) if ordered is None else ordered:
             rec = jobs[action.job]
-            if rec.state in _FINISHED:  # failed earlier in this plan
+            if rec.state in _FINISHED or action.job in dropped:
                 continue
-            if isinstance(action, Migrate):
-                try:
-                    self.backend.migrate(rec.spec.id, action.task, action.dst)
-                except BackendError as exc:
-                    self._settle(moving)
-                    self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
-                    continue
-                hosts = moving.get(action.job)
-                if hosts is None:
-                    hosts = moving[action.job] = list(rec.hosts)
-                hosts[action.task] = action.dst
-                moved[rec.spec.id] = rec
-                continue
-            if moving:
-                self._settle(moving)
             if type(action) is Move:
-                if self._move(rec, action.hosts):
+                if self._move(rec, action.hosts, dropped):
                     moved[rec.spec.id] = rec
                 continue
             try:
                 self._apply_one(action, rec)
             except BackendError as exc:
-                self._fail(rec, f"{type(action).__name__.lower()} failed: {exc}")
+                self._failed(rec, f"{type(action).__name__.lower()} failed: {exc}", exc, dropped)
                 continue
-        self._settle(moving)
+            if isinstance(action, Migrate):
+                moved[rec.spec.id] = rec
         flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
         for job, error in flush() if flush is not None else []:
-            self._fail(self.jobs[job], f"migrate failed: {error}")
+            self._failed(self.jobs[job], f"migrate failed: {error}", error, dropped)
         for job, rec in moved.items():  # one migration per job and event, however many tasks moved
             if not rec.state.finished:
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
 
-    def _move(self, rec: JobRecord, new: tuple[str, ...]) -> bool:
+    def _move(self, rec: JobRecord, new: tuple[str, ...], dropped: set[str]) -> bool:
         """Carry out a checked Move: the backend moves each task whose host changes, in task order, as it
-        would for one Migrate per task. True if the job moved; on a backend failure the job fails with
-        the hosts its tasks had reached (and False)."""
+        would for one Migrate per task. True if the job moved; on a backend failure the job is failed or
+        requeued (see :meth:`_failed`) with the hosts its tasks had reached (and False)."""
         old = rec.hosts
         if old == new:
             return False
@@ -483,24 +459,18 @@ class Engine:
                     migrate(job, i, dst)
                 except BackendError as exc:
                     rec.hosts = (*new[:i], *old[i:])
-                    self._fail(rec, f"move failed: {exc}")
+                    self._failed(rec, f"move failed: {exc}", exc, dropped)
                     return False
         rec.hosts = new
         return True
 
-    def _settle(self, moving: dict[str, list[str]]) -> None:
-        """Give the records of moving jobs their hosts after the moves (see ``_apply_checked``)."""
-        for job, hosts in moving.items():
-            self.jobs[job].hosts = tuple(hosts)
-        moving.clear()
-
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
-        if type(action) is SetShare:  # the commonest action (a subclass takes the isinstance branch below)
+        if type(action) is SetShare:  # the commonest action first (plans hold exact action types)
             self.backend.set_share(rec.spec.id, action.cpu)
             rec.cpu = action.cpu
             self._record(rec.spec.id, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "share")
             return
-        if isinstance(action, Migrate):  # (_apply_checked moves tasks itself, a job's moves at once)
+        if isinstance(action, Migrate):
             self.backend.migrate(rec.spec.id, action.task, action.dst)
             hosts = list(rec.hosts)
             hosts[action.task] = action.dst
@@ -513,10 +483,6 @@ class Engine:
             rec.state, rec.hosts, rec.cpu = JobState.RUNNING, action.hosts, action.cpu
             rec.first_start = now if rec.first_start is None else rec.first_start
             self._record(rec.spec.id, JobState.PENDING, JobState.RUNNING, rec.hosts, rec.cpu, "start")
-        elif isinstance(action, SetShare):
-            self.backend.set_share(rec.spec.id, action.cpu)
-            rec.cpu = action.cpu
-            self._record(rec.spec.id, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "share")
         elif isinstance(action, Pause):
             self.backend.pause(rec.spec.id)
             rec.state, rec.cpu = JobState.PAUSED, 0.0
@@ -614,6 +580,21 @@ class Engine:
         else:
             self._fail(rec, report.message or "failed")
         return True
+
+    def _failed(self, rec: JobRecord, message: str, exc: BackendError, dropped: set[str]) -> None:
+        """An action of a plan could not be carried out. If its agent did not answer (issue 7: stopped,
+        partitioned, being declared lost), that is no fault of the job's: it goes back to the queue with
+        its progress, as when its host is lost, and is placed again at a later decision (by then the
+        heartbeat watchdog has removed a dead agent's hosts). A refusal fails the job."""
+        dropped.add(rec.spec.id)
+        if not exc.unreachable:
+            self._fail(rec, message)
+        elif rec.state is JobState.PENDING:  # its Start failed: offered to the policy again
+            log.warning("%s %s; it stays pending", rec.spec.id, message)
+            self._push(self.backend.now(), "stim", Submit(rec.spec.id))
+            self._ensure_tick()
+        else:
+            self.requeue(rec.spec.id, f"{message}; requeued")
 
     def _fail(self, rec: JobRecord, message: str) -> None:
         if rec.state in (JobState.RUNNING, JobState.PAUSED):

@@ -248,6 +248,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         known = request.agent_id in self.s.backend.agents
         if known:
             self.s.heartbeats[request.agent_id] = time.monotonic()
+            self.s.beating.add(request.agent_id)
         return pb.HeartbeatReply(known=known)
 
 
@@ -284,6 +285,9 @@ class CoordinatorServer:
         self.ids = itertools.count(1)
         self.requests: dict[str, str] = {}
         self.heartbeats: dict[str, float] = {}
+        #: agents that send heartbeats (a registrar): their silence is heard by the gRPC threads, whatever
+        #: the engine loop is doing. Agents registered by hand are judged by the loop's Status polls only.
+        self.beating: set[str] = set()
         self.watchers: list[queue.Queue[Transition | None]] = []
         # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
         # for the engine loop, which may be busy deciding; the loop drains this before every step.
@@ -464,23 +468,29 @@ class CoordinatorServer:
         """Declare an agent lost after ``heartbeat_misses`` silent intervals: its hosts leave the cluster
         and its jobs go back to pending with their progress (restart from the last checkpoint). An
         answered Status poll counts as a sign of life too (an agent registered by hand, without a
-        registrar, is alive as long as it answers), and an agent is declared lost only when the engine
+        registrar, is alive as long as it answers). Such an agent is declared lost only when the engine
         loop's last poll of it went unanswered as well: if the loop itself was held up (a long decision),
         the coordinator was not listening, and the silence says nothing about the agent."""
         while not self._stop.wait(self.heartbeat_s / 4):
             deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
             for agent_id, last in list(self.heartbeats.items()):
                 handle = self.backend.agents.get(agent_id)
-                # Silence counts only if the coordinator was listening: the last Status poll must have gone
-                # unanswered too. A stalled engine loop (no polls) is not evidence against the agent.
-                if handle is not None and handle.silent and max(last, handle.last_seen) < deadline:
+                # Silence counts only if the coordinator was listening: heartbeats are received by the
+                # gRPC threads, but an agent without them is heard only through the engine loop's polls,
+                # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
+                listening = agent_id in self.beating or (handle is not None and handle.silent)
+                if handle is not None and listening and max(last, handle.last_seen) < deadline:
                     self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
                                     f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
 
     def lose_agent(self, agent_id: str, reason: str) -> list[str]:
+        # First, without the engine lock (the engine loop may hold it through a call to this very agent):
+        # its calls fail at once, so the loop lets go and the agent's jobs are requeued now, not in seconds.
+        self.backend.cut_off(agent_id)
         with self.engine.lock:
             hosts = self.backend.remove_agent(agent_id)
             self.heartbeats.pop(agent_id, None)
+            self.beating.discard(agent_id)
             if self.store is not None:
                 self.store.drop_agent(agent_id)
             jobs = self.engine.lose_hosts(hosts, reason)

@@ -15,7 +15,15 @@ from coordinator.model import JobSpec, JobState
 
 
 class BackendError(RuntimeError):
-    """An action the cluster could not carry out (agent refused it, agent unreachable, ...)."""
+    """An action the cluster could not carry out (agent refused it, agent unreachable, ...).
+
+    ``unreachable``: the agent did not answer (deadline, connection refused, declared lost). That says
+    nothing against the job, so the engine puts it back in the queue with its progress instead of
+    failing it; an agent that refused the action (bad request, unknown task) fails the job."""
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 @dataclass(frozen=True)
@@ -46,11 +54,16 @@ class Backend(Protocol):
         """Fraction of the job's work done, in [0, 1]."""
         ...
 
+    def progresses(self) -> dict[str, float]:
+        """:meth:`progress` of every job the backend holds, in one call (a job absent here: 0). The engine
+        reads every live job's progress at every snapshot; one call instead of one per job."""
+        ...
+
     def advance(self, until: float) -> list[Report]:
         """Let time pass until ``until``, or less if a job finishes (or, live, if woken); return finished jobs."""
         ...
 
-    # Optional: ``flush() -> list[tuple[job, error]]``, called by the engine after each plan, for a
+    # Optional: ``flush() -> list[tuple[job, BackendError]]``, called by the engine after each plan, for a
     # backend that defers the second half of its migrations (the live one: every task leaves its host
     # before any arrives, since only the plan's final state is checked to fit).
 

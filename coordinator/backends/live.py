@@ -70,7 +70,9 @@ class AgentHandle:
     hosts: list[str] = field(default_factory=list)
     last_status: agent_pb2.StatusReply | None = None
     last_seen: float = 0.0  # time.monotonic() of its last answered Status: a sign of life like a heartbeat
-    silent: bool = False  # its last Status poll went unanswered: calls to it get one short attempt
+    silent: bool = False  # its last Status poll (or a call) went unanswered: calls get one short attempt
+    lost: bool = False  # being declared lost (:meth:`LiveBackend.cut_off`): calls to it fail at once
+    calls: set[grpc.Future] = field(default_factory=set)  # its calls in flight, cancelled by cut_off
 
 
 @dataclass
@@ -152,6 +154,18 @@ class LiveBackend:
             self.agents[description.agent_id] = handle
             return hosts
 
+    def cut_off(self, agent_id: str) -> None:
+        """Stop talking to an agent that is being declared lost: calls to it fail at once from now on
+        (unreachable), and its calls in flight are cancelled. Takes no lock: the engine loop may be
+        holding the engine's and this backend's locks through a call to that very agent (a stopped agent
+        lets a call run to its deadline, attempts x :data:`RPC_TIMEOUT_S`), and the watchdog must not wait
+        that long to requeue its jobs. :meth:`remove_agent` follows, under the engine lock."""
+        handle = self.agents.get(agent_id)
+        if handle is not None:
+            handle.lost = True
+            for call in list(handle.calls):
+                call.cancel()
+
     def remove_agent(self, agent_id: str) -> list[str]:
         """Forget an agent (declared lost); returns its hosts. Its tasks stay with their jobs until the
         engine requeues them; if it comes back, its stale tasks are stopped by reconciliation."""
@@ -201,16 +215,19 @@ class LiveBackend:
     # ---- actions ----------------------------------------------------------------------------------
 
     def _stub(self, host: str) -> agent_pb2_grpc.AgentStub:
-        try:
-            return self.agents[self.host_agent[host]].stub
-        except KeyError:
-            raise BackendError(f"no agent emulates host {host!r}") from None
+        handle = self.agents.get(self.host_agent.get(host, ""))
+        if handle is None:
+            raise BackendError(f"no agent emulates host {host!r}", unreachable=True)
+        if handle.lost:
+            raise BackendError(f"agent {handle.agent_id} of host {host!r} is lost", unreachable=True)
+        return handle.stub
 
     def _retry(self, fn: Callable, request: object, attempts: int = RPC_ATTEMPTS,  # type: ignore[type-arg]
                host: str | None = None):
         """Call an idempotent RPC with a deadline; retry UNAVAILABLE/DEADLINE_EXCEEDED with exponential
         backoff and full jitter (so agents coming back are not hit by every client at once). To the agent
-        of ``host`` when it has been silent for :data:`SILENT_AFTER_S`: one attempt, short deadline."""
+        of ``host`` when it has been silent for :data:`SILENT_AFTER_S`: one attempt, short deadline. A
+        call to an agent that is cut off meanwhile ends at once with an unreachable BackendError."""
         timeout = self.rpc_timeout / attempts  # the attempts share one deadline
         handle = self.agents.get(self.host_agent.get(host, "")) if host is not None else None
         if handle is not None and (handle.silent or (
@@ -218,9 +235,13 @@ class LiveBackend:
             attempts, timeout = 1, min(timeout, FAST_TIMEOUT_S)
         for attempt in range(attempts):
             try:
-                return fn(request, timeout=timeout)
+                return fn(request, timeout=timeout) if handle is None else _cancellable(fn, request, timeout, handle)
             except grpc.RpcError as exc:
-                if exc.code() not in _RETRYABLE or attempt == attempts - 1:
+                if exc.code() not in _RETRYABLE:
+                    raise
+                if handle is not None:
+                    handle.silent = True  # unanswered: the next calls get one short attempt, until a poll answers
+                if attempt == attempts - 1:
                     raise
                 time.sleep(random.uniform(0, RPC_BACKOFF_S * 2**attempt))
         raise AssertionError("unreachable")
@@ -231,7 +252,7 @@ class LiveBackend:
         except grpc.RpcError as exc:
             if method == "StartTask" and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
-            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}") from None
+            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
 
     def _share(self, host: str, cpu: float) -> float:
         """Model CPU fraction (of the reference host) -> fraction of this host's own capacity."""
@@ -332,10 +353,10 @@ class LiveBackend:
             self._arrivals.append((job, task))
             self._persist(job)
 
-    def flush(self) -> list[tuple[str, str]]:
+    def flush(self) -> list[tuple[str, BackendError]]:
         """Second half of the plan's moves: start every moved task at its new host. Returns the
         (job, error) of the jobs whose task could not be started."""
-        failed: list[tuple[str, str]] = []
+        failed: list[tuple[str, BackendError]] = []
         with self._lock:
             arrivals, self._arrivals = self._arrivals, []
             for job, index in arrivals:
@@ -346,7 +367,7 @@ class LiveBackend:
                 try:
                     tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
                 except BackendError as exc:
-                    failed.append((job, str(exc)))
+                    failed.append((job, exc))
                 self._persist(job)
         return failed
 
@@ -355,7 +376,7 @@ class LiveBackend:
             reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id),
                                 host=task.host)
         except grpc.RpcError as exc:
-            raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}") from None
+            raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
         return reply.progress
 
     def _move(self, spec: JobSpec, index: int, task: _Task, dst: str, cpu: float) -> _Task:
@@ -376,7 +397,7 @@ class LiveBackend:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return
             if strict:
-                raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}") from None
+                raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
             log.warning("Stop %s on %s failed (%s); will retry", task.task_id, task.host, _rpc_text(exc))
             self._orphans.append(task)
         except BackendError as exc:  # its agent is gone: nothing left to stop there
@@ -395,6 +416,10 @@ class LiveBackend:
             tasks = self._tasks.get(job)
             return min((t.progress for t in tasks), default=0.0) if tasks else 0.0
 
+    def progresses(self) -> dict[str, float]:
+        with self._lock:
+            return {job: min(t.progress for t in tasks) for job, tasks in self._tasks.items() if tasks}
+
     # ---- observing --------------------------------------------------------------------------------
 
     def poll(self) -> list[Report]:
@@ -402,6 +427,8 @@ class LiveBackend:
         with self._lock:
             answered: set[str] = set()  # hosts whose agent answered this round
             for handle in list(self.agents.values()):
+                if handle.lost:
+                    continue  # being removed
                 try:
                     handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(),
                                                             timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
@@ -485,6 +512,20 @@ class LiveBackend:
                     for hs in handle.last_status.hosts:
                         out[hs.name] = hs
             return out
+
+
+def _cancellable(fn: Callable, request: object, timeout: float, handle: AgentHandle):  # type: ignore[type-arg,no-untyped-def]
+    """``fn(request, timeout=timeout)`` as a call that :meth:`LiveBackend.cut_off` can cancel."""
+    call = fn.future(request, timeout=timeout)
+    handle.calls.add(call)  # before the check: cut_off sets ``lost`` before it cancels the calls it finds
+    try:
+        if handle.lost:
+            call.cancel()
+        return call.result()
+    except grpc.FutureCancelledError:
+        raise BackendError(f"agent {handle.agent_id} lost", unreachable=True) from None
+    finally:
+        handle.calls.discard(call)
 
 
 def _rpc_text(exc: grpc.RpcError) -> str:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from coordinator.backends.base import BackendError
 from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine, PolicyError, Stalled
 from coordinator.metrics import job_results
@@ -207,3 +208,63 @@ def test_restored_pending_jobs_are_offered_to_the_policy_again():
     assert set(engine.snapshot().jobs) == {"a", "b"} and engine.unfinished == 2
     r = {x.job: x for x in job_results(engine.run())}
     assert r["a"].end == pytest.approx(20.0) and r["b"].end == pytest.approx(20.0)
+
+
+class Unreachable(SimBackend):
+    """A simulator whose agent does not answer the listed calls, once each (a stopped agent)."""
+
+    def __init__(self, *calls: str) -> None:
+        super().__init__()
+        self.down = list(calls)
+
+    def _maybe(self, call: str) -> None:
+        if call in self.down:
+            self.down.remove(call)
+            raise BackendError(f"{call}: DEADLINE_EXCEEDED", unreachable=True)
+
+    def start(self, spec, hosts, cpu, progress=0.0):  # type: ignore[no-untyped-def]
+        self._maybe(f"start {spec.id}")
+        super().start(spec, hosts, cpu, progress)
+
+    def set_share(self, job, cpu):  # type: ignore[no-untyped-def]
+        self._maybe(f"share {job}")
+        super().set_share(job, cpu)
+
+
+def test_a_start_its_agent_does_not_answer_leaves_the_job_pending_and_it_runs_later():
+    """Issue 7: an unanswered StartTask says nothing against the job; it is not failed but offered again."""
+    backend = Unreachable("start a")
+    engine = Engine(get_policy("greedy"), backend, hosts(1))
+    r = {x.job: x for x in job_results(engine.run([spec("a", work=10.0)]))}
+    assert backend.down == []  # the first start was refused
+    assert r["a"].state is JobState.DONE and r["a"].end == pytest.approx(10.0)
+    assert [t.dst for t in engine.history.transitions if t.job == "a"] == [
+        JobState.PENDING, JobState.RUNNING, JobState.DONE]
+
+
+def test_an_unanswered_action_requeues_its_running_job_with_its_progress_and_its_other_actions_lapse():
+    backend = Unreachable("share a")
+    engine = Engine(Scripted(Plan((SetShare("a", 0.5), Start("b", ("h0",), 0.5)))), backend, hosts(1))
+    engine.arrive(spec("a", work=10.0))
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    while backend.now() < 4.0:  # a does 4 s of work
+        engine.step(4.0)
+    engine.arrive(spec("b", work=10.0))
+    engine.step(4.0)
+    a = engine.jobs["a"]
+    assert a.state is JobState.PENDING and a.vt == pytest.approx(4.0) and a.hosts == ()
+    assert [(t.dst.value, t.reason) for t in engine.history.transitions if t.job == "a"][-1] == (
+        "pending", "setshare failed: share a: DEADLINE_EXCEEDED; requeued")
+    assert engine.jobs["b"].state is JobState.RUNNING
+
+
+def test_a_refused_action_still_fails_its_job():
+    class Refusing(SimBackend):
+        def start(self, spec, hosts, cpu, progress=0.0):  # type: ignore[no-untyped-def]
+            raise BackendError("StartTask: INVALID_ARGUMENT: unknown workload")
+
+    engine = Engine(get_policy("greedy"), Refusing(), hosts(1))
+    engine.arrive(spec("a"))
+    engine.step(0.0)
+    assert engine.jobs["a"].state is JobState.FAILED
+    assert engine.jobs["a"].message == "start failed: StartTask: INVALID_ARGUMENT: unknown workload"
