@@ -70,9 +70,11 @@ from coordinator.policies.packing import (
     PackProblem,
     _host_arrays,
     _pass_mcb8,
+    mcb8_yields,
     mcb_pack,
     mcb_search,
 )
+from coordinator.policies.repack_kernel import moved_positions
 
 DEFAULT_PERIOD_S = 600.0
 _CONSIDERED = frozenset((JobState.RUNNING, JobState.PAUSED, JobState.PENDING))  # the jobs a repacking places
@@ -170,9 +172,14 @@ class DynMcb8:
             jobs = [j for j in considered if j.spec.id not in removed]
             if not jobs:
                 return self._plan(snap, {}, considered)
-            result = self._stretch_pack(snap, jobs) if self.stretch else self._yield_pack(snap, jobs)
-            if result is not None:
-                return self._plan(snap, result, considered)
+            if self.stretch:
+                result = self._stretch_pack(snap, jobs)
+                if result is not None:
+                    return self._plan(snap, result, considered)
+            else:
+                plan = self._yield_plan(snap, jobs, considered, removed)
+                if plan is not None:
+                    return plan
             removed.add(next(j.id for j in by_priority if j.id not in removed))
 
     def _removals(self, snap: Snapshot, considered: list[JobView], by_priority: list[JobView]) -> int:
@@ -220,6 +227,8 @@ class DynMcb8:
         return hi
 
     def _yield_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
+        """MCB8 with the yield search on ``jobs``, relabelled: per job its host names and CPU fraction.
+        (The repacking itself takes :meth:`_yield_plan`'s route to the same plan, on host positions.)"""
         alloc = _allocate(
             tuple([(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]),  # PackJob fields, hashed in C
             _host_info(snap.hosts).caps,
@@ -238,6 +247,78 @@ class DynMcb8:
             out[j.spec.id] = (tuple(named[k0:k1]), needs[k] * yields[k])
             k0 = k1
         return out
+
+    def _yield_plan(self, snap: Snapshot, jobs: list[JobView], considered: list[JobView],
+                    removed: set[str]) -> Plan | None:
+        """``self._plan(snap, self._yield_pack(snap, jobs), considered)`` (None where that packing is None),
+        computed on host positions: the packing's host of every task, relabelled, is compared with the
+        running jobs' current positions by a compiled kernel, and names are looked up only for the hosts
+        of the actions made. ``removed``: the considered jobs not in ``jobs``. Same plan, action for
+        action (a unit test checks it against the name-based route)."""
+        info = _host_info(snap.hosts)
+        got = _allocate_flat(
+            tuple([(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]), info.caps, self.accuracy
+        )
+        if got is None:
+            return None
+        th, cpu_a = got
+        running = JobState.RUNNING
+        # The relabelling's input: the packing host and the current host of every task of a running job.
+        tasks: list[int] = []
+        is_running: list[bool] = []
+        cur: list[np.ndarray] = []
+        whole = True  # every running job has one host per task (always, for the engine's jobs)
+        for j in jobs:
+            t = j.spec.tasks
+            tasks.append(t)
+            if j.state is running:
+                is_running.append(True)
+                hs = j.hosts
+                if len(hs) != t:
+                    whole = False
+                cur.append(info.at(hs))
+            else:
+                is_running.append(False)
+        if not whole or moved_positions is None:  # the name-based route
+            return self._plan(snap, self._yield_pack(snap, jobs), considered)
+        mask = np.repeat(np.asarray(is_running, dtype=bool), tasks)
+        now_on = np.concatenate(cur) if cur else np.zeros(0, dtype=np.int64)
+        bins = th[mask]
+        perm = _assign(bins.tobytes(), now_on.tobytes(), len(info.names), info.groups)
+        new = perm[th]  # every task's host position after relabelling, jobs in order
+        new_running = new[mask]
+        run_tasks = [t for t, r in zip(tasks, is_running, strict=True) if r]
+        offsets = np.zeros(len(run_tasks) + 1, dtype=np.int64)
+        np.cumsum(run_tasks, out=offsets[1:])
+        out = np.empty_like(now_on)
+        flags = moved_positions(now_on, new_running, offsets, len(info.names), out).tolist()
+        names = info.names
+        new_l = new.tolist()
+        out_l = out.tolist()
+        cpus = cpu_a.tolist()
+        paused, pending = JobState.PAUSED, JobState.PENDING
+        actions: list[Action] = []
+        for job in considered:
+            if job.state is running and job.spec.id in removed:
+                actions.append(Pause(job.spec.id))
+        k0 = 0  # task offset of the job among all tasks
+        r = 0  # index of the job among the running ones
+        for k, job in enumerate(jobs):
+            k1 = k0 + tasks[k]
+            job_id, cpu, state = job.spec.id, cpus[k], job.state
+            if state is pending:
+                actions.append(Start(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
+            elif state is paused:
+                actions.append(Resume(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
+            else:
+                if flags[r]:
+                    moved = tuple(map(names.__getitem__, out_l[offsets[r] : offsets[r + 1]]))
+                    actions.append(Move(job_id, moved))
+                if abs(job.cpu - cpu) > EPS:
+                    actions.append(SetShare(job_id, cpu))
+                r += 1
+            k0 = k1
+        return Plan(tuple(actions))
 
     def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
         period = self.period_s or DEFAULT_PERIOD_S
@@ -361,6 +442,30 @@ def _allocate(jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy:
     return mcb_search(prob, "MCB8", accuracy)
 
 
+@lru_cache(maxsize=256)
+def _allocate_flat(
+    jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_allocate` as arrays: every task's packing host (jobs in order) and every job's CPU fraction
+    (``Allocation.cpu``, need x yield), read-only; without the Allocation's per-job tuples."""
+    n = len(jobs)
+    need = np.array([j[1] for j in jobs], dtype=float)
+    mem = np.array([j[2] for j in jobs], dtype=float)
+    ntasks = np.array([j[0] for j in jobs], dtype=np.int64)
+    task_job = np.repeat(np.arange(n, dtype=np.int64), ntasks)
+    cpu_cap, mem_cap = _host_arrays(caps)
+    pack_jobs = tuple(PackJob(*j) for j in jobs)
+    prob = PackProblem(pack_jobs, need, mem, ntasks, task_job, need[task_job], mem[task_job], cpu_cap, mem_cap)
+    got = mcb8_yields(prob, accuracy)
+    if got is None:
+        return None
+    th, yields = got
+    cpu = need * yields
+    th.flags.writeable = False
+    cpu.flags.writeable = False
+    return th, cpu
+
+
 @lru_cache(maxsize=1024)
 def _packs(jobs: tuple[PackJob, ...], caps: Hosts) -> bool:
     return mcb_pack(PackProblem.build(jobs, caps), 1.0, "MCB8") is not None
@@ -450,29 +555,31 @@ def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> tuple
             bins += task_host[k : k + m]
             now_on += map(index.__getitem__, j.hosts[:m])
         k += tasks
-    return _assign(tuple(bins), tuple(now_on), info.names, info.groups)
+    perm = _assign(np.asarray(bins, dtype=np.int64).tobytes(), np.asarray(now_on, dtype=np.int64).tobytes(),
+                   len(info.names), info.groups)
+    return tuple(map(info.names.__getitem__, perm.tolist()))
 
 
 # Between two periods in which nothing arrived, ended or moved, a repacking meets the same tasks on the
 # same hosts (about 40% of the assignments of a 1,000-job DYNMCB8-ASAP-PER run repeat the previous one):
-# the assignment, a function of these arguments alone, is then not solved again.
+# the assignment, a function of these arguments alone, is then not solved again. (The task lists are
+# keyed as the bytes of their int64 arrays: hashed and compared in C.)
 @lru_cache(maxsize=64)
-def _assign(
-    bins: tuple[int, ...], now_on: tuple[int, ...], hosts: tuple[str, ...], groups: tuple[tuple[int, ...], ...]
-) -> tuple[str, ...]:
-    """The relabelling's assignment: ``bins[k]`` is the packing host of a running task now on host
-    position ``now_on[k]``; hosts of a group are matched so as to keep the most tasks in place."""
-    n = len(hosts)
+def _assign(bins: bytes, now_on: bytes, n: int, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """The relabelling's assignment, as the host position that each packing host becomes (read-only):
+    ``bins[k]`` (int64) is the packing host of a running task now on host position ``now_on[k]``; hosts
+    of a group are matched so as to keep the most tasks in place."""
     # stay[bin, host]: tasks now on host that the bin holds
-    stay = np.bincount(np.asarray(bins, dtype=np.int64) * n + np.asarray(now_on, dtype=np.int64),
+    stay = np.bincount(np.frombuffer(bins, dtype=np.int64) * n + np.frombuffer(now_on, dtype=np.int64),
                        minlength=n * n).astype(float).reshape(n, n)
-    names = list(hosts)
+    perm = np.arange(n, dtype=np.int64)
     for members in groups:
         sub = stay if len(members) == n else stay[np.ix_(members, members)]
         rows, cols = linear_sum_assignment(sub, maximize=True)
         for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-            names[members[r]] = hosts[members[c]]
-    return tuple(names)
+            perm[members[r]] = members[c]
+    perm.flags.writeable = False
+    return perm
 
 
 def _moved_hosts(hosts: tuple[str, ...], new_hosts: tuple[str, ...]) -> tuple[str, ...] | None:

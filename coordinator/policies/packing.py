@@ -73,6 +73,7 @@ __all__ = [
     "lp_bound",
     "mcb_allocate",
     "mcb_pack",
+    "mcb8_yields",
     "mcb_search",
     "placement_min_yield",
     "verify_allocation",
@@ -559,16 +560,10 @@ def mcb_search(
     ub = prob.yield_upper_bound()
     cpu_total = float(prob.cpu_cap.sum())
     if fast and key == "MCB8" and mcb8_search is not None and min_yield is not None:
-        # the loop below, compiled, probe for probe
-        best_th = np.empty(prob.n_tasks, dtype=np.int64)
-        found, sy, probes = mcb8_search(
-            prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap, ub, cpu_total, float(accuracy), best_th
-        )
-        if not found:
+        got = _mcb8_compiled(prob, ub, cpu_total, accuracy)
+        if got is None:
             return None
-        # placement_min_yield, compiled (the same sums in the same order, tested equal), on the kernel's
-        # own placement: every index is a host
-        y = min_yield(best_th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap)
+        best_th, sy, probes, y = got
         return _finish(prob, best_th, key, sy, probes, average, y)
     probes = 0
     if fast:
@@ -597,6 +592,46 @@ def mcb_search(
     if best is None:
         return None
     return _finish(prob, best, key, best_sy, probes, average)
+
+
+def _mcb8_compiled(
+    prob: PackProblem, ub: float, cpu_total: float, accuracy: float
+) -> tuple[np.ndarray, float, int, float] | None:
+    """The "fast" MCB8 search of :func:`mcb_search`, compiled (probe for probe the loop there), on a problem
+    with tasks whose memory may fit: (placement, yield of the probe that found it, probes, the placement's
+    :func:`placement_min_yield`), or None if no probe packed."""
+    assert mcb8_search is not None and min_yield is not None
+    best_th = np.empty(prob.n_tasks, dtype=np.int64)
+    found, sy, probes = mcb8_search(
+        prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap, ub, cpu_total, float(accuracy), best_th
+    )
+    if not found:
+        return None
+    # placement_min_yield, compiled (the same sums in the same order, tested equal), on the kernel's
+    # own placement: every index is a host
+    y = min_yield(best_th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap)
+    return best_th, sy, probes, y
+
+
+def mcb8_yields(prob: PackProblem, accuracy: float = 0.01) -> tuple[np.ndarray, np.ndarray] | None:
+    """``mcb_search(prob, "MCB8", accuracy)`` (fast search, average-yield step) as arrays: the host of every
+    task (tasks in job order) and every job's yield, or None. The same computation without building the
+    Allocation's per-job tuples, which DYNMCB8's repacking would only flatten again (issue 4 benchmark)."""
+    if mcb8_search is None or min_yield is None or prob.n_tasks == 0 or not accuracy > 0.0:
+        alloc = mcb_search(prob, "MCB8", accuracy)
+        if alloc is None:
+            return None
+        th = np.fromiter((h for hs in alloc.hosts for h in hs), dtype=np.int64, count=prob.n_tasks)
+        return th, np.array(alloc.yields, dtype=float)
+    if not prob.memory_may_fit():
+        return None
+    got = _mcb8_compiled(prob, prob.yield_upper_bound(), float(prob.cpu_cap.sum()), accuracy)
+    if got is None:
+        return None
+    th, _, _, y = got
+    if y < 0.0:  # as _finish
+        return None
+    return th, raise_average_yield(th, prob.task_job, prob.need, prob.cpu_cap, y)
 
 
 def mcb_allocate(

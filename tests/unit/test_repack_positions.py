@@ -1,0 +1,69 @@
+"""DYNMCB8's repacking on host positions (issue 4 benchmark, round 3) makes the very plans the name-based
+route makes: the compiled plan diff against ``_moved_hosts``, and whole repackings of a real simulation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coordinator.experiments import homogeneous_hosts, simulate
+from coordinator.policies import dynmcb
+from coordinator.policies.dynmcb import _moved_hosts
+from coordinator.policies.repack_kernel import moved_positions
+from workloads.annotate import synthetic_trace
+
+needs_numba = pytest.mark.skipif(moved_positions is None, reason="numba is not installed")
+
+
+@needs_numba
+def test_compiled_plan_diff_is_moved_hosts() -> None:
+    assert moved_positions is not None
+    rng = np.random.default_rng(5)
+    nhosts = 9
+    names = tuple(f"h{i}" for i in range(nhosts))
+    jobs = []
+    for _ in range(400):
+        t = int(rng.integers(1, 12))
+        cur = rng.integers(0, nhosts, t)
+        kind = rng.integers(0, 3)  # same hosts, a permutation of them, or fresh ones
+        new = cur.copy() if kind == 0 else rng.permutation(cur) if kind == 1 else rng.integers(0, nhosts, t)
+        jobs.append((cur, new))
+    cur = np.concatenate([c for c, _ in jobs]).astype(np.int64)
+    new = np.concatenate([n for _, n in jobs]).astype(np.int64)
+    offsets = np.concatenate(([0], np.cumsum([len(c) for c, _ in jobs]))).astype(np.int64)
+    out = np.empty_like(cur)
+    flags = moved_positions(cur, new, offsets, nhosts, out)
+    outcomes = set()
+    for i, (c, n) in enumerate(jobs):
+        want = _moved_hosts(tuple(names[h] for h in c), tuple(names[h] for h in n))
+        lo, hi = offsets[i], offsets[i + 1]
+        got = tuple(names[h] for h in out[lo:hi]) if flags[i] else None
+        assert got == want, (i, c, n)
+        outcomes.add(want is None)
+    assert outcomes == {True, False}  # both kinds of answer exercised
+
+
+@needs_numba
+@pytest.mark.parametrize(("policy", "penalty"), [("dynmcb8-asap-per", 0.0), ("dynmcb8", 300.0)])
+def test_repacking_on_positions_makes_the_name_based_plan(
+    monkeypatch: pytest.MonkeyPatch, policy: str, penalty: float
+) -> None:
+    calls = {"plans": 0, "moves": 0, "none": 0}
+    fast = dynmcb.DynMcb8._yield_plan
+
+    def both(self, snap, jobs, considered, removed):  # noqa: ANN001, ANN202
+        got = fast(self, snap, jobs, considered, removed)
+        result = self._yield_pack(snap, jobs)
+        if result is None:
+            assert got is None
+            calls["none"] += 1
+        else:
+            assert got == self._plan(snap, result, considered)
+            calls["plans"] += 1
+            calls["moves"] += sum(type(a).__name__ == "Move" for a in got)
+        return got
+
+    monkeypatch.setattr(dynmcb.DynMcb8, "_yield_plan", both)
+    specs = synthetic_trace(7, 100, hosts=16, load=0.9)
+    simulate(specs, policy, homogeneous_hosts(16), penalty)
+    assert calls["plans"] > 50 and calls["moves"] > 20, calls
