@@ -74,6 +74,7 @@ __all__ = [
     "mcb_allocate",
     "mcb_pack",
     "mcb8_yields",
+    "mcb8_yields_compiled",
     "mcb_search",
     "placement_min_yield",
     "verify_allocation",
@@ -623,15 +624,32 @@ def mcb8_yields(prob: PackProblem, accuracy: float = 0.01) -> tuple[np.ndarray, 
             return None
         th = np.fromiter((h for hs in alloc.hosts for h in hs), dtype=np.int64, count=prob.n_tasks)
         return th, np.array(alloc.yields, dtype=float)
-    if not prob.memory_may_fit():
+    return mcb8_yields_compiled(prob.need, prob.task_job, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap,
+                                accuracy)
+
+
+def mcb8_yields_compiled(
+    need: np.ndarray, task_job: np.ndarray, task_need: np.ndarray, task_mem: np.ndarray, cpu_cap: np.ndarray,
+    mem_cap: np.ndarray, accuracy: float,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`mcb8_yields` on a :class:`PackProblem`'s arrays (at least one task, ``accuracy`` > 0, the
+    compiled kernels present), for a caller that need not build the problem's PackJob objects."""
+    assert mcb8_search is not None and min_yield is not None
+    n = task_need.shape[0]
+    # PackProblem.memory_may_fit and yield_upper_bound, on the arrays
+    if float(task_mem.sum()) > float(mem_cap.sum()) + EPS or not float(task_mem.max()) <= float(mem_cap.max()) + EPS:
         return None
-    got = _mcb8_compiled(prob, prob.yield_upper_bound(), float(prob.cpu_cap.sum()), accuracy)
-    if got is None:
+    cpu_total = float(cpu_cap.sum())
+    total = float(task_need.sum())
+    ub = 1.0 if total <= 0.0 else min(1.0, cpu_total / total)
+    best_th = np.empty(n, dtype=np.int64)
+    found, _, _ = mcb8_search(task_need, task_mem, cpu_cap, mem_cap, ub, cpu_total, float(accuracy), best_th)
+    if not found:
         return None
-    th, _, _, y = got
+    y = min_yield(best_th, task_need, task_mem, cpu_cap, mem_cap)
     if y < 0.0:  # as _finish
         return None
-    return th, raise_average_yield(th, prob.task_job, prob.need, prob.cpu_cap, y)
+    return best_th, raise_average_yield(best_th, task_job, need, cpu_cap, y)
 
 
 def mcb_allocate(
