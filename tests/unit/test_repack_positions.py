@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from coordinator.capacity_kernel import first_over
 from coordinator.experiments import homogeneous_hosts, simulate
 from coordinator.policies import dynmcb
 from coordinator.policies.dynmcb import _moved_hosts
@@ -67,3 +68,25 @@ def test_repacking_on_positions_makes_the_name_based_plan(
     specs = synthetic_trace(7, 100, hosts=16, load=0.9)
     simulate(specs, policy, homogeneous_hosts(16), penalty)
     assert calls["plans"] > 50 and calls["moves"] > 20, calls
+
+
+@pytest.mark.skipif(first_over is None, reason="numba is not installed")
+def test_compiled_capacity_check_sums_as_bincount() -> None:
+    """The engine's compiled check finds the host np.bincount's sums find over, with the very same sums."""
+    assert first_over is not None
+    rng = np.random.default_rng(9)
+    verdicts = set()
+    for _ in range(300):
+        nh = int(rng.integers(1, 12))
+        counts = rng.integers(1, 5, int(rng.integers(0, 10))).astype(np.int64)
+        at = rng.integers(0, nh, int(counts.sum())).astype(np.int64)
+        cpus, mems = rng.random(counts.size) * 0.5, rng.random(counts.size) * 0.4
+        capc, capm = rng.choice([0.5, 1.0, 2.0], nh), rng.choice([1.0, 2.0], nh)
+        cpu = np.bincount(at, weights=np.repeat(cpus, counts), minlength=nh)
+        mem = np.bincount(at, weights=np.repeat(mems, counts), minlength=nh)
+        over = np.flatnonzero((cpu > capc + 1e-6) | (mem > capm + 1e-6))
+        got = first_over(at, cpus, mems, counts, capc, capm)
+        want = (int(over[0]), float(cpu[over[0]]), float(mem[over[0]])) if over.size else (-1, 0.0, 0.0)
+        assert got == want
+        verdicts.add(got[0] >= 0)
+    assert verdicts == {True, False}
