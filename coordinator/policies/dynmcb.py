@@ -76,7 +76,7 @@ from coordinator.policies.packing import (
     mcb_pack,
     mcb_search,
 )
-from coordinator.policies.repack_kernel import moved_positions
+from coordinator.policies.repack_kernel import greedy_admission, moved_positions
 
 DEFAULT_PERIOD_S = 600.0
 _CONSIDERED = frozenset((JobState.RUNNING, JobState.PAUSED, JobState.PENDING))  # the jobs a repacking places
@@ -131,15 +131,26 @@ class DynMcb8:
             mems.append(j.spec.mem)
             counts.append(len(hs))
         at = np.concatenate(ats) if ats else np.zeros(0, dtype=np.int64)
-        n = len(index)
-        load = np.bincount(at, weights=np.repeat(np.asarray(needs, dtype=float), counts), minlength=n).tolist()
-        used = np.bincount(at, weights=np.repeat(np.asarray(mems, dtype=float), counts), minlength=n).tolist()
         spec = snap.jobs[job_id].spec
-        placed = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
-        if placed is None:
-            return Plan()
-        # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
-        lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
+        if greedy_admission is not None:  # the lines below, compiled: the same sums and choices
+            placed_a = np.empty(spec.tasks, dtype=np.int64)
+            mapped, lam = greedy_admission(at, np.array(needs, dtype=float), np.array(mems, dtype=float),
+                                           np.array(counts, dtype=np.int64), int(spec.tasks), float(spec.cpu_need),
+                                           float(spec.mem),
+                                           info.capc, info.capm, placed_a)
+            if not mapped:
+                return Plan()
+            placed = placed_a.tolist()
+        else:
+            n = len(index)
+            load = np.bincount(at, weights=np.repeat(np.asarray(needs, dtype=float), counts), minlength=n).tolist()
+            used = np.bincount(at, weights=np.repeat(np.asarray(mems, dtype=float), counts), minlength=n).tolist()
+            got = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
+            if got is None:
+                return Plan()
+            placed = got
+            # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
+            lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
         base_yield = 1.0 / max(1.0, lam)
         jobs = [j.spec for j in running] + [spec]
         task_job = np.repeat(np.arange(len(jobs)), [*counts, spec.tasks])

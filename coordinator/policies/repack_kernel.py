@@ -6,7 +6,10 @@ hosts (:func:`coordinator.policies.dynmcb._moved_hosts`). That is a loop over ev
 job at every period; on host names in Python it was about 7% of a 1,000-job DYNMCB8-ASAP-PER simulation.
 Here it runs on host positions (ints); names are looked up only for the jobs that do move.
 
-``moved_positions`` is ``None`` when numba is not installed (the caller then uses the Python function).
+Also here: DYNMCB8-ASAP-PER's admission between periods (:meth:`coordinator.policies.dynmcb.DynMcb8._start_now`),
+GREEDY's mapping of the new job on per-host loads, 1,000 times per 1,000-job run (``greedy_admission``).
+
+Both are ``None`` when numba is not installed (the callers then use their Python code).
 """
 
 from __future__ import annotations
@@ -15,14 +18,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["moved_positions"]
+EPS = 1e-9  # as coordinator.policies.base.EPS
+
+__all__ = ["greedy_admission", "moved_positions"]
 
 moved_positions: Callable[..., np.ndarray] | None
+greedy_admission: Callable[..., tuple[bool, float]] | None
 
 try:  # pragma: no branch - numba is a declared dependency
     from numba import njit
 except ImportError:  # pragma: no cover
-    moved_positions = None
+    moved_positions = greedy_admission = None
 else:
 
     @njit(cache=True, nogil=True)
@@ -79,4 +85,55 @@ else:
                     count[seen[s]] = 0
         return flags
 
+    @njit(cache=True, nogil=True)
+    def _greedy_admission(at: np.ndarray, needs: np.ndarray, mems: np.ndarray, counts: np.ndarray, tasks: int,
+                          need: float, mem: float, capc: np.ndarray, capm: np.ndarray,
+                          placed: np.ndarray) -> tuple[bool, float]:
+        """GREEDY's mapping (001 Sec. III-A) of a new job of ``tasks`` tasks (CPU ``need``, memory ``mem``)
+        on hosts loaded by the running jobs (job ``j``: ``counts[j]`` tasks on hosts ``at``, each needing
+        ``needs[j]`` CPU and ``mems[j]`` memory), as ``dynmcb._greedy_hosts`` computes it on the loads
+        ``np.bincount`` sums (the same additions, in the same order): among hosts with memory for one more
+        task, the lowest load / capacity, the first host on a tie (what popping a heap of (key, host) gives).
+        Writes the hosts to ``placed``; returns (mapped, the largest load / capacity with the new job: Λ)."""
+        n = capc.shape[0]
+        load = np.zeros(n)
+        used = np.zeros(n)
+        k = 0
+        for j in range(counts.shape[0]):
+            c = needs[j]
+            m = mems[j]
+            for _ in range(counts[j]):
+                h = at[k]
+                load[h] += c
+                used[h] += m
+                k += 1
+        free = np.empty(n)
+        ok = np.empty(n, dtype=np.bool_)
+        for i in range(n):
+            free[i] = capm[i] - used[i]
+            ok[i] = free[i] + EPS >= mem
+        for t in range(tasks):
+            best = -1
+            key = 0.0
+            for i in range(n):
+                if ok[i]:
+                    q = load[i] / capc[i]
+                    if best < 0 or q < key:
+                        best = i
+                        key = q
+            if best < 0:
+                return False, 0.0
+            placed[t] = best
+            load[best] += need
+            free[best] -= mem
+            if not free[best] + EPS >= mem:
+                ok[best] = False
+        lam = load[0] / capc[0]
+        for i in range(1, n):
+            q = load[i] / capc[i]
+            if q > lam:
+                lam = q
+        return True, lam
+
     moved_positions = _moved_positions
+    greedy_admission = _greedy_admission
