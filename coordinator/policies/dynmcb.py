@@ -61,6 +61,11 @@ from coordinator.model import (
     Tick,
 )
 from coordinator.plan import Action, Move, Pause, Plan, Resume, SetShare, Start
+from coordinator.plan import move as _move
+from coordinator.plan import pause as _pause
+from coordinator.plan import resume as _resume
+from coordinator.plan import set_share as _set_share
+from coordinator.plan import start as _start
 from coordinator.policies.avgyield import raise_average_yield
 from coordinator.policies.base import EPS, host_positions, raise_yields
 from coordinator.policies.mcb8_kernel import mcb8_removals, mcb8_search, min_yield
@@ -158,8 +163,8 @@ class DynMcb8:
         task_host = np.concatenate((at, np.asarray(placed, dtype=np.int64)))
         raised = raise_average_yield(task_host, task_job, need, info.capc, base_yield)
         cpus = [float(y) * s.cpu_need for y, s in zip(raised.tolist(), jobs, strict=True)]
-        shares = [SetShare(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
-        return Plan((*shares, Start(job_id, tuple(info.names[i] for i in placed), cpus[-1])))
+        shares = [_set_share(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
+        return Plan((*shares, _start(job_id, tuple(map(info.names.__getitem__, placed)), cpus[-1])))
 
     # ---- the global repacking -----------------------------------------------------------------------
 
@@ -313,22 +318,22 @@ class DynMcb8:
         actions: list[Action] = []
         for job in considered:
             if job.state is running and job.spec.id in removed:
-                actions.append(Pause(job.spec.id))
+                actions.append(_pause(job.spec.id))
         k0 = 0  # task offset of the job among all tasks
         r = 0  # index of the job among the running ones
         for k, job in enumerate(jobs):
             k1 = k0 + tasks[k]
             job_id, cpu, state = job.spec.id, cpus[k], job.state
             if state is pending:
-                actions.append(Start(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
+                actions.append(_start(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
             elif state is paused:
-                actions.append(Resume(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
+                actions.append(_resume(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
             else:
                 if flags[r]:
                     moved = tuple(map(names.__getitem__, out_l[offsets[r] : offsets[r + 1]]))
-                    actions.append(Move(job_id, moved))
+                    actions.append(_move(job_id, moved))
                 if abs(job.cpu - cpu) > EPS:
-                    actions.append(SetShare(job_id, cpu))
+                    actions.append(_set_share(job_id, cpu))
                 r += 1
             k0 = k1
         return Plan(tuple(actions))

@@ -90,3 +90,19 @@ def test_compiled_capacity_check_sums_as_bincount() -> None:
         assert got == want
         verdicts.add(got[0] >= 0)
     assert verdicts == {True, False}
+
+
+def test_fast_action_constructors_build_what_the_constructors_build() -> None:
+    from coordinator import plan
+
+    made = [
+        (plan.start("a", ("h0", "h1"), 0.5), plan.Start("a", ("h0", "h1"), 0.5)),
+        (plan.resume("a", ("h1",), 0.25), plan.Resume("a", ("h1",), 0.25)),
+        (plan.set_share("a", 0.3), plan.SetShare("a", 0.3)),
+        (plan.pause("a"), plan.Pause("a")),
+        (plan.move("a", ("h2", "h0")), plan.Move("a", ("h2", "h0"))),
+    ]
+    for fast, slow in made:
+        assert type(fast) is type(slow) and fast == slow and vars(fast) == vars(slow) and hash(fast) == hash(slow)
+        assert not hasattr(type(slow), "__slots__") and not hasattr(type(slow), "__post_init__")
+    assert plan.start("a", ("h0",), 0.5) != plan.Start("a", ("h0",), 0.25)
