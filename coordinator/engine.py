@@ -376,14 +376,15 @@ class Engine:
             running, paused = JobState.RUNNING, JobState.PAUSED
             views: dict[str, JobView] = {}
             for job, rec in self._live.items():
-                state = rec.state
+                d = rec.__dict__
+                state = d["state"]
                 if state is running or state is paused:
                     vt = progress.get(job, 0.0) * rec.spec.work
-                    if vt != rec.vt:  # an unchanged job (paused, or blocked by a penalty) keeps its view
-                        d = rec.__dict__  # rec.vt = vt, which drops its view, without __setattr__'s calls
-                        d["vt"] = vt
+                    if vt != d["vt"]:  # an unchanged job (paused, or blocked by a penalty) keeps its view
+                        d["vt"] = vt  # rec.vt = vt, which drops its view, without __setattr__'s calls
                         d["_view"] = None
-                views[job] = rec.view()
+                v = d.get("_view")  # rec.view(), without the call for a view that is kept
+                views[job] = v if v is not None else rec.view()
             return Snapshot(self.backend.now(), tuple(self.hosts), MappingProxyType(views))
 
     def handle(self, stim: Stimulus) -> Plan:

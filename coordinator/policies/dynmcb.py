@@ -67,7 +67,7 @@ from coordinator.plan import resume as _resume
 from coordinator.plan import set_share as _set_share
 from coordinator.plan import start as _start
 from coordinator.policies.avgyield import raise_average_yield
-from coordinator.policies.base import EPS, host_positions, raise_yields
+from coordinator.policies.base import EPS, host_positions, raise_yields, remember_positions
 from coordinator.policies.mcb8_kernel import mcb8_removals, mcb8_search, min_yield
 from coordinator.policies.packing import (
     Allocation,
@@ -313,6 +313,7 @@ class DynMcb8:
         names = info.names
         new_l = new.tolist()
         out_l = out.tolist()
+        offsets_l = offsets.tolist()
         cpus = cpu_a.tolist()
         paused, pending = JobState.PAUSED, JobState.PENDING
         actions: list[Action] = []
@@ -321,16 +322,23 @@ class DynMcb8:
                 actions.append(_pause(job.spec.id))
         k0 = 0  # task offset of the job among all tasks
         r = 0  # index of the job among the running ones
+        # The hosts tuples made here are the jobs' hosts at the next repacking: their positions are kept
+        # now (when host names are unique, a name's position is the one it was looked up from).
+        positions = info.positions if len(info.index) == len(names) else None
         for k, job in enumerate(jobs):
             k1 = k0 + tasks[k]
             job_id, cpu, state = job.spec.id, cpus[k], job.state
-            if state is pending:
-                actions.append(_start(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
-            elif state is paused:
-                actions.append(_resume(job_id, tuple(map(names.__getitem__, new_l[k0:k1])), cpu))
+            if state is pending or state is paused:
+                placed = tuple(map(names.__getitem__, new_l[k0:k1]))
+                if positions is not None:
+                    remember_positions(positions, placed, new[k0:k1])
+                actions.append((_start if state is pending else _resume)(job_id, placed, cpu))
             else:
                 if flags[r]:
-                    moved = tuple(map(names.__getitem__, out_l[offsets[r] : offsets[r + 1]]))
+                    lo, hi = offsets_l[r], offsets_l[r + 1]
+                    moved = tuple(map(names.__getitem__, out_l[lo:hi]))
+                    if positions is not None:
+                        remember_positions(positions, moved, out[lo:hi])
                     actions.append(_move(job_id, moved))
                 if abs(job.cpu - cpu) > EPS:
                     actions.append(_set_share(job_id, cpu))

@@ -106,3 +106,13 @@ def test_fast_action_constructors_build_what_the_constructors_build() -> None:
         assert type(fast) is type(slow) and fast == slow and vars(fast) == vars(slow) and hash(fast) == hash(slow)
         assert not hasattr(type(slow), "__slots__") and not hasattr(type(slow), "__post_init__")
     assert plan.start("a", ("h0",), 0.5) != plan.Start("a", ("h0",), 0.25)
+
+
+def test_positions_kept_by_the_repacking_are_the_looked_up_ones() -> None:
+    """The positions DYNMCB8 keeps for the hosts of the jobs it places are what a lookup would give."""
+    hosts = homogeneous_hosts(16)
+    simulate(synthetic_trace(7, 100, hosts=16, load=0.9), "dynmcb8-asap-per", hosts, 0.0)
+    info = dynmcb._host_info(hosts)
+    assert len(info.positions) > 20
+    for names, got in info.positions.items():
+        assert got.dtype == np.int64 and got.tolist() == [info.index[n] for n in names]
