@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.capacity_kernel import first_over
 from coordinator.experiments import homogeneous_hosts, simulate
-from coordinator.policies import dynmcb
+from coordinator.policies import dynmcb, mcb8_kernel
 from coordinator.policies.dynmcb import _moved_hosts
 from coordinator.policies.repack_kernel import moved_positions
 from workloads.annotate import synthetic_trace
@@ -116,3 +116,28 @@ def test_positions_kept_by_the_repacking_are_the_looked_up_ones() -> None:
     assert len(info.positions) > 20
     for names, got in info.positions.items():
         assert got.dtype == np.int64 and got.tolist() == [info.index[n] for n in names]
+
+
+@pytest.mark.skipif(mcb8_kernel.mcb8_pack is None, reason="numba is not installed")
+def test_presorted_pass_is_the_sorting_pass_also_when_rounding_ties_needs() -> None:
+    """The yield search's pass takes its two lists from orders sorted once; at every yield they are the
+    lists the pass that sorts gives, also when two needs one ulp apart round to one CPU requirement."""
+    from coordinator.policies.mcb8_kernel import _argsort_stable, _mcb8_pack, _mcb8_pack_presorted
+
+    rng = np.random.default_rng(11)
+    collided = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        base = rng.choice([0.3, 0.55, 0.7, 0.9], n)
+        need = np.where(rng.random(n) < 0.5, np.nextafter(base, 1.0), base)  # neighbours one ulp apart
+        mem = rng.choice([0.1, 0.2, 0.5, 0.8], n)
+        y = float(rng.uniform(0.05, 1.0))
+        c = need * y
+        collided += len(set(c.tolist())) < len(set(need.tolist()))
+        capc = np.ones(int(rng.integers(1, 12)))
+        capm = np.ones(capc.shape[0])
+        a, b = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        ok_a = _mcb8_pack(c, mem, capc, capm, a)
+        ok_b = _mcb8_pack_presorted(c, mem, _argsort_stable(-need), _argsort_stable(-mem), capc, capm, b)
+        assert ok_a == ok_b and a.tolist() == b.tolist()
+    assert collided > 20  # the tie case was exercised
