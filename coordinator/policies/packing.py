@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coordinator.policies.avgyield import raise_average_yield
+from coordinator.policies.avgyield_kernel import average_yield_parallel
 from coordinator.policies.mcb8_kernel import mcb8_pack, mcb8_search, min_yield
 
 __all__ = [
@@ -649,6 +650,13 @@ def mcb8_yields_compiled(
     y = min_yield(best_th, task_need, task_mem, cpu_cap, mem_cap)
     if y < 0.0:  # as _finish
         return None
+    njobs = need.shape[0]
+    if y >= 1.0:  # raise_average_yield's own shortcuts, without its argument conversions
+        return best_th, np.ones(njobs)
+    if average_yield_parallel is not None and y > 0.0 and n != njobs:
+        yields = np.full(njobs, y)
+        average_yield_parallel(best_th, task_job, need, cpu_cap, yields)
+        return best_th, yields
     return best_th, raise_average_yield(best_th, task_job, need, cpu_cap, y)
 
 
