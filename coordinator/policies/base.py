@@ -34,6 +34,14 @@ def host_positions(cache: dict[tuple[str, ...], np.ndarray], index: Mapping[str,
     return got
 
 
+def remember_positions(cache: dict[tuple[str, ...], np.ndarray], hosts: tuple[str, ...], positions: np.ndarray) -> None:
+    """Keep (a copy of) ``positions``, the host positions of ``hosts`` that :func:`host_positions` would look
+    up, for a caller that already has them: a policy that has just placed a job on them."""
+    if len(cache) >= POSITIONS_KEPT:
+        cache.clear()
+    cache[hosts] = positions.astype(np.int64, copy=True)
+
+
 EPS = 1e-9
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -60,9 +61,14 @@ from coordinator.model import (
     Tick,
 )
 from coordinator.plan import Action, Move, Pause, Plan, Resume, SetShare, Start
+from coordinator.plan import move as _move
+from coordinator.plan import pause as _pause
+from coordinator.plan import resume as _resume
+from coordinator.plan import set_share as _set_share
+from coordinator.plan import start as _start
 from coordinator.policies.avgyield import raise_average_yield
-from coordinator.policies.base import EPS, host_positions, raise_yields
-from coordinator.policies.mcb8_kernel import mcb8_removals
+from coordinator.policies.base import EPS, host_positions, raise_yields, remember_positions
+from coordinator.policies.mcb8_kernel import mcb8_removals, mcb8_search, min_yield
 from coordinator.policies.packing import (
     Allocation,
     Hosts,
@@ -70,9 +76,12 @@ from coordinator.policies.packing import (
     PackProblem,
     _host_arrays,
     _pass_mcb8,
+    mcb8_yields,
+    mcb8_yields_compiled,
     mcb_pack,
     mcb_search,
 )
+from coordinator.policies.repack_kernel import greedy_admission, moved_positions
 
 DEFAULT_PERIOD_S = 600.0
 _CONSIDERED = frozenset((JobState.RUNNING, JobState.PAUSED, JobState.PENDING))  # the jobs a repacking places
@@ -127,15 +136,26 @@ class DynMcb8:
             mems.append(j.spec.mem)
             counts.append(len(hs))
         at = np.concatenate(ats) if ats else np.zeros(0, dtype=np.int64)
-        n = len(index)
-        load = np.bincount(at, weights=np.repeat(np.asarray(needs, dtype=float), counts), minlength=n).tolist()
-        used = np.bincount(at, weights=np.repeat(np.asarray(mems, dtype=float), counts), minlength=n).tolist()
         spec = snap.jobs[job_id].spec
-        placed = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
-        if placed is None:
-            return Plan()
-        # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
-        lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
+        if greedy_admission is not None:  # the lines below, compiled: the same sums and choices
+            placed_a = np.empty(spec.tasks, dtype=np.int64)
+            mapped, lam = greedy_admission(at, np.array(needs, dtype=float), np.array(mems, dtype=float),
+                                           np.array(counts, dtype=np.int64), int(spec.tasks), float(spec.cpu_need),
+                                           float(spec.mem),
+                                           info.capc, info.capm, placed_a)
+            if not mapped:
+                return Plan()
+            placed = placed_a.tolist()
+        else:
+            n = len(index)
+            load = np.bincount(at, weights=np.repeat(np.asarray(needs, dtype=float), counts), minlength=n).tolist()
+            used = np.bincount(at, weights=np.repeat(np.asarray(mems, dtype=float), counts), minlength=n).tolist()
+            got = _greedy_hosts(spec, info, load, used)  # adds the new tasks' needs to load, in order
+            if got is None:
+                return Plan()
+            placed = got
+            # max_min_yields: the loads with the new job are the ones greedy left (same additions, same order).
+            lam = max((ld / c for ld, c in zip(load, info.cpu, strict=True)), default=0.0)
         base_yield = 1.0 / max(1.0, lam)
         jobs = [j.spec for j in running] + [spec]
         task_job = np.repeat(np.arange(len(jobs)), [*counts, spec.tasks])
@@ -143,8 +163,8 @@ class DynMcb8:
         task_host = np.concatenate((at, np.asarray(placed, dtype=np.int64)))
         raised = raise_average_yield(task_host, task_job, need, info.capc, base_yield)
         cpus = [float(y) * s.cpu_need for y, s in zip(raised.tolist(), jobs, strict=True)]
-        shares = [SetShare(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
-        return Plan((*shares, Start(job_id, tuple(info.names[i] for i in placed), cpus[-1])))
+        shares = [_set_share(j.spec.id, cpu) for j, cpu in zip(running, cpus, strict=False) if abs(j.cpu - cpu) > EPS]
+        return Plan((*shares, _start(job_id, tuple(map(info.names.__getitem__, placed)), cpus[-1])))
 
     # ---- the global repacking -----------------------------------------------------------------------
 
@@ -170,9 +190,14 @@ class DynMcb8:
             jobs = [j for j in considered if j.spec.id not in removed]
             if not jobs:
                 return self._plan(snap, {}, considered)
-            result = self._stretch_pack(snap, jobs) if self.stretch else self._yield_pack(snap, jobs)
-            if result is not None:
-                return self._plan(snap, result, considered)
+            if self.stretch:
+                result = self._stretch_pack(snap, jobs)
+                if result is not None:
+                    return self._plan(snap, result, considered)
+            else:
+                plan = self._yield_plan(snap, jobs, considered, removed)
+                if plan is not None:
+                    return plan
             removed.add(next(j.id for j in by_priority if j.id not in removed))
 
     def _removals(self, snap: Snapshot, considered: list[JobView], by_priority: list[JobView]) -> int:
@@ -195,7 +220,7 @@ class DynMcb8:
         info = _host_info(snap.hosts)
         capc, capm, limits = info.capc, info.capm, info.limits
         if mcb8_removals is not None:  # the bisection below, compiled, probe for probe
-            return mcb8_removals(need, mem, ranks, tasks, capc, capm, *limits)
+            return _removal_count(need, mem, ranks, tasks, info)
         # The tasks of every considered job once, in job order (as PackProblem.build flattens them); a
         # probe keeps those of the jobs not set aside. Same values, same order: the same packing pass.
         t_need = np.repeat(need, tasks)
@@ -220,6 +245,8 @@ class DynMcb8:
         return hi
 
     def _yield_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
+        """MCB8 with the yield search on ``jobs``, relabelled: per job its host names and CPU fraction.
+        (The repacking itself takes :meth:`_yield_plan`'s route to the same plan, on host positions.)"""
         alloc = _allocate(
             tuple([(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]),  # PackJob fields, hashed in C
             _host_info(snap.hosts).caps,
@@ -238,6 +265,86 @@ class DynMcb8:
             out[j.spec.id] = (tuple(named[k0:k1]), needs[k] * yields[k])
             k0 = k1
         return out
+
+    def _yield_plan(self, snap: Snapshot, jobs: list[JobView], considered: list[JobView],
+                    removed: set[str]) -> Plan | None:
+        """``self._plan(snap, self._yield_pack(snap, jobs), considered)`` (None where that packing is None),
+        computed on host positions: the packing's host of every task, relabelled, is compared with the
+        running jobs' current positions by a compiled kernel, and names are looked up only for the hosts
+        of the actions made. ``removed``: the considered jobs not in ``jobs``. Same plan, action for
+        action (a unit test checks it against the name-based route)."""
+        info = _host_info(snap.hosts)
+        got = _allocate_flat(
+            tuple([(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]), info.caps, self.accuracy
+        )
+        if got is None:
+            return None
+        th, cpu_a = got
+        running = JobState.RUNNING
+        # The relabelling's input: the packing host and the current host of every task of a running job.
+        tasks: list[int] = []
+        is_running: list[bool] = []
+        cur: list[np.ndarray] = []
+        whole = True  # every running job has one host per task (always, for the engine's jobs)
+        for j in jobs:
+            t = j.spec.tasks
+            tasks.append(t)
+            if j.state is running:
+                is_running.append(True)
+                hs = j.hosts
+                if len(hs) != t:
+                    whole = False
+                cur.append(info.at(hs))
+            else:
+                is_running.append(False)
+        if not whole or moved_positions is None:  # the name-based route
+            return self._plan(snap, self._yield_pack(snap, jobs), considered)
+        mask = np.repeat(np.asarray(is_running, dtype=bool), tasks)
+        now_on = np.concatenate(cur) if cur else np.zeros(0, dtype=np.int64)
+        bins = th[mask]
+        perm = _assign(bins.tobytes(), now_on.tobytes(), len(info.names), info.groups)
+        new = perm[th]  # every task's host position after relabelling, jobs in order
+        new_running = new[mask]
+        run_tasks = [t for t, r in zip(tasks, is_running, strict=True) if r]
+        offsets = np.zeros(len(run_tasks) + 1, dtype=np.int64)
+        np.cumsum(run_tasks, out=offsets[1:])
+        out = np.empty_like(now_on)
+        flags = moved_positions(now_on, new_running, offsets, len(info.names), out).tolist()
+        names = info.names
+        new_l = new.tolist()
+        out_l = out.tolist()
+        offsets_l = offsets.tolist()
+        cpus = cpu_a.tolist()
+        paused, pending = JobState.PAUSED, JobState.PENDING
+        actions: list[Action] = []
+        for job in considered:
+            if job.state is running and job.spec.id in removed:
+                actions.append(_pause(job.spec.id))
+        k0 = 0  # task offset of the job among all tasks
+        r = 0  # index of the job among the running ones
+        # The hosts tuples made here are the jobs' hosts at the next repacking: their positions are kept
+        # now (when host names are unique, a name's position is the one it was looked up from).
+        positions = info.positions if len(info.index) == len(names) else None
+        for k, job in enumerate(jobs):
+            k1 = k0 + tasks[k]
+            job_id, cpu, state = job.spec.id, cpus[k], job.state
+            if state is pending or state is paused:
+                placed = tuple(map(names.__getitem__, new_l[k0:k1]))
+                if positions is not None:
+                    remember_positions(positions, placed, new[k0:k1])
+                actions.append((_start if state is pending else _resume)(job_id, placed, cpu))
+            else:
+                if flags[r]:
+                    lo, hi = offsets_l[r], offsets_l[r + 1]
+                    moved = tuple(map(names.__getitem__, out_l[lo:hi]))
+                    if positions is not None:
+                        remember_positions(positions, moved, out[lo:hi])
+                    actions.append(_move(job_id, moved))
+                if abs(job.cpu - cpu) > EPS:
+                    actions.append(_set_share(job_id, cpu))
+                r += 1
+            k0 = k1
+        return Plan(tuple(actions))
 
     def _stretch_pack(self, snap: Snapshot, jobs: list[JobView]) -> dict[str, tuple[tuple[str, ...], float]] | None:
         period = self.period_s or DEFAULT_PERIOD_S
@@ -361,6 +468,56 @@ def _allocate(jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy:
     return mcb_search(prob, "MCB8", accuracy)
 
 
+@lru_cache(maxsize=256)
+def _allocate_flat(
+    jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_allocate` as arrays: every task's packing host (jobs in order) and every job's CPU fraction
+    (``Allocation.cpu``, need x yield), read-only; without the Allocation's per-job tuples."""
+    n = len(jobs)
+    need = np.array([j[1] for j in jobs], dtype=float)
+    mem = np.array([j[2] for j in jobs], dtype=float)
+    ntasks = np.array([j[0] for j in jobs], dtype=np.int64)
+    task_job = np.repeat(np.arange(n, dtype=np.int64), ntasks)
+    cpu_cap, mem_cap = _host_arrays(caps)
+    task_need, task_mem = need[task_job], mem[task_job]
+    if mcb8_search is not None and min_yield is not None and task_job.shape[0] and accuracy > 0.0:
+        got = mcb8_yields_compiled(need, task_job, task_need, task_mem, cpu_cap, mem_cap, accuracy)
+    else:  # the PackJob objects only here: building them cost 4% of a 1,000-job simulation
+        pack_jobs = tuple(PackJob(*j) for j in jobs)
+        got = mcb8_yields(PackProblem(pack_jobs, need, mem, ntasks, task_job, task_need, task_mem, cpu_cap, mem_cap),
+                          accuracy)
+    if got is None:
+        return None
+    th, yields = got
+    cpu = need * yields
+    th.flags.writeable = False
+    cpu.flags.writeable = False
+    return th, cpu
+
+
+# About one repacking in five meets the very jobs, in the same priority order, as an earlier one (a period
+# in which nothing arrived or ended and the priorities kept their order): the removal count is then known.
+_REMOVALS: OrderedDict[tuple[bytes, bytes, bytes, bytes, Hosts], int] = OrderedDict()
+_REMOVALS_KEPT = 256
+
+
+def _removal_count(need: np.ndarray, mem: np.ndarray, ranks: np.ndarray, tasks: np.ndarray, info: _HostInfo) -> int:
+    """``mcb8_removals`` on these arrays and hosts, kept for the last few hundred inputs (keyed on the
+    arrays' bytes, hashed in C). The kernel gets the caller's writable arrays: a read-only view would be
+    another numba signature, loaded from the cache mid-run."""
+    assert mcb8_removals is not None
+    key = (need.tobytes(), mem.tobytes(), ranks.tobytes(), tasks.tobytes(), info.caps)
+    got = _REMOVALS.get(key)
+    if got is not None:
+        _REMOVALS.move_to_end(key)
+        return got
+    got = _REMOVALS[key] = int(mcb8_removals(need, mem, ranks, tasks, info.capc, info.capm, *info.limits))
+    if len(_REMOVALS) > _REMOVALS_KEPT:
+        _REMOVALS.popitem(last=False)
+    return got
+
+
 @lru_cache(maxsize=1024)
 def _packs(jobs: tuple[PackJob, ...], caps: Hosts) -> bool:
     return mcb_pack(PackProblem.build(jobs, caps), 1.0, "MCB8") is not None
@@ -450,29 +607,31 @@ def _relabel(snap: Snapshot, jobs: list[JobView], task_host: list[int]) -> tuple
             bins += task_host[k : k + m]
             now_on += map(index.__getitem__, j.hosts[:m])
         k += tasks
-    return _assign(tuple(bins), tuple(now_on), info.names, info.groups)
+    perm = _assign(np.asarray(bins, dtype=np.int64).tobytes(), np.asarray(now_on, dtype=np.int64).tobytes(),
+                   len(info.names), info.groups)
+    return tuple(map(info.names.__getitem__, perm.tolist()))
 
 
 # Between two periods in which nothing arrived, ended or moved, a repacking meets the same tasks on the
 # same hosts (about 40% of the assignments of a 1,000-job DYNMCB8-ASAP-PER run repeat the previous one):
-# the assignment, a function of these arguments alone, is then not solved again.
+# the assignment, a function of these arguments alone, is then not solved again. (The task lists are
+# keyed as the bytes of their int64 arrays: hashed and compared in C.)
 @lru_cache(maxsize=64)
-def _assign(
-    bins: tuple[int, ...], now_on: tuple[int, ...], hosts: tuple[str, ...], groups: tuple[tuple[int, ...], ...]
-) -> tuple[str, ...]:
-    """The relabelling's assignment: ``bins[k]`` is the packing host of a running task now on host
-    position ``now_on[k]``; hosts of a group are matched so as to keep the most tasks in place."""
-    n = len(hosts)
+def _assign(bins: bytes, now_on: bytes, n: int, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """The relabelling's assignment, as the host position that each packing host becomes (read-only):
+    ``bins[k]`` (int64) is the packing host of a running task now on host position ``now_on[k]``; hosts
+    of a group are matched so as to keep the most tasks in place."""
     # stay[bin, host]: tasks now on host that the bin holds
-    stay = np.bincount(np.asarray(bins, dtype=np.int64) * n + np.asarray(now_on, dtype=np.int64),
+    stay = np.bincount(np.frombuffer(bins, dtype=np.int64) * n + np.frombuffer(now_on, dtype=np.int64),
                        minlength=n * n).astype(float).reshape(n, n)
-    names = list(hosts)
+    perm = np.arange(n, dtype=np.int64)
     for members in groups:
         sub = stay if len(members) == n else stay[np.ix_(members, members)]
         rows, cols = linear_sum_assignment(sub, maximize=True)
         for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-            names[members[r]] = hosts[members[c]]
-    return tuple(names)
+            perm[members[r]] = members[c]
+    perm.flags.writeable = False
+    return perm
 
 
 def _moved_hosts(hosts: tuple[str, ...], new_hosts: tuple[str, ...]) -> tuple[str, ...] | None:

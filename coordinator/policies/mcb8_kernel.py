@@ -384,9 +384,53 @@ else:
         return hi
 
     @njit(cache=True, nogil=True)
+    def _mcb8_pack_presorted(c: np.ndarray, m: np.ndarray, by_need: np.ndarray, by_mem: np.ndarray,
+                             capc: np.ndarray, capm: np.ndarray, out: np.ndarray) -> bool:
+        """:func:`_mcb8_pack` for ``c = need * y`` (y > 0), given ``by_need`` and ``by_mem``, the stable
+        descending orders of the tasks' needs and memories (the same at every probe of a search): the two
+        lists come out in the order the stable sort on the dominant requirement gives, without sorting.
+
+        The memory-heavy list is sorted on memory, which does not depend on y: ``by_mem`` filtered. The
+        CPU-heavy list is sorted on ``need * y``, which keeps the order of the needs (rounding may only
+        make two different needs equal, never reverse them), so ``by_need`` filtered is in descending
+        order; among equal values the stable sort puts the lower task first, which an insertion pass
+        restores (a run of equal needs is already in task order)."""
+        n = c.shape[0]
+        ci = np.empty(n, dtype=np.int64)
+        mi = np.empty(n, dtype=np.int64)
+        a = 0
+        for q in range(n):
+            k = by_need[q]
+            if c[k] > m[k]:
+                v = c[k]
+                p = a
+                while p > 0 and c[ci[p - 1]] == v and ci[p - 1] > k:
+                    ci[p] = ci[p - 1]
+                    p -= 1
+                ci[p] = k
+                a += 1
+        b = 0
+        for q in range(n):
+            k = by_mem[q]
+            if not c[k] > m[k]:
+                mi[b] = k
+                b += 1
+        cp = np.empty(a)
+        cs = np.empty(a)
+        for q in range(a):
+            cp[q] = c[ci[q]]
+            cs[q] = m[ci[q]]
+        mp = np.empty(b)
+        ms = np.empty(b)
+        for q in range(b):
+            mp[q] = m[mi[q]]
+            ms[q] = c[mi[q]]
+        return _mcb8_pass(cp, cs, ci[:a], mp, ms, mi[:b], capc, capm, out)
+
+    @njit(cache=True, nogil=True)
     def _probe(
         task_need: np.ndarray, task_mem: np.ndarray, y: float, capc: np.ndarray, capm: np.ndarray,
-        cpu_total: float, c: np.ndarray, out: np.ndarray,
+        cpu_total: float, c: np.ndarray, out: np.ndarray, by_need: np.ndarray, by_mem: np.ndarray,
     ) -> bool:
         """``packing._probe`` for MCB8: the total CPU refusal, then the pass at yield ``y``."""
         n = task_need.shape[0]
@@ -394,7 +438,7 @@ else:
             c[k] = task_need[k] * y
         if _numpy_sum(c) > cpu_total + EPS * n:
             return False
-        return _mcb8_pack(c, task_mem, capc, capm, out)
+        return _mcb8_pack_presorted(c, task_mem, by_need, by_mem, capc, capm, out)
 
     @njit(cache=True, nogil=True)
     def _min_yield(th: np.ndarray, task_need: np.ndarray, task_mem: np.ndarray, capc: np.ndarray,
@@ -428,8 +472,10 @@ else:
         n = task_need.shape[0]
         c = np.empty(n)
         th = np.empty(n, dtype=np.int64)
+        by_need = _argsort_stable(-task_need)  # once for all probes (see _mcb8_pack_presorted)
+        by_mem = _argsort_stable(-task_mem)
         probes = 1
-        if _probe(task_need, task_mem, ub, capc, capm, cpu_total, c, th):
+        if _probe(task_need, task_mem, ub, capc, capm, cpu_total, c, th, by_need, by_mem):
             best[:] = th
             return True, ub, probes
         lo = 0.0
@@ -440,7 +486,7 @@ else:
         y = ub / 2.0
         while True:
             probes += 1
-            if _probe(task_need, task_mem, y, capc, capm, cpu_total, c, th):
+            if _probe(task_need, task_mem, y, capc, capm, cpu_total, c, th, by_need, by_mem):
                 got = _min_yield(th, task_need, task_mem, capc, capm)
                 if not found or got > best_y:
                     best[:] = th

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coordinator.policies.avgyield import raise_average_yield
+from coordinator.policies.avgyield_kernel import average_yield_parallel
 from coordinator.policies.mcb8_kernel import mcb8_pack, mcb8_search, min_yield
 
 __all__ = [
@@ -73,6 +74,8 @@ __all__ = [
     "lp_bound",
     "mcb_allocate",
     "mcb_pack",
+    "mcb8_yields",
+    "mcb8_yields_compiled",
     "mcb_search",
     "placement_min_yield",
     "verify_allocation",
@@ -559,16 +562,10 @@ def mcb_search(
     ub = prob.yield_upper_bound()
     cpu_total = float(prob.cpu_cap.sum())
     if fast and key == "MCB8" and mcb8_search is not None and min_yield is not None:
-        # the loop below, compiled, probe for probe
-        best_th = np.empty(prob.n_tasks, dtype=np.int64)
-        found, sy, probes = mcb8_search(
-            prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap, ub, cpu_total, float(accuracy), best_th
-        )
-        if not found:
+        got = _mcb8_compiled(prob, ub, cpu_total, accuracy)
+        if got is None:
             return None
-        # placement_min_yield, compiled (the same sums in the same order, tested equal), on the kernel's
-        # own placement: every index is a host
-        y = min_yield(best_th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap)
+        best_th, sy, probes, y = got
         return _finish(prob, best_th, key, sy, probes, average, y)
     probes = 0
     if fast:
@@ -597,6 +594,70 @@ def mcb_search(
     if best is None:
         return None
     return _finish(prob, best, key, best_sy, probes, average)
+
+
+def _mcb8_compiled(
+    prob: PackProblem, ub: float, cpu_total: float, accuracy: float
+) -> tuple[np.ndarray, float, int, float] | None:
+    """The "fast" MCB8 search of :func:`mcb_search`, compiled (probe for probe the loop there), on a problem
+    with tasks whose memory may fit: (placement, yield of the probe that found it, probes, the placement's
+    :func:`placement_min_yield`), or None if no probe packed."""
+    assert mcb8_search is not None and min_yield is not None
+    best_th = np.empty(prob.n_tasks, dtype=np.int64)
+    found, sy, probes = mcb8_search(
+        prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap, ub, cpu_total, float(accuracy), best_th
+    )
+    if not found:
+        return None
+    # placement_min_yield, compiled (the same sums in the same order, tested equal), on the kernel's
+    # own placement: every index is a host
+    y = min_yield(best_th, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap)
+    return best_th, sy, probes, y
+
+
+def mcb8_yields(prob: PackProblem, accuracy: float = 0.01) -> tuple[np.ndarray, np.ndarray] | None:
+    """``mcb_search(prob, "MCB8", accuracy)`` (fast search, average-yield step) as arrays: the host of every
+    task (tasks in job order) and every job's yield, or None. The same computation without building the
+    Allocation's per-job tuples, which DYNMCB8's repacking would only flatten again (issue 4 benchmark)."""
+    if mcb8_search is None or min_yield is None or prob.n_tasks == 0 or not accuracy > 0.0:
+        alloc = mcb_search(prob, "MCB8", accuracy)
+        if alloc is None:
+            return None
+        th = np.fromiter((h for hs in alloc.hosts for h in hs), dtype=np.int64, count=prob.n_tasks)
+        return th, np.array(alloc.yields, dtype=float)
+    return mcb8_yields_compiled(prob.need, prob.task_job, prob.task_need, prob.task_mem, prob.cpu_cap, prob.mem_cap,
+                                accuracy)
+
+
+def mcb8_yields_compiled(
+    need: np.ndarray, task_job: np.ndarray, task_need: np.ndarray, task_mem: np.ndarray, cpu_cap: np.ndarray,
+    mem_cap: np.ndarray, accuracy: float,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`mcb8_yields` on a :class:`PackProblem`'s arrays (at least one task, ``accuracy`` > 0, the
+    compiled kernels present), for a caller that need not build the problem's PackJob objects."""
+    assert mcb8_search is not None and min_yield is not None
+    n = task_need.shape[0]
+    # PackProblem.memory_may_fit and yield_upper_bound, on the arrays
+    if float(task_mem.sum()) > float(mem_cap.sum()) + EPS or not float(task_mem.max()) <= float(mem_cap.max()) + EPS:
+        return None
+    cpu_total = float(cpu_cap.sum())
+    total = float(task_need.sum())
+    ub = 1.0 if total <= 0.0 else min(1.0, cpu_total / total)
+    best_th = np.empty(n, dtype=np.int64)
+    found, _, _ = mcb8_search(task_need, task_mem, cpu_cap, mem_cap, ub, cpu_total, float(accuracy), best_th)
+    if not found:
+        return None
+    y = min_yield(best_th, task_need, task_mem, cpu_cap, mem_cap)
+    if y < 0.0:  # as _finish
+        return None
+    njobs = need.shape[0]
+    if y >= 1.0:  # raise_average_yield's own shortcuts, without its argument conversions
+        return best_th, np.ones(njobs)
+    if average_yield_parallel is not None and y > 0.0 and n != njobs:
+        yields = np.full(njobs, y)
+        average_yield_parallel(best_th, task_job, need, cpu_cap, yields)
+        return best_th, yields
+    return best_th, raise_average_yield(best_th, task_job, need, cpu_cap, y)
 
 
 def mcb_allocate(
