@@ -3,7 +3,8 @@
 Why compiled: the engine checks every plan (DESIGN.md: a plan never over-commits a host) by adding every
 placed task's CPU share and memory to its host. With numpy that took a dozen array calls per plan
 (``np.repeat`` of the per-job values, two ``np.bincount``, the comparisons), about as long as the sums
-themselves for the ~10-job plans of a DYNMCB8 simulation. The loop here adds the same values in the same
+themselves for the ~10-job plans of a DYNMCB8 simulation. The loop (``repack_kernel.host_sums``, shared
+with the ASAP admission) adds the same values in the same
 order as ``np.bincount`` does (task by task, from 0.0), so every host's sum is the same float.
 
 ``first_over`` is ``None`` when numba is not installed (the engine then uses numpy).
@@ -21,6 +22,8 @@ first_over: Callable[..., tuple[int, float, float]] | None
 
 try:  # pragma: no branch - numba is a declared dependency
     from numba import njit
+
+    from coordinator.policies.repack_kernel import host_sums  # the one loop that sums tasks per host
 except ImportError:  # pragma: no cover
     first_over = None
 else:
@@ -32,17 +35,7 @@ else:
         memory ``mems[j]``. The first host whose CPU or memory sum exceeds its capacity + 1e-6, with its two
         sums, or (-1, 0.0, 0.0)."""
         n = capc.shape[0]
-        cpu = np.zeros(n)
-        mem = np.zeros(n)
-        k = 0
-        for j in range(counts.shape[0]):
-            c = cpus[j]
-            m = mems[j]
-            for _ in range(counts[j]):
-                h = at[k]
-                cpu[h] += c
-                mem[h] += m
-                k += 1
+        cpu, mem = host_sums(at, cpus, mems, counts, n)
         for h in range(n):
             if cpu[h] > capc[h] + 1e-6 or mem[h] > capm[h] + 1e-6:
                 return h, cpu[h], mem[h]

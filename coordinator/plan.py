@@ -7,6 +7,7 @@ records every transition. ``cpu`` is always the per-task CPU fraction of a host 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 
 @dataclass(frozen=True)
@@ -96,26 +97,26 @@ class Plan:
 # __post_init__ (a unit test checks each helper against its constructor).
 
 _new = object.__new__
+_P = TypeVar("_P", Start, Resume)
+
+
+def _placing(cls: type[_P], job: str, hosts: tuple[str, ...], cpu: float) -> _P:
+    a = _new(cls)
+    d = a.__dict__
+    d["job"] = job
+    d["hosts"] = hosts
+    d["cpu"] = cpu
+    return a
 
 
 def start(job: str, hosts: tuple[str, ...], cpu: float) -> Start:
     """``Start(job, hosts, cpu)``."""
-    a = _new(Start)
-    d = a.__dict__
-    d["job"] = job
-    d["hosts"] = hosts
-    d["cpu"] = cpu
-    return a
+    return _placing(Start, job, hosts, cpu)
 
 
 def resume(job: str, hosts: tuple[str, ...], cpu: float) -> Resume:
     """``Resume(job, hosts, cpu)``."""
-    a = _new(Resume)
-    d = a.__dict__
-    d["job"] = job
-    d["hosts"] = hosts
-    d["cpu"] = cpu
-    return a
+    return _placing(Resume, job, hosts, cpu)
 
 
 def set_share(job: str, cpu: float) -> SetShare:

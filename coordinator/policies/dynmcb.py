@@ -452,17 +452,22 @@ def _caps(hosts: Sequence[Host]) -> Hosts:
 # is saved). Bounded, so a long run does not grow them.
 
 
+def _problem_arrays(jobs: tuple[tuple[int, float, float], ...], caps: Hosts) -> tuple[np.ndarray, ...]:
+    """The arrays of the packing problem of ``jobs`` ((tasks, need, mem) each) on ``caps``, as
+    PackProblem.build makes them: per job need, memory and task count, each task's job, the hosts' capacities."""
+    need = np.array([j[1] for j in jobs], dtype=float)
+    mem = np.array([j[2] for j in jobs], dtype=float)
+    ntasks = np.array([j[0] for j in jobs], dtype=np.int64)
+    task_job = np.repeat(np.arange(len(jobs), dtype=np.int64), ntasks)
+    return (need, mem, ntasks, task_job, *_host_arrays(caps))
+
+
 @lru_cache(maxsize=256)
 def _allocate(jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy: float) -> Allocation | None:
     """``mcb_allocate([PackJob(*j) for j in jobs], caps, "MCB8", accuracy)`` on the problem PackProblem.build
     would make, built without its input checks: the jobs come from validated JobSpecs (need in (0, 1],
     memory in [0, 1])."""
-    n = len(jobs)
-    need = np.array([j[1] for j in jobs], dtype=float)
-    mem = np.array([j[2] for j in jobs], dtype=float)
-    ntasks = np.array([j[0] for j in jobs], dtype=np.int64)
-    task_job = np.repeat(np.arange(n, dtype=np.int64), ntasks)
-    cpu_cap, mem_cap = _host_arrays(caps)
+    need, mem, ntasks, task_job, cpu_cap, mem_cap = _problem_arrays(jobs, caps)
     pack_jobs = tuple(PackJob(*j) for j in jobs)
     prob = PackProblem(pack_jobs, need, mem, ntasks, task_job, need[task_job], mem[task_job], cpu_cap, mem_cap)
     return mcb_search(prob, "MCB8", accuracy)
@@ -474,12 +479,7 @@ def _allocate_flat(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_allocate` as arrays: every task's packing host (jobs in order) and every job's CPU fraction
     (``Allocation.cpu``, need x yield), read-only; without the Allocation's per-job tuples."""
-    n = len(jobs)
-    need = np.array([j[1] for j in jobs], dtype=float)
-    mem = np.array([j[2] for j in jobs], dtype=float)
-    ntasks = np.array([j[0] for j in jobs], dtype=np.int64)
-    task_job = np.repeat(np.arange(n, dtype=np.int64), ntasks)
-    cpu_cap, mem_cap = _host_arrays(caps)
+    need, mem, ntasks, task_job, cpu_cap, mem_cap = _problem_arrays(jobs, caps)
     task_need, task_mem = need[task_job], mem[task_job]
     if mcb8_search is not None and min_yield is not None and task_job.shape[0] and accuracy > 0.0:
         got = mcb8_yields_compiled(need, task_job, task_need, task_mem, cpu_cap, mem_cap, accuracy)

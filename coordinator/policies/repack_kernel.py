@@ -20,16 +20,36 @@ import numpy as np
 
 EPS = 1e-9  # as coordinator.policies.base.EPS
 
-__all__ = ["greedy_admission", "moved_positions"]
+__all__ = ["greedy_admission", "host_sums", "moved_positions"]
 
+host_sums: Callable[..., tuple[np.ndarray, np.ndarray]] | None
 moved_positions: Callable[..., np.ndarray] | None
 greedy_admission: Callable[..., tuple[bool, float]] | None
 
 try:  # pragma: no branch - numba is a declared dependency
     from numba import njit
 except ImportError:  # pragma: no cover
-    moved_positions = greedy_admission = None
+    host_sums = moved_positions = greedy_admission = None
 else:
+
+    @njit(cache=True, nogil=True)
+    def _host_sums(at: np.ndarray, cpus: np.ndarray, mems: np.ndarray, counts: np.ndarray,
+                   n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per host of ``n``, the CPU and memory of the tasks on it: job ``j`` has ``counts[j]`` tasks, on hosts
+        ``at`` (jobs in order), each with CPU ``cpus[j]`` and memory ``mems[j]``. Added task by task from 0.0,
+        the order ``np.bincount(at, weights=np.repeat(cpus, counts))`` adds in, so each sum is the same float."""
+        cpu = np.zeros(n)
+        mem = np.zeros(n)
+        k = 0
+        for j in range(counts.shape[0]):
+            c = cpus[j]
+            m = mems[j]
+            for _ in range(counts[j]):
+                h = at[k]
+                cpu[h] += c
+                mem[h] += m
+                k += 1
+        return cpu, mem
 
     @njit(cache=True, nogil=True)
     def _moved_positions(cur: np.ndarray, new: np.ndarray, offsets: np.ndarray, nhosts: int,
@@ -96,17 +116,7 @@ else:
         task, the lowest load / capacity, the first host on a tie (what popping a heap of (key, host) gives).
         Writes the hosts to ``placed``; returns (mapped, the largest load / capacity with the new job: Λ)."""
         n = capc.shape[0]
-        load = np.zeros(n)
-        used = np.zeros(n)
-        k = 0
-        for j in range(counts.shape[0]):
-            c = needs[j]
-            m = mems[j]
-            for _ in range(counts[j]):
-                h = at[k]
-                load[h] += c
-                used[h] += m
-                k += 1
+        load, used = _host_sums(at, needs, mems, counts, n)
         free = np.empty(n)
         ok = np.empty(n, dtype=np.bool_)
         for i in range(n):
@@ -135,5 +145,6 @@ else:
                 lam = q
         return True, lam
 
+    host_sums = _host_sums
     moved_positions = _moved_positions
     greedy_admission = _greedy_admission
