@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import signal
 import statistics
@@ -32,7 +33,9 @@ from coordinator.policies.opportunity_cost import (
     DEFAULT_BETA,
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW,
+    FITS,
     METHODS,
+    Machine,
     View,
     make_method,
     out_of_memory,
@@ -56,22 +59,35 @@ class Config:
     interval: float = 1.0
     scale: str = "peak"
     cost_load: str = "count"
+    fit: str = "none"
     split_memory: bool = True
     migration_fixed: float = 0.0
     migration_per_mb: float = 0.0
     duration: float = 10_000.0
     plot_first: int = 1000
+    #: memory of each machine of :data:`CLUSTER`, MB, in its order (004's Table 1 is not in our text; see
+    #: :func:`cluster`); None keeps the documented guess
+    memory: tuple[float, ...] | None = None
+
+    def cluster(self) -> tuple[Machine, ...]:
+        """The six machines: :data:`CLUSTER`'s speeds with ``memory`` if given. Only the memories' ratios to
+        the largest matter (a job's memory is drawn as a percentage of the largest machine's, Sec. 5), so
+        ``--memory`` is the knob for a sensitivity study over the missing Table 1."""
+        if self.memory is None:
+            return CLUSTER
+        return tuple(Machine(speed=m.speed, mem=mb) for m, mb in zip(CLUSTER, self.memory, strict=True))
 
 
 def run_execution(cfg: Config, k: int) -> dict[str, float]:
     """One execution: all four methods on the stream of seed ``cfg.seed + k``."""
     seed = cfg.seed + k
-    stream = generate(seed, CLUSTER, MixConfig(duration=cfg.duration, split_memory=cfg.split_memory))
+    cluster = cfg.cluster()
+    stream = generate(seed, cluster, MixConfig(duration=cfg.duration, split_memory=cfg.split_memory))
     row: dict[str, float] = {"execution": k, "seed": seed, "jobs": len(stream)}
     for name in METHODS:
         method = make_method(name, beta=cfg.beta, window=cfg.window, threshold=cfg.threshold,
-                             cost_load=cfg.cost_load, scale=cfg.scale)
-        res = simulate(stream, CLUSTER, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
+                             cost_load=cfg.cost_load, scale=cfg.scale, fit=cfg.fit)
+        res = simulate(stream, cluster, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
                        migration_per_mb=cfg.migration_per_mb)
         row[f"{name}_mean"] = res.mean_slowdown
         row[f"{name}_sum"] = sum(res.slowdowns)
@@ -136,27 +152,28 @@ def explain(cfg: Config, seed: int, top: int = 5) -> list[str]:
     """What happened in the execution of job-stream seed ``seed`` (``vcemu oppcost --explain SEED``): its largest
     jobs by memory, and per method the mean slowdown, makespan, migrations, final ``L`` and how many machines had
     run out of memory (Sec. 2) when each process arrived. Used to find what carries an average."""
-    stream = generate(seed, CLUSTER, MixConfig(duration=cfg.duration, split_memory=cfg.split_memory))
+    cluster = cfg.cluster()
+    stream = generate(seed, cluster, MixConfig(duration=cfg.duration, split_memory=cfg.split_memory))
     jobs: dict[int, list] = {}
     for p in stream:
         jobs.setdefault(p.job, []).append(p)
     lines = [f"seed {seed}: {len(stream)} processes of {len(jobs)} jobs; cluster memory "
-             f"{sum(m.mem for m in CLUSTER):.0f} MB ({', '.join(f'{m.mem:.0f}' for m in CLUSTER)})",
+             f"{sum(m.mem for m in cluster):.0f} MB ({', '.join(f'{m.mem:.0f}' for m in cluster)})",
              "largest jobs by memory (processes x MB each, CPU s each, arrival s):"]
     for ps in sorted(jobs.values(), key=lambda ps: -sum(p.mem for p in ps))[:top]:
         lines.append(f"  job {ps[0].job}: {len(ps)} x {ps[0].mem:.1f} MB = {sum(p.mem for p in ps):.0f} MB, "
                      f"{ps[0].work:.1f} s, at {ps[0].arrival:.0f}")
     lines.append(f"{'method':<9}{'mean':>10}{'makespan':>10}{'migr':>7}{'L':>7}  machines out of memory at arrivals "
-                 f"(count of arrivals with 0..{len(CLUSTER)})")
+                 f"(count of arrivals with 0..{len(cluster)})")
     for name in METHODS:
         method = make_method(name, beta=cfg.beta, window=cfg.window, threshold=cfg.threshold,
-                             cost_load=cfg.cost_load, scale=cfg.scale)
-        hist = [0] * (len(CLUSTER) + 1)
+                             cost_load=cfg.cost_load, scale=cfg.scale, fit=cfg.fit)
+        hist = [0] * (len(cluster) + 1)
 
         def count(now: float, view: View, dst: int, hist: list[int] = hist) -> None:
             hist[sum(out_of_memory(view.lm(i), m.mem) for i, m in enumerate(view.machines))] += 1
 
-        res = simulate(stream, CLUSTER, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
+        res = simulate(stream, cluster, method, seed, interval=cfg.interval, migration_fixed=cfg.migration_fixed,
                        migration_per_mb=cfg.migration_per_mb, observe=count)
         scale = f"{method.scale.L:.0f}" if name.startswith("e-") else "-"
         lines.append(f"{name:<9}{res.mean_slowdown:>10.2f}{res.makespan:>10.0f}{res.migrations:>7}{scale:>7}  {hist}")
@@ -165,6 +182,23 @@ def explain(cfg: Config, seed: int, top: int = 5) -> list[str]:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _memory(text: str) -> tuple[float, ...]:
+    """``--memory``: one positive number of MB per machine of :data:`CLUSTER`, in its order."""
+    parts = text.split(",")
+    if len(parts) != len(CLUSTER):
+        raise argparse.ArgumentTypeError(f"needs {len(CLUSTER)} values ({', '.join(CLUSTER_NAMES)}), got {len(parts)}")
+    out = []
+    for name, part in zip(CLUSTER_NAMES, parts, strict=True):
+        try:
+            mb = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {part!r} is not a number of MB") from None
+        if not (mb > 0 and math.isfinite(mb)):
+            raise argparse.ArgumentTypeError(f"{name}: memory must be a positive number of MB, got {part!r}")
+        out.append(mb)
+    return tuple(out)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -184,11 +218,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="load in the cost's CPU term and in L: process count per speed (count, default: 004 Sec. 2/4), "
                    "thrashing effective load (effective), or effective in the term with L from counts "
                    "(effective-count-scale)")
+    p.add_argument("--fit", choices=FITS, default="none",
+                   help="E-Mosix under Mosix's memory limit: moves only to a node where the process fits "
+                   "(migrations), also new processes where one fits (all), or no limit (none)")
     p.add_argument("--whole-memory-per-component", action="store_true",
                    help="each component of a parallel job holds the job's whole memory (default: divided)")
     p.add_argument("--migration-fixed", type=float, default=0.0, help="seconds in transit per migration")
     p.add_argument("--migration-per-mb", type=float, default=0.0, help="extra transit seconds per MB")
     p.add_argument("--duration", type=float, default=10_000.0, help="arrival window, s (default 10000)")
+    p.add_argument("--memory", type=_memory, default=None, metavar="MB,...",
+                   help=f"memory of the {len(CLUSTER)} machines ({', '.join(CLUSTER_NAMES)}), MB, comma-separated "
+                   f"(default {','.join(f'{m.mem:g}' for m in CLUSTER)}: a guess, 004's Table 1 is not in our text)")
     p.add_argument("--explain", type=int, metavar="SEED", default=None,
                    help="instead of a study, print what happens in the execution of this job-stream seed")
     return p
@@ -208,9 +248,9 @@ def oppcost_main(argv: list[str]) -> int:
             return 2
     cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
                  threshold=args.threshold, interval=args.interval, scale=args.scale,
-                 cost_load=args.cost_load, split_memory=not args.whole_memory_per_component,
+                 cost_load=args.cost_load, fit=args.fit, split_memory=not args.whole_memory_per_component,
                  migration_fixed=args.migration_fixed, migration_per_mb=args.migration_per_mb,
-                 duration=args.duration)
+                 duration=args.duration, memory=args.memory)
     if args.explain is not None:
         print("\n".join(explain(cfg, args.explain)))
         return 0
@@ -262,7 +302,7 @@ def oppcost_main(argv: list[str]) -> int:
             w.writerow([name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['median_by_execution']:.4f}",
                         f"{t['migrations_per_execution']:.1f}"])
     config = {**asdict(cfg), "cluster": [{"name": n, "speed": m.speed, "mem_mb": m.mem}
-                                         for n, m in zip(CLUSTER_NAMES, CLUSTER, strict=True)],
+                                         for n, m in zip(CLUSTER_NAMES, cfg.cluster(), strict=True)],
               "mix": asdict(MixConfig(duration=cfg.duration, split_memory=cfg.split_memory)), "argv": argv}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,

@@ -61,6 +61,14 @@ Mosix (Sec. 4, item 3 is prose; our reading, used for both Mosix and E-Mosix whe
   knowledge", places a new job at the least marginal cost among its origin and ``window`` random other nodes.
 * A process *fits* on a node when the node's memory load stays below its memory after the move (Sec. 2: at
   ``lm = rm`` the node pages).
+* *E-Mosix under Mosix's memory limit* (``EMosix(fit=...)``, ``vcemu oppcost --fit``; default ``"none"``). 004 gives
+  E-Mosix "the same limits on its knowledge and migrations" as Mosix. If "fits" above is one of those limits,
+  E-Mosix moves a process only to a known node where it fits (``"migrations"``); if a new process's placement is
+  also such a move, from its origin at its arrival, it goes to the known node (origin included) of least marginal
+  cost among those where it fits, and starts at its origin, as a Mosix process does, when it fits on none
+  (``"all"``). The default is the unconstrained cost sum ("assigns or reassigns jobs to minimize the sum of the
+  costs"), which spreads a parallel job too large for the cluster over every machine (seed 70 below); the limit
+  keeps such a job on the nodes it was launched on, as Mosix's ushering does.
 * *Memory ushering* comes first: a node that has run out of memory sends its largest process that fits on a
   known node, to the known node with the most free memory.
 * *Load balancing*: the relative load of a node is ``lc / speed``. A process moves from ``i`` to a known ``M``
@@ -121,6 +129,8 @@ METHODS = ("pvm", "e-pvm", "mosix", "e-mosix")
 #: (Sec. 2's "CPU load", Sec. 4's formula; default); "effective" = Sec. 2's effective load ``L(t, i) / speed`` in
 #: both; "effective-count-scale" = effective load in the CPU term, ``L`` from counts.
 COST_LOADS = ("count", "effective", "effective-count-scale")
+#: E-Mosix under Mosix's memory limit (module docstring): not at all, on migrations, or on migrations and placements.
+FITS = ("none", "migrations", "all")
 
 
 @dataclass(frozen=True)
@@ -315,8 +325,9 @@ _VECTOR_FROM = 24
 
 
 def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # noqa: N803
-                    beta: float | None = None) -> Migration | None:
-    """What E-Mosix node ``node`` does: the known move that lowers the cluster's total cost most, if any."""
+                    beta: float | None = None, fit: bool = False) -> Migration | None:
+    """What E-Mosix node ``node`` does: the known move that lowers the cluster's total cost most, if any. With
+    ``fit``, only to a node where the process fits (Mosix's limit on migrations, module docstring)."""
     procs = view.procs[node]
     if not procs:
         return None
@@ -326,7 +337,10 @@ def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # no
         best_s: tuple[float, float, int, int] | None = None
         for m in known:
             lcm, lmm = view.lc(m), view.lm(m)
+            free = ms[m].mem - lmm
             for p in procs:
+                if fit and not p.mem < free:
+                    continue
                 gain = (removal_saving(n, ms[node], lc, lm, p.mem, L, beta)
                         - marginal_cost(n, ms[m], lcm, lmm, p.mem, L, beta))
                 if gain > 1e-9:
@@ -341,6 +355,8 @@ def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # no
     for m in known:
         lcm, lmm = view.lc(m), view.lm(m)
         gain = saving - (_cost_vec(n, ms[m], lcm + 1, lmm + mems, L, beta) - machine_cost(n, ms[m], lcm, lmm, L, beta))
+        if fit:
+            gain = np.where(mems < ms[m].mem - lmm, gain, -math.inf)
         top = float(gain.max())
         if top <= 1e-9:
             continue
@@ -466,18 +482,31 @@ class EMosix(_Interval):
     """E-Mosix (Sec. 4, item 4): least marginal cost among the origin and its window; cost-lowering moves."""
 
     name: str = "e-mosix"
+    #: Mosix's memory limit (module docstring): "none", "migrations" (moves only to a known node where the
+    #: process fits) or "all" (a new process too: the least marginal cost among the known nodes where it fits,
+    #: else its origin)
+    fit: str = "none"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.fit not in FITS:
+            raise ValueError(f"EMosix.fit must be one of {', '.join(FITS)}, got {self.fit!r}")
 
     def assign(self, view: View, mem: float, origin: int, rng: random.Random) -> int:
         self.scale.observe(view, self.scale_beta)
         known = [origin, *sample_window(len(view.machines), origin, self.window, rng)]
+        if self.fit == "all":
+            fits = [m for m in known if mem < view.machines[m].mem - view.lm(m)]
+            known = fits or [origin]
         return least_marginal_cost(view, mem, self.scale.L, known, self.cost_beta)
 
     def decide(self, view: View, node: int, known: Sequence[int]) -> Migration | None:
-        return emosix_decision(view, node, known, self.scale.L, self.cost_beta)
+        return emosix_decision(view, node, known, self.scale.L, self.cost_beta, fit=self.fit != "none")
 
 
 def make_method(name: str, beta: float = DEFAULT_BETA, window: int = DEFAULT_WINDOW,
-                threshold: float = DEFAULT_THRESHOLD, cost_load: str = "count", scale: str = "peak") -> Method:
+                threshold: float = DEFAULT_THRESHOLD, cost_load: str = "count", scale: str = "peak",
+                fit: str = "none") -> Method:
     """A fresh method by name (one of :data:`METHODS`); ValueError naming the known ones otherwise."""
     key = name.lower()
     if key == "pvm":
@@ -487,5 +516,5 @@ def make_method(name: str, beta: float = DEFAULT_BETA, window: int = DEFAULT_WIN
     if key == "mosix":
         return Mosix(beta=beta, window=window, threshold=threshold)
     if key == "e-mosix":
-        return EMosix(beta=beta, window=window, cost_load=cost_load, scale=LoadScale(mode=scale))
+        return EMosix(beta=beta, window=window, cost_load=cost_load, scale=LoadScale(mode=scale), fit=fit)
     raise ValueError(f"unknown opportunity-cost method {name!r}; known: {', '.join(METHODS)}")

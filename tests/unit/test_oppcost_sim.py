@@ -117,3 +117,23 @@ def test_oppcost_explain_reports_each_method_on_one_stream(capsys) -> None:
     for line in rows.values():  # every arrival is counted once in the out-of-memory histogram
         hist = json.loads(line[line.index("["):])
         assert len(hist) == len(CLUSTER) + 1 and sum(hist) == n
+
+
+def test_oppcost_memory_table_replaces_the_guess_and_is_recorded(tmp_path, capsys) -> None:
+    """``--memory`` sets Table 1's memories (speeds kept) for the study and ``--explain``; bad values name the
+    machine or the count."""
+    out = tmp_path / "oc"
+    argv = ["--executions", "1", "--jobs", "1", "--duration", "400", "--out", str(out)]
+    assert oppcost_main([*argv, "--memory", "256,128,128,64,64,32"]) == 0
+    cluster = json.loads((out / "config.json").read_text())["cluster"]
+    assert [m["mem_mb"] for m in cluster] == [256, 128, 128, 64, 64, 32]
+    assert [m["speed"] for m in cluster] == [m.speed for m in CLUSTER]
+    capsys.readouterr()
+    assert oppcost_main(["--explain", "3", "--duration", "300", "--memory", "64,64,64,64,64,64"]) == 0
+    assert "cluster memory 384 MB (64, 64, 64, 64, 64, 64)" in capsys.readouterr().out
+    for value, why in (("128,128", "needs 6 values"), ("128,128,64,64,32,x", "p1b: 'x' is not a number"),
+                       ("128,128,64,0,32,32", "ppb: memory must be a positive number")):
+        with pytest.raises(SystemExit) as exc:
+            oppcost_main([*argv, "--memory", value])
+        assert exc.value.code == 2
+        assert why in capsys.readouterr().err

@@ -280,3 +280,38 @@ def test_the_cost_spreads_over_commitment_onto_a_machine_that_had_room() -> None
     assert marginal_cost(2, ms[0], 1, 150, 60, 2) == pytest.approx(1.4587 + 0.5858, abs=1e-4)
     assert marginal_cost(2, ms[1], 1, 50, 60, 2) == pytest.approx(0.7293 + 0.5858, abs=1e-4)
     assert EPVM().assign(view, 60.0, 0, random.Random(0)) == 1
+
+
+def test_emosix_under_the_memory_limit_moves_only_where_the_process_fits(monkeypatch) -> None:
+    # n=3, speed 1, 100 MB each, L=4, plain count: cost(lc, lm) = 3**(lm/100) + 3**(lc/4).
+    # Node 0: four 10 MB processes (lc 4, lm 40). Node 1: one 90 MB process. Node 2: three processes, 10 MB in all.
+    # Moving a 10 MB process saves cost(4,40)-cost(3,30) = (1.5518+3)-(1.3904+2.2795) = 0.8819 on node 0;
+    # on node 1 it costs cost(2,100)-cost(1,90) = (3+1.7321)-(2.6879+1.3161) = 0.7281 -> gain 0.1538,
+    # on node 2 cost(4,20)-cost(3,10) = (1.2457+3)-(1.1161+2.2795) = 0.8501 -> gain 0.0318.
+    # The cost sum picks node 1, which the move fills to exactly its memory (it pages, Sec. 2); under the limit
+    # the process fits only node 2.
+    import coordinator.policies.opportunity_cost as oc
+
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    view = View(ms, [procs(10, 10, 10, 10), [Proc(10, 90, 0)], procs(4, 3, 3, pid0=20)])
+    assert emosix_decision(view, 0, [1, 2], 4) == Migration(0, 0, 1)  # the oldest, to node 1
+    assert emosix_decision(view, 0, [1, 2], 4, fit=True) == Migration(0, 0, 2)
+    assert emosix_decision(view, 0, [1], 4, fit=True) is None  # node 1 alone known: no allowed move
+    monkeypatch.setattr(oc, "_VECTOR_FROM", 0)  # the numpy path for long process lists applies the same limit
+    assert emosix_decision(view, 0, [1, 2], 4) == Migration(0, 0, 1)
+    assert emosix_decision(view, 0, [1, 2], 4, fit=True) == Migration(0, 0, 2)
+    assert emosix_decision(view, 0, [1], 4, fit=True) is None
+
+
+def test_emosix_placement_under_the_memory_limit_falls_back_to_the_origin() -> None:
+    # 3 machines known (window 2 of 3): a 60 MB process fits node 2 only (empty, 100 MB); nodes 0 and 1 hold 50 MB.
+    ms = (Machine(1, 100), Machine(1, 100), Machine(0.5, 100))
+    view = View(ms, [procs(50), procs(50, pid0=5), []])
+    assert EMosix(window=2, fit="all").assign(view, 60.0, 0, random.Random(0)) == 2
+    # 120 MB fits nowhere: it starts at its origin (1), where the unconstrained cost would spread it elsewhere
+    unconstrained = EMosix(window=2).assign(view, 120.0, 1, random.Random(0))
+    assert unconstrained == 2
+    assert EMosix(window=2, fit="all").assign(view, 120.0, 1, random.Random(0)) == 1
+    assert EMosix(window=2, fit="migrations").assign(view, 120.0, 1, random.Random(0)) == unconstrained
+    with pytest.raises(ValueError, match="EMosix.fit must be one of none, migrations, all"):
+        EMosix(fit="always")
