@@ -83,7 +83,15 @@ execution / by job / median over executions): PVM 690.4 / 694.2 / 696.7, E-PVM 6
 7.41 / 7.98 / 3.28, E-Mosix 33.7 / 35.2 / 4.59. E-PVM beats PVM in 295 of 300 executions and E-Mosix beats
 E-PVM in 287, as in 004; E-Mosix beats Mosix in 2 of 300, unlike 004's Table 2 and Fig. 4. With ``L`` of the
 present snapshot (``--scale current``, same seeds): E-PVM 51.8 / 53.6 / 4.57, E-Mosix 30.1 / 31.3 / 3.27, E-Mosix
-beats Mosix in 165 of 300 but not on average. Two mechanisms, both the text's rule applied to the 004 mix on our
+beats Mosix in 165 of 300 but not on average. Under Mosix's memory limit (``--fit all``, same seeds): with ``L``
+of the present snapshot E-Mosix 7.47 / 8.03 / 3.15 against Mosix 7.41 / 7.98 / 3.28, better in 236 of 300
+executions, and one execution carries the difference (seed 285: E-Mosix 79.2, Mosix 16.7; over the other 299,
+E-Mosix 7.23 against 7.38); with ``L`` as read here, E-Mosix 8.67 / 9.23 / 4.33, better in 2. In seed 285 a
+216 MB process pages on a 64 MB machine all run long and a 341 MB one arrives on the fastest machine at 7846 s;
+Mosix ushers the small processes off it, while E-Mosix's cost (CPU term by count, memory term without a cliff)
+keeps a process on a machine just over its memory rather than move it to a small machine below its own, so
+machines stay out of memory, new processes that fit nowhere start at their origin, and at 199 arrivals all six
+machines are out of memory (Mosix: 3). Two mechanisms, both the text's rule applied to the 004 mix on our
 cluster:
 
 1. With ``L`` at 16-32 after a burst the CPU term is nearly linear, so E-PVM and E-Mosix keep several processes
