@@ -100,11 +100,13 @@ def test_removal_bisection_removes_what_one_at_a_time_removal_would(monkeypatch:
     original = dynmcb.DynMcb8._removals
     seen = {"removals": 0}
 
-    def checked(self, snap, considered, by_priority):  # type: ignore[no-untyped-def]
-        k = original(self, snap, considered, by_priority)
+    def checked(self, snap, rp):  # type: ignore[no-untyped-def]
+        k = original(self, snap, rp)
         with monkeypatch.context() as m:  # the compiled bisection and the Python one agree
             m.setattr(dynmcb, "mcb8_removals", None)
-            assert original(self, snap, considered, by_priority) == k
+            assert original(self, snap, rp) == k
+        considered = rp.jobs
+        by_priority = [considered[i] for i in np.argsort(rp.rank).tolist()]
         caps = dynmcb._caps(snap.hosts)
         first = 0
         while first < k:
