@@ -276,6 +276,10 @@ def test_compiled_stable_argsort_is_numpys() -> None:
         keys = rng.choice([0.1, 0.25, 0.5, 1.0], n) if trial % 2 else rng.random(n)
         if trial % 5 == 0:
             keys = rng.integers(0, 20, n).astype(np.int64)
+        elif trial % 5 == 1:  # per-task keys of jobs: runs of equal neighbours (argsort_stable sorts the runs)
+            njobs = int(rng.integers(0, 60))
+            values = rng.choice([0.25, 1.0, 0.0, -0.0, float(rng.random())], njobs)
+            keys = -np.repeat(values, rng.integers(1, 40, njobs))
         np.testing.assert_array_equal(mcb8_kernel.argsort_stable(keys), np.argsort(keys, kind="stable"))
 
 
