@@ -346,3 +346,22 @@ def test_capacity_check_verdicts_and_message(shares: dict[str, list[float]], err
     else:
         with pytest.raises(PolicyError, match=error):
             engine.apply(Plan(tuple(starts)))
+
+
+def test_the_benchmark_times_the_collections_during_its_run() -> None:
+    """perf_dfrs reports the garbage collector's time during the run (a full collection is what makes
+    decision_max_ms): a forced full collection while its callback is registered is counted and timed."""
+    import gc
+
+    from coordinator.perf_dfrs import _Collections
+
+    collections = _Collections()
+    gc.callbacks.append(collections)
+    try:
+        gc.collect(2)
+        gc.collect(0)
+    finally:
+        gc.callbacks.remove(collections)
+    got = collections.summary()
+    assert got["gc_full_collections"] == 1
+    assert 0.0 < got["gc_max_ms"] <= got["gc_s"] * 1e3
