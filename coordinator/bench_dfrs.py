@@ -42,6 +42,8 @@ def bench_sim(jobs: int = 1000, seed: int = 1, load: float = 0.9, hosts: int = 1
         out[f"sim_cpu{suffix}_s"] = run["sim_cpu_s"]
         out[f"decision_p99{suffix}_ms"] = run["decision_p99_ms"]
         out[f"decision_max{suffix}_ms"] = run["decision_max_ms"]
+        out[f"gc{suffix}_s"] = run["gc_s"]  # the max is a full collection's (perf_dfrs._Collections)
+        out[f"gc_max{suffix}_ms"] = run["gc_max_ms"]
         out[f"decisions{suffix}"] = run["decisions"]
         out[f"decisions_upto_100_jobs{suffix}"] = run["decisions_le_max_jobs"]
     return out

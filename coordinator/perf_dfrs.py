@@ -17,6 +17,7 @@ Everything is deterministic except the wall-clock figures themselves.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -74,16 +75,22 @@ def time_sim_1000(
     ``sim_1000jobs_s`` (wall seconds of ``Engine.run``), ``sim_cpu_s`` (its process CPU seconds,
     the steadier figure on a loaded machine), the run's identity (seed, policy, jobs,
     hosts, load, penalty) and its outcome (completed jobs, preemptions, migrations, max and mean bounded
-    stretch) so that a faster run can be checked to be the same run, and the same run's decision times
-    (:meth:`DecisionTimes.summary`: ``decision_p99_ms`` and friends).
+    stretch) so that a faster run can be checked to be the same run, the same run's decision times
+    (:meth:`DecisionTimes.summary`: ``decision_p99_ms`` and friends) and its garbage collections
+    (:class:`_Collections`: ``gc_s`` and friends).
     """
     specs = trace(seed, n_jobs, hosts, load)
     warmup = _warm_up()
     sizes: list[int] = []  # one int appended per decision: no measurable cost to the timed run
-    c0, t0 = time.process_time(), time.perf_counter()
-    history = _run(specs, policy, hosts, penalty, sizes)
-    wall = time.perf_counter() - t0
-    cpu = time.process_time() - c0
+    collections = _Collections()
+    gc.callbacks.append(collections)
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        history = _run(specs, policy, hosts, penalty, sizes)
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+    finally:
+        gc.callbacks.remove(collections)
     summary = summarize(job_results(history))
     return {
         "sim_1000jobs_s": wall,
@@ -100,7 +107,9 @@ def time_sim_1000(
         "migrations": summary.migrations,
         "max_bounded_stretch": summary.max_bounded_stretch,
         "mean_bounded_stretch": summary.mean_bounded_stretch,
-    } | DecisionTimes(np.asarray(history.decision_seconds, dtype=float), np.asarray(sizes, dtype=np.int64)).summary()
+    } | collections.summary() | DecisionTimes(
+        np.asarray(history.decision_seconds, dtype=float), np.asarray(sizes, dtype=np.int64)
+    ).summary()
 
 
 def _warm_up() -> float:
@@ -125,6 +134,34 @@ def _warm_up() -> float:
         pos = np.zeros(2, dtype=np.int64)
         first_over(pos, np.ones(1), np.ones(1), np.array([2], dtype=np.int64), np.ones(1), np.ones(1))
     return time.perf_counter() - t0
+
+
+class _Collections:
+    """A ``gc.callbacks`` entry timing the garbage collector's collections during the run.
+
+    Why: the run's slowest decision (``decision_max_ms``, 70-100 ms where p99 is ~1.4 ms) is the one that a
+    full (generation 2) collection lands in: it scans every object the collector tracks, ~145,000 of them
+    from the imports (numba, scipy) and the warm-up before the run even starts, and takes 70-100 ms. It is
+    reported here (``gc_s``, ``gc_full_collections``, ``gc_max_ms``) so that figure can be told from a
+    slow decision."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.longest = 0.0
+        self.full = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        took = time.perf_counter() - self._start
+        self.total += took
+        self.longest = max(self.longest, took)
+        self.full += info["generation"] == 2
+
+    def summary(self) -> dict:
+        return {"gc_s": self.total, "gc_full_collections": self.full, "gc_max_ms": self.longest * 1e3}
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import chain
+from itertools import chain, compress
+from typing import TypeVar
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -86,6 +87,7 @@ from coordinator.policies.repack_kernel import greedy_admission, moved_positions
 DEFAULT_PERIOD_S = 600.0
 _CONSIDERED = frozenset((JobState.RUNNING, JobState.PAUSED, JobState.PENDING))  # the jobs a repacking places
 MIN_STRETCH_YIELD = 0.01
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -169,38 +171,27 @@ class DynMcb8:
     # ---- the global repacking -----------------------------------------------------------------------
 
     def _repack(self, snap: Snapshot) -> Plan:
-        now = snap.now
-        # Sorted on key tuples built once (ids are unique, so a comparison never reaches the view), not
-        # through a key function called per job.
-        keyed = [(j.spec.submit_time, j.spec.id, j) for j in snap.jobs.values() if j.state in _CONSIDERED]
-        keyed.sort()
-        considered = [k[2] for k in keyed]
-        # priority(flow time, vt) of coordinator.metrics, inlined; JobView.flow_time(now) is now - submit_time
-        bound, inf = STRETCH_BOUND_S, math.inf
-        ranked = []
-        for t, jid, j in keyed:
-            vt, flow = j.vt, now - t
-            ranked.append((inf if vt <= 0.0 else (flow if flow > bound else bound) / (vt * vt), -t, jid, j))
-        ranked.sort()
-        by_priority = [k[3] for k in ranked]
+        rp = _Repacking.of(snap)
+        considered = rp.jobs
         if not snap.hosts:  # every agent lost (live): nothing can run; jobs wait for hosts to return
             return self._plan(snap, {}, considered)
-        removed = {j.spec.id for j in by_priority[: self._removals(snap, considered, by_priority)]}
+        # 001 Sec. III-B: the lowest-priority jobs are set aside until MCB8 packs the rest; they are always
+        # the first ``removed`` jobs in priority order, the jobs whose rank is below ``removed``.
+        removed = self._removals(snap, rp)
         while True:
-            jobs = [j for j in considered if j.spec.id not in removed]
-            if not jobs:
+            if removed >= len(considered):
                 return self._plan(snap, {}, considered)
             if self.stretch:
-                result = self._stretch_pack(snap, jobs)
+                result = self._stretch_pack(snap, rp.kept(removed))
                 if result is not None:
                     return self._plan(snap, result, considered)
             else:
-                plan = self._yield_plan(snap, jobs, considered, removed)
+                plan = self._yield_plan(snap, rp, removed)
                 if plan is not None:
                     return plan
-            removed.add(next(j.id for j in by_priority if j.id not in removed))
+            removed += 1
 
-    def _removals(self, snap: Snapshot, considered: list[JobView], by_priority: list[JobView]) -> int:
+    def _removals(self, snap: Snapshot, rp: _Repacking) -> int:
         """How many lowest-priority jobs to set aside so that MCB8 packs the rest at the smallest yield.
 
         001 removes one job at a time and reruns the whole yield search. "However small the yield" is,
@@ -208,15 +199,10 @@ class DynMcb8:
         of removals by bisection (fewer removals pack less easily), which takes log(n) packings
         instead of n yield searches. If the full search then still fails, one more job is removed.
         """
-        if not considered:
+        if not rp.jobs:
             return 0
-        floor = self.accuracy
-        rank = {j.spec.id: r for r, j in enumerate(by_priority)}
-        specs = [j.spec for j in considered]
-        need = np.array([s.cpu_need * floor for s in specs], dtype=float)
-        mem = np.array([s.mem for s in specs], dtype=float)
-        ranks = np.array([rank[s.id] for s in specs], dtype=np.int64)
-        tasks = np.array([s.tasks for s in specs], dtype=np.int64)
+        need = rp.need * self.accuracy  # each job's CPU requirement at the floor yield
+        mem, ranks, tasks = rp.mem, rp.rank, rp.tasks
         info = _host_info(snap.hosts)
         capc, capm, limits = info.capc, info.capm, info.limits
         if mcb8_removals is not None:  # the bisection below, compiled, probe for probe
@@ -235,7 +221,7 @@ class DynMcb8:
 
         if packs(0):
             return 0
-        lo, hi = 0, len(by_priority)
+        lo, hi = 0, len(rp.jobs)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if packs(mid):
@@ -266,47 +252,42 @@ class DynMcb8:
             k0 = k1
         return out
 
-    def _yield_plan(self, snap: Snapshot, jobs: list[JobView], considered: list[JobView],
-                    removed: set[str]) -> Plan | None:
-        """``self._plan(snap, self._yield_pack(snap, jobs), considered)`` (None where that packing is None),
-        computed on host positions: the packing's host of every task, relabelled, is compared with the
+    def _yield_plan(self, snap: Snapshot, rp: _Repacking, removed: int) -> Plan | None:
+        """``self._plan(snap, self._yield_pack(snap, jobs), rp.jobs)`` for the jobs kept after setting aside
+        the ``removed`` lowest-priority ones (None where that packing is None), computed on host positions
+        and on the repacking's arrays: the packing's host of every task, relabelled, is compared with the
         running jobs' current positions by a compiled kernel, and names are looked up only for the hosts
-        of the actions made. ``removed``: the considered jobs not in ``jobs``. Same plan, action for
-        action (a unit test checks it against the name-based route)."""
+        of the actions made. Same plan, action for action (a unit test checks it against the name-based
+        route)."""
         info = _host_info(snap.hosts)
-        got = _allocate_flat(
-            tuple([(j.spec.tasks, j.spec.cpu_need, j.spec.mem) for j in jobs]), info.caps, self.accuracy
-        )
+        keep = rp.rank >= removed
+        got = _allocate_flat(rp.need[keep], rp.mem[keep], rp.tasks[keep], info, self.accuracy)
         if got is None:
             return None
         th, cpu_a = got
-        running = JobState.RUNNING
+        considered = rp.jobs
+        jobs = rp.kept(removed)
+        tasks_a = rp.tasks[keep]
+        tasks = tasks_a.tolist()
+        is_running_a = rp.running[keep]
         # The relabelling's input: the packing host and the current host of every task of a running job.
-        tasks: list[int] = []
-        is_running: list[bool] = []
         cur: list[np.ndarray] = []
         whole = True  # every running job has one host per task (always, for the engine's jobs)
-        for j in jobs:
-            t = j.spec.tasks
-            tasks.append(t)
-            if j.state is running:
-                is_running.append(True)
-                hs = j.hosts
-                if len(hs) != t:
-                    whole = False
-                cur.append(info.at(hs))
-            else:
-                is_running.append(False)
+        for j in compress(jobs, is_running_a.tolist()):
+            hs = j.hosts
+            if len(hs) != j.spec.tasks:
+                whole = False
+            cur.append(info.at(hs))
         if not whole or moved_positions is None:  # the name-based route
             return self._plan(snap, self._yield_pack(snap, jobs), considered)
-        mask = np.repeat(np.asarray(is_running, dtype=bool), tasks)
+        mask = np.repeat(is_running_a, tasks_a)
         now_on = np.concatenate(cur) if cur else np.zeros(0, dtype=np.int64)
         bins = th[mask]
         perm = _assign(bins.tobytes(), now_on.tobytes(), len(info.names), info.groups)
         new = perm[th]  # every task's host position after relabelling, jobs in order
         new_running = new[mask]
-        run_tasks = [t for t, r in zip(tasks, is_running, strict=True) if r]
-        offsets = np.zeros(len(run_tasks) + 1, dtype=np.int64)
+        run_tasks = tasks_a[is_running_a]
+        offsets = np.zeros(run_tasks.shape[0] + 1, dtype=np.int64)
         np.cumsum(run_tasks, out=offsets[1:])
         out = np.empty_like(now_on)
         flags = moved_positions(now_on, new_running, offsets, len(info.names), out).tolist()
@@ -317,9 +298,8 @@ class DynMcb8:
         cpus = cpu_a.tolist()
         paused, pending = JobState.PAUSED, JobState.PENDING
         actions: list[Action] = []
-        for job in considered:
-            if job.state is running and job.spec.id in removed:
-                actions.append(_pause(job.spec.id))
+        for i in np.flatnonzero(rp.running & ~keep).tolist():  # the running jobs set aside, in job order
+            actions.append(_pause(considered[i].spec.id))
         k0 = 0  # task offset of the job among all tasks
         r = 0  # index of the job among the running ones
         # The hosts tuples made here are the jobs' hosts at the next repacking: their positions are kept
@@ -473,18 +453,56 @@ def _allocate(jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy:
     return mcb_search(prob, "MCB8", accuracy)
 
 
-@lru_cache(maxsize=256)
+class _Kept:
+    """The results of a function for its last ``size`` inputs, keyed on its array arguments' bytes (hashed
+    and compared in C). Not functools.lru_cache: that cannot key on arrays, and rebuilding the arrays from
+    bytes would make them read-only, which is another numba signature for the kernels (loaded from the
+    disk cache mid-run); so the caller computes with its own arrays on a miss."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[tuple, object] = OrderedDict()
+
+    def get(self, key: tuple, compute: Callable[[], T]) -> T:
+        items = self.items
+        if key in items:
+            items.move_to_end(key)
+            return items[key]  # type: ignore[return-value]
+        got = items[key] = compute()
+        if len(items) > self.size:
+            items.popitem(last=False)
+        return got
+
+
+# The repacking's two caches (see above): about one repacking in four packs the very jobs of an earlier one,
+# and about one in five also meets them in the same priority order (nothing arrived or ended and the
+# priorities kept their order), so that the removal count is known.
+_ALLOCATIONS = _Kept(256)
+_REMOVALS = _Kept(256)
+
+
 def _allocate_flat(
-    jobs: tuple[tuple[int, float, float], ...], caps: Hosts, accuracy: float
+    need: np.ndarray, mem: np.ndarray, ntasks: np.ndarray, info: _HostInfo, accuracy: float
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """:func:`_allocate` as arrays: every task's packing host (jobs in order) and every job's CPU fraction
-    (``Allocation.cpu``, need x yield), read-only; without the Allocation's per-job tuples."""
-    need, mem, ntasks, task_job, cpu_cap, mem_cap = _problem_arrays(jobs, caps)
+    """:func:`_allocate` of the jobs whose need, memory and task count are ``need``, ``mem`` (float64) and
+    ``ntasks`` (int64), as arrays: every task's packing host (jobs in order) and every job's CPU fraction
+    (``Allocation.cpu``, need x yield), read-only; without the Allocation's per-job tuples. Kept for the
+    last few hundred inputs."""
+    key = (need.tobytes(), mem.tobytes(), ntasks.tobytes(), info.caps, accuracy)
+    return _ALLOCATIONS.get(key, lambda: _allocation_arrays(need, mem, ntasks, info, accuracy))
+
+
+def _allocation_arrays(
+    need: np.ndarray, mem: np.ndarray, ntasks: np.ndarray, info: _HostInfo, accuracy: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_allocate_flat`, computed (the packing problem's arrays as :func:`_problem_arrays` builds them)."""
+    task_job = np.repeat(np.arange(need.shape[0], dtype=np.int64), ntasks)
     task_need, task_mem = need[task_job], mem[task_job]
+    cpu_cap, mem_cap = info.capc, info.capm  # _host_arrays(info.caps), made once
     if mcb8_search is not None and min_yield is not None and task_job.shape[0] and accuracy > 0.0:
         got = mcb8_yields_compiled(need, task_job, task_need, task_mem, cpu_cap, mem_cap, accuracy)
     else:  # the PackJob objects only here: building them cost 4% of a 1,000-job simulation
-        pack_jobs = tuple(PackJob(*j) for j in jobs)
+        pack_jobs = tuple(PackJob(*j) for j in zip(ntasks.tolist(), need.tolist(), mem.tolist(), strict=True))
         got = mcb8_yields(PackProblem(pack_jobs, need, mem, ntasks, task_job, task_need, task_mem, cpu_cap, mem_cap),
                           accuracy)
     if got is None:
@@ -496,26 +514,11 @@ def _allocate_flat(
     return th, cpu
 
 
-# About one repacking in five meets the very jobs, in the same priority order, as an earlier one (a period
-# in which nothing arrived or ended and the priorities kept their order): the removal count is then known.
-_REMOVALS: OrderedDict[tuple[bytes, bytes, bytes, bytes, Hosts], int] = OrderedDict()
-_REMOVALS_KEPT = 256
-
-
 def _removal_count(need: np.ndarray, mem: np.ndarray, ranks: np.ndarray, tasks: np.ndarray, info: _HostInfo) -> int:
-    """``mcb8_removals`` on these arrays and hosts, kept for the last few hundred inputs (keyed on the
-    arrays' bytes, hashed in C). The kernel gets the caller's writable arrays: a read-only view would be
-    another numba signature, loaded from the cache mid-run."""
+    """``mcb8_removals`` on these arrays and hosts, kept for the last few hundred inputs."""
     assert mcb8_removals is not None
     key = (need.tobytes(), mem.tobytes(), ranks.tobytes(), tasks.tobytes(), info.caps)
-    got = _REMOVALS.get(key)
-    if got is not None:
-        _REMOVALS.move_to_end(key)
-        return got
-    got = _REMOVALS[key] = int(mcb8_removals(need, mem, ranks, tasks, info.capc, info.capm, *info.limits))
-    if len(_REMOVALS) > _REMOVALS_KEPT:
-        _REMOVALS.popitem(last=False)
-    return got
+    return _REMOVALS.get(key, lambda: int(mcb8_removals(need, mem, ranks, tasks, info.capc, info.capm, *info.limits)))
 
 
 @lru_cache(maxsize=1024)
@@ -533,6 +536,54 @@ def _fits(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray, limi
     if float(m.sum()) > mem_total + EPS or not float(m.max()) <= mem_max + EPS:
         return False
     return _pass_mcb8(c, m, capc, capm) is not None
+
+
+@dataclass(frozen=True)
+class _Repacking:
+    """The jobs one repacking places (running, paused and pending) in submission order (then id), with
+    what the removal search and the packing read of them, as arrays built once per repacking: both then
+    take the arrays of the jobs they keep by a mask, where they used to build them again from the views."""
+
+    jobs: list[JobView]
+    #: each job's place in priority order (001 Sec. III-A; 0 is the lowest priority, set aside first)
+    rank: np.ndarray
+    tasks: np.ndarray  # int64, per job
+    need: np.ndarray  # float64: the CPU need of each task
+    mem: np.ndarray  # float64: the memory of each task
+    running: np.ndarray  # bool
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> _Repacking:
+        # Sorted on key tuples built once (ids are unique, so a comparison never reaches the view).
+        keyed = [(j.spec.submit_time, j.spec.id, j) for j in snap.jobs.values() if j.state in _CONSIDERED]
+        keyed.sort()
+        jobs = [k[2] for k in keyed]
+        specs = [j.spec for j in jobs]
+        n = len(jobs)
+        submit = np.array([k[0] for k in keyed], dtype=float)
+        vt = np.array([j.vt for j in jobs], dtype=float)
+        # coordinator.metrics.priority(flow time, vt) = max(30 s, flow)/vt², infinite while vt is 0, on
+        # arrays (the same IEEE operations, so the same values). The order is that of sorting on (priority,
+        # -submit time, id): np.lexsort is stable, and the jobs are already in (submit time, id) order.
+        priority = np.full(n, math.inf)
+        has = vt > 0.0
+        v = vt[has]
+        priority[has] = np.maximum(snap.now - submit[has], STRETCH_BOUND_S) / (v * v)
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.lexsort((-submit, priority))] = np.arange(n, dtype=np.int64)
+        running = JobState.RUNNING
+        return cls(
+            jobs,
+            rank,
+            np.array([s.tasks for s in specs], dtype=np.int64),
+            np.array([s.cpu_need for s in specs], dtype=float),
+            np.array([s.mem for s in specs], dtype=float),
+            np.array([j.state is running for j in jobs], dtype=bool),
+        )
+
+    def kept(self, removed: int) -> list[JobView]:
+        """The jobs left when the ``removed`` lowest-priority ones are set aside, in submission order."""
+        return list(compress(self.jobs, (self.rank >= removed).tolist()))
 
 
 @dataclass(frozen=True)

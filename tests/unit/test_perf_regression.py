@@ -100,11 +100,13 @@ def test_removal_bisection_removes_what_one_at_a_time_removal_would(monkeypatch:
     original = dynmcb.DynMcb8._removals
     seen = {"removals": 0}
 
-    def checked(self, snap, considered, by_priority):  # type: ignore[no-untyped-def]
-        k = original(self, snap, considered, by_priority)
+    def checked(self, snap, rp):  # type: ignore[no-untyped-def]
+        k = original(self, snap, rp)
         with monkeypatch.context() as m:  # the compiled bisection and the Python one agree
             m.setattr(dynmcb, "mcb8_removals", None)
-            assert original(self, snap, considered, by_priority) == k
+            assert original(self, snap, rp) == k
+        considered = rp.jobs
+        by_priority = [considered[i] for i in np.argsort(rp.rank).tolist()]
         caps = dynmcb._caps(snap.hosts)
         first = 0
         while first < k:
@@ -274,6 +276,10 @@ def test_compiled_stable_argsort_is_numpys() -> None:
         keys = rng.choice([0.1, 0.25, 0.5, 1.0], n) if trial % 2 else rng.random(n)
         if trial % 5 == 0:
             keys = rng.integers(0, 20, n).astype(np.int64)
+        elif trial % 5 == 1:  # per-task keys of jobs: runs of equal neighbours (argsort_stable sorts the runs)
+            njobs = int(rng.integers(0, 60))
+            values = rng.choice([0.25, 1.0, 0.0, -0.0, float(rng.random())], njobs)
+            keys = -np.repeat(values, rng.integers(1, 40, njobs))
         np.testing.assert_array_equal(mcb8_kernel.argsort_stable(keys), np.argsort(keys, kind="stable"))
 
 
@@ -340,3 +346,22 @@ def test_capacity_check_verdicts_and_message(shares: dict[str, list[float]], err
     else:
         with pytest.raises(PolicyError, match=error):
             engine.apply(Plan(tuple(starts)))
+
+
+def test_the_benchmark_times_the_collections_during_its_run() -> None:
+    """perf_dfrs reports the garbage collector's time during the run (a full collection is what makes
+    decision_max_ms): a forced full collection while its callback is registered is counted and timed."""
+    import gc
+
+    from coordinator.perf_dfrs import _Collections
+
+    collections = _Collections()
+    gc.callbacks.append(collections)
+    try:
+        gc.collect(2)
+        gc.collect(0)
+    finally:
+        gc.callbacks.remove(collections)
+    got = collections.summary()
+    assert got["gc_full_collections"] == 1
+    assert 0.0 < got["gc_max_ms"] <= got["gc_s"] * 1e3

@@ -52,14 +52,14 @@ def test_repacking_on_positions_makes_the_name_based_plan(
     calls = {"plans": 0, "moves": 0, "none": 0}
     fast = dynmcb.DynMcb8._yield_plan
 
-    def both(self, snap, jobs, considered, removed):  # noqa: ANN001, ANN202
-        got = fast(self, snap, jobs, considered, removed)
-        result = self._yield_pack(snap, jobs)
+    def both(self, snap, rp, removed):  # noqa: ANN001, ANN202
+        got = fast(self, snap, rp, removed)
+        result = self._yield_pack(snap, rp.kept(removed))
         if result is None:
             assert got is None
             calls["none"] += 1
         else:
-            assert got == self._plan(snap, result, considered)
+            assert got == self._plan(snap, result, rp.jobs)
             calls["plans"] += 1
             calls["moves"] += sum(type(a).__name__ == "Move" for a in got)
         return got
