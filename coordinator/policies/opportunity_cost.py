@@ -192,6 +192,12 @@ class View:
     def lm(self, i: int) -> float:
         return sum(p.mem for p in self.procs[i])
 
+    def free(self, i: int) -> float:
+        """Memory left on machine ``i``. A process of ``mem`` MB *fits* there when ``mem < free`` (the node's
+        memory load stays below its memory after the move, Sec. 2); Mosix's moves and E-Mosix's ``fit`` share
+        this test."""
+        return self.machines[i].mem - self.lm(i)
+
 
 def out_of_memory(lm: float, rm: float) -> bool:
     """Sec. 2: a machine has run out of main memory (and pages) unless ``lm(t, i) < rm(i)``."""
@@ -315,7 +321,7 @@ def mosix_decision(view: View, node: int, known: Sequence[int],
     if not procs:
         return None
     ms = view.machines
-    free = {m: ms[m].mem - view.lm(m) for m in known}
+    free = {m: view.free(m) for m in known}
     if out_of_memory(view.lm(node), ms[node].mem):  # memory ushering: largest process that fits somewhere known
         for p in sorted(procs, key=lambda p: (-p.mem, p.start, p.pid)):
             fits = [m for m in known if p.mem < free[m]]  # still below rm after the move
@@ -350,7 +356,7 @@ def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # no
         best_s: tuple[float, float, int, int] | None = None
         for m in known:
             lcm, lmm = view.lc(m), view.lm(m)
-            free = ms[m].mem - lmm
+            free = view.free(m)
             for p in procs:
                 if fit and not p.mem < free:
                     continue
@@ -369,7 +375,7 @@ def emosix_decision(view: View, node: int, known: Sequence[int], L: float,  # no
         lcm, lmm = view.lc(m), view.lm(m)
         gain = saving - (_cost_vec(n, ms[m], lcm + 1, lmm + mems, L, beta) - machine_cost(n, ms[m], lcm, lmm, L, beta))
         if fit:
-            gain = np.where(mems < ms[m].mem - lmm, gain, -math.inf)
+            gain = np.where(mems < view.free(m), gain, -math.inf)
         top = float(gain.max())
         if top <= 1e-9:
             continue
@@ -509,7 +515,7 @@ class EMosix(_Interval):
         self.scale.observe(view, self.scale_beta)
         known = [origin, *sample_window(len(view.machines), origin, self.window, rng)]
         if self.fit == "all":
-            fits = [m for m in known if mem < view.machines[m].mem - view.lm(m)]
+            fits = [m for m in known if mem < view.free(m)]
             known = fits or [origin]
         return least_marginal_cost(view, mem, self.scale.L, known, self.cost_beta)
 
