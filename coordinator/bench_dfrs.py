@@ -12,6 +12,10 @@
   kernels' first call) excluded (target >= 1.7). Short cells measure Ray's per-task cost rather than the
   sweep: once the simulator had become 2.4x faster, 300-job cells gave 1.61 where 1,000-job cells gave
   1.89, one run after the other on this 2-core machine.
+- ``python_ref_s``: the best of three timings of a fixed pure-Python loop (:func:`reference_seconds`), taken
+  just before the simulation. Why: the same code's ``sim_1000jobs_s`` has ranged from 1.2 to 2.9 s on this
+  VM from one day to the next; the reference moves with it, so ``sim_1000jobs_per_ref`` (the ratio) tells a
+  change in the code from a change in the machine.
 """
 
 from __future__ import annotations
@@ -26,6 +30,37 @@ BENCH_ALGS = ("greedy-pmtn", "dynmcb8-asap-per")
 SWEEP_JOBS = 1000
 
 
+def _reference_work(n: int = 200_000) -> float:
+    """What the engine's Python does most, in a fixed amount: small objects made, attributes read, tuples
+    built, dictionary writes and lookups."""
+
+    class Rec:
+        __slots__ = ("a", "b")
+
+        def __init__(self, a: int, b: float) -> None:
+            self.a, self.b = a, b
+
+    table: dict[int, Rec] = {}
+    acc = 0.0
+    for i in range(n):
+        rec = Rec(i, float(i))
+        table[i & 1023] = rec
+        row = (rec.a, rec.b, i)
+        other = table.get((i * 7) & 1023)
+        acc += other.b if other is not None else row[1]
+    return acc
+
+
+def reference_seconds(repeats: int = 3) -> float:
+    """The best of ``repeats`` timings of :func:`_reference_work` (the machine's speed for pure Python)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _reference_work()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def bench_sim(jobs: int = 1000, seed: int = 1, load: float = 0.9, hosts: int = 128,
               penalties: Sequence[float] = (0.0, 300.0)) -> dict[str, Any]:
     """The 1,000-job run and its decision times, by :mod:`coordinator.perf_dfrs` (one implementation of
@@ -34,12 +69,13 @@ def bench_sim(jobs: int = 1000, seed: int = 1, load: float = 0.9, hosts: int = 1
     reported beside them with a ``_penalty300`` suffix (a longer run: jobs pile up while they pay it)."""
     from coordinator.perf_dfrs import time_sim_1000
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"python_ref_s": reference_seconds()}
     for penalty in penalties:
         suffix = "" if penalty == 0 else f"_penalty{penalty:g}"
         run = time_sim_1000(seed, n_jobs=jobs, hosts=hosts, load=load, penalty=penalty)  # timing and decisions
         out[f"sim_1000jobs{suffix}_s"] = run["sim_1000jobs_s"]
         out[f"sim_cpu{suffix}_s"] = run["sim_cpu_s"]
+        out[f"sim_1000jobs{suffix}_per_ref"] = run["sim_1000jobs_s"] / out["python_ref_s"]
         out[f"decision_p99{suffix}_ms"] = run["decision_p99_ms"]
         out[f"decision_max{suffix}_ms"] = run["decision_max_ms"]
         out[f"gc{suffix}_s"] = run["gc_s"]  # the max is a full collection's (perf_dfrs._Collections)
