@@ -41,7 +41,7 @@ from coordinator.model import (
     Tick,
 )
 from coordinator.plan import Action, Defer, Migrate, Move, Pause, Plan, Resume, SetShare, Start
-from coordinator.policies.base import EPS, Policy, host_positions
+from coordinator.policies.base import EPS, Policy
 
 log = logging.getLogger("vcemu.engine")
 
@@ -129,15 +129,6 @@ class _HostTable:
     index: dict[str, int]
     cpu: np.ndarray
     mem: np.ndarray
-    #: host positions of a job's hosts tuple, kept while it is seen again: a job keeps its hosts across
-    #: most decisions, and the check would otherwise look up every task's host at every plan
-    positions: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict)
-
-    def at(self, hosts: tuple[str, ...] | list[str]) -> np.ndarray:
-        """The positions of ``hosts`` (as int64; the check concatenates one array per job)."""
-        if type(hosts) is not tuple:  # a job's hosts as Migrates move them (a list, changing): not kept
-            return np.fromiter(map(self.index.__getitem__, hosts), dtype=np.int64, count=len(hosts))
-        return host_positions(self.positions, self.index, hosts)
 
     @classmethod
     def of(cls, hosts: tuple[Host, ...]) -> _HostTable:
@@ -347,23 +338,35 @@ class Engine:
     # ---- reacting ---------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        return self._snapshot()[0]
+
+    def _snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
+        """The snapshot, and the running jobs' records in ``_live`` order (what :meth:`_check` starts from:
+        :meth:`handle` passes them on, the state being the snapshot's until its plan is applied)."""
         with self.lock:
             # Progress and the views in one pass over the live jobs (a job's view depends on its own
             # record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
+            # A paused job's progress is read too, as a live agent may report it late; not from a backend
+            # that declares it cannot move (the simulator: four of five placed jobs in the 1,000-job DYNMCB8
+            # run are paused, and their vt was read when they were paused, at the snapshot of that plan).
             progress = self.backend.progresses()
-            running, paused = JobState.RUNNING, JobState.PAUSED
+            running = JobState.RUNNING
+            paused = None if getattr(self.backend, "paused_progress_fixed", False) else JobState.PAUSED
             views: dict[str, JobView] = {}
+            running_jobs: dict[str, JobRecord] = {}
             for job, rec in self._live.items():
                 d = rec.__dict__
                 state = d["state"]
                 if state is running or state is paused:
+                    if state is running:
+                        running_jobs[job] = rec
                     vt = progress.get(job, 0.0) * rec.spec.work
                     if vt != d["vt"]:  # an unchanged job (paused, or blocked by a penalty) keeps its view
                         d["vt"] = vt  # rec.vt = vt, which drops its view, without __setattr__'s calls
                         d["_view"] = None
                 v = d.get("_view")  # rec.view(), without the call for a view that is kept
                 views[job] = v if v is not None else rec.view()
-            return Snapshot(self.backend.now(), tuple(self.hosts), MappingProxyType(views))
+            return Snapshot(self.backend.now(), tuple(self.hosts), MappingProxyType(views)), running_jobs
 
     def handle(self, stim: Stimulus) -> Plan:
         with self.lock:
@@ -371,23 +374,27 @@ class Engine:
                 rec = self.jobs.get(stim.job)
                 if rec is None or rec.state is not JobState.PENDING:
                     return Plan()  # a stale timer: the job was cancelled, or started, meanwhile
-            snap = self.snapshot()
+            snap, running_jobs = self._snapshot()
             t0 = time.perf_counter()
             plan = self.policy.decide(snap, stim)
             elapsed = time.perf_counter() - t0
             self.history.decision_seconds.append(elapsed)
             for listener in self.decision_listeners:
                 listener(elapsed)
-            self.apply(plan)
+            self._apply(plan, running_jobs)
             return plan
 
     def apply(self, plan: Plan) -> None:
         """Check and carry out a plan; a backend failure fails that job only."""
+        self._apply(plan)
+
+    def _apply(self, plan: Plan, running_jobs: dict[str, JobRecord] | None = None) -> None:
+        """:meth:`apply`, given the running jobs' records in ``_live`` order if the caller has them."""
         with self.lock:
             if not plan.actions:  # nothing changes: the state was checked when it was made
                 return
             ordered = self._ordered(plan)  # the check follows the order the actions are applied in
-            self._check(plan, ordered)
+            self._check(plan, ordered, running_jobs)
             self._stamp = self.backend.now()
             try:
                 self._apply_checked(plan, ordered)
@@ -492,14 +499,18 @@ class Engine:
             rec.attempts += 1
             self._push(action.until, "stim", Tick(action.job))
 
-    def _check(self, plan: Plan, ordered: list[Action] | None = None) -> None:
-        """Refuse a plan that is inconsistent with the state or over-commits a host."""
+    def _check(self, plan: Plan, ordered: list[Action] | None = None,
+               running_jobs: dict[str, JobRecord] | None = None) -> None:
+        """Refuse a plan that is inconsistent with the state or over-commits a host. ``running_jobs``: the
+        running jobs' records in ``_live`` order, if the caller has them."""
         table = self._host_table
         if table is None or table.hosts != tuple(self.hosts):  # compares the same Host objects: quick
             table = self._host_table = _HostTable.of(tuple(self.hosts))
         hosts = table.by_name
         running = JobState.RUNNING
-        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in self._live.items() if r.state is running}
+        if running_jobs is None:
+            running_jobs = {j: r for j, r in self._live.items() if r.state is running}
+        placed = {j: (r.hosts, r.cpu, r.spec) for j, r in running_jobs.items()}
         need, after = _NEED, _AFTER
         state: dict[str, JobState] = {}  # states as the plan moves them, in the order it is applied
         moved: dict[str, list[str]] = {}
@@ -538,20 +549,23 @@ class Engine:
                 placed[job] = (h, a.cpu, s)
         # Each host's CPU and memory: every placed task's share added in placement order, as a loop over
         # the tasks would add them (np.bincount sums its weights in the order given; so does first_over).
+        # The tasks' host positions are looked up in one pass over them all (~300 in the 1,000-job run):
+        # half of a plan's actions give a job new hosts (Move, Resume, Start), and one lookup call per
+        # such job, with per-job arrays kept for the others, cost more than this pass.
         index = table.index
-        at: list[np.ndarray] = []
+        names: list[str] = []  # every placed task's host, jobs in placement order
         cpus: list[float] = []  # per job; np.repeat gives each of its tasks the job's value
         mems: list[float] = []
         counts: list[int] = []
         for job, (hs, c, spec) in placed.items():
             if c <= 0 or c > spec.cpu_need + EPS:
                 raise PolicyError(f"{self.policy.name}: job {job} given cpu {c} outside (0, need={spec.cpu_need}]")
-            at.append(table.at(hs))
+            names += hs
             cpus.append(c)
             mems.append(spec.mem)
             counts.append(len(hs))
         n = len(index)
-        at_a = np.concatenate(at) if at else np.zeros(0, dtype=np.int64)
+        at_a = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=len(names))
         if first_over is not None:
             i, cpu_i, mem_i = first_over(at_a, np.array(cpus, dtype=float), np.array(mems, dtype=float),
                                          np.array(counts, dtype=np.int64), table.cpu, table.mem)
