@@ -177,6 +177,8 @@ class Engine:
         #: elsewhere in one plan read as the migration they are, see ``metrics.job_results``).
         self._stamp: float | None = None
         self._host_table: _HostTable | None = None  # the capacity check's, for the current host list
+        #: the backend's paused jobs make no progress (``Backend.paused_progress_fixed``, the simulator)
+        self._paused_fixed = bool(getattr(backend, "paused_progress_fixed", False))
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -348,10 +350,10 @@ class Engine:
             # record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
             # A paused job's progress is read too, as a live agent may report it late; not from a backend
             # that declares it cannot move (the simulator: four of five placed jobs in the 1,000-job DYNMCB8
-            # run are paused, and their vt was read when they were paused, at the snapshot of that plan).
+            # run are paused, and their vt was read when they were paused, by _apply_one).
             progress = self.backend.progresses()
             running = JobState.RUNNING
-            paused = None if getattr(self.backend, "paused_progress_fixed", False) else JobState.PAUSED
+            paused = None if self._paused_fixed else JobState.PAUSED
             views: dict[str, JobView] = {}
             running_jobs: dict[str, JobRecord] = {}
             for job, rec in self._live.items():
@@ -468,6 +470,8 @@ class Engine:
             return
         if kind is Pause:
             self.backend.pause(job)
+            if self._paused_fixed:  # the snapshots no longer read it (see Engine._snapshot): read it now
+                d["vt"] = self.backend.progress(job) * rec.spec.work
             d["state"] = JobState.PAUSED
             d["cpu"] = 0.0
             d["_view"] = None

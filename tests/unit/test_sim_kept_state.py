@@ -11,7 +11,9 @@ import pytest
 
 from coordinator.backends.base import Report
 from coordinator.backends.sim import SimBackend, _SimJob
-from coordinator.model import JobSpec, JobState
+from coordinator.engine import Engine
+from coordinator.model import Host, JobSpec, JobState, Snapshot, Stimulus
+from coordinator.plan import Pause, Plan, Start
 
 
 def _advance_all(jobs: dict[str, _SimJob], now: float, until: float) -> tuple[float, list[str]]:
@@ -101,3 +103,25 @@ def test_paused_jobs_progress_is_not_read_again_and_every_snapshot_is_the_same(p
     fast, read = runs
     assert len(fast) > 200 and fast == read
     assert sum(v.state is JobState.PAUSED for _, jobs in read for v in jobs.values()) > 500
+
+
+def test_a_job_paused_without_a_snapshot_first_keeps_the_work_it_did() -> None:
+    """With the simulator the engine reads a paused job's progress when it pauses it, not at later snapshots:
+    a plan applied straight after time passed (no snapshot in between) must not leave the job's vt behind."""
+    engine = Engine(_Idle(), SimBackend(), [Host("h0", 1.0, 1.0)])
+    engine.arrive(JobSpec("a", 0.0, 1, 1.0, 0.1, 100.0))
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    engine.backend.advance(10.0)
+    engine.apply(Plan((Pause("a"),)))
+    engine.backend.advance(20.0)
+    assert engine.snapshot().jobs["a"].vt == 10.0
+
+
+class _Idle:
+    """A policy that never acts (the test applies its plans itself)."""
+
+    name = "idle"
+    period = None
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+        return Plan()
