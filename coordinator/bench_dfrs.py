@@ -12,7 +12,7 @@
   kernels' first call) excluded (target >= 1.7). Short cells measure Ray's per-task cost rather than the
   sweep: once the simulator had become 2.4x faster, 300-job cells gave 1.61 where 1,000-job cells gave
   1.89, one run after the other on this 2-core machine.
-- ``python_ref_s``: the best of three timings of a fixed pure-Python loop (:func:`reference_seconds`), taken
+- ``python_ref_s``: the best of three CPU timings of a fixed pure-Python loop (:func:`reference_seconds`), taken
   just before the simulation. Why: the same code's ``sim_1000jobs_s`` has ranged from 1.2 to 2.9 s on this
   VM from one day to the next; the reference moves with it, so ``sim_1000jobs_per_ref`` (the ratio) tells a
   change in the code from a change in the machine.
@@ -52,13 +52,10 @@ def _reference_work(n: int = 200_000) -> float:
 
 
 def reference_seconds(repeats: int = 3) -> float:
-    """The best of ``repeats`` timings of :func:`_reference_work` (the machine's speed for pure Python)."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        _reference_work()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    """The best of ``repeats`` CPU timings of :func:`_reference_work` (the machine's speed for pure Python)."""
+    from coordinator.vcsched.bench import best_of
+
+    return best_of(_reference_work, repeats)
 
 
 def bench_sim(jobs: int = 1000, seed: int = 1, load: float = 0.9, hosts: int = 128,

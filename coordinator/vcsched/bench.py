@@ -27,10 +27,10 @@ import numpy as np
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack, placement_min_yield
 from coordinator.vcsched.generator import InstanceSpec, generate
 
-__all__ = ["bench_packing_main"]
+__all__ = ["bench_packing_main", "best_of"]
 
 
-def _best_of(fn: Callable[[], object], repeat: int) -> float:
+def best_of(fn: Callable[[], object], repeat: int) -> float:
     """Best CPU time (``time.process_time``) of ``repeat`` runs: the box may be shared, and CPU time
     is what other work on the same cores does not inflate. Wall time is reported separately."""
     best = float("inf")
@@ -84,8 +84,8 @@ def bench_packing_main(argv: list[str]) -> int:
         for cc in (0.25, 0.75)
     ]
     big = [generate(InstanceSpec(1000, 10000, s, 0.25, 0.25), rng) for s in (0.3, 0.5, 0.7)]
-    t_small = [_best_of(lambda i=i: mcb_allocate(i.jobs, 64), args.repeat) for i in small]
-    t_big = [_best_of(lambda i=i: mcb_allocate(i.jobs, 1000), 1) for i in big]
+    t_small = [best_of(lambda i=i: mcb_allocate(i.jobs, 64), args.repeat) for i in small]
+    t_big = [best_of(lambda i=i: mcb_allocate(i.jobs, 1000), 1) for i in big]
     w_small = [_wall(lambda i=i: mcb_allocate(i.jobs, 64)) for i in small]
     probes = [a.probes for i in small if (a := mcb_allocate(i.jobs, 64)) is not None]
     out: dict[str, object] = {
@@ -99,8 +99,8 @@ def bench_packing_main(argv: list[str]) -> int:
         "clock": "process CPU time, best of --repeat per instance, median over instances",
     }
     if not args.no_generic:
-        g_small = [_best_of(lambda i=i: _generic_allocate(list(i.jobs), 64), 1) for i in small]
-        g_big = [_best_of(lambda i=i: _generic_allocate(list(i.jobs), 1000), 1) for i in big[1:2]]
+        g_small = [best_of(lambda i=i: _generic_allocate(list(i.jobs), 64), 1) for i in small]
+        g_big = [best_of(lambda i=i: _generic_allocate(list(i.jobs), 1000), 1) for i in big[1:2]]
         out["mcb8_500x64_ms_generic"] = round(1000 * statistics.median(g_small), 3)
         out["mcb8_10000x1000_s_generic"] = round(statistics.median(g_big), 4)
     out["python"] = platform.python_version()
