@@ -99,19 +99,11 @@ class SimBackend:
     def wake(self) -> None:
         pass
 
-    def _rate(self, j: _SimJob) -> float:
-        return j.cpu / j.spec.cpu_need if j.running else 0.0
-
-    def _finish_time(self, j: _SimJob) -> float:
-        rate = self._rate(j)
-        if rate <= 0.0:
-            return math.inf
-        return max(self._now, j.blocked_until) + (j.spec.work - j.done) / rate
-
     def advance(self, until: float) -> list[Report]:
-        # One pass over the running jobs computes every rate and finish time (_rate, _finish_time, inlined:
-        # this runs at every event) and the earliest; a paused job gains no work and never finishes, so it
-        # is not visited, nor is a job with no CPU (an infinite finish time).
+        # A running job progresses at its yield (rate = cpu / need) from the end of its penalty, and finishes
+        # when its work is done. One pass over the running jobs computes every rate and finish time (this
+        # runs at every event) and the earliest; a paused job gains no work and never finishes, so it is not
+        # visited, nor is a job with no CPU (an infinite finish time).
         now = self._now
         t = until
         moving: list[tuple[str, _SimJob, float, float, float]] = []
