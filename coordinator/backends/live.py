@@ -344,6 +344,13 @@ class LiveBackend:
         """
         with self._lock:
             t = self._tasks[job][task]
+            if t.state == agent_pb2.TASK_STATE_DONE:
+                # A finished task of an unfinished job has nothing to move, and its agent may no longer hold
+                # it (stopped by an earlier move: Stop forgets a task), so no Checkpoint: it is stopped if
+                # still there and recorded at ``dst``, as the policy placed it.
+                self._stop_task(t)
+                self._tasks[job][task] = _Task(t.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)
+                return
             progress = self._checkpoint(t)
             self._stop_task(t, strict=True)
             if progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
