@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.model import JobSpec
+from tests.unit.scripted_agent import backend_on
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 
@@ -38,16 +38,11 @@ class HungAgent(agent_pb2_grpc.AgentServicer):
 @pytest.fixture()
 def agent():
     servicer = HungAgent()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    agent_pb2_grpc.add_AgentServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    backend = LiveBackend(rpc_timeout=5.0)
-    backend.add_agent(f"127.0.0.1:{port}")
-    yield backend
-    servicer.release.set()
-    backend.close()
-    server.stop(0)
+    with backend_on(servicer) as backend:
+        try:
+            yield backend
+        finally:
+            servicer.release.set()
 
 
 def _spec(job: str, workload: str = "dgemm") -> JobSpec:

@@ -9,13 +9,13 @@ task is NOT_FOUND)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
 
 from coordinator.backends.live import LiveBackend
 from coordinator.model import JobSpec, JobState
+from tests.unit.scripted_agent import backend_on
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 HOSTS = ("h0", "h1", "h2")
@@ -67,15 +67,8 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
 @pytest.fixture()
 def cluster() -> Iterator[tuple[LiveBackend, TableAgent]]:
     agent = TableAgent()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    agent_pb2_grpc.add_AgentServicer_to_server(agent, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    backend = LiveBackend(rpc_timeout=5.0)
-    backend.add_agent(f"127.0.0.1:{port}")
-    yield backend, agent
-    backend.close()
-    server.stop(0)
+    with backend_on(agent) as backend:
+        yield backend, agent
 
 
 def test_a_finished_task_moved_twice_is_not_checkpointed_and_its_job_carries_on(
