@@ -14,8 +14,9 @@ import pytest
 from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.model import JobSpec
-from tests.unit.scripted_agent import backend_on
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
+
+from .scripted_agent import backend_on
 
 
 class HungAgent(agent_pb2_grpc.AgentServicer):

@@ -15,8 +15,9 @@ import pytest
 
 from coordinator.backends.live import LiveBackend
 from coordinator.model import JobSpec, JobState
-from tests.unit.scripted_agent import backend_on
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
+
+from .scripted_agent import backend_on
 
 HOSTS = ("h0", "h1", "h2")
 
