@@ -470,8 +470,9 @@ class Engine:
             return
         if kind is Pause:
             self.backend.pause(job)
-            if self._paused_fixed:  # the snapshots no longer read it (see Engine._snapshot): read it now
-                d["vt"] = self.backend.progress(job) * rec.spec.work
+            # Its work stops here: the vt it is paused with, which a snapshot of a backend whose paused jobs
+            # cannot progress (Engine._snapshot) does not read again.
+            d["vt"] = self.backend.progress(job) * rec.spec.work
             d["state"] = JobState.PAUSED
             d["cpu"] = 0.0
             d["_view"] = None

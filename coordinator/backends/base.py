@@ -67,8 +67,9 @@ class Backend(Protocol):
     # backend that defers the second half of its migrations (the live one: every task leaves its host
     # before any arrives, since only the plan's final state is checked to fit).
     # Optional: ``paused_progress_fixed = True`` for a backend whose paused jobs make no progress until they
-    # are resumed (the simulator). The engine then reads a job's progress once, when it pauses it, not at
-    # every snapshot; a live agent may report a paused job's last progress late, so it is read as usual.
+    # are resumed (the simulator). The engine reads a job's progress when it pauses it, and with this flag
+    # not again at later snapshots; a live agent may report a paused job's last progress late, so there it is
+    # read at every snapshot too.
 
     def wake(self) -> None:
         """Make a blocking ``advance`` return early (new work arrived). A no-op in virtual time."""
