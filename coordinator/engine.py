@@ -430,7 +430,7 @@ class Engine:
         for job, error in flush() if flush is not None else []:
             self._failed(self.jobs[job], f"migrate failed: {error}", error, dropped)
         for job, rec in moved.items():  # one migration per job and event, however many tasks moved
-            if not rec.state.finished:
+            if rec.state is JobState.RUNNING:  # not requeued or failed by a later move or flush
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
 
     def _move(self, rec: JobRecord, new: tuple[str, ...], dropped: set[str]) -> bool:

@@ -193,10 +193,12 @@ class LiveBackend:
             self._restarts[job] = max(self._restarts.get(job, -1), restarts)
 
     def _persist(self, job: str) -> None:
+        """Journal the job's tasks with its restart count. A job with no tasks (not started yet, requeued,
+        done) is journalled with an empty list, not deleted: its count must stay, so that a restarted
+        coordinator never gives a new task an id that a task left on an agent may still have."""
         if self.journal is not None:
-            tasks = self._tasks.get(job)
-            stored = None if tasks is None else [StoredTask(t.task_id, t.host, t.progress, t.state, t.saved)
-                                                  for t in tasks]
+            tasks = self._tasks.get(job, [])
+            stored = [StoredTask(t.task_id, t.host, t.progress, t.state, t.saved) for t in tasks]
             self.journal(job, self._restarts.get(job, -1), stored)
 
     def close(self) -> None:
@@ -399,7 +401,7 @@ class LiveBackend:
         elsewhere, which must not run twice); otherwise keep it to retry at every poll, so a slow or
         unreachable agent never costs the caller the job reports it is carrying."""
         try:
-            self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id), host=task.host)
+            reply = self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id), host=task.host)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return
@@ -407,8 +409,14 @@ class LiveBackend:
                 raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
             log.warning("Stop %s on %s failed (%s); will retry", task.task_id, task.host, _rpc_text(exc))
             self._orphans.append(task)
+            return
         except BackendError as exc:  # its agent is gone: nothing left to stop there
             log.warning("Stop %s: %s", task.task_id, exc)
+            return
+        if strict and reply.task.state == agent_pb2.TASK_STATE_FAILED:
+            # It failed since the last poll, which would have failed its job; the Stop made the agent forget
+            # it, so say it here rather than restart it elsewhere (a move) or save it (a pause).
+            raise BackendError(f"task {task.task_id} failed on {task.host}: {reply.task.message}")
 
     def stop(self, job: str) -> None:
         with self._lock:
@@ -433,6 +441,9 @@ class LiveBackend:
         """One Status round over all agents; returns jobs that finished since the last round."""
         with self._lock:
             answered: set[str] = set()  # hosts whose agent answered this round
+            # This round's answers only: an agent that did not answer may have been told to stop or move a
+            # task since its last Status, which would otherwise bring that task back as it was.
+            seen: dict[str, agent_pb2.TaskStatus] = {}
             for handle in list(self.agents.values()):
                 if handle.lost:
                     continue  # being removed
@@ -440,15 +451,12 @@ class LiveBackend:
                     handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(),
                                                             timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
                     handle.last_seen, handle.silent = time.monotonic(), False
-                    answered.update(handle.hosts)
                 except grpc.RpcError:
                     handle.silent = True
                     continue  # an unreachable agent is noticed by heartbeats, not here
-            seen: dict[str, agent_pb2.TaskStatus] = {}
-            for handle in self.agents.values():
-                if handle.last_status is not None:
-                    for ts in handle.last_status.tasks:
-                        seen[ts.task_id] = ts
+                answered.update(handle.hosts)
+                for ts in handle.last_status.tasks:
+                    seen[ts.task_id] = ts
             orphans, self._orphans = self._orphans, []
             for t in orphans:
                 self._stop_task(t)
@@ -458,7 +466,9 @@ class LiveBackend:
                 lost = None
                 for t in tasks:
                     ts = seen.get(t.task_id)
-                    if ts is not None:
+                    # A saved task's progress is its checkpoint, and a finished one is finished: no agent
+                    # speaks for them (a finished task moved by a repacking keeps its id on a new host).
+                    if ts is not None and ts.host == t.host and not t.saved and t.state != agent_pb2.TASK_STATE_DONE:
                         t.progress, t.state, t.message = ts.progress, ts.state, ts.message
                     elif not t.saved and t.host in answered and t.state != agent_pb2.TASK_STATE_DONE:
                         lost = t

@@ -1,29 +1,104 @@
-"""A live backend connected to a scripted agent: any ``AgentServicer`` served by a real gRPC server on
-127.0.0.1, for tests of the live backend's calls without agent processes or cgroups."""
+"""Live backends connected to scripted agents: any ``AgentServicer`` served by a real gRPC server on
+127.0.0.1, for tests of the live backend's calls without agent processes or cgroups. :class:`TableAgent`
+keeps the real agent's task-table rules (node_agent.agent.AgentCore) and lets a test script the rest."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 
 import grpc
 
 from coordinator.backends.live import LiveBackend
-from vcemu.v1 import agent_pb2_grpc
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 
 @contextmanager
-def backend_on(servicer: agent_pb2_grpc.AgentServicer, rpc_timeout: float = 5.0) -> Iterator[LiveBackend]:
-    """A :class:`LiveBackend` with ``servicer`` registered as its one agent; both closed on exit."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    agent_pb2_grpc.add_AgentServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+def backend_on(*servicers: agent_pb2_grpc.AgentServicer, rpc_timeout: float = 5.0) -> Iterator[LiveBackend]:
+    """A :class:`LiveBackend` with each of ``servicers`` registered as an agent; all closed on exit."""
+    servers: list[grpc.Server] = []
     backend = LiveBackend(rpc_timeout=rpc_timeout)
     try:
-        backend.add_agent(f"127.0.0.1:{port}")
+        for servicer in servicers:
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            agent_pb2_grpc.add_AgentServicer_to_server(servicer, server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            server.start()
+            servers.append(server)
+            backend.add_agent(f"127.0.0.1:{port}")
         yield backend
     finally:
         backend.close()
-        server.stop(0)
+        for server in servers:
+            server.stop(0)
+
+
+class TableAgent(agent_pb2_grpc.AgentServicer):
+    """An agent whose tasks are entries of a table, with the real agent's rules: Stop forgets a task, a
+    finished task stays known until Stop, an unknown id is NOT_FOUND and a known one ALREADY_EXISTS at
+    StartTask. No processes: a test moves a task's progress and state with :meth:`set` and :meth:`finish`,
+    and scripts faults with the flags below."""
+
+    def __init__(self, agent_id: str = "table", hosts: tuple[str, ...] = ("h0", "h1", "h2")) -> None:
+        self.agent_id, self.hosts = agent_id, hosts
+        self.tasks: dict[str, agent_pb2.TaskStatus] = {}
+        self.checkpoints: list[str] = []  # the task ids asked for a checkpoint, in order
+        self.mute = False  # Status answers UNAVAILABLE (a slow or briefly partitioned agent)
+        self.refuse_start_on: set[str] = set()  # StartTask on these hosts answers UNAVAILABLE
+        self.refuse_stop = False  # Stop answers UNAVAILABLE
+        self.on_start: Callable[[agent_pb2.StartTaskRequest], None] | None = None  # called at each StartTask
+
+    def _get(self, task_id: str, context: grpc.ServicerContext) -> agent_pb2.TaskStatus:
+        if task_id not in self.tasks:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"task_id: no task {task_id!r} on agent {self.agent_id}")
+        return self.tasks[task_id]
+
+    def Describe(self, request, context):  # noqa: N802
+        return agent_pb2.DescribeReply(agent_id=self.agent_id, mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name=h, cpu_cores=1.0, memory_bytes=1 << 30) for h in self.hosts])
+
+    def StartTask(self, request, context):  # noqa: N802
+        if self.on_start is not None:
+            self.on_start(request)
+        if request.host in self.refuse_start_on:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "partitioned")
+        if request.task_id in self.tasks:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, f"task_id: task {request.task_id!r} already exists")
+        status = agent_pb2.TaskStatus(task_id=request.task_id, host=request.host, progress=request.start_progress,
+                                      state=agent_pb2.TASK_STATE_RUNNING)
+        self.tasks[request.task_id] = status
+        return agent_pb2.TaskReply(task=status)
+
+    def SetShare(self, request, context):  # noqa: N802
+        return agent_pb2.TaskReply(task=self._get(request.task_id, context))
+
+    def Pause(self, request, context):  # noqa: N802
+        return agent_pb2.TaskReply(task=self._get(request.task_id, context))
+
+    def Resume(self, request, context):  # noqa: N802
+        return agent_pb2.TaskReply(task=self._get(request.task_id, context))
+
+    def Checkpoint(self, request, context):  # noqa: N802
+        self.checkpoints.append(request.task_id)
+        status = self._get(request.task_id, context)
+        return agent_pb2.CheckpointReply(task_id=status.task_id, progress=status.progress)
+
+    def Stop(self, request, context):  # noqa: N802
+        if self.refuse_stop:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "partitioned")
+        status = self._get(request.task_id, context)
+        del self.tasks[request.task_id]
+        return agent_pb2.TaskReply(task=status)
+
+    def Status(self, request, context):  # noqa: N802
+        if self.mute:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no answer")
+        return agent_pb2.StatusReply(agent_id=self.agent_id, mode="cgroup-v1", tasks=list(self.tasks.values()))
+
+    def set(self, task_id: str, progress: float, state: int = agent_pb2.TASK_STATE_RUNNING, message: str = "") -> None:
+        status = self.tasks[task_id]
+        status.progress, status.state, status.message = progress, state, message
+
+    def finish(self, task_id: str) -> None:
+        self.set(task_id, 1.0, agent_pb2.TASK_STATE_DONE)
