@@ -1,0 +1,72 @@
+"""Writing result files so that a run killed at any moment never leaves one half-written, and an output
+directory never pairs one run's config with another run's results.
+
+Every result file (CSV, JSON, PNG) is written to a temporary file beside it and renamed over it
+(``os.replace`` is atomic on POSIX within one file system): a reader sees the old file or the new one,
+never a part. :func:`clear_outputs` removes the files a command is about to write again, so that a run
+cut short, or one that writes fewer of them, does not leave the previous run's beside its own config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["clear_outputs", "save_figure", "write_bytes", "write_json", "write_text"]
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (a temporary file in the same directory, flushed to disk and
+    renamed over ``path``). Returns the path."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    return write_bytes(path, text.encode())
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, **dumps: Any) -> Path:
+    """:func:`write_text` of ``json.dumps(obj, indent=2, sort_keys=True)`` (``dumps`` overrides those) and a newline."""
+    return write_text(path, json.dumps(obj, **{"indent": 2, "sort_keys": True, **dumps}) + "\n")
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig: Any) -> Path:
+    """``fig.savefig(path, **savefig)`` atomically (the format is taken from ``path``'s suffix)."""
+    import io
+
+    target = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=savefig.pop("format", target.suffix.lstrip(".") or "png"), **savefig)
+    return write_bytes(target, buf.getvalue())
+
+
+def clear_outputs(out: str | os.PathLike[str], patterns: Iterable[str]) -> list[Path]:
+    """Remove the files directly in ``out`` that match any of the glob ``patterns`` (the names a command
+    writes), and temporary files left by an interrupted :func:`write_bytes`. Returns what was removed,
+    sorted. Nothing else in ``out`` is touched."""
+    root = Path(out)
+    if not root.is_dir():
+        return []
+    gone: set[Path] = set()
+    for pattern in (*patterns, ".*.tmp"):
+        for p in root.glob(pattern):
+            if p.is_file():
+                p.unlink()
+                gone.add(p)
+    return sorted(gone)
