@@ -253,9 +253,11 @@ class Engine:
                 rec.vt = max(rec.vt, self.backend.progress(job) * rec.spec.work)
             with contextlib.suppress(BackendError):
                 self.backend.stop(job)
-            src, rec.state, rec.cpu = rec.state, JobState.PENDING, 0.0
-            self._record(job, src, JobState.PENDING, rec.hosts, 0.0, reason)
-            rec.hosts = ()
+            # The record is the job's state after the transition (a listener persists it); the transition
+            # says where the job was.
+            src, hosts = rec.state, rec.hosts
+            rec.state, rec.cpu, rec.hosts = JobState.PENDING, 0.0, ()
+            self._record(job, src, JobState.PENDING, hosts, 0.0, reason)
             self._push(self.backend.now(), "stim", Submit(job))
             self._ensure_tick()
         self.backend.wake()
@@ -624,11 +626,10 @@ class Engine:
         self._finish(rec, JobState.FAILED, message)
 
     def _finish(self, rec: JobRecord, state: JobState, reason: str) -> None:
-        src = rec.state
-        rec.state, rec.end, rec.message = state, self.backend.now(), reason
+        src, cpu = rec.state, rec.cpu
+        rec.state, rec.end, rec.message, rec.cpu = state, self.backend.now(), reason, 0.0
         self._live.pop(rec.spec.id, None)
-        self._record(rec.spec.id, src, state, rec.hosts, rec.cpu, reason)
-        rec.cpu = 0.0
+        self._record(rec.spec.id, src, state, rec.hosts, cpu, reason)  # the transition keeps the share it ran with
 
     def _record(
         self,

@@ -6,8 +6,10 @@ Everything the coordinator has acknowledged is in this file before the acknowled
 * ``jobs``: every accepted job, its spec, its client request id and its engine state (one row, updated
   in place at every transition);
 * ``transitions``: the engine's history, so metrics and the event stream continue after a restart;
-* ``tasks``: where each task of a placed job runs on the agents (task id, host, last known progress),
-  written *before* the StartTask RPC, so a restarted coordinator can adopt the tasks that kept running;
+* ``tasks``: per job, the number of task ids it has used, written *before* each StartTask RPC so that a
+  restarted coordinator never gives a new task an id an agent may still hold (a job without tasks keeps
+  its row, with none); and where each of its tasks runs (task id, host, last known progress), written
+  once its StartTask has returned, so that a restarted coordinator can adopt the tasks that kept running;
 * ``agents``: each registered agent's address and description, so a restarted coordinator can talk to
   its agents at once, before they re-register;
 * ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts.

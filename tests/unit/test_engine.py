@@ -268,3 +268,24 @@ def test_a_refused_action_still_fails_its_job():
     engine.step(0.0)
     assert engine.jobs["a"].state is JobState.FAILED
     assert engine.jobs["a"].message == "start failed: StartTask: INVALID_ARGUMENT: unknown workload"
+
+
+def test_a_listener_reads_each_job_record_as_it_is_after_the_transition():
+    """The service's store listener persists the job's record at every transition: a requeued job's row has
+    no hosts and no share, and a finished job's no share, while the transitions keep where it was and what
+    share it ran with."""
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(1))
+    rows: list[tuple[str, str, tuple[str, ...], float]] = []
+    engine.listeners.append(lambda t: rows.append(
+        (t.job, engine.jobs[t.job].state.value, engine.jobs[t.job].hosts, engine.jobs[t.job].cpu)))
+    engine.arrive(spec("a", work=10.0))
+    engine.step(0.0)
+    engine.lose_hosts(["h0"], "host lost")
+    assert rows[-1] == ("a", "pending", (), 0.0)
+    last = engine.history.transitions[-1]
+    assert (last.reason, last.hosts) == ("host lost", ("h0",))
+    engine.add_hosts(hosts(1))
+    engine.run()
+    assert rows[-1] == ("a", "done", ("h0",), 0.0)
+    last = engine.history.transitions[-1]
+    assert (last.dst, last.cpu) == (JobState.DONE, 1.0)
