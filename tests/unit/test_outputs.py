@@ -1,0 +1,54 @@
+"""coordinator.outputs: a result file is the old one or the new one, never a part; clear_outputs removes
+only the names it is given (and interrupted writes' temporary files)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from coordinator import outputs
+
+
+def test_a_write_that_fails_before_the_rename_leaves_the_old_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "table.csv"
+    outputs.write_text(target, "old\n")
+
+    def dies(src: str, dst: str) -> None:
+        raise KeyboardInterrupt  # a kill between the write and the rename
+
+    monkeypatch.setattr(os, "replace", dies)
+    with pytest.raises(KeyboardInterrupt):
+        outputs.write_text(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+
+
+def test_json_and_figures_are_written_whole(tmp_path: Path) -> None:
+    outputs.write_json(tmp_path / "config.json", {"seed": 3, "algorithms": ["a", "b"]})
+    assert json.loads((tmp_path / "config.json").read_text()) == {"algorithms": ["a", "b"], "seed": 3}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    outputs.save_figure(fig, tmp_path / "fig.png", dpi=40)
+    plt.close(fig)
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_clear_outputs_removes_the_named_files_and_leftover_temporaries_only(tmp_path: Path) -> None:
+    for name in ("exp1.csv", "exp1.png", "exp2.csv", "notes.txt", ".exp1.csv.x1.tmp"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "exp1.csv").write_text("x")
+    gone = outputs.clear_outputs(tmp_path, ["exp1.*"])
+    assert [p.name for p in gone] == [".exp1.csv.x1.tmp", "exp1.csv", "exp1.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp2.csv", "notes.txt", "sub"]
+    assert outputs.clear_outputs(tmp_path / "missing", ["*"]) == []
