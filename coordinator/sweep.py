@@ -21,8 +21,27 @@ Traces (001 Sec. IV-C):
   rules, on 120 nodes.
 
 Guards: ``--max-jobs`` keeps the first N jobs (by submission) of a trace; ``--cell-timeout`` aborts a
-cell whose simulation runs longer (recorded as ``timeout`` with no stretch, never retried unless
-``--retry-failed``), and a Ray-side backstop cancels a task that overruns it by far.
+cell whose simulation runs longer (recorded as ``timeout`` with no stretch), and a Ray-side backstop
+cancels the tasks when none has finished for far longer.
+
+What is stored (the rule a rerun relies on): a cell's file holds an outcome of the *cell*, never of the
+machine it ran on. The simulation is deterministic from the config, so
+
+- ``ok`` and ``error`` (the cell's own exception in the policy or engine, or jobs that never completed)
+  are stored for good; ``--retry-failed`` reruns the ``error`` ones (after a code change).
+- ``timeout`` is stored (the tables count it as failed) but depends on the machine's load: a rerun runs it
+  again when its ``--cell-timeout`` is larger than the time the cell already ran, and ``--retry-failed``
+  reruns it whatever the limit.
+- A cell that Ray lost -- worker crash (kill -9, OOM killer), node loss, the backstop's cancel, a lost
+  object, a ``MemoryError`` -- is not stored: the run says so and a rerun runs it. (Older vcemu stored such
+  cells without ``wall_s``, which every real outcome has; a rerun runs those too.)
+
+Exit status: 0 when every cell this run ran is ``ok``; 1 when one timed out, failed or was not stored
+(or the run itself failed); 2 when the settings are refused (a bad argument, an ``--out`` that holds a
+sweep with other settings or an unreadable ``config.json``).
+
+Cell ids name a load with 2 decimals and a penalty with ``%g`` (6 significant digits): values that would
+share an id (e.g. ``--loads 0.851,0.852``) are refused rather than let their cells overwrite each other.
 
 Outputs in OUT: ``config.json``, ``cells/*.json``, ``cells.csv`` (every cell with its metrics),
 ``degradation.csv`` (001's degradation factor per cell: max stretch / best max stretch of the same trace
@@ -33,12 +52,13 @@ panel per penalty), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +72,10 @@ ALGORITHMS = (
 DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 DEFAULT_HPC2N = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",  # ../shared beside the clone
                              "HPC2N-2002-2.2-cln.swf.gz")
+
+
+#: A cell's status when Ray lost it (see the module docstring): reported, never stored.
+LOST = "lost"
 
 
 class CellTimeout(RuntimeError):
@@ -86,7 +110,8 @@ class TimedPolicy:
 def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: int, *,
              timeout_s: float = math.inf, host_memory_gb: float = 8.0) -> dict[str, Any]:
     """Simulate one cell and score it with 001's metrics. Never raises for a slow or failing run: the
-    outcome is in ``status`` (ok / timeout / error)."""
+    outcome is in ``status`` (ok / timeout / error). A ``MemoryError`` is raised: it is the machine's
+    failure, not the cell's, and must not be stored as the cell's result."""
     from coordinator.backends.sim import SimBackend
     from coordinator.engine import Engine
     from coordinator.experiments import homogeneous_hosts
@@ -111,6 +136,8 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         out.update(status="timeout", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
                    error=f"exceeded {timeout_s:g} s at simulated time {engine.backend.now():.0f} s")
         return out
+    except MemoryError:
+        raise
     except Exception as exc:  # noqa: BLE001 -- a failing policy is a result of the sweep, not a crash
         out.update(status="error", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
                    error=f"{type(exc).__name__}: {exc}")
@@ -166,7 +193,7 @@ def build_traces(cfg: dict[str, Any]) -> list[Trace]:
         seed = cfg["seed"] + i
         for load in cfg["loads"]:
             specs = _first(compress_time(synthetic_trace(seed, n, hosts=hosts, load=load), k), cap)
-            traces.append(Trace(f"lublin-s{seed}-l{load:.2f}{tag}", "scaled", load, hosts, cfg["host_memory_gb"],
+            traces.append(Trace(f"lublin-s{seed}-l{_load_id(load)}{tag}", "scaled", load, hosts, cfg["host_memory_gb"],
                                 tuple(specs)))
     for i in range(cfg["unscaled"]):
         seed = cfg["seed"] + 10_000 + i
@@ -190,8 +217,26 @@ def build_traces(cfg: dict[str, Any]) -> list[Trace]:
     return traces
 
 
+def _load_id(load: float) -> str:
+    return f"{load:.2f}"
+
+
+def _penalty_id(penalty: float) -> str:
+    return f"{penalty:g}"  # also in the report names (table1_p300.csv)
+
+
 def cell_key(trace: str, algorithm: str, penalty: float) -> str:
-    return f"{trace}__{algorithm}__p{penalty:g}"
+    return f"{trace}__{algorithm}__p{_penalty_id(penalty)}"
+
+
+def _refuse_shared_ids(values: Sequence[float], ident: Callable[[float], str], name: str, tag: str) -> None:
+    """Refuse values that give one id: their cells (and reports) would overwrite each other's files."""
+    seen: dict[str, float] = {}
+    for v in values:
+        if (i := ident(v)) in seen:
+            raise SystemExit(f"vcemu sweep: {name}: {seen[i]!r} and {v!r} are both {tag}{i} in cell ids; "
+                             "give values that differ there")
+        seen[i] = v
 
 
 # ---- the sweep ------------------------------------------------------------------------------------------
@@ -232,6 +277,11 @@ def run_cells(todo: list[tuple[str, Trace, str, float]], cfg: dict[str, Any], ce
         pending[ref] = (key, tr, alg, pen, time.monotonic())
     results: list[dict[str, Any]] = []
     backstop = 2 * cfg["cell_timeout"] + 60  # a task stuck outside the policy (queued time included)
+
+    def lost(tr: Trace, alg: str, pen: float, why: str) -> dict[str, Any]:
+        return {"algorithm": alg, "penalty": pen, "hosts": tr.hosts, "jobs": len(tr.specs), "status": LOST,
+                "error": why, "max_stretch": math.nan}
+
     bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress, dynamic_ncols=True)
     last_progress = time.monotonic()
     while pending:
@@ -242,16 +292,14 @@ def run_cells(todo: list[tuple[str, Trace, str, float]], cfg: dict[str, Any], ce
             key, tr, alg, pen, _t = pending.pop(ref)
             try:
                 res = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 -- a worker crash is recorded, not fatal
-                res = {"algorithm": alg, "penalty": pen, "hosts": tr.hosts, "jobs": len(tr.specs),
-                       "status": "error", "error": f"{type(exc).__name__}: {exc}", "max_stretch": math.nan}
+            except Exception as exc:  # noqa: BLE001 -- run_cell returns the cell's own failures: this is Ray's
+                res = lost(tr, alg, pen, f"{type(exc).__name__}: {exc}")
             results.append(_store(res, key, tr, cells_dir))
             bar.update(1)
         if not done and time.monotonic() - last_progress > backstop:
             for ref, (key, tr, alg, pen, _t) in list(pending.items()):
                 ray.cancel(ref, force=True)
-                res = {"algorithm": alg, "penalty": pen, "hosts": tr.hosts, "jobs": len(tr.specs),
-                       "status": "timeout", "error": "cancelled by the sweep's backstop", "max_stretch": math.nan}
+                res = lost(tr, alg, pen, f"cancelled by the sweep's backstop ({backstop:g} s without a result)")
                 results.append(_store(res, key, tr, cells_dir))
                 pending.pop(ref)
                 bar.update(1)
@@ -260,12 +308,38 @@ def run_cells(todo: list[tuple[str, Trace, str, float]], cfg: dict[str, Any], ce
 
 
 def _store(res: dict[str, Any], key: str, tr: Trace, cells_dir: Path | None) -> dict[str, Any]:
+    """The cell's row; written to ``cells_dir`` (atomically) unless Ray lost the cell, so that a rerun
+    runs a lost cell again instead of reading the crash as its result."""
+    from coordinator.outputs import write_json
+
     res = {"cell": key, "trace": tr.id, "group": tr.group, "load": tr.load, **res}
-    if cells_dir is not None:
-        tmp = cells_dir / f"{key}.json.tmp"
-        tmp.write_text(json.dumps(res, allow_nan=True, sort_keys=True))
-        tmp.replace(cells_dir / f"{key}.json")  # atomic: an interrupted sweep never leaves half a cell
+    if cells_dir is not None and res["status"] != LOST:
+        write_json(cells_dir / f"{key}.json", res, indent=None)
     return res
+
+
+def _read_cell(path: Path) -> dict[str, Any] | None:
+    """A stored cell, or None when there is none or it cannot be read (then it is run again)."""
+    try:
+        cell = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        print(f"vcemu sweep: {path}: unreadable cell ({exc}); it is run again", file=sys.stderr)
+        return None
+    return cell if isinstance(cell, dict) else None
+
+
+def _to_run(stored: dict[str, Any] | None, cell_timeout: float, retry_failed: bool) -> bool:
+    """Whether this run runs a cell, given what is stored for it (the rule in the module docstring)."""
+    if stored is None or "wall_s" not in stored:  # not stored, or an older vcemu's record of a Ray failure
+        return True
+    status = stored.get("status")
+    if status == "ok":
+        return False
+    if retry_failed or status not in ("error", "timeout"):
+        return True
+    return status == "timeout" and cell_timeout > float(stored["wall_s"])  # more time than it had
 
 
 def _parse_floats(text: str, name: str) -> list[float]:
@@ -277,8 +351,14 @@ def _parse_floats(text: str, name: str) -> list[float]:
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="vcemu sweep", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="vcemu sweep", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="stored cells: ok; error (the cell's own failure: deterministic); timeout (machine-dependent:\n"
+               "rerun by a larger --cell-timeout or --retry-failed). Not stored: cells Ray lost (worker crash,\n"
+               "node loss, out of memory, the backstop's cancel, lost object): a rerun runs them.\n"
+               "exit status: 0 every cell of this run ok; 1 some timed out, failed or were not stored; "
+               "2 settings refused.")
     p.add_argument("--out", default="results/sweep", help="output directory (resumes if it holds a sweep)")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS))
     p.add_argument("--penalties", default="0,300", help="rescheduling penalties in seconds (001: 0 and 300)")
@@ -293,13 +373,17 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--job-scale", type=float, default=1.0,
                    help="divide every Lublin job's work and inter-arrival time by K (same load, K times the jobs "
                         "per hour; the penalty weighs K times more)")
-    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds before a cell is abandoned")
+    p.add_argument("--cell-timeout", type=float, default=600.0,
+                   help="seconds before a cell is abandoned (stored as a timeout; a rerun with a larger limit "
+                        "runs it again)")
     p.add_argument("--host-memory-gb", type=float, default=8.0,
                    help="node memory for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="CPUs of the local Ray")
     p.add_argument("--address", default=None, help="an existing Ray cluster (ray://host:port or auto)")
-    p.add_argument("--retry-failed", action="store_true", help="rerun stored cells that timed out or failed")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="rerun stored cells that timed out or failed (a failure is deterministic: for after a "
+                        "code change)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--report-only", action="store_true", help="write the reports from the stored cells, run none")
     return p.parse_args(list(argv))
@@ -329,9 +413,11 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
     loads = _parse_floats(a.loads, "--loads")
     if any(not x > 0 for x in loads):
         raise SystemExit("vcemu sweep: --loads: every load must be > 0")
+    _refuse_shared_ids(loads, _load_id, "--loads", "l")
     pens = _parse_floats(a.penalties, "--penalties")
     if any(x < 0 for x in pens):
         raise SystemExit("vcemu sweep: --penalties: must be >= 0")
+    _refuse_shared_ids(pens, _penalty_id, "--penalties", "p")
     for name in ("traces", "unscaled"):
         if getattr(a, name) < 0:
             raise SystemExit(f"vcemu sweep: --{name}: must be >= 0")
@@ -358,65 +444,130 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-#: Settings that change results: a stored sweep with other values cannot be resumed.
+#: Settings that change results: a stored sweep with other values cannot be resumed. ``hpc2n_sha256`` is the
+#: HPC2N file's content (None without weeks): another file under the same path gives other results.
 _RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "max_jobs", "host_memory_gb", "seed",
-                "job_scale")
+                "job_scale", "hpc2n_sha256")
 #: The value of a result key in a sweep stored before that key existed.
 _RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
 
 
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stored_setting(old: dict[str, Any], key: str, cfg: dict[str, Any]) -> Any:
+    """A result key's value in the stored config ``old``. A sweep stored before the HPC2N digest was
+    recorded named its file by path only: the same path is taken as the same file, once."""
+    if key in old:
+        return old[key]
+    if key == "hpc2n_sha256":
+        return cfg[key] if not old.get("hpc2n_weeks") or old.get("hpc2n") == cfg["hpc2n"] else None
+    return _RESULT_DEFAULTS.get(key)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """The stored sweep's config, or a one-line error naming the file (an older vcemu killed while writing
+    it left it empty or half-written)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"vcemu sweep: {path}: cannot read the stored sweep's config ({exc}); use another "
+                         "--out, or remove that file if this run's settings are those of its cells") from None
+    if not isinstance(old, dict):
+        raise SystemExit(f"vcemu sweep: {path}: not a sweep config (no JSON object); use another --out")
+    return old
+
+
 def sweep_main(argv: Sequence[str]) -> int:
-    from coordinator.sweep_report import write_reports
+    """``vcemu sweep``; a refused setting (a ``SystemExit`` with a message) exits 2, as the documented
+    status says, not 1, which a script may take for cells to retry."""
+    try:
+        return _sweep(argv)
+    except SystemExit as exc:
+        if not isinstance(exc.code, str):
+            raise
+        print(exc.code, file=sys.stderr)
+        return 2
+
+
+def _sweep(argv: Sequence[str]) -> int:
+    from coordinator.outputs import clear_outputs, write_json
+    from coordinator.sweep_report import REPORT_PATTERNS, write_reports
 
     a = _parse_args(argv)
     cfg = config_from_args(a)
+    try:  # the file's identity, once: a stored sweep must match it (see _RESULT_KEYS)
+        cfg["hpc2n_sha256"] = _sha256(cfg["hpc2n"]) if cfg["hpc2n_weeks"] else None
+    except OSError as exc:
+        print(f"vcemu sweep: --hpc2n: cannot read the trace file {cfg['hpc2n']} ({exc.strerror or exc})",
+              file=sys.stderr)
+        return 2
     out = Path(a.out)
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"
     if cfg_path.exists():
-        old = json.loads(cfg_path.read_text())
-        diff = [k for k in _RESULT_KEYS if old.get(k, _RESULT_DEFAULTS.get(k)) != cfg.get(k)]
+        old = _read_config(cfg_path)
+        diff = [k for k in _RESULT_KEYS if _stored_setting(old, k, cfg) != cfg.get(k)]
         if diff:
             print(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
                   "use another --out", file=sys.stderr)
             return 2
-        cfg["algorithms"] = sorted(set(old["algorithms"]) | set(cfg["algorithms"]), key=_alg_order)
-        cfg["penalties"] = sorted(set(old["penalties"]) | set(cfg["penalties"]))
+        cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=_alg_order)
+        cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
+        _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
     try:
         traces = build_traces(cfg)
     except (OSError, ValueError) as exc:
         print(f"vcemu sweep: {exc}", file=sys.stderr)
         return 2
-    cfg_path.write_text(json.dumps(cfg, indent=2))
+    # This run writes the reports again at its end: until then there are none, so that a run killed
+    # before it leaves cells and config, never an older run's tables beside them.
+    clear_outputs(out, REPORT_PATTERNS)
+    clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
+    write_json(cfg_path, cfg)
     todo = []
     for tr in traces:
         for pen in cfg["penalties"]:
             for alg in cfg["algorithms"]:
                 key = cell_key(tr.id, alg, pen)
-                f = cells_dir / f"{key}.json"
-                if f.exists():
-                    status = json.loads(f.read_text()).get("status")
-                    if status == "ok" or not a.retry_failed:
-                        continue
-                todo.append((key, tr, alg, pen))
+                if _to_run(_read_cell(cells_dir / f"{key}.json"), cfg["cell_timeout"], a.retry_failed):
+                    todo.append((key, tr, alg, pen))
     total = len(traces) * len(cfg["penalties"]) * len(cfg["algorithms"])
     print(f"vcemu sweep: {len(traces)} traces x {len(cfg['algorithms'])} algorithms x "
           f"{len(cfg['penalties'])} penalties = {total} cells; {total - len(todo)} stored, {len(todo)} to run",
           file=sys.stderr)
     t0 = time.perf_counter()
+    ran: list[dict[str, Any]] = []
     if todo and not a.report_only:
         ray_init(a.address, a.workers)
-        run_cells(todo, cfg, cells_dir, progress=not a.no_progress)
+        ran = run_cells(todo, cfg, cells_dir, progress=not a.no_progress)
     wall = time.perf_counter() - t0
-    rows = [json.loads(p.read_text()) for p in sorted(cells_dir.glob("*.json"))]
-    rows = [r for r in rows if r["algorithm"] in cfg["algorithms"] and r["penalty"] in cfg["penalties"]
-            and r["trace"] in {t.id for t in traces}]
+    trace_ids = {t.id for t in traces}
+    rows = [r for r in (_read_cell(p) for p in sorted(cells_dir.glob("*.json"))) if r is not None]
+    rows = [r for r in rows if r.get("algorithm") in cfg["algorithms"] and r.get("penalty") in cfg["penalties"]
+            and r.get("trace") in trace_ids]
     paths = write_reports(rows, cfg, out)
     bad = sum(1 for r in rows if r.get("status") != "ok")
     print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
           + ", ".join(str(p) for p in paths), file=sys.stderr)
-    return 0
+    failed = [r for r in ran if r["status"] in ("error", "timeout")]
+    lost = [r for r in ran if r["status"] == LOST]
+    if failed:
+        print(f"vcemu sweep: {len(failed)} of this run's cells timed out or failed (stored; --retry-failed runs "
+              f"them again, a larger --cell-timeout the timeouts), e.g. {failed[0]['cell']}: {failed[0]['error']}",
+              file=sys.stderr)
+    if lost:
+        n = len(lost)
+        print(f"vcemu sweep: {n} cell{'s' if n != 1 else ''} failed for infrastructure reasons and "
+              f"{'were' if n != 1 else 'was'} not stored; run again to retry {'them' if n != 1 else 'it'} "
+              f"(e.g. {lost[0]['cell']}: {lost[0]['error']})", file=sys.stderr)
+    return 1 if failed or lost else 0
 
 
 def _alg_order(name: str) -> int:

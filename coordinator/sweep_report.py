@@ -7,11 +7,16 @@ traces; Table II the average (maximum) of the preemption/migration costs over th
 load >= 0.7, for the algorithms that preempt or migrate (only cells counted under the current
 ``metrics.MOVE_COUNTING`` rule). Cells that timed out or failed have no max
 stretch: they are listed in cells.csv, counted in the tables' ``failed`` column and left out of averages.
+
+Every report is written atomically (coordinator.outputs), and ``vcemu sweep`` removes the previous ones
+(:data:`REPORT_PATTERNS`) before a run: reports are derived from the cells, and one older than them must
+not pass for theirs.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import statistics
 from collections import defaultdict
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.metrics import MOVE_COUNTING, degradation_factors
+from coordinator.outputs import save_figure, write_text
 
 GROUPS = (("scaled", "Scaled synthetic traces"), ("unscaled", "Unscaled synthetic traces"),
           ("hpc2n", "Real-world trace (HPC2N weeks)"))
@@ -30,6 +36,9 @@ CELL_FIELDS = ("cell", "trace", "group", "load", "algorithm", "penalty", "hosts"
                "max_stretch", "max_plain_stretch", "mean_stretch", "degradation", "preemptions", "migrations",
                "span_s", *COST_FIELDS, "utilisation", "underutilisation", "decisions", "decision_mean_s",
                "decision_p99_s", "decision_max_s", "error")
+#: Every file :func:`write_reports` may write in the output directory (and nothing else there: not the cells).
+REPORT_PATTERNS = ("cells.csv", "degradation.csv", "table1_p*.csv", "table1_p*.png", "table1_vs_paper_p300.csv",
+                   "table2_p*.csv", "table2_p*.png", "fig1_p*.csv", "fig1.png")
 
 
 #: 001 Table I (5-minute penalty): degradation factor avg, std, max per trace group, as printed.
@@ -136,12 +145,12 @@ def table2(rows: Sequence[dict[str, Any]], algorithms: Sequence[str], penalty: f
 
 def _write_csv(path: Path, rows: Sequence[dict[str, Any]], fields: Sequence[str] | None = None) -> Path:
     fields = list(fields or (rows[0].keys() if rows else []))
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items() if k in fields})
-    return path
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items() if k in fields})
+    return write_text(path, buf.getvalue())
 
 
 def _label(alg: str) -> str:
@@ -170,7 +179,7 @@ def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms
     axes[0][0].set_ylabel("max-stretch degradation factor (log)")
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -198,7 +207,7 @@ def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float) -> Pa
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"Table I analogue: degradation factor, penalty {penalty:g} s")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -227,7 +236,7 @@ def _plot_table2(path: Path, t2: Sequence[dict[str, Any]], penalty: float) -> Pa
     fig.suptitle(f"Table II analogue: preemption/migration costs, scaled traces with load >= 0.7, "
                  f"penalty {penalty:g} s")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 

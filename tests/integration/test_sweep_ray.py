@@ -46,3 +46,26 @@ def test_sweep_on_ray_is_resumable_and_reproducible(tmp_path: Path, capsys):
 
     assert sweep_main([*argv, "--jobs", "13"]) == 2  # other settings: refused
     assert "other settings (jobs)" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_killed_on_ray_leaves_its_cell_unstored(tmp_path: Path, capsys, monkeypatch):
+    import os
+    import signal
+
+    def kill_easy(specs, algorithm, penalty, hosts, timeout_s, host_memory_gb):  # shipped by value to Ray
+        if algorithm == "easy":
+            os.kill(os.getpid(), signal.SIGKILL)  # kill -9 of the worker while its cell runs
+        return run_cell(specs, algorithm, penalty, hosts, timeout_s=timeout_s, host_memory_gb=host_memory_gb)
+
+    monkeypatch.setattr("coordinator.sweep._remote_run_cell", kill_easy)
+    out = tmp_path / "sweep"
+    argv = ["--out", str(out), "--algorithms", "fcfs,easy", "--penalties", "300", "--traces", "1", "--jobs", "12",
+            "--loads", "0.5", "--workers", "1", "--cell-timeout", "60", "--no-progress"]
+    try:
+        assert sweep_main(argv) == 1
+    finally:
+        ray.shutdown()
+    err = capsys.readouterr().err
+    assert "1 cell failed for infrastructure reasons and was not stored" in err and "WorkerCrashedError" in err
+    assert [p.name.split("__")[1] for p in (out / "cells").glob("*.json")] == ["fcfs"]
