@@ -11,13 +11,18 @@ Written to ``--out`` (default ``results/apc``):
   6 transactional nodes: RP (transactional actual, batch hypothetical) and CPU per workload (Figs. 6, 7);
 * ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
 * ``config.json`` - the arguments and seed that reproduce the run; ``summary.json`` - the headline figures.
+
+``--out`` always describes one run. At the start the command removes every file above that an earlier run left
+(whichever experiments it ran; only these names, and ``live/``'s) and writes ``config.json`` with
+``"complete": false``, set to true after ``summary.json``; every file is replaced atomically. A killed run
+therefore leaves only its own files, marked unfinished; it is not resumed (rerun it).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
+import io
 import math
 import sys
 import time
@@ -30,26 +35,33 @@ from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, simulate
 from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
+from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
         "application placement (seed 003), Sec. 5"
 ALGOS = ("apc", "edf", "fcfs", "edf-repack")
 COLORS = {"apc": "tab:blue", "edf": "tab:orange", "fcfs": "tab:green", "edf-repack": "tab:red"}
+#: Every file the command writes in ``--out``: what a new run removes first.
+OUTPUTS = ("config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "exp2_jobs.csv",
+           "exp2_summary.csv", "fig3_met.png", "fig4_changes.png", "fig5_distance.png", "exp3_cycles.csv",
+           "fig6_rp.png", "fig7_cpu.png")
+#: What :func:`coordinator.apc.live.live_experiment_three` writes in ``--out``/live (not imported from there: it
+#: needs gRPC, and only ``--live`` does).
+LIVE_OUTPUTS = ("config.json", "live_cycles.csv", "fig_live.png")
 
 
 def _write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     rows = list(rows)
-    if not rows:
-        path.write_text("")
-        return
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
+    buf = io.StringIO(newline="")
+    if rows:
+        keys: list[str] = []
+        for r in rows:
+            keys += [k for k in r if k not in keys]
+        w = csv.DictWriter(buf, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
+    write_text(path, buf.getvalue())
 
 
 def _bar(total: int, desc: str) -> tqdm:
@@ -84,7 +96,7 @@ def experiment_one(out: Path, seed: int, jobs: int, T: float) -> dict[str, Any]:
     ax.set_title(f"Experiment One: {jobs} identical jobs, 25 nodes, T = {T:g} s")
     ax.legend(loc="lower left")
     fig.tight_layout()
-    fig.savefig(out / "fig2_exp1.png", dpi=120)
+    save_figure(fig, out / "fig2_exp1.png", dpi=120)
     plt.close(fig)
     rps = [j["rp"] for j in res.jobs]
     return {"jobs_completed": len(res.jobs), "max_rp": max(rps), "mean_rp": float(np.mean(rps)),
@@ -129,7 +141,7 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=120)
+        save_figure(fig, out / fname, dpi=120)
         plt.close(fig)
     shown = [i for i in (200.0, 50.0) if i in iats] or list(iats[:2])
     fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
@@ -150,7 +162,7 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         ax.set_title(f"Experiment Two, mean inter-arrival {iat:g} s")
         ax.legend(markerscale=3)
     fig.tight_layout()
-    fig.savefig(out / "fig5_distance.png", dpi=120)
+    save_figure(fig, out / "fig5_distance.png", dpi=120)
     plt.close(fig)
     return {"rows": summary}
 
@@ -210,7 +222,7 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
         axes[-1].set_xlabel("time [s]")
         fig.suptitle(title)
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=120)
+        save_figure(fig, out / fname, dpi=120)
         plt.close(fig)
 
 
@@ -261,7 +273,10 @@ def apc_main(argv: list[str]) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps({**vars(args), "argv": list(argv), "paper": PAPER}, indent=1) + "\n")
+    clear_outputs(out, OUTPUTS)
+    clear_outputs(out / "live", LIVE_OUTPUTS)
+    config = {**vars(args), "argv": list(argv), "paper": PAPER, "complete": False}
+    write_json(out / "config.json", config, indent=1, sort_keys=False)
     summary: dict[str, Any] = {}
     if "one" in exps:
         summary["one"] = s = experiment_one(out, args.seed, args.exp1_jobs, args.cycle)
@@ -284,7 +299,8 @@ def apc_main(argv: list[str]) -> int:
         from coordinator.apc.live import live_experiment_three
 
         summary["live"] = live_experiment_three(out / "live", args.live_seconds, agent=args.live_agent)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json_default) + "\n")
+    write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
+    write_json(out / "config.json", {**config, "complete": True}, indent=1, sort_keys=False)
     print(f"written to {out}/")
     return 0
 

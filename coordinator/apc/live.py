@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
+import io
 import math
 import os
 import sys
@@ -34,6 +34,7 @@ from typing import Any
 
 import grpc
 
+from coordinator.outputs import save_figure, write_json, write_text
 from coordinator.policies.apc import ApcState, Costs, Node, apc_place
 from coordinator.policies.apc_rpf import Job, ResponseTimeModel, Stage, TransactionalApp
 from vcemu.v1 import agent_pb2 as pb
@@ -252,10 +253,11 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys]
-    with (out / "live_cycles.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=keys)
+    w.writeheader()
+    w.writerows(rows)
+    write_text(out / "live_cycles.csv", buf.getvalue())
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
@@ -275,8 +277,8 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     a2.legend(loc="upper left", fontsize=8)
     fig.suptitle("Live Experiment Three (shortened): APC over a node agent")
     fig.tight_layout()
-    fig.savefig(out / "fig_live.png", dpi=120)
+    save_figure(fig, out / "fig_live.png", dpi=120)
     plt.close(fig)
-    (out / "config.json").write_text(json.dumps({k: v for k, v in cfg.__dict__.items() if k != "rows"},
-                                                indent=1) + "\n")
+    write_json(out / "config.json", {k: v for k, v in cfg.__dict__.items() if k != "rows"}, indent=1,
+               sort_keys=False)
     return {"cycles": len(rows), "rows": rows}

@@ -2,20 +2,27 @@
 E-Mosix on identical job streams, the two averages of Table 2 and the scatter plots of Figs. 3-6.
 
 Execution ``k`` uses seed ``seed + k`` for its job stream (:func:`workloads.oppcost_mix.generate`) and for the
-methods' random choices, so any execution can be rerun alone. Executions run in worker processes (``--jobs``).
+methods' random choices, so any execution can be rerun alone. Executions run in worker processes (``--jobs``),
+which end if the command is killed (:func:`coordinator.oppcost.journal.die_with_parent`).
 
 Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
 sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2, and
 the median over executions; ``summary.json`` also counts, for each pair of Figs. 3-6, the executions each method
-wins), ``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``. Rows are also appended to
-``executions.partial.csv`` as executions finish; on Ctrl-C or SIGTERM the finished executions are summarised
-(``summary.json`` then says ``"interrupted": true``) and the exit code is 130.
-"""
+wins), ``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``.
+
+The directory always describes one run. At the start the command removes its previous outputs (only the names
+above) and writes ``config.json`` with ``"complete": false``; it becomes true once every result is written. Every
+file is replaced atomically. Each finished execution is appended to ``executions.partial.csv`` (flushed to disk),
+so a run that is killed, or interrupted by Ctrl-C or SIGTERM (the finished executions are then summarised,
+``summary.json`` says ``"interrupted": true`` and the exit code is 130), loses nothing: rerun the same command and
+it keeps those executions and runs only the missing ones, with the same results as an uninterrupted run. If the
+settings differ from the stored ``config.json`` (anything but ``--jobs``), it says so and starts over."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -27,7 +34,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from coordinator.oppcost.journal import Journal, changed_settings, die_with_parent, read_journal
 from coordinator.oppcost.sim import simulate
+from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
     COST_LOADS,
     DEFAULT_BETA,
@@ -46,6 +55,14 @@ from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 FIGURES = (("fig3", "pvm", "e-pvm"), ("fig4", "mosix", "e-mosix"), ("fig5", "mosix", "e-pvm"),
            ("fig6", "e-pvm", "e-mosix"))
 LABELS = {"pvm": "PVM", "e-pvm": "Enhanced PVM", "mosix": "Mosix", "e-mosix": "Enhanced Mosix"}
+#: The columns of ``executions.csv`` (and of the journal), in :func:`run_execution`'s order.
+FIELDS = ("execution", "seed", "jobs", *(f"{m}_{c}" for m in METHODS for c in ("mean", "sum", "migrations")))
+JOURNAL = "executions.partial.csv"
+#: Every file the command writes in ``--out``: what a new run removes first.
+OUTPUTS = ("executions.csv", JOURNAL, "table2.csv", "summary.json", "config.json",
+           *(f"{f}_{xm}_vs_{ym}.png" for f, xm, ym in FIGURES))
+#: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
+NOT_RESULTS = ("jobs", "argv", "complete")
 
 
 @dataclass(frozen=True)
@@ -141,8 +158,7 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="upper left")
         fig.tight_layout()
-        path = out / f"{fig_name}_{xm}_vs_{ym}.png"
-        fig.savefig(path, dpi=110)
+        path = save_figure(fig, out / f"{fig_name}_{xm}_vs_{ym}.png", dpi=110)
         plt.close(fig)
         paths.append(path)
     return paths
@@ -182,6 +198,73 @@ def explain(cfg: Config, seed: int, top: int = 5) -> list[str]:
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def config_json(cfg: Config, argv: list[str], complete: bool = False) -> dict:
+    """``config.json``: the settings, the cluster and job mix they give, the command line, and whether the run
+    finished."""
+    return {**asdict(cfg), "cluster": [{"name": n, "speed": m.speed, "mem_mb": m.mem}
+                                       for n, m in zip(CLUSTER_NAMES, cfg.cluster(), strict=True)],
+            "mix": asdict(MixConfig(duration=cfg.duration, split_memory=cfg.split_memory)), "argv": argv,
+            "complete": complete}
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def _journal_row(raw: dict[str, str], cfg: Config) -> dict[str, float] | None:
+    """A journal row back as :func:`run_execution` returned it (ints stay ints, floats round-trip exactly, so
+    the outputs equal an uninterrupted run's), or None if it is not an execution of this run."""
+    try:
+        row = {k: _number(v) for k, v in raw.items()}
+    except ValueError:
+        return None
+    k = row["execution"]
+    if not (isinstance(k, int) and 0 <= k < cfg.executions and row["seed"] == cfg.seed + k
+            and isinstance(row["jobs"], int) and row["jobs"] >= 0):
+        return None
+    return row
+
+
+def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] | None:
+    """The finished executions of an unfinished run in ``out`` with the same settings as ``config``, or None
+    (with a line on stderr) if ``out`` holds one with other settings. Rows that do not check out are dropped,
+    to be run again."""
+    journal = out / JOURNAL
+    if not journal.exists():
+        return []
+    try:
+        old = json.loads((out / "config.json").read_text())
+        diff = changed_settings(old, config, NOT_RESULTS) if isinstance(old, dict) else ["config.json"]
+    except (OSError, ValueError):
+        diff = ["config.json"]
+    if diff:
+        print(f"vcemu oppcost: {out} holds an unfinished run with other settings ({', '.join(diff)}); "
+              "starting over", file=sys.stderr)
+        return None
+    raw, dropped = read_journal(journal, FIELDS)
+    rows: dict[int, dict[str, float]] = {}
+    for r in raw:
+        row = _journal_row(r, cfg)
+        if row is None or row["execution"] in rows:
+            dropped += 1
+        else:
+            rows[int(row["execution"])] = row
+    print(f"vcemu oppcost: resuming the unfinished run in {out}: {len(rows)} of {cfg.executions} executions kept"
+          + (f", {dropped} unreadable rows dropped" if dropped else ""), file=sys.stderr)
+    return [rows[k] for k in sorted(rows)]
+
+
+def _csv_text(header: list[str], rows: list[list]) -> str:
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def _memory(text: str) -> tuple[float, ...]:
@@ -258,25 +341,27 @@ def oppcost_main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     from tqdm import tqdm
 
+    config = config_json(cfg, argv)
+    kept = resume_rows(out, config, cfg)
+    clear_outputs(out, [n for n in OUTPUTS if n != JOURNAL or kept is None])
+    write_json(out / "config.json", config)
     t0 = time.monotonic()
-    rows: list[dict[str, float]] = []
+    rows: list[dict[str, float]] = list(kept or [])
+    todo = sorted(set(range(cfg.executions)) - {int(r["execution"]) for r in rows})
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    pool = ProcessPoolExecutor(max_workers=cfg.jobs)
+    pool = ProcessPoolExecutor(max_workers=cfg.jobs, initializer=die_with_parent)
     try:
-        futures = [pool.submit(run_execution, cfg, k) for k in range(cfg.executions)]
-        with open(out / "executions.partial.csv", "w", newline="") as f:
-            w = None
-            for fut in tqdm(as_completed(futures), total=len(futures), desc="oppcost executions", unit="exec"):
+        with Journal(out / JOURNAL, FIELDS, rows) as journal:
+            futures = [pool.submit(run_execution, cfg, k) for k in todo]
+            for fut in tqdm(as_completed(futures), total=cfg.executions, initial=len(rows), desc="oppcost executions",
+                            unit="exec"):
                 rows.append(fut.result())
-                if w is None:
-                    w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                    w.writeheader()
-                w.writerow(rows[-1])
-                f.flush()
+                journal.append(rows[-1:])
     except KeyboardInterrupt:
         interrupted = True
-        print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions", file=sys.stderr)
+        print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions (run the same command "
+              "again to continue)", file=sys.stderr)
     finally:
         if interrupted:  # stop the workers now rather than wait for their current executions
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
@@ -287,28 +372,17 @@ def oppcost_main(argv: list[str]) -> int:
         return 1
     wall = time.monotonic() - t0
     rows.sort(key=lambda r: r["execution"])
-    with open(out / "executions.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    (out / "executions.partial.csv").unlink(missing_ok=True)
+    write_text(out / "executions.csv", _csv_text(list(FIELDS), [[r[f] for f in FIELDS] for r in rows]))
     table = summarize(rows)
-    with open(out / "table2.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["method", "avg_slowdown_by_execution", "avg_slowdown_by_job", "median_slowdown_by_execution",
-                    "migrations_per_execution"])
-        for name in METHODS:
-            t = table[name]
-            w.writerow([name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['median_by_execution']:.4f}",
-                        f"{t['migrations_per_execution']:.1f}"])
-    config = {**asdict(cfg), "cluster": [{"name": n, "speed": m.speed, "mem_mb": m.mem}
-                                         for n, m in zip(CLUSTER_NAMES, cfg.cluster(), strict=True)],
-              "mix": asdict(MixConfig(duration=cfg.duration, split_memory=cfg.split_memory)), "argv": argv}
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_text(out / "table2.csv", _csv_text(
+        ["method", "avg_slowdown_by_execution", "avg_slowdown_by_job", "median_slowdown_by_execution",
+         "migrations_per_execution"],
+        [[name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['median_by_execution']:.4f}",
+          f"{t['migrations_per_execution']:.1f}"] for name, t in ((n, table[n]) for n in METHODS)]))
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
                "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
                "table2": table, "wins": wins(rows)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out / "summary.json", summary, sort_keys=False)
     figs = plot(rows, out, cfg.plot_first)
     print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'median':>10}{'migrations/exec':>18}")
     for name in METHODS:
@@ -318,6 +392,9 @@ def oppcost_main(argv: list[str]) -> int:
     print("executions won (lower average slowdown): "
           + ", ".join(f"{LABELS[k.split('<')[0]]} over {LABELS[k.split('<')[1]]} {v}/{len(rows)}"
                       for k, v in summary["wins"].items()))
+    if not interrupted:  # the run is finished: say so, then drop the journal it no longer needs
+        write_json(out / "config.json", config_json(cfg, argv, complete=True))
+        (out / JOURNAL).unlink(missing_ok=True)
     print(f"{len(rows)} executions, {summary['jobs']} jobs, wall {wall:.1f} s; wrote {out}/executions.csv, "
           f"table2.csv, summary.json, config.json, {', '.join(p.name for p in figs)}")
     return 130 if interrupted else 0

@@ -10,7 +10,15 @@ and compared with the LP bound. Written to ``--out`` (default ``results/vcsched`
   rate, mean run time;
 * ``degradation.csv``  Tables 1 and 7: average and maximum % degradation from best among MCB1-MCB8;
 * ``mcb_*.png``        Figs. 2-5 (small) / 6, 8-10 (large); ``all_*.png`` Figs. 11-14 / 15-18 (19-22);
-* ``config.json``      (one level up) everything needed to reproduce the run.
+* ``config.json``      (one level up) everything needed to reproduce the run, and ``"complete"``.
+
+``--out`` always describes one run. At the start the command removes its previous outputs (only the names above,
+in both set directories) and writes ``config.json`` with ``"complete": false``, set to true once every result is
+written; every file is replaced atomically, and ``--replot`` refuses an unfinished run. Each instance's rows are
+appended to ``results.partial.csv`` (one level up, flushed to disk) as it finishes, so a killed or interrupted run
+loses no finished instance: rerun the same command and it keeps them (checking each) and solves only the rest.
+If the settings differ from the stored ``config.json`` (anything but ``--jobs``), it says so and starts over.
+Worker processes end when the command is killed (:func:`coordinator.oppcost.journal.die_with_parent`).
 
 Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])``, so a run
 is reproducible whatever ``--jobs`` is. Run times are the CPU time (``time.process_time``) of each worker
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -36,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from coordinator.oppcost.journal import Journal, changed_settings, die_with_parent, read_journal
+from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, lp_bound, mcb_search
 from coordinator.vcsched.generator import InstanceSpec, generate
@@ -48,6 +59,16 @@ CVS = (0.25, 0.75)
 MCB = tuple(MCB_KEYS)
 ALL_ALGOS = (*MCB, *GREEDY_VARIANTS, "RRND", "RRNZ", "MILP")
 OVERALL = ("MCB8", *GREEDY_VARIANTS, "RRND", "RRNZ", "MILP", "LP")
+#: The columns of ``results.csv`` (and of the journal), as :func:`_row` writes them.
+FIELDS = ("set", "hosts", "tasks", "slack", "cv_mem", "cv_cpu", "instance", "algorithm", "failed", "min_yield",
+          "avg_yield", "seconds", "status")
+JOURNAL = "results.partial.csv"
+#: Every file the command writes in a set's directory: what a new run removes first.
+SET_OUTPUTS = ("results.csv", "summary.csv", "degradation.csv", "checks.json",
+               *(f"{g}_{key}.png" for g in ("mcb", "all") for key in ("min_yield", "avg_yield", "failure_rate",
+                                                                       "runtime")))
+#: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
+NOT_RESULTS = ("argv", "complete")
 
 
 @dataclass
@@ -123,6 +144,16 @@ def _row(u: Unit, cfg: ExperimentConfig, algo: str, alloc: Allocation | None, se
     }
 
 
+def _algorithms_of(u: Unit, cfg: ExperimentConfig) -> set[str]:
+    """The algorithms :func:`run_instance` gives a row for on ``u`` (to check a journal's rows)."""
+    algos = {"LP", *(a for a in cfg.algorithms if a in MCB_KEYS or a in GREEDY_VARIANTS)}
+    if u.tasks <= cfg.rr_max_tasks:
+        algos |= {a for a in ("RRND", "RRNZ") if a in cfg.algorithms}
+    if "MILP" in cfg.algorithms and u.set_name == "small":
+        algos.add("MILP")
+    return algos
+
+
 def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
     """Generate one instance and run every configured algorithm on it."""
     set_idx = ("small", "large").index(u.set_name)
@@ -171,20 +202,96 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
 
 
 def _quiet_worker() -> None:
+    die_with_parent()
     # HiGHS prints some diagnostics straight to file descriptor 1; keep the progress bar readable.
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
 
 
-def _run_all(cfg: ExperimentConfig, jobs: int) -> list[dict]:
+def _unit_of(row: dict, cfg: ExperimentConfig) -> Unit | None:
+    """The instance a journal row (as :func:`_load_rows` reads it) belongs to, or None if it is none of this
+    run's."""
+    try:
+        u = Unit(row["set"], row["hosts"], row["tasks"], cfg.slacks.index(row["slack"]), CVS.index(row["cv_mem"]),
+                 CVS.index(row["cv_cpu"]), row["instance"])
+    except ValueError:
+        return None
+    ok = (u.set_name in cfg.sets and (u.hosts, u.tasks) in {(SETS[u.set_name][0], t) for t in SETS[u.set_name][1]}
+          and 0 <= u.k < cfg.n_instances(u.set_name))
+    return u if ok else None
+
+
+def _numbers_or_empty(row: dict) -> bool:
+    for k in ("min_yield", "avg_yield", "seconds"):
+        if row[k] != "":
+            float(row[k])  # raises ValueError
+    return True
+
+
+def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, list[dict]] | None:
+    """The finished instances of an unfinished run in ``out`` with the same settings as ``config``, or None
+    (with a line on stderr) if ``out`` holds one with other settings. An instance is kept only if it has exactly
+    one well-formed row per algorithm it runs; the rest are solved again."""
+    journal = out / JOURNAL
+    if not journal.exists():
+        return {}
+    try:
+        old = json.loads((out / "config.json").read_text())
+        diff = changed_settings(old, config, NOT_RESULTS) if isinstance(old, dict) else ["config.json"]
+    except (OSError, ValueError):
+        diff = ["config.json"]
+    if diff:
+        print(f"vcemu vcsched: {out} holds an unfinished run with other settings ({', '.join(diff)}); "
+              "starting over", file=sys.stderr)
+        return None
+    raw, dropped = read_journal(journal, FIELDS)
+    groups: dict[Unit, list[dict]] = defaultdict(list)
+    for r in raw:
+        try:
+            row = _typed(r)
+            u = _unit_of(row, cfg) if row["failed"] in (0, 1) and _numbers_or_empty(row) else None
+        except (KeyError, ValueError):
+            u = None
+        if u is None:
+            dropped += 1
+        else:
+            groups[u].append(row)
+    kept = {}
+    for u, rows in groups.items():
+        algos = [r["algorithm"] for r in rows]
+        if len(algos) == len(set(algos)) and set(algos) == _algorithms_of(u, cfg):
+            kept[u] = rows
+        else:
+            dropped += len(rows)
+    print(f"vcemu vcsched: resuming the unfinished run in {out}: {len(kept)} of {len(_units(cfg))} instances kept"
+          + (f", {dropped} unreadable rows dropped" if dropped else ""), file=sys.stderr)
+    return kept
+
+
+def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Unit, list[dict]]) -> list[dict]:
+    """Solve every instance not in ``kept``, appending each one's rows to the journal as it finishes; all rows,
+    sorted. Ctrl-C stops the workers at once and raises KeyboardInterrupt (the journal keeps what finished)."""
     from tqdm import tqdm
 
-    units = _units(cfg)
-    rows: list[dict] = []
-    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_quiet_worker) as ex:
-        futs = [ex.submit(run_instance, u, cfg) for u in units]
-        for f in tqdm(as_completed(futs), total=len(futs), desc="vcsched instances", unit="inst", file=sys.stderr):
-            rows.extend(f.result())
+    units = [u for u in _units(cfg) if u not in kept]
+    rows: list[dict] = [r for rs in kept.values() for r in rs]
+    ex = ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_quiet_worker)
+    interrupted = False
+    try:
+        with Journal(journal_path, FIELDS, rows) as journal:
+            futs = [ex.submit(run_instance, u, cfg) for u in units]
+            for f in tqdm(as_completed(futs), total=len(units) + len(kept), initial=len(kept), desc="vcsched instances",
+                          unit="inst", file=sys.stderr):
+                done = f.result()
+                journal.append(done)
+                rows.extend(done)
+    except KeyboardInterrupt:
+        interrupted = True
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            proc.terminate()
+        raise
+    finally:
+        ex.shutdown(wait=not interrupted, cancel_futures=True)
     order = {a: i for i, a in enumerate(("LP", *ALL_ALGOS))}
     rows.sort(
         key=lambda r: (r["set"], r["tasks"], r["slack"], r["cv_mem"], r["cv_cpu"], r["instance"], order[r["algorithm"]])
@@ -307,9 +414,8 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> lis
             ax.set_title(f"{title} vs. slack ({label})")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, ncol=2)
-            p = outdir / f"{g}_{key}.png"
             fig.tight_layout()
-            fig.savefig(p, dpi=110)
+            p = save_figure(fig, outdir / f"{g}_{key}.png", dpi=110)
             plt.close(fig)
             paths.append(p)
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -329,22 +435,20 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> lis
         ax.set_title(f"Run time vs. number of tasks ({label})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-        p = outdir / f"{g}_runtime.png"
         fig.tight_layout()
-        fig.savefig(p, dpi=110)
+        p = save_figure(fig, outdir / f"{g}_runtime.png", dpi=110)
         plt.close(fig)
         paths.append(p)
     return paths
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        path.write_text("")
-        return
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+    buf = io.StringIO(newline="")
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    write_text(path, buf.getvalue())
 
 
 def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> dict[str, Any]:
@@ -381,7 +485,7 @@ def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> di
         f"-- lowest average degradation: {res['best_avg_degradation']}; MCB8 vs LP at slack >= 0.3: "
         f"{res['mcb8_gap_to_lp_slack_ge_0.3'] if hi else float('nan'):.2f}% below"
     )
-    (outdir / "checks.json").write_text(json.dumps(res, indent=1) + "\n")
+    write_json(outdir / "checks.json", res, indent=1, sort_keys=False)
     return res
 
 
@@ -411,20 +515,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _typed(r: dict) -> dict:
+    """A row read back from CSV with :func:`_row`'s types (the rest stay strings, as written)."""
+    for k in ("hosts", "tasks", "instance", "failed"):
+        r[k] = int(r[k])
+    for k in ("slack", "cv_mem", "cv_cpu"):
+        r[k] = float(r[k])
+    return r
+
+
 def _load_rows(path: Path) -> list[dict]:
-    rows = []
     with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            for k in ("hosts", "tasks", "instance", "failed"):
-                r[k] = int(r[k])  # type: ignore[assignment]
-            for k in ("slack", "cv_mem", "cv_cpu"):
-                r[k] = float(r[k])  # type: ignore[assignment]
-            rows.append(r)
-    return rows
+        return [_typed(r) for r in csv.DictReader(fh)]
 
 
 def _replot(out: Path) -> int:
     conf = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
+    if conf.get("complete") is False:
+        print(f"vcemu vcsched: --replot: the run in {out} did not finish (config.json says complete: false); "
+              "run its command again to finish it", file=sys.stderr)
+        return 2
     done = 0
     for s in ("small", "large"):
         f = out / s / "results.csv"
@@ -475,13 +585,23 @@ def vcsched_main(argv: list[str]) -> int:
     conf = asdict(cfg)
     conf["argv"] = list(argv)
     conf["paper"] = "Casanova et al., Resource Allocation using Virtual Clusters, RR-6692 (seed 002), Sec. 4-5"
-    (out / "config.json").write_text(json.dumps(conf, indent=1) + "\n")
+    conf["complete"] = False
+    kept = resume_rows(out, conf, cfg)
+    clear_outputs(out, ["config.json", *([JOURNAL] if kept is None else [])])
+    for s in SETS:
+        clear_outputs(out / s, SET_OUTPUTS)
+    write_json(out / "config.json", conf, indent=1, sort_keys=False)
     t0 = time.perf_counter()
-    rows = _run_all(cfg, args.jobs)
-    checks = {}
+    try:
+        rows = _run_all(cfg, args.jobs, out / JOURNAL, kept or {})
+    except KeyboardInterrupt:
+        print(f"vcemu vcsched: interrupted; the finished instances are kept in {out / JOURNAL}: run the same "
+              "command again to continue", file=sys.stderr)
+        return 130
     for s in cfg.sets:
-        sub = [r for r in rows if r["set"] == s]
-        checks[s] = _report(sub, out / s, s, cfg.parallel_jobs)
+        _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs)
+    write_json(out / "config.json", {**conf, "complete": True}, indent=1, sort_keys=False)
+    (out / JOURNAL).unlink(missing_ok=True)
     print(
         f"\nwrote {out}/config.json and {', '.join(f'{out}/{s}/' for s in cfg.sets)} "
         f"in {time.perf_counter() - t0:.1f} s"

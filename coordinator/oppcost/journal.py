@@ -1,0 +1,122 @@
+"""What ``vcemu oppcost`` and ``vcemu vcsched`` share so that a run killed at any moment loses no finished work
+and leaves nothing running: an append-only CSV journal of finished rows that a rerun with the same settings
+continues from, the comparison of a stored ``config.json`` with a new run's, and a pool initializer that ends a
+worker when its parent dies.
+
+The journal's lines are each flushed and fsynced as they are written, so a kill (or a power cut) leaves at most
+its last line cut short; :func:`read_journal` drops that line, and each command checks every row it keeps.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import io
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from coordinator.outputs import write_text
+
+__all__ = ["Journal", "changed_settings", "die_with_parent", "read_journal"]
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> None:
+    """Pool initializer: end this worker process when its parent dies. Without it a pool's workers outlive a
+    SIGKILLed run (nothing else tells them), computing for nobody until their queued work runs out.
+
+    On Linux the kernel sends SIGTERM (``prctl(PR_SET_PDEATHSIG)``); elsewhere, or if that call fails, a daemon
+    thread polls ``os.getppid()`` once a second. SIGTERM gets its default action back, since a forked worker
+    inherits its parent's Python handler (``vcemu oppcost`` turns SIGTERM into KeyboardInterrupt)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            armed = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+        if armed:
+            if parent == 1:  # the parent died before the signal was armed: nobody will send it
+                os._exit(1)
+            return
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="die-with-parent", daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent and parent != 1:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str]) -> list[str]:
+    """The keys whose values differ between two ``config.json`` objects, leaving out ``ignore`` (settings that
+    do not change results, such as the number of worker processes). ``new`` is compared as JSON would store it
+    (tuples as lists). Sorted."""
+    import json
+
+    skip = set(ignore)
+    new_json = json.loads(json.dumps(dict(new)))
+    return sorted(k for k in set(old) | set(new_json) if k not in skip and old.get(k) != new_json.get(k))
+
+
+def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, str]], int]:
+    """The rows of the journal at ``path`` (strings, as written) and how many lines were dropped: a last line
+    without its newline (cut short by a kill) and lines without exactly ``fieldnames``' fields. A journal
+    with another header (another version's) gives no rows."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return [], 0
+    dropped = 0
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+        dropped += 1
+    lines = list(csv.reader(io.StringIO(text, newline="")))
+    if not lines or lines[0] != list(fieldnames):
+        return [], dropped + max(0, len(lines) - 1)
+    rows = []
+    for line in lines[1:]:
+        if len(line) == len(fieldnames):
+            rows.append(dict(zip(fieldnames, line, strict=True)))
+        else:
+            dropped += 1
+    return rows, dropped
+
+
+class Journal:
+    """An append-only CSV of finished rows. Opening it rewrites the file atomically with its header and
+    ``kept`` (the rows a resumed run keeps, without the lines :func:`read_journal` dropped); each
+    :meth:`append` is flushed and fsynced before it returns."""
+
+    def __init__(self, path: Path, fieldnames: Sequence[str], kept: Iterable[Mapping[str, Any]] = ()) -> None:
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=list(fieldnames), lineterminator="\n")
+        w.writeheader()
+        w.writerows(kept)
+        write_text(path, buf.getvalue())
+        self._file = path.open("a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=list(fieldnames), lineterminator="\n")
+
+    def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Write ``rows`` and wait until they are on disk."""
+        self._writer.writerows(rows)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,266 @@
+"""An output directory of ``vcemu oppcost``, ``vcemu vcsched`` and ``vcemu apc`` always describes one run: a new
+run removes the previous one's files and writes its config (``"complete": false``) before any work, a killed
+oppcost or vcsched run resumes from its journal with the results of an uninterrupted run, and pool workers die
+with a SIGKILLed parent.
+
+The work functions are swapped for module-level wrappers that log, from the worker processes, which units ran
+and what the output directory held at that moment (what a kill at that moment would leave)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from coordinator.apc import experiment as apc
+from coordinator.oppcost import experiment as oc
+from coordinator.vcsched import experiment as vc
+
+ROOT = Path(__file__).resolve().parents[2]
+_RUN_EXECUTION = oc.run_execution
+_RUN_INSTANCE = vc.run_instance
+_LOG = "VCEMU_TEST_RESULT_DIRS_LOG"
+_OUT = "VCEMU_TEST_RESULT_DIRS_OUT"
+
+
+def _log(unit: object) -> None:
+    out = Path(os.environ[_OUT])
+    conf = json.loads((out / "config.json").read_text())
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    with open(os.environ[_LOG], "a") as f:
+        f.write(json.dumps({"unit": unit, "seed": conf["seed"], "complete": conf.get("complete"), "files": files})
+                + "\n")
+
+
+def _logged_execution(cfg: oc.Config, k: int) -> dict[str, float]:
+    _log(k)
+    return _RUN_EXECUTION(cfg, k)
+
+
+def _logged_instance(u: vc.Unit, cfg: vc.ExperimentConfig) -> list[dict]:
+    _log([u.tasks, cfg.slacks[u.slack_i], vc.CVS[u.cvm_i], vc.CVS[u.cvc_i], u.k])
+    return _RUN_INSTANCE(u, cfg)
+
+
+@pytest.fixture
+def watch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], Callable[[], list[dict]]]:
+    """``watch(out)``: from now on log every execution / instance run into ``out``; returns the log's reader."""
+    log = tmp_path / "log.jsonl"
+
+    def start(out: Path) -> Callable[[], list[dict]]:
+        monkeypatch.setenv(_OUT, str(out))
+        monkeypatch.setenv(_LOG, str(log))
+        monkeypatch.setattr(oc, "run_execution", _logged_execution)
+        monkeypatch.setattr(vc, "run_instance", _logged_instance)
+        return lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return start
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text(), newline="")))
+
+
+def _journal(rows: list[dict[str, str]], fields: list[str], tail: str = "") -> str:
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue() + tail
+
+
+def _same_outputs(a: Path, b: Path) -> None:
+    for name in ("executions.csv", "table2.csv"):
+        assert (b / name).read_bytes() == (a / name).read_bytes(), name
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    sa.pop("wall_seconds"), sb.pop("wall_seconds")
+    assert sb == sa
+    ca, cb = (json.loads((d / "config.json").read_text()) for d in (a, b))
+    ca.pop("argv"), cb.pop("argv")
+    assert cb == ca and cb["complete"] is True
+    assert not (b / "executions.partial.csv").exists()
+
+
+OPPCOST = ["--executions", "4", "--jobs", "1", "--duration", "300"]
+
+
+def test_oppcost_resume_keeps_checked_rows_runs_only_the_rest_and_equals_an_uninterrupted_run(
+        tmp_path: Path, watch: Callable, capsys: pytest.CaptureFixture[str]) -> None:
+    a, out = tmp_path / "a", tmp_path / "b"
+    assert oc.oppcost_main([*OPPCOST, "--out", str(a)]) == 0
+    log = watch(out)
+    out.mkdir()
+    # a killed run of the same command: its config (unfinished), executions 2 and 0 finished, a row of
+    # execution 1 that is not this run's (wrong seed), and execution 3's line cut short by the kill
+    conf = json.loads((a / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    rows = {int(r["execution"]): r for r in _csv_rows(a / "executions.csv")}
+    fields = list(rows[0])
+    last = _journal([rows[3]], fields).splitlines()[1]
+    (out / "executions.partial.csv").write_text(
+        _journal([rows[2], rows[0], {**rows[1], "seed": "99"}], fields, tail=last[: len(last) // 2]))
+    (out / "summary.json").write_text('{"executions": 60}\n')  # written by nobody in this run
+    capsys.readouterr()
+    assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0
+    assert "resuming the unfinished run" in capsys.readouterr().err
+    ran = log()
+    assert sorted(r["unit"] for r in ran) == [1, 3]
+    for r in ran:  # what a kill during the resumed run would leave: its own config, unfinished, and no summary
+        assert r["complete"] is False and r["seed"] == 1 and "summary.json" not in r["files"]
+    _same_outputs(a, out)
+
+
+def test_oppcost_unfinished_run_with_other_settings_starts_over(
+        tmp_path: Path, watch: Callable, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b"
+    assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0  # seed 1, finished
+    conf = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    (out / "executions.partial.csv").write_text((out / "executions.csv").read_text())
+    log = watch(out)
+    capsys.readouterr()
+    assert oc.oppcost_main([*OPPCOST, "--seed", "2", "--out", str(out)]) == 0
+    assert "with other settings (seed); starting over" in capsys.readouterr().err
+    ran = log()
+    assert sorted(r["unit"] for r in ran) == [0, 1, 2, 3]
+    for r in ran:  # never seed 1's results beside seed 2's config
+        assert r["seed"] == 2 and r["complete"] is False
+        assert not {"executions.csv", "summary.json", "table2.csv"} & set(r["files"])
+    assert [r["seed"] for r in _csv_rows(out / "executions.csv")] == ["2", "3", "4", "5"]
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_oppcost_sigkilled_run_leaves_no_workers_and_resumes_to_the_uninterrupted_results(tmp_path: Path) -> None:
+    """The reviewer's case: a finished run of seed 1, then a run of other settings SIGKILLed into the same
+    --out. The kill leaves that run's config, unfinished, no seed-1 results, and no live workers; the same
+    command again keeps the finished executions and ends with an uninterrupted run's results."""
+    argv = ["--executions", "6", "--jobs", "2", "--duration", "1000", "--seed", "100"]
+    out, ref = tmp_path / "b", tmp_path / "a"
+    assert oc.oppcost_main(["--executions", "2", "--jobs", "1", "--duration", "300", "--out", str(out)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = "import sys; from coordinator.oppcost.experiment import oppcost_main; sys.exit(oppcost_main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv, "--out", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        journal = out / "executions.partial.csv"
+        while time.monotonic() < deadline and proc.poll() is None:
+            if journal.exists() and journal.read_text().count("\n") >= 3:  # header + two executions
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        workers = _children(proc.pid)
+        assert workers
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(map(_alive, workers)):
+            time.sleep(0.05)
+        assert not [w for w in workers if _alive(w)], "pool workers outlived their SIGKILLed parent"
+    finally:
+        for pid in [proc.pid, *workers]:  # nothing this test started outlives it, even when it fails
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["seed"] == 100 and conf["complete"] is False
+    assert not (out / "summary.json").exists() and not (out / "executions.csv").exists()
+    assert oc.oppcost_main([*argv, "--out", str(out)]) == 0
+    assert oc.oppcost_main([*argv, "--out", str(ref)]) == 0
+    _same_outputs(ref, out)
+
+
+VCSCHED = ["--set", "small", "--instances", "1", "--slacks", "0.3,0.7", "--jobs", "1", "--algorithms", "MCB8,GR"]
+
+
+def test_vcsched_removes_old_results_and_resumes_from_its_journal(
+        tmp_path: Path, watch: Callable, capsys: pytest.CaptureFixture[str]) -> None:
+    a, out = tmp_path / "a", tmp_path / "b"
+    assert vc.vcsched_main([*VCSCHED, "--out", str(a)]) == 0
+    log = watch(out)
+    # an older run's results (both sets), then a killed run of this command: 20 instances finished, the 21st
+    # with only its LP row, the 22nd's first line cut short
+    for name in ("small/results.csv", "small/mcb_min_yield.png", "large/results.csv", "large/checks.json"):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("an older run's\n")
+    conf = json.loads((a / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    rows = _csv_rows(a / "small" / "results.csv")
+    key = lambda r: [int(r["tasks"]), float(r["slack"]), float(r["cv_mem"]), float(r["cv_cpu"]), int(r["instance"])]  # noqa: E731
+    keys = list({tuple(key(r)): None for r in rows})
+    kept = [r for r in rows if tuple(key(r)) in keys[:20]]
+    lp_only = [r for r in rows if tuple(key(r)) == keys[20]][:1]
+    cut = _journal([r for r in rows if tuple(key(r)) == keys[21]][:1], list(rows[0])).splitlines()[1]
+    (out / "results.partial.csv").write_text(_journal(kept + lp_only, list(rows[0]), tail=cut[:10]))
+    assert vc.vcsched_main(["--replot", "--out", str(out)]) == 2  # an unfinished run is not reported
+    capsys.readouterr()
+    assert vc.vcsched_main([*VCSCHED, "--out", str(out)]) == 0
+    assert "20 of 32 instances kept" in capsys.readouterr().err
+    ran = log()
+    assert sorted(tuple(r["unit"]) for r in ran) == sorted(keys[20:])
+    for r in ran:  # what a kill would leave: this run's config, unfinished, and none of the older results
+        assert r["complete"] is False
+        assert r["files"] == ["config.json", "results.partial.csv"]
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731 - CPU times vary
+    assert strip(_csv_rows(out / "small" / "results.csv")) == strip(rows)
+    assert [r for r in _csv_rows(out / "small" / "results.csv") if tuple(key(r)) in keys[:20]] == kept
+    assert not (out / "large").exists() or not list((out / "large").iterdir())
+    assert json.loads((out / "config.json").read_text())["complete"] is True
+    assert not (out / "results.partial.csv").exists()
+
+
+APC_ALL = ["--exp1-jobs", "6", "--exp2-jobs", "5", "--exp2-iats", "200", "--exp2-algorithms", "apc",
+           "--exp3-horizon", "3000"]
+
+
+def test_apc_run_of_one_experiment_leaves_none_of_an_earlier_runs_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "apc"
+    assert apc.apc_main([*APC_ALL, "--out", str(out)]) == 0
+    (out / "live").mkdir()
+    (out / "live" / "live_cycles.csv").write_text("an earlier --live run's\n")
+    (out / "notes.txt").write_text("not the command's\n")
+    seen: list[set[str]] = []
+    one = apc.experiment_one
+
+    def watched(o: Path, *args: object) -> dict:
+        seen.append({str(p.relative_to(o)) for p in o.rglob("*") if p.is_file()})
+        assert json.loads((o / "config.json").read_text())["complete"] is False
+        return one(o, *args)
+
+    monkeypatch.setattr(apc, "experiment_one", watched)
+    assert apc.apc_main([*APC_ALL, "--experiments", "one", "--out", str(out)]) == 0
+    assert seen == [{"config.json", "notes.txt"}]  # a kill here leaves only this run's config, unfinished
+    files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert files == {"config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "notes.txt"}
+    assert json.loads((out / "config.json").read_text())["complete"] is True
+    assert set(json.loads((out / "summary.json").read_text())) == {"one"}
