@@ -3,7 +3,7 @@ E-Mosix on identical job streams, the two averages of Table 2 and the scatter pl
 
 Execution ``k`` uses seed ``seed + k`` for its job stream (:func:`workloads.oppcost_mix.generate`) and for the
 methods' random choices, so any execution can be rerun alone. Executions run in worker processes (``--jobs``),
-which end if the command is killed (:func:`coordinator.oppcost.journal.die_with_parent`).
+which end if the command is killed (:func:`coordinator.resumable.die_with_parent`).
 
 Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
 sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2, and
@@ -34,7 +34,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from coordinator.oppcost.journal import Journal, changed_settings, die_with_parent, read_journal
 from coordinator.oppcost.sim import simulate
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
@@ -49,6 +48,7 @@ from coordinator.policies.opportunity_cost import (
     make_method,
     out_of_memory,
 )
+from coordinator.resumable import Journal, changed_settings, die_with_parent, read_journal
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
 #: Figs. 3-6 of 004: (x method, y method).

@@ -18,7 +18,7 @@ written; every file is replaced atomically, and ``--replot`` refuses an unfinish
 appended to ``results.partial.csv`` (one level up, flushed to disk) as it finishes, so a killed or interrupted run
 loses no finished instance: rerun the same command and it keeps them (checking each) and solves only the rest.
 If the settings differ from the stored ``config.json`` (anything but ``--jobs``), it says so and starts over.
-Worker processes end when the command is killed (:func:`coordinator.oppcost.journal.die_with_parent`).
+Worker processes end when the command is killed (:func:`coordinator.resumable.die_with_parent`).
 
 Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])``, so a run
 is reproducible whatever ``--jobs`` is. Run times are the CPU time (``time.process_time``) of each worker
@@ -45,10 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.oppcost.journal import Journal, changed_settings, die_with_parent, read_journal
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, lp_bound, mcb_search
+from coordinator.resumable import Journal, changed_settings, die_with_parent, read_journal
 from coordinator.vcsched.generator import InstanceSpec, generate
 
 __all__ = ["ExperimentConfig", "run_instance", "vcsched_main"]

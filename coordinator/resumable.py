@@ -1,4 +1,4 @@
-"""What ``vcemu oppcost`` and ``vcemu vcsched`` share so that a run killed at any moment loses no finished work
+"""What the resumable commands (``vcemu oppcost`` and ``vcemu vcsched``) share so that a run killed at any moment loses no finished work
 and leaves nothing running: an append-only CSV journal of finished rows that a rerun with the same settings
 continues from, the comparison of a stored ``config.json`` with a new run's, and a pool initializer that ends a
 worker when its parent dies.
