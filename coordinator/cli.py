@@ -321,7 +321,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     first = [sum(split[:i]) for i in range(agents)]
     procs = [
         spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]), ",".join(mems[first[i]:first[i] + n]),
-                    f"agent{i}", (["--no-cgroups"] if no_cgroups else []) + tls_flags)
+                    f"agent{i}-{server.port}", (["--no-cgroups"] if no_cgroups else []) + tls_flags)
         for i, n in enumerate(split) if n
     ]
     deadline = time.monotonic() + wait_s

@@ -105,7 +105,7 @@ def replay_main(argv: Sequence[str]) -> int:
     server = CoordinatorServer(policy, port=0, compression=a.compress).start()
     cpus = a.cpus_per_host if a.cpus_per_host is not None else default_cpus_per_host(a.hosts)
     split = [a.hosts // a.agents + (1 if i < a.hosts % a.agents else 0) for i in range(a.agents)]
-    procs = [spawn_agent(server.address, n, cpus, a.mem_per_host, f"replay{i}",
+    procs = [spawn_agent(server.address, n, cpus, a.mem_per_host, f"replay{i}-{server.port}",
                          ["--no-cgroups"] if a.no_cgroups else []) for i, n in enumerate(split)]
     try:
         deadline = time.monotonic() + 90

@@ -304,18 +304,23 @@ class CoordinatorServer:
         self.grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=16),
             interceptors=interceptors,
+            # gRPC sets SO_REUSEPORT by default: a second coordinator on a port in use would then listen too,
+            # and the kernel would split clients between the two
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", 64 * MAX_MESSAGE_BYTES)],
+                     ("grpc.max_send_message_length", 64 * MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self), self.grpc)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
-        if tls is not None:
-            self.port = self.grpc.add_secure_port(f"{bind}:{port}", tls.server_credentials())
-        else:
-            self.port = self.grpc.add_insecure_port(f"{bind}:{port}")
+        try:
+            if tls is not None:
+                self.port = self.grpc.add_secure_port(f"{bind}:{port}", tls.server_credentials())
+            else:
+                self.port = self.grpc.add_insecure_port(f"{bind}:{port}")
+        except RuntimeError:  # grpc's "Failed to bind to address ..."
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot bind the coordinator to {bind}:{port}")
+            raise OSError(f"--port: cannot listen on {bind}:{port} (in use by another process?)")
         self.address = f"{bind}:{self.port}"
         self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
         self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)

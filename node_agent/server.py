@@ -185,16 +185,20 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
     core = open_core(agent_id, hosts, no_cgroups=no_cgroups, progress_by=progress_by)
     try:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"),
-                             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+                             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                      ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
         agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(core), server)
         hs = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
-        if tls is not None:  # mutual TLS: only holders of a certificate of the cluster's CA may call
-            bound = server.add_secure_port(f"{bind}:{port}", tls.server_credentials())
-        else:
-            bound = server.add_insecure_port(f"{bind}:{port}")
+        try:
+            if tls is not None:  # mutual TLS: only holders of a certificate of the cluster's CA may call
+                bound = server.add_secure_port(f"{bind}:{port}", tls.server_credentials())
+            else:
+                bound = server.add_insecure_port(f"{bind}:{port}")
+        except RuntimeError:  # grpc's "Failed to bind to address ..."
+            bound = 0
         if bound == 0:
-            raise RuntimeError(f"--port: cannot bind {bind}:{port}")
+            raise RuntimeError(f"--port: cannot listen on {bind}:{port} (in use by another process?)")
         server.start()
         for svc in ("", SERVICE_NAME):
             hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
