@@ -1,7 +1,7 @@
-"""What the resumable commands (``vcemu oppcost`` and ``vcemu vcsched``) share so that a run killed at any moment loses no finished work
-and leaves nothing running: an append-only CSV journal of finished rows that a rerun with the same settings
-continues from, the comparison of a stored ``config.json`` with a new run's, and a pool initializer that ends a
-worker when its parent dies.
+"""What the resumable commands (``vcemu oppcost`` and ``vcemu vcsched``) share so that a run killed at any
+moment loses no finished work and leaves nothing running: an append-only CSV journal of finished rows that a
+rerun with the same settings continues from, the comparison of a stored ``config.json`` with a new run's, and a
+pool initializer that ends a worker when its parent dies.
 
 The journal's lines are each flushed and fsynced as they are written, so a kill (or a power cut) leaves at most
 its last line cut short; :func:`read_journal` drops that line, and each command checks every row it keeps.

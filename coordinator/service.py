@@ -161,6 +161,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def GetJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
         with self.s.engine.lock:
+            self.s.engine.snapshot()  # virtual times as of now (the agents' last Status), not the last decision
             return job_message(self._record(request.job_id, context))
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
@@ -168,6 +169,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}")
         self.s.drain()
         with self.s.engine.lock:
+            self.s.engine.snapshot()  # as in GetJob
             recs = [r for r in self.s.engine.jobs.values() if not request.state or r.state.value == request.state]
             return pb.ListJobsReply(jobs=[job_message(r) for r in recs])
 

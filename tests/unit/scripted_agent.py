@@ -14,6 +14,15 @@ from coordinator.backends.live import LiveBackend
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 
+def serve(servicer: agent_pb2_grpc.AgentServicer) -> tuple[grpc.Server, str]:
+    """``servicer`` served on a free port of 127.0.0.1: the started server and its address."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    agent_pb2_grpc.add_AgentServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
 @contextmanager
 def backend_on(*servicers: agent_pb2_grpc.AgentServicer, rpc_timeout: float = 5.0) -> Iterator[LiveBackend]:
     """A :class:`LiveBackend` with each of ``servicers`` registered as an agent; all closed on exit."""
@@ -21,12 +30,9 @@ def backend_on(*servicers: agent_pb2_grpc.AgentServicer, rpc_timeout: float = 5.
     backend = LiveBackend(rpc_timeout=rpc_timeout)
     try:
         for servicer in servicers:
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-            agent_pb2_grpc.add_AgentServicer_to_server(servicer, server)
-            port = server.add_insecure_port("127.0.0.1:0")
-            server.start()
+            server, address = serve(servicer)
             servers.append(server)
-            backend.add_agent(f"127.0.0.1:{port}")
+            backend.add_agent(address)
         yield backend
     finally:
         backend.close()

@@ -178,3 +178,35 @@ def test_cli_submits_a_job_file_in_batches_and_again_creates_nothing(stub, serve
     with pytest.raises(SystemExit, match=r"bad.jsonl:2: workload"):  # the file is read whole before any submit
         main(["submit", "--coordinator", server.address, "--file", str(bad)])
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
+
+
+def test_a_running_jobs_virtual_time_is_its_progress_now_not_at_the_last_decision(stub):
+    """GREEDY decides only at submissions and completions: between them, GetJob and ListJobs report the
+    work the agent has reported done, not the virtual time of the last decision (a user watching
+    ``vcemu jobs``, after a restart too, saw VT 0.0 for a job that had been running for 18 s)."""
+    import time
+
+    from .scripted_agent import TableAgent, serve
+
+    agent = TableAgent("t0", ("t0-h0",))
+    grpc_server, address = serve(agent)
+    try:
+        stub.RegisterAgent(pb.RegisterAgentRequest(address=address, description=agent.Describe(None, None)),
+                           timeout=5)
+        job = submit(stub, work_seconds=100.0).job_id
+        deadline = time.monotonic() + 10
+        while not agent.tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (task,) = agent.tasks
+        agent.set(task, 0.25)
+        seen = []
+        while time.monotonic() < deadline:
+            seen.append(stub.GetJob(pb.JobRef(job_id=job), timeout=5).virtual_time)
+            if seen[-1] == pytest.approx(25.0):
+                break
+            time.sleep(0.1)
+        assert seen[-1] == pytest.approx(25.0), seen[-5:]
+        listed = {j.job_id: j.virtual_time for j in stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs}
+        assert listed[job] == pytest.approx(25.0)
+    finally:
+        grpc_server.stop(0)
