@@ -24,7 +24,7 @@ from typing import Any
 
 from coordinator.outputs import write_text
 
-__all__ = ["Journal", "changed_settings", "die_with_parent", "read_journal"]
+__all__ = ["Journal", "changed_settings", "die_with_parent", "read_journal", "unfinished_rows"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -89,6 +89,28 @@ def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, 
         else:
             dropped += 1
     return rows, dropped
+
+
+def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: Mapping[str, Any],
+                    ignore: Iterable[str], command: str) -> tuple[list[dict[str, str]], int] | None:
+    """The journal ``out/journal`` of an unfinished run with the same settings as ``config`` (``ignore`` aside):
+    its rows and dropped lines as :func:`read_journal` gives them; ``([], 0)`` when there is no journal; None,
+    with a line on stderr naming the settings, when ``out/config.json`` is another run's or unreadable."""
+    import json
+
+    path = out / journal
+    if not path.exists():
+        return [], 0
+    try:
+        old = json.loads((out / "config.json").read_text())
+        diff = changed_settings(old, config, ignore) if isinstance(old, dict) else ["config.json"]
+    except (OSError, ValueError):
+        diff = ["config.json"]
+    if diff:
+        print(f"{command}: {out} holds an unfinished run with other settings ({', '.join(diff)}); starting over",
+              file=sys.stderr)
+        return None
+    return read_journal(path, fieldnames)
 
 
 class Journal:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 import os
 import signal
@@ -48,7 +47,7 @@ from coordinator.policies.opportunity_cost import (
     make_method,
     out_of_memory,
 )
-from coordinator.resumable import Journal, changed_settings, die_with_parent, read_journal
+from coordinator.resumable import Journal, die_with_parent, unfinished_rows
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
 #: Figs. 3-6 of 004: (x method, y method).
@@ -234,19 +233,12 @@ def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] 
     """The finished executions of an unfinished run in ``out`` with the same settings as ``config``, or None
     (with a line on stderr) if ``out`` holds one with other settings. Rows that do not check out are dropped,
     to be run again."""
-    journal = out / JOURNAL
-    if not journal.exists():
-        return []
-    try:
-        old = json.loads((out / "config.json").read_text())
-        diff = changed_settings(old, config, NOT_RESULTS) if isinstance(old, dict) else ["config.json"]
-    except (OSError, ValueError):
-        diff = ["config.json"]
-    if diff:
-        print(f"vcemu oppcost: {out} holds an unfinished run with other settings ({', '.join(diff)}); "
-              "starting over", file=sys.stderr)
+    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu oppcost")
+    if stored is None:
         return None
-    raw, dropped = read_journal(journal, FIELDS)
+    raw, dropped = stored
+    if not raw and not dropped:
+        return []
     rows: dict[int, dict[str, float]] = {}
     for r in raw:
         row = _journal_row(r, cfg)

@@ -48,7 +48,7 @@ import numpy as np
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, lp_bound, mcb_search
-from coordinator.resumable import Journal, changed_settings, die_with_parent, read_journal
+from coordinator.resumable import Journal, die_with_parent, unfinished_rows
 from coordinator.vcsched.generator import InstanceSpec, generate
 
 __all__ = ["ExperimentConfig", "run_instance", "vcsched_main"]
@@ -232,19 +232,12 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     """The finished instances of an unfinished run in ``out`` with the same settings as ``config``, or None
     (with a line on stderr) if ``out`` holds one with other settings. An instance is kept only if it has exactly
     one well-formed row per algorithm it runs; the rest are solved again."""
-    journal = out / JOURNAL
-    if not journal.exists():
-        return {}
-    try:
-        old = json.loads((out / "config.json").read_text())
-        diff = changed_settings(old, config, NOT_RESULTS) if isinstance(old, dict) else ["config.json"]
-    except (OSError, ValueError):
-        diff = ["config.json"]
-    if diff:
-        print(f"vcemu vcsched: {out} holds an unfinished run with other settings ({', '.join(diff)}); "
-              "starting over", file=sys.stderr)
+    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu vcsched")
+    if stored is None:
         return None
-    raw, dropped = read_journal(journal, FIELDS)
+    raw, dropped = stored
+    if not raw and not dropped:
+        return {}
     groups: dict[Unit, list[dict]] = defaultdict(list)
     for r in raw:
         try:
