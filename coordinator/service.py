@@ -418,9 +418,14 @@ class CoordinatorServer:
                     self.engine.arrive(rec.spec)
                 except InvalidJob as exc:
                     rec.state, rec.message, rec.end = JobState.FAILED, f"invalid job: {exc}", self.backend.now()
-                    self.engine.restore([rec])
+                    # Its end is a transition like any other: in the history, the store and the event stream.
+                    failed = Transition(rec.end, rec.spec.id, JobState.PENDING, JobState.FAILED, (), 0.0, rec.message)
+                    self.engine.restore([rec], [failed])
                     if self.store is not None:
-                        self.store.put_job(rec.spec, rec.state, (), 0.0, 0.0, 0, None, rec.end, rec.message)
+                        with self.store.transaction():
+                            self.store.put_job(rec.spec, rec.state, (), 0.0, 0.0, 0, None, rec.end, rec.message)
+                            self.store.add_transition(failed)
+                    self._broadcast(failed)
         with self.intake_lock:
             for rec in batch:
                 self.intake.pop(rec.spec.id, None)

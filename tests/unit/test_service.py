@@ -4,9 +4,12 @@ The registered agent here is only a description (its address answers nothing), s
 the API's validation and bookkeeping; tests/integration runs jobs on real agents.
 """
 
+import queue
+
 import grpc
 import pytest
 
+from coordinator.model import JobState
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
 from vcemu.v1 import agent_pb2
@@ -210,3 +213,33 @@ def test_a_running_jobs_virtual_time_is_its_progress_now_not_at_the_last_decisio
         assert listed[job] == pytest.approx(25.0)
     finally:
         grpc_server.stop(0)
+
+
+def test_a_job_accepted_then_unplaceable_ends_with_a_transition_stored_and_streamed(tmp_path):
+    """A job accepted while the cluster could hold it, refused when handed to the engine (its hosts were lost
+    meanwhile), fails like any job: its end is in the history, in the store and on the event stream."""
+    from coordinator.model import Host
+    from coordinator.store import Store
+
+    path = str(tmp_path / "state.db")
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=path)  # not started: no engine loop
+    try:
+        server.engine.add_hosts([Host("h0", 1.0, 1.0)])
+        events = queue.Queue()
+        server.watchers.append(events)
+        spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=10.0, workload="dgemm")
+        (result,) = server.accept([pb.SubmitRequest(spec=spec)])
+        job = result.job.job_id
+        server.engine.lose_hosts(["h0"], "host lost")
+        server.drain()
+        rec = server.engine.jobs[job]
+        assert rec.state is JobState.FAILED and rec.message.startswith("invalid job: ")
+        last = server.engine.history.transitions[-1]
+        assert (last.job, last.src, last.dst, last.reason) == (job, JobState.PENDING, JobState.FAILED, rec.message)
+        assert events.get_nowait() == last
+        stored = Store(path).load()
+        assert [(t.src, t.dst) for t in stored.transitions if t.job == job] == [
+            (None, JobState.PENDING), (JobState.PENDING, JobState.FAILED)]
+    finally:
+        server.grpc.stop(0)
+        server.store.close()
