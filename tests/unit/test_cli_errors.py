@@ -1,0 +1,190 @@
+"""Bad input to the ``vcemu`` commands: one line naming the flag (or file), exit status 2, no traceback, and
+nothing long (a live cluster, an experiment) started first. Nothing here starts a live cluster: where a
+command could, the cluster's entry points are replaced by ones that fail the test."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import main
+from coordinator.model import InvalidJob, JobSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = {"id": "j0", "submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.2, "work": 30}
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str], entry=main) -> tuple[object, str, str]:
+    """(exit status, stdout, stderr) of one in-process command."""
+    try:
+        code: object = entry(argv)
+    except SystemExit as exc:
+        code = exc.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def refused(code: object, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    for f in fragments:
+        assert f in err, err
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(json.dumps(JOB) + "\n")
+    return path
+
+
+@pytest.fixture
+def empty(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    return path
+
+
+@pytest.fixture
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a command starts a coordinator or an agent."""
+
+    def started(*_a, **_k):
+        raise AssertionError("a live coordinator or agent was started before the arguments were checked")
+
+    import coordinator.cli
+    import coordinator.demo
+    import coordinator.service
+
+    monkeypatch.setattr(coordinator.service, "CoordinatorServer", started)
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", started)
+    monkeypatch.setattr(coordinator.demo, "start_local_cluster", started)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- simulate, up, coordinator, submit and the top-level parser (coordinator/cli.py, coordinator/model.py) ---------
+
+
+@pytest.mark.parametrize("value", ["-10", "nan", "inf"])
+def test_simulate_refuses_a_bad_penalty(jobs: Path, value: str, capsys) -> None:
+    code, _, err = run(["simulate", "--policy", "greedy", "--penalty", value, str(jobs)], capsys)
+    refused(code, err, "argument --penalty", "must be a finite number >= 0")
+
+
+def test_simulate_bad_penalty_without_traceback_in_a_process(jobs: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "coordinator.cli", "simulate", "--policy", "greedy", "--penalty", "-10",
+                        str(jobs)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    refused(p.returncode, p.stderr, "--penalty")
+
+
+def test_simulate_refuses_an_empty_job_file(empty: Path, capsys) -> None:
+    code, _, err = run(["simulate", "--policy", "greedy", str(empty)], capsys)
+    refused(code, err, f"vcemu simulate: no jobs in {empty}")
+
+
+def test_positive_flags_refuse_nan_and_inf(capsys) -> None:
+    for value in ("nan", "inf"):
+        code, _, err = run(["demo", "--span", value], capsys)
+        refused(code, err, "argument --span: must be a finite number > 0")
+
+
+def test_coordinator_refuses_an_unusable_state_file(tmp_path: Path, capsys) -> None:
+    code, _, err = run(["coordinator", "--port", "0", "--state", str(tmp_path / "no" / "x.db")], capsys)
+    refused(code, err, "vcemu coordinator: error: --state", "not a usable vcemu state file")
+
+
+@pytest.mark.parametrize("kind", ["missing dir", "text file"])
+def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path, kind: str, monkeypatch,
+                                                                  capsys) -> None:
+    import coordinator.cli
+
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    state = tmp_path / "nonexistent" / "x.db"
+    if kind == "text file":
+        state = tmp_path / "notdb.db"
+        state.write_text("not a database\n" * 100)
+    code, _, err = run(["up", "--port", "0", "--hosts", "1", "--state", str(state)], capsys)
+    refused(code, err, "vcemu up: error: --state", "not a usable vcemu state file")
+
+
+@pytest.mark.parametrize("command", ["coordinator", "up"])
+def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys) -> None:
+    import coordinator.cli
+
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run([command, "--port", str(port)], capsys)
+    refused(code, err, f"vcemu {command}: error: --port: cannot listen on 127.0.0.1:{port}")
+
+
+def test_a_metrics_port_in_use_is_one_line_naming_it(capsys) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run(["coordinator", "--port", "0", "--metrics-port", str(port)], capsys)
+    refused(code, err, f"vcemu coordinator: error: --metrics-port: cannot listen on port {port}")
+
+
+def test_an_unreadable_token_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    code, _, err = run(["coordinator", "--port", "0", "--token-file", str(tmp_path / "none")], capsys)
+    refused(code, err, "--token-file")
+    monkeypatch.setenv("VCEMU_TOKEN_FILE", str(tmp_path / "none"))
+    code, _, err = run(["jobs", "--coordinator", f"127.0.0.1:{_closed_port()}"], capsys)
+    refused(code, err, "$VCEMU_TOKEN_FILE")
+
+
+@pytest.mark.parametrize("work", [math.inf, math.nan, -1.0])
+def test_work_must_be_finite_and_positive(work: float) -> None:
+    with pytest.raises(InvalidJob, match="work_seconds: must be a finite number > 0"):
+        JobSpec("j", 0.0, 1, 1.0, 0.1, work).validate()
+
+
+def test_submit_work_inf_says_finite(capsys) -> None:
+    """``vcemu submit --work inf``: the coordinator's refusal names the rule inf breaks (finite), not "> 0"."""
+    import grpc
+
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+    from tests.unit.test_service import register
+    from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+    server = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            register(pb_grpc.CoordinatorStub(channel))
+        code, _, err = run(["submit", "--coordinator", server.address, "--work", "inf"], capsys)
+    finally:
+        server.stop()
+    refused(code, err, "INVALID_ARGUMENT", "work_seconds: must be a finite number > 0, got inf")
+
+
+def test_doc_text_strips_rest_markup() -> None:
+    from coordinator.cli import doc_text
+
+    assert doc_text("The ``vcemu`` CLI, see :mod:`coordinator.apc.live` and :func:`x <a.b>`.") == \
+        "The vcemu CLI, see coordinator.apc.live and x."
+
+
+def test_version(capsys) -> None:
+    from coordinator.cli import version
+
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0
+    assert out.strip() == f"vcemu {version()}"
