@@ -188,3 +188,57 @@ def test_version(capsys) -> None:
     code, out, _ = run(["--version"], capsys)
     assert code == 0
     assert out.strip() == f"vcemu {version()}"
+
+
+# ---- replay and demo: refused before any agent starts --------------------------------------------------------------
+
+
+def test_replay_refuses_a_bad_penalty_before_the_live_run(jobs: Path, no_cluster, capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(jobs), "--policy", "greedy", "--compress", "5", "--penalty", "-3"], capsys, replay_main)
+    refused(code, err, "--penalty", "must be a finite number >= 0")
+
+
+def test_replay_refuses_an_empty_job_file(empty: Path, no_cluster, capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(empty), "--policy", "greedy"], capsys, replay_main)
+    refused(code, err, f"vcemu replay: no jobs in {empty}")
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--compress", "0", "must be > 0"), ("--max-jobs", "0", "must be > 0"), ("--timeout", "-1", "must be > 0"),
+    ("--hosts", "0", "must be > 0"), ("--cpus-per-host", "-1", "must be > 0"),
+    ("--mem-per-host", "lots", "cannot parse memory size"), ("--agents", "9", "must be at most --hosts (4)"),
+])
+def test_replay_refusals_say_the_rule_in_one_line(jobs: Path, flag: str, value: str, fragment: str, no_cluster,
+                                                  capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(jobs), flag, value], capsys, replay_main)
+    refused(code, err, f"argument {flag}: {fragment}")
+    assert "usage:" not in err
+
+
+@pytest.fixture(params=["file parent", "proc"])
+def bad_out(request, tmp_path: Path) -> str:
+    if request.param == "proc":
+        if not Path("/proc/self").exists():
+            pytest.skip("no /proc")
+        return "/proc/vcemu-test/x"
+    (tmp_path / "afile").write_text("")
+    return str(tmp_path / "afile" / "sub")
+
+
+def test_demo_refuses_an_unwritable_out_before_starting_the_cluster(bad_out: str, no_cluster, capsys) -> None:
+    code, _, err = run(["demo", "--out", bad_out, "--jobs", "1", "--span", "1", "--hosts", "1"], capsys)
+    refused(code, err, f"vcemu demo: --out {bad_out}: cannot write results there")
+
+
+def test_replay_refuses_an_unwritable_out_before_starting_the_cluster(jobs: Path, bad_out: str, no_cluster,
+                                                                      capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(jobs), "--policy", "greedy", "--out", bad_out], capsys, replay_main)
+    refused(code, err, f"vcemu replay: --out {bad_out}: cannot write results there")
