@@ -242,3 +242,82 @@ def test_replay_refuses_an_unwritable_out_before_starting_the_cluster(jobs: Path
 
     code, _, err = run([str(jobs), "--policy", "greedy", "--out", bad_out], capsys, replay_main)
     refused(code, err, f"vcemu replay: --out {bad_out}: cannot write results there")
+
+
+# ---- vcsched and apc: refused before the first instance or experiment ----------------------------------------------
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--accuracy", "-1", "must be a finite number > 0"),
+    ("--accuracy", "nan", "must be a finite number > 0"),
+    ("--slacks", "0.5,1.5", "every slack must be in [0, 1)"),
+    ("--backtrack-limit", "0", "must be >= 1"),
+    ("--milp-time-limit", "0", "must be a finite number > 0"),
+])
+def test_vcsched_refuses_bad_settings_up_front(tmp_path: Path, flag: str, value: str, fragment: str, capsys) -> None:
+    from coordinator.vcsched.experiment import vcsched_main
+
+    out = tmp_path / "out"
+    code, _, err = run(["--set", "small", "--instances", "1", flag, value, "--out", str(out)], capsys, vcsched_main)
+    refused(code, err, f"vcemu vcsched: {flag}: {fragment}")
+    assert not out.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--experiments", "three", "--exp3-horizon", "0"], "--exp3-horizon: must be a finite number > 0"),
+    (["--experiments", "three", "--exp3-horizon", "-100"], "--exp3-horizon: must be a finite number > 0"),
+    (["--experiments", "one", "--live", "--live-seconds", "-1"], "--live-seconds: must be a finite number >= 2"),
+    (["--experiments", "one", "--live", "--live-seconds", "1"], "--live-seconds: must be a finite number >= 2"),
+    (["--experiments", "one", "--cycle", "nan"], "--cycle: must be a finite number > 0"),
+    (["--experiments", "one", "--live", "--live-agent", "nohost"], "--live-agent: expected HOST:PORT"),
+])
+def test_apc_refuses_bad_settings_up_front(tmp_path: Path, argv: list[str], fragment: str, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+
+    out = tmp_path / "out"
+    code, _, err = run([*argv, "--out", str(out)], capsys, apc_main)
+    refused(code, err, f"vcemu apc: {fragment}")
+    assert not out.exists()
+
+
+def test_apc_refuses_an_unreachable_live_agent_before_the_experiments(tmp_path: Path, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+
+    out = tmp_path / "out"
+    agent = f"127.0.0.1:{_closed_port()}"
+    code, _, err = run(["--experiments", "one", "--live", "--live-agent", agent, "--out", str(out)], capsys, apc_main)
+    refused(code, err, f"vcemu apc: --live-agent {agent}: cannot use the vcemu agent there (UNAVAILABLE")
+    assert not out.exists()
+
+
+def test_live_experiment_names_the_agent_that_went_away(tmp_path: Path) -> None:
+    from coordinator.apc.live import LiveAgentError, live_experiment_three
+
+    agent = f"127.0.0.1:{_closed_port()}"
+    with pytest.raises(LiveAgentError, match=f"--live-agent {agent}: cannot use"):
+        live_experiment_three(tmp_path / "live", 4.0, agent=agent)
+
+
+def test_vcsched_and_apc_refuse_an_unwritable_out(tmp_path: Path, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+    from coordinator.vcsched.experiment import vcsched_main
+
+    (tmp_path / "afile").write_text("")
+    bad = str(tmp_path / "afile" / "sub")
+    code, _, err = run(["--set", "small", "--instances", "1", "--out", bad], capsys, vcsched_main)
+    refused(code, err, f"vcemu vcsched: --out {bad}")
+    code, _, err = run(["--experiments", "one", "--out", bad], capsys, apc_main)
+    refused(code, err, f"vcemu apc: --out {bad}")
+
+
+def test_apc_short_horizon_prints_na_without_numpy_warnings(tmp_path: Path, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # "Mean of empty slice"
+        code, out, _ = run(["--experiments", "three", "--exp3-horizon", "600", "--out", str(tmp_path / "o")], capsys,
+                           apc_main)
+    assert code == 0
+    assert "nan" not in out and "jobs met n/a" in out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["three"]["dynamic"]["jobs_completed"] == 0
