@@ -321,3 +321,43 @@ def test_apc_short_horizon_prints_na_without_numpy_warnings(tmp_path: Path, caps
     assert "nan" not in out and "jobs met n/a" in out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["three"]["dynamic"]["jobs_completed"] == 0
+
+
+# ---- sweep --hpc2n-weeks, bench dfrs, --help -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("weeks", "fragment"), [("5-2", "reversed range '5-2'"), ("x", "bad item 'x'"),
+                                                  ("-3", "bad item '-3'")])
+def test_sweep_refuses_bad_weeks(tmp_path: Path, weeks: str, fragment: str, capsys) -> None:
+    from coordinator.sweep import sweep_main
+
+    code, _, err = run(["--hpc2n-weeks", weeks, "--out", str(tmp_path / "out")], capsys, sweep_main)
+    refused(code, err, f"vcemu sweep: --hpc2n-weeks: {fragment}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_weeks_still_take_ranges_and_lists() -> None:
+    from coordinator.sweep import _weeks
+
+    assert _weeks("0-3,7, 9-9") == [0, 1, 2, 3, 7, 9]
+    assert _weeks("") == []
+
+
+def test_bench_dfrs_text_says_the_real_job_count(monkeypatch, capsys) -> None:
+    import coordinator.bench_dfrs as bench
+
+    fake = {"python_ref_s": 0.1, "sim_1000jobs_s": 0.05, "sim_1000jobs_per_ref": 0.4, "decision_p99_ms": 1.0}
+    monkeypatch.setattr(bench, "bench_sim", lambda jobs, seed: dict(fake))
+    code, out, _ = run(["--jobs", "50", "--no-sweep"], capsys, bench.bench_dfrs_main)
+    assert code == 0
+    assert "sim_50jobs_s: 0.05" in out and "sim_50jobs_per_ref" in out
+    assert "sim_1000jobs_s:" not in out
+    code, out, _ = run(["--jobs", "50", "--no-sweep", "--json"], capsys, bench.bench_dfrs_main)
+    assert json.loads(out)["sim_1000jobs_s"] == 0.05  # the JSON keys are the benchmark's contract
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["replay", "--help"], ["apc", "--help"], ["bench", "dfrs", "--help"]])
+def test_help_has_no_rest_markup(argv: list[str], capsys) -> None:
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert "``" not in out and ":mod:" not in out
