@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 
@@ -41,11 +46,55 @@ def _positive(name: str, kind=float):
         except ValueError:
             what = "a whole number" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
 
     return parse
+
+
+def _non_negative(text: str) -> float:
+    """A finite number >= 0 (a penalty, a delay): float() alone would take -10, nan and inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """Create the output directory ``path`` now and check that a file can be written in it, so that a long run
+    never ends by failing to write its results. ValueError naming ``flag`` otherwise."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".vcemu-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot write results there: {exc.strerror or exc}") from None
+    return out
+
+
+_ROLE = re.compile(r":[\w:.-]+:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")
+
+
+def doc_text(doc: str | None) -> str:
+    """A docstring as plain text for ``--help``: reST markup (````x````, ``:mod:`x```) removed."""
+    return _ROLE.sub(r"\1", doc or "").replace("``", "")
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("vcemu")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _port(text: str) -> int:
@@ -124,8 +173,11 @@ def _auth() -> tuple[tuple[str, str], ...]:
     path = os.environ.get("VCEMU_TOKEN_FILE")
     if not path:
         return ()
-    with open(path) as f:
-        return (("authorization", f"Bearer {f.read().strip()}"),)
+    try:
+        with open(path) as f:
+            return (("authorization", f"Bearer {f.read().strip()}"),)
+    except OSError as exc:
+        _refuse(f"vcemu: $VCEMU_TOKEN_FILE {path}: {exc.strerror or exc}")
 
 
 def read_token(path: str | None) -> str | None:
@@ -135,10 +187,16 @@ def read_token(path: str | None) -> str | None:
         with open(path) as f:
             token = f.read().strip()
     except OSError as exc:
-        raise SystemExit(f"vcemu: --token-file {path}: {exc.strerror}") from None
+        _refuse(f"vcemu: --token-file {path}: {exc.strerror}")
     if not token:
-        raise SystemExit(f"vcemu: --token-file {path}: the file is empty")
+        _refuse(f"vcemu: --token-file {path}: the file is empty")
     return token
+
+
+def _refuse(message: str) -> NoReturn:
+    """A refused setting: one line on stderr, exit status 2 (as argparse's own refusals)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _server_options(args: argparse.Namespace) -> dict:
@@ -148,7 +206,7 @@ def _server_options(args: argparse.Namespace) -> dict:
     try:
         tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
     except ValueError as exc:
-        raise SystemExit(f"vcemu: {exc}") from None
+        _refuse(f"vcemu: {exc}")
     return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls}
 
 
@@ -336,7 +394,17 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     return server, procs
 
 
+def _server_error(exc: Exception, args: argparse.Namespace) -> str:
+    """What stopped a coordinator from starting, naming the setting. CoordinatorServer names ``--port`` and
+    ``--state`` itself; an OSError with an errno is the metrics HTTP server's (its port in use)."""
+    if isinstance(exc, OSError) and exc.errno is not None and getattr(args, "metrics_port", None) is not None:
+        return f"--metrics-port: cannot listen on port {args.metrics_port}: {exc.strerror or exc}"
+    return str(exc)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    from coordinator.store import StoreError
+
     if args.ray is not None:
         from coordinator.backends.ray import run_up
 
@@ -349,8 +417,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
             args.metrics_port, args.no_cgroups, **_server_options(args),
         )
-    except ValueError as e:
-        print(f"vcemu up: error: {e}", file=sys.stderr)
+    except (ValueError, OSError, StoreError) as e:
+        print(f"vcemu up: error: {_server_error(e, args)}", file=sys.stderr)
         return 2
     metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
     print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. Ctrl-C stops.",
@@ -369,9 +437,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
+    from coordinator.store import StoreError
 
-    server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
-                               metrics_port=args.metrics_port, **_server_options(args)).start()
+    try:
+        server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
+                                   metrics_port=args.metrics_port, **_server_options(args)).start()
+    except (ValueError, OSError, StoreError) as e:
+        print(f"vcemu coordinator: error: {_server_error(e, args)}", file=sys.stderr)
+        return 2
     print(f"vcemu coordinator listening on {server.address}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -406,7 +479,8 @@ def _reliability_flags(sp: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="vcemu", description=__doc__.splitlines()[0])
+    p = _Parser(prog="vcemu", description=doc_text(__doc__.splitlines()[0]))
+    p.add_argument("--version", action="version", version=f"vcemu {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def client(sp: argparse.ArgumentParser) -> None:
@@ -476,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("jobs_file")
     sp.add_argument("--policy", type=_policy_name, required=True)
     sp.add_argument("--hosts", type=_positive("--hosts", int), default=4)
-    sp.add_argument("--penalty", type=float, default=0.0, help="rescheduling penalty, seconds")
+    sp.add_argument("--penalty", type=_non_negative, default=0.0, help="rescheduling penalty, seconds (>= 0)")
     sp.add_argument("--segment", type=int, default=None, help="for an SWF trace: simulate only week K")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_simulate)

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from coordinator.cli import format_table, start_local_cluster, stop_processes
+from coordinator.cli import format_table, start_local_cluster, stop_processes, usable_out_dir
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
@@ -55,6 +55,11 @@ def run_demo(args: argparse.Namespace) -> int:
 
     mix = demo_mix(args.seed, args.jobs, args.span)
     quiet = args.json
+    try:
+        usable_out_dir(args.out)  # before the cluster starts: a live run's results must have somewhere to go
+    except ValueError as exc:
+        print(f"vcemu demo: {exc}", file=sys.stderr)
+        return 2
     wall0 = time.monotonic()
     server, procs = start_local_cluster(
         args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups
@@ -95,7 +100,13 @@ def run_demo(args: argparse.Namespace) -> int:
     completed = sum(1 for _, _, lr, _, _ in rows if lr and lr.state is JobState.DONE)
     median = statistics.median(diffs) if diffs else float("nan")
     wall = time.monotonic() - wall0
-    out_dir = _write_results(args, rows, median, completed, wall, mode)
+    try:
+        out_dir: Path | str = _write_results(args, rows, median, completed, wall, mode)
+    except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
+        print(f"vcemu demo: --out {args.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
+        out_dir, written = "not written", False
+    else:
+        written = True
     summary = {
         "jobs": len(mix), "completed": completed, "live_vs_sim_median_rel_diff": median,
         "live_vs_sim_max_rel_diff": max(diffs, default=float("nan")), "policy": args.policy,
@@ -110,7 +121,7 @@ def run_demo(args: argparse.Namespace) -> int:
               f"live and simulated stretch: {100 * median:.1f}% (target <= 15%). Results: {out_dir}")
         for e in errors:
             print(f"refused: {e}")
-    return 0 if completed == len(mix) else 1
+    return 0 if completed == len(mix) and written else 1
 
 
 def _f(x: float | None, d: int = 2) -> str:

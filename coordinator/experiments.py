@@ -74,6 +74,13 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     except (JobFileError, OSError, ValueError) as exc:
         print(f"vcemu simulate: {exc}", file=sys.stderr)
         return 2
+    if not specs:
+        what = f"week {segment} of {path}" if segment is not None else path
+        print(f"vcemu simulate: no jobs in {what}", file=sys.stderr)
+        return 2
+    if not (math.isfinite(penalty) and penalty >= 0):  # the CLI refuses these; a caller in code may not
+        print(f"vcemu simulate: --penalty: must be a finite number >= 0, got {penalty}", file=sys.stderr)
+        return 2
     history = simulate(specs, policy, cluster, penalty)
     results = job_results(history)
     summary = summarize(results)

@@ -80,7 +80,7 @@ class JobSpec:
         if not (isinstance(self.mem, (int, float)) and math.isfinite(self.mem)) or not (0.0 < self.mem <= 1.0):
             raise InvalidJob("memory", f"must be in (0, 1] (a fraction of one host's memory), got {self.mem!r}")
         if not (isinstance(self.work, (int, float)) and math.isfinite(self.work)) or self.work <= 0.0:
-            raise InvalidJob("work_seconds", f"must be > 0, got {self.work!r}")
+            raise InvalidJob("work_seconds", f"must be a finite number > 0, got {self.work!r}")
         if self.workload not in KNOWN_WORKLOADS:
             raise InvalidJob("workload", f"unknown workload {self.workload!r}; known: {', '.join(KNOWN_WORKLOADS)}")
         if hosts is not None:

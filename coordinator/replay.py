@@ -45,29 +45,45 @@ def score(history: History, capacity: float, host_memory_gb: float) -> dict[str,
     }
 
 
+def _mem_size(text: str) -> str:
+    """``--mem-per-host``: checked here (a bad size would only stop the agents), passed on as written."""
+    from node_agent.cli import parse_size
+
+    try:
+        parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="vcemu replay", description=__doc__.split("\n\n")[0])
+    from coordinator.cli import _non_negative, _Parser, _positive, doc_text
+
+    p = _Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]))
     p.add_argument("trace", help="job file (JSON lines / CSV) or SWF trace (.swf, .swf.gz)")
     p.add_argument("--policy", default="dynmcb8-asap-per")
-    p.add_argument("--compress", type=float, default=60.0, help="time compression factor K (> 0)")
+    p.add_argument("--compress", type=_positive("--compress"), default=60.0, help="time compression factor K (> 0)")
     p.add_argument("--segment", type=int, default=None, help="SWF only: the 1-week segment to replay")
-    p.add_argument("--max-jobs", type=int, default=20, help="replay only the first N jobs (default 20)")
-    p.add_argument("--hosts", type=int, default=4, help="live hosts (default 4)")
-    p.add_argument("--agents", type=int, default=1, help="agent processes sharing the hosts")
-    p.add_argument("--cpus-per-host", type=float, default=None, help="cores per host (default: 60%% of the box)")
-    p.add_argument("--mem-per-host", default="512MiB")
-    p.add_argument("--penalty", type=float, default=0.0,
-                   help="rescheduling penalty of the simulation, trace seconds (the live run pays real costs)")
-    p.add_argument("--host-memory-gb", type=float, default=8.0, help="node memory for the bandwidth metric")
-    p.add_argument("--timeout", type=float, default=600.0, help="wall seconds before the live run is abandoned")
+    p.add_argument("--max-jobs", type=_positive("--max-jobs", int), default=20,
+                   help="replay only the first N jobs (default 20)")
+    p.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="live hosts (default 4)")
+    p.add_argument("--agents", type=_positive("--agents", int), default=1,
+                   help="agent processes sharing the hosts (at most --hosts)")
+    p.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None,
+                   help="cores per host (default: 60%% of the box)")
+    p.add_argument("--mem-per-host", type=_mem_size, default="512MiB")
+    p.add_argument("--penalty", type=_non_negative, default=0.0,
+                   help="rescheduling penalty of the simulation, trace seconds >= 0 (the live run pays real costs)")
+    p.add_argument("--host-memory-gb", type=_positive("--host-memory-gb"), default=8.0,
+                   help="node memory for the bandwidth metric")
+    p.add_argument("--timeout", type=_positive("--timeout"), default=600.0,
+                   help="wall seconds (> 0) before the live run is abandoned")
     p.add_argument("--no-cgroups", action="store_true", help="agents use the duty-cycle fallback")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--out", default="results/replay")
+    p.add_argument("--out", default="results/replay", help="results go to a new directory under OUT")
     a = p.parse_args(list(argv))
-    for name, ok in (("compress", a.compress > 0), ("max_jobs", a.max_jobs >= 1), ("hosts", a.hosts >= 1),
-                     ("agents", 1 <= a.agents <= a.hosts), ("timeout", a.timeout > 0)):
-        if not ok:
-            p.error(f"--{name.replace('_', '-')}: bad value {getattr(a, name)!r}")
+    if a.agents > a.hosts:
+        p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
     return a
 
 
@@ -76,6 +92,8 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int]:
     from workloads.jobfile import read_jobs
 
     jobs = sorted(read_jobs(a.trace, segment=a.segment), key=lambda j: (j.submit_time, j.id))
+    if not jobs:
+        raise ValueError(f"no jobs in {a.trace}" if a.segment is None else f"no jobs in week {a.segment} of {a.trace}")
     fit = [j for j in jobs if j.tasks <= a.hosts]
     dropped = sum(1 for j in jobs[: a.max_jobs] if j.tasks > a.hosts)
     fit = fit[: a.max_jobs]
@@ -88,7 +106,7 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int]:
 def replay_main(argv: Sequence[str]) -> int:
     from tqdm import tqdm
 
-    from coordinator.cli import default_cpus_per_host, spawn_agent, stop_processes
+    from coordinator.cli import default_cpus_per_host, spawn_agent, stop_processes, usable_out_dir
     from coordinator.experiments import follow_jobs, simulate
     from coordinator.policies import UnknownPolicy, get_policy
     from coordinator.service import CoordinatorServer
@@ -98,6 +116,7 @@ def replay_main(argv: Sequence[str]) -> int:
     try:
         policy = get_policy(a.policy)
         specs, dropped = load_segment(a)
+        usable_out_dir(a.out)  # before the live run: its results must have somewhere to go
     except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
@@ -135,7 +154,13 @@ def replay_main(argv: Sequence[str]) -> int:
         "jobs": len(specs), "dropped_too_wide": dropped, "mode": mode, "timed_out": timed_out,
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
     }
-    path = _write(a, out)
+    try:
+        path: Path | str = _write(a, out)
+    except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
+        print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
+        path, write_failed = "not written", True
+    else:
+        write_failed = False
     if a.json:
         print(json.dumps(out))
     else:
@@ -146,7 +171,7 @@ def replay_main(argv: Sequence[str]) -> int:
             lv, sv = live_m[k], sim_m[k]
             print(f"{k:<20}{_f(lv):>14}{_f(sv):>14}")
         print(f"results: {path}")
-    return 1 if timed_out or live_m["completed"] < len(specs) else 0
+    return 1 if timed_out or write_failed or live_m["completed"] < len(specs) else 0
 
 
 def _f(x: Any) -> str:

@@ -390,16 +390,21 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _weeks(text: str) -> list[int]:
+    """Week indices and ranges A-B (A <= B); a bad item is refused (by :func:`sweep_main`, exit status 2)."""
     out: list[int] = []
     for part in (x.strip() for x in text.split(",") if x.strip()):
         try:
             if "-" in part:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                a, b = (int(x) for x in part.split("-", 1))
+                if a > b:
+                    raise SystemExit(f"vcemu sweep: --hpc2n-weeks: reversed range {part!r}: a range A-B needs "
+                                     f"A <= B (did you mean {b}-{a}?)")
+                out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
         except ValueError:
-            raise SystemExit(f"vcemu sweep: --hpc2n-weeks: bad item {part!r}") from None
+            raise SystemExit(f"vcemu sweep: --hpc2n-weeks: bad item {part!r} (week indices >= 0 and ranges A-B, "
+                             "e.g. 10,11 or 0-181)") from None
     return out
 
 

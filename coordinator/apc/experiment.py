@@ -186,17 +186,29 @@ def experiment_three(out: Path, seed: int, T: float, horizon: float) -> dict[str
             res = simulate(cfg, jobs, lambda _d, _t, bar=bar: bar.update(1))
         for c in res.cycles:
             cycles.append({"config": name, **c})
-        ta = np.array([c["web_rp"] for c in res.cycles])
+        ta = np.array([c["web_rp"] for c in res.cycles], dtype=float)
         hyp = np.array([c["hyp_rp_mean"] for c in res.cycles], dtype=float)
         both = np.minimum(ta, np.where(np.isnan(hyp), np.inf, hyp))
-        summary[name] = {"ta_rp_mean": float(np.mean(ta)), "batch_hyp_rp_mean": float(np.nanmean(hyp)),
-                         "min_of_both_mean": float(np.mean(both)),
+        summary[name] = {"ta_rp_mean": _mean(ta), "batch_hyp_rp_mean": _mean(hyp[~np.isnan(hyp)]),
+                         "min_of_both_mean": _mean(both),
                          "jobs_completed": len(res.jobs),
-                         "jobs_rp_at_completion_mean": float(np.mean([j["rp"] for j in res.jobs])),
+                         "jobs_rp_at_completion_mean": _mean([j["rp"] for j in res.jobs]),
                          "jobs_met_pct": 100 * res.met_fraction, "placement_changes": res.job_changes}
     _write_csv(out / "exp3_cycles.csv", cycles)
     plot_exp3(out, cycles)
     return summary
+
+
+def _mean(xs: Any) -> float:
+    """The mean, NaN (without numpy's "Mean of empty slice" warning) when there is nothing to average: a short
+    horizon may end before any job completes."""
+    xs = np.asarray(xs, dtype=float)
+    return float(np.mean(xs)) if xs.size else math.nan
+
+
+def _num(x: float, fmt: str) -> str:
+    """``x`` formatted, or ``n/a`` for NaN (nothing was measured)."""
+    return "n/a" if math.isnan(x) else format(x, fmt)
 
 
 def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
@@ -230,7 +242,10 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vcemu apc", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    from coordinator.cli import doc_text
+
+    p = argparse.ArgumentParser(prog="vcemu apc", description=doc_text(__doc__),
+                                formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three", help="comma-separated subset of one,two,three")
     p.add_argument("--out", default="results/apc")
     p.add_argument("--seed", type=int, default=0)
@@ -241,9 +256,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--exp2-algorithms", default="apc,edf,fcfs,edf-repack",
                    help="subset of apc,edf,fcfs,edf-repack: edf keeps running jobs on their nodes, edf-repack "
                         "places every job first fit in deadline order every cycle")
-    p.add_argument("--exp3-horizon", type=float, default=130_000.0, help="simulated seconds of Experiment Three")
+    p.add_argument("--exp3-horizon", type=float, default=130_000.0,
+                   help="simulated seconds of Experiment Three (> 0)")
     p.add_argument("--live", action="store_true", help="also run a shortened Experiment Three live")
-    p.add_argument("--live-seconds", type=float, default=40.0)
+    p.add_argument("--live-seconds", type=float, default=40.0, help="length of the live run [s] (at least 2)")
     p.add_argument("--live-agent", metavar="HOST:PORT", default=None,
                    help="run the live experiment on this running `vcemu agent` (its first host); "
                         "default: an in-process agent with one 1-core host")
@@ -271,8 +287,38 @@ def apc_main(argv: list[str]) -> int:
     if args.cycle <= 0 or args.exp1_jobs < 1 or args.exp2_jobs < 1 or any(i <= 0 for i in iats):
         print("vcemu apc: --cycle, --exp1-jobs, --exp2-jobs and --exp2-iats must be positive", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # Everything is refused here, before the first experiment: not by a traceback (or an empty result) later.
+    checks = [("--cycle", args.cycle, math.isfinite(args.cycle), "must be a finite number > 0"),
+              ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) for i in iats), "must be finite numbers > 0")]
+    if "three" in exps:
+        checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
+                       "must be a finite number > 0 (simulated seconds)"))
+    if args.live:
+        from coordinator.apc.live import LiveConfig
+
+        cycle = LiveConfig().T
+        checks.append(("--live-seconds", args.live_seconds,
+                       math.isfinite(args.live_seconds) and args.live_seconds >= cycle,
+                       f"must be a finite number >= {cycle:g} (one control cycle of the live run)"))
+    for flag, value, ok, rule in checks:
+        if not ok:
+            print(f"vcemu apc: {flag}: {rule}, got {value}", file=sys.stderr)
+            return 2
+    if args.live and args.live_agent is not None:
+        from coordinator.apc.live import LiveAgentError, check_agent
+
+        try:
+            check_agent(args.live_agent)
+        except LiveAgentError as exc:
+            print(f"vcemu apc: {exc}", file=sys.stderr)
+            return 2
+    from coordinator.cli import usable_out_dir
+
+    try:
+        out = usable_out_dir(args.out)
+    except ValueError as exc:
+        print(f"vcemu apc: {exc}", file=sys.stderr)
+        return 2
     clear_outputs(out, OUTPUTS)
     clear_outputs(out / "live", LIVE_OUTPUTS)
     config = {**vars(args), "argv": list(argv), "paper": PAPER, "complete": False}
@@ -292,13 +338,21 @@ def apc_main(argv: list[str]) -> int:
         summary["three"] = s = experiment_three(out, args.seed, args.cycle, args.exp3_horizon)
         print("Experiment Three (means over the run):")
         for name, v in s.items():
-            print(f"  {name:<24} transactional RP {v['ta_rp_mean']:.3f}  batch hypothetical RP "
-                  f"{v['batch_hyp_rp_mean']:.3f}  min of both {v['min_of_both_mean']:.3f}  jobs met "
-                  f"{v['jobs_met_pct']:.0f}%")
+            met = "n/a (none completed)" if math.isnan(v["jobs_met_pct"]) else f"{v['jobs_met_pct']:.0f}%"
+            print(f"  {name:<24} transactional RP {_num(v['ta_rp_mean'], '.3f')}  batch hypothetical RP "
+                  f"{_num(v['batch_hyp_rp_mean'], '.3f')}  min of both {_num(v['min_of_both_mean'], '.3f')}  jobs "
+                  f"met {met}")
     if args.live:
-        from coordinator.apc.live import live_experiment_three
+        from coordinator.apc.live import LiveAgentError, live_experiment_three
 
-        summary["live"] = live_experiment_three(out / "live", args.live_seconds, agent=args.live_agent)
+        try:
+            summary["live"] = live_experiment_three(out / "live", args.live_seconds, agent=args.live_agent)
+        except LiveAgentError as exc:  # the agent went away after the check: keep the simulated results
+            print(f"vcemu apc: {exc}", file=sys.stderr)
+            summary["live"] = {"error": str(exc)}
+            write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
+            print(f"written to {out}/ (without the live experiment: config.json stays \"complete\": false)")
+            return 1
     write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
     write_json(out / "config.json", {**config, "complete": True}, indent=1, sort_keys=False)
     print(f"written to {out}/")

@@ -48,6 +48,32 @@ MIN_SHARE = 0.01
 _BATCH_TASK_SECONDS = 1e6
 
 
+class LiveAgentError(ConnectionError):
+    """The agent given by ``--live-agent`` is not usable (unreachable, not an agent, no hosts); the message
+    names the flag and the address."""
+
+
+def _agent_error(address: str, exc: grpc.RpcError) -> LiveAgentError:
+    code = exc.code().name if hasattr(exc, "code") else "ERROR"
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return LiveAgentError(f"--live-agent {address}: cannot use the vcemu agent there ({code}: {details})")
+
+
+def check_agent(address: str, timeout: float = 5.0) -> None:
+    """Refuse (LiveAgentError) an address that is not HOST:PORT or where no agent with a host answers
+    Describe within ``timeout`` seconds: before any experiment runs, not after."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise LiveAgentError(f"--live-agent: expected HOST:PORT, got {address!r}")
+    with grpc.insecure_channel(address) as channel:
+        try:
+            info = agent_pb2_grpc.AgentStub(channel).Describe(pb.DescribeRequest(), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise _agent_error(address, exc) from None
+    if not info.hosts:
+        raise LiveAgentError(f"--live-agent {address}: the agent there has no hosts")
+
+
 @dataclass
 class LiveConfig:
     cores: float = 1.0  # CPU of the emulated node, in cores of this machine
@@ -250,6 +276,10 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     except (CgroupUnavailable, PermissionError) as e:
         print(f"vcemu apc --live: skipped: {e}", file=sys.stderr)
         return {"skipped": str(e)}
+    except grpc.RpcError as e:
+        if agent is None:  # the in-process agent: not the user's input
+            raise
+        raise _agent_error(agent, e) from None
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys]

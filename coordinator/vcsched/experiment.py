@@ -542,6 +542,8 @@ def _replot(out: Path) -> int:
 
 def vcsched_main(argv: list[str]) -> int:
     """Entry point of ``vcemu vcsched``. Returns a process exit code."""
+    from coordinator.cli import usable_out_dir
+
     args = _parser().parse_args(argv)
     if args.replot:
         return _replot(Path(args.out))
@@ -558,6 +560,21 @@ def vcsched_main(argv: list[str]) -> int:
     if args.instances < 1 or (args.large_instances is not None and args.large_instances < 1):
         print("vcemu vcsched: --instances must be >= 1", file=sys.stderr)
         return 2
+    bad_slacks = [s for s in slacks if not 0.0 <= s < 1.0]
+    checks = (  # refused here, not by a worker's traceback once the run is under way
+        ("--accuracy", args.accuracy, math.isfinite(args.accuracy) and args.accuracy > 0,
+         "must be a finite number > 0"),
+        ("--slacks", args.slacks, not bad_slacks, "every slack must be in [0, 1)"),
+        ("--backtrack-limit", args.backtrack_limit, args.backtrack_limit >= 1, "must be >= 1"),
+        ("--backtrack-limit-large", args.backtrack_limit_large,
+         args.backtrack_limit_large is None or args.backtrack_limit_large >= 1, "must be >= 1"),
+        ("--milp-time-limit", args.milp_time_limit, math.isfinite(args.milp_time_limit) and args.milp_time_limit > 0,
+         "must be a finite number > 0"),
+    )
+    for flag, value, ok, rule in checks:
+        if not ok:
+            print(f"vcemu vcsched: {flag}: {rule}, got {value}", file=sys.stderr)
+            return 2
     cfg = ExperimentConfig(
         sets=("small", "large") if args.set == "both" else (args.set,),
         instances=args.instances,
@@ -573,8 +590,11 @@ def vcsched_main(argv: list[str]) -> int:
         parallel_jobs=args.parallel_jobs,
         slacks=slacks,
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = usable_out_dir(args.out)
+    except ValueError as exc:
+        print(f"vcemu vcsched: {exc}", file=sys.stderr)
+        return 2
     conf = asdict(cfg)
     conf["argv"] = list(argv)
     conf["paper"] = "Casanova et al., Resource Allocation using Virtual Clusters, RR-6692 (seed 002), Sec. 4-5"

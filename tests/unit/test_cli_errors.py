@@ -1,0 +1,363 @@
+"""Bad input to the ``vcemu`` commands: one line naming the flag (or file), exit status 2, no traceback, and
+nothing long (a live cluster, an experiment) started first. Nothing here starts a live cluster: where a
+command could, the cluster's entry points are replaced by ones that fail the test."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import main
+from coordinator.model import InvalidJob, JobSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = {"id": "j0", "submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.2, "work": 30}
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str], entry=main) -> tuple[object, str, str]:
+    """(exit status, stdout, stderr) of one in-process command."""
+    try:
+        code: object = entry(argv)
+    except SystemExit as exc:
+        code = exc.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def refused(code: object, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    for f in fragments:
+        assert f in err, err
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(json.dumps(JOB) + "\n")
+    return path
+
+
+@pytest.fixture
+def empty(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    return path
+
+
+@pytest.fixture
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a command starts a coordinator or an agent."""
+
+    def started(*_a, **_k):
+        raise AssertionError("a live coordinator or agent was started before the arguments were checked")
+
+    import coordinator.cli
+    import coordinator.demo
+    import coordinator.service
+
+    monkeypatch.setattr(coordinator.service, "CoordinatorServer", started)
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", started)
+    monkeypatch.setattr(coordinator.demo, "start_local_cluster", started)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- simulate, up, coordinator, submit and the top-level parser (coordinator/cli.py, coordinator/model.py) ---------
+
+
+@pytest.mark.parametrize("value", ["-10", "nan", "inf"])
+def test_simulate_refuses_a_bad_penalty(jobs: Path, value: str, capsys) -> None:
+    code, _, err = run(["simulate", "--policy", "greedy", "--penalty", value, str(jobs)], capsys)
+    refused(code, err, "argument --penalty", "must be a finite number >= 0")
+
+
+def test_simulate_bad_penalty_without_traceback_in_a_process(jobs: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "coordinator.cli", "simulate", "--policy", "greedy", "--penalty", "-10",
+                        str(jobs)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    refused(p.returncode, p.stderr, "--penalty")
+
+
+def test_simulate_refuses_an_empty_job_file(empty: Path, capsys) -> None:
+    code, _, err = run(["simulate", "--policy", "greedy", str(empty)], capsys)
+    refused(code, err, f"vcemu simulate: no jobs in {empty}")
+
+
+def test_positive_flags_refuse_nan_and_inf(capsys) -> None:
+    for value in ("nan", "inf"):
+        code, _, err = run(["demo", "--span", value], capsys)
+        refused(code, err, "argument --span: must be a finite number > 0")
+
+
+def test_coordinator_refuses_an_unusable_state_file(tmp_path: Path, capsys) -> None:
+    code, _, err = run(["coordinator", "--port", "0", "--state", str(tmp_path / "no" / "x.db")], capsys)
+    refused(code, err, "vcemu coordinator: error: --state", "not a usable vcemu state file")
+
+
+@pytest.mark.parametrize("kind", ["missing dir", "text file"])
+def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path, kind: str, monkeypatch,
+                                                                  capsys) -> None:
+    import coordinator.cli
+
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    state = tmp_path / "nonexistent" / "x.db"
+    if kind == "text file":
+        state = tmp_path / "notdb.db"
+        state.write_text("not a database\n" * 100)
+    code, _, err = run(["up", "--port", "0", "--hosts", "1", "--state", str(state)], capsys)
+    refused(code, err, "vcemu up: error: --state", "not a usable vcemu state file")
+
+
+@pytest.mark.parametrize("command", ["coordinator", "up"])
+def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys) -> None:
+    import coordinator.cli
+
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run([command, "--port", str(port)], capsys)
+    refused(code, err, f"vcemu {command}: error: --port: cannot listen on 127.0.0.1:{port}")
+
+
+def test_a_metrics_port_in_use_is_one_line_naming_it(capsys) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run(["coordinator", "--port", "0", "--metrics-port", str(port)], capsys)
+    refused(code, err, f"vcemu coordinator: error: --metrics-port: cannot listen on port {port}")
+
+
+def test_an_unreadable_token_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    code, _, err = run(["coordinator", "--port", "0", "--token-file", str(tmp_path / "none")], capsys)
+    refused(code, err, "--token-file")
+    monkeypatch.setenv("VCEMU_TOKEN_FILE", str(tmp_path / "none"))
+    code, _, err = run(["jobs", "--coordinator", f"127.0.0.1:{_closed_port()}"], capsys)
+    refused(code, err, "$VCEMU_TOKEN_FILE")
+
+
+@pytest.mark.parametrize("work", [math.inf, math.nan, -1.0])
+def test_work_must_be_finite_and_positive(work: float) -> None:
+    with pytest.raises(InvalidJob, match="work_seconds: must be a finite number > 0"):
+        JobSpec("j", 0.0, 1, 1.0, 0.1, work).validate()
+
+
+def test_submit_work_inf_says_finite(capsys) -> None:
+    """``vcemu submit --work inf``: the coordinator's refusal names the rule inf breaks (finite), not "> 0"."""
+    import grpc
+
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+    from tests.unit.test_service import register
+    from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+    server = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            register(pb_grpc.CoordinatorStub(channel))
+        code, _, err = run(["submit", "--coordinator", server.address, "--work", "inf"], capsys)
+    finally:
+        server.stop()
+    refused(code, err, "INVALID_ARGUMENT", "work_seconds: must be a finite number > 0, got inf")
+
+
+def test_doc_text_strips_rest_markup() -> None:
+    from coordinator.cli import doc_text
+
+    assert doc_text("The ``vcemu`` CLI, see :mod:`coordinator.apc.live` and :func:`x <a.b>`.") == \
+        "The vcemu CLI, see coordinator.apc.live and x."
+
+
+def test_version(capsys) -> None:
+    from coordinator.cli import version
+
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0
+    assert out.strip() == f"vcemu {version()}"
+
+
+# ---- replay and demo: refused before any agent starts --------------------------------------------------------------
+
+
+def test_replay_refuses_a_bad_penalty_before_the_live_run(jobs: Path, no_cluster, capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(jobs), "--policy", "greedy", "--compress", "5", "--penalty", "-3"], capsys, replay_main)
+    refused(code, err, "--penalty", "must be a finite number >= 0")
+
+
+def test_replay_refuses_an_empty_job_file(empty: Path, no_cluster, capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(empty), "--policy", "greedy"], capsys, replay_main)
+    refused(code, err, f"vcemu replay: no jobs in {empty}")
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--compress", "0", "must be > 0"), ("--max-jobs", "0", "must be > 0"), ("--timeout", "-1", "must be > 0"),
+    ("--hosts", "0", "must be > 0"), ("--cpus-per-host", "-1", "must be > 0"),
+    ("--mem-per-host", "lots", "cannot parse memory size"), ("--agents", "9", "must be at most --hosts (4)"),
+])
+def test_replay_refusals_say_the_rule_in_one_line(jobs: Path, flag: str, value: str, fragment: str, no_cluster,
+                                                  capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(jobs), flag, value], capsys, replay_main)
+    refused(code, err, f"argument {flag}: {fragment}")
+    assert "usage:" not in err
+
+
+@pytest.fixture(params=["file parent", "proc"])
+def bad_out(request, tmp_path: Path) -> str:
+    if request.param == "proc":
+        if not Path("/proc/self").exists():
+            pytest.skip("no /proc")
+        return "/proc/vcemu-test/x"
+    (tmp_path / "afile").write_text("")
+    return str(tmp_path / "afile" / "sub")
+
+
+def test_demo_refuses_an_unwritable_out_before_starting_the_cluster(bad_out: str, no_cluster, capsys) -> None:
+    code, _, err = run(["demo", "--out", bad_out, "--jobs", "1", "--span", "1", "--hosts", "1"], capsys)
+    refused(code, err, f"vcemu demo: --out {bad_out}: cannot write results there")
+
+
+def test_replay_refuses_an_unwritable_out_before_starting_the_cluster(jobs: Path, bad_out: str, no_cluster,
+                                                                      capsys) -> None:
+    from coordinator.replay import replay_main
+
+    code, _, err = run([str(jobs), "--policy", "greedy", "--out", bad_out], capsys, replay_main)
+    refused(code, err, f"vcemu replay: --out {bad_out}: cannot write results there")
+
+
+# ---- vcsched and apc: refused before the first instance or experiment ----------------------------------------------
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--accuracy", "-1", "must be a finite number > 0"),
+    ("--accuracy", "nan", "must be a finite number > 0"),
+    ("--slacks", "0.5,1.5", "every slack must be in [0, 1)"),
+    ("--backtrack-limit", "0", "must be >= 1"),
+    ("--milp-time-limit", "0", "must be a finite number > 0"),
+])
+def test_vcsched_refuses_bad_settings_up_front(tmp_path: Path, flag: str, value: str, fragment: str, capsys) -> None:
+    from coordinator.vcsched.experiment import vcsched_main
+
+    out = tmp_path / "out"
+    code, _, err = run(["--set", "small", "--instances", "1", flag, value, "--out", str(out)], capsys, vcsched_main)
+    refused(code, err, f"vcemu vcsched: {flag}: {fragment}")
+    assert not out.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--experiments", "three", "--exp3-horizon", "0"], "--exp3-horizon: must be a finite number > 0"),
+    (["--experiments", "three", "--exp3-horizon", "-100"], "--exp3-horizon: must be a finite number > 0"),
+    (["--experiments", "one", "--live", "--live-seconds", "-1"], "--live-seconds: must be a finite number >= 2"),
+    (["--experiments", "one", "--live", "--live-seconds", "1"], "--live-seconds: must be a finite number >= 2"),
+    (["--experiments", "one", "--cycle", "nan"], "--cycle: must be a finite number > 0"),
+    (["--experiments", "one", "--live", "--live-agent", "nohost"], "--live-agent: expected HOST:PORT"),
+])
+def test_apc_refuses_bad_settings_up_front(tmp_path: Path, argv: list[str], fragment: str, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+
+    out = tmp_path / "out"
+    code, _, err = run([*argv, "--out", str(out)], capsys, apc_main)
+    refused(code, err, f"vcemu apc: {fragment}")
+    assert not out.exists()
+
+
+def test_apc_refuses_an_unreachable_live_agent_before_the_experiments(tmp_path: Path, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+
+    out = tmp_path / "out"
+    agent = f"127.0.0.1:{_closed_port()}"
+    code, _, err = run(["--experiments", "one", "--live", "--live-agent", agent, "--out", str(out)], capsys, apc_main)
+    refused(code, err, f"vcemu apc: --live-agent {agent}: cannot use the vcemu agent there (UNAVAILABLE")
+    assert not out.exists()
+
+
+def test_live_experiment_names_the_agent_that_went_away(tmp_path: Path) -> None:
+    from coordinator.apc.live import LiveAgentError, live_experiment_three
+
+    agent = f"127.0.0.1:{_closed_port()}"
+    with pytest.raises(LiveAgentError, match=f"--live-agent {agent}: cannot use"):
+        live_experiment_three(tmp_path / "live", 4.0, agent=agent)
+
+
+def test_vcsched_and_apc_refuse_an_unwritable_out(tmp_path: Path, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+    from coordinator.vcsched.experiment import vcsched_main
+
+    (tmp_path / "afile").write_text("")
+    bad = str(tmp_path / "afile" / "sub")
+    code, _, err = run(["--set", "small", "--instances", "1", "--out", bad], capsys, vcsched_main)
+    refused(code, err, f"vcemu vcsched: --out {bad}")
+    code, _, err = run(["--experiments", "one", "--out", bad], capsys, apc_main)
+    refused(code, err, f"vcemu apc: --out {bad}")
+
+
+def test_apc_short_horizon_prints_na_without_numpy_warnings(tmp_path: Path, capsys) -> None:
+    from coordinator.apc.experiment import apc_main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # "Mean of empty slice"
+        code, out, _ = run(["--experiments", "three", "--exp3-horizon", "600", "--out", str(tmp_path / "o")], capsys,
+                           apc_main)
+    assert code == 0
+    assert "nan" not in out and "jobs met n/a" in out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["three"]["dynamic"]["jobs_completed"] == 0
+
+
+# ---- sweep --hpc2n-weeks, bench dfrs, --help -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("weeks", "fragment"), [("5-2", "reversed range '5-2'"), ("x", "bad item 'x'"),
+                                                  ("-3", "bad item '-3'")])
+def test_sweep_refuses_bad_weeks(tmp_path: Path, weeks: str, fragment: str, capsys) -> None:
+    from coordinator.sweep import sweep_main
+
+    code, _, err = run(["--hpc2n-weeks", weeks, "--out", str(tmp_path / "out")], capsys, sweep_main)
+    refused(code, err, f"vcemu sweep: --hpc2n-weeks: {fragment}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_weeks_still_take_ranges_and_lists() -> None:
+    from coordinator.sweep import _weeks
+
+    assert _weeks("0-3,7, 9-9") == [0, 1, 2, 3, 7, 9]
+    assert _weeks("") == []
+
+
+def test_bench_dfrs_text_says_the_real_job_count(monkeypatch, capsys) -> None:
+    import coordinator.bench_dfrs as bench
+
+    fake = {"python_ref_s": 0.1, "sim_1000jobs_s": 0.05, "sim_1000jobs_per_ref": 0.4, "decision_p99_ms": 1.0}
+    monkeypatch.setattr(bench, "bench_sim", lambda jobs, seed: dict(fake))
+    code, out, _ = run(["--jobs", "50", "--no-sweep"], capsys, bench.bench_dfrs_main)
+    assert code == 0
+    assert "sim_50jobs_s: 0.05" in out and "sim_50jobs_per_ref" in out
+    assert "sim_1000jobs_s:" not in out
+    code, out, _ = run(["--jobs", "50", "--no-sweep", "--json"], capsys, bench.bench_dfrs_main)
+    assert json.loads(out)["sim_1000jobs_s"] == 0.05  # the JSON keys are the benchmark's contract
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["replay", "--help"], ["apc", "--help"], ["bench", "dfrs", "--help"]])
+def test_help_has_no_rest_markup(argv: list[str], capsys) -> None:
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert "``" not in out and ":mod:" not in out
