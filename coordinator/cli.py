@@ -272,7 +272,7 @@ def _submit_file(args: argparse.Namespace) -> int:
 
 
 def _job_table(jobs) -> str:
-    rows = [("JOB", "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS", "STRETCH")]
+    rows = [("JOB", "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS", "B.STRETCH")]  # bounded, 30 s
     for j in jobs:
         rows.append((
             j.job_id, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",

@@ -351,8 +351,10 @@ def _parse_floats(text: str, name: str) -> list[float]:
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    from coordinator.cli import doc_text
+
     p = argparse.ArgumentParser(
-        prog="vcemu sweep", description=__doc__.split("\n\n")[0],
+        prog="vcemu sweep", description=doc_text(__doc__.split("\n\n")[0]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="stored cells: ok; error (the cell's own failure: deterministic); timeout (machine-dependent:\n"
                "rerun by a larger --cell-timeout or --retry-failed). Not stored: cells Ray lost (worker crash,\n"

@@ -312,14 +312,15 @@ def _parser() -> argparse.ArgumentParser:
 def oppcost_main(argv: list[str]) -> int:
     """Entry point of ``vcemu oppcost``; returns an exit code (2 for bad arguments)."""
     args = _parser().parse_args(argv)
-    checks = [("--executions", args.executions >= 1), ("--jobs", args.jobs >= 1), ("--beta", args.beta >= 1),
-              ("--window", args.window >= 1), ("--threshold", args.threshold >= 0), ("--interval", args.interval > 0),
-              ("--migration-fixed", args.migration_fixed >= 0), ("--migration-per-mb", args.migration_per_mb >= 0),
-              ("--duration", args.duration > 0)]
-    for flag, ok in checks:
-        if not ok:
-            print(f"vcemu oppcost: {flag}: invalid value {getattr(args, flag[2:].replace('-', '_'))!r}",
-                  file=sys.stderr)
+    checks = [("--executions", args.executions >= 1, ">= 1"), ("--jobs", args.jobs >= 1, ">= 1"),
+              ("--beta", args.beta >= 1, ">= 1"), ("--window", args.window >= 1, ">= 1"),
+              ("--threshold", args.threshold >= 0, ">= 0"), ("--interval", args.interval > 0, "> 0"),
+              ("--migration-fixed", args.migration_fixed >= 0, ">= 0"),
+              ("--migration-per-mb", args.migration_per_mb >= 0, ">= 0"), ("--duration", args.duration > 0, "> 0")]
+    for flag, ok, rule in checks:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not ok or not math.isfinite(value):
+            print(f"vcemu oppcost: {flag}: must be a finite number {rule}, got {value!r}", file=sys.stderr)
             return 2
     cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
                  threshold=args.threshold, interval=args.interval, scale=args.scale,

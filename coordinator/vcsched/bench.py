@@ -70,7 +70,9 @@ def _generic_allocate(jobs: list[PackJob], hosts: int) -> object:
 
 def bench_packing_main(argv: list[str]) -> int:
     """Entry point of ``vcemu bench packing [--json]``."""
-    p = argparse.ArgumentParser(prog="vcemu bench packing", description=__doc__.splitlines()[0])
+    from coordinator.cli import doc_text
+
+    p = argparse.ArgumentParser(prog="vcemu bench packing", description=doc_text(__doc__.splitlines()[0]))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeat", type=int, default=3, help="runs per instance; the best is kept")

@@ -361,3 +361,15 @@ def test_help_has_no_rest_markup(argv: list[str], capsys) -> None:
     code, out, _ = run(argv, capsys)
     assert code == 0
     assert "``" not in out and ":mod:" not in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--beta", "-1"], "--beta: must be a finite number >= 1, got -1.0"),
+    (["--duration", "nan"], "--duration: must be a finite number > 0, got nan"),
+])
+def test_oppcost_says_the_rule_a_bad_value_breaks(tmp_path, capsys, argv, message):
+    from coordinator.oppcost.experiment import oppcost_main
+
+    assert oppcost_main([*argv, "--executions", "1", "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
