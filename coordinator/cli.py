@@ -368,6 +368,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
+    from node_agent.agent import free_agent_id
 
     cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
                     else default_cpus_per_host(hosts), hosts)
@@ -379,7 +380,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     first = [sum(split[:i]) for i in range(agents)]
     procs = [
         spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]), ",".join(mems[first[i]:first[i] + n]),
-                    f"agent{i}-{server.port}", (["--no-cgroups"] if no_cgroups else []) + tls_flags)
+                    free_agent_id(f"agent{i}"), (["--no-cgroups"] if no_cgroups else []) + tls_flags)
         for i, n in enumerate(split) if n
     ]
     deadline = time.monotonic() + wait_s
@@ -392,14 +393,6 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
             raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
         time.sleep(0.1)
     return server, procs
-
-
-def _server_error(exc: Exception, args: argparse.Namespace) -> str:
-    """What stopped a coordinator from starting, naming the setting. CoordinatorServer names ``--port`` and
-    ``--state`` itself; an OSError with an errno is the metrics HTTP server's (its port in use)."""
-    if isinstance(exc, OSError) and exc.errno is not None and getattr(args, "metrics_port", None) is not None:
-        return f"--metrics-port: cannot listen on port {args.metrics_port}: {exc.strerror or exc}"
-    return str(exc)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -418,7 +411,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             args.metrics_port, args.no_cgroups, **_server_options(args),
         )
     except (ValueError, OSError, StoreError) as e:
-        print(f"vcemu up: error: {_server_error(e, args)}", file=sys.stderr)
+        print(f"vcemu up: error: {e}", file=sys.stderr)
         return 2
     metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
     print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. Ctrl-C stops.",
@@ -443,7 +436,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
                                    metrics_port=args.metrics_port, **_server_options(args)).start()
     except (ValueError, OSError, StoreError) as e:
-        print(f"vcemu coordinator: error: {_server_error(e, args)}", file=sys.stderr)
+        print(f"vcemu coordinator: error: {e}", file=sys.stderr)
         return 2
     print(f"vcemu coordinator listening on {server.address}", flush=True)
     stop = threading.Event()

@@ -344,6 +344,15 @@ class Engine:
     def snapshot(self) -> Snapshot:
         return self._snapshot()[0]
 
+    def refresh_vt(self, job: str | None = None) -> None:
+        """Bring the virtual time of a running job (``job``, or every one) to the backend's progress now.
+        Only snapshots do that otherwise, at decisions: for what a user reads between them (the service)."""
+        with self.lock:
+            recs = self._live.values() if job is None else [r for r in (self._live.get(job),) if r is not None]
+            for rec in recs:
+                if rec.state is JobState.RUNNING:
+                    rec.vt = self.backend.progress(rec.spec.id) * rec.spec.work
+
     def _snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
         """The snapshot, and the running jobs' records in ``_live`` order (what :meth:`_check` starts from:
         :meth:`handle` passes them on, the state being the snapshot's until its plan is applied)."""

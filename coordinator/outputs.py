@@ -18,6 +18,9 @@ from typing import Any
 
 __all__ = ["clear_outputs", "save_figure", "write_bytes", "write_json", "write_text"]
 
+_UMASK = os.umask(0)  # read once: os.umask can only be read by setting it
+os.umask(_UMASK)
+
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (a temporary file in the same directory, flushed to disk and
@@ -25,6 +28,7 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes it 0600: give it the mode open() would have
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -110,6 +110,7 @@ def replay_main(argv: Sequence[str]) -> int:
     from coordinator.experiments import follow_jobs, simulate
     from coordinator.policies import UnknownPolicy, get_policy
     from coordinator.service import CoordinatorServer
+    from node_agent.agent import free_agent_id
     from workloads.jobfile import JobFileError
 
     a = _parse(argv)
@@ -124,7 +125,7 @@ def replay_main(argv: Sequence[str]) -> int:
     server = CoordinatorServer(policy, port=0, compression=a.compress).start()
     cpus = a.cpus_per_host if a.cpus_per_host is not None else default_cpus_per_host(a.hosts)
     split = [a.hosts // a.agents + (1 if i < a.hosts % a.agents else 0) for i in range(a.agents)]
-    procs = [spawn_agent(server.address, n, cpus, a.mem_per_host, f"replay{i}-{server.port}",
+    procs = [spawn_agent(server.address, n, cpus, a.mem_per_host, free_agent_id(f"replay{i}"),
                          ["--no-cgroups"] if a.no_cgroups else []) for i, n in enumerate(split)]
     try:
         deadline = time.monotonic() + 90

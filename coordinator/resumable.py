@@ -44,7 +44,7 @@ def die_with_parent() -> None:
         except (OSError, AttributeError):
             armed = False
         if armed:
-            if parent == 1:  # the parent died before the signal was armed: nobody will send it
+            if os.getppid() != parent:  # the parent died before the signal was armed: nobody will send it
                 os._exit(1)
             return
     threading.Thread(target=_exit_when_orphaned, args=(parent,), name="die-with-parent", daemon=True).start()

@@ -161,7 +161,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def GetJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
         with self.s.engine.lock:
-            self.s.engine.snapshot()  # virtual times as of now (the agents' last Status), not the last decision
+            self.s.engine.refresh_vt(request.job_id)  # as of the agents' last Status, not of the last decision
             return job_message(self._record(request.job_id, context))
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
@@ -169,7 +169,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}")
         self.s.drain()
         with self.s.engine.lock:
-            self.s.engine.snapshot()  # as in GetJob
+            self.s.engine.refresh_vt()  # as in GetJob
             recs = [r for r in self.s.engine.jobs.values() if not request.state or r.state.value == request.state]
             return pb.ListJobsReply(jobs=[job_message(r) for r in recs])
 
@@ -324,7 +324,11 @@ class CoordinatorServer:
         if self.port == 0:
             raise OSError(f"--port: cannot listen on {bind}:{port} (in use by another process?)")
         self.address = f"{bind}:{self.port}"
-        self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
+        try:
+            self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
+        except OSError as exc:
+            self.grpc.stop(0)
+            raise OSError(f"--metrics-port: cannot listen on {bind}:{metrics_port}: {exc.strerror or exc}") from None
         self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._watch = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
 

@@ -375,5 +375,19 @@ def _lock_agent_id(agent_id: str) -> socket.socket:
     return sock
 
 
+def free_agent_id(base: str) -> str:
+    """``base``, or ``base-1``, ``base-2``, ... : the first id no live agent on this machine has claimed. A local
+    cluster's agents take the same ids run after run, so that each cleans up what a killed predecessor of its id
+    left (cgroups, processes, work directories), and a second cluster beside a running one takes the next."""
+    for n in range(1000):
+        agent_id = base if n == 0 else f"{base}-{n}"
+        try:
+            _lock_agent_id(agent_id).close()
+        except AgentIdInUse:
+            continue
+        return agent_id
+    raise AgentIdInUse(f"--agent-id: every id from {base!r} to {base}-999 is in use on this machine")
+
+
 class AgentIdInUse(RuntimeError):
     """Another live agent on this machine has the same id."""

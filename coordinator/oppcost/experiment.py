@@ -57,8 +57,9 @@ LABELS = {"pvm": "PVM", "e-pvm": "Enhanced PVM", "mosix": "Mosix", "e-mosix": "E
 #: The columns of ``executions.csv`` (and of the journal), in :func:`run_execution`'s order.
 FIELDS = ("execution", "seed", "jobs", *(f"{m}_{c}" for m in METHODS for c in ("mean", "sum", "migrations")))
 JOURNAL = "executions.partial.csv"
-#: Every file the command writes in ``--out``: what a new run removes first.
-OUTPUTS = ("executions.csv", JOURNAL, "table2.csv", "summary.json", "config.json",
+#: Every file the command writes in ``--out``: what a new run removes first (``config.json`` aside: it is
+#: replaced, atomically, and a kill between a removal and the rewrite must not orphan the journal).
+OUTPUTS = ("executions.csv", JOURNAL, "table2.csv", "summary.json",
            *(f"{f}_{xm}_vs_{ym}.png" for f, xm, ym in FIGURES))
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
 NOT_RESULTS = ("jobs", "argv", "complete")

@@ -600,7 +600,8 @@ def vcsched_main(argv: list[str]) -> int:
     conf["paper"] = "Casanova et al., Resource Allocation using Virtual Clusters, RR-6692 (seed 002), Sec. 4-5"
     conf["complete"] = False
     kept = resume_rows(out, conf, cfg)
-    clear_outputs(out, ["config.json", *([JOURNAL] if kept is None else [])])
+    if kept is None:  # (config.json is replaced below, atomically: never removed, so a journal never lacks it)
+        clear_outputs(out, [JOURNAL])
     for s in SETS:
         clear_outputs(out / s, SET_OUTPUTS)
     write_json(out / "config.json", conf, indent=1, sort_keys=False)

@@ -139,7 +139,7 @@ def test_a_metrics_port_in_use_is_one_line_naming_it(capsys) -> None:
         s.listen()
         port = s.getsockname()[1]
         code, _, err = run(["coordinator", "--port", "0", "--metrics-port", str(port)], capsys)
-    refused(code, err, f"vcemu coordinator: error: --metrics-port: cannot listen on port {port}")
+    refused(code, err, f"vcemu coordinator: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
 
 
 def test_an_unreadable_token_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:

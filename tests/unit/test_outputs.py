@@ -52,3 +52,12 @@ def test_clear_outputs_removes_the_named_files_and_leftover_temporaries_only(tmp
     assert [p.name for p in gone] == [".exp1.csv.x1.tmp", "exp1.csv", "exp1.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp2.csv", "notes.txt", "sub"]
     assert outputs.clear_outputs(tmp_path / "missing", ["*"]) == []
+
+
+def test_a_result_file_gets_the_mode_open_would_give_it(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        outputs.write_text(tmp_path / "t.csv", "x\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t.csv").stat().st_mode & 0o777 == 0o666 & ~outputs._UMASK
