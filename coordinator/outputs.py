@@ -9,6 +9,7 @@ cut short, or one that writes fewer of them, does not leave the previous run's b
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -52,8 +53,6 @@ def write_json(path: str | os.PathLike[str], obj: Any, **dumps: Any) -> Path:
 
 def save_figure(fig: Any, path: str | os.PathLike[str], **savefig: Any) -> Path:
     """``fig.savefig(path, **savefig)`` atomically (the format is taken from ``path``'s suffix)."""
-    import io
-
     target = Path(path)
     buf = io.BytesIO()
     fig.savefig(buf, format=savefig.pop("format", target.suffix.lstrip(".") or "png"), **savefig)

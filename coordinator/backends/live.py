@@ -57,7 +57,7 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 FAST_TIMEOUT_S = 1.0
 SILENT_AFTER_S = 2.0
 
-Journal = Callable[[str, int, "list[StoredTask] | None"], None]
+Journal = Callable[[str, int, "list[StoredTask]"], None]  # Store.put_tasks: a job's restart count and tasks
 
 
 @dataclass

@@ -144,14 +144,14 @@ def _row(u: Unit, cfg: ExperimentConfig, algo: str, alloc: Allocation | None, se
     }
 
 
-def _algorithms_of(u: Unit, cfg: ExperimentConfig) -> set[str]:
-    """The algorithms :func:`run_instance` gives a row for on ``u`` (to check a journal's rows)."""
-    algos = {"LP", *(a for a in cfg.algorithms if a in MCB_KEYS or a in GREEDY_VARIANTS)}
-    if u.tasks <= cfg.rr_max_tasks:
-        algos |= {a for a in ("RRND", "RRNZ") if a in cfg.algorithms}
-    if "MILP" in cfg.algorithms and u.set_name == "small":
-        algos.add("MILP")
-    return algos
+def _algorithms(u: Unit, cfg: ExperimentConfig) -> list[str]:
+    """The algorithms run on ``u``, in the order of its rows: the LP bound, the packing heuristics, the
+    randomized roundings (instances of at most ``rr_max_tasks`` tasks) and the MILP (small set). A journal's
+    rows of ``u`` are checked against this list too."""
+    heuristics = [a for a in cfg.algorithms if a in MCB_KEYS or a in GREEDY_VARIANTS]
+    rr = [a for a in ("RRND", "RRNZ") if a in cfg.algorithms] if u.tasks <= cfg.rr_max_tasks else []
+    milp = ["MILP"] if "MILP" in cfg.algorithms and u.set_name == "small" else []
+    return ["LP", *heuristics, *rr, *milp]
 
 
 def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
@@ -172,7 +172,8 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
             "avg_yield": "",
         }
     )
-    for algo in cfg.algorithms:
+    algos = _algorithms(u, cfg)
+    for algo in algos:
         if algo in MCB_KEYS:
             t = time.process_time()
             a = mcb_search(prob, algo, cfg.accuracy, search=cfg.search)
@@ -181,8 +182,8 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
             t = time.process_time()
             a = greedy_search(prob, algo, cfg.attempts(u.set_name))
             rows.append(_row(u, cfg, algo, a, time.process_time() - t))
-    rr = [a for a in ("RRND", "RRNZ") if a in cfg.algorithms]
-    if rr and u.tasks <= cfg.rr_max_tasks:
+    rr = [a for a in algos if a in ("RRND", "RRNZ")]
+    if rr:
         from coordinator.vcsched.exact import rrnd, rrnz, solve_lp_relaxation
 
         t = time.process_time()
@@ -192,7 +193,7 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
             t = time.process_time()
             a = rrnd(prob, rr_rng, relax) if name == "RRND" else rrnz(prob, rr_rng, relax, cfg.rr_eps)
             rows.append(_row(u, cfg, name, a, lp_secs + time.process_time() - t, relax.status))
-    if "MILP" in cfg.algorithms and u.set_name == "small":
+    if "MILP" in algos:
         from coordinator.vcsched.exact import solve_milp
 
         t = time.process_time()
@@ -252,7 +253,7 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     kept = {}
     for u, rows in groups.items():
         algos = [r["algorithm"] for r in rows]
-        if len(algos) == len(set(algos)) and set(algos) == _algorithms_of(u, cfg):
+        if len(algos) == len(set(algos)) and set(algos) == set(_algorithms(u, cfg)):
             kept[u] = rows
         else:
             dropped += len(rows)
