@@ -20,9 +20,13 @@ exponential backoff and full jitter (a StartTask retry that meets ALREADY_EXISTS
 done, since task ids are never reused). Each poll also reconciles: a task an agent runs that no job here
 owns (left by a crashed coordinator, or by an agent that was cut off and given up) is stopped; a task a
 job owns that its agent no longer reports (the agent restarted) is reported lost, and the engine requeues
-the job from its last checkpoint. With a ``journal`` (the coordinator's store) every change of where a
-job's tasks run is written, and a new task's id is reserved *before* its StartTask, so that a restarted
-coordinator can :meth:`adopt` the tasks that kept running and never reuses a task id.
+the job from its last checkpoint. A task whose Stop does not get through is an orphan, stopped again at
+every poll, and at once when its host's agent refuses a call for want of the capacity it still holds (a
+job is not failed for our own leftover; if the orphan stays, the call counts as unreachable). A Stop
+before a restart elsewhere that cannot be confirmed requeues the job: a task never runs twice. With a
+``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
+task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks
+that kept running and never reuses a task id.
 """
 
 from __future__ import annotations
@@ -254,7 +258,29 @@ class LiveBackend:
         except grpc.RpcError as exc:
             if method == "StartTask" and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and any(t.host == host for t in self._orphans):
+                return self._call_past_orphans(host, method, request, exc)
             raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+
+    def _call_past_orphans(self, host: str, method: str, request: object,
+                           refusal: grpc.RpcError) -> agent_pb2.TaskReply:
+        """A call the agent refused for want of capacity (FAILED_PRECONDITION) on a host where tasks of
+        ours wait to be stopped: an orphan still holds its share and memory on the agent, while the model
+        has freed them, so the refusal says nothing against this job. Stop them now and call once more. If
+        one still cannot be stopped, the refusal is transient (unreachable): the engine requeues the job,
+        or leaves it pending, instead of failing it for good."""
+        if not self._stop_orphans(host):
+            raise BackendError(f"{method} on {host}: {_rpc_text(refusal)}; tasks stopped on {host} earlier still "
+                               "hold it (their Stop did not get through), will retry", unreachable=True)
+        return self._call(host, method, request)
+
+    def _stop_orphans(self, host: str | None = None) -> bool:
+        """Try again to stop the orphans (on ``host``, or everywhere); True if none is left there."""
+        retry = [t for t in self._orphans if host in (None, t.host)]
+        self._orphans = [t for t in self._orphans if host not in (None, t.host)]
+        for t in retry:
+            self._stop_task(t)  # a failure puts it back in the orphans
+        return not any(host in (None, t.host) for t in self._orphans)
 
     def _share(self, host: str, cpu: float) -> float:
         """Model CPU fraction (of the reference host) -> fraction of this host's own capacity."""
@@ -346,21 +372,22 @@ class LiveBackend:
         """
         with self._lock:
             t = self._tasks[job][task]
+            done = _Task(t.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)
             if t.state == agent_pb2.TASK_STATE_DONE:
                 # A finished task of an unfinished job has nothing to move, and its agent may no longer hold
                 # it (stopped by an earlier move: Stop forgets a task), so no Checkpoint: it is stopped if
                 # still there and recorded at ``dst``, as the policy placed it.
                 self._stop_task(t)
-                self._tasks[job][task] = _Task(t.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)
-                return
-            progress = self._checkpoint(t)
-            self._stop_task(t, strict=True)
-            if progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
-                self._tasks[job][task] = _Task(t.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)
-                return
-            self._tasks[job][task] = _Task(t.task_id, dst, progress, saved=True)
-            self._arrivals.append((job, task))
-            self._persist(job)
+                self._tasks[job][task] = done
+            else:
+                progress = self._checkpoint(t)
+                self._stop_task(t, strict=True)
+                if progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
+                    self._tasks[job][task] = done
+                else:
+                    self._tasks[job][task] = _Task(t.task_id, dst, progress, saved=True)
+                    self._arrivals.append((job, task))
+            self._persist(job)  # where its tasks are, whichever way it moved
 
     def flush(self) -> list[tuple[str, BackendError]]:
         """Second half of the plan's moves: start every moved task at its new host. Returns the
@@ -389,11 +416,14 @@ class LiveBackend:
         return reply.progress
 
     def _move(self, spec: JobSpec, index: int, task: _Task, dst: str, cpu: float) -> _Task:
-        """Checkpoint, stop, restart on ``dst`` from the checkpointed progress."""
+        """Checkpoint, stop, restart on ``dst`` from the checkpointed progress. Once stopped, ``task``
+        (still in its job's list) is marked saved with that progress, which :meth:`_start_task` journals:
+        if the restart fails, the engine requeues the job from the checkpoint, not the last poll."""
         progress = self._checkpoint(task)
         self._stop_task(task, strict=True)
         if progress >= 1.0 or task.state == agent_pb2.TASK_STATE_DONE:
             return _Task(task.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)  # done: nothing to move
+        task.progress, task.saved = progress, True
         return self._start_task(spec, index, dst, cpu, progress)
 
     def _stop_task(self, task: _Task, strict: bool = False) -> None:
@@ -410,8 +440,10 @@ class LiveBackend:
             log.warning("Stop %s on %s failed (%s); will retry", task.task_id, task.host, _rpc_text(exc))
             self._orphans.append(task)
             return
-        except BackendError as exc:  # its agent is gone: nothing left to stop there
-            log.warning("Stop %s: %s", task.task_id, exc)
+        except BackendError as exc:  # its agent is cut off or gone (unreachable)
+            if strict:  # it may still run there: not restarted elsewhere, the engine requeues the job
+                raise
+            log.warning("Stop %s: %s", task.task_id, exc)  # nothing we can stop there any more
             return
         if strict and reply.task.state == agent_pb2.TASK_STATE_FAILED:
             # It failed since the last poll, which would have failed its job; the Stop made the agent forget
@@ -438,8 +470,14 @@ class LiveBackend:
     # ---- observing --------------------------------------------------------------------------------
 
     def poll(self) -> list[Report]:
-        """One Status round over all agents; returns jobs that finished since the last round."""
+        """One Status round over all agents; returns jobs that finished since the last round (and jobs to
+        requeue: a task vanished, or a left-over move could not be started)."""
         with self._lock:
+            # Moves left by a plan that an exception (not a BackendError: a failed listener, say) ended
+            # before its flush: started now, the engine having recorded them at their new hosts, as the
+            # plan's flush would have. Before the Status round, which would find them missing otherwise.
+            reports = [Report(job, JobState.PENDING if exc.unreachable else JobState.FAILED, f"migrate failed: {exc}")
+                       for job, exc in self.flush()]
             answered: set[str] = set()  # hosts whose agent answered this round
             # This round's answers only: an agent that did not answer may have been told to stop or move a
             # task since its last Status, which would otherwise bring that task back as it was.
@@ -457,11 +495,8 @@ class LiveBackend:
                 answered.update(handle.hosts)
                 for ts in handle.last_status.tasks:
                     seen[ts.task_id] = ts
-            orphans, self._orphans = self._orphans, []
-            for t in orphans:
-                self._stop_task(t)
+            self._stop_orphans()
             self._reconcile(seen, answered)
-            reports = []
             for job, tasks in list(self._tasks.items()):
                 lost = None
                 for t in tasks:

@@ -24,10 +24,11 @@ def serve(servicer: agent_pb2_grpc.AgentServicer) -> tuple[grpc.Server, str]:
 
 
 @contextmanager
-def backend_on(*servicers: agent_pb2_grpc.AgentServicer, rpc_timeout: float = 5.0) -> Iterator[LiveBackend]:
+def backend_on(*servicers: agent_pb2_grpc.AgentServicer, rpc_timeout: float = 5.0,
+               pause_mode: str = "checkpoint") -> Iterator[LiveBackend]:
     """A :class:`LiveBackend` with each of ``servicers`` registered as an agent; all closed on exit."""
     servers: list[grpc.Server] = []
-    backend = LiveBackend(rpc_timeout=rpc_timeout)
+    backend = LiveBackend(rpc_timeout=rpc_timeout, pause_mode=pause_mode)
     try:
         for servicer in servicers:
             server, address = serve(servicer)
@@ -54,6 +55,10 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         self.refuse_start_on: set[str] = set()  # StartTask on these hosts answers UNAVAILABLE
         self.refuse_stop = False  # Stop answers UNAVAILABLE
         self.on_start: Callable[[agent_pb2.StartTaskRequest], None] | None = None  # called at each StartTask
+        self.on_stop: Callable[[agent_pb2.TaskRef], None] | None = None  # called at each Stop, before refuse_stop
+        # StartTask past a host's CPU (the shares of its running tasks) answers FAILED_PRECONDITION, as
+        # AgentCore's capacity check does
+        self.check_capacity = False
 
     def _get(self, task_id: str, context: grpc.ServicerContext) -> agent_pb2.TaskStatus:
         if task_id not in self.tasks:
@@ -71,8 +76,14 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, "partitioned")
         if request.task_id in self.tasks:
             context.abort(grpc.StatusCode.ALREADY_EXISTS, f"task_id: task {request.task_id!r} already exists")
+        if self.check_capacity:
+            used = sum(t.cpu_share for t in self.tasks.values()
+                       if t.host == request.host and t.state == agent_pb2.TASK_STATE_RUNNING)
+            if used + request.cpu_share > 1.0 + 1e-6:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cpu_share: host {request.host} has "
+                              f"{1.0 - used:.6g} of its CPU unallocated, the request needs {request.cpu_share:.6g}")
         status = agent_pb2.TaskStatus(task_id=request.task_id, host=request.host, progress=request.start_progress,
-                                      state=agent_pb2.TASK_STATE_RUNNING)
+                                      state=agent_pb2.TASK_STATE_RUNNING, cpu_share=request.cpu_share)
         self.tasks[request.task_id] = status
         return agent_pb2.TaskReply(task=status)
 
@@ -91,6 +102,8 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         return agent_pb2.CheckpointReply(task_id=status.task_id, progress=status.progress)
 
     def Stop(self, request, context):  # noqa: N802
+        if self.on_stop is not None:
+            self.on_stop(request)
         if self.refuse_stop:
             context.abort(grpc.StatusCode.UNAVAILABLE, "partitioned")
         status = self._get(request.task_id, context)

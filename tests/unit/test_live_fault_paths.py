@@ -1,0 +1,167 @@
+"""The live backend on its fault paths, where a review found it failing a job for good, running a task twice
+or losing progress (each test failed before its fix):
+
+* a task whose non-strict Stop timed out (an orphan, retried at every poll) still held its CPU share on its
+  agent, so the agent refused the next StartTask on that host and the engine failed that job for good;
+* a strict Stop (before a restart elsewhere) whose agent was cut off meanwhile was taken for done, so a move
+  started a second copy of the task while the first may still run;
+* a paused-in-place (``pause_mode="freeze"``) task resumed on another host lost its checkpoint when the
+  restart there failed, and the requeued job started again from the last poll's older progress;
+* moving a finished task recorded it at its new host without writing that to the journal;
+* the moves of a plan that an exception (not a BackendError: a listener's store write, say) ended before
+  its flush were left without a process until some later plan, and moving one again failed its job.
+
+The agents are :class:`~tests.unit.scripted_agent.TableAgent`: gRPC servers on 127.0.0.1 with the real
+agent's task-table rules; no processes, no cgroups."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.backends.live import LiveBackend
+from coordinator.engine import Engine
+from coordinator.metrics import Transition
+from coordinator.model import Host, JobSpec, JobState, Snapshot, Stimulus
+from coordinator.plan import Migrate, Pause, Plan, Resume, Start
+from coordinator.store import StoredTask
+from vcemu.v1 import agent_pb2
+
+from .scripted_agent import TableAgent, backend_on
+
+ONE_TASK = JobSpec("a", 0.0, 1, 1.0, 0.1, 10.0)
+TWO_TASKS = JobSpec("a", 0.0, 2, 1.0, 0.1, 10.0)
+OTHER = JobSpec("b", 0.0, 1, 1.0, 0.1, 10.0)
+
+
+class Idle:
+    """A policy that never acts: every plan here is applied by the test."""
+
+    name, period = "idle", None
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+        return Plan()
+
+
+def engine_on(backend: LiveBackend) -> Engine:
+    return Engine(Idle(), backend, [Host(h, 1.0, 1.0) for h in sorted(backend.host_agent)])
+
+
+def journal_of(backend: LiveBackend) -> list[tuple[str, list[StoredTask]]]:
+    """Every journal write of ``backend`` from now on, (job, tasks) in order."""
+    writes: list[tuple[str, list[StoredTask]]] = []
+    backend.journal = lambda job, restarts, tasks: writes.append((job, list(tasks)))
+    return writes
+
+
+@pytest.mark.parametrize("stoppable", [True, False], ids=["orphan-stops-now", "orphan-still-stuck"])
+def test_a_job_is_not_failed_because_an_orphan_of_ours_holds_its_hosts_cpu(stoppable: bool) -> None:
+    x = TableAgent("x", ("h0",))
+    x.check_capacity = True
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+        x.refuse_stop = True
+        engine.cancel("a")  # its Stop times out: a/0 is an orphan, still running at share 1 on x
+        assert "a/0" in x.tasks
+        x.refuse_stop = not stoppable
+        engine.arrive(OTHER)
+        engine.apply(Plan((Start("b", ("h0",), 1.0),)))  # h0 is free in the model, not yet on x
+        rec = engine.jobs["b"]
+        if stoppable:  # the orphan is stopped at once and b's start tried again
+            assert rec.state is JobState.RUNNING, rec.message
+            assert list(x.tasks) == ["b/0"]
+        else:  # transient: b waits in the queue for the orphan to go
+            assert rec.state is JobState.PENDING, rec.message
+            assert list(x.tasks) == ["a/0"]
+            x.refuse_stop = False
+            backend.poll()  # the orphan is stopped at a poll; b's next placement then fits
+            engine.apply(Plan((Start("b", ("h0",), 1.0),)))
+            assert engine.jobs["b"].state is JobState.RUNNING and list(x.tasks) == ["b/0.1"]
+
+
+def test_a_refusal_on_a_host_without_orphans_still_fails_the_job() -> None:
+    x = TableAgent("x", ("h0",))
+    x.check_capacity = True
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        x.tasks["other"] = agent_pb2.TaskStatus(task_id="other", host="h0", cpu_share=1.0,
+                                                state=agent_pb2.TASK_STATE_RUNNING)  # not ours, not an orphan
+        engine.arrive(OTHER)
+        engine.apply(Plan((Start("b", ("h0",), 1.0),)))
+        rec = engine.jobs["b"]
+        assert rec.state is JobState.FAILED and "FAILED_PRECONDITION" in rec.message
+
+
+def test_a_move_whose_stop_meets_a_cut_off_agent_is_requeued_not_run_twice() -> None:
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1",))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+        x.refuse_stop = True  # the Stop does not get through, and meanwhile the watchdog cuts x off
+        x.on_stop = lambda request: backend.cut_off("x")
+        engine.apply(Plan((Migrate("a", 0, "h1"),)))
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.PENDING, rec.message
+        assert "a/0" in x.tasks and y.tasks == {}  # one copy: the one x may still run
+
+
+def test_a_frozen_task_resumed_elsewhere_keeps_its_checkpoint_when_the_restart_fails() -> None:
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1",))
+    with backend_on(x, y, rpc_timeout=1.0, pause_mode="freeze") as backend:
+        writes = journal_of(backend)
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+        x.set("a/0", 0.3)
+        backend.poll()  # the last poll: 0.3
+        engine.apply(Plan((Pause("a"),)))
+        x.set("a/0", 0.6)  # where it froze, past the last poll
+        y.refuse_start_on = {"h1"}
+        engine.apply(Plan((Resume("a", ("h1",), 1.0),)))  # checkpointed at 0.6, stopped, not restarted
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.PENDING, rec.message
+        assert rec.vt == pytest.approx(6.0)  # the checkpoint, not the last poll's 3.0
+        assert any(t.saved and t.progress == pytest.approx(0.6) for job, tasks in writes for t in tasks)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))  # placed again: from the checkpoint
+        assert x.tasks["a/0.2"].progress == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("seen", [True, False], ids=["done-at-last-poll", "done-since"])
+def test_moving_a_finished_task_is_journalled(seen: bool) -> None:
+    x = TableAgent("x", ("h0", "h1", "h2"))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        writes = journal_of(backend)
+        backend.start(TWO_TASKS, ["h0", "h1"], 0.5)
+        x.finish("a/0")
+        if seen:
+            backend.poll()
+        backend.migrate("a", 0, "h2")
+        assert backend.flush() == []
+        job, tasks = writes[-1]
+        assert job == "a" and (tasks[0].host, tasks[0].state) == ("h2", agent_pb2.TASK_STATE_DONE)
+
+
+def test_moves_of_a_plan_ended_by_an_exception_are_started_at_the_next_poll() -> None:
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1", "h2"))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.arrive(OTHER)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+        x.set("a/0", 0.4)
+
+        def store_down(t: Transition) -> None:  # a listener (the store, say) failing on b's start
+            if t.job == "b":
+                raise OSError("disk full")
+
+        engine.listeners.append(store_down)
+        with pytest.raises(OSError):  # a moved, then the plan ends before its flush
+            engine.apply(Plan((Migrate("a", 0, "h1"), Start("b", ("h0",), 1.0))))
+        engine.listeners.remove(store_down)
+        assert backend.poll() == []  # the service's loop survives, and its next step polls
+        assert y.tasks["a/0.1"].host == "h1" and y.tasks["a/0.1"].progress == pytest.approx(0.4)
+        engine.apply(Plan((Migrate("a", 0, "h2"),)))  # and a's task moves on as any running task does
+        assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
+        assert list(y.tasks) == ["a/0.2"] and y.tasks["a/0.2"].host == "h2"
