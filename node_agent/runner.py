@@ -163,7 +163,10 @@ class Task:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ps: psutil.Process | None = None
         self._reader: progress.ProgressReader | None = None
-        self._ready = False
+        self._ready = False  # the program reported ready (its boot phase is done on its side)
+        #: The agent ended the boot phase (the task's share applied, the run byte sent). Not the same as
+        #: ``_ready``: a Pause can come between the program's report and the poll that acts on it.
+        self._booted = False
         self._units = 0
         self._cpu_s = 0.0
         self._rss = 0
@@ -219,7 +222,9 @@ class Task:
     def resume(self) -> None:
         if self.state is State.PAUSED:
             self._driver.thaw(self.cgroup)
-            self.state = State.RUNNING if self._ready else State.STARTING
+            # Back to STARTING unless the boot phase was ended: the next poll then applies the share and
+            # sends the run byte, without which the program would wait on stdin for ever.
+            self.state = State.RUNNING if self._booted else State.STARTING
 
     def stop(self) -> None:
         """Thaw, kill, reap, remove the cgroup. A finished task only has its resources released."""
@@ -283,7 +288,7 @@ class Task:
             s = self._reader.read()
             self._units, self._ready = max(self._units, s.units), self._ready or s.ready
         if self.state is State.STARTING and self._ready:
-            self.state = State.RUNNING
+            self.state, self._booted = State.RUNNING, True
             with contextlib.suppress(CgroupError):  # the boot phase is over: the task's own share
                 self._driver.set_cpu(self.cgroup, self.cpu_share * self.spec.host_cores)
             self._release_stdin(b"r")

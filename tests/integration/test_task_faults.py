@@ -1,0 +1,72 @@
+"""A task's process around a Pause and around its agent's death: real processes, real cgroups (v1 here).
+
+The races are made deterministic by driving :class:`~node_agent.runner.Task` directly, as the agent's
+monitor does (one ``poll`` at a time), and choosing what happens between two polls.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from node_agent.cgroups import CgroupDriver, open_driver
+from node_agent.runner import State, Task, TaskSpec
+from workloads import progress
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def driver(cgroups_required: None) -> Iterator[CgroupDriver]:
+    """A cgroup driver of its own agent id; every group under it (and it) removed afterwards."""
+    d = open_driver(f"pytest-taskfaults-{os.getpid()}", 1.0)
+    yield d
+    d.cleanup(remove_parent=True)
+
+
+@pytest.fixture
+def workdir() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="vcemu-pytest-") as d:
+        yield d
+
+
+def _task(driver: CgroupDriver, workdir: str, share: float, work_seconds: float) -> Task:
+    spec = TaskSpec(task_id="t/0", host="h", host_cores=1.0, workload="dgemm", cpu_share=share, cpu_need=share,
+                    work_seconds=work_seconds, memory_bytes=16 << 20)
+    return Task(spec, driver, units_per_core_second=1000.0, workdir=workdir)
+
+
+def _until(what: str, cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_pause_between_ready_and_the_next_poll_then_resume_runs_the_task_at_its_share(driver, workdir) -> None:
+    """The program reports ready and waits for the run byte; a Pause comes before the monitor's poll.
+    Resume must still end the boot phase (share applied, run byte sent), or the task is RUNNING for
+    ever without computing, at the whole host's quota."""
+    task = _task(driver, workdir, share=0.5, work_seconds=3600.0)
+    try:
+        task.start()
+        reader = progress.ProgressReader(task._path + ".progress")
+        _until("the program never reported ready", lambda: reader.read().ready)
+        reader.close()
+        task.pause()  # no poll since start: the agent has not acted on the report yet
+        task.poll()  # the monitor, while paused: it reads the report
+        task.resume()
+        task.poll()
+        assert task.state is State.RUNNING
+        quota = Path(driver.dirs(task.cgroup)[0], "cpu.cfs_quota_us").read_text().strip()
+        assert quota == "50000", "the boot-phase quota (the whole host) was left in place"
+        cpu0 = driver.cpu_usage_s(task.cgroup)
+        _until("the task never computed after Resume", lambda: driver.cpu_usage_s(task.cgroup) > cpu0 + 0.05, 10)
+    finally:
+        task.stop()
+    assert not any(os.path.exists(d) for d in driver.dirs(task.cgroup))
