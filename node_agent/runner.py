@@ -301,8 +301,8 @@ class Task:
         rc = self._proc.poll()
         if rc is not None:
             self._finish(rc)
-        elif self.state is State.RUNNING and self._cpu_fraction() >= 1.0:
-            self._complete()
+        elif self.state in (State.RUNNING, State.PAUSED) and self._cpu_fraction() >= 1.0:
+            self._complete()  # PAUSED too: a Pause that came after the work was charged, before this poll
 
     def _cpu_fraction(self) -> float:
         """Fraction of the task's CPU-seconds done since its boot phase (``cpu-time`` mode; else 0)."""

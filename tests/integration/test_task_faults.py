@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from node_agent.cgroups import CgroupDriver, open_driver
@@ -70,3 +71,27 @@ def test_pause_between_ready_and_the_next_poll_then_resume_runs_the_task_at_its_
     finally:
         task.stop()
     assert not any(os.path.exists(d) for d in driver.dirs(task.cgroup))
+
+
+def test_task_paused_after_its_work_was_charged_is_done(driver, workdir) -> None:
+    """cpu-time progress: the cgroup charges the task its work, then a Pause comes before the poll that
+    would have ended it. The task is done (its process ended, its cgroup removed), not left paused at
+    progress 1.0, nor called STOPPED by the Stop that follows."""
+    task = _task(driver, workdir, share=1.0, work_seconds=0.2)
+    try:
+        task.start()
+        _until("the task never left its boot phase", lambda: (task.poll(), task.state is State.RUNNING)[1])
+        assert task._cpu_run0 is not None
+        done_at = task._cpu_run0 + task.cpu_target
+        _until("the work was never charged", lambda: driver.cpu_usage_s(task.cgroup) >= done_at)
+        pid = task.view().pid
+        task.pause()
+        task.poll()
+        view = task.view()
+        assert view.state is State.DONE and view.progress == 1.0, view
+        assert not psutil.pid_exists(pid)
+        assert not any(os.path.exists(d) for d in driver.dirs(task.cgroup))
+        task.stop()
+        assert task.view().state is State.DONE
+    finally:
+        task.stop()
