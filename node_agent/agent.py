@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psutil
+
 from node_agent.cgroups import CgroupDriver
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView
 from node_agent.transactional import NAME as TRANSACTIONAL
@@ -351,14 +353,27 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
 
 
 def _remove_old_workdirs(agent_id: str) -> None:
-    """Remove the progress-channel directories a crashed agent with this id left (we hold the id's lock,
-    so none of them belongs to a live agent)."""
+    """Remove the progress-channel directories a crashed agent with this id left, and kill the workload
+    processes that still use them (we hold the id's lock, so none of them belongs to a live agent).
+
+    The processes matter without cgroups (``--no-cgroups``): no task cgroup finds them, and a task that
+    the duty cycle or a Pause had stopped (SIGSTOP) when its agent died never runs its orphan check, so
+    it would stay, holding its memory, for ever. Every workload process names a file of its agent's
+    directory on its command line (``--progress``; the transactional generator's ``--stats``)."""
+    old: list[str] = []
     for base in ("/dev/shm", tempfile.gettempdir()):
         with contextlib.suppress(OSError):
             for name in os.listdir(base):
                 rest = name.removeprefix(f"vcemu-agent-{agent_id}-")  # mkdtemp's 8-letter suffix, no '-'
                 if rest != name and len(rest) == 8 and "-" not in rest:
-                    shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+                    old.append(os.path.join(base, name) + os.sep)
+    if old:
+        for p in psutil.process_iter(["cmdline"]):
+            if any(arg.startswith(d) for arg in p.info["cmdline"] or () for d in old):
+                with contextlib.suppress(psutil.Error):
+                    p.kill()  # SIGKILL ends a stopped process too (a frozen one was thawed by the cgroup cleanup)
+    for d in old:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _lock_agent_id(agent_id: str) -> socket.socket:

@@ -6,7 +6,13 @@ monitor does (one ``poll`` at a time), and choosing what happens between two pol
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -15,11 +21,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from node_agent import runner
 from node_agent.cgroups import CgroupDriver, open_driver
 from node_agent.runner import State, Task, TaskSpec
 from workloads import progress
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -95,3 +103,64 @@ def test_task_paused_after_its_work_was_charged_is_done(driver, workdir) -> None
         assert task.view().state is State.DONE
     finally:
         task.stop()
+
+
+_CRASHING_AGENT = """
+import sys, time
+from node_agent import runner
+runner.calibrate = lambda workload, seconds=0.0: 1000.0  # no calibration: this agent is about to be killed
+from node_agent.agent import HostSpec, open_core
+core = open_core(sys.argv[1], [HostSpec("h0", 1.0, 1 << 30)], no_cgroups=True)
+for i in range(2):
+    core.start_task(f"t/{i}", "h0", "dgemm", 0.1, 0.1, 3600.0, 0)
+while any(t.state.name != "RUNNING" for t in core.status()[1]):
+    time.sleep(0.05)
+core.pause("t/0")
+print(" ".join(str(t.pid) for t in core.status()[1]), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+def test_no_cgroups_agent_restarted_after_kill_9_kills_the_stopped_tasks_it_left(monkeypatch) -> None:
+    """Without cgroups a paused task, and a running one in the off part of its duty cycle, is SIGSTOPped:
+    when its agent is killed it cannot notice (its orphan check does not run), so it stays stopped, with
+    its memory, for ever. An agent started again with the same id kills it, as it kills what a crashed
+    agent left in cgroups."""
+    from node_agent.agent import HostSpec, open_core
+
+    agent_id = f"pytest-dc-{os.getpid()}"
+    crashed = subprocess.Popen([sys.executable, "-c", _CRASHING_AGENT, agent_id], cwd=ROOT, stdout=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    pids: list[int] = []
+    try:
+        line = crashed.stdout.readline()  # type: ignore[union-attr]
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 2, line
+        paused = pids[0]
+        _until("the paused task was never stopped",  # SIGSTOP takes effect when the task next runs
+               lambda: psutil.Process(paused).status() == psutil.STATUS_STOPPED, 5.0)
+        crashed.kill()
+        crashed.wait()
+        time.sleep(0.5)  # time for a running task to notice and exit, had it not been stopped
+        assert _alive(paused), "the paused task died with its agent: nothing left to test"
+
+        monkeypatch.setattr(runner, "calibrate", lambda workload, seconds=0.0: 1000.0)
+        core = open_core(agent_id, [HostSpec("h0", 1.0, 1 << 30)], no_cgroups=True)
+        core.shutdown()
+        _until("a task the killed agent left stopped is still there", lambda: not any(map(_alive, pids)), 5.0)
+    finally:
+        if crashed.poll() is None:
+            crashed.kill()
+            crashed.wait()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for leftover in glob.glob(f"/dev/shm/vcemu-agent-{agent_id}-*") + glob.glob(
+                os.path.join(tempfile.gettempdir(), f"vcemu-agent-{agent_id}-*")):
+            shutil.rmtree(leftover, ignore_errors=True)  # the killed agent's, if the test failed before the restart
