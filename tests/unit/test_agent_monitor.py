@@ -1,0 +1,41 @@
+"""The agent's monitor survives a task whose poll raises: that task fails with the error in its message, and
+every other task keeps progressing. (Before, the exception ended the monitor thread, and with it every
+task's progress and completion on the agent, without a word to the coordinator.)"""
+
+from __future__ import annotations
+
+import time
+
+from node_agent.agent import AgentCore, HostSpec
+from node_agent.dutycycle import DutyCycleDriver
+from node_agent.runner import State
+from workloads import modeled
+
+
+def _wait(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_task_whose_poll_raises_fails_alone_and_the_monitor_goes_on() -> None:
+    core = AgentCore("pytest-monitor", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {})
+    try:
+        for task_id in ("bad", "good"):
+            core.start_task(task_id, "h", modeled.NAME, cpu_share=0.5, cpu_need=0.5, work_seconds=1.0,
+                            memory_bytes=0)
+
+        def broken() -> None:
+            raise OSError("simulated: cgroup file vanished")
+
+        core._tasks["bad"].poll = broken  # type: ignore[method-assign]
+        assert _wait(lambda: core._tasks["bad"].state is State.FAILED), "the broken task was not failed"
+        assert "OSError: simulated: cgroup file vanished" in core._tasks["bad"].message
+        # The monitor thread is alive and the other task runs to its end: 1 s of work at half a core.
+        assert _wait(lambda: core._tasks["good"].state is State.DONE, timeout=10.0), core._tasks["good"].state
+        assert core._monitor.is_alive()
+    finally:
+        core.shutdown()
