@@ -131,6 +131,19 @@ def _write(path: str, value: str) -> None:
         raise CgroupError(f"cannot write {value!r} to {path}: {e.strerror}") from e
 
 
+def _counter(path: str, key: str) -> int | None:
+    """The value of ``key`` in a flat-keyed cgroup file (``key value`` lines), None if absent or unreadable."""
+    try:
+        text = _read(path)
+    except CgroupError:
+        return None
+    for line in text.splitlines():
+        k, _, value = line.partition(" ")
+        if k == key:
+            return int(value)
+    return None
+
+
 def _pids_in(cg_dir: str) -> list[int]:
     try:
         return [int(x) for x in _read(os.path.join(cg_dir, "cgroup.procs")).split()]
@@ -199,6 +212,12 @@ class CgroupDriver(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the driver's own resources (threads); cgroups are removed by :meth:`cleanup`."""
+
+    def oom_kills(self, name: str) -> int | None:
+        """How many of the group's processes the kernel's OOM killer has killed at its memory limit, or
+        None where that is not known (no memory controller). Read before :meth:`remove`: a task killed by
+        SIGKILL is told apart from one killed from outside by this count."""
+        return None
 
     def kill_all(self, name: str) -> None:
         """Thaw and SIGKILL every process of the group (used for leftovers and at shutdown)."""
@@ -297,6 +316,9 @@ class CgroupV1Driver(CgroupDriver):
     def memory_usage(self, name: str) -> int:
         return int(_read(os.path.join(self._dir("memory", name), "memory.usage_in_bytes")))
 
+    def oom_kills(self, name: str) -> int | None:
+        return _counter(os.path.join(self._dir("memory", name), "memory.oom_control"), "oom_kill")
+
     def pids(self, name: str) -> list[int]:
         return sorted({p for d in self.dirs(name) for p in _pids_in(d)})
 
@@ -370,6 +392,9 @@ class CgroupV2Driver(CgroupDriver):
 
     def memory_usage(self, name: str) -> int:
         return int(_read(self._file(name, "memory.current")))
+
+    def oom_kills(self, name: str) -> int | None:
+        return _counter(self._file(name, "memory.events"), "oom_kill")
 
     def pids(self, name: str) -> list[int]:
         return _pids_in(os.path.join(self._parent, name))

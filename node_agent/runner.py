@@ -336,7 +336,15 @@ class Task:
         if rc < 0:
             why = f"killed by {signal.Signals(-rc).name}"
             if -rc == signal.SIGKILL:
-                why += " (memory limit exceeded, or killed from outside the agent)"
+                kills = self._driver.oom_kills(self.cgroup)  # the cgroup is still there: read before _release
+                if kills:
+                    mem, extra = self.spec.memory_bytes, INTERPRETER_ALLOWANCE_BYTES
+                    why += (f": out of memory, by the kernel's OOM killer at its cgroup's limit of {mem + extra} "
+                            f"bytes (memory_bytes {mem} + {extra} for the interpreter)")
+                elif kills == 0:
+                    why += " from outside the agent (not the memory limit: its cgroup saw no OOM kill)"
+                else:
+                    why += " (memory limit exceeded, or killed from outside the agent)"
         else:
             why = {3: "never received the start signal", 4: "its agent went away"}.get(rc, f"exit code {rc}")
         try:

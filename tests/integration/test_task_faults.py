@@ -105,6 +105,34 @@ def test_task_paused_after_its_work_was_charged_is_done(driver, workdir) -> None
         task.stop()
 
 
+def test_a_task_killed_at_its_memory_limit_says_so_and_one_killed_from_outside_says_that(
+        driver, workdir, monkeypatch) -> None:
+    """SIGKILL has two causes, the memory cgroup's OOM killer and someone else; the cgroup's OOM-kill
+    count tells them apart, and the FAILED message names the one that happened. The OOM is made certain
+    by a limit below what the interpreter needs to boot (no allowance for it, 16 MB of memory_bytes)."""
+    monkeypatch.setattr(runner, "INTERPRETER_ALLOWANCE_BYTES", 0)
+    oom = _task(driver, workdir, share=1.0, work_seconds=60.0)
+    try:
+        oom.start()
+        _until("the task was never killed at its limit", lambda: (oom.poll(), oom.state.finished)[1])
+        assert oom.state is State.FAILED
+        assert "killed by SIGKILL: out of memory, by the kernel's OOM killer" in oom.message, oom.message
+        assert f"limit of {16 << 20} bytes" in oom.message
+    finally:
+        oom.stop()
+    monkeypatch.undo()
+    shot = _task(driver, workdir, share=1.0, work_seconds=60.0)
+    try:
+        shot.start()
+        _until("the task never left its boot phase", lambda: (shot.poll(), shot.state is State.RUNNING)[1])
+        os.kill(shot.view().pid, signal.SIGKILL)
+        _until("the kill was never seen", lambda: (shot.poll(), shot.state.finished)[1])
+        assert shot.state is State.FAILED
+        assert "killed by SIGKILL from outside the agent (not the memory limit" in shot.message, shot.message
+    finally:
+        shot.stop()
+
+
 _CRASHING_AGENT = """
 import sys, time
 from node_agent import runner
