@@ -58,10 +58,10 @@ class DutyCycleDriver(CgroupDriver):
     def _loop(self) -> None:
         while not self._stop.is_set():
             start = time.monotonic()
-            with self._lock:
+            with self._lock:  # continued under the lock: a freeze between the two would be undone for good
                 running = [(n, g) for n, g in self._groups.items() if not g.frozen]
-            for _, g in running:
-                _signal(g.pids, signal.SIGCONT)
+                for _, g in running:
+                    _signal(g.pids, signal.SIGCONT)
             for name, g in sorted((x for x in running if x[1].cores < 1.0), key=lambda x: x[1].cores):
                 delay = start + g.cores * PERIOD_S - time.monotonic()
                 if delay > 0 and self._stop.wait(delay):
