@@ -216,7 +216,14 @@ class Task:
 
     def pause(self) -> None:
         if self.state in (State.STARTING, State.RUNNING):
-            self._driver.freeze(self.cgroup)
+            try:
+                self._driver.freeze(self.cgroup)
+            except CgroupError:
+                # The freezer may still be FREEZING and reach FROZEN later, under a task we report running
+                # (the caller is told the pause failed): undo it, so the state we report is the real one.
+                with contextlib.suppress(CgroupError):
+                    self._driver.thaw(self.cgroup)
+                raise
             self.state = State.PAUSED
 
     def resume(self) -> None:
