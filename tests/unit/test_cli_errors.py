@@ -120,11 +120,13 @@ def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path
     refused(code, err, "vcemu up: error: --state", "not a usable vcemu state file")
 
 
-@pytest.mark.parametrize("command", ["coordinator", "up"])
+@pytest.mark.parametrize("command", ["coordinator", "up", "agent"])
 def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys) -> None:
     import coordinator.cli
+    import node_agent.server
 
     monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -133,13 +135,29 @@ def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys
     refused(code, err, f"vcemu {command}: error: --port: cannot listen on 127.0.0.1:{port}")
 
 
-def test_a_metrics_port_in_use_is_one_line_naming_it(capsys) -> None:
+@pytest.mark.parametrize("command", ["coordinator", "agent"])
+def test_a_port_in_use_is_one_line_in_a_process(command: str) -> None:
+    """Without gRPC's own "Failed to add port" line beside ours (in-process tests do not see it: it is
+    written by gRPC's C++ core to file descriptor 2)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        code, _, err = run(["coordinator", "--port", "0", "--metrics-port", str(port)], capsys)
-    refused(code, err, f"vcemu coordinator: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
+        extra = ["--no-cgroups"] if command == "agent" else []
+        p = subprocess.run([sys.executable, "-m", "coordinator.cli", command, "--port", str(port), *extra],
+                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    refused(p.returncode, p.stderr, f"vcemu {command}: error: --port: cannot listen on 127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("command", ["coordinator", "agent"])
+def test_a_metrics_port_in_use_is_one_line_naming_it(command: str, capsys) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        extra = ["--no-cgroups"] if command == "agent" else []
+        code, _, err = run([command, "--port", "0", "--metrics-port", str(port), *extra], capsys)
+    refused(code, err, f"vcemu {command}: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
 
 
 def test_an_unreadable_token_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
