@@ -398,17 +398,22 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 def cmd_up(args: argparse.Namespace) -> int:
     from coordinator.store import StoreError
 
+    options = _server_options(args)
     if args.ray is not None:
         from coordinator.backends.ray import run_up
 
-        return run_up(args)
+        if options["tls"] is not None:  # the actors get no certificates: they could not talk to a TLS coordinator
+            print("vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray (the Ray agent actors have no TLS)",
+                  file=sys.stderr)
+            return 2
+        return run_up(args, options)
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
         return 2
     try:
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
-            args.metrics_port, args.no_cgroups, **_server_options(args),
+            args.metrics_port, args.no_cgroups, **options,
         )
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu up: error: {e}", file=sys.stderr)
