@@ -346,6 +346,8 @@ def test_replay_refuses_an_unwritable_out_before_starting_the_cluster(jobs: Path
     ("--slacks", "0.5,1.5", "every slack must be in [0, 1)"),
     ("--backtrack-limit", "0", "must be >= 1"),
     ("--milp-time-limit", "0", "must be a finite number > 0"),
+    ("--jobs", "0", "must be >= 1"),  # was silently one worker
+    ("--jobs", "-2", "must be >= 1"),
 ])
 def test_vcsched_refuses_bad_settings_up_front(tmp_path: Path, flag: str, value: str, fragment: str, capsys) -> None:
     from coordinator.vcsched.experiment import vcsched_main
