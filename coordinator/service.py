@@ -375,7 +375,7 @@ class CoordinatorServer:
                 if earlier:
                     rec = accepted.get(earlier) or self.lookup(earlier)
                     assert rec is not None, f"request id {request.request_id!r} names no job"
-                    results.append(pb.SubmitResult(job=job_message(rec), code=ok))
+                    results.append(pb.SubmitResult(job=job_message(rec), code=ok, known=True))
                     continue
                 if not hosts:
                     results.append(_refusal(grpc.StatusCode.UNAVAILABLE,
@@ -408,7 +408,7 @@ class CoordinatorServer:
                 accepted[spec.id] = rec
                 if request.request_id:
                     requests_seen[request.request_id] = spec.id
-                results.append(pb.SubmitResult(job=job_message(rec), code=ok))
+                results.append(pb.SubmitResult(job=job_message(rec), code=ok, known=False))
 
     def drain(self) -> None:
         """Hand accepted jobs to the engine, in submission order. A job the cluster can no longer hold
