@@ -107,9 +107,8 @@ def _load_round(args: argparse.Namespace, batch: int) -> dict:
     agent = start_agent([HostSpec(f"load-h{i}", 1.0, GIB) for i in range(args.hosts)],
                         agent_id=f"bench-load-{os.getpid()}-{batch}", no_cgroups=True)
     server = CoordinatorServer(get_policy(args.policy), port=0, state=db, heartbeat_s=3600)
-    if args.synchronous.upper() != "NORMAL":
-        assert server.store is not None
-        server.store._db.execute(f"PRAGMA synchronous={args.synchronous.upper()}")
+    assert server.store is not None
+    server.store._db.execute(f"PRAGMA synchronous={args.synchronous.upper()}")
     server.start()
     acked: list[str] = []
     errors: list[str] = []
@@ -151,13 +150,16 @@ def bench_load_main(argv: list[str]) -> int:
     """Submissions per second the coordinator accepts durably over gRPC: one round with SubmitBatch calls
     (``--batch`` submissions each, the bulk path a trace or sweep uses) and one with unary Submit calls,
     each on a fresh coordinator; ``lost`` counts acknowledged jobs missing from the store, over both."""
+    from coordinator.store import DEFAULT_SYNCHRONOUS, SYNCHRONOUS
+
     p = argparse.ArgumentParser(prog="vcemu bench load", description=bench_load_main.__doc__)
     p.add_argument("--jobs", type=int, default=10_000)
     p.add_argument("--clients", type=int, default=4, help="client processes, one channel and 4 calls in flight each")
     p.add_argument("--batch", type=int, default=100, help="submissions per SubmitBatch call (1: unary Submit only)")
     p.add_argument("--hosts", type=int, default=16)
     p.add_argument("--policy", default="fcfs")
-    p.add_argument("--synchronous", default="NORMAL", help="SQLite synchronous mode of the store")
+    p.add_argument("--synchronous", choices=SYNCHRONOUS, type=str.upper, default=DEFAULT_SYNCHRONOUS,
+                   help="SQLite synchronous mode of the store (default %(default)s, the coordinator's)")
     p.add_argument("--out", default="results/bench-load")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

@@ -240,7 +240,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _submit_file(args: argparse.Namespace) -> int:
     """Submit every job of a job file (JSON lines or CSV) now, through SubmitBatch calls of up to
     1,000. Each job's request id is the file's content hash and the job's id, so submitting the same file
-    again (after a crash, a timeout) creates nothing twice. Submit times in the file are ignored."""
+    again (after a crash, a timeout) creates nothing twice, and the summary says how many jobs were new
+    (a resubmission's "accepted" alone would read as if it had created them again). Submit times in the
+    file are ignored."""
     import hashlib
     from pathlib import Path
 
@@ -253,7 +255,7 @@ def _submit_file(args: argparse.Namespace) -> int:
     except (OSError, JobFileError) as exc:
         raise SystemExit(f"vcemu submit: {exc}") from None
     prefix = args.request_id or digest
-    stub, accepted, refused = _stub(args.coordinator), 0, 0
+    stub, accepted, refused, known, told = _stub(args.coordinator), 0, 0, 0, 0
     for k in range(0, len(specs), 1000):
         chunk = specs[k:k + 1000]
         requests = [pb.SubmitRequest(spec=pb.JobSpec(tasks=s.tasks, cpu_need=s.cpu_need, memory=s.mem,
@@ -263,11 +265,15 @@ def _submit_file(args: argparse.Namespace) -> int:
         for s, r in zip(chunk, reply.results, strict=True):
             if r.code == 0:
                 accepted += 1
+                told += r.HasField("known")
+                known += r.known
                 print(f"{s.id}\t{r.job.job_id}")
             else:
                 refused += 1
                 print(f"vcemu submit: {args.file}: job {s.id}: {r.error}", file=sys.stderr)
-    print(f"{accepted} accepted, {refused} refused", file=sys.stderr)
+    # A coordinator older than SubmitResult.known does not say which jobs it already had.
+    new = f" ({accepted - known} new, {known} already known)" if told == accepted else ""
+    print(f"{accepted} accepted{new}, {refused} refused", file=sys.stderr)
     return 0 if refused == 0 else 1
 
 
@@ -398,17 +404,22 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 def cmd_up(args: argparse.Namespace) -> int:
     from coordinator.store import StoreError
 
+    options = _server_options(args)
     if args.ray is not None:
         from coordinator.backends.ray import run_up
 
-        return run_up(args)
+        if options["tls"] is not None:  # the actors get no certificates: they could not talk to a TLS coordinator
+            print("vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray (the Ray agent actors have no TLS)",
+                  file=sys.stderr)
+            return 2
+        return run_up(args, options)
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
         return 2
     try:
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
-            args.metrics_port, args.no_cgroups, **_server_options(args),
+            args.metrics_port, args.no_cgroups, **options,
         )
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu up: error: {e}", file=sys.stderr)

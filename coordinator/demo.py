@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import statistics
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from coordinator.cli import format_table, start_local_cluster, stop_processes, usable_out_dir
 from coordinator.experiments import follow_jobs, simulate
@@ -26,6 +28,8 @@ from coordinator.model import JobState
 from workloads.mixes import demo_mix
 
 DEMO_TIMEOUT_S = 170.0
+#: The demo's claim: the median relative difference between a job's live and simulated stretch is at most this.
+TARGET_REL_DIFF = 0.15
 
 
 def _submitter(address: str, specs, t0: float, ids: dict[str, str], errors: list[str]) -> None:
@@ -111,17 +115,39 @@ def run_demo(args: argparse.Namespace) -> int:
         "jobs": len(mix), "completed": completed, "live_vs_sim_median_rel_diff": median,
         "live_vs_sim_max_rel_diff": max(diffs, default=float("nan")), "policy": args.policy,
         "seed": args.seed, "hosts": args.hosts, "mode": mode, "wall_s": round(wall, 1),
-        "errors": errors, "results": str(out_dir),
+        "errors": errors, "results": str(out_dir), "target_rel_diff": TARGET_REL_DIFF,
+        "target_met": None if math.isnan(median) else median <= TARGET_REL_DIFF,  # None: nothing to compare
     }
     if quiet:
         print(json.dumps(summary))
     else:
         _print_tables(rows)
-        print(f"\n{completed}/{len(mix)} jobs completed in {wall:.0f} s. Median relative difference between "
-              f"live and simulated stretch: {100 * median:.1f}% (target <= 15%). Results: {out_dir}")
+        print("\n" + "\n".join(summary_lines(summary)))
         for e in errors:
             print(f"refused: {e}")
     return 0 if completed == len(mix) and written else 1
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The closing lines of the text output, from the JSON summary. A missed target is said in words, not
+    left to the reader to compare two numbers, and a duty-cycle run (``--no-cgroups``) says that its
+    throttling is the likely cause: SIGSTOP/SIGCONT cycling holds a share far less exactly than a CFS quota
+    (on this project's VM such runs were 48 % to over 250 % from their simulation, a cgroup run 5.5 %)."""
+    median, target = summary["live_vs_sim_median_rel_diff"], summary["target_rel_diff"]
+    lines = [f"{summary['completed']}/{summary['jobs']} jobs completed in {summary['wall_s']:.0f} s. "
+             f"Results: {summary['results']}"]
+    if summary["target_met"] is None:
+        lines.append(f"No job finished both live and in simulation: nothing to compare with the target "
+                     f"(median relative difference of stretch <= {100 * target:.0f}%).")
+    else:
+        verdict = "target met" if summary["target_met"] else "TARGET MISSED: the live run strayed from its simulation"
+        lines.append(f"Median relative difference between live and simulated stretch: {100 * median:.1f}% "
+                     f"(target <= {100 * target:.0f}%): {verdict}.")
+    if summary["mode"] == "duty-cycle":
+        lines.append("Shares were enforced by duty-cycle throttling (--no-cgroups: SIGSTOP/SIGCONT), which is "
+                     "less accurate than cgroups; run as root with writable cgroups for the comparison the "
+                     "target is set for.")
+    return lines
 
 
 def _f(x: float | None, d: int = 2) -> str:
@@ -161,7 +187,7 @@ def _write_results(args, rows, median: float, completed: int, wall: float, mode:
                         "" if diff is None else diff])
     (out / "summary.json").write_text(json.dumps(
         {"completed": completed, "jobs": len(rows), "live_vs_sim_median_rel_diff": median, "wall_s": wall,
-         "mode": mode}, indent=2) + "\n")
+         "mode": mode, "target_rel_diff": TARGET_REL_DIFF}, indent=2) + "\n")
     _plot(rows, out / "stretch.png", median)
     return out
 

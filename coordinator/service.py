@@ -40,6 +40,7 @@ from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
 from coordinator.store import Store
 from coordinator.warmup import warm_kernels
+from node_agent.ports import cannot_listen, port_in_use
 from node_agent.tls import TlsFiles
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
@@ -275,6 +276,8 @@ class CoordinatorServer:
     ) -> None:
         if not heartbeat_s > 0 or heartbeat_misses < 1:
             raise ValueError(f"heartbeat: interval must be > 0 and misses >= 1, got {heartbeat_s}, {heartbeat_misses}")
+        if port_in_use(bind, port):  # before the store is opened, and without gRPC's own error line
+            raise OSError(cannot_listen(bind, port))
         self.heartbeat_s, self.heartbeat_misses = heartbeat_s, heartbeat_misses
         self.stop_tasks_on_exit = stop_tasks_on_exit
         self.store = Store(state) if state else None
@@ -322,7 +325,7 @@ class CoordinatorServer:
         except RuntimeError:  # grpc's "Failed to bind to address ..."
             self.port = 0
         if self.port == 0:
-            raise OSError(f"--port: cannot listen on {bind}:{port} (in use by another process?)")
+            raise OSError(cannot_listen(bind, port))
         self.address = f"{bind}:{self.port}"
         try:
             self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
@@ -372,7 +375,7 @@ class CoordinatorServer:
                 if earlier:
                     rec = accepted.get(earlier) or self.lookup(earlier)
                     assert rec is not None, f"request id {request.request_id!r} names no job"
-                    results.append(pb.SubmitResult(job=job_message(rec), code=ok))
+                    results.append(pb.SubmitResult(job=job_message(rec), code=ok, known=True))
                     continue
                 if not hosts:
                     results.append(_refusal(grpc.StatusCode.UNAVAILABLE,
@@ -405,7 +408,7 @@ class CoordinatorServer:
                 accepted[spec.id] = rec
                 if request.request_id:
                     requests_seen[request.request_id] = spec.id
-                results.append(pb.SubmitResult(job=job_message(rec), code=ok))
+                results.append(pb.SubmitResult(job=job_message(rec), code=ok, known=False))
 
     def drain(self) -> None:
         """Hand accepted jobs to the engine, in submission order. A job the cluster can no longer hold

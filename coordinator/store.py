@@ -14,9 +14,14 @@ Everything the coordinator has acknowledged is in this file before the acknowled
   its agents at once, before they re-register;
 * ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts.
 
-Durability: WAL with ``synchronous=NORMAL`` by default. A committed transaction is in the WAL file (the
-OS page cache) before ``commit`` returns, so it survives ``kill -9`` of the coordinator; it may not
-survive a power cut. ``synchronous="FULL"`` fsyncs every commit (survives power loss, slower).
+Durability: WAL with ``synchronous=FULL`` by default: every commit is fsynced before it returns, so what
+the coordinator acknowledged survives a power cut or a kernel crash too; with ``NORMAL`` (fsync only at
+checkpoints) it survives only a crash of the coordinator process (``kill -9``). "Nothing acknowledged is
+lost" is the store's promise, and its price is small at a coordinator's write rate (a commit per
+transition, a progress journal about once a second, one per submitted batch). Measured on this project's
+2-core VM (ext4 on a virtio disk): a small commit took a median 0.30 ms with FULL against 0.09 ms with
+NORMAL (3 x 5,000 commits); ``vcemu bench load`` accepted 506-600 unary submissions per second against
+620-650, and 3,575-3,792 in batches against 3,613-4,025 (two runs each; its ``--synchronous`` compares).
 
 Writes nest: :meth:`transaction` groups several writes (a Submit's job row, its first transition and
 its request id) into one commit; a write outside any transaction commits at once.
@@ -49,6 +54,8 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE TABLE IF NOT EXISTS agents (agent_id TEXT PRIMARY KEY, address TEXT NOT NULL, description BLOB NOT NULL);
 """
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+#: See the module docstring (durability).
+DEFAULT_SYNCHRONOUS = "FULL"
 
 
 class StoreError(RuntimeError):
@@ -98,7 +105,7 @@ def _spec_json(spec: JobSpec) -> str:
 class Store:
     """One SQLite file; thread-safe (one connection behind a lock)."""
 
-    def __init__(self, path: str, synchronous: str = "NORMAL") -> None:
+    def __init__(self, path: str, synchronous: str = DEFAULT_SYNCHRONOUS) -> None:
         if synchronous.upper() not in SYNCHRONOUS:
             raise StoreError(f"synchronous: must be one of {', '.join(SYNCHRONOUS)}, got {synchronous!r}")
         self.path = path
@@ -119,21 +126,27 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group writes into one commit (nestable); rolled back if the block raises."""
+        """Group writes into one commit (nestable); rolled back if the block or its COMMIT raises.
+
+        Whatever happens, on the way out the nesting count is what it was and, at the outermost level, no
+        SQLite transaction is left open: a COMMIT that fails (a full disk, an I/O error, a deferred
+        constraint) leaves SQLite's transaction open, and every later BEGIN of this store would then fail.
+        """
         with self._lock:
-            if self._depth == 0:
+            outermost = self._depth == 0
+            if outermost:
                 self._db.execute("BEGIN IMMEDIATE")
             self._depth += 1
             try:
                 yield
+                if outermost:
+                    self._db.execute("COMMIT")
             except BaseException:
-                self._depth -= 1
-                if self._depth == 0:
+                if outermost and self._db.in_transaction:  # SQLite may have rolled back already
                     self._db.execute("ROLLBACK")
                 raise
-            self._depth -= 1
-            if self._depth == 0:
-                self._db.execute("COMMIT")
+            finally:
+                self._depth -= 1
 
     def close(self) -> None:
         with self._lock:

@@ -94,7 +94,8 @@ def _hosts(args: argparse.Namespace, parser: argparse.ArgumentParser):  # type: 
 
 def agent_main(argv: list[str]) -> int:
     """Run an agent until SIGTERM/SIGINT; returns the exit status (0 after a clean shutdown, 2 for bad
-    flags, 1 if the agent cannot start, e.g. cgroups not writable without ``--no-cgroups``)."""
+    flags, a port in use included, 1 if the agent cannot start, e.g. cgroups not writable without
+    ``--no-cgroups``)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -127,7 +128,7 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
     from node_agent.agent import AgentIdInUse
     from node_agent.cgroups import CgroupUnavailable
     from node_agent.register import Registrar
-    from node_agent.server import start_agent
+    from node_agent.server import PortUnavailable, start_agent
 
     stop = threading.Event()
     with _signals_set(stop):
@@ -139,6 +140,9 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
             print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
                   "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)
             return 1
+        except PortUnavailable as e:  # a bad setting, as a bad flag: exit status 2, as the coordinator's
+            print(f"vcemu agent: error: {e}", file=sys.stderr)
+            return 2
         except (AgentIdInUse, RuntimeError, ValueError) as e:
             print(f"vcemu agent: error: {e}", file=sys.stderr)
             return 1

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from node_agent.cgroups import CgroupError
+from node_agent.ports import cannot_listen, port_in_use
 from node_agent.runner import State, TaskView
 from node_agent.tls import TlsFiles
 from node_agent.transactional import TransactionalParams
@@ -175,13 +176,21 @@ class RunningAgent:
         self.core.shutdown()
 
 
+class PortUnavailable(RuntimeError):
+    """``--port`` or ``--metrics-port`` cannot be listened on; the message names the flag. A setting of the
+    user's, refused like a bad flag (exit status 2), unlike an agent that fails to start."""
+
+
 def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str = "127.0.0.1",
                 no_cgroups: bool = False, metrics_port: int | None = None, tls: TlsFiles | None = None,
                 progress_by: str = "cpu-time") -> RunningAgent:
     """Open cgroups, calibrate, and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and
-    ``no_cgroups`` is false, and RuntimeError if the port cannot be bound."""
+    ``no_cgroups`` is false, and :class:`PortUnavailable` if the port or the metrics port cannot be bound
+    (the port is checked before anything starts)."""
+    if port_in_use(bind, port):
+        raise PortUnavailable(cannot_listen(bind, port))
     core = open_core(agent_id, hosts, no_cgroups=no_cgroups, progress_by=progress_by)
     try:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"),
@@ -198,7 +207,7 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
         except RuntimeError:  # grpc's "Failed to bind to address ..."
             bound = 0
         if bound == 0:
-            raise RuntimeError(f"--port: cannot listen on {bind}:{port} (in use by another process?)")
+            raise PortUnavailable(cannot_listen(bind, port))
         server.start()
         for svc in ("", SERVICE_NAME):
             hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
@@ -206,7 +215,12 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
         if metrics_port is not None:
             registry = CollectorRegistry()
             registry.register(AgentCollector(core))
-            httpd, _ = start_http_server(metrics_port, addr=bind, registry=registry)
+            try:
+                httpd, _ = start_http_server(metrics_port, addr=bind, registry=registry)
+            except OSError as exc:
+                server.stop(0)
+                raise PortUnavailable(f"--metrics-port: cannot listen on {bind}:{metrics_port}: "
+                                      f"{exc.strerror or exc}") from None
             agent.metrics_port = httpd.server_port
             agent._closers.append(httpd.shutdown)
         return agent

@@ -353,10 +353,50 @@ def apc_main(argv: list[str]) -> int:
             write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
             print(f"written to {out}/ (without the live experiment: config.json stays \"complete\": false)")
             return 1
+        print("\n".join(live_summary(summary["live"])))
     write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
     write_json(out / "config.json", {**config, "complete": True}, indent=1, sort_keys=False)
     print(f"written to {out}/")
     return 0
+
+
+def _ms(seconds: float) -> str:
+    return "n/a" if math.isnan(seconds) else f"{1000 * seconds:.1f} ms"
+
+
+def live_summary(live: dict[str, Any]) -> list[str]:
+    """A few lines on the live run (what :func:`coordinator.apc.live.live_experiment_three` returned): what
+    ran and for how long, the transactional app's measured response time against its goal, the CPU APC
+    gave it, and where APC left the batch jobs. Without them a user sees the live run only in its files."""
+    if "skipped" in live:
+        return [f"Live Experiment Three: skipped ({live['skipped']})"]
+    rows = live.get("rows") or []
+    if not rows:
+        return ["Live Experiment Three: no control cycle completed"]
+    rates = [r["rate_rps"] for r in rows]
+    steps = [f"{x:g}" for i, x in enumerate(rates) if i == 0 or x != rates[i - 1]]
+    cores = f"{live['cores']:g} core{'' if live['cores'] == 1 else 's'}"
+    lines = [f"Live Experiment Three (shortened) on agent host {live['host']} ({cores}): {len(rows)} control "
+             f"cycles of {live['cycle_s']:g} s in {live['seconds']:g} s, request rate {' -> '.join(steps)} req/s"]
+    served = [r for r in rows if math.isfinite(r["measured_rt_s"]) and r["throughput_rps"] > 0]
+    weight = sum(r["throughput_rps"] for r in served)  # the mean over requests, not over cycles
+    mean_rt = sum(r["measured_rt_s"] * r["throughput_rps"] for r in served) / weight if weight else math.nan
+    p95 = max((r["measured_p95_s"] for r in served if math.isfinite(r["measured_p95_s"])), default=math.nan)
+    rp = [r["app_rp_measured"] for r in rows if "app_rp_measured" in r] or [math.nan]
+    given = [r["app_cores"] for r in rows]
+    used = sum(r["app_cpu_measured_cores"] for r in rows) / len(rows)
+    lines.append(f"  transactional: response time {_ms(mean_rt)} mean (goal {_ms(live['goal_s'])}), worst cycle's "
+                 f"p95 {_ms(p95)}, RP "
+                 f"{_num(sum(rp) / len(rp), '.2f')} mean (min {_num(min(rp), '.2f')})")
+    lines.append(f"  transactional CPU: given {min(given):.2f}-{max(given):.2f} cores by APC, used {used:.2f} on "
+                 "average")
+    jobs = sorted({k[:-len("_rp_predicted")] for r in rows for k in r if k.endswith("_rp_predicted")} - {"app"})
+    last = next((r for r in reversed(rows) if "app_rp_predicted" in r), None)
+    if jobs and last is not None:
+        lines.append("  batch jobs at the last cycle: " + ", ".join(
+            f"{j} RP {last[f'{j}_rp_predicted']:.2f} (predicted) on {last[f'{j}_cores_next']:.2f} cores"
+            for j in jobs))
+    return lines
 
 
 def _json_default(x: Any) -> Any:

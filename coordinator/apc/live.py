@@ -273,6 +273,7 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     try:
         with LiveApc(cfg) as live:
             rows = live.run()
+            host = live.host
     except (CgroupUnavailable, PermissionError) as e:
         print(f"vcemu apc --live: skipped: {e}", file=sys.stderr)
         return {"skipped": str(e)}
@@ -311,4 +312,5 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     plt.close(fig)
     write_json(out / "config.json", {k: v for k, v in cfg.__dict__.items() if k != "rows"}, indent=1,
                sort_keys=False)
-    return {"cycles": len(rows), "rows": rows}
+    return {"cycles": len(rows), "seconds": seconds, "cycle_s": cfg.T, "goal_s": cfg.tau, "host": host,
+            "cores": cfg.cores, "rows": rows}

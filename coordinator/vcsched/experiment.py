@@ -269,7 +269,7 @@ def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Un
 
     units = [u for u in _units(cfg) if u not in kept]
     rows: list[dict] = [r for rs in kept.values() for r in rs]
-    ex = ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_quiet_worker)
+    ex = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker)
     interrupted = False
     try:
         with Journal(journal_path, FIELDS, rows) as journal:
@@ -490,7 +490,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--large-instances", type=int, default=None, help="override --instances for the large set")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/vcsched")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="worker processes, >= 1 (default: this machine's cores)")
     p.add_argument("--algorithms", default=",".join(ALL_ALGOS), help="comma list (LP bound always included)")
     p.add_argument("--accuracy", type=float, default=0.01, help="yield search accuracy (Sec. 3.4)")
     p.add_argument("--search", choices=("paper", "fast"), default="paper", help="MCB yield search variant")
@@ -566,6 +567,7 @@ def vcsched_main(argv: list[str]) -> int:
         ("--accuracy", args.accuracy, math.isfinite(args.accuracy) and args.accuracy > 0,
          "must be a finite number > 0"),
         ("--slacks", args.slacks, not bad_slacks, "every slack must be in [0, 1)"),
+        ("--jobs", args.jobs, args.jobs >= 1, "must be >= 1 (worker processes)"),
         ("--backtrack-limit", args.backtrack_limit, args.backtrack_limit >= 1, "must be >= 1"),
         ("--backtrack-limit-large", args.backtrack_limit_large,
          args.backtrack_limit_large is None or args.backtrack_limit_large >= 1, "must be >= 1"),

@@ -189,6 +189,31 @@ def test_hosts_on_distinct_ray_nodes_run_jobs_to_completion_in_enforced_shares(r
         assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-{agent_id}") + glob.glob(f"/sys/fs/cgroup/*/*/vcemu-{agent_id}")
 
 
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node is enough
+def test_state_and_token_file_work_under_ray(ray_cluster: LocalRayCluster, tmp_path: Path):
+    """``--state`` and ``--token-file`` mean under ``--ray`` what they mean without it: the user API wants the
+    token, and an accepted job is in the state file."""
+    from coordinator.store import Store
+
+    (tmp_path / "token").write_text("s3cret\n")
+    state = tmp_path / "run.db"
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "1", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB", "--state", str(state), "--token-file", str(tmp_path / "token"))
+    try:
+        address = up.wait_for(r"coordinator on (\S+) ", timeout_s=90).group(1)
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.CoordinatorStub(channel)
+            request = pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.2, work_seconds=1.0))
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Submit(request, timeout=5)
+            assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            job_id = stub.Submit(request, timeout=5, metadata=(("authorization", "Bearer s3cret"),)).job_id
+    finally:
+        rc = up.stop()
+    assert rc == 0, up.proc.stderr.read()
+    assert [j.spec.id for j in Store(str(state)).load().jobs] == [job_id]
+
+
 @pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)  # only a token cluster can refuse a token
 def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: LocalRayCluster):
     assert ray_cluster.auth == "token"

@@ -240,3 +240,42 @@ def test_vcemu_apc_cli(tmp_path, capsys):
     for name in ("config.json", "summary.json", "exp1_jobs.csv", "exp1_cycles.csv", "fig2_exp1.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "Experiment One: 6 jobs" in capsys.readouterr().out
+
+
+def _live_row(t: float, rate: float, rt: float, app_cores: float) -> dict:
+    """One cycle row as coordinator.apc.live.LiveApc.run writes it (a fabricated measurement)."""
+    return {"time": t, "rate_rps": rate, "measured_rt_s": rt, "measured_p95_s": 2 * rt, "throughput_rps": rate,
+            "outstanding": 0, "app_cores": app_cores, "app_cpu_measured_cores": 0.1, "app_rp_measured": 0.5,
+            "job0_rp_predicted": 0.4, "job1_rp_predicted": 0.3, "job0_cores_next": 0.5, "job1_cores_next": 0.25,
+            "app_rp_predicted": 0.45, "app_cores_next": 0.25}
+
+
+def test_vcemu_apc_live_prints_a_summary_of_the_live_run(tmp_path, monkeypatch, capsys):
+    """``--live`` says what its live part did (it printed nothing of it), here on a fabricated live result."""
+    import coordinator.apc.live
+    from coordinator.apc.experiment import apc_main
+
+    rows = [_live_row(2, 20, 0.010, 0.5), _live_row(4, 60, 0.030, 0.3), _live_row(6, 20, 0.010, 0.2)]
+    live = {"cycles": 3, "seconds": 6.0, "cycle_s": 2.0, "goal_s": 0.02, "host": "live", "cores": 1.0, "rows": rows}
+    monkeypatch.setattr(coordinator.apc.live, "live_experiment_three", lambda *a, **k: live)
+    argv = ["--experiments", "three", "--exp3-horizon", "600", "--live", "--live-seconds", "6", "--out", str(tmp_path)]
+    assert apc_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Live Experiment Three (shortened) on agent host live (1 core): 3 control cycles of 2 s in 6 s, " \
+           "request rate 20 -> 60 -> 20 req/s" in out
+    # the mean over requests: (20 x 10 + 60 x 30 + 20 x 10) / 100 = 22 ms; the worst p95 is 2 x 30 ms
+    assert "response time 22.0 ms mean (goal 20.0 ms), worst cycle's p95 60.0 ms, RP 0.50 mean (min 0.50)" in out
+    assert "given 0.20-0.50 cores by APC, used 0.10 on average" in out
+    assert "job0 RP 0.40 (predicted) on 0.50 cores, job1 RP 0.30 (predicted) on 0.25 cores" in out
+
+
+def test_apc_live_summary_of_a_skipped_or_empty_run():
+    from coordinator.apc.experiment import live_summary
+
+    assert live_summary({"skipped": "no cgroups"}) == ["Live Experiment Three: skipped (no cgroups)"]
+    assert live_summary({"cycles": 0, "rows": []}) == ["Live Experiment Three: no control cycle completed"]
+    no_requests = {**_live_row(2, 0, math.nan, 0.5), "throughput_rps": 0.0}
+    del no_requests["app_rp_measured"]
+    lines = live_summary({"seconds": 2.0, "cycle_s": 2.0, "goal_s": 0.02, "host": "h", "cores": 0.5,
+                          "rows": [no_requests]})
+    assert "(0.5 cores)" in lines[0] and "response time n/a mean" in lines[1] and "RP n/a mean" in lines[1]

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import socket
 import subprocess
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from coordinator.cli import main
 from coordinator.model import InvalidJob, JobSpec
+from coordinator.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = {"id": "j0", "submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.2, "work": 30}
@@ -120,11 +123,13 @@ def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path
     refused(code, err, "vcemu up: error: --state", "not a usable vcemu state file")
 
 
-@pytest.mark.parametrize("command", ["coordinator", "up"])
+@pytest.mark.parametrize("command", ["coordinator", "up", "agent"])
 def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys) -> None:
     import coordinator.cli
+    import node_agent.server
 
     monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -133,13 +138,101 @@ def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys
     refused(code, err, f"vcemu {command}: error: --port: cannot listen on 127.0.0.1:{port}")
 
 
-def test_a_metrics_port_in_use_is_one_line_naming_it(capsys) -> None:
+@pytest.mark.parametrize("command", ["coordinator", "agent"])
+def test_a_port_in_use_is_one_line_in_a_process(command: str) -> None:
+    """Without gRPC's own "Failed to add port" line beside ours (in-process tests do not see it: it is
+    written by gRPC's C++ core to file descriptor 2)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        code, _, err = run(["coordinator", "--port", "0", "--metrics-port", str(port)], capsys)
-    refused(code, err, f"vcemu coordinator: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
+        extra = ["--no-cgroups"] if command == "agent" else []
+        p = subprocess.run([sys.executable, "-m", "coordinator.cli", command, "--port", str(port), *extra],
+                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    refused(p.returncode, p.stderr, f"vcemu {command}: error: --port: cannot listen on 127.0.0.1:{port}")
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
+    """``vcemu up --ray`` without Ray: a one-node cluster whose agent actors never start, so the command ends
+    right after starting its coordinator. Yields the keyword arguments the coordinator was built with."""
+    import coordinator.backends.ray.cluster as cluster
+    import coordinator.service
+    from coordinator.raycluster import RayNode
+
+    class Ctx:
+        node_ip, ray_version, auth_mode = "127.0.0.1", "fake", "disabled"
+
+        def nodes(self) -> list[RayNode]:
+            return [RayNode("f" * 56, "127.0.0.1", {"CPU": 2.0}, {})]
+
+        def close(self) -> None:
+            pass
+
+    class Agents:
+        def __init__(self, *_a: object, **_k: object) -> None:
+            pass
+
+        def wait_started(self) -> None:
+            raise RuntimeError("--ray: the fake agent actors never start")
+
+        def stop(self) -> None:
+            pass
+
+    got: dict[str, object] = {}
+    real = coordinator.service.CoordinatorServer
+
+    def server(*a: object, **k: object) -> object:
+        got.update(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(cluster, "connect", lambda address: Ctx())
+    monkeypatch.setattr(cluster, "RayAgents", Agents)
+    monkeypatch.setattr(coordinator.service, "CoordinatorServer", server)
+    sigterm = signal.getsignal(signal.SIGTERM)  # run_up ignores SIGTERM once it is stopping
+    yield got
+    signal.signal(signal.SIGTERM, sigterm)
+
+
+def test_up_ray_keeps_state_heartbeat_and_token(tmp_path: Path, fake_ray: dict[str, object], capsys) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    state = tmp_path / "run.db"
+    code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", "0", "--state", str(state), "--heartbeat", "5",
+                        "--token-file", str(token)], capsys)
+    assert code == 1 and "fake agent actors never start" in err, err  # after the coordinator started
+    assert (fake_ray["state"], fake_ray["heartbeat_s"], fake_ray["token"]) == (str(state), 5.0, "s3cret")
+    assert Store(str(state)).load().epoch > 0  # the coordinator wrote its state there
+
+
+def test_up_ray_refuses_an_unusable_state_file(tmp_path: Path, fake_ray: dict[str, object], capsys) -> None:
+    code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", "0", "--state", str(tmp_path / "no" / "x.db")],
+                       capsys)
+    refused(code, err, "vcemu up: error: --state", "not a usable vcemu state file")
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    (["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"],
+     "vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray"),
+    (["--token-file", "/nonexistent/token"], "vcemu: --token-file /nonexistent/token"),
+])
+def test_up_ray_refuses_before_connecting(extra: list[str], fragment: str, monkeypatch, capsys) -> None:
+    import coordinator.backends.ray.cluster as cluster
+
+    monkeypatch.setattr(cluster, "connect", lambda address: pytest.fail("connected to Ray"))
+    code, _, err = run(["up", "--ray", "127.0.0.1:6379", *extra], capsys)
+    refused(code, err, fragment)
+
+
+@pytest.mark.parametrize("command", ["coordinator", "agent"])
+def test_a_metrics_port_in_use_is_one_line_naming_it(command: str, capsys) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        extra = ["--no-cgroups"] if command == "agent" else []
+        code, _, err = run([command, "--port", "0", "--metrics-port", str(port), *extra], capsys)
+    refused(code, err, f"vcemu {command}: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
 
 
 def test_an_unreadable_token_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -253,6 +346,8 @@ def test_replay_refuses_an_unwritable_out_before_starting_the_cluster(jobs: Path
     ("--slacks", "0.5,1.5", "every slack must be in [0, 1)"),
     ("--backtrack-limit", "0", "must be >= 1"),
     ("--milp-time-limit", "0", "must be a finite number > 0"),
+    ("--jobs", "0", "must be >= 1"),  # was silently one worker
+    ("--jobs", "-2", "must be >= 1"),
 ])
 def test_vcsched_refuses_bad_settings_up_front(tmp_path: Path, flag: str, value: str, fragment: str, capsys) -> None:
     from coordinator.vcsched.experiment import vcsched_main

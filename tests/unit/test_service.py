@@ -171,16 +171,52 @@ def test_cli_submits_a_job_file_in_batches_and_again_creates_nothing(stub, serve
     out, err = capsys.readouterr()
     first = dict(line.split("\t") for line in out.splitlines())
     assert sorted(first) == ["t0", "t1", "t2"]
-    assert "job big: invalid job: tasks" in err and "3 accepted, 1 refused" in err
+    assert "job big: invalid job: tasks" in err and "3 accepted (3 new, 0 already known), 1 refused" in err
     main(["submit", "--coordinator", server.address, "--file", str(path)])
-    again = dict(line.split("\t") for line in capsys.readouterr()[0].splitlines())
+    out, err = capsys.readouterr()
+    again = dict(line.split("\t") for line in out.splitlines())
     assert again == first  # the same file again: the same jobs, none new
+    assert "3 accepted (0 new, 3 already known), 1 refused" in err
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "workload": "sh"}) + "\n")
     with pytest.raises(SystemExit, match=r"bad.jsonl:2: workload"):  # the file is read whole before any submit
         main(["submit", "--coordinator", server.address, "--file", str(bad)])
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
+
+
+def test_submit_results_say_whether_the_job_is_new(stub):
+    """SubmitResult.known: false for a job this request made, true for the job an earlier request with the
+    same id made (in an earlier batch or earlier in this one), unset for a refusal."""
+    register(stub)
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5)
+    requests = [pb.SubmitRequest(spec=spec, request_id=r) for r in ("a", "b", "a")]
+    first = stub.SubmitBatch(pb.SubmitBatchRequest(requests=requests), timeout=5).results
+    assert [r.known for r in first] == [False, False, True]
+    assert first[2].job.job_id == first[0].job.job_id
+    requests.append(pb.SubmitRequest(spec=pb.JobSpec(tasks=0, cpu_need=0.5, memory=0.1, work_seconds=5)))
+    again = stub.SubmitBatch(pb.SubmitBatchRequest(requests=requests), timeout=5).results
+    assert [r.known for r in again[:3]] == [True, True, True]
+    assert again[3].code != 0 and not again[3].HasField("known")
+
+
+def test_cli_submit_file_from_an_older_coordinator_does_not_guess_new(tmp_path, monkeypatch, capsys):
+    """A coordinator that predates SubmitResult.known: the summary does not claim the jobs are new."""
+    import json
+
+    import coordinator.cli
+
+    class OldStub:
+        def SubmitBatch(self, request, timeout, metadata):  # noqa: N802 (the RPC's name)
+            return pb.SubmitBatchReply(results=[pb.SubmitResult(job=pb.Job(job_id=f"job-{i}"), code=0)
+                                                for i in range(len(request.requests))])
+
+    monkeypatch.setattr(coordinator.cli, "_stub", lambda address: OldStub())
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("".join(json.dumps({"id": f"t{i}", "submit_time": 0, "tasks": 1, "cpu_need": 0.5,
+                                        "memory": 0.1, "work": 5}) + "\n" for i in range(2)))
+    assert coordinator.cli.main(["submit", "--file", str(path)]) == 0
+    assert capsys.readouterr().err.strip() == "2 accepted, 0 refused"
 
 
 def test_a_running_jobs_virtual_time_is_its_progress_now_not_at_the_last_decision(stub):

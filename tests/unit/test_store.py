@@ -82,3 +82,36 @@ def test_a_file_that_is_not_a_store_is_refused_by_name(tmp_path: Path) -> None:
         Store(str(bad))
     with pytest.raises(StoreError, match="synchronous"):
         Store(str(tmp_path / "x.db"), synchronous="sometimes")
+
+
+def test_a_failed_commit_is_rolled_back_and_later_transactions_work(tmp_path: Path) -> None:
+    """A COMMIT that fails (here a deferred foreign key, checked only at COMMIT; in the field a full disk or
+    an I/O error) leaves SQLite's transaction open: the store must roll it back and count no transaction
+    open, or every later BEGIN fails ("cannot start a transaction within a transaction")."""
+    path = str(tmp_path / "s.db")
+    store = Store(path)
+    store._db.executescript("PRAGMA foreign_keys=ON; CREATE TABLE parent (id INTEGER PRIMARY KEY);"
+                            "CREATE TABLE child (p INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);")
+    with pytest.raises(sqlite3.IntegrityError), store.transaction(), store.transaction():  # nested: one commit
+        store.put_job(spec(1), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+        store._db.execute("INSERT INTO child VALUES (42)")  # no parent 42: the COMMIT fails
+    assert store._depth == 0 and not store._db.in_transaction
+    with store.transaction():
+        store.put_job(spec(2), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+    store.put_agent("a", "127.0.0.1:1", b"")
+    assert [j.spec.id for j in Store(path).load().jobs] == [spec(2).id]  # the failed one left nothing
+
+
+def test_commits_are_fsynced_by_default(tmp_path: Path) -> None:
+    """synchronous=FULL: a commit is on disk, not only in the page cache, before it returns (a power cut
+    loses nothing acknowledged); the coordinator's store gets it without asking."""
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+
+    full = 2  # PRAGMA synchronous's value for FULL
+    assert Store(str(tmp_path / "a.db"))._db.execute("PRAGMA synchronous").fetchone()[0] == full
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "b.db"))
+    assert server.store is not None
+    assert server.store._db.execute("PRAGMA synchronous").fetchone()[0] == full
+    server.store.close()
+    assert Store(str(tmp_path / "c.db"), "normal")._db.execute("PRAGMA synchronous").fetchone()[0] == 1

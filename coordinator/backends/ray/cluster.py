@@ -103,11 +103,13 @@ def placement_table(infos: list[dict[str, Any]], placements: list[HostPlacement]
     return format_table(rows)
 
 
-def run_up(args: argparse.Namespace) -> int:
-    """``vcemu up --ray ADDRESS``: see the module docstring. Bad settings end it with one line naming
-    the setting and exit status 2."""
+def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> int:
+    """``vcemu up --ray ADDRESS``: see the module docstring. ``options``: more CoordinatorServer arguments
+    (``--state``, ``--heartbeat``, ``--token-file``), as a local ``vcemu up`` passes them. Bad settings end
+    it with one line naming the setting and exit status 2."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
+    from coordinator.store import StoreError
     from node_agent.cli import parse_size
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
@@ -140,9 +142,12 @@ def run_up(args: argparse.Namespace) -> int:
         bind = args.bind or ctx.node_ip
         try:
             server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=bind,
-                                       metrics_port=args.metrics_port).start()
+                                       metrics_port=args.metrics_port, **(options or {})).start()
         except OSError as exc:
             print(f"vcemu up: --port/--bind/--metrics-port: {exc}", file=sys.stderr)
+            return 2
+        except StoreError as exc:  # as a local vcemu up says it
+            print(f"vcemu up: error: {exc}", file=sys.stderr)
             return 2
         agents = RayAgents(ctx, placements, server.address, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
