@@ -11,7 +11,24 @@ from contextlib import contextmanager
 import grpc
 
 from coordinator.backends.live import LiveBackend
+from coordinator.engine import Engine
+from coordinator.model import Host, Snapshot, Stimulus
+from coordinator.plan import Plan
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
+
+
+class Idle:
+    """A policy that never acts: every plan is applied by the test (``Engine.apply``)."""
+
+    name, period = "idle", None
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+        return Plan()
+
+
+def engine_on(backend: LiveBackend) -> Engine:
+    """An engine over every host of ``backend``'s agents (1 CPU, all memory each), with the :class:`Idle` policy."""
+    return Engine(Idle(), backend, [Host(h, 1.0, 1.0) for h in sorted(backend.host_agent)])
 
 
 def serve(servicer: agent_pb2_grpc.AgentServicer) -> tuple[grpc.Server, str]:

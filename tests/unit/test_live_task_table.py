@@ -21,28 +21,15 @@ import pytest
 from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine
-from coordinator.model import Host, JobSpec, JobState, Snapshot, Stimulus
+from coordinator.model import JobSpec, JobState
 from coordinator.plan import Migrate, Move, Pause, Plan, SetShare, Start
 from coordinator.store import Store
 from vcemu.v1 import agent_pb2
 
-from .scripted_agent import TableAgent, backend_on
+from .scripted_agent import TableAgent, backend_on, engine_on
 
 TWO_TASKS = JobSpec("a", 0.0, 2, 1.0, 0.1, 10.0)
 ONE_TASK = JobSpec("a", 0.0, 1, 1.0, 0.1, 10.0)
-
-
-class Idle:
-    """A policy that never acts: every plan here is applied by the test."""
-
-    name, period = "idle", None
-
-    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
-        return Plan()
-
-
-def engine_on(backend: LiveBackend) -> Engine:
-    return Engine(Idle(), backend, [Host(h, 1.0, 1.0) for h in sorted(backend.host_agent)])
 
 
 def moved_after_finishing(x: TableAgent, backend: LiveBackend, engine: Engine) -> str:
