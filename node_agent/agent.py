@@ -311,17 +311,18 @@ class AgentCore:
 def _poll(task: Task | ModeledTask) -> None:
     """Poll a task; log its end once (the agent-side record of what ran, for operators and fault tests).
 
-    An unexpected error fails that task (its process stopped as far as it can be) rather than escape:
-    escaping, it would end the monitor thread, and with it every task's progress and completion on this
-    agent, silently. A failed task is reported, so its job is failed or retried where it can be seen."""
+    An unexpected error aborts that task (its processes killed, what it holds released) rather than
+    escape: escaping, it would end the monitor thread, and with it every task's progress and completion on
+    this agent, silently. A failed task is reported, so its job is failed or retried where it can be seen.
+    A finished task keeps its end (its poll has nothing left to do)."""
     was = task.state
     try:
         task.poll()
     except Exception as exc:  # a bug or an unforeseen OS error: this task's, not the agent's
+        if was.finished:
+            return
         log.exception("polling task %s failed; failing the task", task.spec.task_id)
-        with contextlib.suppress(Exception):
-            task.stop()
-        task.state, task.message = State.FAILED, f"agent error while polling the task: {type(exc).__name__}: {exc}"
+        task.abort(f"agent error while polling the task: {type(exc).__name__}: {exc}")
     if task.state.finished and not was.finished:
         log.info("task end %s state=%s", task.spec.task_id, task.state.name.lower())
 

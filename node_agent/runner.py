@@ -210,7 +210,7 @@ class Task:
         self._sample(time.monotonic())
 
     def set_share(self, share: float) -> None:
-        if not self.state.finished and self._ready:
+        if not self.state.finished and self._booted:
             self._driver.set_cpu(self.cgroup, share * self.spec.host_cores)
         self.cpu_share = share
 
@@ -242,6 +242,15 @@ class Task:
             self.state = State.STOPPED
             self.message = "stopped"
         self._release()
+
+    def abort(self, message: str) -> None:
+        """Fail the task now: kill its processes and release what it holds, without polling it first
+        (:meth:`stop` polls, and the agent aborts a task whose poll raises). Each step is best effort."""
+        with contextlib.suppress(Exception):
+            self._kill()
+        with contextlib.suppress(Exception):
+            self._release()
+        self.state, self.message, self._rss = State.FAILED, message, 0
 
     def _release_stdin(self, message: bytes = b"") -> None:
         """Send the program its last word on stdin (the run byte, or nothing: EOF) and close it."""
@@ -346,8 +355,10 @@ class Task:
                 kills = self._driver.oom_kills(self.cgroup)  # the cgroup is still there: read before _release
                 if kills:
                     mem, extra = self.spec.memory_bytes, INTERPRETER_ALLOWANCE_BYTES
-                    why += (f": out of memory, by the kernel's OOM killer at its cgroup's limit of {mem + extra} "
-                            f"bytes (memory_bytes {mem} + {extra} for the interpreter)")
+                    # (the kernel counts a kill in the victim's cgroup whether its limit or the whole
+                    # machine ran out, so the limit is named, not blamed)
+                    why += (f": out of memory, by the kernel's OOM killer (its cgroup's limit: {mem + extra} bytes, "
+                            f"memory_bytes {mem} + {extra} for the interpreter)")
                 elif kills == 0:
                     why += " from outside the agent (not the memory limit: its cgroup saw no OOM kill)"
                 else:
@@ -438,6 +449,10 @@ class ModeledTask:
         self._integrate()
         if not self.state.finished:
             self.state, self.message = State.STOPPED, "stopped"
+
+    def abort(self, message: str) -> None:
+        """Fail the task now (no process to kill)."""
+        self.state, self.message = State.FAILED, message
 
     def poll(self) -> None:
         self._integrate()

@@ -117,7 +117,7 @@ def test_a_task_killed_at_its_memory_limit_says_so_and_one_killed_from_outside_s
         _until("the task was never killed at its limit", lambda: (oom.poll(), oom.state.finished)[1])
         assert oom.state is State.FAILED
         assert "killed by SIGKILL: out of memory, by the kernel's OOM killer" in oom.message, oom.message
-        assert f"limit of {16 << 20} bytes" in oom.message
+        assert f"limit: {16 << 20} bytes" in oom.message
     finally:
         oom.stop()
     monkeypatch.undo()

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import time
 
-from node_agent.agent import AgentCore, HostSpec
+import psutil
+
+from node_agent.agent import AgentCore, HostSpec, _poll
 from node_agent.dutycycle import DutyCycleDriver
-from node_agent.runner import State
+from node_agent.runner import State, Task, TaskSpec
 from workloads import modeled
 
 
@@ -39,3 +41,28 @@ def test_a_task_whose_poll_raises_fails_alone_and_the_monitor_goes_on() -> None:
         assert core._monitor.is_alive()
     finally:
         core.shutdown()
+
+
+def test_a_task_aborted_for_a_raising_poll_leaves_no_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The abort kills the task's process: a FAILED task whose program ran on would use CPU and memory the
+    agent counts as free (and, without cgroups, with no limit at all once its group is dropped)."""
+    driver = DutyCycleDriver()
+    spec = TaskSpec(task_id="t/0", host="h", host_cores=1.0, workload="dgemm", cpu_share=0.5, cpu_need=0.5,
+                    work_seconds=60.0, memory_bytes=16 << 20)
+    task = Task(spec, driver, units_per_core_second=1000.0, workdir=str(tmp_path))
+    try:
+        task.start()
+        pid = task.view().pid
+        assert psutil.pid_exists(pid)
+
+        def broken() -> None:
+            raise OSError("simulated: progress channel unreadable")
+
+        task.poll = broken  # type: ignore[method-assign]
+        _poll(task)
+        assert task.state is State.FAILED and "progress channel unreadable" in task.message
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert driver.pids(task.cgroup) == []
+    finally:
+        task.abort("test cleanup")
+        driver.close()
