@@ -303,6 +303,7 @@ class CoordinatorServer:
         if self.store is not None:
             self.engine.listeners.append(self._persist)
             self.backend.journal = self.store.put_tasks
+            self.backend.journal_batch = self.store.transaction
         self.engine.listeners.append(self._broadcast)
         self._stop = threading.Event()
         interceptors = [TokenInterceptor(token)] if token else []

@@ -126,7 +126,9 @@ class Store:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group writes into one commit (nestable); rolled back if the block or its COMMIT raises.
+        """Group writes into one commit (nestable); rolled back if the block or its COMMIT raises. Nesting
+        has no savepoints: what an inner block wrote is undone only with the outermost one, so a caller that
+        catches an inner block's exception and goes on commits that block's writes so far (no caller does).
 
         Whatever happens, on the way out the nesting count is what it was and, at the outermost level, no
         SQLite transaction is left open: a COMMIT that fails (a full disk, an I/O error, a deferred

@@ -22,8 +22,11 @@ owns (left by a crashed coordinator, or by an agent that was cut off and given u
 job owns that its agent no longer reports (the agent restarted) is reported lost, and the engine requeues
 the job from its last checkpoint. A task whose Stop does not get through is an orphan, stopped again at
 every poll, and at once when its host's agent refuses a call for want of the capacity it still holds (a
-job is not failed for our own leftover; if the orphan stays, the call counts as unreachable). A Stop
-before a restart elsewhere that cannot be confirmed requeues the job: a task never runs twice. With a
+job is not failed for our own leftover; if the orphan stays because its agent does not answer, the call
+counts as unreachable). A Stop before a restart elsewhere that cannot be confirmed requeues the job
+instead of restarting the task within the plan; the requeued job may be placed again before that task's
+Stop (retried at every poll) gets through, so two copies can run until then, or until its agent is
+declared lost: only the copy its job owns is reported and counted. With a
 ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
 task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks
 that kept running and never reuses a task id.
@@ -31,6 +34,7 @@ that kept running and never reuses a task id.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -105,6 +109,9 @@ class LiveBackend:
         self.rpc_timeout = rpc_timeout
         self.channel_factory = channel_factory or grpc.insecure_channel
         self.journal: Journal | None = None
+        #: Groups the journal writes of one poll into one commit (the store's ``transaction``): with an
+        #: fsync per commit, a write per running job every second would cost a sync each.
+        self.journal_batch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
         self._journal_at = 0.0
         self._wake = threading.Event()
         self._polled = -math.inf  # monotonic time of the last Status round
@@ -270,8 +277,14 @@ class LiveBackend:
         one still cannot be stopped, the refusal is transient (unreachable): the engine requeues the job,
         or leaves it pending, instead of failing it for good."""
         if not self._stop_orphans(host):
+            # Transient only while the agent does not answer (it is then declared lost, which ends its
+            # orphans, or answers again): an agent that answers and refuses the Stop would have the job
+            # offered again at every turn for ever, so then the refusal fails it, naming the cause.
+            handle = self.agents.get(self.host_agent.get(host, ""))
+            silent = handle is None or handle.silent or handle.lost
             raise BackendError(f"{method} on {host}: {_rpc_text(refusal)}; tasks stopped on {host} earlier still "
-                               "hold it (their Stop did not get through), will retry", unreachable=True)
+                               "hold it (their Stop did not get through)" + (", will retry" if silent else ""),
+                               unreachable=silent)
         return self._call(host, method, request)
 
     def _stop_orphans(self, host: str | None = None) -> bool:
@@ -394,17 +407,19 @@ class LiveBackend:
         (job, error) of the jobs whose task could not be started."""
         failed: list[tuple[str, BackendError]] = []
         with self._lock:
-            arrivals, self._arrivals = self._arrivals, []
-            for job, index in arrivals:
+            while self._arrivals:
+                # One at a time, each left queued until it is done: should anything but a BackendError
+                # escape (the journal's store failing), the moves not yet started stay for the next poll.
+                job, index = self._arrivals[0]
                 tasks = self._tasks.get(job)
-                if tasks is None or not tasks[index].saved:
-                    continue
-                t = tasks[index]
-                try:
-                    tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
-                except BackendError as exc:
-                    failed.append((job, exc))
-                self._persist(job)
+                if tasks is not None and tasks[index].saved:
+                    t = tasks[index]
+                    try:
+                        tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
+                    except BackendError as exc:
+                        failed.append((job, exc))
+                    self._persist(job)
+                self._arrivals.pop(0)
         return failed
 
     def _checkpoint(self, task: _Task) -> float:
@@ -473,11 +488,13 @@ class LiveBackend:
         """One Status round over all agents; returns jobs that finished since the last round (and jobs to
         requeue: a task vanished, or a left-over move could not be started)."""
         with self._lock:
-            # Moves left by a plan that an exception (not a BackendError: a failed listener, say) ended
-            # before its flush: started now, the engine having recorded them at their new hosts, as the
-            # plan's flush would have. Before the Status round, which would find them missing otherwise.
-            reports = [Report(job, JobState.PENDING if exc.unreachable else JobState.FAILED, f"migrate failed: {exc}")
-                       for job, exc in self.flush()]
+            # Moves left by a plan that an exception other than a BackendError ended (a failed journal
+            # write, say) before they were started: their tasks are saved, with no process. Whether the
+            # engine recorded the new hosts depends on where the exception came from, so they are not
+            # started here but requeued: the job restarts from the checkpoints, wherever it is placed next.
+            reports = [Report(job, JobState.PENDING, "a move was interrupted; requeued from its checkpoint")
+                       for job in dict.fromkeys(job for job, _ in self._arrivals)]
+            self._arrivals.clear()
             answered: set[str] = set()  # hosts whose agent answered this round
             # This round's answers only: an agent that did not answer may have been told to stop or move a
             # task since its last Status, which would otherwise bring that task back as it was.
@@ -525,8 +542,9 @@ class LiveBackend:
                         reports.append(Report(job, JobState.FAILED, f"task {failed[0].task_id}: {failed[0].message}"))
             if self.journal is not None and time.monotonic() >= self._journal_at:  # progress: the checkpoints
                 self._journal_at = time.monotonic() + JOURNAL_PROGRESS_S
-                for job in self._tasks:
-                    self._persist(job)
+                with self.journal_batch():
+                    for job in self._tasks:
+                        self._persist(job)
             return reports
 
     def _reconcile(self, seen: dict[str, agent_pb2.TaskStatus], answered: set[str]) -> None:

@@ -9,7 +9,9 @@ or losing progress (each test failed before its fix):
   restart there failed, and the requeued job started again from the last poll's older progress;
 * moving a finished task recorded it at its new host without writing that to the journal;
 * the moves of a plan that an exception (not a BackendError: a listener's store write, say) ended before
-  its flush were left without a process until some later plan, and moving one again failed its job.
+  its flush were left without a process until some later plan, and moving one again failed its job; and a
+  journal write failing inside the flush dropped the moves not yet started, leaving their jobs RUNNING with
+  no process for ever. Such moves are now requeued at the next poll.
 
 The agents are :class:`~tests.unit.scripted_agent.TableAgent`: gRPC servers on 127.0.0.1 with the real
 agent's task-table rules; no processes, no cgroups."""
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.backends.base import Report
 from coordinator.backends.live import LiveBackend
 from coordinator.metrics import Transition
 from coordinator.model import JobSpec, JobState
@@ -79,6 +82,28 @@ def test_a_refusal_on_a_host_without_orphans_still_fails_the_job() -> None:
         assert rec.state is JobState.FAILED and "FAILED_PRECONDITION" in rec.message
 
 
+def test_an_orphan_whose_agent_answers_and_refuses_its_stop_fails_the_job_instead_of_looping() -> None:
+    """Transient means the agent does not answer (it is then declared lost, or answers again). One that
+    answers but will not stop the task would have the job offered again at every turn, for ever."""
+    x = TableAgent("x", ("h0",))
+    x.check_capacity = True
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+
+        def broken_stop(request: agent_pb2.TaskRef) -> None:
+            raise RuntimeError("the agent's Stop is broken")  # gRPC answers UNKNOWN: not a retryable code
+
+        x.on_stop = broken_stop
+        engine.cancel("a")  # a/0 is an orphan of an agent that answers
+        engine.arrive(OTHER)
+        engine.apply(Plan((Start("b", ("h0",), 1.0),)))
+        rec = engine.jobs["b"]
+        assert rec.state is JobState.FAILED, rec.state
+        assert "FAILED_PRECONDITION" in rec.message and "still hold it" in rec.message, rec.message
+
+
 def test_a_move_whose_stop_meets_a_cut_off_agent_is_requeued_not_run_twice() -> None:
     x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1",))
     with backend_on(x, y, rpc_timeout=1.0) as backend:
@@ -129,7 +154,10 @@ def test_moving_a_finished_task_is_journalled(seen: bool) -> None:
         assert job == "a" and (tasks[0].host, tasks[0].state) == ("h2", agent_pb2.TASK_STATE_DONE)
 
 
-def test_moves_of_a_plan_ended_by_an_exception_are_started_at_the_next_poll() -> None:
+def test_moves_of_a_plan_ended_by_an_exception_are_requeued_at_the_next_poll() -> None:
+    """Not started where the plan meant them to go: whether the engine recorded the new hosts depends on
+    where the exception came from (a listener after the move, or the move's own journal write). Requeued,
+    each job restarts from its checkpoint wherever it is placed next."""
     x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1", "h2"))
     with backend_on(x, y, rpc_timeout=1.0) as backend:
         engine = engine_on(backend)
@@ -146,8 +174,39 @@ def test_moves_of_a_plan_ended_by_an_exception_are_started_at_the_next_poll() ->
         with pytest.raises(OSError):  # a moved, then the plan ends before its flush
             engine.apply(Plan((Migrate("a", 0, "h1"), Start("b", ("h0",), 1.0))))
         engine.listeners.remove(store_down)
-        assert backend.poll() == []  # the service's loop survives, and its next step polls
-        assert y.tasks["a/0.1"].host == "h1" and y.tasks["a/0.1"].progress == pytest.approx(0.4)
-        engine.apply(Plan((Migrate("a", 0, "h2"),)))  # and a's task moves on as any running task does
+        assert backend.poll() == [Report("a", JobState.PENDING, "a move was interrupted; requeued from its checkpoint")]
+        assert not y.tasks and "a/0" not in x.tasks  # no copy anywhere
+        engine.requeue("a", "a move was interrupted")  # as the engine does with that report
+        assert engine.jobs["a"].state is JobState.PENDING and engine.jobs["a"].vt == pytest.approx(4.0)
+        engine.apply(Plan((Start("a", ("h2",), 1.0),)))  # placed again, from its checkpoint
         assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
-        assert list(y.tasks) == ["a/0.2"] and y.tasks["a/0.2"].host == "h2"
+        assert list(y.tasks) == ["a/0.1"] and y.tasks["a/0.1"].progress == pytest.approx(0.4)
+
+
+def test_a_journal_failure_in_the_flush_leaves_the_moves_queued_and_the_poll_requeues_them() -> None:
+    """The journal write before a moved task's StartTask fails (the store's disk is full): the moves not
+    yet started are not dropped, which left their tasks saved and their jobs RUNNING with no process, for
+    ever (a poll skips a job with a saved task)."""
+    c = JobSpec("c", 0.0, 1, 1.0, 0.1, 10.0)
+    x, y = TableAgent("x", ("h0", "h1")), TableAgent("y", ("h2", "h3"))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        for spec in (ONE_TASK, c):
+            engine.arrive(spec)
+        engine.apply(Plan((Start("a", ("h0",), 1.0), Start("c", ("h1",), 1.0))))
+        x.set("a/0", 0.3)
+        x.set("c/0", 0.6)
+
+        def journal(job: str, restarts: int, tasks: list[StoredTask]) -> None:
+            if restarts >= 1:  # the flush's StartTask of a moved task: a new restart count
+                raise OSError("disk full")
+
+        backend.journal = journal
+        with pytest.raises(OSError):
+            engine.apply(Plan((Migrate("a", 0, "h2"), Migrate("c", 0, "h3"))))
+        backend.journal = None
+        reports = backend.poll()
+        assert sorted(r.job for r in reports) == ["a", "c"] and all(r.state is JobState.PENDING for r in reports)
+        for r in reports:
+            engine.requeue(r.job, r.message)
+        assert engine.jobs["a"].vt == pytest.approx(3.0) and engine.jobs["c"].vt == pytest.approx(6.0)

@@ -146,3 +146,23 @@ def test_a_job_requeued_by_its_failed_move_has_no_migrate_transition() -> None:
         assert engine.jobs["a"].state is JobState.PENDING
         reasons = [t.reason for t in engine.history.transitions if t.job == "a"]
         assert "migrate" not in reasons and reasons[-1].endswith("requeued"), reasons
+
+
+def test_a_polls_progress_journal_is_one_commit_for_every_job(tmp_path: Path) -> None:
+    """The store fsyncs every commit (synchronous=FULL): the progress journal, written about once a second
+    for every running job, must be one commit, not one per job (a sync each, under the backend's lock)."""
+    x = TableAgent("x", ("h0", "h1", "h2"))
+    store = Store(str(tmp_path / "state.db"))
+    specs = [JobSpec(j, 0.0, 1, 1.0, 0.1, 10.0) for j in ("a", "b", "c")]
+    with backend_on(x, rpc_timeout=2.0) as backend:
+        backend.journal, backend.journal_batch = store.put_tasks, store.transaction
+        for spec, host in zip(specs, ("h0", "h1", "h2"), strict=True):
+            backend.start(spec, [host], 1.0)
+            x.set(f"{spec.id}/0", 0.5)
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        backend._journal_at = 0.0  # the periodic write is due
+        assert backend.poll() == []
+        store._db.set_trace_callback(None)
+    assert [s for s in statements if s.strip().upper() == "COMMIT"] == ["COMMIT"]
+    assert {job: tasks[0].progress for job, (_, tasks) in store.load().tasks.items()} == {"a": 0.5, "b": 0.5, "c": 0.5}

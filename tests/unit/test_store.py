@@ -113,5 +113,7 @@ def test_commits_are_fsynced_by_default(tmp_path: Path) -> None:
     server = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "b.db"))
     assert server.store is not None
     assert server.store._db.execute("PRAGMA synchronous").fetchone()[0] == full
+    # and the live backend's progress journal commits (and syncs) once per poll, not once per job
+    assert server.backend.journal_batch == server.store.transaction
     server.store.close()
     assert Store(str(tmp_path / "c.db"), "normal")._db.execute("PRAGMA synchronous").fetchone()[0] == 1
