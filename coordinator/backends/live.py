@@ -21,12 +21,13 @@ done, since task ids are never reused). Each poll also reconciles: a task an age
 owns (left by a crashed coordinator, or by an agent that was cut off and given up) is stopped; a task a
 job owns that its agent no longer reports (the agent restarted) is reported lost, and the engine requeues
 the job from its last checkpoint. A task whose Stop does not get through is an orphan, stopped again at
-every poll, and at once when its host's agent refuses a call for want of the capacity it still holds (a
-job is not failed for our own leftover; if the orphan stays because its agent does not answer, the call
-counts as unreachable). A Stop before a restart elsewhere that cannot be confirmed requeues the job
-instead of restarting the task within the plan; the requeued job may be placed again before that task's
-Stop (retried at every poll) gets through, so two copies can run until then, or until its agent is
-declared lost: only the copy its job owns is reported and counted. With a
+every poll, and at once when its host's agent refuses a call for want of the capacity it still holds, as
+is a task of no job here that the agent then reports on that host (a job is not failed for a leftover;
+if the orphan stays because its agent does not answer, the call counts as unreachable). A Stop before a
+restart elsewhere that cannot be confirmed requeues the job instead of restarting the task within the
+plan; the requeued job may be placed again before that task's Stop (retried at every poll) gets through,
+so two copies can run until then, or until its agent is declared lost: only the copy its job owns is
+reported and counted. With a
 ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
 task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks
 that kept running and never reuses a task id.
@@ -265,7 +266,7 @@ class LiveBackend:
         except grpc.RpcError as exc:
             if method == "StartTask" and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
-            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and any(t.host == host for t in self._orphans):
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and self._leftovers_on(host):
                 return self._call_past_orphans(host, method, request, exc)
             raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
 
@@ -286,6 +287,25 @@ class LiveBackend:
                                "hold it (their Stop did not get through)" + (", will retry" if silent else ""),
                                unreachable=silent)
         return self._call(host, method, request)
+
+    def _leftovers_on(self, host: str) -> bool:
+        """Asked when ``host``'s agent refuses a call for want of capacity, which the model says it has:
+        are tasks of ours, or of no job here, left on it? Our orphans, and the tasks its agent runs there
+        that no job owns (a crashed coordinator's, or a cut-off agent's from before it came back: the next
+        poll's reconciliation would stop them, but this call would fail its job first). The agent is asked
+        now (one Status); those tasks become orphans, to be stopped at once."""
+        handle = self.agents.get(self.host_agent.get(host, ""))
+        if handle is not None and not handle.lost:
+            try:
+                status = handle.stub.Status(agent_pb2.StatusRequest(), timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
+            except grpc.RpcError:
+                status = None
+            if status is not None:
+                owned = {t.task_id for tasks in self._tasks.values() for t in tasks if not t.saved}
+                owned.update(t.task_id for t in self._orphans)
+                self._orphans.extend(_Task(ts.task_id, host) for ts in status.tasks
+                                     if ts.host == host and ts.task_id not in owned)
+        return any(t.host == host for t in self._orphans)
 
     def _stop_orphans(self, host: str | None = None) -> bool:
         """Try again to stop the orphans (on ``host``, or everywhere); True if none is left there."""

@@ -69,17 +69,35 @@ def test_a_job_is_not_failed_because_an_orphan_of_ours_holds_its_hosts_cpu(stopp
             assert engine.jobs["b"].state is JobState.RUNNING and list(x.tasks) == ["b/0.1"]
 
 
-def test_a_refusal_on_a_host_without_orphans_still_fails_the_job() -> None:
+def test_a_task_no_job_owns_is_stopped_when_it_blocks_a_placement_before_the_first_poll() -> None:
+    """A task left by a crashed coordinator (or by a cut-off agent's past) holds the host's CPU; the first
+    poll's reconciliation would stop it, but a placement before that poll must not fail its job for it."""
     x = TableAgent("x", ("h0",))
     x.check_capacity = True
     with backend_on(x, rpc_timeout=1.0) as backend:
         engine = engine_on(backend)
-        x.tasks["other"] = agent_pb2.TaskStatus(task_id="other", host="h0", cpu_share=1.0,
-                                                state=agent_pb2.TASK_STATE_RUNNING)  # not ours, not an orphan
+        x.tasks["stale/0"] = agent_pb2.TaskStatus(task_id="stale/0", host="h0", cpu_share=1.0,
+                                                  state=agent_pb2.TASK_STATE_RUNNING)
         engine.arrive(OTHER)
         engine.apply(Plan((Start("b", ("h0",), 1.0),)))
         rec = engine.jobs["b"]
-        assert rec.state is JobState.FAILED and "FAILED_PRECONDITION" in rec.message
+        assert rec.state is JobState.RUNNING, rec.message
+        assert list(x.tasks) == ["b/0"]
+
+
+def test_a_refusal_that_no_leftover_explains_still_fails_the_job() -> None:
+    x = TableAgent("x", ("h0",))
+    x.check_capacity = True
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(OTHER)
+        engine.apply(Plan((Start("b", ("h0",), 0.5),)))
+        x.tasks["b/0"].cpu_share = 1.0  # the agent's count and the model's part (how is not the point)
+        engine.arrive(ONE_TASK)
+        engine.apply(Plan((Start("a", ("h0",), 0.5),)))  # fits in the model, not on the agent
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.FAILED and "FAILED_PRECONDITION" in rec.message, rec.message
+        assert "b/0" in x.tasks  # b's own task is not taken for a leftover
 
 
 def test_an_orphan_whose_agent_answers_and_refuses_its_stop_fails_the_job_instead_of_looping() -> None:
