@@ -375,10 +375,14 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
     from node_agent.agent import free_agent_id
+    from node_agent.ports import ports_refusal
 
     cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
                     else default_cpus_per_host(hosts), hosts)
     mems = per_host("--mem-per-host", mem_per_host, hosts)
+    refusal = ports_refusal("127.0.0.1", port, metrics_port)  # before the coordinator opens its state file
+    if refusal is not None:
+        raise OSError(refusal)
     server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
     tls = options.get("tls")
     tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
@@ -442,7 +446,12 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
     from coordinator.store import StoreError
+    from node_agent.ports import ports_refusal
 
+    refusal = ports_refusal(args.bind, args.port, args.metrics_port)  # before the state file is opened
+    if refusal is not None:
+        print(f"vcemu coordinator: error: {refusal}", file=sys.stderr)
+        return 2
     try:
         server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
                                    metrics_port=args.metrics_port, **_server_options(args)).start()

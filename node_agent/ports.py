@@ -32,6 +32,23 @@ def port_in_use(bind: str, port: int) -> bool:
     return bool(addresses) and taken == len(addresses)
 
 
-def cannot_listen(bind: str, port: int) -> str:
-    """The one refusal of a ``--port`` in use, the same from the coordinator and the agent."""
-    return f"--port: cannot listen on {bind}:{port} (in use by another process?)"
+def cannot_listen(bind: str, port: int, flag: str = "--port") -> str:
+    """The one refusal of a port in use, the same from the coordinator and the agent."""
+    return f"{flag}: cannot listen on {bind}:{port} (in use by another process?)"
+
+
+def ports_refusal(bind: str, port: int, metrics_port: int | None) -> str | None:
+    """Why ``--port`` or ``--metrics-port`` cannot be listened on (one line naming the flag), or None.
+
+    Asked before anything slow or lasting starts (a state file opened, cgroups cleaned, workloads
+    calibrated), so a refused run has done nothing: the metrics server is otherwise bound last of all.
+    """
+    if port_in_use(bind, port):
+        return cannot_listen(bind, port)
+    if metrics_port is None:
+        return None
+    if metrics_port != 0 and metrics_port == port:
+        return f"--metrics-port: cannot listen on {bind}:{metrics_port} (the same port as --port)"
+    if port_in_use(bind, metrics_port):
+        return cannot_listen(bind, metrics_port, "--metrics-port")
+    return None

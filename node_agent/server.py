@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from node_agent.cgroups import CgroupError
-from node_agent.ports import cannot_listen, port_in_use
+from node_agent.ports import cannot_listen, ports_refusal
 from node_agent.runner import State, TaskView
 from node_agent.tls import TlsFiles
 from node_agent.transactional import TransactionalParams
@@ -188,9 +188,10 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and
     ``no_cgroups`` is false, and :class:`PortUnavailable` if the port or the metrics port cannot be bound
-    (the port is checked before anything starts)."""
-    if port_in_use(bind, port):
-        raise PortUnavailable(cannot_listen(bind, port))
+    (both are checked before anything starts)."""
+    refusal = ports_refusal(bind, port, metrics_port)
+    if refusal is not None:
+        raise PortUnavailable(refusal)
     core = open_core(agent_id, hosts, no_cgroups=no_cgroups, progress_by=progress_by)
     try:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"),

@@ -9,13 +9,15 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -133,20 +135,52 @@ def test_a_task_killed_at_its_memory_limit_says_so_and_one_killed_from_outside_s
         shot.stop()
 
 
+#: Prints its tasks' pids first (so the test can kill them whatever happens next), then "paused" once
+#: both run and t/0 is paused; if that does not happen in time, says why, kills its tasks and exits 1.
 _CRASHING_AGENT = """
 import sys, time
 from node_agent import runner
 runner.calibrate = lambda workload, seconds=0.0: 1000.0  # no calibration: this agent is about to be killed
 from node_agent.agent import HostSpec, open_core
 core = open_core(sys.argv[1], [HostSpec("h0", 1.0, 1 << 30)], no_cgroups=True)
-for i in range(2):
-    core.start_task(f"t/{i}", "h0", "dgemm", 0.1, 0.1, 3600.0, 0)
-while any(t.state.name != "RUNNING" for t in core.status()[1]):
+views = [core.start_task(f"t/{i}", "h0", "dgemm", 0.1, 0.1, 3600.0, 0) for i in range(2)]
+print(" ".join(str(v.pid) for v in views), flush=True)
+deadline = time.monotonic() + float(sys.argv[2])
+while not all(t.state.name == "RUNNING" for t in core.status()[1]):
+    tasks = core.status()[1]
+    if time.monotonic() > deadline or any(t.state.finished for t in tasks):
+        print("crashing agent: its tasks did not all run: "
+              + "; ".join(f"{t.task_id} {t.state.name} {t.message}" for t in tasks), file=sys.stderr, flush=True)
+        core.shutdown()
+        sys.exit(1)
     time.sleep(0.05)
 core.pause("t/0")
-print(" ".join(str(t.pid) for t in core.status()[1]), flush=True)
+print("paused", flush=True)
 time.sleep(600)
 """
+#: Seconds the crashing agent's tasks have to start running (a dgemm program boots in about one).
+_START_S = 30.0
+
+
+def _line_reader(proc: subprocess.Popen[str]) -> Callable[[float], str]:
+    """``next_line(timeout)``: the next line of ``proc``'s stdout without its newline, "" at its end. Read by
+    a thread, so a child that says nothing fails the test at the timeout instead of blocking it."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.put(line.rstrip("\n"))
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+
+    def next_line(timeout: float) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the crashing agent said nothing for {timeout:.0f} s") from None
+
+    return next_line
 
 
 def _alive(pid: int) -> bool:
@@ -163,13 +197,16 @@ def test_no_cgroups_agent_restarted_after_kill_9_kills_the_stopped_tasks_it_left
     from node_agent.agent import HostSpec, open_core
 
     agent_id = f"pytest-dc-{os.getpid()}"
-    crashed = subprocess.Popen([sys.executable, "-c", _CRASHING_AGENT, agent_id], cwd=ROOT, stdout=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    crashed = subprocess.Popen([sys.executable, "-c", _CRASHING_AGENT, agent_id, str(_START_S)], cwd=ROOT,
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    next_line = _line_reader(crashed)
     pids: list[int] = []
     try:
-        line = crashed.stdout.readline()  # type: ignore[union-attr]
+        line = next_line(_START_S)
         pids = [int(p) for p in line.split()]
-        assert len(pids) == 2, line
+        assert len(pids) == 2, f"the crashing agent did not start its tasks (its stderr is above): {line!r}"
+        line = next_line(2 * _START_S)
+        assert line == "paused", f"the crashing agent did not pause its task (its stderr is above): {line!r}"
         paused = pids[0]
         _until("the paused task was never stopped",  # SIGSTOP takes effect when the task next runs
                lambda: psutil.Process(paused).status() == psutil.STATUS_STOPPED, 5.0)

@@ -235,6 +235,70 @@ def test_a_metrics_port_in_use_is_one_line_naming_it(command: str, capsys) -> No
     refused(code, err, f"vcemu {command}: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
 
 
+def _listening() -> socket.socket:
+    """A socket listening on an ephemeral 127.0.0.1 port: that port is in use."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+def test_up_ray_port_in_use_is_one_clean_line(fake_ray: dict[str, object], capsys) -> None:
+    """Worded as a local ``vcemu up`` words it, without a second flag prefix before the one naming --port."""
+    with _listening() as s:
+        port = s.getsockname()[1]
+        code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", str(port)], capsys)
+    refused(code, err, f"vcemu up: error: --port: cannot listen on 127.0.0.1:{port}")
+    assert err.count("--port") == 1, err
+
+
+def test_agent_metrics_port_in_use_is_refused_before_the_agent_starts(monkeypatch, capsys) -> None:
+    """Before cgroups are cleaned, workloads calibrated and the gRPC server started, as a --port in use is."""
+    import node_agent.server
+
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
+    with _listening() as s:
+        port = s.getsockname()[1]
+        code, _, err = run(["agent", "--port", "0", "--metrics-port", str(port), "--no-cgroups"], capsys)
+    refused(code, err, f"vcemu agent: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
+
+
+def test_agent_metrics_port_same_as_port_is_refused_before_the_agent_starts(monkeypatch, capsys) -> None:
+    import node_agent.server
+
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
+    port = _closed_port()
+    code, _, err = run(["agent", "--port", str(port), "--metrics-port", str(port), "--no-cgroups"], capsys)
+    refused(code, err, f"vcemu agent: error: --metrics-port: cannot listen on 127.0.0.1:{port}", "--port")
+
+
+@pytest.mark.parametrize("ray", [False, True])
+def test_coordinator_metrics_port_in_use_is_refused_before_the_state_file_is_opened(
+        ray: bool, tmp_path: Path, fake_ray: dict[str, object], capsys) -> None:
+    """A refused run leaves no state file behind (and, with --ray, starts no coordinator)."""
+    state = tmp_path / "run.db"
+    argv = ["up", "--ray", "127.0.0.1:6379"] if ray else ["coordinator"]
+    with _listening() as s:
+        port = s.getsockname()[1]
+        code, _, err = run([*argv, "--port", "0", "--metrics-port", str(port), "--state", str(state)], capsys)
+    refused(code, err, f"vcemu {argv[0]}: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
+    assert not state.exists()
+    assert not fake_ray  # the coordinator was never built
+
+
+def test_up_metrics_port_in_use_starts_no_agent(tmp_path: Path, monkeypatch, capsys) -> None:
+    import coordinator.cli
+
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    state = tmp_path / "run.db"
+    with _listening() as s:
+        port = s.getsockname()[1]
+        code, _, err = run(["up", "--hosts", "1", "--port", "0", "--metrics-port", str(port), "--state", str(state)],
+                           capsys)
+    refused(code, err, f"vcemu up: error: --metrics-port: cannot listen on 127.0.0.1:{port}")
+    assert not state.exists()
+
+
 def test_an_unreadable_token_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
     code, _, err = run(["coordinator", "--port", "0", "--token-file", str(tmp_path / "none")], capsys)
     refused(code, err, "--token-file")

@@ -1,20 +1,53 @@
 """The demo's closing lines say plainly whether the live run met its target against the simulation, and
-why a duty-cycle run (``--no-cgroups``) may not (fabricated summaries: no cluster is started)."""
+why a duty-cycle run (``--no-cgroups``) may not. The verdict is the producer's own (``compare_with_target``,
+as ``run_demo`` computes it), fed with fabricated differences: no cluster is started."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coordinator.demo import TARGET_REL_DIFF, summary_lines
+from coordinator.demo import TARGET_REL_DIFF, _write_results, compare_with_target, summary_lines
 
 
 def summary(median: float, mode: str = "cgroup-v1") -> dict[str, Any]:
-    met = None if math.isnan(median) else median <= TARGET_REL_DIFF
-    return {"jobs": 12, "completed": 12, "live_vs_sim_median_rel_diff": median, "mode": mode, "wall_s": 95.2,
-            "results": "results/demo/x", "target_rel_diff": TARGET_REL_DIFF, "target_met": met}
+    """A ``--json`` summary whose comparison part is the producer's, for a run whose one job differed by
+    ``median`` (NaN: no job finished both ways)."""
+    return {"jobs": 12, "completed": 12, "mode": mode, "wall_s": 95.2, "results": "results/demo/x",
+            **compare_with_target([] if math.isnan(median) else [median])}
+
+
+@pytest.mark.parametrize(("diffs", "median", "met"), [
+    ([0.05, 0.5, 0.1], 0.1, True),
+    ([0.1, 0.21], 0.155, False),  # an even count: the mean of the middle two, just above the target
+    ([TARGET_REL_DIFF], TARGET_REL_DIFF, True),  # at the target is within it
+    ([0.2, 0.9, 0.01], 0.2, False),
+])
+def test_the_verdict_is_the_median_against_the_target(diffs: list[float], median: float, met: bool) -> None:
+    got = compare_with_target(diffs)
+    assert got == {"live_vs_sim_median_rel_diff": pytest.approx(median), "live_vs_sim_max_rel_diff": max(diffs),
+                   "target_rel_diff": TARGET_REL_DIFF, "target_met": met}
+
+
+def test_no_differences_is_neither_met_nor_missed() -> None:
+    got = compare_with_target([])
+    assert got["target_met"] is None
+    assert math.isnan(got["live_vs_sim_median_rel_diff"]) and math.isnan(got["live_vs_sim_max_rel_diff"])
+
+
+def test_summary_json_says_whether_the_target_was_met(tmp_path: Path) -> None:
+    """As the ``--json`` output does: the file holds the same comparison, verdict included."""
+    args = argparse.Namespace(out=str(tmp_path), policy="greedy", seed=1)
+    comparison = compare_with_target([0.3, 0.1, 0.12])
+    out = _write_results(args, [], comparison, 0, 1.0, "cgroup-v1")
+    written = json.loads((out / "summary.json").read_text())
+    assert {k: written[k] for k in comparison} == comparison
+    assert written["target_met"] is True and written["target_rel_diff"] == TARGET_REL_DIFF
 
 
 def test_the_target_stays_15_percent() -> None:

@@ -111,6 +111,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     from coordinator.service import CoordinatorServer
     from coordinator.store import StoreError
     from node_agent.cli import parse_size
+    from node_agent.ports import ports_refusal
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
     cpus, mems = args.cpus_per_host, args.mem_per_host
@@ -140,11 +141,15 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             print(f"vcemu up: {exc}", file=sys.stderr)
             return 2
         bind = args.bind or ctx.node_ip
+        refusal = ports_refusal(bind, args.port, args.metrics_port)  # before the state file is opened
+        if refusal is not None:
+            print(f"vcemu up: error: {refusal}", file=sys.stderr)
+            return 2
         try:
             server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=bind,
                                        metrics_port=args.metrics_port, **(options or {})).start()
-        except OSError as exc:
-            print(f"vcemu up: --port/--bind/--metrics-port: {exc}", file=sys.stderr)
+        except OSError as exc:  # its message names the flag already, as a local vcemu up says it
+            print(f"vcemu up: error: {exc}", file=sys.stderr)
             return 2
         except StoreError as exc:  # as a local vcemu up says it
             print(f"vcemu up: error: {exc}", file=sys.stderr)
