@@ -117,7 +117,7 @@ def run_demo(args: argparse.Namespace) -> int:
         "errors": errors, "results": str(out_dir),
     }
     if quiet:
-        print(json.dumps(summary))
+        print(json.dumps(_json_safe(summary)))
     else:
         _print_tables(rows)
         print("\n" + "\n".join(summary_lines(summary)))
@@ -133,6 +133,11 @@ def compare_with_target(diffs: list[float]) -> dict[str, Any]:
     median = statistics.median(diffs) if diffs else float("nan")
     return {"live_vs_sim_median_rel_diff": median, "live_vs_sim_max_rel_diff": max(diffs, default=float("nan")),
             "target_rel_diff": TARGET_REL_DIFF, "target_met": None if math.isnan(median) else median <= TARGET_REL_DIFF}
+
+
+def _json_safe(summary: dict[str, Any]) -> dict[str, Any]:
+    """NaN (nothing to compare) as null: NaN is not JSON, and tools such as jq refuse it."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()}
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -192,8 +197,8 @@ def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall:
                         g(lr, "wait"), g(lr, "run_time"), g(lr, "stretch"), g(lr, "final_yield"),
                         g(sr, "wait"), g(sr, "run_time"), g(sr, "stretch"), g(sr, "final_yield"),
                         "" if diff is None else diff])
-    (out / "summary.json").write_text(json.dumps(
-        {"completed": completed, "jobs": len(rows), **comparison, "wall_s": wall, "mode": mode}, indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(_json_safe(
+        {"completed": completed, "jobs": len(rows), **comparison, "wall_s": wall, "mode": mode}), indent=2) + "\n")
     _plot(rows, out / "stretch.png", comparison["live_vs_sim_median_rel_diff"])
     return out
 

@@ -78,3 +78,12 @@ def test_nothing_to_compare_is_not_called_met() -> None:
     text = "\n".join(summary_lines(summary(math.nan)))
     assert "nothing to compare with the target" in text
     assert "target met" not in text and "MISSED" not in text
+
+
+def test_nothing_to_compare_is_written_as_standard_json(tmp_path: Path) -> None:
+    """No NaN in the file (not JSON; jq refuses it): null, as for the verdict."""
+    args = argparse.Namespace(out=str(tmp_path), policy="greedy", seed=2)
+    out = _write_results(args, [], compare_with_target([]), 0, 1.0, "cgroup-v1")
+    text = (out / "summary.json").read_text()
+    written = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    assert written["live_vs_sim_median_rel_diff"] is None and written["target_met"] is None
