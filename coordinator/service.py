@@ -40,7 +40,7 @@ from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
 from coordinator.store import Store
 from coordinator.warmup import warm_kernels
-from node_agent.ports import cannot_listen, port_in_use
+from node_agent.ports import cannot_bind, cannot_listen, port_in_use
 from node_agent.tls import TlsFiles
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
@@ -326,7 +326,7 @@ class CoordinatorServer:
         except RuntimeError:  # grpc's "Failed to bind to address ..."
             self.port = 0
         if self.port == 0:
-            raise OSError(cannot_listen(bind, port))
+            raise OSError(cannot_bind(bind, port))
         self.address = f"{bind}:{self.port}"
         try:
             self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None

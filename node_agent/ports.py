@@ -11,30 +11,47 @@ import errno
 import socket
 
 
-def port_in_use(bind: str, port: int) -> bool:
-    """True if something listens on ``bind:port`` already (every address ``bind`` resolves to, as gRPC
-    fails only when it can bind none of them). Port 0 (any free port) is never in use; other errors
-    (an unknown host, an address not of this machine) are left for gRPC to report."""
-    if port == 0:
-        return False
+def _bind_errors(bind: str, port: int) -> list[int] | None:
+    """The errno of binding ``bind:port`` at each address ``bind`` resolves to (0: it binds), or None if
+    it resolves to none (an unknown host: left for gRPC to report)."""
     try:
         addresses = socket.getaddrinfo(bind.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError):
-        return False
-    taken = 0
+        return None
+    errors = []
     for family, kind, proto, _, address in addresses:
         with socket.socket(family, kind, proto) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no obstacle
             try:
                 s.bind(address)
+                errors.append(0)
             except OSError as exc:
-                taken += exc.errno == errno.EADDRINUSE
-    return bool(addresses) and taken == len(addresses)
+                errors.append(exc.errno or -1)
+    return errors or None
+
+
+def port_in_use(bind: str, port: int) -> bool:
+    """True if something listens on ``bind:port`` already (every address ``bind`` resolves to, as gRPC
+    fails only when it can bind none of them). Port 0 (any free port) is never in use."""
+    errors = _bind_errors(bind, port) if port != 0 else None
+    return errors is not None and all(e == errno.EADDRINUSE for e in errors)
+
+
+def not_local(bind: str) -> bool:
+    """True if ``bind`` is no address of this machine (binding it fails with EADDRNOTAVAIL everywhere)."""
+    errors = _bind_errors(bind, 0)
+    return errors is not None and all(e == errno.EADDRNOTAVAIL for e in errors)
 
 
 def cannot_listen(bind: str, port: int, flag: str = "--port") -> str:
     """The one refusal of a port in use, the same from the coordinator and the agent."""
     return f"{flag}: cannot listen on {bind}:{port} (in use by another process?)"
+
+
+def cannot_bind(bind: str, port: int) -> str:
+    """gRPC could not listen on a port :func:`port_in_use` found free: the address is the likelier cause."""
+    return (f"--bind: cannot listen on {bind}:{port} (not an address of this machine? "
+            "or the port was taken just now)")
 
 
 def ports_refusal(bind: str, port: int, metrics_port: int | None) -> str | None:
@@ -43,6 +60,8 @@ def ports_refusal(bind: str, port: int, metrics_port: int | None) -> str | None:
     Asked before anything slow or lasting starts (a state file opened, cgroups cleaned, workloads
     calibrated), so a refused run has done nothing: the metrics server is otherwise bound last of all.
     """
+    if not_local(bind):
+        return f"--bind: {bind} is not an address of this machine"
     if port_in_use(bind, port):
         return cannot_listen(bind, port)
     if metrics_port is None:

@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from node_agent.cgroups import CgroupError
-from node_agent.ports import cannot_listen, ports_refusal
+from node_agent.ports import cannot_bind, ports_refusal
 from node_agent.runner import State, TaskView
 from node_agent.tls import TlsFiles
 from node_agent.transactional import TransactionalParams
@@ -208,7 +208,7 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
         except RuntimeError:  # grpc's "Failed to bind to address ..."
             bound = 0
         if bound == 0:
-            raise PortUnavailable(cannot_listen(bind, port))
+            raise PortUnavailable(cannot_bind(bind, port))
         server.start()
         for svc in ("", SERVICE_NAME):
             hs.set(svc, health_pb2.HealthCheckResponse.SERVING)

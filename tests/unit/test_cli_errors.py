@@ -139,6 +139,16 @@ def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys
 
 
 @pytest.mark.parametrize("command", ["coordinator", "agent"])
+def test_an_address_not_of_this_machine_is_blamed_on_bind_not_port(command: str, monkeypatch, capsys) -> None:
+    """192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this machine: the port is free, the address is not."""
+    import node_agent.server
+
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
+    code, _, err = run([command, "--bind", "192.0.2.1", "--port", "0"], capsys)
+    refused(code, err, f"vcemu {command}: error: --bind: 192.0.2.1 is not an address of this machine")
+
+
+@pytest.mark.parametrize("command", ["coordinator", "agent"])
 def test_a_port_in_use_is_one_line_in_a_process(command: str) -> None:
     """Without gRPC's own "Failed to add port" line beside ours (in-process tests do not see it: it is
     written by gRPC's C++ core to file descriptor 2)."""
