@@ -14,8 +14,17 @@ Written to ``--out`` (default ``results/apc``):
 
 ``--out`` always describes one run. At the start the command removes every file above that an earlier run left
 (whichever experiments it ran; only these names, and ``live/``'s) and writes ``config.json`` with
-``"complete": false``, set to true after ``summary.json``; every file is replaced atomically. A killed run
-therefore leaves only its own files, marked unfinished; it is not resumed (rerun it).
+``"complete": false``, set to true after ``summary.json``; every file is replaced atomically.
+
+Each finished simulation (Experiment One's run, one (inter-arrival time, algorithm) cell of Experiment Two, one
+configuration of Experiment Three) is appended to ``simulations.partial.csv`` (flushed to disk) with the per-job
+and per-cycle records the reports are drawn from, so a run that is killed or interrupted (Ctrl-C: exit code 130)
+loses no finished simulation: rerun the same command and it keeps them (checking each) and runs only the rest, with
+the outputs of an uninterrupted run (Experiment Two's ``wall_s`` is each simulation's own, measured when it ran).
+If the settings differ from the stored ``config.json`` (anything but ``--experiments``, ``--out`` and the
+``--live*`` options, which change no simulation), it says so and starts over. The live part is not resumed: a
+rerun runs it again in full (a run whose live part failed keeps its journal, so the rerun simulates nothing).
+The journal is removed once the run is complete.
 """
 
 from __future__ import annotations
@@ -23,10 +32,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import math
 import sys
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +49,8 @@ from coordinator.apc.sim import SimConfig, SimResult, simulate
 from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
+from coordinator.policies.apc_rpf import Job
+from coordinator.resumable import Journal, unfinished_rows
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
         "application placement (seed 003), Sec. 5"
@@ -46,6 +60,16 @@ COLORS = {"apc": "tab:blue", "edf": "tab:orange", "fcfs": "tab:green", "edf-repa
 OUTPUTS = ("config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "exp2_jobs.csv",
            "exp2_summary.csv", "fig3_met.png", "fig4_changes.png", "fig5_distance.png", "exp3_cycles.csv",
            "fig6_rp.png", "fig7_cpu.png")
+#: The journal of finished simulations (see the module docstring); a new run removes it only if it starts over.
+JOURNAL = "simulations.partial.csv"
+#: The journal's columns: the simulation (:func:`unit_keys`), the kind of record (``cycle``, ``job``, and ``end``
+#: last, with the wall-clock seconds, the change counts and how many records precede it) and the record as JSON.
+#: One row per record, not one per simulation: Python's csv module refuses a field over 128 KiB, which one
+#: simulation's records exceed at the paper's sizes.
+FIELDS = ("unit", "record", "data")
+#: Settings in ``config.json`` that change no simulation: a stored run that differs only in these resumes.
+#: (Units are keyed by experiment, so a rerun with other ``--experiments`` keeps the ones it shares.)
+NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent")
 #: What :func:`coordinator.apc.live.live_experiment_three` writes in ``--out``/live (not imported from there: it
 #: needs gRPC, and only ``--live`` does).
 LIVE_OUTPUTS = ("config.json", "live_cycles.csv", "fig_live.png")
@@ -64,23 +88,145 @@ def _write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     write_text(path, buf.getvalue())
 
 
-def _bar(total: int, desc: str) -> tqdm:
-    return tqdm(total=total, desc=desc, unit="job", leave=False, file=sys.stderr)
+# --------------------------------------------------------------------------- units of work (the journal)
 
 
-def _run(cfg: SimConfig, jobs: list, desc: str, total: int) -> SimResult:
-    with _bar(total, desc) as bar:
+def simulate_unit(key: str, cfg: SimConfig, jobs: list[Job], total: int, per: str = "job") -> SimResult:
+    """Simulation ``key`` (shown on its progress bar of ``total`` completed jobs, or cycles with ``per="cycle"``)."""
+    with tqdm(total=total, desc=key, unit=per, leave=False, file=sys.stderr) as bar:
         def tick(done: int, _t: float) -> None:
-            bar.update(done - bar.n)
+            bar.update(done - bar.n if per == "job" else 1)
         return simulate(cfg, jobs, tick)
+
+
+def _key_one() -> str:
+    return "exp1 apc"
+
+
+def _key_two(iat: float, algo: str) -> str:
+    return f"exp2 {algo} iat={iat!r}"  # repr: two inter-arrival times never share a key
+
+
+def _key_three(name: str) -> str:
+    return f"exp3 {name}"
+
+
+def unit_keys(exps: Iterable[str], iats: Iterable[float], algos: Iterable[str]) -> list[str]:
+    """The simulations a run of ``exps`` consists of, in the order it runs them (no duplicates)."""
+    exps = set(exps)
+    keys: list[str] = []
+    if "one" in exps:
+        keys.append(_key_one())
+    if "two" in exps:
+        keys += [_key_two(iat, algo) for iat in iats for algo in algos]
+    if "three" in exps:
+        keys += [_key_three(name) for name, _ in EXP3_CONFIGS]
+    return list(dict.fromkeys(keys))
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished simulation as the reports use it: its records and how long it took (wall clock)."""
+
+    result: SimResult
+    seconds: float
+
+
+def _json(x: Any) -> str:
+    return json.dumps(x, separators=(",", ":"))
+
+
+def _encode(key: str, f: Finished, cycles: bool) -> list[dict[str, str]]:
+    """The journal rows of simulation ``key``. JSON keeps ints and floats apart and writes floats (NaN and
+    infinities too) so that they read back equal, which is what makes a resumed run's outputs an uninterrupted
+    run's, byte for byte. ``cycles=False`` leaves the per-cycle records out."""
+    recs = [("cycle", c) for c in (f.result.cycles if cycles else [])] + [("job", j) for j in f.result.jobs]
+    end = {"seconds": f.seconds, "changes": dict(f.result.changes), "cycles": len(recs) - len(f.result.jobs),
+           "jobs": len(f.result.jobs)}
+    return [{"unit": key, "record": kind, "data": _json(rec)} for kind, rec in [*recs, ("end", end)]]
+
+
+def _decode(rows: Sequence[Mapping[str, str]]) -> Finished | None:
+    """One simulation's journal rows (in order) back as :func:`_encode` wrote them, or None if they do not
+    check out (cut short by a kill, or not written by it): the simulation is then run again."""
+    recs: dict[str, list[Any]] = {"cycle": [], "job": [], "end": []}
+    try:
+        for r in rows:
+            recs[r["record"]].append(json.loads(r["data"]))
+    except (KeyError, ValueError):
+        return None
+    if len(recs["end"]) != 1 or rows[-1]["record"] != "end" or not all(
+            isinstance(x, dict) for x in recs["cycle"] + recs["job"] + recs["end"]):
+        return None
+    end = recs["end"][0]
+    seconds, changes = end.get("seconds"), end.get("changes")
+    if not (isinstance(seconds, float) and math.isfinite(seconds) and seconds >= 0 and isinstance(changes, dict)
+            and all(isinstance(v, int) for v in changes.values())
+            and end.get("cycles") == len(recs["cycle"]) and end.get("jobs") == len(recs["job"])):
+        return None
+    return Finished(SimResult(recs["cycle"], recs["job"], Counter(changes)), seconds)
+
+
+class Units:
+    """The simulations of one run: those an unfinished run with the same settings finished (kept from its
+    journal), and each new one, appended to the journal as it finishes. Without a journal (a library caller),
+    every simulation just runs."""
+
+    def __init__(self, journal: Journal | None = None, kept: Mapping[str, Finished] | None = None) -> None:
+        self._journal = journal
+        self._done: dict[str, Finished] = dict(kept or {})
+
+    def has(self, key: str) -> bool:
+        """Whether simulation ``key`` is finished (so its jobs need not be generated)."""
+        return key in self._done
+
+    def run(self, key: str, cfg: SimConfig, jobs: list[Job], total: int, per: str = "job",
+            cycles: bool = True) -> Finished:
+        """Simulation ``key``: the kept one, or run now and journalled. ``cycles=False`` leaves the per-cycle
+        records out of the journal, for a report that does not use them (the returned result has them)."""
+        if key in self._done:
+            return self._done[key]
+        t0 = time.perf_counter()
+        res = simulate_unit(key, cfg, jobs, total, per)
+        done = self._done[key] = Finished(res, time.perf_counter() - t0)
+        if self._journal is not None:
+            self._journal.append(_encode(key, done, cycles))
+        return done
+
+
+def resume_units(out: Path, config: dict[str, Any], keys: list[str]
+                 ) -> dict[str, tuple[list[dict[str, str]], Finished]] | None:
+    """The simulations an unfinished run in ``out`` with the same settings as ``config`` finished (those of
+    ``keys`` whose rows check out), in ``keys``' order: by key, their journal rows, as read, and what they decode to; or
+    None (with a line on stderr) if ``out`` holds a run with other settings. The other rows are dropped, and
+    their simulations run again."""
+    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu apc")
+    if stored is None:
+        return None
+    raw, dropped = stored
+    if not raw and not dropped:
+        return {}
+    groups: dict[str, list[dict[str, str]]] = {}
+    for r in raw:
+        groups.setdefault(r["unit"], []).append(r)
+    kept: dict[str, tuple[list[dict[str, str]], Finished]] = {}
+    for key, rows in groups.items():
+        f = _decode(rows) if key in keys else None
+        if f is None:
+            dropped += len(rows)
+        else:
+            kept[key] = (rows, f)
+    print(f"vcemu apc: resuming the unfinished run in {out}: {len(kept)} of {len(keys)} simulations kept"
+          + (f", {dropped} unreadable or unneeded rows dropped" if dropped else ""), file=sys.stderr)
+    return {k: kept[k] for k in keys if k in kept}
 
 
 # --------------------------------------------------------------------------- Experiment One
 
 
-def experiment_one(out: Path, seed: int, jobs: int, T: float) -> dict[str, Any]:
-    res = _run(SimConfig(cluster(), "apc", T, Costs(), stop_after_completed=jobs), exp1_jobs(jobs, seed),
-               "exp1 apc", jobs)
+def experiment_one(out: Path, seed: int, jobs: int, T: float, units: Units | None = None) -> dict[str, Any]:
+    res = (units or Units()).run(_key_one(), SimConfig(cluster(), "apc", T, Costs(), stop_after_completed=jobs),
+                                 exp1_jobs(jobs, seed), jobs).result
     _write_csv(out / "exp1_cycles.csv", res.cycles)
     _write_csv(out / "exp1_jobs.csv", res.jobs)
     import matplotlib.pyplot as plt
@@ -109,18 +255,22 @@ def experiment_one(out: Path, seed: int, jobs: int, T: float) -> dict[str, Any]:
 
 
 def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: float,
-                   algos: tuple[str, ...] = ALGOS) -> dict[str, Any]:
+                   algos: tuple[str, ...] = ALGOS, units: Units | None = None) -> dict[str, Any]:
+    units = units or Units()
     summary, all_jobs = [], []
     for iat in iats:
-        stream = exp2_jobs(int(jobs * max(3.0, 1000.0 / iat)), seed, iat)
+        stream: list[Job] | None = None  # generated only if a cell of this iat is not kept
         for algo in algos:
-            t0 = time.perf_counter()
-            res = _run(SimConfig(cluster(), algo, T, Costs.none(), stop_after_completed=jobs), stream,
-                       f"exp2 {algo} iat={iat:g}", jobs)
+            key = _key_two(iat, algo)
+            if stream is None and not units.has(key):
+                stream = exp2_jobs(int(jobs * max(3.0, 1000.0 / iat)), seed, iat)
+            done = units.run(key, SimConfig(cluster(), algo, T, Costs.none(), stop_after_completed=jobs),
+                             stream or [], jobs, cycles=False)
+            res = done.result
             summary.append({"inter_arrival_s": iat, "algorithm": algo, "completed": len(res.jobs),
                             "met_pct": 100 * res.met_fraction, "suspends": res.changes["suspend"],
                             "resumes": res.changes["resume"], "migrations": res.changes["migrate"],
-                            "placement_changes": res.job_changes, "wall_s": round(time.perf_counter() - t0, 1)})
+                            "placement_changes": res.job_changes, "wall_s": round(done.seconds, 1)})
             all_jobs += [{"inter_arrival_s": iat, "algorithm": algo, **j} for j in res.jobs]
     _write_csv(out / "exp2_summary.csv", summary)
     _write_csv(out / "exp2_jobs.csv", all_jobs)
@@ -172,7 +322,8 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
 EXP3_CONFIGS = (("dynamic", ()), ("static 9 TA + 16 batch", 9), ("static 6 TA + 19 batch", 6))
 
 
-def experiment_three(out: Path, seed: int, T: float, horizon: float) -> dict[str, Any]:
+def experiment_three(out: Path, seed: int, T: float, horizon: float, units: Units | None = None) -> dict[str, Any]:
+    units = units or Units()
     nodes = cluster()
     jobs = exp3_jobs(seed)
     app = exp3_app()
@@ -182,8 +333,7 @@ def experiment_three(out: Path, seed: int, T: float, horizon: float) -> dict[str
         static_nodes = tuple(n.id for n in nodes[:static]) if static else ()
         cfg = SimConfig(nodes, "apc" if not static else "fcfs", T, Costs(), apps=(app,),
                         static_app_nodes=static_nodes, horizon=horizon)
-        with tqdm(total=int(horizon // T), desc=f"exp3 {name}", unit="cycle", leave=False, file=sys.stderr) as bar:
-            res = simulate(cfg, jobs, lambda _d, _t, bar=bar: bar.update(1))
+        res = units.run(_key_three(name), cfg, jobs, int(horizon // T), per="cycle").result
         for c in res.cycles:
             cycles.append({"config": name, **c})
         ta = np.array([c["web_rp"] for c in res.cycles], dtype=float)
@@ -258,7 +408,8 @@ def _parser() -> argparse.ArgumentParser:
                         "places every job first fit in deadline order every cycle")
     p.add_argument("--exp3-horizon", type=float, default=130_000.0,
                    help="simulated seconds of Experiment Three (> 0)")
-    p.add_argument("--live", action="store_true", help="also run a shortened Experiment Three live")
+    p.add_argument("--live", action="store_true",
+                   help="also run a shortened Experiment Three live (never resumed: a rerun runs it again in full)")
     p.add_argument("--live-seconds", type=float, default=40.0, help="length of the live run [s] (at least 2)")
     p.add_argument("--live-agent", metavar="HOST:PORT", default=None,
                    help="run the live experiment on this running `vcemu agent` (its first host); "
@@ -319,29 +470,23 @@ def apc_main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"vcemu apc: {exc}", file=sys.stderr)
         return 2
-    clear_outputs(out, OUTPUTS)
-    clear_outputs(out / "live", LIVE_OUTPUTS)
     config = {**vars(args), "argv": list(argv), "paper": PAPER, "complete": False}
+    keys = unit_keys(exps, iats, algos)
+    kept = resume_units(out, config, keys)
+    # config.json is replaced below, atomically, never removed: a kill at any moment leaves no journal without
+    # the config it belongs to
+    clear_outputs(out, [n for n in OUTPUTS if n != "config.json"] + ([JOURNAL] if kept is None else []))
+    clear_outputs(out / "live", LIVE_OUTPUTS)
     write_json(out / "config.json", config, indent=1, sort_keys=False)
     summary: dict[str, Any] = {}
-    if "one" in exps:
-        summary["one"] = s = experiment_one(out, args.seed, args.exp1_jobs, args.cycle)
-        print(f"Experiment One: {s['jobs_completed']} jobs, max RP {s['max_rp']:.4f} (paper 0.63), mean RP "
-              f"{s['mean_rp']:.4f}, suspends+resumes+migrations {s['placement_changes']} (paper 0)")
-    if "two" in exps:
-        summary["two"] = s = experiment_two(out, args.seed, args.exp2_jobs, iats, args.cycle, algos)
-        print(f"Experiment Two ({args.exp2_jobs} completions per run):")
-        print(f"  {'iat [s]':>8} {'algo':>5} {'met %':>6} {'changes':>8}")
-        for r in s["rows"]:
-            print(f"  {r['inter_arrival_s']:>8g} {r['algorithm']:>5} {r['met_pct']:>6.1f} {r['placement_changes']:>8}")
-    if "three" in exps:
-        summary["three"] = s = experiment_three(out, args.seed, args.cycle, args.exp3_horizon)
-        print("Experiment Three (means over the run):")
-        for name, v in s.items():
-            met = "n/a (none completed)" if math.isnan(v["jobs_met_pct"]) else f"{v['jobs_met_pct']:.0f}%"
-            print(f"  {name:<24} transactional RP {_num(v['ta_rp_mean'], '.3f')}  batch hypothetical RP "
-                  f"{_num(v['batch_hyp_rp_mean'], '.3f')}  min of both {_num(v['min_of_both_mean'], '.3f')}  jobs "
-                  f"met {met}")
+    try:
+        with Journal(out / JOURNAL, FIELDS, [r for rows, _ in (kept or {}).values() for r in rows]) as journal:
+            units = Units(journal, {k: f for k, (_, f) in (kept or {}).items()})
+            _simulations(out, args, exps, iats, algos, units, summary)
+    except KeyboardInterrupt:
+        print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL}: run the same command "
+              "again to continue", file=sys.stderr)
+        return 130
     if args.live:
         from coordinator.apc.live import LiveAgentError, live_experiment_three
 
@@ -351,13 +496,39 @@ def apc_main(argv: list[str]) -> int:
             print(f"vcemu apc: {exc}", file=sys.stderr)
             summary["live"] = {"error": str(exc)}
             write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
-            print(f"written to {out}/ (without the live experiment: config.json stays \"complete\": false)")
+            print(f"written to {out}/ (without the live experiment: config.json stays \"complete\": false; the same "
+                  "command again keeps the simulations and runs only the live part)")
             return 1
         print("\n".join(live_summary(summary["live"])))
     write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
     write_json(out / "config.json", {**config, "complete": True}, indent=1, sort_keys=False)
+    (out / JOURNAL).unlink(missing_ok=True)  # the run is finished: it no longer needs its journal
     print(f"written to {out}/")
     return 0
+
+
+def _simulations(out: Path, args: argparse.Namespace, exps: list[str], iats: tuple[float, ...],
+                 algos: tuple[str, ...], units: Units, summary: dict[str, Any]) -> None:
+    """The simulated experiments of ``exps``, each reported (files, and a few lines) as soon as it is done;
+    their summaries go into ``summary``."""
+    if "one" in exps:
+        summary["one"] = s = experiment_one(out, args.seed, args.exp1_jobs, args.cycle, units)
+        print(f"Experiment One: {s['jobs_completed']} jobs, max RP {s['max_rp']:.4f} (paper 0.63), mean RP "
+              f"{s['mean_rp']:.4f}, suspends+resumes+migrations {s['placement_changes']} (paper 0)")
+    if "two" in exps:
+        summary["two"] = s = experiment_two(out, args.seed, args.exp2_jobs, iats, args.cycle, algos, units)
+        print(f"Experiment Two ({args.exp2_jobs} completions per run):")
+        print(f"  {'iat [s]':>8} {'algo':>5} {'met %':>6} {'changes':>8}")
+        for r in s["rows"]:
+            print(f"  {r['inter_arrival_s']:>8g} {r['algorithm']:>5} {r['met_pct']:>6.1f} {r['placement_changes']:>8}")
+    if "three" in exps:
+        summary["three"] = s = experiment_three(out, args.seed, args.cycle, args.exp3_horizon, units)
+        print("Experiment Three (means over the run):")
+        for name, v in s.items():
+            met = "n/a (none completed)" if math.isnan(v["jobs_met_pct"]) else f"{v['jobs_met_pct']:.0f}%"
+            print(f"  {name:<24} transactional RP {_num(v['ta_rp_mean'], '.3f')}  batch hypothetical RP "
+                  f"{_num(v['batch_hyp_rp_mean'], '.3f')}  min of both {_num(v['min_of_both_mean'], '.3f')}  jobs "
+                  f"met {met}")
 
 
 def _ms(seconds: float) -> str:

@@ -1,7 +1,7 @@
 """An output directory of ``vcemu oppcost``, ``vcemu vcsched`` and ``vcemu apc`` always describes one run: a new
 run removes the previous one's files and writes its config (``"complete": false``) before any work, a killed
-oppcost or vcsched run resumes from its journal with the results of an uninterrupted run, and pool workers die
-with a SIGKILLed parent.
+run resumes from its journal with the results of an uninterrupted run, and pool workers die with a SIGKILLed
+parent.
 
 The work functions are swapped for module-level wrappers that log, from the worker processes, which units ran
 and what the output directory held at that moment (what a kill at that moment would leave)."""
@@ -259,8 +259,108 @@ def test_apc_run_of_one_experiment_leaves_none_of_an_earlier_runs_files(
 
     monkeypatch.setattr(apc, "experiment_one", watched)
     assert apc.apc_main([*APC_ALL, "--experiments", "one", "--out", str(out)]) == 0
-    assert seen == [{"config.json", "notes.txt"}]  # a kill here leaves only this run's config, unfinished
+    # a kill here leaves only this run's config, unfinished, and its (empty) journal
+    assert seen == [{"config.json", "notes.txt", "simulations.partial.csv"}]
     files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert files == {"config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "notes.txt"}
     assert json.loads((out / "config.json").read_text())["complete"] is True
     assert set(json.loads((out / "summary.json").read_text())) == {"one"}
+
+
+APC_UNITS = ["--exp1-jobs", "6", "--exp2-jobs", "5", "--exp2-iats", "200,100", "--exp2-algorithms", "apc,fcfs",
+             "--exp3-horizon", "3000"]
+
+
+@pytest.fixture
+def simulations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys of the simulations ``vcemu apc`` runs in this process from now on, in order."""
+    ran: list[str] = []
+    real = apc.simulate_unit
+
+    def logged(key: str, *args: object, **kwargs: object) -> object:
+        ran.append(key)
+        return real(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apc, "simulate_unit", logged)
+    return ran
+
+
+def _without_wall_times(d: Path) -> tuple[list[dict[str, str]], dict]:
+    """``exp2_summary.csv`` and ``summary.json`` without Experiment Two's ``wall_s`` (measured: it varies)."""
+    rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in _csv_rows(d / "exp2_summary.csv")]
+    summary = json.loads((d / "summary.json").read_text())
+    for r in summary["two"]["rows"]:
+        r.pop("wall_s")
+    return rows, summary
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_apc_sigkilled_run_resumes_skipping_journalled_simulations_to_the_uninterrupted_outputs(
+        tmp_path: Path, simulations: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A real ``vcemu apc`` SIGKILLed after three of its eight simulations: the same command again runs only
+    the other five and writes, byte for byte, what an uninterrupted run writes (all CSVs and figures;
+    Experiment Two's ``wall_s`` aside, each simulation's measured time)."""
+    ref, out = tmp_path / "a", tmp_path / "b"
+    assert apc.apc_main([*APC_UNITS, "--out", str(ref)]) == 0
+    every = list(simulations)
+    assert len(every) == 8
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = "import sys; from coordinator.apc.experiment import apc_main; sys.exit(apc_main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, *APC_UNITS, "--out", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = out / apc.JOURNAL
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if journal.exists() and journal.read_text().count(",end,") >= 3:  # three simulations finished
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert json.loads((out / "config.json").read_text())["complete"] is False
+    assert not (out / "summary.json").exists()
+    kept = [r["unit"] for r in _csv_rows(journal) if r["record"] == "end"]
+    assert len(kept) >= 3 and kept == every[:len(kept)] and len(kept) < len(every)
+    simulations.clear()
+    capsys.readouterr()
+    assert apc.apc_main([*APC_UNITS, "--out", str(out)]) == 0
+    assert f"{len(kept)} of 8 simulations kept" in capsys.readouterr().err
+    assert simulations == every[len(kept):]
+    names = sorted(p.name for p in ref.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == names
+    for name in names:
+        if name not in ("config.json", "summary.json", "exp2_summary.csv"):
+            assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    assert _without_wall_times(out) == _without_wall_times(ref)
+    ca, cb = (json.loads((d / "config.json").read_text()) for d in (ref, out))
+    assert {k: v for k, v in cb.items() if k not in ("argv", "out")} == \
+        {k: v for k, v in ca.items() if k not in ("argv", "out")}
+    assert cb["complete"] is True and not journal.exists()
+
+
+def test_apc_interrupted_run_keeps_its_journal_and_a_run_with_other_settings_starts_over(
+        tmp_path: Path, simulations: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "apc"
+    argv = ["--experiments", "one,two", *APC_UNITS[:6], "--exp2-algorithms", "apc", "--out", str(out)]
+    real = apc.simulate_unit
+
+    def ctrl_c_in_the_second(key: str, *args: object, **kwargs: object) -> object:
+        if simulations:  # (the fixture logs each simulation that starts)
+            raise KeyboardInterrupt
+        return real(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apc, "simulate_unit", ctrl_c_in_the_second)
+    assert apc.apc_main(argv) == 130
+    assert "run the same command again to continue" in capsys.readouterr().err
+    assert json.loads((out / "config.json").read_text())["complete"] is False
+    assert {r["unit"] for r in _csv_rows(out / apc.JOURNAL)} == {"exp1 apc"}
+    monkeypatch.setattr(apc, "simulate_unit", real)
+    simulations.clear()
+    assert apc.apc_main([*argv, "--seed", "1"]) == 0
+    assert "with other settings (seed); starting over" in capsys.readouterr().err
+    assert simulations == ["exp1 apc", "exp2 apc iat=200.0", "exp2 apc iat=100.0"]
