@@ -24,7 +24,10 @@ the outputs of an uninterrupted run (Experiment Two's ``wall_s`` is each simulat
 If the settings differ from the stored ``config.json`` (anything but ``--experiments``, ``--out`` and the
 ``--live*`` options, which change no simulation), it says so and starts over. The live part is not resumed: a
 rerun runs it again in full (a run whose live part failed keeps its journal, so the rerun simulates nothing).
-The journal is removed once the run is complete.
+The journal is removed once the run is complete. A kill loses at most the simulation it interrupts; at the
+default settings (measured on 2 shared cores) EDF and FCFS cells and the static configurations take under a
+second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s (50 s), Experiment One 35 s, and
+Experiment Three's dynamic configuration about 10 minutes.
 """
 
 from __future__ import annotations
