@@ -411,6 +411,13 @@ class Engine:
             self._stamp = self.backend.now()
             try:
                 self._apply_checked(plan, ordered)
+            except BaseException:
+                # Not a BackendError (those fail or requeue one job): a listener's store write, say. A backend
+                # that defers moves to its flush is told, so that it never starts them with a later plan.
+                abandon = getattr(self.backend, "abandon_moves", None)
+                if abandon is not None:
+                    abandon()
+                raise
             finally:
                 self._stamp = None
 

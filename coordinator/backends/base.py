@@ -66,6 +66,8 @@ class Backend(Protocol):
     # Optional: ``flush() -> list[tuple[job, BackendError]]``, called by the engine after each plan, for a
     # backend that defers the second half of its migrations (the live one: every task leaves its host
     # before any arrives, since only the plan's final state is checked to fit).
+    # Optional: ``abandon_moves()``, called by the engine when a plan ends in an exception other than a
+    # BackendError, for a backend with such deferred moves: it must not start them with a later plan.
     # Optional: ``paused_progress_fixed = True`` for a backend whose paused jobs make no progress until they
     # are resumed (the simulator). The engine reads a job's progress when it pauses it, and with this flag
     # not again at later snapshots; a live agent may report a paused job's last progress late, so there it is

@@ -127,6 +127,7 @@ class LiveBackend:
         self._cpu: dict[str, float] = {}
         self._orphans: list[_Task] = []  # tasks whose Stop failed, retried at every poll
         self._arrivals: list[tuple[str, int]] = []  # (job, task) moved out, to start at their new host
+        self._interrupted: list[str] = []  # jobs with moves of a plan that ended in an exception: requeued at a poll
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -341,15 +342,20 @@ class LiveBackend:
     def start(self, spec: JobSpec, hosts: Sequence[str], cpu: float, progress: float = 0.0) -> None:
         with self._lock:
             self._specs[spec.id] = spec
+            # The job's tasks as they start: a capacity refusal of a later one must not take the earlier ones
+            # for leftovers of no job (:meth:`_leftovers_on`), and the journal lists them.
             tasks: list[_Task] = []
+            self._tasks[spec.id] = tasks
             try:
                 for i, host in enumerate(hosts):
                     tasks.append(self._start_task(spec, i, host, cpu, progress))
-            except BackendError:
+            except BaseException:
                 for t in tasks:
                     self._stop_task(t)
+                del self._tasks[spec.id]
+                with contextlib.suppress(Exception):  # best effort: the journal may be what failed
+                    self._persist(spec.id)
                 raise
-            self._tasks[spec.id] = tasks
             self._cpu[spec.id] = cpu
             self._persist(spec.id)
 
@@ -442,6 +448,16 @@ class LiveBackend:
                 self._arrivals.pop(0)
         return failed
 
+    def abandon_moves(self) -> None:
+        """The plan under way ended in an exception (not a BackendError: a failed journal write, say) before
+        its moves were all started. Called by the engine. Their tasks are saved, with no process, and whether
+        the engine recorded their new hosts depends on where the exception came from, so they are neither
+        started by a later plan's :meth:`flush` nor here: the next poll requeues their jobs, which restart
+        from the checkpoints wherever they are placed next."""
+        with self._lock:
+            self._interrupted += [job for job, _ in self._arrivals]
+            self._arrivals = []
+
     def _checkpoint(self, task: _Task) -> float:
         try:
             reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id),
@@ -508,13 +524,12 @@ class LiveBackend:
         """One Status round over all agents; returns jobs that finished since the last round (and jobs to
         requeue: a task vanished, or a left-over move could not be started)."""
         with self._lock:
-            # Moves left by a plan that an exception other than a BackendError ended (a failed journal
-            # write, say) before they were started: their tasks are saved, with no process. Whether the
-            # engine recorded the new hosts depends on where the exception came from, so they are not
-            # started here but requeued: the job restarts from the checkpoints, wherever it is placed next.
+            # Jobs whose moves a plan left unstarted (:meth:`abandon_moves`; and any still queued, which only
+            # a plan that never reached its flush leaves): requeued. Forgotten only when this poll returns, so
+            # that a poll cut short still leaves them to the next.
+            interrupted = list(dict.fromkeys([*self._interrupted, *(job for job, _ in self._arrivals)]))
             reports = [Report(job, JobState.PENDING, "a move was interrupted; requeued from its checkpoint")
-                       for job in dict.fromkeys(job for job, _ in self._arrivals)]
-            self._arrivals.clear()
+                       for job in interrupted]
             answered: set[str] = set()  # hosts whose agent answered this round
             # This round's answers only: an agent that did not answer may have been told to stop or move a
             # task since its last Status, which would otherwise bring that task back as it was.
@@ -552,7 +567,7 @@ class LiveBackend:
                         t.progress = 1.0
                         self._stop_task(t)
                     del self._tasks[job]
-                    self._persist(job)
+                    self._persist_quietly(job)
                     reports.append(Report(job, JobState.DONE))
                 elif any(t.saved for t in tasks):
                     continue
@@ -562,10 +577,23 @@ class LiveBackend:
                         reports.append(Report(job, JobState.FAILED, f"task {failed[0].task_id}: {failed[0].message}"))
             if self.journal is not None and time.monotonic() >= self._journal_at:  # progress: the checkpoints
                 self._journal_at = time.monotonic() + JOURNAL_PROGRESS_S
-                with self.journal_batch():
-                    for job in self._tasks:
-                        self._persist(job)
+                try:
+                    with self.journal_batch():
+                        for job in self._tasks:
+                            self._persist(job)
+                except Exception:  # checkpoints only: written again a second later, and the reports still go out
+                    log.warning("journal of the tasks' progress failed", exc_info=True)
+            self._interrupted = [job for job in self._interrupted if job not in interrupted]
+            self._arrivals = [a for a in self._arrivals if a[0] not in interrupted]
             return reports
+
+    def _persist_quietly(self, job: str) -> None:
+        """:meth:`_persist` where a failure must not cost the poll its reports (a finished job's last write:
+        its restart count is journalled already); logged."""
+        try:
+            self._persist(job)
+        except Exception:
+            log.warning("journal of job %s failed", job, exc_info=True)
 
     def _reconcile(self, seen: dict[str, agent_pb2.TaskStatus], answered: set[str]) -> None:
         """Stop every task an agent runs that no job here owns (fencing stale work)."""

@@ -24,7 +24,7 @@ from coordinator.backends.base import Report
 from coordinator.backends.live import LiveBackend
 from coordinator.metrics import Transition
 from coordinator.model import JobSpec, JobState
-from coordinator.plan import Migrate, Pause, Plan, Resume, Start
+from coordinator.plan import Migrate, Pause, Plan, Resume, SetShare, Start
 from coordinator.store import StoredTask
 from vcemu.v1 import agent_pb2
 
@@ -83,6 +83,23 @@ def test_a_task_no_job_owns_is_stopped_when_it_blocks_a_placement_before_the_fir
         rec = engine.jobs["b"]
         assert rec.state is JobState.RUNNING, rec.message
         assert list(x.tasks) == ["b/0"]
+
+
+def test_a_jobs_own_earlier_task_is_not_taken_for_a_leftover_when_a_later_one_is_refused() -> None:
+    """Two tasks of b on h0, a stale task holding half of it: b/0 starts, b/1 is refused. The agent's tasks
+    are then asked for, and b/0 (not yet in the job's list before) is b's, not a leftover to stop."""
+    x = TableAgent("x", ("h0",))
+    x.check_capacity = True
+    two = JobSpec("b", 0.0, 2, 0.5, 0.1, 10.0)
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        x.tasks["stale/0"] = agent_pb2.TaskStatus(task_id="stale/0", host="h0", cpu_share=0.5,
+                                                  state=agent_pb2.TASK_STATE_RUNNING)
+        engine.arrive(two)
+        engine.apply(Plan((Start("b", ("h0", "h0"), 0.5),)))
+        assert engine.jobs["b"].state is JobState.RUNNING, engine.jobs["b"].message
+        assert sorted(x.tasks) == ["b/0", "b/1.1"]
+        assert backend.poll() == []  # nothing vanished
 
 
 def test_a_refusal_that_no_leftover_explains_still_fails_the_job() -> None:
@@ -228,3 +245,54 @@ def test_a_journal_failure_in_the_flush_leaves_the_moves_queued_and_the_poll_req
         for r in reports:
             engine.requeue(r.job, r.message)
         assert engine.jobs["a"].vt == pytest.approx(3.0) and engine.jobs["c"].vt == pytest.approx(6.0)
+
+
+def test_a_later_plans_flush_does_not_start_the_moves_an_interrupted_plan_left() -> None:
+    """The move's own journal write fails: the engine never recorded a at h1. A plan before the next poll
+    (a larger poll interval, a library caller) must not start a there, where the model thinks h1 is free."""
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1", "h2"))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.arrive(OTHER)
+        engine.apply(Plan((Start("a", ("h0",), 1.0), Start("b", ("h2",), 0.5))))
+        x.set("a/0", 0.4)
+
+        def journal(job: str, restarts: int, tasks: list[StoredTask]) -> None:
+            if job == "a" and tasks and tasks[0].saved:  # migrate's write, the task checkpointed and stopped
+                raise OSError("disk full")
+
+        backend.journal = journal
+        with pytest.raises(OSError):
+            engine.apply(Plan((Migrate("a", 0, "h1"),)))
+        backend.journal = None
+        assert engine.jobs["a"].hosts == ("h0",)  # the engine's record: not moved
+        engine.apply(Plan((SetShare("b", 1.0),)))  # another plan, before any poll
+        assert "a/0.1" not in y.tasks, "the interrupted move was started by a later plan"
+        assert backend.poll() == [Report("a", JobState.PENDING, "a move was interrupted; requeued from its checkpoint")]
+
+
+def test_a_poll_whose_journal_fails_still_reports_the_interrupted_moves() -> None:
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1",))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.arrive(OTHER)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+
+        def store_down(t: Transition) -> None:  # fails on b's start, after a's move, before the flush
+            if t.job == "b":
+                raise OSError("disk full")
+
+        engine.listeners.append(store_down)
+        with pytest.raises(OSError):
+            engine.apply(Plan((Migrate("a", 0, "h1"), Start("b", ("h0",), 1.0))))
+        engine.listeners.remove(store_down)
+
+        def journal(job: str, restarts: int, tasks: list[StoredTask]) -> None:
+            raise OSError("disk still full")
+
+        backend.journal, backend._journal_at = journal, 0.0  # the poll's progress journal is due, and fails
+        assert [r.job for r in backend.poll()] == ["a"]
+        backend.journal = None
+        assert backend.poll() == []  # reported once
