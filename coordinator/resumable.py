@@ -79,7 +79,15 @@ def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, 
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
         dropped += 1
-    lines = list(csv.reader(io.StringIO(text, newline="")))
+    try:
+        lines = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error:  # a damaged line (a field over csv's limit, say): parsed alone, each such line dropped
+        lines = []
+        for physical in text.splitlines():
+            try:
+                lines += list(csv.reader([physical]))
+            except csv.Error:
+                dropped += 1
     if not lines or lines[0] != list(fieldnames):
         return [], dropped + max(0, len(lines) - 1)
     rows = []

@@ -20,13 +20,13 @@ def _bind_errors(bind: str, port: int) -> list[int] | None:
         return None
     errors = []
     for family, kind, proto, _, address in addresses:
-        with socket.socket(family, kind, proto) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no obstacle
-            try:
+        try:  # creating the socket can fail too (no IPv6 in this kernel: EAFNOSUPPORT)
+            with socket.socket(family, kind, proto) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no obstacle
                 s.bind(address)
                 errors.append(0)
-            except OSError as exc:
-                errors.append(exc.errno or -1)
+        except OSError as exc:
+            errors.append(exc.errno or -1)
     return errors or None
 
 
@@ -35,6 +35,16 @@ def port_in_use(bind: str, port: int) -> bool:
     fails only when it can bind none of them). Port 0 (any free port) is never in use."""
     errors = _bind_errors(bind, port) if port != 0 else None
     return errors is not None and all(e == errno.EADDRINUSE for e in errors)
+
+
+def port_denied(bind: str, port: int) -> bool:
+    """True if this process may not listen on ``port`` (below 1024 without the privilege: EACCES)."""
+    errors = _bind_errors(bind, port) if port != 0 else None
+    return errors is not None and all(e == errno.EACCES for e in errors)
+
+
+def denied(bind: str, port: int, flag: str = "--port") -> str:
+    return f"{flag}: cannot listen on {bind}:{port} (permission denied: ports below 1024 need root)"
 
 
 def not_local(bind: str) -> bool:
@@ -64,10 +74,14 @@ def ports_refusal(bind: str, port: int, metrics_port: int | None) -> str | None:
         return f"--bind: {bind} is not an address of this machine"
     if port_in_use(bind, port):
         return cannot_listen(bind, port)
+    if port_denied(bind, port):
+        return denied(bind, port)
     if metrics_port is None:
         return None
     if metrics_port != 0 and metrics_port == port:
         return f"--metrics-port: cannot listen on {bind}:{metrics_port} (the same port as --port)"
     if port_in_use(bind, metrics_port):
         return cannot_listen(bind, metrics_port, "--metrics-port")
+    if port_denied(bind, metrics_port):
+        return denied(bind, metrics_port, "--metrics-port")
     return None

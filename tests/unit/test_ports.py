@@ -1,0 +1,31 @@
+"""The listening checks made before a server starts: each refusal names the flag that can fix it."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import pytest
+
+from node_agent import ports
+
+
+def test_a_privileged_port_without_the_privilege_is_blamed_on_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the tests run as root, which may listen anywhere: the kernel's answer to anyone else is given here)
+    monkeypatch.setattr(ports, "_bind_errors", lambda bind, port: [errno.EACCES] if port == 80 else [0])
+    assert ports.ports_refusal("127.0.0.1", 80, None) == \
+        "--port: cannot listen on 127.0.0.1:80 (permission denied: ports below 1024 need root)"
+    assert ports.ports_refusal("127.0.0.1", 5000, 80).startswith("--metrics-port: cannot listen on 127.0.0.1:80")
+
+
+def test_a_socket_that_cannot_be_created_is_an_answer_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_ipv6(*args: object) -> socket.socket:
+        raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    assert ports.ports_refusal("::1", 5000, None) is None  # left for gRPC to report, with its own reason
+
+
+def test_valid_addresses_pass() -> None:
+    for bind in ("127.0.0.1", "0.0.0.0", "localhost"):
+        assert ports.ports_refusal(bind, 0, 0) is None, bind
