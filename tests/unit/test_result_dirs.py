@@ -305,17 +305,30 @@ def test_apc_sigkilled_run_resumes_skipping_journalled_simulations_to_the_uninte
     every = list(simulations)
     assert len(every) == 8
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = "import sys; from coordinator.apc.experiment import apc_main; sys.exit(apc_main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, *APC_UNITS, "--out", str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The run holds before its fourth simulation (so the kill lands there however busy the machine is) and
+    # says so through a file.
+    code = """if True:
+        import pathlib, sys, time
+        import coordinator.apc.experiment as e
+        run, calls = e.simulate_unit, []
+        def held(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 4:
+                pathlib.Path(sys.argv[1]).write_text("held")
+                time.sleep(3600)
+            return run(*args, **kwargs)
+        e.simulate_unit = held
+        sys.exit(e.apc_main(sys.argv[2:]))
+    """
+    held = tmp_path / "held"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(held), *APC_UNITS, "--out", str(out)], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     journal = out / apc.JOURNAL
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            if journal.exists() and journal.read_text().count(",end,") >= 3:  # three simulations finished
-                break
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not held.exists():
             time.sleep(0.01)
-        assert proc.poll() is None, "the run ended before it could be killed"
+        assert held.exists() and proc.poll() is None, "the run never reached its fourth simulation"
         proc.send_signal(signal.SIGKILL)
     finally:
         if proc.poll() is None:
@@ -324,7 +337,7 @@ def test_apc_sigkilled_run_resumes_skipping_journalled_simulations_to_the_uninte
     assert json.loads((out / "config.json").read_text())["complete"] is False
     assert not (out / "summary.json").exists()
     kept = [r["unit"] for r in _csv_rows(journal) if r["record"] == "end"]
-    assert len(kept) >= 3 and kept == every[:len(kept)] and len(kept) < len(every)
+    assert kept == every[:3]
     simulations.clear()
     capsys.readouterr()
     assert apc.apc_main([*APC_UNITS, "--out", str(out)]) == 0
