@@ -18,10 +18,14 @@ agent's task-table rules; no processes, no cgroups."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 from coordinator.backends.base import Report
 from coordinator.backends.live import LiveBackend
+from coordinator.engine import Engine
 from coordinator.metrics import Transition
 from coordinator.model import JobSpec, JobState
 from coordinator.plan import Migrate, Pause, Plan, Resume, SetShare, Start
@@ -42,12 +46,18 @@ def journal_of(backend: LiveBackend) -> list[tuple[str, list[StoredTask]]]:
     return writes
 
 
-@pytest.mark.parametrize("stoppable", [True, False], ids=["orphan-stops-now", "orphan-still-stuck"])
-def test_a_job_is_not_failed_because_an_orphan_of_ours_holds_its_hosts_cpu(stoppable: bool) -> None:
+@contextmanager
+def one_checked_host() -> Iterator[tuple[TableAgent, LiveBackend, Engine]]:
+    """Agent x with host h0, checking capacity at StartTask as the real agent does; its backend and engine."""
     x = TableAgent("x", ("h0",))
     x.check_capacity = True
     with backend_on(x, rpc_timeout=1.0) as backend:
-        engine = engine_on(backend)
+        yield x, backend, engine_on(backend)
+
+
+@pytest.mark.parametrize("stoppable", [True, False], ids=["orphan-stops-now", "orphan-still-stuck"])
+def test_a_job_is_not_failed_because_an_orphan_of_ours_holds_its_hosts_cpu(stoppable: bool) -> None:
+    with one_checked_host() as (x, backend, engine):
         engine.arrive(ONE_TASK)
         engine.apply(Plan((Start("a", ("h0",), 1.0),)))
         x.refuse_stop = True
@@ -72,10 +82,7 @@ def test_a_job_is_not_failed_because_an_orphan_of_ours_holds_its_hosts_cpu(stopp
 def test_a_task_no_job_owns_is_stopped_when_it_blocks_a_placement_before_the_first_poll() -> None:
     """A task left by a crashed coordinator (or by a cut-off agent's past) holds the host's CPU; the first
     poll's reconciliation would stop it, but a placement before that poll must not fail its job for it."""
-    x = TableAgent("x", ("h0",))
-    x.check_capacity = True
-    with backend_on(x, rpc_timeout=1.0) as backend:
-        engine = engine_on(backend)
+    with one_checked_host() as (x, backend, engine):
         x.tasks["stale/0"] = agent_pb2.TaskStatus(task_id="stale/0", host="h0", cpu_share=1.0,
                                                   state=agent_pb2.TASK_STATE_RUNNING)
         engine.arrive(OTHER)
@@ -88,11 +95,8 @@ def test_a_task_no_job_owns_is_stopped_when_it_blocks_a_placement_before_the_fir
 def test_a_jobs_own_earlier_task_is_not_taken_for_a_leftover_when_a_later_one_is_refused() -> None:
     """Two tasks of b on h0, a stale task holding half of it: b/0 starts, b/1 is refused. The agent's tasks
     are then asked for, and b/0 (not yet in the job's list before) is b's, not a leftover to stop."""
-    x = TableAgent("x", ("h0",))
-    x.check_capacity = True
     two = JobSpec("b", 0.0, 2, 0.5, 0.1, 10.0)
-    with backend_on(x, rpc_timeout=1.0) as backend:
-        engine = engine_on(backend)
+    with one_checked_host() as (x, backend, engine):
         x.tasks["stale/0"] = agent_pb2.TaskStatus(task_id="stale/0", host="h0", cpu_share=0.5,
                                                   state=agent_pb2.TASK_STATE_RUNNING)
         engine.arrive(two)
@@ -103,10 +107,7 @@ def test_a_jobs_own_earlier_task_is_not_taken_for_a_leftover_when_a_later_one_is
 
 
 def test_a_refusal_that_no_leftover_explains_still_fails_the_job() -> None:
-    x = TableAgent("x", ("h0",))
-    x.check_capacity = True
-    with backend_on(x, rpc_timeout=1.0) as backend:
-        engine = engine_on(backend)
+    with one_checked_host() as (x, backend, engine):
         engine.arrive(OTHER)
         engine.apply(Plan((Start("b", ("h0",), 0.5),)))
         x.tasks["b/0"].cpu_share = 1.0  # the agent's count and the model's part (how is not the point)
@@ -120,10 +121,7 @@ def test_a_refusal_that_no_leftover_explains_still_fails_the_job() -> None:
 def test_an_orphan_whose_agent_answers_and_refuses_its_stop_fails_the_job_instead_of_looping() -> None:
     """Transient means the agent does not answer (it is then declared lost, or answers again). One that
     answers but will not stop the task would have the job offered again at every turn, for ever."""
-    x = TableAgent("x", ("h0",))
-    x.check_capacity = True
-    with backend_on(x, rpc_timeout=1.0) as backend:
-        engine = engine_on(backend)
+    with one_checked_host() as (x, backend, engine):
         engine.arrive(ONE_TASK)
         engine.apply(Plan((Start("a", ("h0",), 1.0),)))
 
