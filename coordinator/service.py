@@ -40,7 +40,7 @@ from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
 from coordinator.store import Store
 from coordinator.warmup import warm_kernels
-from node_agent.ports import cannot_bind, cannot_listen, port_in_use
+from node_agent.ports import cannot_bind, ports_refusal
 from node_agent.tls import TlsFiles
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
@@ -276,8 +276,10 @@ class CoordinatorServer:
     ) -> None:
         if not heartbeat_s > 0 or heartbeat_misses < 1:
             raise ValueError(f"heartbeat: interval must be > 0 and misses >= 1, got {heartbeat_s}, {heartbeat_misses}")
-        if port_in_use(bind, port):  # before the store is opened, and without gRPC's own error line
-            raise OSError(cannot_listen(bind, port))
+        # Both ports, before the store is opened, and without gRPC's own error line: one line naming the flag.
+        refusal = ports_refusal(bind, port, metrics_port)
+        if refusal is not None:
+            raise OSError(refusal)
         self.heartbeat_s, self.heartbeat_misses = heartbeat_s, heartbeat_misses
         self.stop_tasks_on_exit = stop_tasks_on_exit
         self.store = Store(state) if state else None
