@@ -302,8 +302,7 @@ class LiveBackend:
             except grpc.RpcError:
                 status = None
             if status is not None:
-                owned = {t.task_id for tasks in self._tasks.values() for t in tasks if not t.saved}
-                owned.update(t.task_id for t in self._orphans)
+                owned = self._owned()
                 self._orphans.extend(_Task(ts.task_id, host) for ts in status.tasks
                                      if ts.host == host and ts.task_id not in owned)
         return any(t.host == host for t in self._orphans)
@@ -435,7 +434,8 @@ class LiveBackend:
         with self._lock:
             while self._arrivals:
                 # One at a time, each left queued until it is done: should anything but a BackendError
-                # escape (the journal's store failing), the moves not yet started stay for the next poll.
+                # escape (the journal's store failing), the moves not yet started are still queued for the
+                # engine's :meth:`abandon_moves`.
                 job, index = self._arrivals[0]
                 tasks = self._tasks.get(job)
                 if tasks is not None and tasks[index].saved:
@@ -522,14 +522,12 @@ class LiveBackend:
 
     def poll(self) -> list[Report]:
         """One Status round over all agents; returns jobs that finished since the last round (and jobs to
-        requeue: a task vanished, or a left-over move could not be started)."""
+        requeue: a task vanished, or a plan's move was interrupted)."""
         with self._lock:
-            # Jobs whose moves a plan left unstarted (:meth:`abandon_moves`; and any still queued, which only
-            # a plan that never reached its flush leaves): requeued. Forgotten only when this poll returns, so
-            # that a poll cut short still leaves them to the next.
-            interrupted = list(dict.fromkeys([*self._interrupted, *(job for job, _ in self._arrivals)]))
+            # Jobs whose moves a plan left unstarted (:meth:`abandon_moves`): requeued. Forgotten only when
+            # this poll returns, so that a poll cut short still leaves them to the next.
             reports = [Report(job, JobState.PENDING, "a move was interrupted; requeued from its checkpoint")
-                       for job in interrupted]
+                       for job in dict.fromkeys(self._interrupted)]
             answered: set[str] = set()  # hosts whose agent answered this round
             # This round's answers only: an agent that did not answer may have been told to stop or move a
             # task since its last Status, which would otherwise bring that task back as it was.
@@ -583,8 +581,7 @@ class LiveBackend:
                             self._persist(job)
                 except Exception:  # checkpoints only: written again a second later, and the reports still go out
                     log.warning("journal of the tasks' progress failed", exc_info=True)
-            self._interrupted = [job for job in self._interrupted if job not in interrupted]
-            self._arrivals = [a for a in self._arrivals if a[0] not in interrupted]
+            self._interrupted = []
             return reports
 
     def _persist_quietly(self, job: str) -> None:
@@ -595,10 +592,14 @@ class LiveBackend:
         except Exception:
             log.warning("journal of job %s failed", job, exc_info=True)
 
+    def _owned(self) -> set[str]:
+        """Ids of the tasks that are ours on an agent: our jobs' (a saved task has no process) and orphans."""
+        return {t.task_id for tasks in self._tasks.values() for t in tasks if not t.saved} | {
+            t.task_id for t in self._orphans}
+
     def _reconcile(self, seen: dict[str, agent_pb2.TaskStatus], answered: set[str]) -> None:
         """Stop every task an agent runs that no job here owns (fencing stale work)."""
-        owned = {t.task_id for tasks in self._tasks.values() for t in tasks if not t.saved}
-        owned.update(t.task_id for t in self._orphans)
+        owned = self._owned()
         for task_id, ts in seen.items():
             if task_id not in owned and ts.host in answered and ts.host in self.host_agent:
                 log.warning("stopping task %s on %s: no job owns it", task_id, ts.host)
