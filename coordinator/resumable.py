@@ -121,6 +121,15 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
     return read_journal(path, fieldnames)
 
 
+def say_resumed(command: str, out: Path, kept: int, total: int, noun: str, dropped: int,
+                dropped_what: str = "unreadable") -> None:
+    """The line a resumed run prints on stderr: what it keeps of :func:`unfinished_rows`' journal and what it
+    drops (nothing at all when the journal held nothing)."""
+    if kept or dropped:
+        print(f"{command}: resuming the unfinished run in {out}: {kept} of {total} {noun} kept"
+              + (f", {dropped} {dropped_what} rows dropped" if dropped else ""), file=sys.stderr)
+
+
 class Journal:
     """An append-only CSV of finished rows. Opening it rewrites the file atomically with its header and
     ``kept`` (the rows a resumed run keeps, without the lines :func:`read_journal` dropped); each

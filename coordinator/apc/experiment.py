@@ -53,7 +53,7 @@ from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, e
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
-from coordinator.resumable import Journal, unfinished_rows
+from coordinator.resumable import Journal, say_resumed, unfinished_rows
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
         "application placement (seed 003), Sec. 5"
@@ -207,8 +207,6 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str]
     if stored is None:
         return None
     raw, dropped = stored
-    if not raw and not dropped:
-        return {}
     groups: dict[str, list[dict[str, str]]] = {}
     for r in raw:
         groups.setdefault(r["unit"], []).append(r)
@@ -219,8 +217,7 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str]
             dropped += len(rows)
         else:
             kept[key] = (rows, f)
-    print(f"vcemu apc: resuming the unfinished run in {out}: {len(kept)} of {len(keys)} simulations kept"
-          + (f", {dropped} unreadable or unneeded rows dropped" if dropped else ""), file=sys.stderr)
+    say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable or unneeded")
     return {k: kept[k] for k in keys if k in kept}
 
 

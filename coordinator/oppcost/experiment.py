@@ -47,7 +47,7 @@ from coordinator.policies.opportunity_cost import (
     make_method,
     out_of_memory,
 )
-from coordinator.resumable import Journal, die_with_parent, unfinished_rows
+from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
 #: Figs. 3-6 of 004: (x method, y method).
@@ -238,8 +238,6 @@ def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] 
     if stored is None:
         return None
     raw, dropped = stored
-    if not raw and not dropped:
-        return []
     rows: dict[int, dict[str, float]] = {}
     for r in raw:
         row = _journal_row(r, cfg)
@@ -247,8 +245,7 @@ def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] 
             dropped += 1
         else:
             rows[int(row["execution"])] = row
-    print(f"vcemu oppcost: resuming the unfinished run in {out}: {len(rows)} of {cfg.executions} executions kept"
-          + (f", {dropped} unreadable rows dropped" if dropped else ""), file=sys.stderr)
+    say_resumed("vcemu oppcost", out, len(rows), cfg.executions, "executions", dropped)
     return [rows[k] for k in sorted(rows)]
 
 

@@ -48,7 +48,7 @@ import numpy as np
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, lp_bound, mcb_search
-from coordinator.resumable import Journal, die_with_parent, unfinished_rows
+from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
 from coordinator.vcsched.generator import InstanceSpec, generate
 
 __all__ = ["ExperimentConfig", "run_instance", "vcsched_main"]
@@ -237,8 +237,6 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     if stored is None:
         return None
     raw, dropped = stored
-    if not raw and not dropped:
-        return {}
     groups: dict[Unit, list[dict]] = defaultdict(list)
     for r in raw:
         try:
@@ -257,8 +255,7 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
             kept[u] = rows
         else:
             dropped += len(rows)
-    print(f"vcemu vcsched: resuming the unfinished run in {out}: {len(kept)} of {len(_units(cfg))} instances kept"
-          + (f", {dropped} unreadable rows dropped" if dropped else ""), file=sys.stderr)
+    say_resumed("vcemu vcsched", out, len(kept), len(_units(cfg)), "instances", dropped)
     return kept
 
 
