@@ -15,20 +15,29 @@ policies that never reuse a paused job's memory should run that way.
 
 ``advance`` polls every agent's Status; a job is done when all its tasks are.
 
-Faults (issue 7): every RPC has a deadline (``rpc_timeout``); idempotent calls are retried with
-exponential backoff and full jitter (a StartTask retry that meets ALREADY_EXISTS found its first attempt
-done, since task ids are never reused). Each poll also reconciles: a task an agent runs that no job here
-owns (left by a crashed coordinator, or by an agent that was cut off and given up) is stopped; a task a
-job owns that its agent no longer reports (the agent restarted) is reported lost, and the engine requeues
-the job from its last checkpoint. A task whose Stop does not get through is an orphan, stopped again at
-every poll, and at once when its host's agent refuses a call for want of the capacity it still holds, as
-is a task of no job here that the agent then reports on that host (a job is not failed for a leftover;
-if the orphan stays because its agent does not answer, the call counts as unreachable). A Stop before a
-restart elsewhere that cannot be confirmed requeues the job instead of restarting the task within the
-plan; the requeued job may be placed again before that task's Stop (retried at every poll) gets through,
-so two copies can run until then, or until its agent is declared lost: only the copy its job owns is
-reported and counted. With a
-``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
+Faults (issue 7): every RPC has a deadline (``rpc_timeout``); idempotent calls are retried with exponential
+backoff and full jitter (a StartTask retry that meets ALREADY_EXISTS found its first attempt done, since
+task ids are never reused). Each poll also reconciles: a task an agent runs that no job here owns (left by a
+crashed coordinator, or by an agent that was cut off and given up) is stopped; a task a job owns that its
+agent no longer reports (the agent restarted) is reported lost, and the engine requeues the job from its
+last checkpoint. A task whose Stop does not get through is an orphan, stopped again at every poll, and at
+once when its host's agent refuses a call for want of the capacity it still holds, as is a task of no job
+here that the agent then reports on that host (a job is not failed for a leftover; if the orphan stays
+because its agent does not answer, the call counts as unreachable). A Stop before a restart elsewhere that
+cannot be confirmed requeues the job instead of restarting the task within the plan.
+
+No task of a job is started (placed, resumed, or moved) while an unfinished orphan of that job, a copy that
+may still run, is left: its Stop is tried once more, and if that does not get through either, the start is
+refused, as unreachable while the orphan's agent does not answer (the engine keeps the job pending, or
+requeues it, and offers it again at a later turn), and as a failure of the job if that agent answers but
+will not stop it. The job is placeable again once a Stop of the orphan gets through (a poll's, or a
+placement's) or its agent is removed (declared lost). A placement that orphans block retries each one's Stop
+at most once per poll interval, however often the engine offers it. So no copy of a job is started beside
+another that, as far as this backend knows, may still run, but for a copy on an agent declared lost (cut
+off: it may still run there, is not reported or counted, and is stopped by reconciliation if that agent
+comes back).
+
+With a ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
 task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks
 that kept running and never reuses a task id.
 """
@@ -92,6 +101,8 @@ class _Task:
     state: int = agent_pb2.TASK_STATE_STARTING
     message: str = ""
     saved: bool = False  # checkpointed and stopped by a pause: no process until resumed
+    #: An orphan: time.monotonic() of the last retry of its Stop (at a poll, or for a placement it blocks).
+    retried: float = -math.inf
 
 
 class LiveBackend:
@@ -190,6 +201,9 @@ class LiveBackend:
             for h in handle.hosts:
                 if self.host_agent.get(h) == agent_id:
                     del self.host_agent[h]
+            # Its orphans: nothing can be stopped there any more (a poll would drop them too), and the jobs
+            # they hold (:meth:`_hold`) are placeable again now.
+            self._orphans = [t for t in self._orphans if self.host_agent.get(t.host) is not None]
             return list(handle.hosts)
 
     def adopt(self, spec: JobSpec, restarts: int, tasks: Sequence[StoredTask], cpu: float) -> None:
@@ -275,15 +289,15 @@ class LiveBackend:
                            refusal: grpc.RpcError) -> agent_pb2.TaskReply:
         """A call the agent refused for want of capacity (FAILED_PRECONDITION) on a host where tasks of
         ours wait to be stopped: an orphan still holds its share and memory on the agent, while the model
-        has freed them, so the refusal says nothing against this job. Stop them now and call once more. If
-        one still cannot be stopped, the refusal is transient (unreachable): the engine requeues the job,
-        or leaves it pending, instead of failing it for good."""
-        if not self._stop_orphans(host):
+        has freed them, so the refusal says nothing against this job. Stop them now (each at most once per
+        poll interval, :meth:`_stop_orphans`) and call once more. If one still cannot be stopped, the
+        refusal is transient (unreachable): the engine requeues the job, or leaves it pending, instead of
+        failing it for good."""
+        if not self._stop_orphans(lambda t: t.host == host, placement=True):
             # Transient only while the agent does not answer (it is then declared lost, which ends its
             # orphans, or answers again): an agent that answers and refuses the Stop would have the job
             # offered again at every turn for ever, so then the refusal fails it, naming the cause.
-            handle = self.agents.get(self.host_agent.get(host, ""))
-            silent = handle is None or handle.silent or handle.lost
+            silent = self._unanswered(host)
             raise BackendError(f"{method} on {host}: {_rpc_text(refusal)}; tasks stopped on {host} earlier still "
                                "hold it (their Stop did not get through)" + (", will retry" if silent else ""),
                                unreachable=silent)
@@ -307,13 +321,44 @@ class LiveBackend:
                                      if ts.host == host and ts.task_id not in owned)
         return any(t.host == host for t in self._orphans)
 
-    def _stop_orphans(self, host: str | None = None) -> bool:
-        """Try again to stop the orphans (on ``host``, or everywhere); True if none is left there."""
-        retry = [t for t in self._orphans if host in (None, t.host)]
-        self._orphans = [t for t in self._orphans if host not in (None, t.host)]
+    def _stop_orphans(self, which: Callable[[_Task], bool] = lambda t: True, placement: bool = False) -> bool:
+        """Try again to stop the orphans ``which`` selects (all of them: a poll's round); True if none of
+        them is left. ``placement``: for a placement they block, which the engine offers again at every
+        turn while they stay: one retried less than a poll interval ago (by a poll, or such a placement) is
+        not tried again, so each costs at most one Stop per poll interval, not one per turn."""
+        now = time.monotonic()
+        retry = [t for t in self._orphans if which(t) and not (placement and now - t.retried < self.poll_interval)]
+        tried = {id(t) for t in retry}
+        self._orphans = [t for t in self._orphans if id(t) not in tried]
         for t in retry:
+            t.retried = now
             self._stop_task(t)  # a failure puts it back in the orphans
-        return not any(host in (None, t.host) for t in self._orphans)
+        return not any(which(t) for t in self._orphans)
+
+    def _unanswered(self, host: str) -> bool:
+        """Is ``host``'s agent gone, cut off, or silent (its last poll or call went unanswered)?"""
+        handle = self.agents.get(self.host_agent.get(host, ""))
+        return handle is None or handle.silent or handle.lost
+
+    def _hold(self, job: str) -> None:
+        """Refuse to start a task of ``job`` while an earlier copy of it may still run: an orphan of the job
+        (a task whose Stop did not get through, as when a move's Stop failed and the job was requeued; or a
+        task with the job's id prefix that no job owned) that has not finished. Its Stop is tried once more
+        (at most once per poll interval, see :meth:`_stop_orphans`). If it stays while its agent does not
+        answer, the refusal is transient (unreachable): the engine keeps the job pending, or requeues a
+        placed one, and offers it again at a later turn; the orphan goes when a poll's Stop gets through, or
+        with its agent (:meth:`remove_agent`). An agent that answers and still does not stop it would hold
+        the job for ever: then the job is failed, naming the cause, as :meth:`_call_past_orphans` does."""
+        def copy(t: _Task) -> bool:
+            return t.state != agent_pb2.TASK_STATE_DONE and _job_of(t.task_id) == job
+
+        if not any(copy(t) for t in self._orphans) or self._stop_orphans(copy, placement=True):
+            return
+        t = next(t for t in self._orphans if copy(t))
+        silent = self._unanswered(t.host)
+        raise BackendError(f"job {job} not started again: its task {t.task_id} on {t.host}, stopped earlier, may "
+                           "still run (its Stop did not get through)" + (", will retry" if silent else ""),
+                           unreachable=silent)
 
     def _share(self, host: str, cpu: float) -> float:
         """Model CPU fraction (of the reference host) -> fraction of this host's own capacity."""
@@ -321,6 +366,7 @@ class LiveBackend:
         return min(1.0, cpu * self._reference.cpu_cores / self.host_info[host].cpu_cores)
 
     def _start_task(self, spec: JobSpec, index: int, host: str, cpu: float, progress: float) -> _Task:
+        self._hold(spec.id)  # never beside a copy of it that may still run
         self._restarts[spec.id] = self._restarts.get(spec.id, -1) + 1
         task_id = f"{spec.id}/{index}" + (f".{self._restarts[spec.id]}" if self._restarts[spec.id] else "")
         assert self._reference is not None
@@ -340,6 +386,9 @@ class LiveBackend:
 
     def start(self, spec: JobSpec, hosts: Sequence[str], cpu: float, progress: float = 0.0) -> None:
         with self._lock:
+            # A job held by its orphans is refused before anything changes (its first _start_task would
+            # refuse it too, after a journal write): the engine offers it again at every turn meanwhile.
+            self._hold(spec.id)
             self._specs[spec.id] = spec
             # The job's tasks as they start: a capacity refusal of a later one must not take the earlier ones
             # for leftovers of no job (:meth:`_leftovers_on`), and the journal lists them.
@@ -469,7 +518,9 @@ class LiveBackend:
     def _move(self, spec: JobSpec, index: int, task: _Task, dst: str, cpu: float) -> _Task:
         """Checkpoint, stop, restart on ``dst`` from the checkpointed progress. Once stopped, ``task``
         (still in its job's list) is marked saved with that progress, which :meth:`_start_task` journals:
-        if the restart fails, the engine requeues the job from the checkpoint, not the last poll."""
+        if the restart fails, the engine requeues the job from the checkpoint, not the last poll. A job held
+        by an orphan (:meth:`_hold`) is refused first, its task left as it is."""
+        self._hold(spec.id)
         progress = self._checkpoint(task)
         self._stop_task(task, strict=True)
         if progress >= 1.0 or task.state == agent_pb2.TASK_STATE_DONE:
@@ -645,6 +696,11 @@ def _cancellable(fn: Callable, request: object, timeout: float, handle: AgentHan
         raise BackendError(f"agent {handle.agent_id} lost", unreachable=True) from None
     finally:
         handle.calls.discard(call)
+
+
+def _job_of(task_id: str) -> str:
+    """The job of an agent task id ``<job>/<index>[.<restart>]``."""
+    return task_id.rpartition("/")[0]
 
 
 def _rpc_text(exc: grpc.RpcError) -> str:

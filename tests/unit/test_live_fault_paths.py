@@ -11,23 +11,29 @@ or losing progress (each test failed before its fix):
 * the moves of a plan that an exception (not a BackendError: a listener's store write, say) ended before
   its flush were left without a process until some later plan, and moving one again failed its job; and a
   journal write failing inside the flush dropped the moves not yet started, leaving their jobs RUNNING with
-  no process for ever. Such moves are now requeued at the next poll.
+  no process for ever. Such moves are now requeued at the next poll;
+* a job requeued because a move's Stop did not get through (the old task an orphan, its Stop retried at every
+  poll) was placed again beside that old copy, which ran on until its Stop got through or its agent was
+  declared lost. It is now held pending until then (failed if the agent answers but will not stop it);
+* a placement an orphan blocks (that held job, or another job on the orphan's host) retried the orphan's
+  Stop at every engine turn; now at most once per poll interval.
 
 The agents are :class:`~tests.unit.scripted_agent.TableAgent`: gRPC servers on 127.0.0.1 with the real
 agent's task-table rules; no processes, no cgroups."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
 from coordinator.backends.base import Report
-from coordinator.backends.live import LiveBackend
+from coordinator.backends.live import RPC_ATTEMPTS, LiveBackend
 from coordinator.engine import Engine
 from coordinator.metrics import Transition
-from coordinator.model import JobSpec, JobState
+from coordinator.model import Host, JobSpec, JobState, Snapshot, Stimulus, Submit
 from coordinator.plan import Migrate, Pause, Plan, Resume, SetShare, Start
 from coordinator.store import StoredTask
 from vcemu.v1 import agent_pb2
@@ -294,3 +300,134 @@ def test_a_poll_whose_journal_fails_still_reports_the_interrupted_moves() -> Non
         assert [r.job for r in backend.poll()] == ["a"]
         backend.journal = None
         assert backend.poll() == []  # reported once
+
+
+def requeued_beside_its_orphan(x: TableAgent, engine: Engine) -> None:
+    """a runs on x's h0; its move to h1 meets a Stop that does not get through, so the engine requeues it and
+    a/0, still running on x, is an orphan (its Stop retried at every poll)."""
+    engine.arrive(ONE_TASK)
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    x.refuse_stop = True
+    engine.apply(Plan((Migrate("a", 0, "h1"),)))
+    assert engine.jobs["a"].state is JobState.PENDING, engine.jobs["a"].message
+    assert "a/0" in x.tasks
+
+
+@pytest.mark.parametrize("release", ["stop-gets-through", "agent-lost"])
+def test_a_job_requeued_after_an_unconfirmed_stop_is_not_started_beside_its_old_copy(release: str) -> None:
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1",))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        requeued_beside_its_orphan(x, engine)
+        engine.apply(Plan((Start("a", ("h1",), 1.0),)))  # placed again while a/0 may still run on x
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.PENDING, "started beside its old copy"
+        assert "may still run" in rec.message or y.tasks == {}, rec.message
+        assert y.tasks == {} and "a/0" in x.tasks
+        if release == "stop-gets-through":
+            x.refuse_stop = False
+            backend.poll()  # the orphan's Stop gets through
+            assert x.tasks == {}
+        else:  # x is declared lost, as the service's watchdog does it
+            backend.cut_off("x")
+            engine.lose_hosts(backend.remove_agent("x"), "agent x lost")
+        engine.apply(Plan((Start("a", ("h1",), 1.0),)))
+        assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
+        assert list(y.tasks) == ["a/0.1"]
+
+
+def test_a_job_whose_old_copys_agent_answers_but_will_not_stop_it_fails_instead_of_waiting_for_ever() -> None:
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1",))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(ONE_TASK)
+        engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+
+        def broken_stop(request: agent_pb2.TaskRef) -> None:
+            raise RuntimeError("the agent's Stop is broken")  # gRPC answers UNKNOWN: x answers, and refuses
+
+        x.on_stop = broken_stop
+        engine.requeue("a", "lost a task")  # as for a task reported vanished: a/0 becomes an orphan
+        engine.apply(Plan((Start("a", ("h1",), 1.0),)))
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.FAILED, rec.state
+        assert "a/0" in rec.message and "may still run" in rec.message, rec.message
+        assert y.tasks == {}
+
+
+class PlaceOn:
+    """Starts every pending job on ``host`` at each decision, and counts the decisions."""
+
+    period = None
+
+    def __init__(self, host: str) -> None:
+        self.name, self.host, self.decisions = "place-on", host, 0
+
+    def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+        self.decisions += 1
+        return Plan(tuple(Start(job, (self.host,) * v.spec.tasks, v.spec.cpu_need)
+                          for job, v in snap.jobs.items() if v.state is JobState.PENDING))
+
+
+def step_for(engine: Engine, seconds: float) -> tuple[int, float]:
+    """Step ``engine`` back to back for ``seconds``, as fast as it goes; returns (steps, seconds elapsed)."""
+    steps, began = 0, time.monotonic()
+    while time.monotonic() - began < seconds:
+        engine.step(until=engine.backend.now() + 0.05)
+        steps += 1
+    return steps, time.monotonic() - began
+
+
+def test_a_held_job_is_offered_once_per_engine_step_and_costs_at_most_one_stop_per_poll_interval() -> None:
+    """The engine offers a held job again at each step (its Submit is pushed at the backend's clock, wall time,
+    so never due again within the step that pushed it). Stepped back to back for a while, as fast as the engine
+    goes: no StartTask, one decision per step at most, and Stops of the orphan bounded by the poll interval (the
+    polls' and the placements' retries together), not one per offer."""
+    x, y = TableAgent("x", ("h0",)), TableAgent("y", ("h1",))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        policy = PlaceOn("h1")
+        engine = Engine(policy, backend, [Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0)])
+        backend.poll_interval = 0.25  # several engine steps per poll even on a busy machine
+        requeued_beside_its_orphan(x, engine)
+        starts, stops = [], []
+        y.on_start = starts.append
+        x.on_stop = stops.append
+        # Two Submits of a are due, its arrival's (stale while it ran) and its requeue's: each is offered once
+        # in a step, and a refusal pushes the next one.
+        offers = sum(isinstance(t.payload, Submit) and t.payload.job == "a" for t in engine._timers)
+        assert offers == 2
+        policy.decisions = 0
+        steps, elapsed = step_for(engine, 0.6)
+        assert starts == [] and y.tasks == {} and engine.jobs["a"].state is JobState.PENDING
+        assert 2 <= policy.decisions <= offers * steps, (policy.decisions, steps)
+        # A poll's Stop makes up to RPC_ATTEMPTS calls (its agent answered the poll's Status, so it is not taken
+        # for silent); the placements' retries, once their agent is silent, one each.
+        assert len(stops) <= RPC_ATTEMPTS * (elapsed / backend.poll_interval + 2), (len(stops), steps, elapsed)
+        x.refuse_stop = False  # the next poll's Stop gets through, and the next offer starts a
+        began = time.monotonic()
+        while engine.jobs["a"].state is JobState.PENDING and time.monotonic() - began < 5.0:
+            engine.step(until=backend.now() + 0.05)
+        assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
+        assert x.tasks == {} and list(y.tasks) == ["a/0.1"]
+
+
+def test_a_placement_an_orphan_blocks_on_its_host_costs_at_most_one_stop_per_poll_interval() -> None:
+    """Another job placed on the host an orphan still holds (the capacity refusal path): offered again at every
+    engine turn, it retried the orphan's Stop at each one."""
+    x = TableAgent("x", ("h0",))
+    x.check_capacity = True
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = Engine(PlaceOn("h0"), backend, [Host("h0", 1.0, 1.0)])
+        backend.poll_interval = 0.25  # several engine steps per poll even on a busy machine
+        engine.arrive(ONE_TASK)
+        engine.step(until=backend.now())  # a starts on h0
+        assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
+        x.refuse_stop = True
+        engine.cancel("a")  # a/0 an orphan, still holding h0's CPU on x
+        stops: list[agent_pb2.TaskRef] = []
+        x.on_stop = stops.append
+        engine.arrive(OTHER)
+        steps, elapsed = step_for(engine, 0.6)
+        assert engine.jobs["b"].state is JobState.PENDING and list(x.tasks) == ["a/0"]
+        assert steps >= 10  # offered many times
+        assert len(stops) <= RPC_ATTEMPTS * (elapsed / backend.poll_interval + 2), (len(stops), steps, elapsed)
