@@ -39,7 +39,9 @@ comes back).
 
 With a ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
 task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks
-that kept running and never reuses a task id.
+that kept running and never reuses a task id. A pause or a move cut short by a failure journals the
+checkpoints it took at once; a restarted coordinator that adopts such a job half stopped (some tasks saved,
+others running) requeues it from them at its first poll.
 """
 
 from __future__ import annotations
@@ -420,18 +422,25 @@ class LiveBackend:
 
     def pause(self, job: str) -> None:
         with self._lock:
-            for t in self._tasks[job]:
-                if t.saved or t.state == agent_pb2.TASK_STATE_DONE:
-                    continue
-                if self.pause_mode == "freeze":
-                    self._call(t.host, "Pause", agent_pb2.TaskRef(task_id=t.task_id))
-                else:
-                    t.progress = self._checkpoint(t)
-                    self._stop_task(t, strict=True)
-                    if t.progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
-                        t.progress, t.state = 1.0, agent_pb2.TASK_STATE_DONE  # nothing left to resume
+            try:
+                for t in self._tasks[job]:
+                    if t.saved or t.state == agent_pb2.TASK_STATE_DONE:
+                        continue
+                    if self.pause_mode == "freeze":
+                        self._call(t.host, "Pause", agent_pb2.TaskRef(task_id=t.task_id))
                     else:
-                        t.saved = True
+                        t.progress = self._checkpoint(t)
+                        self._stop_task(t, strict=True)
+                        if t.progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
+                            t.progress, t.state = 1.0, agent_pb2.TASK_STATE_DONE  # nothing left to resume
+                        else:
+                            t.saved = True
+            except BackendError:
+                # Cut short: the tasks checkpointed and stopped so far are journalled now, as a move's are
+                # (the engine requeues or fails the job next, and a crash before that must not lose them).
+                # Best effort: the BackendError is what the engine must see.
+                self._persist_quietly(job)
+                raise
             self._persist(job)
 
     def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
@@ -577,8 +586,9 @@ class LiveBackend:
         with self._lock:
             # Jobs whose moves a plan left unstarted (:meth:`abandon_moves`): requeued. Forgotten only when
             # this poll returns, so that a poll cut short still leaves them to the next.
+            interrupted = dict.fromkeys(self._interrupted)
             reports = [Report(job, JobState.PENDING, "a move was interrupted; requeued from its checkpoint")
-                       for job in dict.fromkeys(self._interrupted)]
+                       for job in interrupted]
             answered: set[str] = set()  # hosts whose agent answered this round
             # This round's answers only: an agent that did not answer may have been told to stop or move a
             # task since its last Status, which would otherwise bring that task back as it was.
@@ -610,6 +620,14 @@ class LiveBackend:
                         lost = t
                 if lost is not None:  # its agent answered without it: the agent restarted
                     reports.append(Report(job, JobState.PENDING, f"task {lost.task_id} vanished from {lost.host}"))
+                    continue
+                if job not in interrupted and any(t.saved for t in tasks) and any(
+                        not t.saved and t.state != agent_pb2.TASK_STATE_DONE for t in tasks):
+                    # Some tasks checkpointed and stopped, others running: a pause or a move under way, which a
+                    # poll never sees, unless it failed and the coordinator restarted (:meth:`adopt`) before the
+                    # engine requeued the job. Requeued now, or no poll would ever finish or restart it.
+                    reports.append(Report(job, JobState.PENDING, "a pause or move was cut short; requeued from "
+                                          "its checkpoints"))
                     continue
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
                     for t in tasks:

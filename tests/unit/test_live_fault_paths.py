@@ -16,7 +16,10 @@ or losing progress (each test failed before its fix):
   poll) was placed again beside that old copy, which ran on until its Stop got through or its agent was
   declared lost. It is now held pending until then (failed if the agent answers but will not stop it);
 * a placement an orphan blocks (that held job, or another job on the orphan's host) retried the orphan's
-  Stop at every engine turn; now at most once per poll interval.
+  Stop at every engine turn; now at most once per poll interval;
+* a checkpoint-mode pause cut short by a failure did not journal the checkpoints it had taken, so a crash before
+  the engine's requeue lost them; and a restarted coordinator that adopts a job half stopped that way now
+  requeues it (no poll ever finished or restarted it).
 
 The agents are :class:`~tests.unit.scripted_agent.TableAgent`: gRPC servers on 127.0.0.1 with the real
 agent's task-table rules; no processes, no cgroups."""
@@ -29,7 +32,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from coordinator.backends.base import Report
+from coordinator.backends.base import BackendError, Report
 from coordinator.backends.live import RPC_ATTEMPTS, LiveBackend
 from coordinator.engine import Engine
 from coordinator.metrics import Transition
@@ -409,6 +412,37 @@ def test_a_held_job_is_offered_once_per_engine_step_and_costs_at_most_one_stop_p
             engine.step(until=backend.now() + 0.05)
         assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
         assert x.tasks == {} and list(y.tasks) == ["a/0.1"]
+
+
+def test_a_checkpoint_pause_cut_short_journals_the_checkpoints_it_took() -> None:
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        backend.start(TWO_TASKS, ["h0", "h1"], 0.5)
+        assert sorted(x.tasks) == ["a/0", "a/1.1"]  # (a task id's suffix counts the job's StartTasks)
+        x.set("a/0", 0.4)
+        x.set("a/1.1", 0.3)
+        writes = journal_of(backend)
+        x.on_stop = lambda request: setattr(x, "refuse_stop", request.task_id == "a/1.1")  # a/0 stops, a/1.1 not
+        with pytest.raises(BackendError):
+            backend.pause("a")
+        assert writes, "nothing journalled"  # before the engine requeues the job (a crash may come first)
+        job, tasks = writes[-1]
+        assert job == "a" and tasks[0].saved and tasks[0].progress == pytest.approx(0.4)
+        assert not tasks[1].saved and tasks[1].task_id in x.tasks
+
+
+def test_a_restarted_coordinator_requeues_a_job_whose_pause_was_cut_short() -> None:
+    """What the journal of the test above gives a restarted coordinator: a job with one task saved (no process)
+    and one running. No poll finished or restarted it; it is requeued from the checkpoints."""
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        x.tasks["a/1.1"] = agent_pb2.TaskStatus(task_id="a/1.1", host="h1", progress=0.3,
+                                                state=agent_pb2.TASK_STATE_RUNNING)
+        backend.adopt(TWO_TASKS, 1, [StoredTask("a/0", "h0", 0.4, agent_pb2.TASK_STATE_RUNNING, True),
+                                     StoredTask("a/1.1", "h1", 0.3, agent_pb2.TASK_STATE_RUNNING, False)], 0.5)
+        reports = backend.poll()
+        assert [(r.job, r.state) for r in reports] == [("a", JobState.PENDING)], reports
+        assert backend.progress("a") == pytest.approx(0.3)
 
 
 def test_a_placement_an_orphan_blocks_on_its_host_costs_at_most_one_stop_per_poll_interval() -> None:
