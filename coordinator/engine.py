@@ -179,6 +179,9 @@ class Engine:
         self._host_table: _HostTable | None = None  # the capacity check's, for the current host list
         #: the backend's paused jobs make no progress (``Backend.paused_progress_fixed``, the simulator)
         self._paused_fixed = bool(getattr(backend, "paused_progress_fixed", False))
+        #: jobs whose Start the backend refused as unreachable: the message last logged, and when the Submit
+        #: that offers the job again is due (``_failed``)
+        self._retrying: dict[str, tuple[str, float]] = {}
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -517,6 +520,8 @@ class Engine:
             self.backend.start(rec.spec, action.hosts, action.cpu, progress)
             rec.state, rec.hosts, rec.cpu = running, action.hosts, action.cpu
             rec.first_start = now if rec.first_start is None else rec.first_start
+            if self._retrying:  # it started: a later refusal is a new one, logged again
+                self._retrying.pop(job, None)
             self._record(job, JobState.PENDING, running, rec.hosts, rec.cpu, "start")
         elif kind is Defer:
             rec.attempts += 1
@@ -629,8 +634,19 @@ class Engine:
         if not exc.unreachable:
             self._fail(rec, message)
         elif rec.state is JobState.PENDING:  # its Start failed: offered to the policy again
-            log.warning("%s %s; it stays pending", rec.spec.id, message)
-            self._push(self.backend.now(), "stim", Submit(rec.spec.id))
+            # After the backend's ``retry_after`` (a live backend's poll interval): its cause (a silent agent,
+            # a copy of the job whose Stop has not got through) changes no sooner, and a Submit due now would
+            # have the service's loop decide and log again at every turn. Logged once per cause.
+            # One retry is scheduled at a time (a requeued job has two Submits due: its arrival's and its
+            # requeue's, and each refusal would otherwise start a chain of its own).
+            job, now = rec.spec.id, self.backend.now()
+            logged, due = self._retrying.get(job, ("", -math.inf))
+            if logged != message:
+                log.warning("%s %s; it stays pending", job, message)
+            if due <= now:
+                due = now + getattr(self.backend, "retry_after", 0.0)
+                self._push(due, "stim", Submit(job))
+            self._retrying[job] = (message, due)
             self._ensure_tick()
         else:
             self.requeue(rec.spec.id, f"{message}; requeued")
@@ -645,6 +661,7 @@ class Engine:
         src, cpu = rec.state, rec.cpu
         rec.state, rec.end, rec.message, rec.cpu = state, self.backend.now(), reason, 0.0
         self._live.pop(rec.spec.id, None)
+        self._retrying.pop(rec.spec.id, None)
         self._record(rec.spec.id, src, state, rec.hosts, cpu, reason)  # the transition keeps the share it ran with
 
     def _record(

@@ -68,6 +68,8 @@ class Backend(Protocol):
     # before any arrives, since only the plan's final state is checked to fit).
     # Optional: ``abandon_moves()``, called by the engine when a plan ends in an exception other than a
     # BackendError, for a backend with such deferred moves: it must not start them with a later plan.
+    # Optional: ``retry_after`` (model seconds), how long the engine waits before it offers a job whose
+    # Start was refused as unreachable to the policy again (default 0: at once).
     # Optional: ``paused_progress_fixed = True`` for a backend whose paused jobs make no progress until they
     # are resumed (the simulator). The engine reads a job's progress when it pauses it, and with this flag
     # not again at later snapshots; a live agent may report a paused job's last progress late, so there it is

@@ -243,6 +243,12 @@ class LiveBackend:
     def wake(self) -> None:
         self._wake.set()
 
+    @property
+    def retry_after(self) -> float:
+        """Model seconds before the engine offers again a job whose Start was refused as unreachable: one
+        poll interval, the soonest a silent agent's answer or an orphan's confirmed Stop can change that."""
+        return self.poll_interval * self.compression
+
     # ---- actions ----------------------------------------------------------------------------------
 
     def _stub(self, host: str) -> agent_pb2_grpc.AgentStub:
