@@ -140,7 +140,8 @@ class LiveBackend:
         self._cpu: dict[str, float] = {}
         self._orphans: list[_Task] = []  # tasks whose Stop failed, retried at every poll
         self._arrivals: list[tuple[str, int]] = []  # (job, task) moved out, to start at their new host
-        self._interrupted: list[str] = []  # jobs with moves of a plan that ended in an exception: requeued at a poll
+        #: jobs whose moves, pause or resume a plan's exception cut short: requeued at a poll
+        self._interrupted: list[str] = []
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -405,6 +406,7 @@ class LiveBackend:
             try:
                 for i, host in enumerate(hosts):
                     tasks.append(self._start_task(spec, i, host, cpu, progress))
+                self._persist(spec.id)  # failing, its tasks are stopped: the engine has not recorded the start
             except BaseException:
                 for t in tasks:
                     self._stop_task(t)
@@ -413,7 +415,6 @@ class LiveBackend:
                     self._persist(spec.id)
                 raise
             self._cpu[spec.id] = cpu
-            self._persist(spec.id)
 
     def set_share(self, job: str, cpu: float) -> None:
         with self._lock:
@@ -447,7 +448,7 @@ class LiveBackend:
                 # Best effort: the BackendError is what the engine must see.
                 self._persist_quietly(job)
                 raise
-            self._persist(job)
+            self._persist_or_requeue(job)
 
     def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
         with self._lock:
@@ -463,7 +464,18 @@ class LiveBackend:
                     self._call(host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
                 else:
                     tasks[i] = self._move(self._specs[job], i, t, host, cpu)
+            self._persist_or_requeue(job)
+
+    def _persist_or_requeue(self, job: str) -> None:
+        """The journal write that ends a pause or a resume. If it fails, the engine, seeing an exception that
+        is not a BackendError, does not record the change: its job would stay RUNNING with its tasks saved (no
+        process), or PAUSED with them running, for ever. So the job is requeued at the next poll, from its
+        checkpoints (:meth:`abandon_moves`' route), and the exception goes on to the engine."""
+        try:
             self._persist(job)
+        except BaseException:
+            self._interrupted.append(job)
+            raise
 
     def migrate(self, job: str, task: int, dst: str) -> None:
         """First half of a move: checkpoint and stop the task now; :meth:`flush` starts it at ``dst``.
@@ -593,7 +605,7 @@ class LiveBackend:
             # Jobs whose moves a plan left unstarted (:meth:`abandon_moves`): requeued. Forgotten only when
             # this poll returns, so that a poll cut short still leaves them to the next.
             interrupted = dict.fromkeys(self._interrupted)
-            reports = [Report(job, JobState.PENDING, "a move was interrupted; requeued from its checkpoint")
+            reports = [Report(job, JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")
                        for job in interrupted]
             answered: set[str] = set()  # hosts whose agent answered this round
             # This round's answers only: an agent that did not answer may have been told to stop or move a

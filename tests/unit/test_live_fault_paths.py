@@ -217,7 +217,7 @@ def test_moves_of_a_plan_ended_by_an_exception_are_requeued_at_the_next_poll() -
         with pytest.raises(OSError):  # a moved, then the plan ends before its flush
             engine.apply(Plan((Migrate("a", 0, "h1"), Start("b", ("h0",), 1.0))))
         engine.listeners.remove(store_down)
-        assert backend.poll() == [Report("a", JobState.PENDING, "a move was interrupted; requeued from its checkpoint")]
+        assert backend.poll() == [Report("a", JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")]
         assert not y.tasks and "a/0" not in x.tasks  # no copy anywhere
         engine.requeue("a", "a move was interrupted")  # as the engine does with that report
         assert engine.jobs["a"].state is JobState.PENDING and engine.jobs["a"].vt == pytest.approx(4.0)
@@ -277,7 +277,7 @@ def test_a_later_plans_flush_does_not_start_the_moves_an_interrupted_plan_left()
         assert engine.jobs["a"].hosts == ("h0",)  # the engine's record: not moved
         engine.apply(Plan((SetShare("b", 1.0),)))  # another plan, before any poll
         assert "a/0.1" not in y.tasks, "the interrupted move was started by a later plan"
-        assert backend.poll() == [Report("a", JobState.PENDING, "a move was interrupted; requeued from its checkpoint")]
+        assert backend.poll() == [Report("a", JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")]
 
 
 def test_a_poll_whose_journal_fails_still_reports_the_interrupted_moves() -> None:
@@ -470,3 +470,55 @@ def test_a_placement_an_orphan_blocks_on_its_host_costs_at_most_one_stop_per_pol
         assert engine.jobs["b"].state is JobState.PENDING and list(x.tasks) == ["a/0"]
         assert steps >= 10  # offered many times
         assert len(stops) <= RPC_ATTEMPTS * (elapsed / backend.poll_interval + 2), (len(stops), steps, elapsed)
+
+
+def failing_last_write(backend: LiveBackend, saved: bool) -> None:
+    """From now on the journal write that lists both tasks of a as they end a call, all saved or all running as
+    ``saved`` says, fails (the store's disk is full); the earlier writes (a task id reserved before its
+    StartTask, say) go through."""
+    def journal(job: str, restarts: int, tasks: list[StoredTask]) -> None:
+        if job == "a" and len(tasks) == TWO_TASKS.tasks and all(t.saved is saved for t in tasks):
+            raise OSError("disk full")
+
+    backend.journal = journal
+
+
+@pytest.mark.parametrize("call", ["pause", "resume"])
+def test_a_pause_or_resume_whose_last_journal_write_fails_is_requeued_at_the_next_poll(call: str) -> None:
+    """The write that ends a pause (every task saved) or a resume (every task running again) fails: the engine,
+    seeing an exception that is not a BackendError, does not record the change, which left the job RUNNING with
+    no process, or PAUSED with its tasks running, for ever. The next poll requeues it from its checkpoints."""
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(TWO_TASKS)
+        engine.apply(Plan((Start("a", ("h0", "h1"), 0.5),)))
+        x.set("a/0", 0.4)
+        x.set("a/1.1", 0.3)
+        if call == "resume":
+            engine.apply(Plan((Pause("a"),)))
+        failing_last_write(backend, saved=call == "pause")
+        with pytest.raises(OSError):
+            engine.apply(Plan((Pause("a"),) if call == "pause" else (Resume("a", ("h0", "h1"), 0.5),)))
+        backend.journal = None
+        before = JobState.RUNNING if call == "pause" else JobState.PAUSED
+        assert engine.jobs["a"].state is before  # the engine's record: unchanged
+        reports = backend.poll()
+        assert [(r.job, r.state) for r in reports] == [("a", JobState.PENDING)], reports
+        engine.requeue("a", reports[0].message)  # as the engine does with that report
+        assert engine.jobs["a"].state is JobState.PENDING
+        assert x.tasks == {}  # no process left behind
+        assert engine.jobs["a"].vt == pytest.approx(0.3 * TWO_TASKS.work)  # the job's progress, its slowest task's
+
+
+def test_a_start_whose_last_journal_write_fails_leaves_no_task_running() -> None:
+    """The write that ends a start fails: the engine keeps the job pending, so its tasks must not run on."""
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = engine_on(backend)
+        engine.arrive(TWO_TASKS)
+        failing_last_write(backend, saved=False)
+        with pytest.raises(OSError):
+            engine.apply(Plan((Start("a", ("h0", "h1"), 0.5),)))
+        assert engine.jobs["a"].state is JobState.PENDING
+        assert x.tasks == {}, "its tasks run while the engine has it pending"
