@@ -468,7 +468,7 @@ class CoordinatorServer:
             rec = JobRecord(j.spec, j.state, j.hosts, j.cpu, j.vt, j.attempts, j.first_start, j.end, j.message)
             restarts, tasks = loaded.tasks.get(j.spec.id, (-1, []))
             if j.state in (JobState.RUNNING, JobState.PAUSED) and tasks:
-                self.backend.adopt(j.spec, restarts, tasks, j.cpu)
+                self.backend.adopt(j.spec, restarts, tasks, j.cpu, j.state)
             else:
                 self.backend.reserve_restarts(j.spec.id, restarts)  # its leftover tasks are stopped by polling
                 if j.state in (JobState.RUNNING, JobState.PAUSED):  # placed, but no task record: start over

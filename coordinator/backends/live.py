@@ -209,13 +209,24 @@ class LiveBackend:
             self._orphans = [t for t in self._orphans if self.host_agent.get(t.host) is not None]
             return list(handle.hosts)
 
-    def adopt(self, spec: JobSpec, restarts: int, tasks: Sequence[StoredTask], cpu: float) -> None:
-        """Take over the tasks of a placed job from an earlier run of the coordinator (its store)."""
+    def adopt(self, spec: JobSpec, restarts: int, tasks: Sequence[StoredTask], cpu: float,
+              state: JobState | None = None) -> None:
+        """Take over the tasks of a placed job from an earlier run of the coordinator (its store). ``state``,
+        the job's state in that store: if its tasks contradict it, the earlier run crashed between a call
+        and the engine's record of it, or a pause or move was cut short by a failure and the engine had not
+        requeued the job yet (a RUNNING job with an unfinished task saved, no process left for it; a PAUSED
+        job with a task running, in checkpoint mode). No poll would ever finish or restart it: it is
+        requeued from its checkpoints at the first poll."""
         with self._lock:
             self._specs[spec.id] = spec
             self._restarts[spec.id] = max(self._restarts.get(spec.id, -1), restarts)
-            self._tasks[spec.id] = [_Task(t.task_id, t.host, t.progress, t.state, saved=t.saved) for t in tasks]
+            adopted = [_Task(t.task_id, t.host, t.progress, t.state, saved=t.saved) for t in tasks]
+            self._tasks[spec.id] = adopted
             self._cpu[spec.id] = cpu
+            unfinished = [t for t in adopted if t.state != agent_pb2.TASK_STATE_DONE]
+            if (state is JobState.RUNNING and any(t.saved for t in unfinished)) or (
+                    state is JobState.PAUSED and self.pause_mode != "freeze" and not all(t.saved for t in unfinished)):
+                self._interrupted.append(spec.id)
 
     def reserve_restarts(self, job: str, restarts: int) -> None:
         """Never reuse the task ids an earlier run of the coordinator may have given this job."""
@@ -627,6 +638,8 @@ class LiveBackend:
             self._stop_orphans()
             self._reconcile(seen, answered)
             for job, tasks in list(self._tasks.items()):
+                if job in interrupted:  # requeued: no second report
+                    continue
                 lost = None
                 for t in tasks:
                     ts = seen.get(t.task_id)
@@ -638,14 +651,6 @@ class LiveBackend:
                         lost = t
                 if lost is not None:  # its agent answered without it: the agent restarted
                     reports.append(Report(job, JobState.PENDING, f"task {lost.task_id} vanished from {lost.host}"))
-                    continue
-                if job not in interrupted and any(t.saved for t in tasks) and any(
-                        not t.saved and t.state != agent_pb2.TASK_STATE_DONE for t in tasks):
-                    # Some tasks checkpointed and stopped, others running: a pause or a move under way, which a
-                    # poll never sees, unless it failed and the coordinator restarted (:meth:`adopt`) before the
-                    # engine requeued the job. Requeued now, or no poll would ever finish or restart it.
-                    reports.append(Report(job, JobState.PENDING, "a pause or move was cut short; requeued from "
-                                          "its checkpoints"))
                     continue
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
                     for t in tasks:

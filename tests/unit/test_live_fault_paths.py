@@ -436,18 +436,32 @@ def test_a_checkpoint_pause_cut_short_journals_the_checkpoints_it_took() -> None
         assert not tasks[1].saved and tasks[1].task_id in x.tasks
 
 
-def test_a_restarted_coordinator_requeues_a_job_whose_pause_was_cut_short() -> None:
-    """What the journal of the test above gives a restarted coordinator: a job with one task saved (no process)
-    and one running. No poll finished or restarted it; it is requeued from the checkpoints."""
+@pytest.mark.parametrize("case", ["pause-cut-short", "move-cut-short", "resume-cut-short", "consistent"])
+def test_a_restarted_coordinator_requeues_a_job_whose_tasks_contradict_its_state(case: str) -> None:
+    """What a journal gives a restarted coordinator after a crash between a call and the engine's record of
+    it: a RUNNING job with a task saved (no process; the pause test above, or a one-task job whose move had
+    stopped its task and not restarted it), a PAUSED job with a task running (checkpoint mode). No poll
+    finished or restarted it; it is requeued from the checkpoints at the first poll, with no other report."""
     x = TableAgent("x", ("h0", "h1"))
+    running = StoredTask("a/1.1", "h1", 0.3, agent_pb2.TASK_STATE_RUNNING, False)
+    saved = StoredTask("a/0", "h0", 0.4, agent_pb2.TASK_STATE_RUNNING, True)
+    spec, tasks, state = {
+        "pause-cut-short": (TWO_TASKS, [saved, running], JobState.RUNNING),
+        "move-cut-short": (ONE_TASK, [saved], JobState.RUNNING),
+        "resume-cut-short": (TWO_TASKS, [saved, running], JobState.PAUSED),
+        "consistent": (TWO_TASKS, [saved, StoredTask("a/1.1", "h1", 0.3, agent_pb2.TASK_STATE_RUNNING, True)],
+                       JobState.PAUSED),
+    }[case]
     with backend_on(x, rpc_timeout=1.0) as backend:
         x.tasks["a/1.1"] = agent_pb2.TaskStatus(task_id="a/1.1", host="h1", progress=0.3,
                                                 state=agent_pb2.TASK_STATE_RUNNING)
-        backend.adopt(TWO_TASKS, 1, [StoredTask("a/0", "h0", 0.4, agent_pb2.TASK_STATE_RUNNING, True),
-                                     StoredTask("a/1.1", "h1", 0.3, agent_pb2.TASK_STATE_RUNNING, False)], 0.5)
+        backend.adopt(spec, 1, tasks, 0.5, state)
         reports = backend.poll()
+        if case == "consistent":  # a paused job, both tasks saved: nothing to say
+            assert reports == []
+            return
         assert [(r.job, r.state) for r in reports] == [("a", JobState.PENDING)], reports
-        assert backend.progress("a") == pytest.approx(0.3)
+        assert backend.progress("a") == pytest.approx(0.4 if case == "move-cut-short" else 0.3)
 
 
 def test_a_placement_an_orphan_blocks_on_its_host_costs_at_most_one_stop_per_poll_interval() -> None:
