@@ -4,7 +4,8 @@ It brings up a coordinator and a node agent (real processes, cgroup-enforced sha
 job mix through the coordinator's gRPC API at the mix's arrival times, waits for every job, then
 simulates the very same jobs (same submit times, same policy) and prints both per job with the relative
 difference of their stretches. Both runs are scored by the same code (``coordinator.metrics``).
-Results go to ``--out`` as CSV and JSON with a PNG plot and the config that produced them.
+Results go to ``--out`` as CSV and JSON with a PNG plot and the config that produced them; ``config.json`` and
+``summary.json`` record the code that ran (``"code"``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from coordinator.cli import format_table, start_local_cluster, stop_processes, u
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
+from coordinator.outputs import write_json
+from coordinator.provenance import code_version
 from workloads.mixes import demo_mix
 
 DEMO_TIMEOUT_S = 170.0
@@ -184,8 +187,9 @@ def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) / f"{stamp}-{args.policy}-seed{args.seed}"
     out.mkdir(parents=True, exist_ok=True)
+    code = code_version()
     config = {k: v for k, v in vars(args).items() if k != "func"}
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(out / "config.json", {**config, "code": code}, sort_keys=False)
     with open(out / "jobs.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["job", "tasks", "cpu_need", "memory", "work", "submit", "live_wait", "live_run",
@@ -197,8 +201,9 @@ def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall:
                         g(lr, "wait"), g(lr, "run_time"), g(lr, "stretch"), g(lr, "final_yield"),
                         g(sr, "wait"), g(sr, "run_time"), g(sr, "stretch"), g(sr, "final_yield"),
                         "" if diff is None else diff])
-    (out / "summary.json").write_text(json.dumps(_json_safe(
-        {"completed": completed, "jobs": len(rows), **comparison, "wall_s": wall, "mode": mode}), indent=2) + "\n")
+    write_json(out / "summary.json", {**_json_safe(
+        {"completed": completed, "jobs": len(rows), **comparison, "wall_s": wall, "mode": mode}), "code": code},
+        sort_keys=False)
     _plot(rows, out / "stretch.png", comparison["live_vs_sim_median_rel_diff"])
     return out
 

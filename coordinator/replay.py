@@ -8,7 +8,8 @@ with the live backend's time compression K: its clock runs K times faster than w
 work is divided by K, so a job of W trace-seconds takes W/K real seconds and everything is reported in
 trace seconds. Jobs arrive at their trace submit times (shifted by the cluster's start-up time) on that
 clock. The very same jobs then go through the simulator with the same policy, hosts and penalty, and both
-runs are scored by the same code (coordinator.metrics, 001 Sec. V's metrics), side by side.
+runs are scored by the same code (coordinator.metrics, 001 Sec. V's metrics), side by side. The result
+directory's ``config.json`` records the code that ran (``"code"``).
 """
 
 from __future__ import annotations
@@ -184,7 +185,10 @@ def _f(x: Any) -> str:
 def _write(a: argparse.Namespace, out: dict[str, Any]) -> Path:
     d = Path(a.out) / f"{time.strftime('%Y%m%d-%H%M%S')}-{a.policy}-k{a.compress:g}"
     d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(vars(a), indent=2) + "\n")
+    from coordinator.outputs import write_json
+    from coordinator.provenance import code_version
+
+    write_json(d / "config.json", {**vars(a), "code": code_version()}, sort_keys=False)
     (d / "metrics.json").write_text(json.dumps(out, indent=2) + "\n")
     with (d / "metrics.csv").open("w") as fh:
         fh.write("metric,live,sim\n")

@@ -1,7 +1,8 @@
-"""What the resumable commands (``vcemu oppcost`` and ``vcemu vcsched``) share so that a run killed at any
-moment loses no finished work and leaves nothing running: an append-only CSV journal of finished rows that a
-rerun with the same settings continues from, the comparison of a stored ``config.json`` with a new run's, and a
-pool initializer that ends a worker when its parent dies.
+"""What the resumable commands (``vcemu oppcost``, ``vcemu vcsched`` and ``vcemu apc``) share so that a run killed
+at any moment loses no finished work and leaves nothing running: an append-only CSV journal of finished rows that a
+rerun with the same settings and the same code continues from, the comparison of a stored ``config.json`` with a
+new run's (settings, and the source fingerprint of :mod:`coordinator.provenance`), and a pool initializer that ends
+a worker when its parent dies.
 
 The journal's lines are each flushed and fsynced as they are written, so a kill (or a power cut) leaves at most
 its last line cut short; :func:`read_journal` drops that line, and each command checks every row it keeps.
@@ -24,7 +25,8 @@ from typing import Any
 
 from coordinator.outputs import write_text
 
-__all__ = ["Journal", "changed_settings", "die_with_parent", "read_journal", "unfinished_rows"]
+__all__ = ["Journal", "changed_settings", "die_with_parent", "read_journal", "say_resumed", "stale_reason",
+           "unfinished_rows"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -58,13 +60,31 @@ def _exit_when_orphaned(parent: int) -> None:
 
 def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str]) -> list[str]:
     """The keys whose values differ between two ``config.json`` objects, leaving out ``ignore`` (settings that
-    do not change results, such as the number of worker processes). ``new`` is compared as JSON would store it
-    (tuples as lists). Sorted."""
+    do not change results, such as the number of worker processes) and the code record (compared by
+    :func:`stale_reason`). ``new`` is compared as JSON would store it (tuples as lists). Sorted."""
     import json
 
-    skip = set(ignore)
+    from coordinator.provenance import KEY
+
+    skip = {*ignore, KEY}
     new_json = json.loads(json.dumps(dict(new)))
     return sorted(k for k in set(old) | set(new_json) if k not in skip and old.get(k) != new_json.get(k))
+
+
+def stale_reason(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str]) -> str | None:
+    """Why the results recorded with ``config.json`` object ``old`` cannot be reused by a run with config ``new``:
+    other settings (:func:`changed_settings`), other code (another source fingerprint, or none recorded: an older
+    vcemu's), or both, as words that follow "a run"; None when they can."""
+    from coordinator.provenance import fingerprint_of
+
+    why = []
+    if diff := changed_settings(old, new, ignore):
+        why.append(f"with other settings ({', '.join(diff)})")
+    was, now = fingerprint_of(old), fingerprint_of(new)
+    if was != now:
+        why.append("of other code (" + (f"source sha256 {was[:12]}" if was else "an older vcemu's, which recorded none")
+                   + f"; this code's is {now[:12] if now else 'unknown'})")
+    return " and ".join(why) or None
 
 
 def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, str]], int]:
@@ -101,9 +121,10 @@ def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, 
 
 def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: Mapping[str, Any],
                     ignore: Iterable[str], command: str) -> tuple[list[dict[str, str]], int] | None:
-    """The journal ``out/journal`` of an unfinished run with the same settings as ``config`` (``ignore`` aside):
-    its rows and dropped lines as :func:`read_journal` gives them; ``([], 0)`` when there is no journal; None,
-    with a line on stderr naming the settings, when ``out/config.json`` is another run's or unreadable."""
+    """The journal ``out/journal`` of a run with the same settings (``ignore`` aside) and the same code as
+    ``config``: its rows and dropped lines as :func:`read_journal` gives them; ``([], 0)`` when there is no
+    journal; None, with one line on stderr saying why (:func:`stale_reason`), when ``out/config.json`` is another
+    run's or another code's, or unreadable: the caller then starts over."""
     import json
 
     path = out / journal
@@ -111,12 +132,11 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
         return [], 0
     try:
         old = json.loads((out / "config.json").read_text())
-        diff = changed_settings(old, config, ignore) if isinstance(old, dict) else ["config.json"]
+        why = stale_reason(old, config, ignore) if isinstance(old, dict) else "with an unreadable config.json"
     except (OSError, ValueError):
-        diff = ["config.json"]
-    if diff:
-        print(f"{command}: {out} holds an unfinished run with other settings ({', '.join(diff)}); starting over",
-              file=sys.stderr)
+        why = "with an unreadable config.json"
+    if why:
+        print(f"{command}: {out} holds the journal of a run {why}; starting over", file=sys.stderr)
         return None
     return read_journal(path, fieldnames)
 

@@ -25,7 +25,12 @@ cell whose simulation runs longer (recorded as ``timeout`` with no stretch), and
 cancels the tasks when none has finished for far longer.
 
 What is stored (the rule a rerun relies on): a cell's file holds an outcome of the *cell*, never of the
-machine it ran on. The simulation is deterministic from the config, so
+machine it ran on, and the source fingerprint of the code that ran it (``code``,
+:func:`coordinator.provenance.source_fingerprint`, taken in the worker). The simulation is deterministic from the
+config and the code, so
+
+- a cell stored by other code (another fingerprint, or none: an older vcemu) is run again, whatever its status,
+  and the reports leave it out (``--report-only`` too, and says so): they never mix two versions' results.
 
 - ``ok`` and ``error`` (the cell's own exception in the policy or engine, or jobs that never completed)
   are stored for good; ``--retry-failed`` reruns the ``error`` ones (after a code change).
@@ -36,14 +41,15 @@ machine it ran on. The simulation is deterministic from the config, so
   object, a ``MemoryError`` -- is not stored: the run says so and a rerun runs it. (Older vcemu stored such
   cells without ``wall_s``, which every real outcome has; a rerun runs those too.)
 
-Exit status: 0 when every cell this run ran is ``ok``; 1 when one timed out, failed or was not stored
-(or the run itself failed); 2 when the settings are refused (a bad argument, an ``--out`` that holds a
-sweep with other settings or an unreadable ``config.json``).
+Exit status: 0 when every cell this run ran is ``ok``; 1 when one timed out, failed or was not stored,
+or Ray workers computed it with other code than the driver's (or the run itself failed); 2 when the settings are
+refused (a bad argument, an ``--out`` that holds a sweep with other settings or an unreadable ``config.json``).
 
 Cell ids name a load with 2 decimals and a penalty with ``%g`` (6 significant digits): values that would
 share an id (e.g. ``--loads 0.851,0.852``) are refused rather than let their cells overwrite each other.
 
-Outputs in OUT: ``config.json``, ``cells/*.json``, ``cells.csv`` (every cell with its metrics),
+Outputs in OUT: ``config.json`` (with ``code``, :func:`coordinator.provenance.code_version`), ``cells/*.json``,
+``cells.csv`` (every cell with its metrics),
 ``degradation.csv`` (001's degradation factor per cell: max stretch / best max stretch of the same trace
 and penalty), ``table1_p<penalty>.csv/.png``, ``fig1.csv/.png`` (average degradation factor vs. load, one
 panel per penalty), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, scaled traces, load >= 0.7).
@@ -124,6 +130,7 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         utilisation,
     )
     from coordinator.policies import get_policy
+    from coordinator.provenance import source_fingerprint
 
     t0 = time.perf_counter()
     policy = TimedPolicy(get_policy(algorithm), t0 + timeout_s)
@@ -134,15 +141,17 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         history = engine.run(sorted(specs, key=lambda s: (s.submit_time, s.id)))
     except CellTimeout:
         out.update(status="timeout", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
-                   error=f"exceeded {timeout_s:g} s at simulated time {engine.backend.now():.0f} s")
+                   error=f"exceeded {timeout_s:g} s at simulated time {engine.backend.now():.0f} s",
+                   code=source_fingerprint())
         return out
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 -- a failing policy is a result of the sweep, not a crash
         out.update(status="error", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
-                   error=f"{type(exc).__name__}: {exc}")
+                   error=f"{type(exc).__name__}: {exc}", code=source_fingerprint())
         return out
     wall = time.perf_counter() - t0
+    out["code"] = source_fingerprint()
     s = summarize(job_results(history))
     k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
     u = utilisation(history, sum(h.cpu for h in cluster))
@@ -330,9 +339,12 @@ def _read_cell(path: Path) -> dict[str, Any] | None:
     return cell if isinstance(cell, dict) else None
 
 
-def _to_run(stored: dict[str, Any] | None, cell_timeout: float, retry_failed: bool) -> bool:
-    """Whether this run runs a cell, given what is stored for it (the rule in the module docstring)."""
+def _to_run(stored: dict[str, Any] | None, cell_timeout: float, retry_failed: bool, code: str) -> bool:
+    """Whether this run, of source fingerprint ``code``, runs a cell, given what is stored for it (the rule in the
+    module docstring)."""
     if stored is None or "wall_s" not in stored:  # not stored, or an older vcemu's record of a Ray failure
+        return True
+    if stored.get("code") != code:  # another version's result
         return True
     status = stored.get("status")
     if status == "ok":
@@ -358,7 +370,8 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="stored cells: ok; error (the cell's own failure: deterministic); timeout (machine-dependent:\n"
                "rerun by a larger --cell-timeout or --retry-failed). Not stored: cells Ray lost (worker crash,\n"
-               "node loss, out of memory, the backstop's cancel, lost object): a rerun runs them.\n"
+               "node loss, out of memory, the backstop's cancel, lost object): a rerun runs them. A cell stored\n"
+               "by other code (its source fingerprint) is run again and left out of the reports.\n"
                "exit status: 0 every cell of this run ok; 1 some timed out, failed or were not stored; "
                "2 settings refused.")
     p.add_argument("--out", default="results/sweep", help="output directory (resumes if it holds a sweep)")
@@ -504,6 +517,7 @@ def sweep_main(argv: Sequence[str]) -> int:
 
 def _sweep(argv: Sequence[str]) -> int:
     from coordinator.outputs import clear_outputs, write_json
+    from coordinator.provenance import code_version, source_fingerprint
     from coordinator.sweep_report import REPORT_PATTERNS, write_reports
 
     a = _parse_args(argv)
@@ -537,18 +551,28 @@ def _sweep(argv: Sequence[str]) -> int:
     # before it leaves cells and config, never an older run's tables beside them.
     clear_outputs(out, REPORT_PATTERNS)
     clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
+    code = source_fingerprint()
+    cfg["code"] = code_version()
     write_json(cfg_path, cfg)
-    todo = []
+    todo, other_code = [], 0
     for tr in traces:
         for pen in cfg["penalties"]:
             for alg in cfg["algorithms"]:
                 key = cell_key(tr.id, alg, pen)
-                if _to_run(_read_cell(cells_dir / f"{key}.json"), cfg["cell_timeout"], a.retry_failed):
+                stored = _read_cell(cells_dir / f"{key}.json")
+                other_code += stored is not None and stored.get("code") != code
+                if _to_run(stored, cfg["cell_timeout"], a.retry_failed, code):
                     todo.append((key, tr, alg, pen))
     total = len(traces) * len(cfg["penalties"]) * len(cfg["algorithms"])
     print(f"vcemu sweep: {len(traces)} traces x {len(cfg['algorithms'])} algorithms x "
           f"{len(cfg['penalties'])} penalties = {total} cells; {total - len(todo)} stored, {len(todo)} to run",
           file=sys.stderr)
+    if other_code:
+        one = other_code == 1
+        print(f"vcemu sweep: {other_code} stored cell{'' if one else 's'} {'was' if one else 'were'} computed by other "
+              f"code (another source fingerprint than this code's {code[:12]}, or none); "
+              + (f"the reports leave {'it' if one else 'them'} out" if a.report_only
+                 else f"{'it is' if one else 'they are'} run again"), file=sys.stderr)
     t0 = time.perf_counter()
     ran: list[dict[str, Any]] = []
     if todo and not a.report_only:
@@ -558,11 +582,16 @@ def _sweep(argv: Sequence[str]) -> int:
     trace_ids = {t.id for t in traces}
     rows = [r for r in (_read_cell(p) for p in sorted(cells_dir.glob("*.json"))) if r is not None]
     rows = [r for r in rows if r.get("algorithm") in cfg["algorithms"] and r.get("penalty") in cfg["penalties"]
-            and r.get("trace") in trace_ids]
+            and r.get("trace") in trace_ids and r.get("code") == code]
     paths = write_reports(rows, cfg, out)
     bad = sum(1 for r in rows if r.get("status") != "ok")
     print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
           + ", ".join(str(p) for p in paths), file=sys.stderr)
+    foreign = [r for r in ran if r["status"] != LOST and r.get("code") != code]
+    if foreign:  # Ray workers that import other files than this driver (a cluster with another install)
+        print(f"vcemu sweep: {len(foreign)} cells were computed by Ray workers running other code (source "
+              f"{str(foreign[0].get('code'))[:12]}, this driver's {code[:12]}): stored, but left out of the reports; "
+              "run the sweep where the workers have this code", file=sys.stderr)
     failed = [r for r in ran if r["status"] in ("error", "timeout")]
     lost = [r for r in ran if r["status"] == LOST]
     if failed:
@@ -574,7 +603,7 @@ def _sweep(argv: Sequence[str]) -> int:
         print(f"vcemu sweep: {n} cell{'s' if n != 1 else ''} failed for infrastructure reasons and "
               f"{'were' if n != 1 else 'was'} not stored; run again to retry {'them' if n != 1 else 'it'} "
               f"(e.g. {lost[0]['cell']}: {lost[0]['error']})", file=sys.stderr)
-    return 1 if failed or lost else 0
+    return 1 if failed or lost or foreign else 0
 
 
 def _alg_order(name: str) -> int:

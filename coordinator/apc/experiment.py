@@ -10,7 +10,8 @@ Written to ``--out`` (default ``results/apc``):
 * ``exp3_cycles.csv``, ``fig6_rp.png``, ``fig7_cpu.png`` - dynamic sharing vs static partitions of 9 and
   6 transactional nodes: RP (transactional actual, batch hypothetical) and CPU per workload (Figs. 6, 7);
 * ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
-* ``config.json`` - the arguments and seed that reproduce the run; ``summary.json`` - the headline figures.
+* ``config.json`` - the arguments and seed that reproduce the run; ``summary.json`` - the headline figures; both
+  record the code that ran (``"code"``: :func:`coordinator.provenance.code_version`).
 
 ``--out`` always describes one run. At the start the command removes every file above that an earlier run left
 (whichever experiments it ran; only these names, and ``live/``'s) and writes ``config.json`` with
@@ -22,7 +23,8 @@ and per-cycle records the reports are drawn from, so a run that is killed or int
 loses no finished simulation: rerun the same command and it keeps them (checking each) and runs only the rest, with
 the outputs of an uninterrupted run (Experiment Two's ``wall_s`` is each simulation's own, measured when it ran).
 If the settings differ from the stored ``config.json`` (anything but ``--experiments``, ``--out`` and the
-``--live*`` options, which change no simulation), it says so and starts over. The live part is not resumed: a
+``--live*`` options, which change no simulation), or the code does (its source fingerprint), it says so and starts
+over. The live part is not resumed: a
 rerun runs it again in full (a run whose live part failed keeps its journal, so the rerun simulates nothing).
 The journal is removed once the run is complete. A kill loses at most the simulation it interrupts; at the
 default settings (measured on 2 shared cores) EDF and FCFS cells and the static configurations take under a
@@ -53,6 +55,7 @@ from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, e
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
+from coordinator.provenance import code_version
 from coordinator.resumable import Journal, say_resumed, unfinished_rows
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
@@ -470,7 +473,7 @@ def apc_main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"vcemu apc: {exc}", file=sys.stderr)
         return 2
-    config = {**vars(args), "argv": list(argv), "paper": PAPER, "complete": False}
+    config = {**vars(args), "argv": list(argv), "paper": PAPER, "code": code_version(), "complete": False}
     keys = unit_keys(exps, iats, algos)
     kept = resume_units(out, config, keys)
     # config.json is replaced below, atomically, never removed: a kill at any moment leaves no journal without
@@ -478,7 +481,7 @@ def apc_main(argv: list[str]) -> int:
     clear_outputs(out, [n for n in OUTPUTS if n != "config.json"] + ([JOURNAL] if kept is None else []))
     clear_outputs(out / "live", LIVE_OUTPUTS)
     write_json(out / "config.json", config, indent=1, sort_keys=False)
-    summary: dict[str, Any] = {}
+    summary: dict[str, Any] = {"code": config["code"]}
     try:
         with Journal(out / JOURNAL, FIELDS, [r for rows, _ in (kept or {}).values() for r in rows]) as journal:
             units = Units(journal, {k: f for k, (_, f) in (kept or {}).items()})

@@ -310,7 +310,9 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     fig.tight_layout()
     save_figure(fig, out / "fig_live.png", dpi=120)
     plt.close(fig)
-    write_json(out / "config.json", {k: v for k, v in cfg.__dict__.items() if k != "rows"}, indent=1,
-               sort_keys=False)
+    from coordinator.provenance import code_version
+
+    write_json(out / "config.json", {**{k: v for k, v in cfg.__dict__.items() if k != "rows"}, "code": code_version()},
+               indent=1, sort_keys=False)
     return {"cycles": len(rows), "seconds": seconds, "cycle_s": cfg.T, "goal_s": cfg.tau, "host": host,
             "cores": cfg.cores, "rows": rows}

@@ -8,7 +8,8 @@ which end if the command is killed (:func:`coordinator.resumable.die_with_parent
 Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
 sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2, and
 the median over executions; ``summary.json`` also counts, for each pair of Figs. 3-6, the executions each method
-wins), ``config.json`` (everything needed to reproduce the run), ``fig3..fig6_*.png``.
+wins), ``config.json`` (everything needed to reproduce the run, and the code that ran it: ``"code"``, as
+:func:`coordinator.provenance.code_version` records it, also in ``summary.json``), ``fig3..fig6_*.png``.
 
 The directory always describes one run. At the start the command removes its previous outputs (only the names
 above) and writes ``config.json`` with ``"complete": false``; it becomes true once every result is written. Every
@@ -16,7 +17,8 @@ file is replaced atomically. Each finished execution is appended to ``executions
 so a run that is killed, or interrupted by Ctrl-C or SIGTERM (the finished executions are then summarised,
 ``summary.json`` says ``"interrupted": true`` and the exit code is 130), loses nothing: rerun the same command and
 it keeps those executions and runs only the missing ones, with the same results as an uninterrupted run. If the
-settings differ from the stored ``config.json`` (anything but ``--jobs``), it says so and starts over."""
+settings differ from the stored ``config.json`` (anything but ``--jobs``), or the code does (its source fingerprint),
+it says so and starts over."""
 
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from coordinator.policies.opportunity_cost import (
     make_method,
     out_of_memory,
 )
+from coordinator.provenance import code_version
 from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
@@ -201,12 +204,12 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def config_json(cfg: Config, argv: list[str], complete: bool = False) -> dict:
-    """``config.json``: the settings, the cluster and job mix they give, the command line, and whether the run
-    finished."""
+    """``config.json``: the settings, the cluster and job mix they give, the command line, the code that runs, and
+    whether the run finished."""
     return {**asdict(cfg), "cluster": [{"name": n, "speed": m.speed, "mem_mb": m.mem}
                                        for n, m in zip(CLUSTER_NAMES, cfg.cluster(), strict=True)],
             "mix": asdict(MixConfig(duration=cfg.duration, split_memory=cfg.split_memory)), "argv": argv,
-            "complete": complete}
+            "code": code_version(), "complete": complete}
 
 
 def _number(text: str) -> int | float:
@@ -372,7 +375,7 @@ def oppcost_main(argv: list[str]) -> int:
           f"{t['migrations_per_execution']:.1f}"] for name, t in ((n, table[n]) for n in METHODS)]))
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
                "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
-               "table2": table, "wins": wins(rows)}
+               "table2": table, "wins": wins(rows), "code": config["code"]}
     write_json(out / "summary.json", summary, sort_keys=False)
     figs = plot(rows, out, cfg.plot_first)
     print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'median':>10}{'migrations/exec':>18}")

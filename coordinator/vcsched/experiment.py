@@ -10,14 +10,16 @@ and compared with the LP bound. Written to ``--out`` (default ``results/vcsched`
   rate, mean run time;
 * ``degradation.csv``  Tables 1 and 7: average and maximum % degradation from best among MCB1-MCB8;
 * ``mcb_*.png``        Figs. 2-5 (small) / 6, 8-10 (large); ``all_*.png`` Figs. 11-14 / 15-18 (19-22);
-* ``config.json``      (one level up) everything needed to reproduce the run, and ``"complete"``.
+* ``config.json``      (one level up) everything needed to reproduce the run, the code that ran it (``"code"``,
+  :func:`coordinator.provenance.code_version`) and ``"complete"``.
 
 ``--out`` always describes one run. At the start the command removes its previous outputs (only the names above,
 in both set directories) and writes ``config.json`` with ``"complete": false``, set to true once every result is
 written; every file is replaced atomically, and ``--replot`` refuses an unfinished run. Each instance's rows are
 appended to ``results.partial.csv`` (one level up, flushed to disk) as it finishes, so a killed or interrupted run
 loses no finished instance: rerun the same command and it keeps them (checking each) and solves only the rest.
-If the settings differ from the stored ``config.json`` (anything but ``--jobs``), it says so and starts over.
+If the settings differ from the stored ``config.json`` (anything but ``--jobs``), or the code does (its source
+fingerprint), it says so and starts over.
 Worker processes end when the command is killed (:func:`coordinator.resumable.die_with_parent`).
 
 Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])``, so a run
@@ -48,6 +50,7 @@ import numpy as np
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, lp_bound, mcb_search
+from coordinator.provenance import code_version
 from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
 from coordinator.vcsched.generator import InstanceSpec, generate
 
@@ -598,6 +601,7 @@ def vcsched_main(argv: list[str]) -> int:
     conf = asdict(cfg)
     conf["argv"] = list(argv)
     conf["paper"] = "Casanova et al., Resource Allocation using Virtual Clusters, RR-6692 (seed 002), Sec. 4-5"
+    conf["code"] = code_version()
     conf["complete"] = False
     kept = resume_rows(out, conf, cfg)
     if kept is None:  # (config.json is replaced below, atomically: never removed, so a journal never lacks it)

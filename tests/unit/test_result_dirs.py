@@ -264,7 +264,7 @@ def test_apc_run_of_one_experiment_leaves_none_of_an_earlier_runs_files(
     files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert files == {"config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "notes.txt"}
     assert json.loads((out / "config.json").read_text())["complete"] is True
-    assert set(json.loads((out / "summary.json").read_text())) == {"one"}
+    assert set(json.loads((out / "summary.json").read_text())) == {"code", "one"}
 
 
 APC_UNITS = ["--exp1-jobs", "6", "--exp2-jobs", "5", "--exp2-iats", "200,100", "--exp2-algorithms", "apc,fcfs",
@@ -377,3 +377,72 @@ def test_apc_interrupted_run_keeps_its_journal_and_a_run_with_other_settings_sta
     assert apc.apc_main([*argv, "--seed", "1"]) == 0
     assert "with other settings (seed); starting over" in capsys.readouterr().err
     assert simulations == ["exp1 apc", "exp2 apc iat=200.0", "exp2 apc iat=100.0"]
+
+
+# ---- the code that wrote a journal ----------------------------------------------------------------------------------
+
+
+def _as_other_code(out: Path, record: str) -> None:
+    """Make ``out/config.json`` say its journal was written by other code: an older vcemu's, which recorded no
+    code (``none``), or code of another source fingerprint (``other``)."""
+    conf = json.loads((out / "config.json").read_text())
+    conf.pop("code", None)
+    if record == "other":
+        conf["code"] = {"version": "0.1.0", "git_commit": None, "git_dirty": None, "source_sha256": "0" * 64}
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+
+
+@pytest.mark.parametrize("record", ["none", "other"])
+def test_oppcost_journal_of_other_code_is_not_reused(tmp_path: Path, watch: Callable, record: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b"
+    assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0
+    _as_other_code(out, record)
+    (out / "executions.partial.csv").write_text((out / "executions.csv").read_text())  # all four finished
+    log = watch(out)
+    capsys.readouterr()
+    assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "vcemu oppcost:" in x]
+    assert "holds the journal of a run of other code" in line and line.endswith("; starting over")
+    assert "with other settings" not in line
+    assert sorted(r["unit"] for r in log()) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("record", ["none", "other"])
+def test_vcsched_journal_of_other_code_is_not_reused(tmp_path: Path, watch: Callable, record: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "b"
+    argv = [*VCSCHED[:5], "0.3", *VCSCHED[6:], "--out", str(out)]  # one slack: 16 instances
+    assert vc.vcsched_main(argv) == 0
+    _as_other_code(out, record)
+    (out / "results.partial.csv").write_text((out / "small" / "results.csv").read_text())
+    log = watch(out)
+    capsys.readouterr()
+    assert vc.vcsched_main(argv) == 0
+    assert "holds the journal of a run of other code" in capsys.readouterr().err
+    assert len(log()) == 16
+
+
+@pytest.mark.parametrize("record", ["none", "other"])
+def test_apc_journal_of_other_code_is_not_reused(tmp_path: Path, simulations: list[str], record: str,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "apc"
+    argv = ["--experiments", "one,two", *APC_UNITS[:6], "--exp2-algorithms", "apc", "--out", str(out)]
+    real = apc.simulate_unit
+
+    def ctrl_c_in_the_second(key: str, *args: object, **kwargs: object) -> object:
+        if simulations:
+            raise KeyboardInterrupt
+        return real(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apc, "simulate_unit", ctrl_c_in_the_second)
+    assert apc.apc_main(argv) == 130  # Experiment One is journalled
+    monkeypatch.setattr(apc, "simulate_unit", real)
+    _as_other_code(out, record)
+    simulations.clear()
+    capsys.readouterr()
+    assert apc.apc_main(argv) == 0
+    assert "holds the journal of a run of other code" in capsys.readouterr().err
+    assert simulations == ["exp1 apc", "exp2 apc iat=200.0", "exp2 apc iat=100.0"]
+

@@ -7,6 +7,7 @@ or fails the way Ray does (a crashed worker), or never finishes (for the backsto
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import resource
@@ -149,7 +150,7 @@ def test_a_rerun_runs_ray_failures_stored_by_an_older_vcemu_and_timeouts_under_a
     fake_ray()
     assert sweep_main(_argv(out, algorithms=algs)) == 0
     base = {k: v for k, v in json.loads(_cell(out, "fcfs").read_text()).items()
-            if k in ("cell", "trace", "group", "load", "penalty", "hosts", "jobs")}
+            if k in ("cell", "trace", "group", "load", "penalty", "hosts", "jobs", "code")}
     stored = {  # what an older vcemu wrote for a killed worker (no wall_s: run_cell always sets it)
         "fcfs": {"status": "error", "error": "WorkerCrashedError: The worker died", "max_stretch": None},
         "easy": {"status": "timeout", "error": "exceeded 30 s", "wall_s": 30.5, "max_stretch": None},
@@ -291,3 +292,45 @@ def test_a_penalty_that_shares_an_id_with_a_stored_one_is_refused(tmp_path, caps
     assert sweep_main(_argv(out, "--penalties", "300.0000001")) == 2
     assert re.search(r"--penalties .*300\.0 and 300\.0000001 are both p300 in", capsys.readouterr().err)
     assert json.loads((out / "config.json").read_text())["penalties"] == [300.0]
+
+
+# ---- 6. the code that computed a cell ------------------------------------------------------------------------------
+
+
+def test_config_and_cells_record_the_code(tmp_path, fake_ray, no_reports):
+    from coordinator.provenance import code_version
+
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    assert json.loads((out / "config.json").read_text())["code"] == code_version()
+    assert json.loads(_cell(out, "fcfs").read_text())["code"] == code_version()["source_sha256"]
+
+
+@pytest.mark.parametrize("record", ["none", "other"])
+def test_cells_of_other_code_are_run_again_and_never_reported(tmp_path, capsys, fake_ray, record):
+    """An older vcemu's cells (no fingerprint) or another version's: run again, whatever their status, and
+    left out of the reports when they cannot be (--report-only)."""
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    this_code = json.loads(_cell(out, "fcfs").read_text()).get("code")
+    path = _cell(out, "easy")
+    cell = json.loads(path.read_text())
+    cell.pop("code", None)
+    if record == "other":
+        cell["code"] = "0" * 64
+    path.write_text(json.dumps({**cell, "max_stretch": 12345.0}))  # what that code computed
+    capsys.readouterr()
+    assert sweep_main(_argv(out, "--report-only")) == 0
+    err = capsys.readouterr().err
+    assert "1 stored cell was computed by other code" in err and "the reports leave it out" in err
+    assert [r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())] == ["fcfs"]
+    assert sweep_main(_argv(out)) == 0
+    err = capsys.readouterr().err
+    assert "2 cells; 1 stored, 1 to run" in err and "it is run again" in err
+    again = json.loads(path.read_text())
+    assert again["max_stretch"] != 12345.0 and again["code"] == this_code
+    assert [r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())] == ["fcfs", "easy"]
+    assert sweep_main(_argv(out)) == 0
+    assert "2 cells; 2 stored, 0 to run" in capsys.readouterr().err
