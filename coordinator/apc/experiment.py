@@ -11,25 +11,28 @@ Written to ``--out`` (default ``results/apc``):
   6 transactional nodes: RP (transactional actual, batch hypothetical) and CPU per workload (Figs. 6, 7);
 * ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
 * ``config.json`` - the arguments and seed that reproduce the run; ``summary.json`` - the headline figures; both
-  record the code that ran (``"code"``: :func:`coordinator.provenance.code_version`).
+  record the code that ran (``"code"``: :func:`coordinator.provenance.code_version`);
+* ``simulations.journal.csv`` - the finished simulations (below).
 
 ``--out`` always describes one run. At the start the command removes every file above that an earlier run left
 (whichever experiments it ran; only these names, and ``live/``'s) and writes ``config.json`` with
 ``"complete": false``, set to true after ``summary.json``; every file is replaced atomically.
 
 Each finished simulation (Experiment One's run, one (inter-arrival time, algorithm) cell of Experiment Two, one
-configuration of Experiment Three) is appended to ``simulations.partial.csv`` (flushed to disk) with the per-job
-and per-cycle records the reports are drawn from, so a run that is killed or interrupted (Ctrl-C: exit code 130)
-loses no finished simulation: rerun the same command and it keeps them (checking each) and runs only the rest, with
-the outputs of an uninterrupted run (Experiment Two's ``wall_s`` is each simulation's own, measured when it ran).
-If the settings differ from the stored ``config.json`` (anything but ``--experiments``, ``--out`` and the
-``--live*`` options, which change no simulation), or the code does (its source fingerprint), it says so and starts
-over. The live part is not resumed: a
-rerun runs it again in full (a run whose live part failed keeps its journal, so the rerun simulates nothing).
-The journal is removed once the run is complete. A kill loses at most the simulation it interrupts; at the
-default settings (measured on 2 shared cores) EDF and FCFS cells and the static configurations take under a
-second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s (50 s), Experiment One 35 s, and
-Experiment Three's dynamic configuration about 10 minutes.
+configuration of Experiment Three) is appended to the journal ``simulations.journal.csv`` (flushed to disk) with the
+per-job and per-cycle records the reports are drawn from and the settings it depends on, so a run that is killed or
+interrupted (Ctrl-C: exit code 130) loses no finished simulation: rerun the same command and it keeps them
+(checking each) and runs only the rest, with the outputs of an uninterrupted run (Experiment Two's ``wall_s`` is
+each simulation's own, measured when it ran). The journal stays after the run, so a later run reuses every
+simulation it shares with earlier ones: ``--experiments one`` then ``--experiments one,two`` simulates Experiment
+One once, and a run that needs a simulation with other settings (``--exp1-jobs``, ``--exp2-jobs`` and the cell's
+inter-arrival time and algorithm, ``--exp3-horizon``) runs it again in its place; simulations of experiments a run
+does not do are kept for later runs. If ``--seed`` or ``--cycle`` (which every simulation depends on) differ from
+the stored ``config.json``, or the code does (its source fingerprint), it says so and starts over, with an empty
+journal. The live part is not resumed: a rerun runs it again in full. A kill loses at most the simulation it
+interrupts; at the default settings (measured on 2 shared cores) EDF and FCFS cells and the static configurations
+take under a second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s (50 s), Experiment One 35 s,
+and Experiment Three's dynamic configuration about 10 minutes.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +70,20 @@ OUTPUTS = ("config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "f
            "exp2_summary.csv", "fig3_met.png", "fig4_changes.png", "fig5_distance.png", "exp3_cycles.csv",
            "fig6_rp.png", "fig7_cpu.png")
 #: The journal of finished simulations (see the module docstring); a new run removes it only if it starts over.
-JOURNAL = "simulations.partial.csv"
+JOURNAL = "simulations.journal.csv"
+#: The journal of a vcemu before the journal was kept (removed: its code recorded no source fingerprint).
+OLD_JOURNAL = "simulations.partial.csv"
 #: The journal's columns: the simulation (:func:`unit_keys`), the kind of record (``cycle``, ``job``, and ``end``
-#: last, with the wall-clock seconds, the change counts and how many records precede it) and the record as JSON.
+#: last, with the wall-clock seconds, the change counts, how many records precede it and the simulation's
+#: settings, :func:`unit_settings`) and the record as JSON.
 #: One row per record, not one per simulation: Python's csv module refuses a field over 128 KiB, which one
 #: simulation's records exceed at the paper's sizes.
 FIELDS = ("unit", "record", "data")
-#: Settings in ``config.json`` that change no simulation: a stored run that differs only in these resumes.
-#: (Units are keyed by experiment, so a rerun with other ``--experiments`` keeps the ones it shares.)
-NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent")
+#: Settings in ``config.json`` that a stored run may differ in and still keep its journal: those that change no
+#: simulation, and those that only some simulations depend on (each journalled simulation records its own,
+#: :func:`unit_settings`, and is reused only by a run with the same). ``--seed`` and ``--cycle`` are not here.
+NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent", "exp1_jobs",
+               "exp2_jobs", "exp2_iats", "exp2_algorithms", "exp3_horizon")
 #: What :func:`coordinator.apc.live.live_experiment_three` writes in ``--out``/live (not imported from there: it
 #: needs gRPC, and only ``--live`` does).
 LIVE_OUTPUTS = ("config.json", "live_cycles.csv", "fig_live.png")
@@ -130,12 +138,22 @@ def unit_keys(exps: Iterable[str], iats: Iterable[float], algos: Iterable[str]) 
     return list(dict.fromkeys(keys))
 
 
+def unit_settings(key: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The settings simulation ``key`` depends on besides the key itself (which names the experiment, and for
+    Experiment Two the inter-arrival time and algorithm) and the code: recorded with it in the journal, and
+    compared before it is reused."""
+    own = {"exp1": "exp1_jobs", "exp2": "exp2_jobs", "exp3": "exp3_horizon"}[key.split(" ", 1)[0]]
+    return {"seed": args.seed, "cycle": args.cycle, own: getattr(args, own)}
+
+
 @dataclass(frozen=True)
 class Finished:
-    """A finished simulation as the reports use it: its records and how long it took (wall clock)."""
+    """A finished simulation as the reports use it: its records, how long it took (wall clock) and the settings
+    it was run with (:func:`unit_settings`; empty for a library caller's)."""
 
     result: SimResult
     seconds: float
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _json(x: Any) -> str:
@@ -148,7 +166,7 @@ def _encode(key: str, f: Finished, cycles: bool) -> list[dict[str, str]]:
     run's, byte for byte. ``cycles=False`` leaves the per-cycle records out."""
     recs = [("cycle", c) for c in (f.result.cycles if cycles else [])] + [("job", j) for j in f.result.jobs]
     end = {"seconds": f.seconds, "changes": dict(f.result.changes), "cycles": len(recs) - len(f.result.jobs),
-           "jobs": len(f.result.jobs)}
+           "jobs": len(f.result.jobs), "settings": dict(f.settings)}
     return [{"unit": key, "record": kind, "data": _json(rec)} for kind, rec in [*recs, ("end", end)]]
 
 
@@ -165,22 +183,24 @@ def _decode(rows: Sequence[Mapping[str, str]]) -> Finished | None:
             isinstance(x, dict) for x in recs["cycle"] + recs["job"] + recs["end"]):
         return None
     end = recs["end"][0]
-    seconds, changes = end.get("seconds"), end.get("changes")
+    seconds, changes, settings = end.get("seconds"), end.get("changes"), end.get("settings")
     if not (isinstance(seconds, float) and math.isfinite(seconds) and seconds >= 0 and isinstance(changes, dict)
-            and all(isinstance(v, int) for v in changes.values())
+            and all(isinstance(v, int) for v in changes.values()) and isinstance(settings, dict)
             and end.get("cycles") == len(recs["cycle"]) and end.get("jobs") == len(recs["job"])):
         return None
-    return Finished(SimResult(recs["cycle"], recs["job"], Counter(changes)), seconds)
+    return Finished(SimResult(recs["cycle"], recs["job"], Counter(changes)), seconds, settings)
 
 
 class Units:
-    """The simulations of one run: those an unfinished run with the same settings finished (kept from its
-    journal), and each new one, appended to the journal as it finishes. Without a journal (a library caller),
-    every simulation just runs."""
+    """The simulations of one run: those earlier runs with the same settings finished (kept from the journal),
+    and each new one, appended to the journal as it finishes with its ``settings`` (by key,
+    :func:`unit_settings`). Without a journal (a library caller), every simulation just runs."""
 
-    def __init__(self, journal: Journal | None = None, kept: Mapping[str, Finished] | None = None) -> None:
+    def __init__(self, journal: Journal | None = None, kept: Mapping[str, Finished] | None = None,
+                 settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self._journal = journal
         self._done: dict[str, Finished] = dict(kept or {})
+        self._settings = dict(settings or {})
 
     def has(self, key: str) -> bool:
         """Whether simulation ``key`` is finished (so its jobs need not be generated)."""
@@ -194,18 +214,32 @@ class Units:
             return self._done[key]
         t0 = time.perf_counter()
         res = simulate_unit(key, cfg, jobs, total, per)
-        done = self._done[key] = Finished(res, time.perf_counter() - t0)
+        done = self._done[key] = Finished(res, time.perf_counter() - t0, self._settings.get(key, {}))
         if self._journal is not None:
             self._journal.append(_encode(key, done, cycles))
         return done
 
 
-def resume_units(out: Path, config: dict[str, Any], keys: list[str]
-                 ) -> dict[str, tuple[list[dict[str, str]], Finished]] | None:
-    """The simulations an unfinished run in ``out`` with the same settings as ``config`` finished (those of
-    ``keys`` whose rows check out), in ``keys``' order: by key, their journal rows, as read, and what they decode to; or
-    None (with a line on stderr) if ``out`` holds a run with other settings. The other rows are dropped, and
-    their simulations run again."""
+@dataclass(frozen=True)
+class Journalled:
+    """What :func:`resume_units` keeps of the journal: ``kept``, the simulations this run needs that were run with
+    its settings (by key, in the run's order: their journal rows, as read, and what they decode to); ``carried``,
+    the rows of simulations of experiments this run does not do, written back for later runs."""
+
+    kept: dict[str, tuple[list[dict[str, str]], Finished]]
+    carried: list[dict[str, str]]
+
+    def rows(self) -> list[dict[str, str]]:
+        """The journal's rows to write back: the kept simulations', then the carried ones."""
+        return [r for rows, _ in self.kept.values() for r in rows] + self.carried
+
+
+def resume_units(out: Path, config: dict[str, Any], keys: list[str],
+                 settings: Mapping[str, Mapping[str, Any]]) -> Journalled | None:
+    """What the journal in ``out`` holds for a run with ``config`` that needs simulations ``keys`` with
+    ``settings`` (by key, :func:`unit_settings`), or None (with a line on stderr) if it was written with another
+    ``--seed``, ``--cycle`` or code (:func:`coordinator.resumable.unfinished_rows`). Rows that do not check out
+    and simulations of ``keys`` run with other settings are dropped: those simulations run again."""
     stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu apc")
     if stored is None:
         return None
@@ -213,15 +247,23 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str]
     groups: dict[str, list[dict[str, str]]] = {}
     for r in raw:
         groups.setdefault(r["unit"], []).append(r)
+    wanted = set(keys)
     kept: dict[str, tuple[list[dict[str, str]], Finished]] = {}
+    carried: list[dict[str, str]] = []
+    others = 0
     for key, rows in groups.items():
-        f = _decode(rows) if key in keys else None
-        if f is None:
-            dropped += len(rows)
-        else:
+        f = _decode(rows)
+        if f is not None and key not in wanted:
+            carried += rows
+            others += 1
+        elif f is not None and f.settings == json.loads(json.dumps(dict(settings[key]))):
             kept[key] = (rows, f)
-    say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable or unneeded")
-    return {k: kept[k] for k in keys if k in kept}
+        else:
+            dropped += len(rows)
+    say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable or other-settings",
+                source="from the journal",
+                carried=f"{others} more kept for later runs (not in this one)" if others else "")
+    return Journalled({k: kept[k] for k in keys if k in kept}, carried)
 
 
 # --------------------------------------------------------------------------- Experiment One
@@ -475,16 +517,18 @@ def apc_main(argv: list[str]) -> int:
         return 2
     config = {**vars(args), "argv": list(argv), "paper": PAPER, "code": code_version(), "complete": False}
     keys = unit_keys(exps, iats, algos)
-    kept = resume_units(out, config, keys)
+    settings = {k: unit_settings(k, args) for k in keys}
+    stored = resume_units(out, config, keys, settings)
     # config.json is replaced below, atomically, never removed: a kill at any moment leaves no journal without
     # the config it belongs to
-    clear_outputs(out, [n for n in OUTPUTS if n != "config.json"] + ([JOURNAL] if kept is None else []))
+    clear_outputs(out, [n for n in OUTPUTS if n != "config.json"] + [OLD_JOURNAL]
+                  + ([JOURNAL] if stored is None else []))
     clear_outputs(out / "live", LIVE_OUTPUTS)
     write_json(out / "config.json", config, indent=1, sort_keys=False)
     summary: dict[str, Any] = {"code": config["code"]}
     try:
-        with Journal(out / JOURNAL, FIELDS, [r for rows, _ in (kept or {}).values() for r in rows]) as journal:
-            units = Units(journal, {k: f for k, (_, f) in (kept or {}).items()})
+        with Journal(out / JOURNAL, FIELDS, stored.rows() if stored else []) as journal:
+            units = Units(journal, {k: f for k, (_, f) in (stored.kept if stored else {}).items()}, settings)
             _simulations(out, args, exps, iats, algos, units, summary)
     except KeyboardInterrupt:
         print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL}: run the same command "
@@ -500,13 +544,12 @@ def apc_main(argv: list[str]) -> int:
             summary["live"] = {"error": str(exc)}
             write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
             print(f"written to {out}/ (without the live experiment: config.json stays \"complete\": false; the same "
-                  "command again keeps the simulations and runs only the live part)")
+                  "command again reuses the simulations and runs only the live part)")
             return 1
         print("\n".join(live_summary(summary["live"])))
     write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
     write_json(out / "config.json", {**config, "complete": True}, indent=1, sort_keys=False)
-    (out / JOURNAL).unlink(missing_ok=True)  # the run is finished: it no longer needs its journal
-    print(f"written to {out}/")
+    print(f"written to {out}/")  # (the journal stays: later runs reuse its simulations)
     return 0
 
 

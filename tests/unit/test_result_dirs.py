@@ -259,10 +259,11 @@ def test_apc_run_of_one_experiment_leaves_none_of_an_earlier_runs_files(
 
     monkeypatch.setattr(apc, "experiment_one", watched)
     assert apc.apc_main([*APC_ALL, "--experiments", "one", "--out", str(out)]) == 0
-    # a kill here leaves only this run's config, unfinished, and its (empty) journal
-    assert seen == [{"config.json", "notes.txt", "simulations.partial.csv"}]
+    # a kill here leaves only this run's config, unfinished, and its journal (of the earlier run's simulations)
+    assert seen == [{"config.json", "notes.txt", apc.JOURNAL}]
     files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert files == {"config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "notes.txt"}
+    assert files == {"config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "notes.txt",
+                     apc.JOURNAL}
     assert json.loads((out / "config.json").read_text())["complete"] is True
     assert set(json.loads((out / "summary.json").read_text())) == {"code", "one"}
 
@@ -345,14 +346,15 @@ def test_apc_sigkilled_run_resumes_skipping_journalled_simulations_to_the_uninte
     assert simulations == every[len(kept):]
     names = sorted(p.name for p in ref.iterdir())
     assert sorted(p.name for p in out.iterdir()) == names
-    for name in names:
-        if name not in ("config.json", "summary.json", "exp2_summary.csv"):
+    for name in names:  # (the journals hold each simulation's measured wall time)
+        if name not in ("config.json", "summary.json", "exp2_summary.csv", apc.JOURNAL):
             assert (out / name).read_bytes() == (ref / name).read_bytes(), name
     assert _without_wall_times(out) == _without_wall_times(ref)
     ca, cb = (json.loads((d / "config.json").read_text()) for d in (ref, out))
     assert {k: v for k, v in cb.items() if k not in ("argv", "out")} == \
         {k: v for k, v in ca.items() if k not in ("argv", "out")}
-    assert cb["complete"] is True and not journal.exists()
+    assert cb["complete"] is True
+    assert [r["unit"] for r in _csv_rows(journal) if r["record"] == "end"] == every  # kept for later runs
 
 
 def test_apc_interrupted_run_keeps_its_journal_and_a_run_with_other_settings_starts_over(
@@ -445,4 +447,49 @@ def test_apc_journal_of_other_code_is_not_reused(tmp_path: Path, simulations: li
     assert apc.apc_main(argv) == 0
     assert "holds the journal of a run of other code" in capsys.readouterr().err
     assert simulations == ["exp1 apc", "exp2 apc iat=200.0", "exp2 apc iat=100.0"]
+
+
+# ---- apc: a rerun with other --experiments keeps the simulations it does not run -----------------------------------
+
+
+def test_apc_reruns_with_other_experiments_reuse_every_journalled_simulation_with_their_settings(
+        tmp_path: Path, simulations: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "apc"
+    common = [*APC_UNITS[:6], "--exp2-algorithms", "apc", "--exp3-horizon", "1200", "--out", str(out)]
+    two = ["exp2 apc iat=200.0", "exp2 apc iat=100.0"]
+
+    def run(experiments: str, *extra: str) -> list[str]:
+        simulations.clear()
+        assert apc.apc_main(["--experiments", experiments, *common, *extra]) == 0
+        return list(simulations)
+
+    assert run("one") == ["exp1 apc"]
+    assert run("one,two") == two  # Experiment One's simulation is reused
+    assert "1 of 3 simulations kept" in capsys.readouterr().err
+    assert run("two") == []
+    err = capsys.readouterr().err
+    assert "2 of 2 simulations kept, 1 more kept for later runs (not in this one)" in err
+    assert run("one", "--exp2-jobs", "4") == []  # not lost by the run of Experiment Two alone
+    assert run("one,two") == []  # ... and that run's --exp2-jobs 4 did not touch Experiment Two's
+    assert run("one", "--exp1-jobs", "5") == ["exp1 apc"]  # its own setting changed: run again, in its place
+    assert run("one,two", "--exp1-jobs", "5", "--exp3-horizon", "600") == []  # another experiment's: reused
+    assert run("one,two") == ["exp1 apc"]
+    ends = [r["unit"] for r in _csv_rows(out / apc.JOURNAL) if r["record"] == "end"]
+    assert sorted(ends) == sorted(["exp1 apc", *two])  # one entry per simulation
+    assert run("one,two", "--seed", "3") == ["exp1 apc", *two]  # what every simulation depends on: start over
+    assert "with other settings (seed); starting over" in capsys.readouterr().err
+
+
+def test_apc_reused_simulations_give_the_outputs_of_a_fresh_run(tmp_path: Path, simulations: list[str]) -> None:
+    ref, out = tmp_path / "a", tmp_path / "b"
+    argv = [*APC_UNITS[:6], "--exp2-algorithms", "apc"]
+    assert apc.apc_main(["--experiments", "one", *argv, "--out", str(out)]) == 0
+    assert apc.apc_main(["--experiments", "two", *argv, "--out", str(out)]) == 0
+    simulations.clear()
+    assert apc.apc_main(["--experiments", "one,two", *argv, "--out", str(out)]) == 0
+    assert simulations == []
+    assert apc.apc_main(["--experiments", "one,two", *argv, "--out", str(ref)]) == 0
+    for name in ("exp1_cycles.csv", "exp1_jobs.csv", "exp2_jobs.csv", "fig2_exp1.png", "fig3_met.png"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    assert _without_wall_times(out) == _without_wall_times(ref)
 
