@@ -5,13 +5,14 @@ Small set: 4 hosts with 6, 8, 10 or 12 tasks; large set: 64 hosts with 100, 250 
 specifications. Each instance is solved by MCB1-MCB8, GR/SG/GB/SGB, RRND/RRNZ, the MILP (small set only)
 and compared with the LP bound. Written to ``--out`` (default ``results/vcsched``), per set:
 
-* ``results.csv``      one row per (instance, algorithm): minimum yield, average yield, failure, run time;
+* ``results.csv``      one row per (instance, algorithm): minimum yield, average yield, failure, run time
+  (``seconds``) and the ``session`` that timed it (see below);
 * ``summary.csv``      per algorithm and slack: mean minimum / average yield over solved instances, failure
-  rate, mean run time;
+  rate, mean run time, and how many sessions timed those rows;
 * ``degradation.csv``  Tables 1 and 7: average and maximum % degradation from best among MCB1-MCB8;
 * ``mcb_*.png``        Figs. 2-5 (small) / 6, 8-10 (large); ``all_*.png`` Figs. 11-14 / 15-18 (19-22);
 * ``config.json``      (one level up) everything needed to reproduce the run, the code that ran it (``"code"``,
-  :func:`coordinator.provenance.code_version`) and ``"complete"``.
+  :func:`coordinator.provenance.code_version`), ``"sessions"`` and ``"complete"``.
 
 ``--out`` always describes one run. At the start the command removes its previous outputs (only the names above,
 in both set directories) and writes ``config.json`` with ``"complete": false``, set to true once every result is
@@ -25,7 +26,14 @@ Worker processes end when the command is killed (:func:`coordinator.resumable.di
 Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])``, so a run
 is reproducible whatever ``--jobs`` is. Run times are the CPU time (``time.process_time``) of each worker
 process per algorithm, so that a busy machine does not inflate them; they include the average-yield step
-(shared by all heuristics) and, for RRND/RRNZ, solving the LP relaxation.
+(shared by all heuristics) and, for RRND/RRNZ, solving the LP relaxation. The LP row's ``seconds`` is 0 (not timed).
+
+A resumed run keeps the rows (and so the run times) of the instances an earlier run finished: its results mix
+run times measured in different *sessions* (each run of the command is one), possibly at other times, on another
+machine or with another ``--jobs``. Every row says which: ``session`` is 1 for the first run and one more for each
+resume, and ``config.json``'s ``"sessions"`` gives, per session number, when it started (UTC), the host, its
+CPU count and ``--jobs``. Compare run times within one session (or rerun into a fresh ``--out``); the yields do
+not depend on the session.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import io
 import json
 import math
 import os
+import platform
 import sys
 import time
 from collections import defaultdict
@@ -64,14 +73,20 @@ ALL_ALGOS = (*MCB, *GREEDY_VARIANTS, "RRND", "RRNZ", "MILP")
 OVERALL = ("MCB8", *GREEDY_VARIANTS, "RRND", "RRNZ", "MILP", "LP")
 #: The columns of ``results.csv`` (and of the journal), as :func:`_row` writes them.
 FIELDS = ("set", "hosts", "tasks", "slack", "cv_mem", "cv_cpu", "instance", "algorithm", "failed", "min_yield",
-          "avg_yield", "seconds", "status")
+          "avg_yield", "seconds", "status", "session")
 JOURNAL = "results.partial.csv"
 #: Every file the command writes in a set's directory: what a new run removes first.
 SET_OUTPUTS = ("results.csv", "summary.csv", "degradation.csv", "checks.json",
                *(f"{g}_{key}.png" for g in ("mcb", "all") for key in ("min_yield", "avg_yield", "failure_rate",
                                                                        "runtime")))
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
-NOT_RESULTS = ("argv", "complete")
+NOT_RESULTS = ("argv", "complete", "sessions")
+#: What ``--help`` says about the run times (the ``seconds`` column) of a resumed run.
+TIMING_HELP = """run times: `seconds` is the CPU time of one worker process per algorithm. A resumed run keeps the
+rows an earlier run (session) finished, so its results mix run times of several sessions: results.csv's
+`session` column says which session timed each row (1 = the first run, +1 per resume), config.json's
+`sessions` when each started, on which host, with how many CPUs and --jobs; summary.csv's `sessions`
+counts the sessions behind each mean. Compare run times within one session, or rerun into a new --out."""
 
 
 @dataclass
@@ -244,7 +259,8 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     for r in raw:
         try:
             row = _typed(r)
-            u = _unit_of(row, cfg) if row["failed"] in (0, 1) and _numbers_or_empty(row) else None
+            u = _unit_of(row, cfg) if (row["failed"] in (0, 1) and _numbers_or_empty(row)
+                                       and isinstance(row["session"], int) and row["session"] >= 1) else None
         except (KeyError, ValueError):
             u = None
         if u is None:
@@ -262,9 +278,29 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     return kept
 
 
-def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Unit, list[dict]]) -> list[dict]:
-    """Solve every instance not in ``kept``, appending each one's rows to the journal as it finishes; all rows,
-    sorted. Ctrl-C stops the workers at once and raises KeyboardInterrupt (the journal keeps what finished)."""
+def _sessions(out: Path, kept: dict[Unit, list[dict]], jobs: int) -> list[dict[str, Any]]:
+    """``config.json``'s ``"sessions"``: the earlier sessions whose rows ``kept`` holds (as the stored
+    ``config.json`` describes them; a number it lacks is listed without details), then this one, numbered one
+    past the highest kept."""
+    numbers = sorted({r["session"] for rows in kept.values() for r in rows})
+    stored: dict[int, dict[str, Any]] = {}
+    if numbers:
+        try:
+            old = json.loads((out / "config.json").read_text()).get("sessions") or []
+            stored = {s["session"]: s for s in old if isinstance(s, dict) and isinstance(s.get("session"), int)}
+        except (OSError, ValueError, AttributeError, TypeError):
+            stored = {}
+    now = {"session": (numbers[-1] if numbers else 0) + 1,
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
+           "cpus": os.cpu_count(), "jobs": jobs}
+    return [stored.get(n, {"session": n}) for n in numbers] + [now]
+
+
+def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Unit, list[dict]],
+             session: int = 1) -> list[dict]:
+    """Solve every instance not in ``kept``, appending each one's rows, marked with ``session``, to the journal as
+    it finishes; all rows, sorted. Ctrl-C stops the workers at once and raises KeyboardInterrupt (the journal keeps
+    what finished)."""
     from tqdm import tqdm
 
     units = [u for u in _units(cfg) if u not in kept]
@@ -276,7 +312,7 @@ def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Un
             futs = [ex.submit(run_instance, u, cfg) for u in units]
             for f in tqdm(as_completed(futs), total=len(units) + len(kept), initial=len(kept), desc="vcsched instances",
                           unit="inst", file=sys.stderr):
-                done = f.result()
+                done = [{**r, "session": session} for r in f.result()]
                 journal.append(done)
                 rows.extend(done)
     except KeyboardInterrupt:
@@ -365,6 +401,7 @@ def summary(rows: list[dict]) -> list[dict]:
                 "min_yield": float(np.mean(mins)) if mins else math.nan,
                 "avg_yield": float(np.mean(avgs)) if avgs else math.nan,
                 "seconds": float(np.mean([float(r["seconds"]) for r in rs])),
+                "sessions": len({r.get("session", "") for r in rs}),
             }
         )
     return out
@@ -484,7 +521,8 @@ def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> di
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vcemu vcsched", description="Run the VCSCHED instance sets of seed 002 Sec. 4.")
+    p = argparse.ArgumentParser(prog="vcemu vcsched", description="Run the VCSCHED instance sets of seed 002 Sec. 4.",
+                                epilog=TIMING_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", choices=("small", "large", "both"), default="both")
     p.add_argument("--instances", type=int, default=10, help="instances per specification (paper: 10 small)")
     p.add_argument("--large-instances", type=int, default=None, help="override --instances for the large set")
@@ -514,6 +552,8 @@ def _typed(r: dict) -> dict:
     """A row read back from CSV with :func:`_row`'s types (the rest stay strings, as written)."""
     for k in ("hosts", "tasks", "instance", "failed"):
         r[k] = int(r[k])
+    if r.get("session"):  # (results.csv of a vcemu before sessions has none)
+        r["session"] = int(r["session"])
     for k in ("slack", "cv_mem", "cv_cpu"):
         r[k] = float(r[k])
     return r
@@ -606,12 +646,14 @@ def vcsched_main(argv: list[str]) -> int:
     kept = resume_rows(out, conf, cfg)
     if kept is None:  # (config.json is replaced below, atomically: never removed, so a journal never lacks it)
         clear_outputs(out, [JOURNAL])
+    conf["sessions"] = _sessions(out, kept or {}, args.jobs)
+    session = conf["sessions"][-1]["session"]
     for s in SETS:
         clear_outputs(out / s, SET_OUTPUTS)
     write_json(out / "config.json", conf, indent=1, sort_keys=False)
     t0 = time.perf_counter()
     try:
-        rows = _run_all(cfg, args.jobs, out / JOURNAL, kept or {})
+        rows = _run_all(cfg, args.jobs, out / JOURNAL, kept or {}, session)
     except KeyboardInterrupt:
         print(f"vcemu vcsched: interrupted; the finished instances are kept in {out / JOURNAL}: run the same "
               "command again to continue", file=sys.stderr)
@@ -620,6 +662,11 @@ def vcsched_main(argv: list[str]) -> int:
         _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs)
     write_json(out / "config.json", {**conf, "complete": True}, indent=1, sort_keys=False)
     (out / JOURNAL).unlink(missing_ok=True)
+    timed = sorted({r["session"] for r in rows})
+    if len(timed) > 1:
+        print(f"\nvcemu vcsched: this run was resumed: its run times were measured in sessions "
+              f"{', '.join(map(str, timed))}; compare them within one session (the session column of results.csv; "
+              "config.json's sessions say when, where and with what --jobs each ran)")
     print(
         f"\nwrote {out}/config.json and {', '.join(f'{out}/{s}/' for s in cfg.sets)} "
         f"in {time.perf_counter() - t0:.1f} s"

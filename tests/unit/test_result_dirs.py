@@ -230,7 +230,8 @@ def test_vcsched_removes_old_results_and_resumes_from_its_journal(
     for r in ran:  # what a kill would leave: this run's config, unfinished, and none of the older results
         assert r["complete"] is False
         assert r["files"] == ["config.json", "results.partial.csv"]
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731 - CPU times vary
+    # CPU times vary, and the rows solved now are timed in another session than the kept ones
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("seconds", "session")} for r in rs]  # noqa: E731
     assert strip(_csv_rows(out / "small" / "results.csv")) == strip(rows)
     assert [r for r in _csv_rows(out / "small" / "results.csv") if tuple(key(r)) in keys[:20]] == kept
     assert not (out / "large").exists() or not list((out / "large").iterdir())
@@ -493,3 +494,32 @@ def test_apc_reused_simulations_give_the_outputs_of_a_fresh_run(tmp_path: Path, 
         assert (out / name).read_bytes() == (ref / name).read_bytes(), name
     assert _without_wall_times(out) == _without_wall_times(ref)
 
+
+# ---- vcsched: which session timed each row -------------------------------------------------------------------------
+
+
+def test_vcsched_resumed_run_says_which_session_timed_each_row(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, out = tmp_path / "a", tmp_path / "b"
+    argv = [*VCSCHED[:5], "0.3", *VCSCHED[6:]]  # one slack: 16 instances
+    assert vc.vcsched_main([*argv, "--out", str(a)]) == 0
+    out.mkdir()
+    conf = json.loads((a / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    rows = _csv_rows(a / "small" / "results.csv")
+    first = [r for r in rows if r["tasks"] in ("6", "8")]  # 8 instances finished by the first session
+    (out / "results.partial.csv").write_text(_journal(first, list(rows[0])))
+    capsys.readouterr()
+    assert vc.vcsched_main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "its run times were measured in sessions 1, 2" in printed
+    got = _csv_rows(out / "small" / "results.csv")
+    assert {(r["tasks"], r["session"]) for r in got} == {("6", "1"), ("8", "1"), ("10", "2"), ("12", "2")}
+    assert [r for r in got if r["session"] == "1"] == first  # kept as timed then
+    sessions = json.loads((out / "config.json").read_text())["sessions"]
+    assert [s["session"] for s in sessions] == [1, 2]
+    assert sessions[0] == conf["sessions"][0]  # the first session as its own run recorded it
+    assert {"started", "host", "cpus", "jobs"} <= set(sessions[1]) and sessions[1]["jobs"] == 1
+    assert {r["sessions"] for r in _csv_rows(out / "small" / "summary.csv")} == {"2"}
+    assert {r["session"] for r in _csv_rows(a / "small" / "results.csv")} == {"1"}  # an uninterrupted run: one
+    assert "`session` column says which session timed each row" in vc._parser().format_help()
