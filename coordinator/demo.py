@@ -4,8 +4,9 @@ It brings up a coordinator and a node agent (real processes, cgroup-enforced sha
 job mix through the coordinator's gRPC API at the mix's arrival times, waits for every job, then
 simulates the very same jobs (same submit times, same policy) and prints both per job with the relative
 difference of their stretches. Both runs are scored by the same code (``coordinator.metrics``).
-Results go to ``--out`` as CSV and JSON with a PNG plot and the config that produced them; ``config.json`` and
-``summary.json`` record the code that ran (``"code"``).
+Results go to a new directory under ``--out``, named after the run's start (``YYYYmmdd-HHMMSS-POLICY-seedN``, with
+``-2``, ``-3``, ... for further runs started in the same second), as CSV and JSON with a PNG plot and the config
+that produced them; ``config.json`` and ``summary.json`` record the code that ran (``"code"``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from coordinator.cli import format_table, start_local_cluster, stop_processes, u
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
-from coordinator.outputs import write_json
+from coordinator.outputs import new_run_dir, write_json
 from coordinator.provenance import code_version
 from workloads.mixes import demo_mix
 
@@ -67,7 +68,7 @@ def run_demo(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"vcemu demo: {exc}", file=sys.stderr)
         return 2
-    wall0 = time.monotonic()
+    wall0, started = time.monotonic(), time.time()
     server, procs = start_local_cluster(
         args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups
     )
@@ -108,7 +109,7 @@ def run_demo(args: argparse.Namespace) -> int:
     comparison = compare_with_target(diffs)
     wall = time.monotonic() - wall0
     try:
-        out_dir: Path | str = _write_results(args, rows, comparison, completed, wall, mode)
+        out_dir: Path | str = _write_results(args, rows, comparison, completed, wall, mode, started)
     except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
         print(f"vcemu demo: --out {args.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         out_dir, written = "not written", False
@@ -183,10 +184,11 @@ def _print_tables(rows) -> None:
     print(format_table(table))
 
 
-def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall: float, mode: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = Path(args.out) / f"{stamp}-{args.policy}-seed{args.seed}"
-    out.mkdir(parents=True, exist_ok=True)
+def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall: float, mode: str,
+                   started: float | None = None) -> Path:
+    """The run's results in a new directory under ``--out`` named after ``started`` (a ``time.time()``, default
+    now; :func:`coordinator.outputs.new_run_dir`)."""
+    out = new_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
     code = code_version()
     config = {k: v for k, v in vars(args).items() if k != "func"}
     write_json(out / "config.json", {**config, "code": code}, sort_keys=False)

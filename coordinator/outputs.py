@@ -13,11 +13,12 @@ import io
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["clear_outputs", "save_figure", "write_bytes", "write_json", "write_text"]
+__all__ = ["clear_outputs", "new_run_dir", "save_figure", "write_bytes", "write_json", "write_text"]
 
 _UMASK = os.umask(0)  # read once: os.umask can only be read by setting it
 os.umask(_UMASK)
@@ -73,3 +74,23 @@ def clear_outputs(out: str | os.PathLike[str], patterns: Iterable[str]) -> list[
                 p.unlink()
                 gone.add(p)
     return sorted(gone)
+
+
+def new_run_dir(parent: str | os.PathLike[str], name: str, started: float | None = None) -> Path:
+    """Create and return a new directory for one run's results in ``parent`` (created if missing):
+    ``YYYYmmdd-HHMMSS-name``, the local time ``started`` (a ``time.time()``, default now), so that names read as
+    the run's start and sort by it. The directory is made with an exclusive ``mkdir``: a run that finds the name
+    taken (another run of the same ``name`` started in the same second, even in another process) takes
+    ``...-name-2``, ``-3``, ... instead, never another run's directory."""
+    root = Path(parent)
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(time.time() if started is None else started))}-{name}"
+    n = 1
+    while True:
+        path = root / (base if n == 1 else f"{base}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return path

@@ -8,8 +8,9 @@ with the live backend's time compression K: its clock runs K times faster than w
 work is divided by K, so a job of W trace-seconds takes W/K real seconds and everything is reported in
 trace seconds. Jobs arrive at their trace submit times (shifted by the cluster's start-up time) on that
 clock. The very same jobs then go through the simulator with the same policy, hosts and penalty, and both
-runs are scored by the same code (coordinator.metrics, 001 Sec. V's metrics), side by side. The result
-directory's ``config.json`` records the code that ran (``"code"``).
+runs are scored by the same code (coordinator.metrics, 001 Sec. V's metrics), side by side. Results go to a new
+directory under ``--out`` named after the run's start (``YYYYmmdd-HHMMSS-POLICY-kK``, with ``-2``, ``-3``, ... for
+further runs started in the same second); its ``config.json`` records the code that ran (``"code"``).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def replay_main(argv: Sequence[str]) -> int:
     except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
-    wall0 = time.monotonic()
+    wall0, started = time.monotonic(), time.time()
     server = CoordinatorServer(policy, port=0, compression=a.compress).start()
     cpus = a.cpus_per_host if a.cpus_per_host is not None else default_cpus_per_host(a.hosts)
     split = [a.hosts // a.agents + (1 if i < a.hosts % a.agents else 0) for i in range(a.agents)]
@@ -157,7 +158,7 @@ def replay_main(argv: Sequence[str]) -> int:
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
     }
     try:
-        path: Path | str = _write(a, out)
+        path: Path | str = _write(a, out, started)
     except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
         print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         path, write_failed = "not written", True
@@ -182,12 +183,13 @@ def _f(x: Any) -> str:
     return str(x)
 
 
-def _write(a: argparse.Namespace, out: dict[str, Any]) -> Path:
-    d = Path(a.out) / f"{time.strftime('%Y%m%d-%H%M%S')}-{a.policy}-k{a.compress:g}"
-    d.mkdir(parents=True, exist_ok=True)
-    from coordinator.outputs import write_json
+def _write(a: argparse.Namespace, out: dict[str, Any], started: float | None = None) -> Path:
+    """The run's results in a new directory under ``--out`` named after ``started`` (a ``time.time()``, default
+    now; :func:`coordinator.outputs.new_run_dir`)."""
+    from coordinator.outputs import new_run_dir, write_json
     from coordinator.provenance import code_version
 
+    d = new_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
     write_json(d / "config.json", {**vars(a), "code": code_version()}, sort_keys=False)
     (d / "metrics.json").write_text(json.dumps(out, indent=2) + "\n")
     with (d / "metrics.csv").open("w") as fh:
