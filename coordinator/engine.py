@@ -260,9 +260,11 @@ class Engine:
             # says where the job was.
             src, hosts = rec.state, rec.hosts
             rec.state, rec.cpu, rec.hosts = JobState.PENDING, 0.0, ()
-            self._record(job, src, JobState.PENDING, hosts, 0.0, reason)
+            # Offered again before the transition is recorded: a listener that fails (the store) must not
+            # leave the job pending with nothing to offer it.
             self._push(self.backend.now(), "stim", Submit(job))
             self._ensure_tick()
+            self._record(job, src, JobState.PENDING, hosts, 0.0, reason)
         self.backend.wake()
 
     def lose_hosts(self, names: Iterable[str], reason: str) -> list[str]:
@@ -416,10 +418,16 @@ class Engine:
                 self._apply_checked(plan, ordered)
             except BaseException:
                 # Not a BackendError (those fail or requeue one job): a listener's store write, say. A backend
-                # that defers moves to its flush is told, so that it never starts them with a later plan.
+                # that defers moves to its flush is told, so that it never starts them with a later plan. A job
+                # the plan was to start and did not is offered again (after the backend's retry_after, as for
+                # a Start refused as unreachable): nothing else might, under a policy with no period.
                 abandon = getattr(self.backend, "abandon_moves", None)
                 if abandon is not None:
                     abandon()
+                due = self.backend.now() + getattr(self.backend, "retry_after", 0.0)
+                for a in plan.actions:
+                    if type(a) is Start and self.jobs[a.job].state is JobState.PENDING:
+                        self._push(due, "stim", Submit(a.job))
                 raise
             finally:
                 self._stamp = None

@@ -29,9 +29,11 @@ cannot be confirmed requeues the job instead of restarting the task within the p
 No task of a job is started (placed, resumed, or moved) while an unfinished orphan of that job, a copy that
 may still run, is left: its Stop is tried once more, and if that does not get through either, the start is
 refused, as unreachable while the orphan's agent does not answer (the engine keeps the job pending, or
-requeues it, and offers it again at a later turn), and as a failure of the job if that agent answers but
-will not stop it. The job is placeable again once a Stop of the orphan gets through (a poll's, or a
-placement's) or its agent is removed (declared lost). A placement that orphans block retries each one's Stop
+requeues it, and offers it again one poll interval later), and as a failure of the job if that agent answers
+but will not stop it (a Stop refused, or one that keeps timing out while the agent answers polls for
+``UNSTOPPABLE_AFTER_S``). A StartTask that got no answer may have started its task: it is an orphan too.
+The job is placeable again once a Stop of the orphan gets through (a poll's, or a placement's) or its agent
+is removed (declared lost). A placement that orphans block retries each one's Stop
 at most once per poll interval, however often the engine offers it. So no copy of a job is started beside
 another that, as far as this backend knows, may still run, but for a copy on an agent declared lost (cut
 off: it may still run there, is not reported or counted, and is stopped by reconciliation if that agent
@@ -40,8 +42,9 @@ comes back).
 With a ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
 task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks
 that kept running and never reuses a task id. A pause or a move cut short by a failure journals the
-checkpoints it took at once; a restarted coordinator that adopts such a job half stopped (some tasks saved,
-others running) requeues it from them at its first poll.
+checkpoints it took at once. A pause, resume or move cut short by something other than a BackendError (a
+journal write: the engine then records nothing) is requeued from its checkpoints at the next poll, reported
+until the engine acts on it; so is a job a restarted coordinator adopts whose tasks contradict its state.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -76,6 +79,9 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: API) for attempts x RPC_TIMEOUT_S per action before its heartbeats run out and it is declared lost.
 FAST_TIMEOUT_S = 1.0
 SILENT_AFTER_S = 2.0
+#: Seconds an agent answers polls while an orphan's Stop there still fails, before that counts as the agent
+#: refusing it (:meth:`LiveBackend._unanswered`): longer than any kill takes.
+UNSTOPPABLE_AFTER_S = 30.0
 
 Journal = Callable[[str, int, "list[StoredTask]"], None]  # Store.put_tasks: a job's restart count and tasks
 
@@ -103,8 +109,10 @@ class _Task:
     state: int = agent_pb2.TASK_STATE_STARTING
     message: str = ""
     saved: bool = False  # checkpointed and stopped by a pause: no process until resumed
-    #: An orphan: time.monotonic() of the last retry of its Stop (at a poll, or for a placement it blocks).
+    #: An orphan: time.monotonic() of the last retry of its Stop (at a poll, or for a placement it blocks),
+    #: and of the first poll its agent answered (Status) while its Stop, retried then, still failed.
     retried: float = -math.inf
+    refused_since: float = math.inf
 
 
 class LiveBackend:
@@ -303,6 +311,10 @@ class LiveBackend:
                 return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and self._leftovers_on(host):
                 return self._call_past_orphans(host, method, request, exc)
+            if method == "StartTask" and exc.code() in _RETRYABLE:
+                # Unanswered: the agent may have started it. Stopped like an orphan, which holds its job
+                # (:meth:`_hold`) until that Stop gets through or the agent is declared lost.
+                self._orphans.append(_Task(request.task_id, host))  # type: ignore[attr-defined]
             raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
 
     def _call_past_orphans(self, host: str, method: str, request: object,
@@ -317,7 +329,7 @@ class LiveBackend:
             # Transient only while the agent does not answer (it is then declared lost, which ends its
             # orphans, or answers again): an agent that answers and refuses the Stop would have the job
             # offered again at every turn for ever, so then the refusal fails it, naming the cause.
-            silent = self._unanswered(host)
+            silent = all(self._unanswered(t) for t in self._orphans if t.host == host)
             raise BackendError(f"{method} on {host}: {_rpc_text(refusal)}; tasks stopped on {host} earlier still "
                                "hold it (their Stop did not get through)" + (", will retry" if silent else ""),
                                unreachable=silent)
@@ -355,10 +367,14 @@ class LiveBackend:
             self._stop_task(t)  # a failure puts it back in the orphans
         return not any(which(t) for t in self._orphans)
 
-    def _unanswered(self, host: str) -> bool:
-        """Is ``host``'s agent gone, cut off, or silent (its last poll or call went unanswered)?"""
-        handle = self.agents.get(self.host_agent.get(host, ""))
-        return handle is None or handle.silent or handle.lost
+    def _unanswered(self, orphan: _Task) -> bool:
+        """May ``orphan``'s Stop still get through, its agent being gone, cut off or not answering? Not once
+        that agent has answered polls for :data:`UNSTOPPABLE_AFTER_S` while the orphan's Stop, retried at
+        each, still failed: a Stop that times out on an agent that answers Status (a process that will not
+        die) marks the agent silent too, and would otherwise hold a job, or refuse a host, for ever."""
+        handle = self.agents.get(self.host_agent.get(orphan.host, ""))
+        return handle is None or handle.lost or (
+            handle.silent and time.monotonic() - orphan.refused_since < UNSTOPPABLE_AFTER_S)
 
     def _hold(self, job: str) -> None:
         """Refuse to start a task of ``job`` while an earlier copy of it may still run: an orphan of the job
@@ -375,7 +391,7 @@ class LiveBackend:
         if not any(copy(t) for t in self._orphans) or self._stop_orphans(copy, placement=True):
             return
         t = next(t for t in self._orphans if copy(t))
-        silent = self._unanswered(t.host)
+        silent = self._unanswered(t)
         raise BackendError(f"job {job} not started again: its task {t.task_id} on {t.host}, stopped earlier, may "
                            "still run (its Stop did not get through)" + (", will retry" if silent else ""),
                            unreachable=silent)
@@ -439,7 +455,7 @@ class LiveBackend:
         self._call(t.host, "SetShare", request)
 
     def pause(self, job: str) -> None:
-        with self._lock:
+        with self._lock, self._requeued_if_cut_short(job):
             try:
                 for t in self._tasks[job]:
                     if t.saved or t.state == agent_pb2.TASK_STATE_DONE:
@@ -459,10 +475,10 @@ class LiveBackend:
                 # Best effort: the BackendError is what the engine must see.
                 self._persist_quietly(job)
                 raise
-            self._persist_or_requeue(job)
+            self._persist(job)
 
     def resume(self, job: str, hosts: Sequence[str], cpu: float) -> None:
-        with self._lock:
+        with self._lock, self._requeued_if_cut_short(job):
             tasks = self._tasks[job]
             self._cpu[job] = cpu
             for i, (t, host) in enumerate(zip(tasks, hosts, strict=True)):
@@ -475,15 +491,19 @@ class LiveBackend:
                     self._call(host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
                 else:
                     tasks[i] = self._move(self._specs[job], i, t, host, cpu)
-            self._persist_or_requeue(job)
-
-    def _persist_or_requeue(self, job: str) -> None:
-        """The journal write that ends a pause or a resume. If it fails, the engine, seeing an exception that
-        is not a BackendError, does not record the change: its job would stay RUNNING with its tasks saved (no
-        process), or PAUSED with them running, for ever. So the job is requeued at the next poll, from its
-        checkpoints (:meth:`abandon_moves`' route), and the exception goes on to the engine."""
-        try:
             self._persist(job)
+
+    @contextlib.contextmanager
+    def _requeued_if_cut_short(self, job: str) -> Iterator[None]:
+        """Around a pause or a resume: a failure other than a BackendError (a journal write, the one before a
+        StartTask or the closing one) is not the engine's to handle, so it does not record the change. Its job
+        would stay RUNNING with tasks saved (no process), or PAUSED with tasks running, for ever: it is
+        requeued from its checkpoints at the next poll (:meth:`abandon_moves`' route), and the exception goes on
+        to the engine. A BackendError fails or requeues the job at once (:meth:`Engine._failed`)."""
+        try:
+            yield
+        except BackendError:
+            raise
         except BaseException:
             self._interrupted.append(job)
             raise
@@ -593,10 +613,13 @@ class LiveBackend:
     def stop(self, job: str) -> None:
         with self._lock:
             self._cpu.pop(job, None)
+            self._interrupted = [j for j in self._interrupted if j != job]  # the engine requeued it, or gave up
             for t in self._tasks.pop(job, []):
                 if not t.saved:
                     self._stop_task(t)  # a failure is retried at the next polls
-            self._persist(job)
+            # Best effort: the engine's requeue (or failure) of the job must not fail on it; the restart count,
+            # all a journal of no tasks adds, was written before the job's last StartTask.
+            self._persist_quietly(job)
 
     def progress(self, job: str) -> float:
         with self._lock:
@@ -613,8 +636,10 @@ class LiveBackend:
         """One Status round over all agents; returns jobs that finished since the last round (and jobs to
         requeue: a task vanished, or a plan's move was interrupted)."""
         with self._lock:
-            # Jobs whose moves a plan left unstarted (:meth:`abandon_moves`): requeued. Forgotten only when
-            # this poll returns, so that a poll cut short still leaves them to the next.
+            # Jobs a plan's exception cut short (:meth:`abandon_moves`, :meth:`_requeued_if_cut_short`, an
+            # adopted job that contradicts its state): requeued. Reported at every poll until the engine
+            # acts on the report (its requeue calls :meth:`stop`), so that neither a poll cut short nor a
+            # requeue that fails (the store still failing) loses them.
             interrupted = dict.fromkeys(self._interrupted)
             reports = [Report(job, JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")
                        for job in interrupted]
@@ -636,6 +661,9 @@ class LiveBackend:
                 for ts in handle.last_status.tasks:
                     seen[ts.task_id] = ts
             self._stop_orphans()
+            for t in self._orphans:  # its agent answered this poll, and its Stop still failed
+                if t.host in answered:
+                    t.refused_since = min(t.refused_since, time.monotonic())
             self._reconcile(seen, answered)
             for job, tasks in list(self._tasks.items()):
                 if job in interrupted:  # requeued: no second report
@@ -673,7 +701,6 @@ class LiveBackend:
                             self._persist(job)
                 except Exception:  # checkpoints only: written again a second later, and the reports still go out
                     log.warning("journal of the tasks' progress failed", exc_info=True)
-            self._interrupted = []
             return reports
 
     def _persist_quietly(self, job: str) -> None:
