@@ -79,9 +79,10 @@ def clear_outputs(out: str | os.PathLike[str], patterns: Iterable[str]) -> list[
 def new_run_dir(parent: str | os.PathLike[str], name: str, started: float | None = None) -> Path:
     """Create and return a new directory for one run's results in ``parent`` (created if missing):
     ``YYYYmmdd-HHMMSS-name``, the local time ``started`` (a ``time.time()``, default now), so that names read as
-    the run's start and sort by it. The directory is made with an exclusive ``mkdir``: a run that finds the name
-    taken (another run of the same ``name`` started in the same second, even in another process) takes
-    ``...-name-2``, ``-3``, ... instead, never another run's directory."""
+    the run's start and sort by it (to the second: within one second, ``-10`` sorts before ``-2``). The
+    directory is made with an exclusive ``mkdir``: a run that finds the name taken (another run of the same
+    ``name`` started in the same second, even in another process) takes ``...-name-2``, ``-3``, ... instead,
+    never another run's directory."""
     root = Path(parent)
     root.mkdir(parents=True, exist_ok=True)
     base = f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(time.time() if started is None else started))}-{name}"

@@ -132,6 +132,7 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
     from coordinator.policies import get_policy
     from coordinator.provenance import source_fingerprint
 
+    code = source_fingerprint()  # before the run: the files as this worker imported them (cached after the first)
     t0 = time.perf_counter()
     policy = TimedPolicy(get_policy(algorithm), t0 + timeout_s)
     cluster = homogeneous_hosts(hosts)
@@ -142,16 +143,16 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
     except CellTimeout:
         out.update(status="timeout", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
                    error=f"exceeded {timeout_s:g} s at simulated time {engine.backend.now():.0f} s",
-                   code=source_fingerprint())
+                   code=code)
         return out
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 -- a failing policy is a result of the sweep, not a crash
         out.update(status="error", wall_s=time.perf_counter() - t0, max_stretch=math.nan,
-                   error=f"{type(exc).__name__}: {exc}", code=source_fingerprint())
+                   error=f"{type(exc).__name__}: {exc}", code=code)
         return out
     wall = time.perf_counter() - t0
-    out["code"] = source_fingerprint()
+    out["code"] = code
     s = summarize(job_results(history))
     k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
     u = utilisation(history, sum(h.cpu for h in cluster))
