@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from node_agent.cgroups import CgroupDriver
+from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
@@ -334,33 +334,80 @@ def _check_fraction(field: str, value: float) -> None:
 
 def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
               progress_by: str = "cpu-time") -> AgentCore:
-    """Probe cgroups (or use duty cycling if ``no_cgroups``), remove leftovers of an earlier run with
-    the same agent id, calibrate the workloads, and return a running core.
+    """Claim the agent id, remove what dead agents left in cgroups (:func:`_sweep_cgroups`), probe cgroups (or
+    use duty cycling if ``no_cgroups``), calibrate the workloads, and return a running core.
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are needed but not writable."""
     from node_agent.cgroups import open_driver
     from node_agent.dutycycle import DutyCycleDriver
     from node_agent.runner import calibrate
 
-    lock = _lock_agent_id(agent_id)
+    locks = [_lock_agent_id(agent_id)]
     try:
-        driver: CgroupDriver
-        if no_cgroups:
-            driver = DutyCycleDriver()
-        else:
-            driver = open_driver(agent_id, sum(h.cpu_cores for h in hosts))
-            left = driver.cleanup(remove_parent=False)  # only this agent id's (vcemu-<agent_id>) groups
-            if left:
-                log.warning("removed %d task cgroups (and their processes) left by a "
-                                                    "crashed agent %s: %s", len(left), agent_id, ", ".join(left))
+        locks.append(_claim_cgroups(agent_id, wait_s=CGROUPS_CLAIM_WAIT_S))
+        _sweep_cgroups(agent_id, strict=not no_cgroups)  # a --no-cgroups agent too: cgroup runs may precede it
+        driver: CgroupDriver = (DutyCycleDriver() if no_cgroups
+                                else open_driver(agent_id, sum(h.cpu_cores for h in hosts)))
         _remove_old_workdirs(agent_id)
         rates = {w: calibrate(w) for w in PROGRAMS}
     except BaseException:
-        lock.close()
+        for lock in locks:
+            lock.close()
         raise
     core = AgentCore(agent_id, hosts, driver, rates, progress_by)
-    core._closers.append(lock.close)
+    core._closers.extend(lock.close for lock in locks)
     return core
+
+
+#: How long a starting agent waits for another agent that is removing the cgroups a dead agent of its id left.
+CGROUPS_CLAIM_WAIT_S = 60.0
+
+
+def _sweep_cgroups(agent_id: str, strict: bool) -> None:
+    """Remove the cgroup subtrees (their processes killed, frozen ones thawed first) of this agent id and of
+    every agent whose owner process is dead, beside this agent's own in each hierarchy, and their work
+    directories; leave live agents' alone.
+
+    Several agents with different ids run on one machine (a local cluster's), and one killed with SIGKILL
+    leaves its tasks behind, frozen ones holding their memory for ever. Its subtree records its owner
+    (:class:`~node_agent.cgroups.Owner`: pid and start time, so a reused pid is not taken for it); a subtree
+    whose owner has ended is removed while holding that id's cgroups claim, which every live agent holds for
+    good (so no agent of that id starts meanwhile). A subtree with no owner recorded (an older agent's) or
+    whose owner cannot be judged (another pid namespace) is left to an agent of its own id. This agent's own
+    id's leftovers are removed whoever made them: it holds the id.
+
+    ``strict``: a failure on this agent's own id's leftovers raises (a cgroup-mode agent would reuse them);
+    otherwise every failure is logged and the agent starts."""
+    from node_agent.cgroups import agent_parents, owners, remove_groups
+
+    for other, parents in agent_parents().items():
+        mine = other == agent_id
+        claim = None if mine else _try_claim(f"vcemu-cgroups-{other}")
+        if not mine and claim is None:
+            continue  # its agent lives (or another agent is removing it now)
+        try:
+            recorded = owners(parents)
+            if not mine and (not recorded or any(o.alive() is not False for o in recorded)):
+                continue
+            try:
+                left = remove_groups(parents, remove_parent=True)
+            except (CgroupError, OSError) as e:
+                if mine and strict:
+                    raise CgroupError(f"cannot remove what an earlier agent {agent_id} left: {e}") from e
+                log.warning("cannot remove the cgroups agent %s left: %s", other, e)
+                continue
+            if mine:
+                if left:
+                    log.warning("removed %d task cgroups (and their processes) left by a crashed agent %s: %s",
+                                len(left), agent_id, ", ".join(left))
+                continue
+            _remove_old_workdirs(other)  # its transactional load generators ran outside its cgroups
+            log.warning("removed the cgroups of agent %s (process %s, ended): %d task cgroups (and their "
+                        "processes)%s", other, ", ".join(str(o.pid) for o in recorded), len(left),
+                        ": " + ", ".join(left) if left else "")
+        finally:
+            if claim is not None:
+                claim.close()
 
 
 def _remove_old_workdirs(agent_id: str) -> None:
@@ -391,13 +438,34 @@ def _lock_agent_id(agent_id: str) -> socket.socket:
     """Claim ``agent_id`` on this machine while the agent lives: start-up removes the leftover cgroups of
     its id, which must never be those of another live agent. The claim is an abstract unix socket name,
     which the kernel releases when the process dies (no lock file to go stale or litter)."""
+    sock = _try_claim(f"vcemu-agent-{agent_id}")
+    if sock is None:
+        raise AgentIdInUse(f"--agent-id: agent id {agent_id!r} is in use by another running agent "
+                           "on this machine")
+    return sock
+
+
+def _try_claim(name: str) -> socket.socket | None:
+    """Bind the abstract unix socket ``name`` (a claim the kernel drops when its process dies), or None if
+    another process holds it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(f"\0vcemu-agent-{agent_id}")
+        sock.bind(f"\0{name}")
     except OSError:
         sock.close()
-        raise AgentIdInUse(f"--agent-id: agent id {agent_id!r} is in use by another running agent "
-                           "on this machine") from None
+        return None
+    return sock
+
+
+def _claim_cgroups(agent_id: str, wait_s: float) -> socket.socket:
+    """Claim the cgroup subtree of ``agent_id`` for this agent's life, after the id itself: another agent
+    holds it only while it removes what a dead agent of this id left (:func:`_sweep_cgroups`), so wait."""
+    deadline = time.monotonic() + wait_s
+    while (sock := _try_claim(f"vcemu-cgroups-{agent_id}")) is None:
+        if time.monotonic() > deadline:
+            raise AgentIdInUse(f"--agent-id: the cgroups of agent id {agent_id!r} were still being removed by "
+                               f"another agent after {wait_s:g} s")
+        time.sleep(0.05)
     return sock
 
 
