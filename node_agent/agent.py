@@ -2,7 +2,11 @@
 
 No gRPC here: :class:`AgentCore` raises :class:`AgentError` with a status-code name, and the server maps
 it onto gRPC. One lock serialises requests and the monitor, which keeps capacity checks exact (two
-concurrent StartTasks cannot both take the last half of a host).
+concurrent StartTasks cannot both take the last half of a host). Killing a task's processes is not done
+under it (it can take seconds: a frozen v1 task ignores SIGKILL until its freezer thaws): Stop, and the
+abort of a task whose poll raised, mark the task as ending, kill outside the lock, then forget or report it.
+An ending task is reported as it was when its end began (Stop: message "stopping"), still holds its memory
+and share, and is left alone by every other call (a second Stop waits for the first, then finds no task).
 
 Refusals (``code``: when):
   INVALID_ARGUMENT: empty task_id; unknown workload; cpu_share or cpu_need outside (0, 1]; work_seconds
@@ -14,7 +18,7 @@ Refusals (``code``: when):
   ALREADY_EXISTS: a task with this task_id is known (finished tasks stay known until Stop).
   FAILED_PRECONDITION: the host's running shares would exceed 1 (StartTask, SetShare, Resume); the
     host's memory would be over-committed (StartTask; paused tasks keep their memory); SetLoad on a task
-    that is not transactional.
+    that is not transactional; SetShare, Pause, Resume or SetLoad on a task a Stop is ending.
 Requests on a finished task (SetShare, Pause, Resume) are accepted and change nothing; the reply's state
 says it is finished, which a coordinator racing a completion wants rather than an error.
 """
@@ -31,11 +35,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import psutil
 
-from node_agent.cgroups import CgroupDriver
+from node_agent import cgroups
+from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
@@ -79,6 +84,14 @@ class HostView:
 _ACTIVE = (State.STARTING, State.RUNNING)
 
 
+@dataclass
+class _Ending:
+    """A task whose processes are being killed outside the agent's lock (by Stop, or after a raising poll)."""
+
+    view: TaskView  # what the agent reports for it meanwhile
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class AgentCore:
     """The hosts and tasks of one agent process."""
 
@@ -95,6 +108,7 @@ class AgentCore:
         self.workloads = sorted([*(w for w in PROGRAMS if w in self.rates), modeled.NAME, TRANSACTIONAL])
         self.started = time.monotonic()
         self._tasks: dict[str, Task | ModeledTask] = {}
+        self._ending: dict[str, _Ending] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
@@ -170,6 +184,8 @@ class AgentCore:
             raise AgentError("INVALID_ARGUMENT", f"rate_rps: must be > 0 requests/s, got {rate_rps}")
         with self._lock:
             task = self._task(task_id)
+            if (ending := self._ending.get(task_id)) is not None:
+                return self._ending_reply(task_id, ending)
             if not isinstance(task, TransactionalTask):
                 raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} runs workload "
                                  f"{task.spec.workload}, which takes no load; only {TRANSACTIONAL} does")
@@ -183,26 +199,50 @@ class AgentCore:
         return self._apply(task_id, lambda t: t.resume(), share=-1.0)
 
     def stop(self, task_id: str) -> TaskView:
-        """Stop and forget a task (its id may then be reused, e.g. when a job migrates back)."""
-        with self._lock:
-            task = self._task(task_id)
+        """Stop and forget a task (its id may then be reused, e.g. when a job migrates back). Its processes are
+        killed outside the agent's lock, the task marked as ending meanwhile (see the module docstring). If
+        they cannot be killed, the error is raised and the task stays known, to be stopped again."""
+        while True:
+            with self._lock:
+                task = self._task(task_id)
+                ending = self._ending.get(task_id)
+                if ending is None:
+                    view = task.view()
+                    if not view.state.finished:
+                        view = replace(view, message="stopping")
+                    ending = self._ending[task_id] = _Ending(view)
+                    break
+            ending.done.wait()  # another Stop, or an abort, is killing it: then look again
+        forget = False
+        try:
             task.stop()
-            del self._tasks[task_id]
-            log.info("task stop %s state=%s", task_id, task.state.name.lower())
-            return task.view()
+            forget = True
+        finally:
+            with self._lock:
+                self._ending.pop(task_id, None)
+                if forget:
+                    self._tasks.pop(task_id, None)  # (gone already if the agent shut down meanwhile)
+            ending.done.set()
+        log.info("task stop %s state=%s", task_id, task.state.name.lower())
+        return task.view()
 
     def task(self, task_id: str) -> TaskView:
         with self._lock:
             task = self._task(task_id)
-            _poll(task)
+            if (ending := self._ending.get(task_id)) is not None:
+                return ending.view
+            self._poll(task_id, task)
             return task.view()
 
     def status(self) -> tuple[list[HostView], list[TaskView]]:
         """Fresh readings (each task is polled now, so a client timing CPU deltas gets exact figures)."""
         with self._lock:
-            for t in self._tasks.values():
-                _poll(t)
-            tasks = [t.view() for t in self._tasks.values()]
+            tasks = []
+            for task_id, t in list(self._tasks.items()):
+                if (ending := self._ending.get(task_id)) is None:
+                    self._poll(task_id, t)
+                    ending = self._ending.get(task_id)  # its poll may have begun its abort
+                tasks.append(t.view() if ending is None else ending.view)
         hosts = []
         for h in self.hosts.values():
             mine = [t for t in tasks if t.host == h.name]
@@ -220,10 +260,22 @@ class AgentCore:
         self._stop.set()
         self._monitor.join(timeout=2.0)
         with self._lock:
-            for task in self._tasks.values():
-                task.stop()
+            ending = list(self._ending.values())
+        for e in ending:  # Stops and aborts under way end within their kill's time limit
+            e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
+        with self._lock:
+            for task_id, task in self._tasks.items():
+                if task_id in self._ending:
+                    continue  # still being killed by another thread; the cleanup below kills it too
+                try:
+                    task.stop()
+                except Exception:
+                    log.exception("stopping task %s at shutdown failed", task_id)
             self._tasks.clear()
-            self.driver.cleanup(remove_parent=True)
+            try:
+                self.driver.cleanup(remove_parent=True)
+            except (CgroupError, OSError) as e:  # the next agent to start removes them (their owner has ended)
+                log.error("cannot remove this agent's cgroups at shutdown: %s", e)
             self.driver.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
         for close in self._closers:
@@ -235,6 +287,8 @@ class AgentCore:
         current one on Resume), check the host's capacity first."""
         with self._lock:
             task = self._task(task_id)
+            if (ending := self._ending.get(task_id)) is not None:
+                return self._ending_reply(task_id, ending)
             if share is not None and not task.state.finished:
                 claims = task.state in _ACTIVE or share < 0  # a paused task claims CPU only on Resume
                 if claims:
@@ -243,6 +297,34 @@ class AgentCore:
             action(task)
             return task.view()
 
+    @staticmethod
+    def _ending_reply(task_id: str, ending: _Ending) -> TaskView:
+        """A request that would change an ending task: one that has already failed (its abort is killing its
+        processes) is finished, so the request is accepted and changes nothing; one a Stop is ending is
+        refused."""
+        if ending.view.state.finished:
+            return ending.view
+        raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} is being stopped")
+
+    def _poll(self, task_id: str, task: Task | ModeledTask) -> None:
+        """Poll a task (under the lock); if its poll raised, fail it now and kill it in a thread of its own,
+        marked as ending (see :func:`_poll`)."""
+        why = _poll(task)
+        if why is None:
+            return
+        task.fail(why)
+        ending = self._ending[task_id] = _Ending(task.view())
+
+        def abort() -> None:
+            try:
+                task.abort(why)
+            finally:
+                with self._lock:
+                    self._ending.pop(task_id, None)
+                ending.done.set()
+
+        threading.Thread(target=abort, name=f"abort-{task_id}", daemon=True).start()
+
     def _check_cpu(self, h: HostSpec, share: float, exclude: str | None) -> None:
         used = sum(t.cpu_share for t in self._live(h.name) if t.state in _ACTIVE and t.spec.task_id != exclude)
         if used + share > 1.0 + SHARE_EPS:
@@ -250,7 +332,9 @@ class AgentCore:
                              f"CPU unallocated, the request needs {share:.6g}")
 
     def _live(self, host: str) -> list[Task]:
-        return [t for t in self._tasks.values() if t.spec.host == host and not t.state.finished]
+        """The host's tasks that hold resources: unfinished ones, and ending ones (their processes may live)."""
+        return [t for task_id, t in self._tasks.items()
+                if t.spec.host == host and (not t.state.finished or task_id in self._ending)]
 
     def _host(self, name: str) -> HostSpec:
         try:
@@ -268,8 +352,12 @@ class AgentCore:
     def _monitor_loop(self) -> None:
         while not self._stop.wait(POLL_INTERVAL_S):
             with self._lock:
-                for task in self._tasks.values():
-                    _poll(task)
+                for task_id, task in list(self._tasks.items()):
+                    if task_id in self._ending:
+                        continue  # another thread is killing it
+                    self._poll(task_id, task)
+                    if task_id in self._ending:
+                        continue
                     units, cpu = task.rate_delta()
                     if cpu > 0:
                         acc = self._rate_acc.setdefault(task.spec.workload, [0.0, 0.0])
@@ -297,6 +385,8 @@ class AgentCore:
         ``units_t``) and its cgroup CPU time as of ``t``. For benchmarks that fit rates."""
         with self._lock:
             task = self._task(task_id)
+            if task_id in self._ending:
+                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} is being stopped")
             s = task.progress_sample()
             cpu = self.driver.cpu_usage_s(task.cgroup)
             t = time.monotonic()
@@ -308,23 +398,26 @@ class AgentCore:
             return self.driver.dirs(self._task(task_id).cgroup)
 
 
-def _poll(task: Task | ModeledTask) -> None:
+def _poll(task: Task | ModeledTask) -> str | None:
     """Poll a task; log its end once (the agent-side record of what ran, for operators and fault tests).
+    Returns why the task must be aborted, or None.
 
-    An unexpected error aborts that task (its processes killed, what it holds released) rather than
-    escape: escaping, it would end the monitor thread, and with it every task's progress and completion on
-    this agent, silently. A failed task is reported, so its job is failed or retried where it can be seen.
-    A finished task keeps its end (its poll has nothing left to do)."""
+    An unexpected error fails that task, to be aborted by the caller (its processes killed, what it holds
+    released) rather than escape: escaping, it would end the monitor thread, and with it every task's
+    progress and completion on this agent, silently. A failed task is reported, so its job is failed or
+    retried where it can be seen. A finished task keeps its end (its poll has nothing left to do)."""
     was = task.state
     try:
         task.poll()
     except Exception as exc:  # a bug or an unforeseen OS error: this task's, not the agent's
         if was.finished:
-            return
+            return None
         log.exception("polling task %s failed; failing the task", task.spec.task_id)
-        task.abort(f"agent error while polling the task: {type(exc).__name__}: {exc}")
+        log.info("task end %s state=failed", task.spec.task_id)
+        return f"agent error while polling the task: {type(exc).__name__}: {exc}"
     if task.state.finished and not was.finished:
         log.info("task end %s state=%s", task.spec.task_id, task.state.name.lower())
+    return None
 
 
 def _check_fraction(field: str, value: float) -> None:
@@ -334,33 +427,80 @@ def _check_fraction(field: str, value: float) -> None:
 
 def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
               progress_by: str = "cpu-time") -> AgentCore:
-    """Probe cgroups (or use duty cycling if ``no_cgroups``), remove leftovers of an earlier run with
-    the same agent id, calibrate the workloads, and return a running core.
+    """Claim the agent id, remove what dead agents left in cgroups (:func:`_sweep_cgroups`), probe cgroups (or
+    use duty cycling if ``no_cgroups``), calibrate the workloads, and return a running core.
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are needed but not writable."""
     from node_agent.cgroups import open_driver
     from node_agent.dutycycle import DutyCycleDriver
     from node_agent.runner import calibrate
 
-    lock = _lock_agent_id(agent_id)
+    locks = [_lock_agent_id(agent_id)]
     try:
-        driver: CgroupDriver
-        if no_cgroups:
-            driver = DutyCycleDriver()
-        else:
-            driver = open_driver(agent_id, sum(h.cpu_cores for h in hosts))
-            left = driver.cleanup(remove_parent=False)  # only this agent id's (vcemu-<agent_id>) groups
-            if left:
-                log.warning("removed %d task cgroups (and their processes) left by a "
-                                                    "crashed agent %s: %s", len(left), agent_id, ", ".join(left))
+        locks.append(_claim_cgroups(agent_id, wait_s=CGROUPS_CLAIM_WAIT_S))
+        _sweep_cgroups(agent_id, strict=not no_cgroups)  # a --no-cgroups agent too: cgroup runs may precede it
+        driver: CgroupDriver = (DutyCycleDriver() if no_cgroups
+                                else open_driver(agent_id, sum(h.cpu_cores for h in hosts)))
         _remove_old_workdirs(agent_id)
         rates = {w: calibrate(w) for w in PROGRAMS}
     except BaseException:
-        lock.close()
+        for lock in locks:
+            lock.close()
         raise
     core = AgentCore(agent_id, hosts, driver, rates, progress_by)
-    core._closers.append(lock.close)
+    core._closers.extend(lock.close for lock in locks)
     return core
+
+
+#: How long a starting agent waits for another agent that is removing the cgroups a dead agent of its id left.
+CGROUPS_CLAIM_WAIT_S = 60.0
+
+
+def _sweep_cgroups(agent_id: str, strict: bool) -> None:
+    """Remove the cgroup subtrees (their processes killed, frozen ones thawed first) of this agent id and of
+    every agent whose owner process is dead, beside this agent's own in each hierarchy, and their work
+    directories; leave live agents' alone.
+
+    Several agents with different ids run on one machine (a local cluster's), and one killed with SIGKILL
+    leaves its tasks behind, frozen ones holding their memory for ever. Its subtree records its owner
+    (:class:`~node_agent.cgroups.Owner`: pid and start time, so a reused pid is not taken for it); a subtree
+    whose owner has ended is removed while holding that id's cgroups claim, which every live agent holds for
+    good (so no agent of that id starts meanwhile). A subtree with no owner recorded (an older agent's) or
+    whose owner cannot be judged (another pid namespace) is left to an agent of its own id. This agent's own
+    id's leftovers are removed whoever made them: it holds the id.
+
+    ``strict``: a failure on this agent's own id's leftovers raises (a cgroup-mode agent would reuse them);
+    otherwise every failure is logged and the agent starts."""
+    from node_agent.cgroups import agent_parents, owners, remove_groups
+
+    for other, parents in agent_parents().items():
+        mine = other == agent_id
+        claim = None if mine else _try_claim(f"vcemu-cgroups-{other}")
+        if not mine and claim is None:
+            continue  # its agent lives (or another agent is removing it now)
+        try:
+            recorded = owners(parents)
+            if not mine and (not recorded or any(o.alive() is not False for o in recorded)):
+                continue
+            try:
+                left = remove_groups(parents, remove_parent=True)
+            except (CgroupError, OSError) as e:
+                if mine and strict:
+                    raise CgroupError(f"cannot remove what an earlier agent {agent_id} left: {e}") from e
+                log.warning("cannot remove the cgroups agent %s left: %s", other, e)
+                continue
+            if mine:
+                if left:
+                    log.warning("removed %d task cgroups (and their processes) left by a crashed agent %s: %s",
+                                len(left), agent_id, ", ".join(left))
+                continue
+            _remove_old_workdirs(other)  # its transactional load generators ran outside its cgroups
+            log.warning("removed the cgroups of agent %s (process %s, ended): %d task cgroups (and their "
+                        "processes)%s", other, ", ".join(str(o.pid) for o in recorded), len(left),
+                        ": " + ", ".join(left) if left else "")
+        finally:
+            if claim is not None:
+                claim.close()
 
 
 def _remove_old_workdirs(agent_id: str) -> None:
@@ -391,13 +531,34 @@ def _lock_agent_id(agent_id: str) -> socket.socket:
     """Claim ``agent_id`` on this machine while the agent lives: start-up removes the leftover cgroups of
     its id, which must never be those of another live agent. The claim is an abstract unix socket name,
     which the kernel releases when the process dies (no lock file to go stale or litter)."""
+    sock = _try_claim(f"vcemu-agent-{agent_id}")
+    if sock is None:
+        raise AgentIdInUse(f"--agent-id: agent id {agent_id!r} is in use by another running agent "
+                           "on this machine")
+    return sock
+
+
+def _try_claim(name: str) -> socket.socket | None:
+    """Bind the abstract unix socket ``name`` (a claim the kernel drops when its process dies), or None if
+    another process holds it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(f"\0vcemu-agent-{agent_id}")
+        sock.bind(f"\0{name}")
     except OSError:
         sock.close()
-        raise AgentIdInUse(f"--agent-id: agent id {agent_id!r} is in use by another running agent "
-                           "on this machine") from None
+        return None
+    return sock
+
+
+def _claim_cgroups(agent_id: str, wait_s: float) -> socket.socket:
+    """Claim the cgroup subtree of ``agent_id`` for this agent's life, after the id itself: another agent
+    holds it only while it removes what a dead agent of this id left (:func:`_sweep_cgroups`), so wait."""
+    deadline = time.monotonic() + wait_s
+    while (sock := _try_claim(f"vcemu-cgroups-{agent_id}")) is None:
+        if time.monotonic() > deadline:
+            raise AgentIdInUse(f"--agent-id: the cgroups of agent id {agent_id!r} were still being removed by "
+                               f"another agent after {wait_s:g} s")
+        time.sleep(0.05)
     return sock
 
 

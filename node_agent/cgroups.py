@@ -7,6 +7,12 @@ then also bound its tasks, and nothing outside the agent's own subtree is touche
 (no shared ``vcemu`` level) so that its CPU weight can be set per agent (see :data:`WEIGHT_PER_CORE`)
 and so that agents never race over a shared directory.
 
+Each parent also holds an empty group named after the process that made it (:class:`Owner`: its pid, its
+start time, and its pid namespace), since cgroupfs takes no other files. An agent killed with SIGKILL
+leaves its subtree behind, frozen tasks and all; at start-up every agent removes the subtrees beside its
+own whose owner is dead (:func:`agent_parents`, :func:`remove_groups`; the locking is the agent's, see
+:func:`node_agent.agent.open_core`), and leaves those of live agents alone.
+
 CPU shares are CFS bandwidth quotas (:func:`cfs_period_quota_us`); pause is the freezer; memory is a
 hard limit. A v1 frozen task ignores SIGKILL until thawed, so everything that kills thaws as well.
 """
@@ -166,6 +172,163 @@ def _rmdir(path: str, timeout: float = 2.0) -> None:
             time.sleep(0.01)
 
 
+# --------------------------------------------------------------------------------------- ownership
+#: Prefix of the owner marker, an empty group in each of an agent's parent groups. Task groups never start
+#: with a dot (:func:`safe_name`), so the two cannot be confused.
+OWNER_PREFIX = ".owner-"
+#: Prefix of an agent's parent group, followed by its agent id.
+PARENT_PREFIX = "vcemu-"
+#: How long :func:`kill_groups` keeps killing (and thawing) a group's processes before it gives up.
+KILL_TIMEOUT_S = 10.0
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, start time in clock ticks after boot)`` of a process, from /proc/<pid>/stat; None if there
+    is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces and parentheses
+    return fields[0], int(fields[19])  # fields 3 (state) and 22 (starttime) of proc(5)
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that made an agent's parent groups. The start time tells a reused pid from the owner; the
+    pid namespace says whether the pid means anything here (an agent in another container is not judged)."""
+
+    pidns: int
+    pid: int
+    start: int
+
+    @classmethod
+    def me(cls) -> Owner:
+        stat = _proc_stat(os.getpid())
+        return cls(_pid_namespace(), os.getpid(), stat[1] if stat else 0)
+
+    @property
+    def marker(self) -> str:
+        return f"{OWNER_PREFIX}{self.pidns}-{self.pid}-{self.start}"
+
+    @classmethod
+    def parse(cls, marker: str) -> Owner | None:
+        parts = marker.removeprefix(OWNER_PREFIX).split("-")
+        if not marker.startswith(OWNER_PREFIX) or len(parts) != 3 or not all(p.isdigit() for p in parts):
+            return None
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+
+    def alive(self) -> bool | None:
+        """True while the owner runs (a zombie has ended), False once it has ended, None if it is not in this
+        process's pid namespace (its pid cannot be looked up here)."""
+        if self.pidns != _pid_namespace():
+            return None
+        stat = _proc_stat(self.pid)
+        return stat is not None and stat[1] == self.start and stat[0] not in ("Z", "X")
+
+
+def owners(parents: Iterable[str]) -> set[Owner]:
+    """The owners recorded in an agent's parent groups (empty if none is: made by an older agent, or in
+    the instant between the parent and its marker)."""
+    found = set()
+    for d in parents:
+        with contextlib.suppress(OSError):
+            found |= {o for n in os.listdir(d) if (o := Owner.parse(n)) is not None}
+    return found
+
+
+def agent_parents(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup",
+                  ) -> dict[str, list[str]]:
+    """Agent id -> its parent groups, for every agent whose parent is beside where this process's own would be
+    (in its own cgroup of each hierarchy with a controller an agent uses, v1 or v2). Empty if cgroupfs cannot
+    be read."""
+    try:
+        mounts = parse_mountinfo(_read(mountinfo))
+        own = parse_proc_cgroup(_read(proc_cgroup))
+    except CgroupError:
+        return {}
+    bases = []
+    for m in mounts:
+        if m.fstype == "cgroup2":
+            bases.append(own_dir(m, own.get("", "/")))
+        elif ctrls := [c for c in V1_CONTROLLERS if c in m.controllers]:
+            bases.append(own_dir(m, own.get(ctrls[0], "/")))
+    found: dict[str, list[str]] = {}
+    for base in dict.fromkeys(bases):
+        with contextlib.suppress(OSError):
+            for name in sorted(os.listdir(base)):
+                if name.startswith(PARENT_PREFIX) and os.path.isdir(os.path.join(base, name)):
+                    found.setdefault(name.removeprefix(PARENT_PREFIX), []).append(os.path.join(base, name))
+    return found
+
+
+def _kill_and_thaw(dirs: Iterable[str]) -> list[int]:
+    """One round: SIGKILL every process of the groups ``dirs`` (one group's directories in each hierarchy),
+    then thaw them (v1 ``freezer.state``, v2 ``cgroup.freeze``) without waiting, so that a frozen process
+    takes the signal. Returns the pids signalled."""
+    dirs = list(dirs)
+    pids = sorted({p for d in dirs for p in _pids_in(d)})
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for d in dirs:
+        for f, thawed in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+            if os.path.exists(os.path.join(d, f)):
+                with contextlib.suppress(CgroupError):
+                    _write(os.path.join(d, f), thawed)
+    return pids
+
+
+def kill_groups(dirs: Iterable[str], timeout: float | None = None) -> None:
+    """Kill every process of a group until it has none (thawing it each round); CgroupError naming the
+    survivors if some outlive ``timeout`` (default :data:`KILL_TIMEOUT_S`)."""
+    dirs, limit = list(dirs), KILL_TIMEOUT_S if timeout is None else timeout
+    deadline = time.monotonic() + limit
+    while pids := _kill_and_thaw(dirs):
+        if time.monotonic() > deadline:
+            raise CgroupError(f"processes {', '.join(map(str, pids))} of {dirs[0]} did not die within {limit:g} s "
+                              "of SIGKILL")
+        time.sleep(0.01)
+
+
+def remove_groups(parents: list[str], remove_parent: bool) -> list[str]:
+    """Kill the processes of every group under an agent's parent groups ``parents`` (one per hierarchy) and
+    remove the groups, and if ``remove_parent`` the owner markers and the parents too; returns the task
+    groups' names. What an agent does with its own at shutdown, with its own id's leftovers at start-up,
+    and with the subtree of an agent that died without doing it."""
+    names = sorted({n for d in parents if os.path.isdir(d) for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))})
+    tasks = [n for n in names if not n.startswith(OWNER_PREFIX)]
+    for name in tasks:
+        dirs = [os.path.join(d, name) for d in parents]
+        kill_groups(dirs)
+        for d in dirs:
+            _rmdir(d)
+    if remove_parent:
+        for d in parents:
+            for marker in (n for n in names if n.startswith(OWNER_PREFIX)):
+                _rmdir(os.path.join(d, marker))
+            _rmdir(d)
+    return tasks
+
+
+def _mark_owner(parents: Iterable[str]) -> None:
+    """Record this process as the owner of the agent's parent groups (see :class:`Owner`)."""
+    marker = Owner.me().marker
+    for d in parents:
+        try:
+            os.makedirs(os.path.join(d, marker), exist_ok=True)
+        except OSError as e:
+            raise CgroupError(f"cannot create {os.path.join(d, marker)}: {e.strerror}") from e
+
+
 # --------------------------------------------------------------------------------------- interface
 class CgroupDriver(ABC):
     """What the runner needs from a cgroup implementation. ``name`` is a task's cgroup name."""
@@ -220,28 +383,18 @@ class CgroupDriver(ABC):
         return None
 
     def kill_all(self, name: str) -> None:
-        """Thaw and SIGKILL every process of the group (used for leftovers and at shutdown)."""
-        for _ in range(2):
-            for pid in self.pids(name):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        """One round of killing: SIGKILL every process of the group and thaw it (a frozen v1 task ignores
+        SIGKILL until thawed), without waiting for them to end; the caller checks and repeats."""
+        for pid in self.pids(name):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(CgroupError):
             self.thaw(name)
 
     def cleanup(self, remove_parent: bool) -> list[str]:
-        """Kill the processes of and remove every task group under the agent's parent (leftovers of a
-        crashed run with the same agent id, or everything at shutdown); returns the names removed."""
-        names = sorted({n for d in self.dirs() if os.path.isdir(d) for n in os.listdir(d)
-                        if os.path.isdir(os.path.join(d, n))})
-        for name in names:
-            self.kill_all(name)
-            deadline = time.monotonic() + 2.0
-            while self.pids(name) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            self.remove(name)
-        if remove_parent:
-            for d in self.dirs():
-                _rmdir(d)
-        return names
+        """Kill the processes of and remove every task group under the agent's parent (everything, at
+        shutdown), and the parent too if ``remove_parent``; returns the names removed."""
+        return remove_groups(self.dirs(), remove_parent)
 
 
 # --------------------------------------------------------------------------------------- cgroup v1
@@ -256,6 +409,7 @@ class CgroupV1Driver(CgroupDriver):
         self._parents = parents
         for d in self.dirs():
             os.makedirs(d, exist_ok=True)
+        _mark_owner(self.dirs())
         with contextlib.suppress(CgroupError):  # a weight is an improvement, not a requirement
             _write(os.path.join(parents["cpu"], "cpu.shares"), str(cpu_weight_v1(total_cores)))
 
@@ -322,6 +476,9 @@ class CgroupV1Driver(CgroupDriver):
     def pids(self, name: str) -> list[int]:
         return sorted({p for d in self.dirs(name) for p in _pids_in(d)})
 
+    def kill_all(self, name: str) -> None:
+        _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
+
     def remove(self, name: str) -> None:
         for d in self.dirs(name):
             _rmdir(d)
@@ -336,6 +493,7 @@ class CgroupV2Driver(CgroupDriver):
     def __init__(self, parent: str, total_cores: float = 1.0) -> None:
         self._parent = parent
         os.makedirs(parent, exist_ok=True)
+        _mark_owner([parent])
         _write(os.path.join(parent, "cgroup.subtree_control"), "+cpu +memory")
         with contextlib.suppress(CgroupError):
             _write(os.path.join(parent, "cpu.weight"), str(cpu_weight_v2(total_cores)))
@@ -399,6 +557,9 @@ class CgroupV2Driver(CgroupDriver):
     def pids(self, name: str) -> list[int]:
         return _pids_in(os.path.join(self._parent, name))
 
+    def kill_all(self, name: str) -> None:
+        _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
+
     def remove(self, name: str) -> None:
         _rmdir(os.path.join(self._parent, name))
 
@@ -419,7 +580,7 @@ def _try_v2(mounts: list[Mount], own: dict[str, str], agent_id: str, cores: floa
         raise CgroupError(f"cgroup2 at {base} has no {' or '.join(missing)} controller")
     if "cpu" not in _read(os.path.join(base, "cgroup.subtree_control")).split():
         _write(os.path.join(base, "cgroup.subtree_control"), "+cpu +memory")
-    return CgroupV2Driver(os.path.join(base, f"vcemu-{agent_id}"), cores)
+    return CgroupV2Driver(os.path.join(base, f"{PARENT_PREFIX}{agent_id}"), cores)
 
 
 def _try_v1(mounts: list[Mount], own: dict[str, str], agent_id: str, cores: float) -> CgroupDriver:
@@ -428,7 +589,7 @@ def _try_v1(mounts: list[Mount], own: dict[str, str], agent_id: str, cores: floa
         m = next((m for m in mounts if m.fstype == "cgroup" and ctrl in m.controllers), None)
         if m is None:
             raise CgroupError(f"no cgroup v1 hierarchy with the {ctrl} controller")
-        parents[ctrl] = os.path.join(own_dir(m, own.get(ctrl, "/")), f"vcemu-{agent_id}")
+        parents[ctrl] = os.path.join(own_dir(m, own.get(ctrl, "/")), f"{PARENT_PREFIX}{agent_id}")
     try:
         return CgroupV1Driver(parents, cores)
     except OSError as e:

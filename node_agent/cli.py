@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="gRPC port; 0 picks a free one (default)")
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--agent-id", default=None, help="agent id (default: <hostname>-<pid>); a fixed id lets "
-                   "a restarted agent remove the cgroups and processes its crashed predecessor left")
+                   "a restarted agent remove the processes and files its crashed predecessor left (the cgroups a "
+                   "dead agent left are removed by any agent that starts on this machine)")
     p.add_argument("--host-prefix", default=None, help="host names are <prefix>-h<i> (default: agent id)")
     p.add_argument("--progress-by", choices=("cpu-time", "units"), default="cpu-time",
                    help="a task is done when it has had its CPU-seconds (default: the model's unit of work, immune "

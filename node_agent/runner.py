@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from node_agent import cgroups
 from node_agent.cgroups import CgroupDriver, CgroupError, safe_name
 from workloads import modeled, progress
 from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
@@ -204,7 +205,8 @@ class Task:
             self._proc.stdin.write(b"g")
             self._proc.stdin.flush()
         except BaseException:
-            self._kill()
+            with contextlib.suppress(Exception):  # the start's own error is the one to report
+                self._kill()
             self._release()
             raise
         self._sample(time.monotonic())
@@ -234,23 +236,31 @@ class Task:
             self.state = State.RUNNING if self._booted else State.STARTING
 
     def stop(self) -> None:
-        """Thaw, kill, reap, remove the cgroup. A finished task only has its resources released."""
+        """Thaw, kill, reap, remove the cgroup. A finished task only has its resources released (and its
+        processes killed, if an earlier kill of an abort failed). Raises CgroupError if its processes outlive
+        :data:`~node_agent.cgroups.KILL_TIMEOUT_S` or its cgroup cannot be removed: the caller must not
+        forget the task then, and may stop it again."""
         if not self.state.finished:
             self.poll()
+        self._kill()  # at once if nothing is left
         if not self.state.finished:
-            self._kill()
             self.state = State.STOPPED
             self.message = "stopped"
-        self._release()
+        self._release(strict=True)
+
+    def fail(self, message: str) -> None:
+        """Mark the task failed, before :meth:`abort` kills it (the agent reports it failed meanwhile)."""
+        self.state, self.message, self._rss = State.FAILED, message, 0
 
     def abort(self, message: str) -> None:
         """Fail the task now: kill its processes and release what it holds, without polling it first
-        (:meth:`stop` polls, and the agent aborts a task whose poll raises). Each step is best effort."""
+        (:meth:`stop` polls, and the agent aborts a task whose poll raises). Each step is best effort: what
+        a failed kill leaves is killed again by :meth:`stop`."""
+        self.fail(message)
         with contextlib.suppress(Exception):
             self._kill()
         with contextlib.suppress(Exception):
             self._release()
-        self.state, self.message, self._rss = State.FAILED, message, 0
 
     def _release_stdin(self, message: bytes = b"") -> None:
         """Send the program its last word on stdin (the run byte, or nothing: EOF) and close it."""
@@ -263,29 +273,44 @@ class Task:
                 stdin.close()
 
     def _kill(self) -> None:
-        with contextlib.suppress(CgroupError):
-            self._driver.kill_all(self.cgroup)  # thaws: a frozen v1 task ignores SIGKILL
-        if self._proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._driver.thaw(self.cgroup)
-                os.kill(self._proc.pid, signal.SIGKILL)
-                self._proc.wait(timeout=5)
+        """Kill the task's processes: SIGKILL them all and thaw the group (a frozen v1 task ignores SIGKILL
+        until thawed), again and again until the program is reaped and the group is empty. Raises CgroupError
+        naming the survivors if they outlive :data:`~node_agent.cgroups.KILL_TIMEOUT_S` (a freezer that will
+        not thaw, a process in uninterruptible sleep); a later call tries again."""
+        deadline = time.monotonic() + cgroups.KILL_TIMEOUT_S
+        while True:
+            with contextlib.suppress(CgroupError):
+                self._driver.kill_all(self.cgroup)
+            if self._proc is not None and self._proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.kill()
+            left = ([self._proc.pid] if self._proc is not None and self._proc.poll() is None else []) + [
+                p for p in self._driver.pids(self.cgroup) if self._proc is None or p != self._proc.pid]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise CgroupError(f"task {self.spec.task_id}: its processes {', '.join(map(str, left))} did not die "
+                                  f"within {cgroups.KILL_TIMEOUT_S:g} s of SIGKILL (frozen, or in uninterruptible "
+                                  "sleep?)")
+            time.sleep(0.01)
 
-    def _release(self) -> None:
-        """Remove the cgroup and the channel files (idempotent)."""
+    def _release(self, strict: bool = False) -> None:
+        """Remove the cgroup and the channel files (idempotent). ``strict``: raise CgroupError if the cgroup
+        cannot be removed (after the rest is released), rather than leave it behind unsaid."""
         self._release_stdin()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        with contextlib.suppress(CgroupError):
+        error = None
+        try:
             self._driver.remove(self.cgroup)
+        except CgroupError as e:
+            error = e
         for suffix in (".progress", ".stderr"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path + suffix)
+        if error is not None and strict:
+            raise error
 
     # ------------------------------------------------------------------ monitoring
     def _sample(self, now: float) -> None:
@@ -450,9 +475,12 @@ class ModeledTask:
         if not self.state.finished:
             self.state, self.message = State.STOPPED, "stopped"
 
+    def fail(self, message: str) -> None:
+        self.state, self.message = State.FAILED, message
+
     def abort(self, message: str) -> None:
         """Fail the task now (no process to kill)."""
-        self.state, self.message = State.FAILED, message
+        self.fail(message)
 
     def poll(self) -> None:
         self._integrate()

@@ -140,7 +140,7 @@ class TransactionalTask(Task):
                 self._gen.stdin.write(f"rate {rate!r}\n")
                 self._gen.stdin.flush()
 
-    def _release(self) -> None:
+    def _release(self, strict: bool = False) -> None:
         gen, self._gen = self._gen, None
         if gen is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -152,10 +152,10 @@ class TransactionalTask(Task):
                     gen.stdin.close()
         if self._proc is not None and self._proc.stdout is not None:
             self._proc.stdout.close()
-        super()._release()
         for path in (self._stats_path, self._stats_path + ".tmp"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+        super()._release(strict)
 
     def service(self) -> ServiceView | None:
         """The generator's latest figures, or None before its first publication or after the end."""

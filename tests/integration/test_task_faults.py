@@ -20,12 +20,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import psutil
 import pytest
 
 from node_agent import runner
+from node_agent.agent import HostSpec
 from node_agent.cgroups import CgroupDriver, open_driver
 from node_agent.runner import State, Task, TaskSpec
+from node_agent.server import RunningAgent, start_agent
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from workloads import progress
 
 pytestmark = pytest.mark.integration
@@ -229,3 +233,129 @@ def test_no_cgroups_agent_restarted_after_kill_9_kills_the_stopped_tasks_it_left
         for leftover in glob.glob(f"/dev/shm/vcemu-agent-{agent_id}-*") + glob.glob(
                 os.path.join(tempfile.gettempdir(), f"vcemu-agent-{agent_id}-*")):
             shutil.rmtree(leftover, ignore_errors=True)  # the killed agent's, if the test failed before the restart
+
+
+# ------------------------------------------------------------------ killing a task that will not die at once
+@pytest.fixture
+def served(cgroups_required: None, monkeypatch) -> Iterator[tuple[RunningAgent, agent_pb2_grpc.AgentStub]]:
+    """An agent of its own (its parent cgroup is frozen by these tests) with one 1-core host, and a stub."""
+    monkeypatch.setattr(runner, "calibrate", lambda workload, seconds=0.0: 1000.0)
+    agent = start_agent([HostSpec("h0", 1.0, 1 << 30)], f"pytest-kill-{os.getpid()}")
+    try:
+        with grpc.insecure_channel(agent.address) as channel:
+            yield agent, agent_pb2_grpc.AgentStub(channel)
+    finally:
+        _parent_freezer(agent).write_text("THAWED")
+        agent.stop()
+
+
+def _parent_freezer(agent: RunningAgent) -> Path:
+    """The agent's parent group's freezer.state: while it is FROZEN, its tasks are frozen whatever their own
+    groups say, so a task cannot be thawed and ignores SIGKILL (a freezer that will not thaw, made at will)."""
+    return next(Path(d, "freezer.state") for d in agent.core.driver.dirs() if Path(d, "freezer.state").exists())
+
+
+def _running_task(stub: agent_pb2_grpc.AgentStub, task_id: str) -> None:
+    stub.StartTask(agent_pb2.StartTaskRequest(task_id=task_id, host="h0", workload="dgemm", cpu_share=0.3,
+                                              cpu_need=0.3, work_seconds=3600.0, memory_bytes=16 << 20))
+    _until(f"{task_id} never ran", lambda: _status(stub, task_id).state == agent_pb2.TASK_STATE_RUNNING)
+
+
+def _status(stub: agent_pb2_grpc.AgentStub, task_id: str) -> agent_pb2.TaskStatus:
+    return next(t for t in stub.Status(agent_pb2.StatusRequest()).tasks if t.task_id == task_id)
+
+
+def _timed(call: Callable[[], object]) -> tuple[float, object]:
+    """How long ``call`` took, and its result or its gRPC error."""
+    t0 = time.monotonic()
+    try:
+        result: object = call()
+    except grpc.RpcError as e:
+        result = e
+    return time.monotonic() - t0, result
+
+
+def _in_thread(call: Callable[[], object]) -> tuple[threading.Thread, dict[str, object]]:
+    """Run ``call`` in a thread; the dict gets its ``result`` (or gRPC error) and the ``end`` time."""
+    out: dict[str, object] = {}
+
+    def run() -> None:
+        out["result"] = _timed(call)[1]
+        out["end"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_stop_waiting_for_a_frozen_task_to_die_holds_up_no_other_call(served) -> None:
+    """Stop kills outside the agent's lock: while a frozen task's Stop waits for it to die, every other call
+    answers at once, none acts on the task meanwhile, and a second Stop answers only when the first is done."""
+    agent, stub = served
+    stub.StartTask(agent_pb2.StartTaskRequest(task_id="other/0", host="h0", workload="modeled", cpu_share=0.2,
+                                              cpu_need=0.2, work_seconds=3600.0))
+    _running_task(stub, "t/0")
+    stub.Pause(agent_pb2.TaskRef(task_id="t/0"))
+    pid, dirs = agent.core.task("t/0").pid, agent.core.cgroup_dirs("t/0")
+    freezer = _parent_freezer(agent)
+    freezer.write_text("FROZEN")  # the task cannot be thawed, so it cannot die, until the parent thaws
+    hold_s, t0 = 2.0, time.monotonic()
+    threading.Timer(hold_s, lambda: freezer.write_text("THAWED")).start()
+    first, stop1 = _in_thread(lambda: stub.Stop(agent_pb2.TaskRef(task_id="t/0")))
+    time.sleep(0.3)  # the Stop is under way
+    second, stop2 = _in_thread(lambda: stub.Stop(agent_pb2.TaskRef(task_id="t/0")))
+    took, status = _timed(lambda: stub.Status(agent_pb2.StatusRequest()))
+    assert took < 0.5, f"Status took {took:.2f} s while a Stop waited for its task to die"
+    assert isinstance(status, agent_pb2.StatusReply)
+    ending = next(t for t in status.tasks if t.task_id == "t/0")
+    assert ending.state == agent_pb2.TASK_STATE_PAUSED and ending.message == "stopping"
+    took, reply = _timed(lambda: stub.SetShare(agent_pb2.SetShareRequest(task_id="other/0", cpu_share=0.3)))
+    assert took < 0.5 and isinstance(reply, agent_pb2.TaskReply), (took, reply)
+    took, refused = _timed(lambda: stub.Resume(agent_pb2.TaskRef(task_id="t/0")))
+    assert took < 0.5 and isinstance(refused, grpc.RpcError), (took, refused)
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION and "being stopped" in refused.details()
+    first.join(20)
+    second.join(20)
+    r1, r2 = stop1["result"], stop2["result"]
+    assert isinstance(r1, agent_pb2.TaskReply) and r1.task.state == agent_pb2.TASK_STATE_STOPPED, r1
+    assert stop1["end"] - t0 >= hold_s - 0.2, "the task died before its parent thawed: nothing was tested"  # type: ignore[operator]
+    # The second Stop waited for the first, then found no task (not "gone" while its process still lived).
+    assert isinstance(r2, grpc.RpcError) and r2.code() == grpc.StatusCode.NOT_FOUND, r2
+    assert stop2["end"] >= t0 + hold_s - 0.2  # type: ignore[operator]
+    assert not _alive(pid)
+    assert not any(os.path.exists(d) for d in dirs)
+
+
+def test_a_task_whose_kill_failed_is_not_forgotten_and_a_later_stop_kills_it(served, monkeypatch) -> None:
+    """A task aborted (its poll raised) while it cannot die is failed, but its frozen process and its cgroup
+    are still there: a Stop must not forget it then (nothing would ever remove them). The Stop says why it
+    failed, the task stays known, and a Stop once it can die kills it and removes its cgroup."""
+    from node_agent import cgroups
+
+    monkeypatch.setattr(cgroups, "KILL_TIMEOUT_S", 1.0, raising=False)  # (raising: absent before it existed)
+    agent, stub = served
+    _running_task(stub, "t/0")
+    stub.Pause(agent_pb2.TaskRef(task_id="t/0"))
+    pid, dirs = agent.core.task("t/0").pid, agent.core.cgroup_dirs("t/0")
+    freezer = _parent_freezer(agent)
+    freezer.write_text("FROZEN")
+
+    def broken() -> None:
+        raise OSError("simulated: cgroup file unreadable")
+
+    agent.core._tasks["t/0"].poll = broken  # type: ignore[method-assign]
+    _until("the task was never failed", lambda: _status(stub, "t/0").state == agent_pb2.TASK_STATE_FAILED, 30.0)
+    _until("its abort never ended", lambda: "t/0" not in getattr(agent.core, "_ending", {}), 30.0)
+    assert _alive(pid), "the frozen task died: nothing was tested"
+    _, result = _timed(lambda: stub.Stop(agent_pb2.TaskRef(task_id="t/0")))
+    known = "t/0" in [t.task_id for t in stub.Status(agent_pb2.StatusRequest()).tasks]
+    assert known or not (_alive(pid) or any(os.path.exists(d) for d in dirs)), \
+        "Stop forgot a task whose (frozen) process and cgroup are still there"
+    assert isinstance(result, grpc.RpcError) and result.code() == grpc.StatusCode.INTERNAL, result
+    assert "did not die within 1 s of SIGKILL" in result.details()
+
+    freezer.write_text("THAWED")
+    reply = stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
+    assert reply.task.state == agent_pb2.TASK_STATE_FAILED and "simulated" in reply.task.message
+    assert not _alive(pid)
+    assert not any(os.path.exists(d) for d in dirs)

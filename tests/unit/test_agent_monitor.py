@@ -8,9 +8,9 @@ import time
 
 import psutil
 
-from node_agent.agent import AgentCore, HostSpec, _poll
+from node_agent.agent import AgentCore, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
-from node_agent.runner import State, Task, TaskSpec
+from node_agent.runner import State
 from workloads import modeled
 
 
@@ -43,26 +43,27 @@ def test_a_task_whose_poll_raises_fails_alone_and_the_monitor_goes_on() -> None:
         core.shutdown()
 
 
-def test_a_task_aborted_for_a_raising_poll_leaves_no_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_task_aborted_for_a_raising_poll_leaves_no_process() -> None:
     """The abort kills the task's process: a FAILED task whose program ran on would use CPU and memory the
     agent counts as free (and, without cgroups, with no limit at all once its group is dropped)."""
     driver = DutyCycleDriver()
-    spec = TaskSpec(task_id="t/0", host="h", host_cores=1.0, workload="dgemm", cpu_share=0.5, cpu_need=0.5,
-                    work_seconds=60.0, memory_bytes=16 << 20)
-    task = Task(spec, driver, units_per_core_second=1000.0, workdir=str(tmp_path))
+    core = AgentCore("pytest-monitor-abort", [HostSpec("h", 1.0, 1 << 30)], driver, {"dgemm": 1000.0})
     try:
-        task.start()
-        pid = task.view().pid
-        assert psutil.pid_exists(pid)
+        view = core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=60.0,
+                               memory_bytes=16 << 20)
+        assert psutil.pid_exists(view.pid)
+        task = core._tasks["t/0"]
 
         def broken() -> None:
             raise OSError("simulated: progress channel unreadable")
 
         task.poll = broken  # type: ignore[method-assign]
-        _poll(task)
-        assert task.state is State.FAILED and "progress channel unreadable" in task.message
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        failed = core.task("t/0")
+        assert failed.state is State.FAILED and "progress channel unreadable" in failed.message
+        assert _wait(lambda: not psutil.pid_exists(view.pid)
+                     or psutil.Process(view.pid).status() == psutil.STATUS_ZOMBIE), "the process was left running"
+        assert _wait(lambda: "t/0" not in core._ending), "the abort never ended"
         assert driver.pids(task.cgroup) == []
+        assert core.stop("t/0").state is State.FAILED
     finally:
-        task.abort("test cleanup")
-        driver.close()
+        core.shutdown()

@@ -4,7 +4,10 @@ v1/v2 drivers' file formats (on a fake cgroup tree), the progress channel, sizes
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,8 +16,10 @@ from node_agent.cgroups import (
     CgroupV1Driver,
     CgroupV2Driver,
     Mount,
+    Owner,
     cfs_period_quota_us,
     own_dir,
+    owners,
     parse_mountinfo,
     parse_proc_cgroup,
     safe_name,
@@ -96,6 +101,44 @@ def test_v1_driver_writes_quota_period_weight_and_limit(tmp_path) -> None:
     assert (tmp_path / "freezer/vcemu-a/t/freezer.state").read_text() == "FROZEN"
     _touch(str(tmp_path / "cpuacct/vcemu-a/t/cpuacct.usage"), "2500000000\n")
     assert d.cpu_usage_s("t") == 2.5
+
+
+def test_drivers_record_their_owner_in_each_parent(tmp_path) -> None:
+    parents = {c: str(tmp_path / c / "vcemu-a") for c in ("cpu", "cpuacct", "freezer", "memory")}
+    v1 = CgroupV1Driver(parents)
+    v2 = CgroupV2Driver(str(tmp_path / "v2" / "vcemu-a"))
+    for d in [*v1.dirs(), *v2.dirs()]:
+        assert owners([d]) == {Owner.me()}
+        assert os.path.isdir(os.path.join(d, Owner.me().marker))
+
+
+def test_an_owner_is_alive_only_while_its_process_runs_and_a_reused_pid_is_not_it() -> None:
+    me = Owner.me()
+    assert me.marker.startswith(".owner-") and Owner.parse(me.marker) == me
+    assert me.alive() is True
+    assert Owner(me.pidns, me.pid, me.start + 1).alive() is False  # this pid, another start: a reused pid
+    assert Owner(me.pidns + 1, me.pid, me.start).alive() is None  # another pid namespace: cannot be judged
+    for name in ("job_1-0a1b2c3d", ".owner-1-2", ".owner-1-2-x", "owner-1-2-3"):
+        assert Owner.parse(name) is None
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        owner = Owner(me.pidns, child.pid, _start(child.pid))
+        assert owner.alive() is True
+        child.kill()
+        deadline = time.monotonic() + 5
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert owner.alive() is False, "a zombie (killed, not yet reaped by its parent) is dead"
+    finally:
+        child.kill()
+        child.wait()
+    assert owner.alive() is False
+
+
+def _start(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
 
 
 def test_v2_driver_writes_cpu_max_freeze_and_memory_max(tmp_path) -> None:
