@@ -540,6 +540,16 @@ def test_a_placement_an_orphan_blocks_on_its_host_costs_at_most_one_stop_per_pol
         assert len(stops) <= RPC_ATTEMPTS * (elapsed / backend.poll_interval + 2), (len(stops), steps, elapsed)
 
 
+def two_tasks_running(x: TableAgent, backend: LiveBackend) -> Engine:
+    """An engine on ``backend`` with job a's two tasks started on x's h0 and h1, at progress 0.4 and 0.3."""
+    engine = engine_on(backend)
+    engine.arrive(TWO_TASKS)
+    engine.apply(Plan((Start("a", ("h0", "h1"), 0.5),)))
+    x.set("a/0", 0.4)
+    x.set("a/1.1", 0.3)
+    return engine
+
+
 def failing_last_write(backend: LiveBackend, saved: bool) -> None:
     """From now on the journal write that lists both tasks of a as they end a call, all saved or all running as
     ``saved`` says, fails (the store's disk is full); the earlier writes (a task id reserved before its
@@ -558,11 +568,7 @@ def test_a_pause_or_resume_whose_last_journal_write_fails_is_requeued_at_the_nex
     no process, or PAUSED with its tasks running, for ever. The next poll requeues it from its checkpoints."""
     x = TableAgent("x", ("h0", "h1"))
     with backend_on(x, rpc_timeout=1.0) as backend:
-        engine = engine_on(backend)
-        engine.arrive(TWO_TASKS)
-        engine.apply(Plan((Start("a", ("h0", "h1"), 0.5),)))
-        x.set("a/0", 0.4)
-        x.set("a/1.1", 0.3)
+        engine = two_tasks_running(x, backend)
         if call == "resume":
             engine.apply(Plan((Pause("a"),)))
         failing_last_write(backend, saved=call == "pause")
@@ -598,11 +604,7 @@ def test_a_resume_cut_short_by_the_journal_before_a_starttask_is_requeued() -> N
     saved task), for ever. It is requeued at the next poll, and its running task stopped."""
     x = TableAgent("x", ("h0", "h1"))
     with backend_on(x, rpc_timeout=1.0) as backend:
-        engine = engine_on(backend)
-        engine.arrive(TWO_TASKS)
-        engine.apply(Plan((Start("a", ("h0", "h1"), 0.5),)))
-        x.set("a/0", 0.4)
-        x.set("a/1.1", 0.3)
+        engine = two_tasks_running(x, backend)
         engine.apply(Plan((Pause("a"),)))
 
         def journal(job: str, restarts: int, tasks: list[StoredTask]) -> None:
