@@ -132,7 +132,8 @@ def test_agent_runs_a_transactional_task_setload_changes_its_rate_and_stop_ends_
             assert reply.task.task_id == "web"
             high = _service(stub, "web", rate_rps=80.0, throughput_rps=40.0)  # Poisson at 80/s over 1 s
             assert high.throughput_rps > 3 * low.throughput_rps, (low, high)
-            assert 0 < high.response_time_mean_s <= high.response_time_p95_s < 1.0, high
+            # (not mean <= p95: one slow request among 42 puts the mean above the 95th percentile, as CI saw once)
+            assert 0 < high.response_time_mean_s < 1.0 and 0 < high.response_time_p95_s < 1.0, high
 
             # refusals name the field / the reason
             with pytest.raises(grpc.RpcError) as e:
