@@ -27,7 +27,7 @@ from coordinator.cli import format_table, start_local_cluster, stop_processes, u
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
-from coordinator.outputs import new_run_dir, write_json
+from coordinator.outputs import json_safe, new_run_dir, write_json
 from coordinator.provenance import code_version
 from workloads.mixes import demo_mix
 
@@ -121,7 +121,7 @@ def run_demo(args: argparse.Namespace) -> int:
         "errors": errors, "results": str(out_dir),
     }
     if quiet:
-        print(json.dumps(_json_safe(summary)))
+        print(json.dumps(json_safe(summary)))
     else:
         _print_tables(rows)
         print("\n" + "\n".join(summary_lines(summary)))
@@ -137,11 +137,6 @@ def compare_with_target(diffs: list[float]) -> dict[str, Any]:
     median = statistics.median(diffs) if diffs else float("nan")
     return {"live_vs_sim_median_rel_diff": median, "live_vs_sim_max_rel_diff": max(diffs, default=float("nan")),
             "target_rel_diff": TARGET_REL_DIFF, "target_met": None if math.isnan(median) else median <= TARGET_REL_DIFF}
-
-
-def _json_safe(summary: dict[str, Any]) -> dict[str, Any]:
-    """NaN (nothing to compare) as null: NaN is not JSON, and tools such as jq refuse it."""
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()}
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -203,7 +198,7 @@ def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall:
                         g(lr, "wait"), g(lr, "run_time"), g(lr, "stretch"), g(lr, "final_yield"),
                         g(sr, "wait"), g(sr, "run_time"), g(sr, "stretch"), g(sr, "final_yield"),
                         "" if diff is None else diff])
-    write_json(out / "summary.json", {**_json_safe(
+    write_json(out / "summary.json", {**json_safe(
         {"completed": completed, "jobs": len(rows), **comparison, "wall_s": wall, "mode": mode}), "code": code},
         sort_keys=False)
     _plot(rows, out / "stretch.png", comparison["live_vs_sim_median_rel_diff"])

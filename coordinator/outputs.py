@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import tempfile
 import time
@@ -45,6 +46,19 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     """:func:`write_bytes` of ``text`` in UTF-8."""
     return write_bytes(path, text.encode())
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float, at any depth of its dicts, lists and tuples, as None (null): they
+    are not JSON, and tools such as jq refuse them. For the summaries a user reads with such tools; files this
+    project reads back itself (sweep cells) keep them."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def write_json(path: str | os.PathLike[str], obj: Any, **dumps: Any) -> Path:

@@ -55,7 +55,7 @@ from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, simulate
 from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
-from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
+from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
 from coordinator.provenance import code_version
@@ -542,12 +542,12 @@ def apc_main(argv: list[str]) -> int:
         except LiveAgentError as exc:  # the agent went away after the check: keep the simulated results
             print(f"vcemu apc: {exc}", file=sys.stderr)
             summary["live"] = {"error": str(exc)}
-            write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
+            write_json(out / "summary.json", json_safe(summary), indent=1, sort_keys=False, default=_json_default)
             print(f"written to {out}/ (without the live experiment: config.json stays \"complete\": false; the same "
                   "command again reuses the simulations and runs only the live part)")
             return 1
         print("\n".join(live_summary(summary["live"])))
-    write_json(out / "summary.json", summary, indent=1, sort_keys=False, default=_json_default)
+    write_json(out / "summary.json", json_safe(summary), indent=1, sort_keys=False, default=_json_default)
     write_json(out / "config.json", {**config, "complete": True}, indent=1, sort_keys=False)
     print(f"written to {out}/")  # (the journal stays: later runs reuse its simulations)
     return 0

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coordinator.oppcost.sim import simulate
-from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
+from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
     COST_LOADS,
     DEFAULT_BETA,
@@ -376,7 +376,7 @@ def oppcost_main(argv: list[str]) -> int:
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
                "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
                "table2": table, "wins": wins(rows), "code": config["code"]}
-    write_json(out / "summary.json", summary, sort_keys=False)
+    write_json(out / "summary.json", json_safe(summary), sort_keys=False)
     figs = plot(rows, out, cfg.plot_first)
     print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'median':>10}{'migrations/exec':>18}")
     for name in METHODS:

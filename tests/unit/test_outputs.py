@@ -61,3 +61,16 @@ def test_a_result_file_gets_the_mode_open_would_give_it(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert (tmp_path / "t.csv").stat().st_mode & 0o777 == 0o666 & ~outputs._UMASK
+
+
+def test_json_safe_writes_non_finite_floats_as_null_at_any_depth() -> None:
+    import math
+
+    import numpy as np
+
+    from coordinator.outputs import json_safe
+
+    obj = {"a": math.nan, "b": [1.0, math.inf, (-math.inf, 2)], "c": {"d": np.float64("nan"), "e": "nan"}, "f": 3}
+    text = json.dumps(json_safe(obj))
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON")) == {
+        "a": None, "b": [1.0, None, [None, 2]], "c": {"d": None, "e": "nan"}, "f": 3}
