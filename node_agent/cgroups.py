@@ -580,7 +580,10 @@ def _try_v2(mounts: list[Mount], own: dict[str, str], agent_id: str, cores: floa
         raise CgroupError(f"cgroup2 at {base} has no {' or '.join(missing)} controller")
     if "cpu" not in _read(os.path.join(base, "cgroup.subtree_control")).split():
         _write(os.path.join(base, "cgroup.subtree_control"), "+cpu +memory")
-    return CgroupV2Driver(os.path.join(base, f"{PARENT_PREFIX}{agent_id}"), cores)
+    try:
+        return CgroupV2Driver(os.path.join(base, f"{PARENT_PREFIX}{agent_id}"), cores)
+    except OSError as e:  # a reason to try the next version, as for v1, not a crash of the agent
+        raise CgroupError(f"cannot create {e.filename}: {e.strerror}") from e
 
 
 def _try_v1(mounts: list[Mount], own: dict[str, str], agent_id: str, cores: float) -> CgroupDriver:

@@ -198,3 +198,22 @@ def test_agent_cli_refuses_bad_values_with_one_line(argv: list[str], flag: str, 
     assert agent_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0]
+
+
+def test_a_v2_hierarchy_the_agent_cannot_create_its_groups_in_is_a_reason_not_a_crash(tmp_path) -> None:
+    """A cgroup2 mount with the cpu and memory controllers where the agent's parent group cannot be made (here a
+    file stands in its way; on a real machine, a read-only or delegated hierarchy): the OSError escaped
+    open_driver and ended the agent, where it should say why and leave the choice to the caller (the duty-cycle
+    fallback), as a v1 hierarchy's does."""
+    from node_agent.cgroups import CgroupUnavailable, open_driver
+
+    base = tmp_path / "unified"
+    base.mkdir()
+    (base / "cgroup.controllers").write_text("cpu memory\n")
+    (base / "cgroup.subtree_control").write_text("cpu memory\n")
+    (base / "vcemu-a1").write_text("")  # where the parent group would go
+    mountinfo, proc_cgroup = tmp_path / "mountinfo", tmp_path / "cgroup"
+    mountinfo.write_text(f"41 31 0:38 / {base} rw,relatime - cgroup2 cgroup2 rw\n")
+    proc_cgroup.write_text("0::/\n")
+    with pytest.raises(CgroupUnavailable, match=r"cgroup-v2: cannot create .*vcemu-a1"):
+        open_driver("a1", 1.0, prefer=("cgroup-v2",), mountinfo=str(mountinfo), proc_cgroup=str(proc_cgroup))
