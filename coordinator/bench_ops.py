@@ -37,10 +37,14 @@ GIB = 1 << 30
 
 
 def _write(out: str, name: str, result: dict, config: dict) -> None:
+    """The result and its config (with the code that produced them, as every result folder's), atomically."""
+    from coordinator.outputs import json_safe, write_json
+    from coordinator.provenance import code_version
+
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
-    (path / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (path / f"{name}-config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(path / f"{name}.json", json_safe(result), sort_keys=False)
+    write_json(path / f"{name}-config.json", {**config, "code": code_version()}, sort_keys=False)
 
 
 def _register(server_address: str, agent_address: str) -> None:

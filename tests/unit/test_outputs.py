@@ -74,3 +74,14 @@ def test_json_safe_writes_non_finite_floats_as_null_at_any_depth() -> None:
     text = json.dumps(json_safe(obj))
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON")) == {
         "a": None, "b": [1.0, None, [None, 2]], "c": {"d": None, "e": "nan"}, "f": 3}
+
+
+def test_bench_results_record_their_code_and_are_strict_json(tmp_path: Path) -> None:
+    from coordinator.bench_ops import _write
+    from coordinator.provenance import code_version
+
+    _write(str(tmp_path), "load", {"rate": 5.0, "p99_ms": float("nan")}, {"jobs": 10})
+    strict = {"parse_constant": lambda c: pytest.fail(f"{c} in JSON")}
+    assert json.loads((tmp_path / "load.json").read_text(), **strict) == {"rate": 5.0, "p99_ms": None}
+    config = json.loads((tmp_path / "load-config.json").read_text(), **strict)
+    assert config == {"jobs": 10, "code": code_version()}
