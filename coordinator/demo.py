@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from coordinator.cli import format_table, start_local_cluster, stop_processes, u
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
-from coordinator.outputs import json_safe, new_run_dir, write_json
+from coordinator.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
 from coordinator.provenance import code_version
 from workloads.mixes import demo_mix
 
@@ -187,7 +188,7 @@ def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall:
     code = code_version()
     config = {k: v for k, v in vars(args).items() if k != "func"}
     write_json(out / "config.json", {**config, "code": code}, sort_keys=False)
-    with open(out / "jobs.csv", "w", newline="") as f:
+    with io.StringIO(newline="") as f:  # written atomically, whole, below
         w = csv.writer(f)
         w.writerow(["job", "tasks", "cpu_need", "memory", "work", "submit", "live_wait", "live_run",
                     "live_stretch", "live_yield", "sim_wait", "sim_run", "sim_stretch", "sim_yield", "rel_diff"])
@@ -198,6 +199,7 @@ def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall:
                         g(lr, "wait"), g(lr, "run_time"), g(lr, "stretch"), g(lr, "final_yield"),
                         g(sr, "wait"), g(sr, "run_time"), g(sr, "stretch"), g(sr, "final_yield"),
                         "" if diff is None else diff])
+        write_text(out / "jobs.csv", f.getvalue())
     write_json(out / "summary.json", {**json_safe(
         {"completed": completed, "jobs": len(rows), **comparison, "wall_s": wall, "mode": mode}), "code": code},
         sort_keys=False)
@@ -222,7 +224,7 @@ def _plot(rows, path: Path, median: float) -> None:
     ax.set_title(f"Live vs simulated stretch per job (median relative difference {100 * median:.1f}%)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
 
 

@@ -186,14 +186,13 @@ def _f(x: Any) -> str:
 def _write(a: argparse.Namespace, out: dict[str, Any], started: float | None = None) -> Path:
     """The run's results in a new directory under ``--out`` named after ``started`` (a ``time.time()``, default
     now; :func:`coordinator.outputs.new_run_dir`)."""
-    from coordinator.outputs import new_run_dir, write_json
+    from coordinator.outputs import json_safe, new_run_dir, write_json, write_text
     from coordinator.provenance import code_version
 
     d = new_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
     write_json(d / "config.json", {**vars(a), "code": code_version()}, sort_keys=False)
-    (d / "metrics.json").write_text(json.dumps(out, indent=2) + "\n")
-    with (d / "metrics.csv").open("w") as fh:
-        fh.write("metric,live,sim\n")
-        for k in out["live"]:
-            fh.write(f"{k},{out['live'][k]},{out['sim'][k]}\n")
+    # Each file whole or not at all (written atomically), and strict JSON (NaN as null).
+    write_json(d / "metrics.json", json_safe(out), sort_keys=False)
+    write_text(d / "metrics.csv", "metric,live,sim\n" + "".join(
+        f"{k},{out['live'][k]},{out['sim'][k]}\n" for k in out["live"]))
     return d

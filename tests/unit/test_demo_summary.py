@@ -48,6 +48,9 @@ def test_summary_json_says_whether_the_target_was_met(tmp_path: Path) -> None:
     written = json.loads((out / "summary.json").read_text())
     assert {k: written[k] for k in comparison} == comparison
     assert written["target_met"] is True and written["target_rel_diff"] == TARGET_REL_DIFF
+    # every file whole, and no temporary file of an atomic write left behind
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "jobs.csv", "summary.json"]
+    assert (out / "jobs.csv").read_text().startswith("job,tasks,cpu_need,memory,work,submit,live_wait,")
 
 
 def test_the_target_stays_15_percent() -> None:
