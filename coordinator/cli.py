@@ -88,13 +88,9 @@ def doc_text(doc: str | None) -> str:
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
+    from coordinator.provenance import package_version
 
-    try:
-        return dist_version("vcemu")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    return package_version() or "unknown (not installed)"
 
 
 def _port(text: str) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "code_version", "fingerprint_of", "source_fingerprint"]
+__all__ = ["PACKAGES", "code_version", "fingerprint_of", "package_version", "source_fingerprint"]
 
 #: The packages whose source decides a result (``vcemu/``'s generated gRPC code is built from ``proto/`` and
 #: carries no logic of its own).
@@ -75,15 +75,20 @@ def _git_state() -> tuple[str | None, bool | None]:
 
 
 @functools.cache
-def _version_record() -> tuple[tuple[str, Any], ...]:
+def package_version() -> str | None:
+    """The installed vcemu package's version; None if it is not installed. Looked up once per process."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        package: str | None = version("vcemu")
+        return version("vcemu")
     except PackageNotFoundError:
-        package = None
+        return None
+
+
+@functools.cache
+def _version_record() -> tuple[tuple[str, Any], ...]:
     commit, dirty = _git_state()
-    return (("version", package), ("git_commit", commit), ("git_dirty", dirty),
+    return (("version", package_version()), ("git_commit", commit), ("git_dirty", dirty),
             ("source_sha256", source_fingerprint()))
 
 
