@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 
@@ -328,15 +328,39 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_per_host: str, agent_id: str,
-                extra: Sequence[str] = ()) -> subprocess.Popen:
+                extra: Sequence[str] = (), log: IO[bytes] | None = None) -> subprocess.Popen:
     """Start one ``vcemu agent`` process that registers with ``coordinator``. The per-host values may be
-    comma-separated lists, one value per host of this agent."""
+    comma-separated lists, one value per host of this agent. Its log (stderr) goes to ``log`` if given, else to
+    this process's stderr."""
     cmd = [
         sys.executable, "-m", "coordinator.cli", "agent", "--hosts", str(hosts),
         "--cpus-per-host", str(cpus_per_host), "--mem-per-host", mem_per_host, "--port", "0",
         "--agent-id", agent_id, "--coordinator", coordinator, *extra,
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+
+
+#: The agents' log in a live run's results folder (demo, replay).
+AGENT_LOG = "agents.log"
+
+
+def live_run_dir(parent: str, name: str, started: float) -> tuple[Path, IO[bytes]]:
+    """A live run's results folder, made at its start (:func:`coordinator.outputs.new_run_dir`), and its agents'
+    log opened there (:data:`AGENT_LOG`): the log is written as the run goes (the terminal keeps the progress
+    bar) and stays, whole as far as it got, if the run dies. OSError if either cannot be made."""
+    from coordinator.outputs import new_run_dir
+
+    out = new_run_dir(parent, name, started)
+    return out, (out / AGENT_LOG).open("ab")
+
+
+def _log_tail(path: str, lines: int = 5) -> str:
+    """The last ``lines`` lines of the agents' log at ``path``, for an error message that names it."""
+    try:
+        tail = Path(path).read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        return f" (agents' log {path}: {exc.strerror or exc})"
+    return f"; agents' log {path}" + ("".join(f"\n  {line}" for line in tail) if tail else " (empty)")
 
 
 def stop_processes(procs: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
@@ -364,10 +388,14 @@ def default_cpus_per_host(hosts: int) -> float:
 
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
-                        wait_s: float = 90.0, **options):
+                        wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
+                        **options):
     """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
     and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
-    ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls)."""
+    The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ...; their logs go to ``agent_log``
+    (an open binary file) if given, else to this process's stderr: a run that draws a progress bar (demo,
+    replay) keeps its terminal for that, and its results folder keeps the agents' log. ``options``: more
+    CoordinatorServer arguments (state, heartbeat_s, token, tls, compression)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
     from node_agent.agent import free_agent_id
@@ -386,7 +414,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     first = [sum(split[:i]) for i in range(agents)]
     procs = [
         spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]), ",".join(mems[first[i]:first[i] + n]),
-                    free_agent_id(f"agent{i}"), (["--no-cgroups"] if no_cgroups else []) + tls_flags)
+                    free_agent_id(f"{agent_prefix}{i}"), (["--no-cgroups"] if no_cgroups else []) + tls_flags,
+                    agent_log)
         for i, n in enumerate(split) if n
     ]
     deadline = time.monotonic() + wait_s
@@ -396,6 +425,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
             stop_processes(procs)
             server.stop()
             why = f"agent exited with code {dead[0].returncode}" if dead else f"not all {hosts} hosts registered"
+            if agent_log is not None:  # the agents' own words are in their log, not on the terminal
+                why += _log_tail(agent_log.name)
             raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
         time.sleep(0.1)
     return server, procs

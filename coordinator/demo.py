@@ -6,7 +6,8 @@ simulates the very same jobs (same submit times, same policy) and prints both pe
 difference of their stretches. Both runs are scored by the same code (``coordinator.metrics``).
 Results go to a new directory under ``--out``, named after the run's start (``YYYYmmdd-HHMMSS-POLICY-seedN``, with
 ``-2``, ``-3``, ... for further runs started in the same second), as CSV and JSON with a PNG plot and the config
-that produced them; ``config.json`` and ``summary.json`` record the code that ran (``"code"``).
+that produced them; ``config.json`` and ``summary.json`` record the code that ran (``"code"``). The folder is
+made at the start, and the agent's log (``agents.log``) is written there as the run goes, not over the progress bar.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli import format_table, start_local_cluster, stop_processes, usable_out_dir
+from coordinator.cli import format_table, live_run_dir, start_local_cluster, stop_processes, usable_out_dir
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
@@ -60,19 +61,30 @@ def _submitter(address: str, specs, t0: float, ids: dict[str, str], errors: list
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     mix = demo_mix(args.seed, args.jobs, args.span)
-    quiet = args.json
     try:
         usable_out_dir(args.out)  # before the cluster starts: a live run's results must have somewhere to go
     except ValueError as exc:
         print(f"vcemu demo: {exc}", file=sys.stderr)
         return 2
     wall0, started = time.monotonic(), time.time()
-    server, procs = start_local_cluster(
-        args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups
-    )
+    try:
+        out, agent_log = live_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
+    except OSError as exc:
+        print(f"vcemu demo: --out {args.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    with agent_log:
+        server, procs = start_local_cluster(
+            args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups, agent_log=agent_log
+        )
+        return _run_live(args, mix, server, procs, out, wall0)
+
+
+def _run_live(args: argparse.Namespace, mix, server, procs, out: Path, wall0: float) -> int:
+    """The live run on the started cluster, its simulation, and the results in ``out``."""
+    from tqdm import tqdm
+
+    quiet = args.json
     mode = next(iter(server.backend.agents.values())).mode
     if not quiet:
         print(f"vcemu demo: {args.hosts} hosts ({mode}), policy {args.policy}, {len(mix)} jobs over "
@@ -110,7 +122,7 @@ def run_demo(args: argparse.Namespace) -> int:
     comparison = compare_with_target(diffs)
     wall = time.monotonic() - wall0
     try:
-        out_dir: Path | str = _write_results(args, rows, comparison, completed, wall, mode, started)
+        out_dir: Path | str = _write_results(args, rows, comparison, completed, wall, mode, out=out)
     except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
         print(f"vcemu demo: --out {args.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         out_dir, written = "not written", False
@@ -181,10 +193,11 @@ def _print_tables(rows) -> None:
 
 
 def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall: float, mode: str,
-                   started: float | None = None) -> Path:
-    """The run's results in a new directory under ``--out`` named after ``started`` (a ``time.time()``, default
-    now; :func:`coordinator.outputs.new_run_dir`)."""
-    out = new_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
+                   started: float | None = None, out: Path | None = None) -> Path:
+    """The run's results in ``out``, or else in a new directory under ``--out`` named after ``started`` (a
+    ``time.time()``, default now; :func:`coordinator.outputs.new_run_dir`)."""
+    if out is None:
+        out = new_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
     code = code_version()
     config = {k: v for k, v in vars(args).items() if k != "func"}
     write_json(out / "config.json", {**config, "code": code}, sort_keys=False)

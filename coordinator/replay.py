@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.metrics import History
+from coordinator.model import JobSpec
 
 
 def score(history: History, capacity: float, host_memory_gb: float) -> dict[str, Any]:
@@ -106,36 +107,44 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int]:
 
 
 def replay_main(argv: Sequence[str]) -> int:
-    from tqdm import tqdm
-
-    from coordinator.cli import default_cpus_per_host, spawn_agent, stop_processes, usable_out_dir
-    from coordinator.experiments import follow_jobs, simulate
+    from coordinator.cli import live_run_dir, start_local_cluster, usable_out_dir
     from coordinator.policies import UnknownPolicy, get_policy
-    from coordinator.service import CoordinatorServer
-    from node_agent.agent import free_agent_id
     from workloads.jobfile import JobFileError
 
     a = _parse(argv)
     try:
-        policy = get_policy(a.policy)
+        get_policy(a.policy)  # an unknown name is refused before anything starts
         specs, dropped = load_segment(a)
         usable_out_dir(a.out)  # before the live run: its results must have somewhere to go
     except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
     wall0, started = time.monotonic(), time.time()
-    server = CoordinatorServer(policy, port=0, compression=a.compress).start()
-    cpus = a.cpus_per_host if a.cpus_per_host is not None else default_cpus_per_host(a.hosts)
-    split = [a.hosts // a.agents + (1 if i < a.hosts % a.agents else 0) for i in range(a.agents)]
-    procs = [spawn_agent(server.address, n, cpus, a.mem_per_host, free_agent_id(f"replay{i}"),
-                         ["--no-cgroups"] if a.no_cgroups else []) for i, n in enumerate(split)]
     try:
-        deadline = time.monotonic() + 90
-        while len(server.engine.hosts) < a.hosts:
-            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                print("vcemu replay: the agents did not come up", file=sys.stderr)
-                return 1
-            time.sleep(0.1)
+        d, agent_log = live_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
+    except OSError as exc:
+        print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    with agent_log:
+        try:
+            server, procs = start_local_cluster(
+                a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
+                agent_prefix="replay", agent_log=agent_log, compression=a.compress)
+        except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
+            print(f"vcemu replay: {exc}", file=sys.stderr)
+            return 1
+        return _replay_live(a, specs, dropped, server, procs, d, wall0)
+
+
+def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, procs, d: Path,
+                 wall0: float) -> int:
+    """The live replay on the started cluster, its simulation, and the results in ``d``."""
+    from tqdm import tqdm
+
+    from coordinator.cli import stop_processes
+    from coordinator.experiments import follow_jobs, simulate
+
+    try:
         mode = next(iter(server.backend.agents.values())).mode
         origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
         arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
@@ -158,7 +167,7 @@ def replay_main(argv: Sequence[str]) -> int:
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
     }
     try:
-        path: Path | str = _write(a, out, started)
+        path: Path | str = _write(a, out, d)
     except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
         print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         path, write_failed = "not written", True
@@ -183,13 +192,11 @@ def _f(x: Any) -> str:
     return str(x)
 
 
-def _write(a: argparse.Namespace, out: dict[str, Any], started: float | None = None) -> Path:
-    """The run's results in a new directory under ``--out`` named after ``started`` (a ``time.time()``, default
-    now; :func:`coordinator.outputs.new_run_dir`)."""
-    from coordinator.outputs import json_safe, new_run_dir, write_json, write_text
+def _write(a: argparse.Namespace, out: dict[str, Any], d: Path) -> Path:
+    """The run's results in its folder ``d`` (:func:`coordinator.outputs.new_run_dir`, made at the run's start)."""
+    from coordinator.outputs import json_safe, write_json, write_text
     from coordinator.provenance import code_version
 
-    d = new_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
     write_json(d / "config.json", {**vars(a), "code": code_version()}, sort_keys=False)
     # Each file whole or not at all (written atomically), and strict JSON (NaN as null).
     write_json(d / "metrics.json", json_safe(out), sort_keys=False)

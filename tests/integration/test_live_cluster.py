@@ -165,3 +165,17 @@ def test_a_stalled_engine_loop_does_not_declare_a_live_agent_lost(cgroups_requir
         assert job.state == "done"
     finally:
         cluster.close()
+
+
+def test_a_local_cluster_that_does_not_come_up_says_what_its_agent_said(tmp_path):
+    """With the agents' log in a file (demo, replay), the reason an agent gave for exiting is in the error."""
+    from coordinator.cli import start_local_cluster
+
+    log_path = tmp_path / "agents.log"
+    with log_path.open("ab") as log, pytest.raises(SystemExit) as stop:
+        # more cores than the machine has: the agent refuses its arguments and exits
+        start_local_cluster("greedy", 1, 1, [str(4 * (os.cpu_count() or 1))], "512MiB", 0, None, True,
+                            wait_s=30, agent_log=log)
+    message = str(stop.value)
+    assert "agent exited with code 2" in message and str(log_path) in message
+    assert "--cpus-per-host" in message and "more than this machine's" in message, message

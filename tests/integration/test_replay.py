@@ -20,12 +20,13 @@ JOBS = [
 
 
 @pytest.mark.timeout(120)
-def test_replay_runs_live_and_simulated_side_by_side(cgroups_required, tmp_path: Path, capsys):
+def test_replay_runs_live_and_simulated_side_by_side(cgroups_required, tmp_path: Path, capfd):
     trace = tmp_path / "tiny.jsonl"
     trace.write_text("".join(json.dumps(j) + "\n" for j in JOBS))
     rc = replay_main([str(trace), "--policy", "dynmcb8-asap-per", "--compress", "30", "--hosts", "2",
                       "--max-jobs", "5", "--json", "--out", str(tmp_path / "out")])
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capfd.readouterr()  # file descriptors, so the agent processes' output is caught too
+    out = json.loads(captured.out.strip().splitlines()[-1])
     assert rc == 0, out
     assert out["jobs"] == 4 and out["dropped_too_wide"] == 1  # 3 tasks cannot run on 2 hosts
     live, sim = out["live"], out["sim"]
@@ -37,7 +38,10 @@ def test_replay_runs_live_and_simulated_side_by_side(cgroups_required, tmp_path:
     assert 0.5 <= live["span_s"] / sim["span_s"] <= 3.0
     assert 0.0 < live["utilisation"] <= 1.0 and 0.0 <= live["underutilisation"] < 1.0
     written = next((tmp_path / "out").iterdir())
-    assert {p.name for p in written.iterdir()} >= {"config.json", "metrics.json", "metrics.csv"}
+    assert {p.name for p in written.iterdir()} >= {"config.json", "metrics.json", "metrics.csv", "agents.log"}
+    # The agents log into the run's folder, not over the progress bar on the terminal.
+    assert "vcemu agent: INFO task start" in (written / "agents.log").read_text()
+    assert "vcemu agent" not in captured.err, captured.err[-500:]
 
 
 def test_replay_refuses_an_unknown_policy(tmp_path: Path, capsys):
