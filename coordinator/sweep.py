@@ -376,11 +376,13 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                "exit status: 0 every cell of this run ok; 1 some timed out, failed or were not stored; "
                "2 settings refused.")
     p.add_argument("--out", default="results/sweep", help="output directory (resumes if it holds a sweep)")
-    p.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    p.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                   help="comma-separated policies (default: the nine of 001's Table I: %(default)s)")
     p.add_argument("--penalties", default="0,300", help="rescheduling penalties in seconds (001: 0 and 300)")
     p.add_argument("--traces", type=int, default=20, help="Lublin traces per load level (001: 100)")
     p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (001: 1000)")
-    p.add_argument("--loads", default=",".join(f"{x:.1f}" for x in DEFAULT_LOADS))
+    p.add_argument("--loads", default=",".join(f"{x:.1f}" for x in DEFAULT_LOADS),
+                   help="offered loads of the scaled Lublin traces (default %(default)s)")
     p.add_argument("--unscaled", type=int, default=0, help="unscaled Lublin traces (Table I, middle column)")
     p.add_argument("--hosts", type=int, default=128, help="nodes for the Lublin traces (001: 128)")
     p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N), help="HPC2N SWF trace path")
@@ -394,13 +396,13 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "runs it again)")
     p.add_argument("--host-memory-gb", type=float, default=8.0,
                    help="node memory for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="first seed of the Lublin traces (default %(default)s)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="CPUs of the local Ray")
     p.add_argument("--address", default=None, help="an existing Ray cluster (ray://host:port or auto)")
     p.add_argument("--retry-failed", action="store_true",
                    help="rerun stored cells that timed out or failed (a failure is deterministic: for after a "
                         "code change)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--report-only", action="store_true", help="write the reports from the stored cells, run none")
     return p.parse_args(list(argv))
 
