@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, NoReturn
 
+from coordinator.policy_names import POLICY_NAMES
+
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 
 
@@ -146,11 +148,13 @@ def per_host(flag: str, values: str | float | Sequence[str | float], hosts: int)
 
 
 def _policy_name(text: str) -> str:
-    from coordinator.policies import POLICIES
-
-    if text.lower() not in POLICIES:
-        raise argparse.ArgumentTypeError(f"unknown policy {text!r}; known: {', '.join(sorted(POLICIES))}")
+    if text.lower() not in POLICY_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown policy {text!r}; known: {', '.join(sorted(POLICY_NAMES))}")
     return text.lower()
+
+
+#: ``--policy``'s help: the names without importing the policies (numba, scipy), which ``--help`` need not wait for.
+POLICY_HELP = f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)"
 
 
 # ---- clients --------------------------------------------------------------------------------------
@@ -528,17 +532,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="coordinator address (default $VCEMU_COORDINATOR or %(default)s)")
 
     sp = sub.add_parser("up", help="run a local cluster: coordinator and agents on 127.0.0.1")
-    sp.add_argument("--hosts", type=_positive("--hosts", int), default=4)
+    sp.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="emulated hosts (default 4)")
     sp.add_argument("--agents", type=_positive("--agents", int), default=1, help="agent processes sharing the hosts")
     sp.add_argument("--cpus-per-host", type=_per_host("--cpus-per-host", float), default=None,
                     metavar="CORES[,CORES...]", help="real cores per emulated host, or one value per host "
                     "(default: 60%% of the machine shared out)")
     sp.add_argument("--mem-per-host", type=_per_host("--mem-per-host", _size), default=["1GiB"],
                     metavar="SIZE[,SIZE...]", help="memory per emulated host, or one value per host (default 1GiB)")
-    sp.add_argument("--policy", type=_policy_name, default="greedy")
-    sp.add_argument("--port", type=_port, default=50051)
-    sp.add_argument("--metrics-port", type=_port, default=None)
-    sp.add_argument("--no-cgroups", action="store_true")
+    sp.add_argument("--policy", type=_policy_name, default="greedy", help=POLICY_HELP)
+    sp.add_argument("--port", type=_port, default=50051, help="the coordinator's gRPC port (default %(default)s)")
+    sp.add_argument("--metrics-port", type=_port, default=None,
+                    help="serve Prometheus metrics on this port (0 picks a free one; default: none)")
+    sp.add_argument("--no-cgroups", action="store_true",
+                    help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")
     sp.add_argument("--ray", metavar="ADDRESS", default=None,
                     help="place the hosts on the nodes of the Ray cluster at ADDRESS (HOST:PORT of its head), "
                     "one agent actor per host; token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
@@ -548,10 +554,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_up)
 
     sp = sub.add_parser("coordinator", help="run the coordinator alone (agents register with it)")
-    sp.add_argument("--policy", type=_policy_name, default="greedy")
-    sp.add_argument("--port", type=_port, default=50051)
-    sp.add_argument("--bind", default="127.0.0.1")
-    sp.add_argument("--metrics-port", type=_port, default=None)
+    sp.add_argument("--policy", type=_policy_name, default="greedy", help=POLICY_HELP)
+    sp.add_argument("--port", type=_port, default=50051, help="gRPC port (default %(default)s)")
+    sp.add_argument("--bind", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    sp.add_argument("--metrics-port", type=_port, default=None,
+                    help="serve Prometheus metrics on this port (0 picks a free one; default: none)")
     _reliability_flags(sp)
     sp.set_defaults(func=cmd_coordinator)
 
@@ -559,11 +566,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("submit", help="submit a job to a running coordinator")
     client(sp)
-    sp.add_argument("--tasks", type=int, default=1)
+    sp.add_argument("--tasks", type=int, default=1, help="parallel tasks, each on its own host (default 1)")
     sp.add_argument("--cpu-need", type=float, default=1.0, help="per task, fraction of a host, (0, 1]")
     sp.add_argument("--memory", type=float, default=0.1, help="per task, fraction of a host's memory, (0, 1]")
     sp.add_argument("--work", type=float, default=30.0, help="seconds at full speed")
-    sp.add_argument("--workload", default="dgemm")
+    sp.add_argument("--workload", default="dgemm",
+                    help="what each task runs: dgemm (default), arraycycle or modeled")
     sp.add_argument("--request-id", default=None,
                     help="makes the submit idempotent; with --file, the prefix of every job's request id")
     sp.add_argument("--file", default=None, metavar="JOBS",
@@ -573,8 +581,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("jobs", help="list jobs")
     client(sp)
-    sp.add_argument("--state", default=None)
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--state", default=None, help="only jobs in this state (pending, running, paused, done, ...)")
+    sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.set_defaults(func=cmd_jobs)
 
     sp = sub.add_parser("cancel", help="cancel a job")
@@ -588,22 +596,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("simulate", help="run a job file through a policy in virtual time")
     sp.add_argument("jobs_file")
-    sp.add_argument("--policy", type=_policy_name, required=True)
-    sp.add_argument("--hosts", type=_positive("--hosts", int), default=4)
+    sp.add_argument("--policy", type=_policy_name, required=True,
+                    help=POLICY_HELP.replace(" (default %(default)s)", ""))
+    sp.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="identical hosts (default 4)")
     sp.add_argument("--penalty", type=_non_negative, default=0.0, help="rescheduling penalty, seconds (>= 0)")
     sp.add_argument("--segment", type=int, default=None, help="for an SWF trace: simulate only week K")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.set_defaults(func=cmd_simulate)
 
     sp = sub.add_parser("demo", help="the main demo: a live 4-host run beside its simulation")
-    sp.add_argument("--policy", type=_policy_name, default="greedy")
-    sp.add_argument("--seed", type=int, default=1)
-    sp.add_argument("--jobs", type=_positive("--jobs", int), default=12)
-    sp.add_argument("--hosts", type=_positive("--hosts", int), default=4)
+    sp.add_argument("--policy", type=_policy_name, default="greedy", help=POLICY_HELP)
+    sp.add_argument("--seed", type=int, default=1, help="seed of the job mix (default %(default)s)")
+    sp.add_argument("--jobs", type=_positive("--jobs", int), default=12, help="jobs in the mix (default %(default)s)")
+    sp.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="emulated hosts (default %(default)s)")
     sp.add_argument("--span", type=_positive("--span"), default=60.0, help="seconds over which jobs arrive")
-    sp.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None)
-    sp.add_argument("--no-cgroups", action="store_true")
-    sp.add_argument("--out", default="results/demo")
+    sp.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None,
+                    help="real cores per emulated host (default: 60%% of the machine shared out)")
+    sp.add_argument("--no-cgroups", action="store_true",
+                    help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")
+    sp.add_argument("--out", default="results/demo",
+                    help="each run's results go to a new folder here (default %(default)s)")
     sp.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     sp.set_defaults(func=cmd_demo)
 

@@ -70,11 +70,9 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.model import JobSpec
+from coordinator.policy_names import POLICY_NAMES
 
-ALGORITHMS = (
-    "fcfs", "easy", "greedy", "greedy-pmtn", "greedy-pmtn-migr",
-    "dynmcb8", "dynmcb8-per", "dynmcb8-asap-per", "dynmcb8-stretch-per",
-)
+ALGORITHMS = POLICY_NAMES
 DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 DEFAULT_HPC2N = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",  # ../shared beside the clone
                              "HPC2N-2002-2.2-cln.swf.gz")
@@ -377,7 +375,7 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                "2 settings refused.")
     p.add_argument("--out", default="results/sweep", help="output directory (resumes if it holds a sweep)")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                   help="comma-separated policies (default: the nine of 001's Table I: %(default)s)")
+                   help="comma-separated policies (default: all nine, as in 001's Table I: %(default)s)")
     p.add_argument("--penalties", default="0,300", help="rescheduling penalties in seconds (001: 0 and 300)")
     p.add_argument("--traces", type=int, default=20, help="Lublin traces per load level (001: 100)")
     p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (001: 1000)")
@@ -427,12 +425,10 @@ def _weeks(text: str) -> list[int]:
 
 
 def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
-    from coordinator.policies import POLICIES
-
     algs = [x.strip().lower() for x in a.algorithms.split(",") if x.strip()]
     for alg in algs:
-        if alg not in POLICIES:
-            raise SystemExit(f"vcemu sweep: --algorithms: unknown {alg!r}; known: {', '.join(POLICIES)}")
+        if alg not in POLICY_NAMES:
+            raise SystemExit(f"vcemu sweep: --algorithms: unknown {alg!r}; known: {', '.join(POLICY_NAMES)}")
     loads = _parse_floats(a.loads, "--loads")
     if any(not x > 0 for x in loads):
         raise SystemExit("vcemu sweep: --loads: every load must be > 0")

@@ -12,18 +12,12 @@ from coordinator.policies.base import Policy
 from coordinator.policies.batch import FCFS, Easy
 from coordinator.policies.dfrs import Greedy, GreedyPmtn, greedy_pmtn_migr
 from coordinator.policies.dynmcb import dynmcb8, dynmcb8_asap_per, dynmcb8_per, dynmcb8_stretch_per
+from coordinator.policy_names import POLICY_NAMES
 
-POLICIES: dict[str, Callable[[], Policy]] = {
-    "fcfs": FCFS,
-    "easy": Easy,
-    "greedy": Greedy,
-    "greedy-pmtn": GreedyPmtn,
-    "greedy-pmtn-migr": greedy_pmtn_migr,
-    "dynmcb8": dynmcb8,
-    "dynmcb8-per": dynmcb8_per,
-    "dynmcb8-asap-per": dynmcb8_asap_per,
-    "dynmcb8-stretch-per": dynmcb8_stretch_per,
-}
+#: The registry, keyed by :data:`coordinator.policy_names.POLICY_NAMES` (the names without the policies' imports).
+POLICIES: dict[str, Callable[[], Policy]] = dict(zip(POLICY_NAMES, (
+    FCFS, Easy, Greedy, GreedyPmtn, greedy_pmtn_migr, dynmcb8, dynmcb8_per, dynmcb8_asap_per, dynmcb8_stretch_per,
+), strict=True))
 
 
 class UnknownPolicy(ValueError):

@@ -102,6 +102,12 @@ class TestFCFS:
 
 def test_policy_registry():
     assert get_policy("GREEDY").name == "greedy"
+    # The light name list (for the CLI's help, without the policies' imports) is the registry's, in order, and
+    # each name builds the policy of that name.
+    from coordinator.policy_names import POLICY_NAMES
+
+    assert tuple(POLICIES) == POLICY_NAMES
+    assert [get_policy(name).name for name in POLICY_NAMES] == list(POLICY_NAMES)
     with pytest.raises(UnknownPolicy, match="unknown policy 'nope'"):
         get_policy("nope")
 
