@@ -60,11 +60,11 @@ def _mem_size(text: str) -> str:
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    from coordinator.cli import _non_negative, _Parser, _positive, doc_text
+    from coordinator.cli import POLICY_HELP, _non_negative, _Parser, _positive, doc_text
 
     p = _Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]))
     p.add_argument("trace", help="job file (JSON lines / CSV) or SWF trace (.swf, .swf.gz)")
-    p.add_argument("--policy", default="dynmcb8-asap-per")
+    p.add_argument("--policy", default="dynmcb8-asap-per", help=POLICY_HELP)
     p.add_argument("--compress", type=_positive("--compress"), default=60.0, help="time compression factor K (> 0)")
     p.add_argument("--segment", type=int, default=None, help="SWF only: the 1-week segment to replay")
     p.add_argument("--max-jobs", type=_positive("--max-jobs", int), default=20,
@@ -74,7 +74,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="agent processes sharing the hosts (at most --hosts)")
     p.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None,
                    help="cores per host (default: 60%% of the box)")
-    p.add_argument("--mem-per-host", type=_mem_size, default="512MiB")
+    p.add_argument("--mem-per-host", type=_mem_size, default="512MiB",
+                   help="memory per emulated host (default %(default)s)")
     p.add_argument("--penalty", type=_non_negative, default=0.0,
                    help="rescheduling penalty of the simulation, trace seconds >= 0 (the live run pays real costs)")
     p.add_argument("--host-memory-gb", type=_positive("--host-memory-gb"), default=8.0,

@@ -442,8 +442,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vcemu apc", description=doc_text(__doc__),
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three", help="comma-separated subset of one,two,three")
-    p.add_argument("--out", default="results/apc")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results/apc",
+                   help="results folder; a rerun there reuses its journalled simulations (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the job streams (default %(default)s)")
     p.add_argument("--cycle", type=float, default=600.0, help="control cycle T [s] (003: 600)")
     p.add_argument("--exp1-jobs", type=int, default=800)
     p.add_argument("--exp2-jobs", type=int, default=800, help="completions per run (003: 800)")
