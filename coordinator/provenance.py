@@ -18,11 +18,11 @@ import functools
 import hashlib
 import importlib.util
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "code_version", "fingerprint_of", "package_version", "source_fingerprint"]
+__all__ = ["PACKAGES", "code_version", "fingerprint_of", "fingerprint_trees", "package_version", "source_fingerprint"]
 
 #: The packages whose source decides a result (``vcemu/``'s generated gRPC code is built from ``proto/`` and
 #: carries no logic of its own).
@@ -40,11 +40,15 @@ def _package_dir(name: str) -> Path:
 
 @functools.cache
 def source_fingerprint() -> str:
-    """sha256 (hex) over every ``.py`` file of :data:`PACKAGES`: each file's path relative to its package's
-    parent, then its length and bytes, in sorted order. Computed once per process."""
+    """:func:`fingerprint_trees` of :data:`PACKAGES` as imported. Computed once per process."""
+    return fingerprint_trees((name, _package_dir(name)) for name in PACKAGES)
+
+
+def fingerprint_trees(trees: Iterable[tuple[str, Path]]) -> str:
+    """sha256 (hex) over every ``.py`` file under each ``(name, root)`` of ``trees``: each file's path relative to
+    ``root``, prefixed with ``name``, then its length and bytes, in sorted order within each tree."""
     h = hashlib.sha256()
-    for name in PACKAGES:
-        root = _package_dir(name)
+    for name, root in trees:
         for path in sorted(root.rglob("*.py")):
             data = path.read_bytes()
             h.update(f"{name}/{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
