@@ -32,8 +32,9 @@ A resumed run keeps the rows (and so the run times) of the instances an earlier 
 run times measured in different *sessions* (each run of the command is one), possibly at other times, on another
 machine or with another ``--jobs``. Every row says which: ``session`` is 1 for the first run and one more for each
 resume, and ``config.json``'s ``"sessions"`` gives, per session number, when it started (UTC), the host, its
-CPU count and ``--jobs``. Compare run times within one session (or rerun into a fresh ``--out``); the yields do
-not depend on the session.
+CPU count and ``--jobs``. Each session is recorded there as it starts, so one that finished no instance keeps
+its number (no row carries it) and the next takes the following one. Compare run times within one session (or
+rerun into a fresh ``--out``); the yields do not depend on the session.
 """
 
 from __future__ import annotations
@@ -278,22 +279,36 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     return kept
 
 
-def _sessions(out: Path, kept: dict[Unit, list[dict]], jobs: int) -> list[dict[str, Any]]:
-    """``config.json``'s ``"sessions"``: the earlier sessions whose rows ``kept`` holds (as the stored
-    ``config.json`` describes them; a number it lacks is listed without details), then this one, numbered one
-    past the highest kept."""
-    numbers = sorted({r["session"] for rows in kept.values() for r in rows})
-    stored: dict[int, dict[str, Any]] = {}
-    if numbers:
+def _sessions(out: Path, conf: dict[str, Any], kept: dict[Unit, list[dict]] | None, jobs: int) -> list[dict[str, Any]]:
+    """``config.json``'s ``"sessions"``: every earlier session of the run this one continues (as the stored
+    ``config.json`` describes them; a number only a kept row knows is listed without details), then this one,
+    numbered one past the highest of them.
+
+    Each session is written to ``config.json`` as it starts, before it solves anything, and stays listed whatever
+    it finishes: numbering from the kept rows alone gave a session that finished no instance (killed, interrupted)
+    the number of the next one, so results.csv would credit run times to the wrong host and ``--jobs``. This run
+    continues the stored one when it keeps rows of its journal (``kept``, checked against ``conf``), or when the
+    stored ``config.json`` is unfinished with the same settings and code (a session that finished nothing); a run
+    that starts over (``kept`` None) or follows a finished one is session 1."""
+    from coordinator.resumable import stale_reason
+
+    earlier: dict[int, dict[str, Any]] = {}
+    if kept is not None:
         try:
-            old = json.loads((out / "config.json").read_text()).get("sessions") or []
-            stored = {s["session"]: s for s in old if isinstance(s, dict) and isinstance(s.get("session"), int)}
-        except (OSError, ValueError, AttributeError, TypeError):
-            stored = {}
-    now = {"session": (numbers[-1] if numbers else 0) + 1,
+            old = json.loads((out / "config.json").read_text())
+        except (OSError, ValueError):
+            old = None
+        if isinstance(old, dict) and (kept or old.get("complete") is False) \
+                and stale_reason(old, conf, NOT_RESULTS) is None and isinstance(old.get("sessions"), list):
+            earlier = {s["session"]: s for s in old["sessions"]
+                       if isinstance(s, dict) and type(s.get("session")) is int and s["session"] >= 1}
+    for rows in (kept or {}).values():
+        for r in rows:
+            earlier.setdefault(r["session"], {"session": r["session"]})
+    now = {"session": max(earlier, default=0) + 1,
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "jobs": jobs}
-    return [stored.get(n, {"session": n}) for n in numbers] + [now]
+    return [earlier[n] for n in sorted(earlier)] + [now]
 
 
 def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Unit, list[dict]],
@@ -646,7 +661,7 @@ def vcsched_main(argv: list[str]) -> int:
     kept = resume_rows(out, conf, cfg)
     if kept is None:  # (config.json is replaced below, atomically: never removed, so a journal never lacks it)
         clear_outputs(out, [JOURNAL])
-    conf["sessions"] = _sessions(out, kept or {}, args.jobs)
+    conf["sessions"] = _sessions(out, conf, kept, args.jobs)  # this one recorded before it solves anything
     session = conf["sessions"][-1]["session"]
     for s in SETS:
         clear_outputs(out / s, SET_OUTPUTS)
@@ -664,8 +679,12 @@ def vcsched_main(argv: list[str]) -> int:
     (out / JOURNAL).unlink(missing_ok=True)
     timed = sorted({r["session"] for r in rows})
     if len(timed) > 1:
+        # config.json lists every session: say why some number has no row, lest it look like lost results
+        idle = [str(s["session"]) for s in conf["sessions"] if s["session"] not in timed]
         print(f"\nvcemu vcsched: this run was resumed: its run times were measured in sessions "
-              f"{', '.join(map(str, timed))}; compare them within one session (the session column of results.csv; "
+              f"{', '.join(map(str, timed))}"
+              + (f" (session{'s' if len(idle) > 1 else ''} {', '.join(idle)} timed none of them)" if idle else "")
+              + "; compare them within one session (the session column of results.csv; "
               "config.json's sessions say when, where and with what --jobs each ran)")
     print(
         f"\nwrote {out}/config.json and {', '.join(f'{out}/{s}/' for s in cfg.sets)} "

@@ -30,22 +30,29 @@ def _code_version_in(tree: Path) -> dict:
     done = subprocess.run([sys.executable, "-c", "import json; from coordinator.provenance import code_version; "
                            "import coordinator; print(json.dumps([code_version(), coordinator.__file__]))"],
                           cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "GIT_CEILING_DIRECTORIES":
-                                         str(tree.parent)},
+                                         str(tree.parent), "XDG_CACHE_HOME": str(tree.parent / "cache")},
                           capture_output=True, text=True, timeout=120, check=True)
     record, imported = json.loads(done.stdout)
     assert Path(imported).is_relative_to(tree)
     return record
 
 
-def test_the_fingerprint_works_without_git_and_changes_with_any_source_file(tmp_path: Path) -> None:
-    """As from an installed wheel or a Docker image: the same files give the same fingerprint, one edited
-    byte another; without a git checkout the commit and dirtiness are None."""
+def test_the_fingerprint_works_without_git_and_changes_with_any_code(tmp_path: Path) -> None:
+    """As from an installed wheel or a Docker image: the same files give the same fingerprint (also from the
+    per-file cache the first run wrote), a comment the same, a changed constant another; without a git checkout
+    the commit and dirtiness are None. (``test_fingerprint.py`` has the cases.)"""
     tree = _copy_packages(tmp_path / "installed")
     record = _code_version_in(tree)
     assert record["source_sha256"] == source_fingerprint()
     assert record["git_commit"] is None and record["git_dirty"] is None
-    with (tree / "workloads" / "lublin.py").open("a") as fh:
-        fh.write("# an edit\n")
+    assert (tmp_path / "cache" / "vcemu" / "fingerprint.json").is_file()
+    assert _code_version_in(tree)["source_sha256"] == source_fingerprint()
+    lublin = tree / "workloads" / "lublin.py"
+    with lublin.open("a") as fh:
+        fh.write("# a comment\n")
+    assert _code_version_in(tree)["source_sha256"] == source_fingerprint()
+    with lublin.open("a") as fh:
+        fh.write("_AN_EDIT = 1\n")
     assert _code_version_in(tree)["source_sha256"] != source_fingerprint()
 
 

@@ -1,0 +1,131 @@
+"""Every session of a ``vcemu vcsched`` run (each start of the command on one ``--out``) has its own number,
+recorded in ``config.json`` when it starts: a session that finished no instance (killed or interrupted first) keeps
+its number, so the next one does not reuse it and results.csv's ``session`` never points at another session's
+details (when, on which host, with what ``--jobs``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator.vcsched import experiment as vc
+
+ROOT = Path(__file__).resolve().parents[2]
+#: One slack, one instance per specification, two heuristics: 16 small instances, a second or two.
+ARGV = ["--set", "small", "--instances", "1", "--slacks", "0.3", "--jobs", "1", "--algorithms", "MCB8,GR"]
+
+#: A ``vcemu vcsched`` whose instances never finish: it is killed with nothing but its config.json and the
+#: journal's header written.
+_STALLED = """
+import sys, time
+from coordinator.vcsched import experiment as vc
+
+def stalled(u, cfg):
+    time.sleep(3600)
+
+vc.run_instance = stalled
+sys.exit(vc.vcsched_main(sys.argv[1:]))
+"""
+
+
+def _sessions(out: Path) -> list[dict]:
+    return json.loads((out / "config.json").read_text())["sessions"]
+
+
+def _row_sessions(out: Path) -> set[str]:
+    with (out / "small" / "results.csv").open(newline="") as fh:
+        return {r["session"] for r in csv.DictReader(fh)}
+
+
+def _kill_before_any_row(out: Path) -> None:
+    """Run the command in a process of its own and SIGKILL it (and its workers) once its journal is open."""
+    proc = subprocess.Popen([sys.executable, "-c", _STALLED, *ARGV, "--out", str(out)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / vc.JOURNAL).exists():
+            assert proc.poll() is None, f"the stalled run ended with {proc.returncode}"
+            assert time.monotonic() < deadline, "the stalled run did not open its journal"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert (out / vc.JOURNAL).read_text().count("\n") == 1  # the header: no instance finished
+
+
+def test_a_killed_session_that_finished_nothing_keeps_its_number(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    _kill_before_any_row(out)
+    killed = _sessions(out)
+    assert [s["session"] for s in killed] == [1]  # recorded when it started
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    sessions = _sessions(out)
+    assert [s["session"] for s in sessions] == [1, 2]
+    assert sessions[0] == killed[0]  # as the killed session recorded itself
+    assert _row_sessions(out) == {"2"}  # every row timed by the second session, and said so
+
+
+def test_an_interrupted_session_that_finished_nothing_keeps_its_number(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C before the first instance finished, twice, then a session that finishes them all: number 3."""
+    out = tmp_path / "out"
+
+    def interrupted(cfg: vc.ExperimentConfig, jobs: int, journal: Path, kept: dict, session: int = 1) -> list[dict]:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(vc, "_run_all", interrupted)
+        assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 130
+        assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 130
+    assert [s["session"] for s in _sessions(out)] == [1, 2]
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    assert [s["session"] for s in _sessions(out)] == [1, 2, 3]
+    assert _row_sessions(out) == {"3"}
+
+
+def test_a_resume_after_a_session_that_finished_nothing_says_which_sessions_timed_its_rows(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Session 1 finished 8 instances, session 2 none: the third session's rows say 3, and the message names
+    sessions 1 and 3."""
+    a, out = tmp_path / "a", tmp_path / "out"
+    assert vc.vcsched_main([*ARGV, "--out", str(a)]) == 0
+    conf = json.loads((a / "config.json").read_text())
+    second = {**conf["sessions"][0], "session": 2, "jobs": 7}
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False, "sessions": [conf["sessions"][0], second]}))
+    with (a / "small" / "results.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    with (out / vc.JOURNAL).open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(r for r in rows if r["tasks"] in ("6", "8"))
+    capsys.readouterr()
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "its run times were measured in sessions 1, 3 (session 2 timed none of them)" in printed
+    sessions = _sessions(out)
+    assert [s["session"] for s in sessions] == [1, 2, 3]
+    assert sessions[:2] == [conf["sessions"][0], second]
+    assert _row_sessions(out) == {"1", "3"}
+
+
+def test_a_new_run_into_the_same_out_starts_at_one(tmp_path: Path) -> None:
+    """A finished run's sessions are not continued by the next run (it solves everything again), nor are those of
+    a run with other settings."""
+    out = tmp_path / "out"
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    assert [s["session"] for s in _sessions(out)] == [1]
+    _kill_before_any_row(out)
+    assert vc.vcsched_main([*ARGV, "--seed", "5", "--out", str(out)]) == 0
+    assert [s["session"] for s in _sessions(out)] == [1] and _row_sessions(out) == {"1"}
