@@ -193,11 +193,14 @@ def _f(x: Any) -> str:
     return str(x)
 
 
-def _write(a: argparse.Namespace, out: dict[str, Any], d: Path) -> Path:
-    """The run's results in its folder ``d`` (:func:`coordinator.outputs.new_run_dir`, made at the run's start)."""
-    from coordinator.outputs import json_safe, write_json, write_text
+def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None) -> Path:
+    """The run's results in its folder ``d`` (made at the run's start), or else in a new directory under ``--out``
+    named after now (:func:`coordinator.outputs.new_run_dir`)."""
+    from coordinator.outputs import json_safe, new_run_dir, write_json, write_text
     from coordinator.provenance import code_version
 
+    if d is None:
+        d = new_run_dir(a.out, f"{a.policy}-k{a.compress:g}")
     write_json(d / "config.json", {**vars(a), "code": code_version()}, sort_keys=False)
     # Each file whole or not at all (written atomically), and strict JSON (NaN as null).
     write_json(d / "metrics.json", json_safe(out), sort_keys=False)
