@@ -268,14 +268,22 @@ class Engine:
         self.backend.wake()
 
     def lose_hosts(self, names: Iterable[str], reason: str) -> list[str]:
-        """Remove hosts (their agent is gone) and requeue every job with a task on one; returns those jobs."""
+        """Remove hosts (their agent is gone) and requeue every job with a task on one; returns those jobs.
+
+        Every such job is requeued even if recording one fails (a listener's store write on a full disk): that
+        failure is logged, and the others go on, so that no job is left placed on a host that is gone. The
+        job's state in memory is what the engine acts on; a store records it again at the job's next
+        transition."""
         with self.lock:
             gone = set(names)
             self.hosts = [h for h in self.hosts if h.name not in gone]
             hit = [j for j, r in self.jobs.items()
                    if r.state in (JobState.RUNNING, JobState.PAUSED) and gone.intersection(r.hosts)]
             for job in hit:
-                self.requeue(job, reason)
+                try:
+                    self.requeue(job, reason)  # its state changes, and its Submit is due, before it is recorded
+                except Exception:
+                    log.exception("%s requeued (%s), but recording that failed", job, reason)
             return hit
 
     # ---- the loop ---------------------------------------------------------------------------------

@@ -502,10 +502,16 @@ class CoordinatorServer:
                 # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
                 listening = agent_id in self.beating or (handle is not None and handle.silent)
                 if handle is not None and listening and max(last, handle.last_seen) < deadline:
-                    self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
-                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
+                    try:
+                        self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
+                                        f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
+                    except Exception:  # the watch must outlive any one loss: the next agent to die needs it
+                        log.exception("declaring agent %s lost failed", agent_id)
 
     def lose_agent(self, agent_id: str, reason: str) -> list[str]:
+        """Remove the agent, its hosts, and requeue its jobs. The state in memory is changed whole even when the
+        store cannot record it (a full disk): its hosts are gone and its jobs pending, so the next agent's loss is
+        handled too, and a restart that finds the agent still stored adopts it and loses it again."""
         # First, without the engine lock (the engine loop may hold it through a call to this very agent):
         # its calls fail at once, so the loop lets go and the agent's jobs are requeued now, not in seconds.
         self.backend.cut_off(agent_id)
@@ -513,9 +519,12 @@ class CoordinatorServer:
             hosts = self.backend.remove_agent(agent_id)
             self.heartbeats.pop(agent_id, None)
             self.beating.discard(agent_id)
+            jobs = self.engine.lose_hosts(hosts, reason)  # a failure to record one is logged, not raised
             if self.store is not None:
-                self.store.drop_agent(agent_id)
-            jobs = self.engine.lose_hosts(hosts, reason)
+                try:
+                    self.store.drop_agent(agent_id)
+                except Exception:
+                    log.exception("agent %s lost: removing it from the state file failed", agent_id)
         self.metrics.agents_lost.inc()
         log.warning("%s; hosts %s removed, %d jobs requeued", reason, ", ".join(hosts), len(jobs))
         return jobs
