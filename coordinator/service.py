@@ -57,6 +57,14 @@ MAX_WORK_S = 1e9
 MAX_NAME = 256
 MAX_REQUEST_ID = 256
 MAX_BATCH = 1_000  # submissions per SubmitBatch call (with MAX_MESSAGE_BYTES, bounds one call's work)
+#: Largest reply (ListJobs of a long run): what a client's channel must be able to receive.
+MAX_REPLY_BYTES = 64 * MAX_MESSAGE_BYTES
+#: Threads serving the gRPC API (users' calls and the agents' RegisterAgent and Heartbeat).
+API_THREADS = 16
+#: Open WatchEvents streams at once. Each holds an API thread for its whole life; beyond this many, a new one is
+#: refused (RESOURCE_EXHAUSTED), so that watchers (dashboards, scripts) can never take every thread and starve
+#: submissions, listings and the agents' heartbeats (with all 16 taken, healthy agents went stale).
+MAX_WATCHERS = API_THREADS // 2
 AGENT_METHODS = ("RegisterAgent", "Heartbeat")
 #: Shortest time between two turns of the engine loop (seconds).
 BATCH_WINDOW_S = 0.02
@@ -176,7 +184,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def WatchEvents(self, request: pb.WatchEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
         q: queue.Queue[Transition | None] = queue.Queue(maxsize=10_000)
-        self.s.watchers.append(q)
+        with self.s.watchers_lock:
+            if len(self.s.watchers) >= MAX_WATCHERS:
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"{MAX_WATCHERS} event streams are open, the most this coordinator serves at once; "
+                              "close one (or poll ListJobs)")
+            self.s.watchers.append(q)
         def wake() -> None:
             with contextlib.suppress(queue.Full):
                 q.put_nowait(None)
@@ -192,7 +205,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     hosts=list(t.hosts), cpu_share=t.cpu, reason=t.reason,
                 )
         finally:
-            self.s.watchers.remove(q)
+            with self.s.watchers_lock:
+                self.s.watchers.remove(q)
 
     def ClusterStatus(self, request: pb.ClusterStatusRequest, context: grpc.ServicerContext) -> pb.ClusterStatusReply:
         engine = self.s.engine
@@ -296,6 +310,7 @@ class CoordinatorServer:
         #: the engine loop is doing. Agents registered by hand are judged by the loop's Status polls only.
         self.beating: set[str] = set()
         self.watchers: list[queue.Queue[Transition | None]] = []
+        self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
         # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
         # for the engine loop, which may be busy deciding; the loop drains this before every step.
         self.intake_lock = threading.Lock()
@@ -310,12 +325,12 @@ class CoordinatorServer:
         self._stop = threading.Event()
         interceptors = [TokenInterceptor(token)] if token else []
         self.grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=16),
+            futures.ThreadPoolExecutor(max_workers=API_THREADS),
             interceptors=interceptors,
             # gRPC sets SO_REUSEPORT by default: a second coordinator on a port in use would then listen too,
             # and the kernel would split clients between the two
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", 64 * MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
+                     ("grpc.max_send_message_length", MAX_REPLY_BYTES), ("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self), self.grpc)
         self.health = health.HealthServicer()

@@ -279,3 +279,60 @@ def test_a_job_accepted_then_unplaceable_ends_with_a_transition_stored_and_strea
     finally:
         server.grpc.stop(0)
         server.store.close()
+
+
+def test_event_watchers_are_capped_so_the_api_keeps_threads_for_everything_else(server, stub):
+    """Each WatchEvents stream holds an API thread for as long as it is open. With as many streams as threads,
+    every other call (and the agents' heartbeats) waited until its deadline; now the streams beyond
+    MAX_WATCHERS are refused, and the rest of the API answers."""
+    import threading
+    import time
+
+    from coordinator.service import API_THREADS, MAX_WATCHERS
+
+    opened: list = []
+    refused: list[grpc.StatusCode] = []
+
+    def follow(call) -> None:
+        try:
+            for _ in call:
+                pass
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                refused.append(exc.code())
+
+    channels = [grpc.insecure_channel(server.address) for _ in range(API_THREADS)]
+    try:
+        for ch in channels:  # as many streams as the API has threads
+            call = pb_grpc.CoordinatorStub(ch).WatchEvents(pb.WatchEventsRequest())
+            opened.append(call)
+            threading.Thread(target=follow, args=(call,), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while len(server.watchers) < MAX_WATCHERS or len(refused) < API_THREADS - MAX_WATCHERS:
+            assert time.monotonic() < deadline, (len(server.watchers), refused)
+            time.sleep(0.05)
+        assert len(server.watchers) == MAX_WATCHERS
+        assert refused == [grpc.StatusCode.RESOURCE_EXHAUSTED] * (API_THREADS - MAX_WATCHERS)
+        # Each answers within its deadline (with every thread taken, each ended in DEADLINE_EXCEEDED).
+        register(stub)
+        submit(stub)
+        stub.ListJobs(pb.ListJobsRequest(), timeout=5)
+        # a watcher that leaves makes room for another
+        opened[0].cancel()
+        deadline = time.monotonic() + 30
+        while len(server.watchers) >= MAX_WATCHERS:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        again = stub.WatchEvents(pb.WatchEventsRequest())
+        threading.Thread(target=follow, args=(again,), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while len(server.watchers) < MAX_WATCHERS:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert len(refused) == API_THREADS - MAX_WATCHERS
+        again.cancel()
+    finally:
+        for call in opened:
+            call.cancel()
+        for ch in channels:
+            ch.close()
