@@ -250,10 +250,22 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             if clash:
                 context.abort(grpc.StatusCode.ALREADY_EXISTS, f"description.hosts: host {clash[0]!r} is already "
                               f"emulated by agent {taken[clash[0]]!r}")
+            before = {n: self.s.backend.host_info[n] for n in self.s.backend.host_agent
+                      if self.s.backend.host_agent[n] == d.agent_id and n in self.s.backend.host_info}
             try:
                 hosts = self.s.backend.add_agent(request.address, d)
             except BackendError as exc:
                 context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            # An agent that comes back (a restart under its id) may have other hosts: one it no longer has is lost
+            # (its jobs requeued: placing on it fails), and one whose capacity changed is lost and added anew (its
+            # jobs requeued: they may no longer fit, and the engine checks every plan against capacities).
+            now = {h.name: (h.cpu_cores, h.memory_bytes) for h in d.hosts}
+            changed = [n for n, info in before.items() if now.get(n) != (info.cpu_cores, info.memory_bytes)]
+            if changed:
+                jobs = self.s.engine.lose_hosts(changed, f"agent {d.agent_id} came back without host(s) "
+                                                f"{', '.join(changed)} as they were")
+                log.warning("agent %s re-registered without host(s) %s as they were: %d jobs requeued",
+                            d.agent_id, ", ".join(changed), len(jobs))
             self.s.engine.add_hosts(hosts)
             self.s.heartbeats[d.agent_id] = time.monotonic()
             if self.s.store is not None:

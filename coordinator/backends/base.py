@@ -17,9 +17,10 @@ from coordinator.model import JobSpec, JobState
 class BackendError(RuntimeError):
     """An action the cluster could not carry out (agent refused it, agent unreachable, ...).
 
-    ``unreachable``: the agent did not answer (deadline, connection refused, declared lost). That says
-    nothing against the job, so the engine puts it back in the queue with its progress instead of
-    failing it; an agent that refused the action (bad request, unknown task) fails the job."""
+    ``unreachable``: the agent did not answer (deadline, connection refused, declared lost), or answered
+    that the job's task is gone (it restarted). That says nothing against the job, so the engine puts it back
+    in the queue with its progress instead of failing it; an agent that refused the action (bad request, no
+    capacity) fails the job."""
 
     def __init__(self, message: str, unreachable: bool = False) -> None:
         super().__init__(message)

@@ -171,6 +171,12 @@ class LiveBackend:
             old = self.agents.get(description.agent_id)
             if old is not None:
                 old.channel.close()
+                # A host the agent no longer has (it came back with fewer): the service loses it in the engine.
+                now_has = {info.name for info in description.hosts}
+                for name in old.hosts:
+                    if name not in now_has and self.host_agent.get(name) == description.agent_id:
+                        del self.host_agent[name]
+                        self.host_info.pop(name, None)
             handle = AgentHandle(description.agent_id, address, channel, stub, description.mode)
             hosts = []
             for info in description.hosts:
@@ -311,6 +317,13 @@ class LiveBackend:
                 return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and self._leftovers_on(host):
                 return self._call_past_orphans(host, method, request, exc)
+            if method != "StartTask" and exc.code() == grpc.StatusCode.NOT_FOUND:
+                # The agent answered without our task: it vanished (the agent restarted), as a poll would report
+                # it. Lost, not refused: the engine requeues the job from its checkpoint instead of failing it
+                # (a decision can come before the poll that would have seen it, e.g. when a restarted agent
+                # re-registers with its hosts changed and the requeued jobs are placed beside it).
+                raise BackendError(f"{method} on {host}: {_rpc_text(exc)}: the task is gone",
+                                   unreachable=True) from None
             if method == "StartTask" and exc.code() in _RETRYABLE:
                 # Unanswered: the agent may have started it. Stopped like an orphan, which holds its job
                 # (:meth:`_hold`) until that Stop gets through or the agent is declared lost.
