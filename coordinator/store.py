@@ -54,6 +54,34 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE TABLE IF NOT EXISTS agents (agent_id TEXT PRIMARY KEY, address TEXT NOT NULL, description BLOB NOT NULL);
 """
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def _columns(db: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
+    """The tables of ``db`` (SQLite's own left out) with their column names."""
+    names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+    return {n: tuple(r[1] for r in db.execute(f"PRAGMA table_info('{n}')")) for n in names}
+
+
+def _schema_columns() -> dict[str, tuple[str, ...]]:
+    mem = sqlite3.connect(":memory:")
+    try:
+        mem.executescript(SCHEMA)
+        return _columns(mem)
+    finally:
+        mem.close()
+
+
+def _foreign_tables(db: sqlite3.Connection) -> str:
+    """Why ``db`` is not a vcemu state file, as its tables in question; empty for a new file or a vcemu state
+    file. Not one: a table named as one of :data:`SCHEMA`'s with other columns, or tables and none of ours
+    (tables of its own beside ours are the user's business)."""
+    ours, theirs = _schema_columns(), _columns(db)
+    clash = [n for n, cols in theirs.items() if n in ours and ours[n] != cols]
+    if clash or (theirs and not ours.keys() & theirs.keys()):
+        return ", ".join(clash or theirs)
+    return ""
+
+
 #: See the module docstring (durability).
 DEFAULT_SYNCHRONOUS = "FULL"
 
@@ -113,14 +141,21 @@ class Store:
         self._depth = 0
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            # Before anything is written to it: another program's SQLite file is refused as it is, not switched
+            # to WAL and given vcemu's tables (and then failing on its own ``jobs`` table with a traceback).
+            foreign = _foreign_tables(self._db)
+            if foreign:
+                self._db.close()
+                raise StoreError(f"--state {path}: not a vcemu state file (it has other tables: {foreign}); "
+                                 "give a new file or one an earlier vcemu run wrote")
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise StoreError(f"--state {path}: cannot use WAL journaling (got {mode!r})")
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._db.executescript(SCHEMA)
+            self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"--state {path}: not a usable vcemu state file: {exc}") from None
-        self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
 
     # ---- transactions ------------------------------------------------------------------------------
 

@@ -117,3 +117,34 @@ def test_commits_are_fsynced_by_default(tmp_path: Path) -> None:
     assert server.backend.journal_batch == server.store.transaction
     server.store.close()
     assert Store(str(tmp_path / "c.db"), "normal")._db.execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_another_programs_sqlite_file_is_refused_untouched(tmp_path):
+    """``--state`` naming some other SQLite file (here one with a ``jobs`` table of its own) is refused with one
+    line naming the file and its tables, before anything is written to it: it used to be switched to WAL and
+    given vcemu's tables, then fail with a traceback on its own ``jobs`` table."""
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE jobs (id TEXT, name TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match=r"other\.db: not a vcemu state file \(it has other tables: jobs\)"):
+        Store(str(other))
+    db = sqlite3.connect(other)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["jobs"]
+    db.close()
+    # Nor one of tables that are none of vcemu's.
+    unrelated = tmp_path / "unrelated.db"
+    db = sqlite3.connect(unrelated)
+    db.execute("CREATE TABLE photos (path TEXT)")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match=r"it has other tables: photos"):
+        Store(str(unrelated))
+    # A new file and a vcemu state file are accepted, the latter again after a close.
+    fresh = tmp_path / "fresh.db"
+    Store(str(fresh)).close()
+    Store(str(fresh)).close()
