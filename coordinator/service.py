@@ -221,8 +221,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     pb.HostView(
                         name=h.name,
                         agent=self.s.backend.host_agent.get(h.name, ""),
-                        cpu_allocated=sum(r.cpu for r in on),
-                        memory_allocated=sum(r.spec.mem for r in on),
+                        # Fractions of this host's capacity, as cpu_measured and the exporter's ratios are (a
+                        # job's cpu and mem are in units of the reference host: Host.cpu and Host.mem).
+                        cpu_allocated=sum(r.cpu for r in on) / h.cpu,
+                        memory_allocated=sum(r.spec.mem for r in on) / h.mem,
                         cpu_measured=measured[h.name].cpu_measured if h.name in measured else 0.0,
                         cpu_cores=info.cpu_cores if info else 0.0,
                         memory_bytes=info.memory_bytes if info else 0,

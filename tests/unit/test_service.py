@@ -336,3 +336,23 @@ def test_event_watchers_are_capped_so_the_api_keeps_threads_for_everything_else(
             call.cancel()
         for ch in channels:
             ch.close()
+
+
+def test_cluster_status_gives_allocations_as_fractions_of_each_host(server, stub):
+    """On hosts of different sizes, ClusterStatus's allocations are fractions of that host's capacity, as its
+    measured CPU and the exporter's ratios are, not of the reference host's (the first registered): a job using
+    the whole of a host twice the reference's size showed as 1.0 of it beside the exporter's 0.5."""
+    from coordinator.engine import JobRecord
+    from coordinator.model import JobSpec
+
+    desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name="small", cpu_cores=0.5, memory_bytes=1 << 30),
+        agent_pb2.HostInfo(name="big", cpu_cores=1.0, memory_bytes=2 << 30)])
+    stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+    assert {h.name: (h.cpu, h.mem) for h in server.engine.hosts} == {"small": (1.0, 1.0), "big": (2.0, 2.0)}
+    job = JobSpec("job-x", 0.0, tasks=1, cpu_need=1.0, mem=0.8, work=100.0)
+    with server.engine.lock:  # a job placed on big with a share of 1.0 reference host: half of big's CPU
+        server.engine.jobs["job-x"] = JobRecord(job, JobState.RUNNING, ("big",), cpu=1.0)
+    views = {h.name: h for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
+    assert (views["big"].cpu_allocated, views["big"].memory_allocated) == pytest.approx((0.5, 0.4))
+    assert (views["small"].cpu_allocated, views["small"].memory_allocated) == (0.0, 0.0)
