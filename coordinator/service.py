@@ -272,6 +272,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.s.heartbeats[d.agent_id] = time.monotonic()
             if self.s.store is not None:
                 self.s.store.put_agent(d.agent_id, request.address, d.SerializeToString())
+                if self.s.backend.reference is not None:
+                    self.s.store.keep_reference(self.s.backend.reference.SerializeToString())
         log.info("agent %s at %s registered %d hosts", d.agent_id, request.address, len(hosts))
         return pb.RegisterAgentReply(hosts=[h.name for h in hosts], heartbeat_interval_s=self.s.heartbeat_s)
 
@@ -484,6 +486,8 @@ class CoordinatorServer:
     def _restore(self, loaded) -> None:  # type: ignore[no-untyped-def]
         """Reload jobs, agents and tasks from the store (a restart after a crash, or a clean stop)."""
         grace = time.monotonic() + 2 * self.heartbeat_s  # restored agents get time to heartbeat again
+        if loaded.reference is not None:
+            self.backend.restore_reference(agent_pb2.HostInfo.FromString(loaded.reference))
         for agent_id, address, desc in loaded.agents:
             try:
                 hosts = self.backend.add_agent(address, agent_pb2.DescribeReply.FromString(desc))

@@ -122,6 +122,8 @@ class Loaded:
     transitions: list[Transition] = field(default_factory=list)
     tasks: dict[str, tuple[int, list[StoredTask]]] = field(default_factory=dict)
     agents: list[tuple[str, str, bytes]] = field(default_factory=list)
+    #: The reference host (a serialized agent HostInfo) that job needs are fractions of; None if never set.
+    reference: bytes | None = None
 
 
 def _spec_json(spec: JobSpec) -> str:
@@ -236,6 +238,13 @@ class Store:
         with self.transaction():
             self._db.execute("INSERT OR REPLACE INTO agents VALUES (?,?,?)", (agent_id, address, description))
 
+    def keep_reference(self, host_info: bytes) -> None:
+        """Record the reference host (a serialized agent HostInfo: the first host ever registered, whose
+        capacity job needs are fractions of) unless one is recorded: a restarted coordinator must keep it, or
+        its stored jobs' fractions would mean other amounts on hosts of different sizes."""
+        with self.transaction():
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('reference', ?)", (host_info.hex(),))
+
     def drop_agent(self, agent_id: str) -> None:
         with self.transaction():
             self._db.execute("DELETE FROM agents WHERE agent_id=?", (agent_id,))
@@ -256,6 +265,8 @@ class Store:
             for job, restarts, tasks in self._db.execute("SELECT job, restarts, tasks FROM tasks"):
                 out.tasks[job] = (restarts, [StoredTask(t[0], t[1], t[2], t[3], bool(t[4])) for t in json.loads(tasks)])
             out.agents = [(a, b, bytes(c)) for a, b, c in self._db.execute("SELECT * FROM agents")]
+            row = self._db.execute("SELECT value FROM meta WHERE key='reference'").fetchone()
+            out.reference = bytes.fromhex(row[0]) if row is not None else None
             return out
 
     def request_ids(self) -> dict[str, str]:

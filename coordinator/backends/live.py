@@ -195,6 +195,20 @@ class LiveBackend:
             self.agents[description.agent_id] = handle
             return hosts
 
+    @property
+    def reference(self) -> agent_pb2.HostInfo | None:
+        """The reference host: the first ever registered, whose capacity the model's host capacities and job
+        needs are fractions of (:meth:`add_agent`)."""
+        return self._reference
+
+    def restore_reference(self, info: agent_pb2.HostInfo) -> None:
+        """Take the reference host an earlier run of the coordinator used (its store), before any agent is
+        added: the agents may come back in another order, and another reference would change what every stored
+        job's needs mean."""
+        with self._lock:
+            if self._reference is None:
+                self._reference = info
+
     def cut_off(self, agent_id: str) -> None:
         """Stop talking to an agent that is being declared lost: calls to it fail at once from now on
         (unreachable), and its calls in flight are cancelled. Takes no lock: the engine loop may be

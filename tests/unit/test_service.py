@@ -356,3 +356,31 @@ def test_cluster_status_gives_allocations_as_fractions_of_each_host(server, stub
     views = {h.name: h for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
     assert (views["big"].cpu_allocated, views["big"].memory_allocated) == pytest.approx((0.5, 0.4))
     assert (views["small"].cpu_allocated, views["small"].memory_allocated) == (0.0, 0.0)
+
+
+def test_a_restarted_coordinator_keeps_the_reference_host(tmp_path):
+    """Job needs are fractions of the reference host (the first ever registered). A restart must keep it
+    whatever order the stored agents come back in: an agent that re-registered was stored last, and the
+    restarted coordinator took the other agent's host as reference, so every host's capacity and every stored
+    job's needs changed meaning (here big's capacity went from 2.0 to 1.0)."""
+    state = str(tmp_path / "run.db")
+
+    def describe(agent: str, cores: float, gib: int) -> agent_pb2.DescribeReply:
+        return agent_pb2.DescribeReply(agent_id=agent, mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name=f"{agent}-h0", cpu_cores=cores, memory_bytes=gib << 30)])
+
+    first = CoordinatorServer(get_policy("greedy"), port=0, state=state).start()
+    try:
+        with grpc.insecure_channel(first.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            for desc in (describe("small", 0.5, 1), describe("big", 1.0, 2), describe("small", 0.5, 1)):
+                api.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+        before = {h.name: (h.cpu, h.mem) for h in first.engine.hosts}
+    finally:
+        first.stop()
+    assert before == {"small-h0": (1.0, 1.0), "big-h0": (2.0, 2.0)}
+    again = CoordinatorServer(get_policy("greedy"), port=0, state=state).start()
+    try:
+        assert {h.name: (h.cpu, h.mem) for h in again.engine.hosts} == before
+    finally:
+        again.stop()
