@@ -3,10 +3,14 @@
 No gRPC here: :class:`AgentCore` raises :class:`AgentError` with a status-code name, and the server maps
 it onto gRPC. One lock serialises requests and the monitor, which keeps capacity checks exact (two
 concurrent StartTasks cannot both take the last half of a host). Killing a task's processes is not done
-under it (it can take seconds: a frozen v1 task ignores SIGKILL until its freezer thaws): Stop, and the
-abort of a task whose poll raised, mark the task as ending, kill outside the lock, then forget or report it.
-An ending task is reported as it was when its end began (Stop: message "stopping"), still holds its memory
-and share, and is left alone by every other call (a second Stop waits for the first, then finds no task).
+under it (it can take seconds: a frozen v1 task ignores SIGKILL until its freezer thaws): Stop, the abort of
+a task whose poll raised, the end of a task done with its work (or whose transactional server failed), and a
+start that failed with the task's process started, mark the task as ending, kill outside the lock, then
+forget or report it. An ending task is reported as it was when its end began (Stop: message "stopping"; the
+others: finished, DONE or FAILED with the reason), still holds its memory and share, and is left alone by
+every other call (a second Stop waits for the first, then finds no task; a StartTask of its id waits for the
+end, then finds the id taken or, after a Stop or a failed start, free). A failed StartTask answers once its
+task's processes are dead (its task forgotten), with the start's error.
 
 Refusals (``code``: when):
   INVALID_ARGUMENT: empty task_id; unknown workload; cpu_share or cpu_need outside (0, 1]; work_seconds
@@ -15,7 +19,8 @@ Refusals (``code``: when):
     workload programs are single processes); a transactional spec with a bad field, or one given for
     another workload; SetLoad with rate_rps <= 0.
   NOT_FOUND: unknown host; unknown task_id.
-  ALREADY_EXISTS: a task with this task_id is known (finished tasks stay known until Stop).
+  ALREADY_EXISTS: a task with this task_id is known (finished tasks stay known until Stop; one that is
+    ending is waited for, then looked at again).
   FAILED_PRECONDITION: the host's running shares would exceed 1 (StartTask, SetShare, Resume); the
     host's memory would be over-committed (StartTask; paused tasks keep their memory); SetLoad on a task
     that is not transactional; SetShare, Pause, Resume or SetLoad on a task a Stop is ending.
@@ -86,7 +91,7 @@ _ACTIVE = (State.STARTING, State.RUNNING)
 
 @dataclass
 class _Ending:
-    """A task whose processes are being killed outside the agent's lock (by Stop, or after a raising poll)."""
+    """A task whose processes are being killed outside the agent's lock (see the module docstring)."""
 
     view: TaskView  # what the agent reports for it meanwhile
     done: threading.Event = field(default_factory=threading.Event)
@@ -143,36 +148,74 @@ class AgentCore:
             raise AgentError("INVALID_ARGUMENT", f"work_seconds: must be > 0, got {work_seconds}")
         if not 0.0 <= start_progress < 1.0:
             raise AgentError("INVALID_ARGUMENT", f"start_progress: must be in [0, 1), got {start_progress}")
-        with self._lock:
-            h = self._host(host)
-            if task_id in self._tasks:
-                raise AgentError("ALREADY_EXISTS", f"task_id: task {task_id!r} already exists on this agent")
-            if not 0 <= memory_bytes <= h.memory_bytes:
-                raise AgentError("INVALID_ARGUMENT", f"memory_bytes: {memory_bytes} is outside "
-                                 f"[0, {h.memory_bytes}] (the memory of host {host})")
-            if cpu_need * h.cpu_cores > 1.0 + SHARE_EPS and workload != modeled.NAME:
-                raise AgentError("INVALID_ARGUMENT", f"cpu_need: {cpu_need} of host {host} is "
-                                 f"{cpu_need * h.cpu_cores:.3g} cores, but workload {workload} is a single "
-                                 "process and uses at most 1 core")
-            self._check_cpu(h, cpu_share, exclude=None)
-            used = sum(t.spec.memory_bytes for t in self._live(h.name))  # modeled tasks reserve memory too
-            if used + memory_bytes > h.memory_bytes:
-                raise AgentError("FAILED_PRECONDITION", f"memory_bytes: host {host} has "
-                                 f"{h.memory_bytes - used} bytes free, the task needs {memory_bytes}")
-            spec = TaskSpec(task_id=task_id, host=host, host_cores=h.cpu_cores, workload=workload,
-                            cpu_share=cpu_share, cpu_need=cpu_need, work_seconds=work_seconds,
-                            memory_bytes=memory_bytes, start_progress=start_progress)
-            task: Task | ModeledTask
-            if workload == modeled.NAME:  # computed, no process (workloads/modeled.py)
-                task = ModeledTask(spec)
-            elif transactional is not None:  # a request server and its load generator
-                task = TransactionalTask(spec, self.driver, self._workdir, transactional)
-            else:
-                task = Task(spec, self.driver, self.rates[workload], self._workdir, self.progress_by)
-            task.start()
-            self._tasks[task_id] = task
-            log.info("task start %s host=%s workload=%s progress=%.4f", task_id, host, workload, start_progress)
-            return task.view()
+        while True:
+            with self._lock:
+                ending = self._ending.get(task_id)
+                if ending is None:
+                    task = self._new_task(task_id, host, workload, cpu_share, cpu_need, work_seconds, memory_bytes,
+                                          start_progress, transactional)
+                    try:
+                        task.start()
+                    except BaseException as e:
+                        if not task.end_pending:
+                            raise
+                        # Its process is started, and to be killed: outside the lock, holding the id meanwhile.
+                        self._tasks[task_id] = task
+                        ending = self._ending[task_id] = _Ending(task.view())
+                        failure = e
+                        break
+                    self._tasks[task_id] = task
+                    log.info("task start %s host=%s workload=%s progress=%.4f", task_id, host, workload,
+                             start_progress)
+                    return task.view()
+            ending.done.wait()  # a task of this id is ending: then look again
+        log.info("task start %s failed: %s", task_id, failure)
+        killed = False
+        try:
+            task.end()
+            killed = True
+        except Exception:
+            log.exception("killing task %s after its start failed failed; it stays known (failed), for a Stop",
+                          task_id)
+        finally:
+            with self._lock:
+                self._ending.pop(task_id, None)
+                if killed:
+                    self._tasks.pop(task_id, None)
+            ending.done.set()
+        raise failure
+
+    def _new_task(self, task_id: str, host: str, workload: str, cpu_share: float, cpu_need: float,
+                  work_seconds: float, memory_bytes: int, start_progress: float,
+                  transactional: TransactionalParams | None) -> Task | ModeledTask:
+        """The checks of a StartTask that need the agent's state (under the lock), and its task, not started."""
+        h = self._host(host)
+        if task_id in self._tasks:
+            raise AgentError("ALREADY_EXISTS", f"task_id: task {task_id!r} already exists on this agent")
+        if not 0 <= memory_bytes <= h.memory_bytes:
+            raise AgentError("INVALID_ARGUMENT", f"memory_bytes: {memory_bytes} is outside "
+                             f"[0, {h.memory_bytes}] (the memory of host {host})")
+        if cpu_need * h.cpu_cores > 1.0 + SHARE_EPS and workload != modeled.NAME:
+            raise AgentError("INVALID_ARGUMENT", f"cpu_need: {cpu_need} of host {host} is "
+                             f"{cpu_need * h.cpu_cores:.3g} cores, but workload {workload} is a single "
+                             "process and uses at most 1 core")
+        self._check_cpu(h, cpu_share, exclude=None)
+        used = sum(t.spec.memory_bytes for t in self._live(h.name))  # modeled tasks reserve memory too
+        if used + memory_bytes > h.memory_bytes:
+            raise AgentError("FAILED_PRECONDITION", f"memory_bytes: host {host} has "
+                             f"{h.memory_bytes - used} bytes free, the task needs {memory_bytes}")
+        spec = TaskSpec(task_id=task_id, host=host, host_cores=h.cpu_cores, workload=workload,
+                        cpu_share=cpu_share, cpu_need=cpu_need, work_seconds=work_seconds,
+                        memory_bytes=memory_bytes, start_progress=start_progress)
+        if workload == modeled.NAME:  # computed, no process (workloads/modeled.py)
+            return ModeledTask(spec)
+        task: Task
+        if transactional is not None:  # a request server and its load generator
+            task = TransactionalTask(spec, self.driver, self._workdir, transactional)
+        else:
+            task = Task(spec, self.driver, self.rates[workload], self._workdir, self.progress_by)
+        task.defer_kills = True  # kills that may take seconds are made outside the lock
+        return task
 
     def set_share(self, task_id: str, cpu_share: float) -> TaskView:
         _check_fraction("cpu_share", cpu_share)
@@ -307,23 +350,34 @@ class AgentCore:
         raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} is being stopped")
 
     def _poll(self, task_id: str, task: Task | ModeledTask) -> None:
-        """Poll a task (under the lock); if its poll raised, fail it now and kill it in a thread of its own,
-        marked as ending (see :func:`_poll`)."""
+        """Poll a task (under the lock). If its poll raised, fail it now and kill it in a thread of its own,
+        marked as ending (see :func:`_poll`); so too if the poll found it finished with processes to kill (its
+        work done: ``end_pending``)."""
         why = _poll(task)
-        if why is None:
-            return
-        task.fail(why)
+        if why is not None:
+            task.fail(why)
+            self._end_outside(task_id, task, lambda: task.abort(why))
+        elif task.end_pending:
+            self._end_outside(task_id, task, task.end)
+
+    def _end_outside(self, task_id: str, task: Task | ModeledTask, kill: Callable[[], None]) -> None:
+        """Mark a finished task as ending (reported as it is now) and ``kill`` it in a thread of its own, outside
+        the lock (held by the caller). A kill that fails is logged: the task stays known, finished, and a Stop
+        kills it again."""
         ending = self._ending[task_id] = _Ending(task.view())
 
-        def abort() -> None:
+        def end() -> None:
             try:
-                task.abort(why)
+                kill()
+            except Exception:
+                log.exception("killing the processes of task %s (%s) failed; a Stop kills them again", task_id,
+                              task.state.name.lower())
             finally:
                 with self._lock:
                     self._ending.pop(task_id, None)
                 ending.done.set()
 
-        threading.Thread(target=abort, name=f"abort-{task_id}", daemon=True).start()
+        threading.Thread(target=end, name=f"end-{task_id}", daemon=True).start()
 
     def _check_cpu(self, h: HostSpec, share: float, exclude: str | None) -> None:
         used = sum(t.cpu_share for t in self._live(h.name) if t.state in _ACTIVE and t.spec.task_id != exclude)

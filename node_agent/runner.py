@@ -43,6 +43,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -144,7 +145,16 @@ def target_units(spec: TaskSpec, units_per_core_second: float) -> int:
 
 
 class Task:
-    """One task's process, cgroup and progress channel. Not thread-safe: the agent serialises calls."""
+    """One task's process, cgroup and progress channel. Not thread-safe: the agent serialises calls.
+
+    A kill can take seconds (a frozen v1 task ignores SIGKILL until its freezer thaws; at most
+    :data:`~node_agent.cgroups.KILL_TIMEOUT_S`). With ``defer_kills`` (the agent's tasks), the kills :meth:`poll`
+    and :meth:`start` would make (a task done with its work, a start that failed with its process started) are
+    left to :meth:`end`, which the agent calls outside its lock: the task is marked finished and ``end_pending``
+    meanwhile. Without it (a caller that drives a task directly), they are made at once."""
+
+    #: Leave the kill of a task that ended in :meth:`poll` or :meth:`start` to :meth:`end`.
+    defer_kills = False
 
     def __init__(self, spec: TaskSpec, driver: CgroupDriver, units_per_core_second: float, workdir: str,
                  progress_by: str = PROGRESS_MODES[0]):
@@ -174,6 +184,8 @@ class Task:
         self._samples: collections.deque[tuple[float, float]] = collections.deque()
         self.exit_code = 0
         self.message = ""
+        #: Finished, with its processes still to be killed and what it holds released by :meth:`end`.
+        self.end_pending = False
         self._rate_mark: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -204,7 +216,11 @@ class Task:
             assert self._proc.stdin is not None
             self._proc.stdin.write(b"g")
             self._proc.stdin.flush()
-        except BaseException:
+        except BaseException as e:
+            if self.defer_kills and self._proc is not None:  # a process to kill, which may take seconds
+                self.fail(f"workload {self.spec.workload} failed to start: {type(e).__name__}: {e}")
+                self.end_pending = True
+                raise
             with contextlib.suppress(Exception):  # the start's own error is the one to report
                 self._kill()
             self._release()
@@ -243,6 +259,7 @@ class Task:
         if not self.state.finished:
             self.poll()
         self._kill()  # at once if nothing is left
+        self.end_pending = False
         if not self.state.finished:
             self.state = State.STOPPED
             self.message = "stopped"
@@ -259,8 +276,31 @@ class Task:
         self.fail(message)
         with contextlib.suppress(Exception):
             self._kill()
+            self.end_pending = False
         with contextlib.suppress(Exception):
             self._release()
+
+    def end(self) -> None:
+        """Kill the processes of a task left ``end_pending`` (see the class docstring) and release what it holds.
+        Raises CgroupError if they outlive :data:`~node_agent.cgroups.KILL_TIMEOUT_S`: what is left is then killed
+        by :meth:`stop` (not by the agent's next poll: a kill that failed is not retried unasked)."""
+        self.end_pending = False
+        self._kill()
+        self._release()
+
+    def _ended(self, record: Callable[[], None]) -> None:
+        """End a task that :meth:`poll` found finished: ``record`` sets how (state, exit code, message). Its
+        processes are killed and what it holds is released around it, or, with ``defer_kills``, left to
+        :meth:`end`. A kill that fails raises CgroupError, the task left as it was."""
+        if self.defer_kills:
+            record()
+            self._rss = 0
+            self.end_pending = True
+            return
+        self._kill()
+        record()
+        self._rss = 0
+        self._release()
 
     def _release_stdin(self, message: bytes = b"") -> None:
         """Send the program its last word on stdin (the run byte, or nothing: EOF) and close it."""
@@ -355,11 +395,11 @@ class Task:
         """``cpu-time`` mode: the task has had its CPU-seconds; end the process and call it done."""
         if self._reader is not None:
             self._units = max(self._units, self._reader.read().units)
-        self._kill()
-        self.exit_code = 0
-        self._rss = 0
-        self.state = State.DONE
-        self._release()
+
+        def done() -> None:
+            self.exit_code, self.state = 0, State.DONE
+
+        self._ended(done)
 
     def _finish(self, rc: int) -> None:
         if self._reader is not None:
@@ -418,8 +458,10 @@ class Task:
             done = min(1.0, self._cpu_fraction())
         else:
             done = min(1.0, self._units / self.target)
-        (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
-        measured = (c1 - c0) / (t1 - t0) / sp.host_cores if t1 > t0 and not self.state.finished else 0.0
+        measured = 0.0
+        if self._samples and not self.state.finished:  # (no sample before the start succeeded)
+            (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
+            measured = (c1 - c0) / (t1 - t0) / sp.host_cores if t1 > t0 else 0.0
         return TaskView(
             task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
             progress=sp.start_progress + done * (1.0 - sp.start_progress), cpu_share=self.cpu_share,
@@ -441,6 +483,7 @@ class ModeledTask:
         self.target = 1
         self.exit_code = 0
         self.message = ""
+        self.end_pending = False  # (no process to kill)
         self._progress = spec.start_progress
         self._t = time.monotonic()
 

@@ -119,10 +119,11 @@ class TransactionalTask(Task):
         try:
             self.port = int(json.loads(line)["port"])
         except (ValueError, KeyError, TypeError):
-            self._kill()
-            self.state, self.exit_code = State.FAILED, -1
-            self.message = f"workload {NAME} failed: the server printed {line[:100]!r} instead of its port"
-            self._release()
+            def failed() -> None:
+                self.state, self.exit_code = State.FAILED, -1
+                self.message = f"workload {NAME} failed: the server printed {line[:100]!r} instead of its port"
+
+            self._ended(failed)
             return
         p = self.params
         self._gen = subprocess.Popen(

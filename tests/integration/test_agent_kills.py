@@ -1,0 +1,120 @@
+"""The kills that end a task done with its work, and one whose start failed, are done outside the agent's lock:
+while such a task cannot die (its freezer will not thaw: up to ``KILL_TIMEOUT_S``), every other call answers at
+once. As for Stop (tests/integration/test_task_faults.py), a freezer that will not thaw is made at will by
+freezing the agent's parent group."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import grpc
+import pytest
+
+from node_agent.cgroups import CgroupError, safe_name
+from tests.integration.test_task_faults import (  # noqa: F401 (served: a fixture)
+    _alive,
+    _in_thread,
+    _parent_freezer,
+    _running_task,
+    _status,
+    _timed,
+    _until,
+    served,
+)
+from vcemu.v1 import agent_pb2
+
+pytestmark = pytest.mark.integration
+S = agent_pb2.TaskState
+HOLD_S = 2.0  # how long the task cannot die
+
+
+def _other(stub) -> None:  # type: ignore[no-untyped-def]
+    """A modeled task beside the one being killed, for calls that must not wait for that kill."""
+    stub.StartTask(agent_pb2.StartTaskRequest(task_id="other/0", host="h0", workload="modeled", cpu_share=0.2,
+                                              cpu_need=0.2, work_seconds=3600.0))
+
+
+def test_a_task_done_with_its_work_is_killed_outside_the_agents_lock(served) -> None:  # noqa: F811
+    """A task whose work is done (cpu-time progress) is DONE at once, and its process is killed by another thread:
+    while it cannot die, Status, a SetShare of another task and one of this task answer at once (the latter
+    accepted, changing nothing: the task is finished); once it can, it is dead, its cgroup removed, and the task
+    stays known, DONE, until a Stop."""
+    agent, stub = served
+    _other(stub)
+    _running_task(stub, "t/0")
+    pid, dirs = agent.core.task("t/0").pid, agent.core.cgroup_dirs("t/0")
+    freezer = _parent_freezer(agent)
+    freezer.write_text("FROZEN")  # the task cannot be thawed, so it cannot die, until the parent thaws
+    with agent.core._lock:
+        agent.core._tasks["t/0"].cpu_target = 1e-9  # its work is done: the monitor's next poll ends it
+        t0 = time.monotonic()
+        threading.Timer(HOLD_S, lambda: freezer.write_text("THAWED")).start()
+    time.sleep(0.5)  # the monitor has found it done, and is killing it
+    took, status = _timed(lambda: stub.Status(agent_pb2.StatusRequest()))
+    assert took < 0.5, f"Status took {took:.2f} s while a task done with its work waited to die"
+    assert isinstance(status, agent_pb2.StatusReply)
+    done = next(t for t in status.tasks if t.task_id == "t/0")
+    assert done.state == S.TASK_STATE_DONE and done.progress == 1.0 and done.exit_code == 0, done
+    took, reply = _timed(lambda: stub.SetShare(agent_pb2.SetShareRequest(task_id="other/0", cpu_share=0.3)))
+    assert took < 0.5 and isinstance(reply, agent_pb2.TaskReply), (took, reply)
+    took, reply = _timed(lambda: stub.SetShare(agent_pb2.SetShareRequest(task_id="t/0", cpu_share=0.3)))
+    assert took < 0.5 and isinstance(reply, agent_pb2.TaskReply), (took, reply)
+    assert reply.task.state == S.TASK_STATE_DONE
+    assert _alive(pid) and time.monotonic() < t0 + HOLD_S, "the task died before its parent thawed: nothing was tested"
+    _until("the done task's process never died", lambda: not _alive(pid), 20.0)
+    _until("the done task's kill never ended", lambda: "t/0" not in agent.core._ending, 20.0)
+    assert time.monotonic() >= t0 + HOLD_S - 0.2
+    assert not any(os.path.exists(d) for d in dirs)
+    assert _status(stub, "t/0").state == S.TASK_STATE_DONE
+    assert stub.Stop(agent_pb2.TaskRef(task_id="t/0")).task.state == S.TASK_STATE_DONE
+
+
+def test_a_task_whose_start_failed_is_killed_outside_the_agents_lock(served, monkeypatch) -> None:  # noqa: F811
+    """A start that fails once the task's process is in its cgroup kills that process. While it cannot die,
+    Status and a SetShare of another task answer at once, and the task is reported failed, with the start's error;
+    a StartTask of the same id waits for the kill (an ALREADY_EXISTS would tell a retrying client its task had
+    started). The failed StartTask answers once the process is dead, with the start's error, and the task is
+    forgotten: the waiting StartTask then starts it afresh."""
+    agent, stub = served
+    _other(stub)
+    driver = agent.core.driver
+    add_pid = driver.add_pid
+
+    def add_then_fail(name: str, pid: int) -> None:
+        add_pid(name, pid)
+        raise CgroupError("simulated: the start failed with the process in its cgroup")
+
+    monkeypatch.setattr(driver, "add_pid", add_then_fail)
+    freezer = _parent_freezer(agent)
+    freezer.write_text("FROZEN")  # the process is frozen as it joins its group, and cannot die until the parent thaws
+    request = agent_pb2.StartTaskRequest(task_id="t/0", host="h0", workload="dgemm", cpu_share=0.3, cpu_need=0.3,
+                                         work_seconds=3600.0, memory_bytes=16 << 20)
+    t0 = time.monotonic()
+    threading.Timer(HOLD_S, lambda: freezer.write_text("THAWED")).start()
+    first, start1 = _in_thread(lambda: stub.StartTask(request))
+    time.sleep(0.5)  # the start has failed, and its process is being killed
+    took, status = _timed(lambda: stub.Status(agent_pb2.StatusRequest()))
+    assert took < 0.5, f"Status took {took:.2f} s while a task whose start failed waited to die"
+    assert isinstance(status, agent_pb2.StatusReply)
+    failed = next(t for t in status.tasks if t.task_id == "t/0")
+    assert failed.state == S.TASK_STATE_FAILED and "simulated" in failed.message, failed
+    pid = agent.core.task("t/0").pid  # (not in a TaskStatus)
+    assert _alive(pid) and time.monotonic() < t0 + HOLD_S, "the process died before its parent thawed"
+    took, reply = _timed(lambda: stub.SetShare(agent_pb2.SetShareRequest(task_id="other/0", cpu_share=0.3)))
+    assert took < 0.5 and isinstance(reply, agent_pb2.TaskReply), (took, reply)
+    monkeypatch.setattr(driver, "add_pid", add_pid)
+    second, start2 = _in_thread(lambda: stub.StartTask(request))
+    first.join(20)
+    second.join(20)
+    r1, r2 = start1["result"], start2["result"]
+    assert isinstance(r1, grpc.RpcError) and r1.code() == grpc.StatusCode.INTERNAL, r1
+    assert "simulated" in r1.details()
+    assert start1["end"] >= t0 + HOLD_S - 0.2  # type: ignore[operator]
+    assert not _alive(pid)
+    assert isinstance(r2, agent_pb2.TaskReply), r2
+    assert r2.task.state in (S.TASK_STATE_STARTING, S.TASK_STATE_RUNNING), r2
+    assert _alive(agent.core.task("t/0").pid)
+    stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
+    assert not any(os.path.exists(d) for d in driver.dirs(safe_name("t/0")))
