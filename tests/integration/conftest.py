@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -69,10 +69,10 @@ def wait_state(stub: agent_pb2_grpc.AgentStub, task_id: str, state: int, timeout
         time.sleep(0.05)
 
 
-def cpu_fraction(stub: agent_pb2_grpc.AgentStub, task_id: str, seconds: float, host_cores: float) -> float:
-    """CPU use of a task over the next ``seconds``, as a fraction of its host, from cpuacct deltas
-    (TaskStatus.cpu_seconds)."""
-    c0, t0 = task_status(stub, task_id).cpu_seconds, time.monotonic()
-    time.sleep(seconds)
-    c1, t1 = task_status(stub, task_id).cpu_seconds, time.monotonic()
-    return (c1 - c0) / (t1 - t0) / host_cores
+def wait_until(what: str, cond: Callable[[], object], timeout: float = 20.0) -> None:
+    """Poll ``cond`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)

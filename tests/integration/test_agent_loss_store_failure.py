@@ -5,7 +5,6 @@ jobs "running" for ever on hosts that were gone."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import grpc
@@ -16,18 +15,11 @@ from coordinator.service import CoordinatorServer
 from node_agent.agent import HostSpec
 from node_agent.register import Registrar
 from node_agent.server import start_agent
+from tests.integration.conftest import wait_until
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.integration
-
-
-def _wait(what: str, cond, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.mark.timeout(90)
@@ -49,7 +41,7 @@ def test_agent_loss_is_still_detected_after_a_store_write_failed(tmp_path: Path)
         def where() -> dict[str, tuple[str, tuple[str, ...]]]:
             return {j.job_id: (j.state, tuple(j.hosts)) for j in stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs}
 
-        _wait("the three jobs to run, one per host", lambda: sum(s == "running" for s, _ in where().values()) == 3)
+        wait_until("the three jobs to run, one per host", lambda: sum(s == "running" for s, _ in where().values()) == 3)
         on = {hosts[0]: job for job, (_, hosts) in where().items()}
 
         # The disk is full while agent la dies: every write of the store fails.
@@ -65,7 +57,7 @@ def test_agent_loss_is_still_detected_after_a_store_write_failed(tmp_path: Path)
             setattr(store, name, failing)
         registrars[0].stop()
         agents[0].stop()
-        _wait("agent la to be declared lost", lambda: "pytest-la" not in server.backend.agents)
+        wait_until("agent la to be declared lost", lambda: "pytest-la" not in server.backend.agents)
         assert server._watch.is_alive(), "the agent watch died on the store's error"
         assert where()[on["la-h0"]][0] == "pending", "la's job was not requeued"
         full["on"] = False  # room again
@@ -73,7 +65,7 @@ def test_agent_loss_is_still_detected_after_a_store_write_failed(tmp_path: Path)
         # Later agent lb dies: it must be declared lost too, and its job requeued.
         registrars[1].stop()
         agents[1].stop()
-        _wait("agent lb to be declared lost", lambda: "pytest-lb" not in server.backend.agents)
+        wait_until("agent lb to be declared lost", lambda: "pytest-lb" not in server.backend.agents)
         assert "lb-h0" not in {h.name for h in server.engine.hosts}
         assert where()[on["lb-h0"]][1] in ((), ("lc-h0",)), where()
         assert server.metrics.agents_lost._value.get() == 2

@@ -5,8 +5,6 @@ that was gone, and jobs placed on it failed ("no host ... on agent")."""
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
 
@@ -15,19 +13,12 @@ from coordinator.service import CoordinatorServer
 from node_agent.agent import HostSpec
 from node_agent.register import Registrar
 from node_agent.server import start_agent
+from tests.integration.conftest import wait_until
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.integration
 GIB = 1 << 30
-
-
-def _wait(what: str, cond, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.mark.timeout(90)
@@ -58,19 +49,19 @@ def test_an_agent_back_with_fewer_or_other_hosts_leaves_no_ghost_host() -> None:
         spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600, workload="modeled")
         for _ in range(2):
             stub.Submit(pb.SubmitRequest(spec=spec), timeout=5)
-        _wait("both jobs to run", lambda: [s for s, _ in jobs().values()] == ["running", "running"])
+        wait_until("both jobs to run", lambda: [s for s, _ in jobs().values()] == ["running", "running"])
 
         down()  # restarted with one host
         up([HostSpec("rack-h0", 1.0, GIB)])
-        _wait("rack-h1 to leave the cluster", lambda: "rack-h1" not in hosts())
+        wait_until("rack-h1 to leave the cluster", lambda: "rack-h1" not in hosts())
         assert [h.name for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts] == ["rack-h0"]
-        _wait("both jobs to run on rack-h0", lambda: [s for s, _ in jobs().values()] == ["running", "running"])
+        wait_until("both jobs to run on rack-h0", lambda: [s for s, _ in jobs().values()] == ["running", "running"])
         assert not [j for j, (s, _) in jobs().items() if s == "failed"], jobs()
 
         down()  # restarted with half the cores: the host is replaced, its jobs requeued and placed again
         up([HostSpec("rack-h0", 0.5, GIB)])
-        _wait("rack-h0's new capacity", lambda: hosts() == {"rack-h0": 0.5})
-        _wait("both jobs to run again", lambda: [s for s, _ in jobs().values()] == ["running", "running"])
+        wait_until("rack-h0's new capacity", lambda: hosts() == {"rack-h0": 0.5})
+        wait_until("both jobs to run again", lambda: [s for s, _ in jobs().values()] == ["running", "running"])
         assert not [j for j, (s, _) in jobs().items() if s == "failed"], jobs()
         placed = [r for r in server.engine.jobs.values() if r.hosts == ("rack-h0",)]
         assert sum(r.cpu for r in placed) <= 0.5 + 1e-9, [(r.spec.id, r.cpu) for r in placed]

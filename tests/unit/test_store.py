@@ -3,6 +3,7 @@ restarted on the file gets its jobs, request ids, tasks and clock back."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -125,11 +126,14 @@ def test_another_programs_sqlite_file_is_refused_untouched(tmp_path):
     given vcemu's tables, then fail with a traceback on its own ``jobs`` table."""
     import sqlite3
 
-    other = tmp_path / "other.db"
-    db = sqlite3.connect(other)
-    db.execute("CREATE TABLE jobs (id TEXT, name TEXT)")
-    db.commit()
-    db.close()
+    def sqlite_file(name: str, table: str) -> Path:
+        path = tmp_path / name
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute(f"CREATE TABLE {table}")
+            db.commit()
+        return path
+
+    other = sqlite_file("other.db", "jobs (id TEXT, name TEXT)")
     with pytest.raises(StoreError, match=r"other\.db: not a vcemu state file \(it has other tables: jobs\)"):
         Store(str(other))
     db = sqlite3.connect(other)
@@ -137,11 +141,7 @@ def test_another_programs_sqlite_file_is_refused_untouched(tmp_path):
     assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")] == ["jobs"]
     db.close()
     # Nor one of tables that are none of vcemu's.
-    unrelated = tmp_path / "unrelated.db"
-    db = sqlite3.connect(unrelated)
-    db.execute("CREATE TABLE photos (path TEXT)")
-    db.commit()
-    db.close()
+    unrelated = sqlite_file("unrelated.db", "photos (path TEXT)")
     with pytest.raises(StoreError, match=r"it has other tables: photos"):
         Store(str(unrelated))
     # A new file and a vcemu state file are accepted, the latter again after a close.
