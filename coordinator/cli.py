@@ -165,6 +165,13 @@ POLICY_HELP = f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)
 # ---- clients --------------------------------------------------------------------------------------
 
 
+#: The largest reply the client commands accept: the coordinator's own send limit (its
+#: ``grpc.max_send_message_length``, 64 x ``coordinator.service.MAX_MESSAGE_BYTES``). With gRPC's default of
+#: 4 MiB, ``vcemu jobs`` failed for good (RESOURCE_EXHAUSTED) once a run held about 34,000 jobs. A number
+#: here, not an import: importing coordinator.service takes about 1.4 s, a whole client command 0.3 s;
+#: tests/unit/test_cli_clients.py checks that the two agree.
+MAX_REPLY_BYTES = 64 << 20
+
 #: The client commands' TLS settings: argparse attribute, flag, and the environment variable it defaults from.
 CLIENT_TLS = (("tls_cert", "--tls-cert", "VCEMU_TLS_CERT"), ("tls_key", "--tls-key", "VCEMU_TLS_KEY"),
               ("tls_ca", "--tls-ca", "VCEMU_TLS_CA"))
@@ -211,7 +218,7 @@ def _stub(channel: grpc.Channel):
 
 class _Client:
     """One client command's connection to the coordinator at ``--coordinator``: over mutual TLS when TLS files
-    are given (:func:`client_tls`), with the bearer token of
+    are given (:func:`client_tls`), accepting replies up to :data:`MAX_REPLY_BYTES`, with the bearer token of
     ``$VCEMU_TOKEN_FILE``. A context manager: the channel is closed when the command is done."""
 
     def __init__(self, args: argparse.Namespace, what: str) -> None:
@@ -219,14 +226,15 @@ class _Client:
 
         self.what, self.address = what, args.coordinator
         self.tls = client_tls(args, what)
+        options = [("grpc.max_receive_message_length", MAX_REPLY_BYTES)]
         if self.tls is None:
-            self.channel = grpc.insecure_channel(self.address)
+            self.channel = grpc.insecure_channel(self.address, options=options)
         else:
             try:
                 credentials = self.tls.channel_credentials()
             except ValueError as exc:  # the file went away since client_tls looked
                 _refuse(f"vcemu {what}: {exc}")
-            self.channel = grpc.secure_channel(self.address, credentials)
+            self.channel = grpc.secure_channel(self.address, credentials, options=options)
         self.stub = _stub(self.channel)
 
     def __enter__(self) -> _Client:

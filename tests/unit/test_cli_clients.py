@@ -2,17 +2,21 @@
 
 A coordinator started with ``--tls-*`` requires a client certificate on every call: the clients take
 ``--tls-cert/--tls-key/--tls-ca`` (defaults ``$VCEMU_TLS_*``), refuse a partial set naming the flag or variable,
-and without TLS say that the coordinator may require it. Certificates are made here.
+and without TLS say that the coordinator may require it. Their channel takes replies as large as the
+coordinator sends (``vcemu jobs`` on a long run outgrows gRPC's default 4 MiB). Certificates are made here.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
 
-from coordinator.cli import main
+from coordinator.cli import MAX_REPLY_BYTES, main
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
 from node_agent.tls import TlsFiles
@@ -160,3 +164,61 @@ def test_no_tls_hint_when_the_coordinator_itself_answers_unavailable(
         server.stop()
     assert code == 2
     assert one_line(err) == "vcemu submit: UNAVAILABLE: no hosts registered yet: start agents first"
+
+
+# ---- replies larger than gRPC's default 4 MiB ---------------------------------------------------------------
+
+
+def test_the_clients_reply_limit_is_the_coordinators_send_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_REPLY_BYTES is a number in cli.py (importing coordinator.service would slow every client command by
+    more than a second): the coordinator's actual gRPC server options must say the same."""
+    import coordinator.service
+
+    seen: list[dict[str, object]] = []
+    real = grpc.server
+
+    def server(*args: object, **kwargs: object) -> grpc.Server:
+        seen.append(dict(kwargs.get("options") or []))  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coordinator.service.grpc, "server", server)
+    CoordinatorServer(get_policy("greedy"), port=0)  # built, not started
+    assert seen and seen[0]["grpc.max_send_message_length"] == MAX_REPLY_BYTES
+
+
+class BigListJobs(pb_grpc.CoordinatorServicer):
+    """A coordinator's ListJobs as it answers after a long run: one reply of tens of thousands of jobs."""
+
+    def __init__(self, reply: pb.ListJobsReply) -> None:
+        self.reply = reply
+
+    def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:  # noqa: N802
+        return self.reply
+
+
+def test_jobs_lists_a_reply_larger_than_grpcs_default_4_mib(
+        env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """40,000 finished jobs (about 5 MiB): gRPC's default receive limit (4 MiB) refused them with
+    RESOURCE_EXHAUSTED for good. The server here sends as the coordinator may (up to MAX_REPLY_BYTES, checked
+    against the coordinator's options above), without 40,000 real jobs behind it."""
+    env.delenv("VCEMU_TOKEN_FILE")
+    n = 40_000
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=60, workload="dgemm")
+    reply = pb.ListJobsReply(jobs=[pb.Job(job_id=f"job-{i:05d}", state="done", spec=spec, submit_time=i + 0.5,
+                                          start_time=i + 1.5, end_time=i + 61.5, virtual_time=60.0, stretch=1.5,
+                                          message="completed") for i in range(1, n + 1)])
+    assert reply.ByteSize() > 4 << 20
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                         options=[("grpc.max_send_message_length", MAX_REPLY_BYTES)])
+    pb_grpc.add_CoordinatorServicer_to_server(BigListJobs(reply), server)
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        t = time.monotonic()
+        code, out, err = run(["jobs", "--coordinator", address], capsys)
+        assert code == 0, err
+        lines = out.splitlines()
+        assert len(lines) == n + 1 and lines[-1].startswith(f"job-{n:05d}  done"), lines[-1]
+        assert time.monotonic() - t < 10
+    finally:
+        server.stop(None)
