@@ -28,6 +28,7 @@ from coordinator.policy_names import POLICY_NAMES
 if TYPE_CHECKING:
     import grpc
 
+    from coordinator.service import CoordinatorServer
     from node_agent.tls import TlsFiles
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
@@ -569,12 +570,46 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.is_set() and all(p.poll() is None for p in procs):
+    exited: set[int] = set()
+    while not stop.is_set():
+        for p in procs:
+            if p.pid not in exited and p.poll() is not None:
+                exited.add(p.pid)
+                print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
+        if len(exited) == len(procs):
+            print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr, flush=True)
+            server.stop()
+            return 1
         stop.wait(0.5)
     print("vcemu up: stopping", flush=True)
     server.stop()
     stop_processes(procs)
     return 0
+
+
+def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False) -> str:
+    """One line for ``vcemu up`` when one of its agent processes has exited (a crash, the OOM killer, an
+    operator testing fault tolerance). The run goes on: the coordinator declares the agent's hosts lost when its
+    heartbeats stop and requeues their jobs on the other agents, as a testbed's coordinator would. For the
+    ``last`` agent there is nothing to requeue on, and ``up`` stops."""
+    argv = [str(a) for a in proc.args] if isinstance(proc.args, list | tuple) else []
+    agent = argv[argv.index("--agent-id") + 1] if "--agent-id" in argv[:-1] else "?"
+    code = proc.returncode
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    if last:
+        return f"vcemu up: agent {agent} (pid {proc.pid}) {how}"
+    with server.engine.lock:
+        hosts = sorted(h for h, a in server.backend.host_agent.items() if a == agent)
+    silence = server.heartbeat_misses * server.heartbeat_s
+    return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; its hosts{' ' + ', '.join(hosts) if hosts else ''} "
+            f"will be declared lost after {silence:g} s without heartbeats, and their jobs requeued on the other "
+            "agents")
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
