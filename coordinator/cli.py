@@ -21,9 +21,15 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, NoReturn
+from typing import IO, TYPE_CHECKING, NoReturn
 
 from coordinator.policy_names import POLICY_NAMES
+
+if TYPE_CHECKING:
+    import grpc
+
+    from coordinator.service import CoordinatorServer
+    from node_agent.tls import TlsFiles
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 
@@ -160,12 +166,116 @@ POLICY_HELP = f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)
 # ---- clients --------------------------------------------------------------------------------------
 
 
-def _stub(address: str):
-    import grpc
+#: The largest reply the client commands accept: the coordinator's own send limit (its
+#: ``grpc.max_send_message_length``, 64 x ``coordinator.service.MAX_MESSAGE_BYTES``). With gRPC's default of
+#: 4 MiB, ``vcemu jobs`` failed for good (RESOURCE_EXHAUSTED) once a run held about 34,000 jobs. A number
+#: here, not an import: importing coordinator.service takes about 1.4 s, a whole client command 0.3 s;
+#: tests/unit/test_cli_clients.py checks that the two agree.
+MAX_REPLY_BYTES = 64 << 20
 
+#: The client commands' TLS settings: argparse attribute, flag, and the environment variable it defaults from.
+CLIENT_TLS = (("tls_cert", "--tls-cert", "VCEMU_TLS_CERT"), ("tls_key", "--tls-key", "VCEMU_TLS_KEY"),
+              ("tls_ca", "--tls-ca", "VCEMU_TLS_CA"))
+_TLS_HELP = {"--tls-cert": "PEM certificate of the cluster, for a coordinator started with --tls-*",
+             "--tls-key": "PEM private key of that certificate", "--tls-ca": "PEM CA certificate of the cluster"}
+
+
+def client_tls(args: argparse.Namespace, what: str) -> TlsFiles | None:
+    """The client's TLS files from ``--tls-cert/--tls-key/--tls-ca``, each defaulting from its environment
+    variable (a flag wins over its variable), or None for a plaintext channel. A coordinator started with
+    ``--tls-*`` requires a client certificate on every call, so a user reaches it only with all three; a
+    partial set or an unreadable file is refused here, naming where it came from (flag or variable), rather
+    than turning into an UNAVAILABLE from a handshake that cannot succeed."""
+    from node_agent.tls import TlsFiles
+
+    given: list[tuple[str, str]] = []  # (where it came from, path)
+    missing: list[str] = []
+    for attr, flag, env in CLIENT_TLS:
+        if getattr(args, attr, None):
+            given.append((flag, getattr(args, attr)))
+        elif os.environ.get(env):
+            given.append((f"${env}", os.environ[env]))
+        else:
+            missing.append(f"{flag} (or ${env})")
+    if not given:
+        return None
+    if missing:
+        _refuse(f"vcemu {what}: {' and '.join(s for s, _ in given)} given without {' and '.join(missing)}: "
+                "mutual TLS needs all three (or none, for a coordinator without TLS)")
+    for source, path in given:
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            _refuse(f"vcemu {what}: {source} {path}: {exc.strerror or exc}")
+    return TlsFiles(*(path for _, path in given))
+
+
+def _stub(channel: grpc.Channel):
     from vcemu.v1 import coordinator_pb2_grpc
 
-    return coordinator_pb2_grpc.CoordinatorStub(grpc.insecure_channel(address))
+    return coordinator_pb2_grpc.CoordinatorStub(channel)
+
+
+class _Client:
+    """One client command's connection to the coordinator at ``--coordinator``: over mutual TLS when TLS files
+    are given (:func:`client_tls`), accepting replies up to :data:`MAX_REPLY_BYTES`, with the bearer token of
+    ``$VCEMU_TOKEN_FILE``. A context manager: the channel is closed when the command is done."""
+
+    def __init__(self, args: argparse.Namespace, what: str) -> None:
+        import grpc
+
+        self.what, self.address = what, args.coordinator
+        self.tls = client_tls(args, what)
+        options = [("grpc.max_receive_message_length", MAX_REPLY_BYTES)]
+        if self.tls is None:
+            self.channel = grpc.insecure_channel(self.address, options=options)
+        else:
+            try:
+                credentials = self.tls.channel_credentials()
+            except ValueError as exc:  # the file went away since client_tls looked
+                _refuse(f"vcemu {what}: {exc}")
+            self.channel = grpc.secure_channel(self.address, credentials, options=options)
+        self.stub = _stub(self.channel)
+
+    def __enter__(self) -> _Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.channel.close()
+
+    def rpc(self, method: str, request):  # type: ignore[no-untyped-def]
+        """Call ``method`` with a 10-s deadline; an RPC error ends the command with one line (exit status 2)."""
+        import grpc
+
+        try:
+            return getattr(self.stub, method)(request, timeout=10, metadata=_auth())
+        except grpc.RpcError as exc:
+            message = f"vcemu {self.what}: {exc.code().name}: {exc.details()}"
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
+                message += "; " + self._unreachable_hint()
+            print(message, file=sys.stderr)
+            raise SystemExit(2) from None
+
+    def _connects(self) -> bool:
+        """Whether the channel reaches the coordinator (READY within a second). The coordinator answers
+        UNAVAILABLE itself too (no hosts registered yet): only when no connection could be made is a hint
+        about TLS to the point."""
+        import grpc
+
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=1.0)
+        except grpc.FutureTimeoutError:
+            return False
+        return True
+
+    def _unreachable_hint(self) -> str:
+        if self.tls is None:
+            return (f"if the coordinator at {self.address} was started with --tls-cert/--tls-key/--tls-ca, it "
+                    "requires TLS: give the client the cluster's --tls-cert, --tls-key and --tls-ca (or "
+                    "$VCEMU_TLS_CERT, $VCEMU_TLS_KEY, $VCEMU_TLS_CA)")
+        return (f"with TLS: check that the coordinator at {self.address} was started with --tls-* and that its "
+                f"certificate is signed by {self.tls.ca} and names {self.address.rsplit(':', 1)[0]}")
 
 
 def _auth() -> tuple[tuple[str, str], ...]:
@@ -210,16 +320,6 @@ def _server_options(args: argparse.Namespace) -> dict:
     return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls}
 
 
-def _rpc(call, request, what: str):
-    import grpc
-
-    try:
-        return call(request, timeout=10, metadata=_auth())
-    except grpc.RpcError as exc:
-        print(f"vcemu {what}: {exc.code().name}: {exc.details()}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def cmd_submit(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
@@ -232,7 +332,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         ),
         request_id=args.request_id or "",
     )
-    job = _rpc(_stub(args.coordinator).Submit, request, "submit")
+    with _Client(args, "submit") as client:
+        job = client.rpc("Submit", request)
     print(job.job_id)
     return 0
 
@@ -255,22 +356,23 @@ def _submit_file(args: argparse.Namespace) -> int:
     except (OSError, JobFileError) as exc:
         raise SystemExit(f"vcemu submit: {exc}") from None
     prefix = args.request_id or digest
-    stub, accepted, refused, known, told = _stub(args.coordinator), 0, 0, 0, 0
-    for k in range(0, len(specs), 1000):
-        chunk = specs[k:k + 1000]
-        requests = [pb.SubmitRequest(spec=pb.JobSpec(tasks=s.tasks, cpu_need=s.cpu_need, memory=s.mem,
-                                                     work_seconds=s.work, workload=s.workload, name=s.id),
-                                     request_id=f"{prefix}:{s.id}") for s in chunk]
-        reply = _rpc(stub.SubmitBatch, pb.SubmitBatchRequest(requests=requests), "submit")
-        for s, r in zip(chunk, reply.results, strict=True):
-            if r.code == 0:
-                accepted += 1
-                told += r.HasField("known")
-                known += r.known
-                print(f"{s.id}\t{r.job.job_id}")
-            else:
-                refused += 1
-                print(f"vcemu submit: {args.file}: job {s.id}: {r.error}", file=sys.stderr)
+    client, accepted, refused, known, told = _Client(args, "submit"), 0, 0, 0, 0
+    with client:
+        for k in range(0, len(specs), 1000):
+            chunk = specs[k:k + 1000]
+            requests = [pb.SubmitRequest(spec=pb.JobSpec(tasks=s.tasks, cpu_need=s.cpu_need, memory=s.mem,
+                                                         work_seconds=s.work, workload=s.workload, name=s.id),
+                                         request_id=f"{prefix}:{s.id}") for s in chunk]
+            reply = client.rpc("SubmitBatch", pb.SubmitBatchRequest(requests=requests))
+            for s, r in zip(chunk, reply.results, strict=True):
+                if r.code == 0:
+                    accepted += 1
+                    told += r.HasField("known")
+                    known += r.known
+                    print(f"{s.id}\t{r.job.job_id}")
+                else:
+                    refused += 1
+                    print(f"vcemu submit: {args.file}: job {s.id}: {r.error}", file=sys.stderr)
     # A coordinator older than SubmitResult.known does not say which jobs it already had.
     new = f" ({accepted - known} new, {known} already known)" if told == accepted else ""
     print(f"{accepted} accepted{new}, {refused} refused", file=sys.stderr)
@@ -296,7 +398,8 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
 def cmd_jobs(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
-    reply = _rpc(_stub(args.coordinator).ListJobs, pb.ListJobsRequest(state=args.state or ""), "jobs")
+    with _Client(args, "jobs") as client:
+        reply = client.rpc("ListJobs", pb.ListJobsRequest(state=args.state or ""))
     if args.json:
         from google.protobuf.json_format import MessageToDict
 
@@ -309,7 +412,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
-    job = _rpc(_stub(args.coordinator).Cancel, pb.JobRef(job_id=args.job_id), "cancel")
+    with _Client(args, "cancel") as client:
+        job = client.rpc("Cancel", pb.JobRef(job_id=args.job_id))
     print(f"{job.job_id} {job.state}")
     return 0
 
@@ -317,7 +421,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
-    s = _rpc(_stub(args.coordinator).ClusterStatus, pb.ClusterStatusRequest(), "status")
+    with _Client(args, "status") as client:
+        s = client.rpc("ClusterStatus", pb.ClusterStatusRequest())
     print(f"policy {s.policy}  t={s.now:.1f}s  min yield {s.min_yield:.2f}  avg yield {s.avg_yield:.2f}")
     print("jobs: " + ", ".join(f"{k} {v}" for k, v in sorted(s.jobs_by_state.items()) if v))
     rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
@@ -465,12 +570,46 @@ def cmd_up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.is_set() and all(p.poll() is None for p in procs):
+    exited: set[int] = set()
+    while not stop.is_set():
+        for p in procs:
+            if p.pid not in exited and p.poll() is not None:
+                exited.add(p.pid)
+                print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
+        if len(exited) == len(procs):
+            print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr, flush=True)
+            server.stop()
+            return 1
         stop.wait(0.5)
     print("vcemu up: stopping", flush=True)
     server.stop()
     stop_processes(procs)
     return 0
+
+
+def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False) -> str:
+    """One line for ``vcemu up`` when one of its agent processes has exited (a crash, the OOM killer, an
+    operator testing fault tolerance). The run goes on: the coordinator declares the agent's hosts lost when its
+    heartbeats stop and requeues their jobs on the other agents, as a testbed's coordinator would. For the
+    ``last`` agent there is nothing to requeue on, and ``up`` stops."""
+    argv = [str(a) for a in proc.args] if isinstance(proc.args, list | tuple) else []
+    agent = argv[argv.index("--agent-id") + 1] if "--agent-id" in argv[:-1] else "?"
+    code = proc.returncode
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    if last:
+        return f"vcemu up: agent {agent} (pid {proc.pid}) {how}"
+    with server.engine.lock:
+        hosts = sorted(h for h, a in server.backend.host_agent.items() if a == agent)
+    silence = server.heartbeat_misses * server.heartbeat_s
+    return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; its hosts{' ' + ', '.join(hosts) if hosts else ''} "
+            f"will be declared lost after {silence:g} s without heartbeats, and their jobs requeued on the other "
+            "agents")
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
@@ -530,6 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
     def client(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--coordinator", default=os.environ.get("VCEMU_COORDINATOR", DEFAULT_COORDINATOR),
                         help="coordinator address (default $VCEMU_COORDINATOR or %(default)s)")
+        for _, flag, env in CLIENT_TLS:  # read when the command runs, so an error can say which one was used
+            sp.add_argument(flag, default=None, metavar="PEM", help=f"{_TLS_HELP[flag]} (default ${env})")
 
     sp = sub.add_parser("up", help="run a local cluster: coordinator and agents on 127.0.0.1")
     sp.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="emulated hosts (default 4)")

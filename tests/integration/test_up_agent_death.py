@@ -1,0 +1,116 @@
+"""``vcemu up`` when one of its agent processes dies: the run goes on (the coordinator declares the agent's hosts
+lost and requeues their jobs on the other agents, as the README promises), one line says which agent went and
+how; when every agent has gone, ``up`` stops with a non-zero status and says so. Real processes: ``vcemu up``
+with two agents (``--no-cgroups``, modeled jobs), fast heartbeats so that a loss is noticed in 1.5 s."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def agent_id_of(pid: int) -> str:
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return argv[argv.index("--agent-id") + 1]
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0,
+             log: Path | None = None) -> object:
+    """``check()``'s first true result within ``timeout`` s; the assertion names ``what`` and, if given, ends with
+    ``log`` as it is then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = check()
+        except grpc.RpcError:
+            got = None
+        if got:
+            return got
+        assert time.monotonic() < deadline, what + (f":\n{log.read_text(errors='replace')}" if log else "")
+        time.sleep(0.1)
+
+
+def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_path: Path) -> None:
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--agents", "2",
+                               "--no-cgroups", "--port", "0", "--heartbeat", "0.5"],
+                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    agents: dict[str, int] = {}
+    channel = None
+    try:
+        def text() -> str:
+            return log_path.read_text(errors="replace")
+
+        ready = wait_for("vcemu up never came up", lambda: re.search(r"coordinator on (\S+) ", text()), 90, log_path)
+        channel = grpc.insecure_channel(ready.group(1))  # type: ignore[union-attr]
+        stub = pb_grpc.CoordinatorStub(channel)
+        agents = {agent_id_of(pid): pid for pid in children(up.pid)}
+        assert len(agents) == 2, agents
+        spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=300, workload="modeled")
+        job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=10).job_id
+
+        def placed() -> str | None:
+            j = stub.GetJob(pb.JobRef(job_id=job), timeout=5)
+            return j.hosts[0] if j.state == "running" and j.hosts else None
+
+        host = str(wait_for(f"{job} never ran", placed, log=log_path))
+        owner = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
+        victim = owner[host]
+        survivor = next(a for a in agents if a != victim)
+        os.kill(agents[victim], signal.SIGKILL)
+
+        line = (f"vcemu up: agent {victim} (pid {agents[victim]}) was killed by SIGKILL; its hosts {host} will be "
+                "declared lost after 1.5 s without heartbeats, and their jobs requeued on the other agents")
+        wait_for(f"no line about {victim}'s death", lambda: line in text(), 10, log_path)
+        wait_for(f"{job} was not requeued on {survivor}'s host", lambda: owner.get(placed() or "") == survivor, 30,
+                 log_path)
+        assert up.poll() is None, text()  # the run went on
+        assert "vcemu up: stopping" not in text()
+
+        os.kill(agents[survivor], signal.SIGTERM)  # the agent's clean shutdown: exit status 0
+        assert up.wait(30) == 1, text()
+        out = text()
+        said = [x for x in out.splitlines() if x.startswith("vcemu up: ")]
+        assert said[-2:] == [f"vcemu up: agent {survivor} (pid {agents[survivor]}) exited with code 0",
+                             "vcemu up: every agent process has exited; stopping the coordinator"], out
+    finally:
+        if channel is not None:
+            channel.close()
+        for agent, pid in agents.items():  # an agent this test's `vcemu up` started and that is still there
+            with contextlib.suppress(OSError, ValueError):
+                if agent_id_of(pid) == agent:
+                    os.kill(pid, signal.SIGKILL)
+        if up.poll() is None:
+            up.kill()
+            up.wait()

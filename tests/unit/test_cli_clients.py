@@ -1,0 +1,224 @@
+"""The client commands (``vcemu submit/jobs/status/cancel``) against real gRPC servers on 127.0.0.1.
+
+A coordinator started with ``--tls-*`` requires a client certificate on every call: the clients take
+``--tls-cert/--tls-key/--tls-ca`` (defaults ``$VCEMU_TLS_*``), refuse a partial set naming the flag or variable,
+and without TLS say that the coordinator may require it. Their channel takes replies as large as the
+coordinator sends (``vcemu jobs`` on a long run outgrows gRPC's default 4 MiB). Certificates are made here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator.cli import MAX_REPLY_BYTES, main
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer
+from node_agent.tls import TlsFiles
+from tests.integration.test_security import _certs
+from vcemu.v1 import agent_pb2
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+TOKEN = "s3cret-token"
+TLS_ENV = ("VCEMU_TLS_CERT", "VCEMU_TLS_KEY", "VCEMU_TLS_CA")
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
+    """(exit status, stdout, stderr) of one in-process command."""
+    try:
+        code: object = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return _certs(tmp_path_factory.mktemp("tls"), "cluster")
+
+
+@pytest.fixture(scope="module")
+def tls_server(certs: TlsFiles) -> Iterator[CoordinatorServer]:
+    """A coordinator as the README starts it: ``--token-file`` and ``--tls-*``, with one described agent (its
+    address answers nothing: the jobs are accepted and placed, which is all a client sees)."""
+    server = CoordinatorServer(get_policy("greedy"), port=0, tls=certs, token=TOKEN).start()
+    desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name=f"a0-h{i}", cpu_cores=0.5, memory_bytes=1 << 30) for i in range(2)])
+    with certs.client_channel(server.address) as ch:
+        pb_grpc.CoordinatorStub(ch).RegisterAgent(
+            pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """The cluster's token in $VCEMU_TOKEN_FILE, and no TLS files from the environment this test runs in."""
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    monkeypatch.setenv("VCEMU_TOKEN_FILE", str(token))
+    for name in TLS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def tls_flags(tls: TlsFiles) -> list[str]:
+    return ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca]
+
+
+def one_line(err: str) -> str:
+    assert "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+def test_every_client_command_reaches_a_tls_coordinator_with_the_clusters_certificate(
+        tls_server: CoordinatorServer, certs: TlsFiles, env: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    at = ["--coordinator", tls_server.address, *tls_flags(certs)]
+    code, out, err = run(["submit", *at, "--work", "5", "--workload", "modeled", "--cpu-need", "0.5"], capsys)
+    assert code == 0, err
+    job = out.strip()
+    assert job.startswith("job-")
+    code, out, err = run(["jobs", *at], capsys)
+    assert code == 0 and job in out, err
+    code, out, err = run(["status", *at], capsys)
+    assert code == 0 and "a0-h0" in out, err
+    code, out, err = run(["cancel", *at, job], capsys)
+    assert code == 0 and out.strip() == f"{job} cancelled", (out, err)
+
+
+def test_tls_files_default_from_the_environment_and_a_flag_wins_over_its_variable(
+        tls_server: CoordinatorServer, certs: TlsFiles, env: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for name, path in zip(TLS_ENV, (certs.cert, certs.key, certs.ca), strict=True):
+        env.setenv(name, path)
+    code, out, err = run(["jobs", "--coordinator", tls_server.address], capsys)
+    assert code == 0, err
+    env.setenv("VCEMU_TLS_CA", "/nonexistent/ca.pem")  # overridden by the flag: never read
+    code, out, err = run(["status", "--coordinator", tls_server.address, "--tls-ca", certs.ca], capsys)
+    assert code == 0 and "a0-h0" in out, err
+
+
+@pytest.mark.parametrize("command", [["jobs"], ["status"], ["submit"], ["cancel", "job-00001"]])
+@pytest.mark.parametrize(("flags", "variables", "message"), [
+    (["--tls-cert"], {}, "--tls-cert given without --tls-key (or $VCEMU_TLS_KEY) and --tls-ca (or $VCEMU_TLS_CA)"),
+    (["--tls-cert", "--tls-key"], {}, "--tls-cert and --tls-key given without --tls-ca (or $VCEMU_TLS_CA)"),
+    ([], {"VCEMU_TLS_KEY": "--tls-key"},
+     "$VCEMU_TLS_KEY given without --tls-cert (or $VCEMU_TLS_CERT) and --tls-ca (or $VCEMU_TLS_CA)"),
+    (["--tls-ca"], {"VCEMU_TLS_CERT": "--tls-cert"}, "$VCEMU_TLS_CERT and --tls-ca given without --tls-key (or "
+     "$VCEMU_TLS_KEY)"),
+])
+def test_a_partial_tls_set_is_refused_naming_the_flag(
+        command: list[str], flags: list[str], variables: dict[str, str], message: str, certs: TlsFiles,
+        env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before any connection (nothing listens at the address): a handshake without a key could only
+    end in an UNAVAILABLE that does not say why."""
+    paths = {"--tls-cert": certs.cert, "--tls-key": certs.key, "--tls-ca": certs.ca}
+    for name, flag in variables.items():
+        env.setenv(name, paths[flag])
+    argv = [*command, "--coordinator", "127.0.0.1:1", *(x for f in flags for x in (f, paths[f]))]
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == ""
+    assert one_line(err) == (f"vcemu {command[0]}: {message}: mutual TLS needs all three (or none, for a "
+                             "coordinator without TLS)")
+
+
+def test_an_unreadable_tls_file_is_refused_naming_where_it_came_from(
+        certs: TlsFiles, env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["jobs", "--coordinator", "127.0.0.1:1", "--tls-cert", certs.cert, "--tls-key", certs.key,
+                        "--tls-ca", "/nonexistent/ca.pem"], capsys)
+    assert code == 2 and one_line(err) == "vcemu jobs: --tls-ca /nonexistent/ca.pem: No such file or directory"
+    env.setenv("VCEMU_TLS_KEY", "/nonexistent/key.pem")
+    code, _, err = run(["jobs", "--coordinator", "127.0.0.1:1", "--tls-cert", certs.cert, "--tls-ca", certs.ca],
+                       capsys)
+    assert code == 2 and one_line(err) == "vcemu jobs: $VCEMU_TLS_KEY /nonexistent/key.pem: No such file or directory"
+
+
+def test_without_tls_the_error_says_the_coordinator_may_require_it(
+        tls_server: CoordinatorServer, env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["jobs", "--coordinator", tls_server.address], capsys)
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert line.startswith("vcemu jobs: UNAVAILABLE: "), line
+    assert (f"if the coordinator at {tls_server.address} was started with --tls-cert/--tls-key/--tls-ca, it "
+            "requires TLS: give the client the cluster's --tls-cert, --tls-key and --tls-ca (or $VCEMU_TLS_CERT, "
+            "$VCEMU_TLS_KEY, $VCEMU_TLS_CA)") in line, line
+
+
+def test_no_tls_hint_when_the_coordinator_itself_answers_unavailable(
+        env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A coordinator without hosts refuses a submission with UNAVAILABLE: it was reached, TLS is not the matter."""
+    env.delenv("VCEMU_TOKEN_FILE")
+    server = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        code, _, err = run(["submit", "--coordinator", server.address], capsys)
+    finally:
+        server.stop()
+    assert code == 2
+    assert one_line(err) == "vcemu submit: UNAVAILABLE: no hosts registered yet: start agents first"
+
+
+# ---- replies larger than gRPC's default 4 MiB ---------------------------------------------------------------
+
+
+def test_the_clients_reply_limit_is_the_coordinators_send_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MAX_REPLY_BYTES is a number in cli.py (importing coordinator.service would slow every client command by
+    more than a second): the coordinator's actual gRPC server options must say the same."""
+    import coordinator.service
+
+    seen: list[dict[str, object]] = []
+    real = grpc.server
+
+    def server(*args: object, **kwargs: object) -> grpc.Server:
+        seen.append(dict(kwargs.get("options") or []))  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coordinator.service.grpc, "server", server)
+    CoordinatorServer(get_policy("greedy"), port=0)  # built, not started
+    assert seen and seen[0]["grpc.max_send_message_length"] == MAX_REPLY_BYTES
+
+
+class BigListJobs(pb_grpc.CoordinatorServicer):
+    """A coordinator's ListJobs as it answers after a long run: one reply of tens of thousands of jobs."""
+
+    def __init__(self, reply: pb.ListJobsReply) -> None:
+        self.reply = reply
+
+    def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:  # noqa: N802
+        return self.reply
+
+
+def test_jobs_lists_a_reply_larger_than_grpcs_default_4_mib(
+        env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """40,000 finished jobs (about 5 MiB): gRPC's default receive limit (4 MiB) refused them with
+    RESOURCE_EXHAUSTED for good. The server here sends as the coordinator may (up to MAX_REPLY_BYTES, checked
+    against the coordinator's options above), without 40,000 real jobs behind it."""
+    env.delenv("VCEMU_TOKEN_FILE")
+    n = 40_000
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=60, workload="dgemm")
+    reply = pb.ListJobsReply(jobs=[pb.Job(job_id=f"job-{i:05d}", state="done", spec=spec, submit_time=i + 0.5,
+                                          start_time=i + 1.5, end_time=i + 61.5, virtual_time=60.0, stretch=1.5,
+                                          message="completed") for i in range(1, n + 1)])
+    assert reply.ByteSize() > 4 << 20
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                         options=[("grpc.max_send_message_length", MAX_REPLY_BYTES)])
+    pb_grpc.add_CoordinatorServicer_to_server(BigListJobs(reply), server)
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        t = time.monotonic()
+        code, out, err = run(["jobs", "--coordinator", address], capsys)
+        assert code == 0, err
+        lines = out.splitlines()
+        assert len(lines) == n + 1 and lines[-1].startswith(f"job-{n:05d}  done"), lines[-1]
+        assert time.monotonic() - t < 10
+    finally:
+        server.stop(None)
