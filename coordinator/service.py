@@ -500,11 +500,18 @@ class CoordinatorServer:
         for j in loaded.jobs:
             rec = JobRecord(j.spec, j.state, j.hosts, j.cpu, j.vt, j.attempts, j.first_start, j.end, j.message)
             restarts, tasks = loaded.tasks.get(j.spec.id, (-1, []))
-            if j.state in (JobState.RUNNING, JobState.PAUSED) and tasks:
+            placed = j.state in (JobState.RUNNING, JobState.PAUSED)
+            # A host no restored agent has: its agent was lost and removed from the store, while this job's
+            # requeue was not recorded (a store write that failed during the loss). Nothing could ever report
+            # the job, and a policy would meet a host it does not know: it starts over, as lose_hosts would.
+            orphaned = placed and any(h not in self.backend.host_agent for h in (*j.hosts, *(t.host for t in tasks)))
+            if placed and tasks and not orphaned:
                 self.backend.adopt(j.spec, restarts, tasks, j.cpu, j.state)
             else:
                 self.backend.reserve_restarts(j.spec.id, restarts)  # its leftover tasks are stopped by polling
-                if j.state in (JobState.RUNNING, JobState.PAUSED):  # placed, but no task record: start over
+                if placed:  # placed, but no task record (or on a host that is gone): start over
+                    if tasks:  # from the progress its tasks were journalled with
+                        rec.vt = max(rec.vt, min(t.progress for t in tasks) * j.spec.work)
                     rec.state, rec.hosts, rec.cpu = JobState.PENDING, (), 0.0
             if j.request_id:
                 self.requests[j.request_id] = j.spec.id

@@ -597,7 +597,9 @@ class LiveBackend:
             reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id),
                                 host=task.host)
         except grpc.RpcError as exc:
-            raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+            # NOT_FOUND: the agent answered without the task (it restarted): lost, as in :meth:`_call`.
+            lost = exc.code() in _RETRYABLE or exc.code() == grpc.StatusCode.NOT_FOUND
+            raise BackendError(f"Checkpoint {task.task_id}: {_rpc_text(exc)}", lost) from None
         return reply.progress
 
     def _move(self, spec: JobSpec, index: int, task: _Task, dst: str, cpu: float) -> _Task:

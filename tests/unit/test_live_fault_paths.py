@@ -666,3 +666,20 @@ def test_an_orphan_whose_agent_answers_but_never_stops_it_fails_its_job(monkeypa
         rec = engine.jobs["a"]
         assert rec.state is JobState.FAILED and "may still run" in rec.message, rec.message
         assert y.tasks == {}
+
+
+@pytest.mark.parametrize("action", ["setshare", "migrate", "pause"])
+def test_a_task_gone_with_its_agents_restart_requeues_its_job(action: str) -> None:
+    """An agent that restarted lost its tasks; a decision can come before the poll that would report them
+    vanished. The agent's NOT_FOUND for our task (SetShare; the Checkpoint of a Migrate or a checkpoint-mode
+    Pause) means the task is lost: the job is requeued from its checkpoint, as the poll would, not failed."""
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x) as backend:
+        engine = engine_on(backend)
+        engine.arrive(JobSpec("a", 0.0, 1, 1.0, 0.1, 10.0))
+        engine.apply(Plan([Start("a", ("h0",), 1.0)]))
+        x.tasks.clear()  # the agent restarted; no poll has seen it yet
+        plan = {"setshare": SetShare("a", 0.5), "migrate": Migrate("a", 0, "h1"), "pause": Pause("a")}[action]
+        engine.apply(Plan([plan]))
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.PENDING, (rec.state, rec.message)

@@ -384,3 +384,61 @@ def test_a_restarted_coordinator_keeps_the_reference_host(tmp_path):
         assert {h.name: (h.cpu, h.mem) for h in again.engine.hosts} == before
     finally:
         again.stop()
+
+
+def test_a_restart_starts_over_a_job_left_on_a_host_no_agent_has(tmp_path):
+    """An agent's loss whose job records failed (a full disk) while the agent's removal got through leaves a job
+    stored RUNNING on a host no stored agent has. A restart used to keep it so: nothing could report it, and
+    every decision then failed on the unknown host (KeyError), so no job was placed again. It starts over."""
+    import sqlite3
+    import time
+
+    from tests.unit.scripted_agent import TableAgent, serve
+
+    state = str(tmp_path / "run.db")
+    x = TableAgent("x", ("h0", "h1"))
+    x_server, x_address = serve(x)
+    spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600, workload="modeled")
+
+    def wait(what, cond, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    first = CoordinatorServer(get_policy("greedy"), port=0, state=state, poll_interval=0.05).start()
+    try:
+        with grpc.insecure_channel(first.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            api.RegisterAgent(pb.RegisterAgentRequest(address=x_address, description=x.Describe(None, None)),
+                              timeout=5)
+            ids = [api.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id for _ in range(2)]
+        wait("both jobs running", lambda: all(
+            getattr(first.engine.jobs.get(j), "state", None) is JobState.RUNNING for j in ids))
+
+        def full(*args, **kwargs):
+            raise sqlite3.OperationalError("database or disk is full")
+        real_put_job, real_journal = first.store.put_job, first.backend.journal
+        first.store.put_job = full  # the loss's writes for the jobs fail; the agent's removal does not
+        first.backend.journal = full
+        first.lose_agent("x", "agent x lost (test)")
+        first.store.put_job, first.backend.journal = real_put_job, real_journal
+        assert [first.engine.jobs[j].state for j in ids] == [JobState.PENDING] * 2
+    finally:
+        first.stop()
+        x_server.stop(0)
+
+    y = TableAgent("y", ("y0",))
+    y_server, y_address = serve(y)
+    again = CoordinatorServer(get_policy("greedy"), port=0, state=state, poll_interval=0.05).start()
+    try:
+        assert [(again.engine.jobs[j].state, again.engine.jobs[j].hosts) for j in ids] == [(JobState.PENDING, ())] * 2
+        with grpc.insecure_channel(again.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            api.RegisterAgent(pb.RegisterAgentRequest(address=y_address, description=y.Describe(None, None)),
+                              timeout=5)
+        wait("a job placed on the new agent's host",
+             lambda: any(again.engine.jobs[j].hosts == ("y0",) for j in ids))
+    finally:
+        again.stop()
+        y_server.stop(0)
