@@ -71,13 +71,25 @@ def _schema_columns() -> dict[str, tuple[str, ...]]:
         mem.close()
 
 
+#: ``PRAGMA application_id`` of a vcemu state file ("vcem"): set on every file the store opens, so that another
+#: program's SQLite file is told apart whatever tables it has.
+APPLICATION_ID = 0x7663656D
+#: The tables a state file written before :data:`APPLICATION_ID` must have, with these very columns, to be taken
+#: for one (jobs alone has twelve columns that no other program's table will match).
+_LEGACY_TABLES = ("meta", "jobs", "transitions")
+
+
 def _foreign_tables(db: sqlite3.Connection) -> str:
-    """Why ``db`` is not a vcemu state file, as its tables in question; empty for a new file or a vcemu state
-    file. Not one: a table named as one of :data:`SCHEMA`'s with other columns, or tables and none of ours
-    (tables of its own beside ours are the user's business)."""
+    """Why ``db`` is not a vcemu state file, as the tables in question; empty for a new file or a vcemu state
+    file. One is: a file with no tables; a file marked with :data:`APPLICATION_ID` whose tables named as
+    :data:`SCHEMA`'s have its columns; or an unmarked one (written before the mark) that has the tables of
+    :data:`_LEGACY_TABLES` with their columns. Tables of its own beside ours are the user's business."""
     ours, theirs = _schema_columns(), _columns(db)
+    if not theirs:
+        return ""
     clash = [n for n, cols in theirs.items() if n in ours and ours[n] != cols]
-    if clash or (theirs and not ours.keys() & theirs.keys()):
+    marked = db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    if clash or (not marked and any(n not in theirs for n in _LEGACY_TABLES)):
         return ", ".join(clash or theirs)
     return ""
 
@@ -155,6 +167,7 @@ class Store:
                 raise StoreError(f"--state {path}: cannot use WAL journaling (got {mode!r})")
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._db.executescript(SCHEMA)
+            self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"--state {path}: not a usable vcemu state file: {exc}") from None

@@ -144,7 +144,16 @@ def test_another_programs_sqlite_file_is_refused_untouched(tmp_path):
     unrelated = sqlite_file("unrelated.db", "photos (path TEXT)")
     with pytest.raises(StoreError, match=r"it has other tables: photos"):
         Store(str(unrelated))
-    # A new file and a vcemu state file are accepted, the latter again after a close.
+    # Nor one that shares only a key/value ``meta`` table with vcemu's (as browsers' history files do).
+    history = sqlite_file("History", "meta (key LONGVARCHAR NOT NULL UNIQUE PRIMARY KEY, value LONGVARCHAR)")
+    with pytest.raises(StoreError, match=r"it has other tables: meta"):
+        Store(str(history))
+    # A new file and a vcemu state file are accepted, the latter again after a close, and also when it was
+    # written before state files were marked (application_id 0).
     fresh = tmp_path / "fresh.db"
     Store(str(fresh)).close()
+    Store(str(fresh)).close()
+    with contextlib.closing(sqlite3.connect(fresh)) as db:
+        db.execute("PRAGMA application_id=0")
+        db.commit()
     Store(str(fresh)).close()
