@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
+from coordinator.limits import MAX_REPLY_BYTES
 from coordinator.policy_names import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -166,12 +167,6 @@ POLICY_HELP = f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)
 # ---- clients --------------------------------------------------------------------------------------
 
 
-#: The largest reply the client commands accept: the coordinator's own send limit (its
-#: ``grpc.max_send_message_length``, 64 x ``coordinator.service.MAX_MESSAGE_BYTES``). With gRPC's default of
-#: 4 MiB, ``vcemu jobs`` failed for good (RESOURCE_EXHAUSTED) once a run held about 34,000 jobs. A number
-#: here, not an import: importing coordinator.service takes about 1.4 s, a whole client command 0.3 s;
-#: tests/unit/test_cli_clients.py checks that the two agree.
-MAX_REPLY_BYTES = 64 << 20
 
 #: The client commands' TLS settings: argparse attribute, flag, and the environment variable it defaults from.
 CLIENT_TLS = (("tls_cert", "--tls-cert", "VCEMU_TLS_CERT"), ("tls_key", "--tls-key", "VCEMU_TLS_KEY"),
@@ -252,7 +247,10 @@ class _Client:
             return getattr(self.stub, method)(request, timeout=10, metadata=_auth())
         except grpc.RpcError as exc:
             message = f"vcemu {self.what}: {exc.code().name}: {exc.details()}"
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in (exc.details() or ""):
+                message += (f"; nothing listens at {self.address}: is the coordinator running (vcemu up, vcemu "
+                            "coordinator)? --coordinator or $VCEMU_COORDINATOR names another address")
+            elif exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
                 message += "; " + self._unreachable_hint()
             print(message, file=sys.stderr)
             raise SystemExit(2) from None

@@ -35,6 +35,7 @@ from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
+from coordinator.limits import MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -49,7 +50,6 @@ from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 log = logging.getLogger("vcemu.coordinator")
 
 SERVICE_NAME = "vcemu.v1.Coordinator"
-MAX_MESSAGE_BYTES = 1 << 20
 #: Bounds on a job spec beyond the model's own checks (a request must not make the coordinator allocate
 #: or loop without limit).
 MAX_TASKS = 10_000
@@ -57,8 +57,6 @@ MAX_WORK_S = 1e9
 MAX_NAME = 256
 MAX_REQUEST_ID = 256
 MAX_BATCH = 1_000  # submissions per SubmitBatch call (with MAX_MESSAGE_BYTES, bounds one call's work)
-#: Largest reply (ListJobs of a long run): what a client's channel must be able to receive.
-MAX_REPLY_BYTES = 64 * MAX_MESSAGE_BYTES
 #: Threads serving the gRPC API (users' calls and the agents' RegisterAgent and Heartbeat).
 API_THREADS = 16
 #: Open WatchEvents streams at once. Each holds an API thread for its whole life; beyond this many, a new one is

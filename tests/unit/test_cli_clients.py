@@ -16,27 +16,18 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.cli import MAX_REPLY_BYTES, main
+from coordinator.limits import MAX_REPLY_BYTES
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
 from node_agent.tls import TlsFiles
 from tests.integration.test_security import _certs
+from tests.unit.test_cli_errors import run
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 TOKEN = "s3cret-token"
 TLS_ENV = ("VCEMU_TLS_CERT", "VCEMU_TLS_KEY", "VCEMU_TLS_CA")
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
-    """(exit status, stdout, stderr) of one in-process command."""
-    try:
-        code: object = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +161,8 @@ def test_no_tls_hint_when_the_coordinator_itself_answers_unavailable(
 
 
 def test_the_clients_reply_limit_is_the_coordinators_send_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MAX_REPLY_BYTES is a number in cli.py (importing coordinator.service would slow every client command by
-    more than a second): the coordinator's actual gRPC server options must say the same."""
+    """The clients' MAX_REPLY_BYTES (coordinator.limits, so that they need not import coordinator.service): the
+    coordinator's actual gRPC server options must say the same."""
     import coordinator.service
 
     seen: list[dict[str, object]] = []
@@ -222,3 +213,16 @@ def test_jobs_lists_a_reply_larger_than_grpcs_default_4_mib(
         assert time.monotonic() - t < 10
     finally:
         server.stop(None)
+
+
+def test_no_coordinator_listening_is_said_as_such_not_taken_for_tls(capsys: pytest.CaptureFixture[str]) -> None:
+    """A refused connection means nothing listens there: the error says so, and does not suggest TLS."""
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago, and that nothing listens on now
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code, _, err = run(["jobs", "--coordinator", f"127.0.0.1:{port}"], capsys)
+    assert code == 2
+    assert f"nothing listens at 127.0.0.1:{port}: is the coordinator running" in err, err
+    assert "TLS" not in err, err
