@@ -451,14 +451,19 @@ def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_pe
 AGENT_LOG = "agents.log"
 
 
-def live_run_dir(parent: str, name: str, started: float) -> tuple[Path, IO[bytes]]:
+def live_run_dir(parent: str, name: str, started: float, flag: str = "--out") -> tuple[Path, IO[bytes]]:
     """A live run's results folder, made at its start (:func:`coordinator.outputs.new_run_dir`), and its agents'
     log opened there (:data:`AGENT_LOG`): the log is written as the run goes (the terminal keeps the progress
-    bar) and stays, whole as far as it got, if the run dies. OSError if either cannot be made."""
+    bar) and stays, whole as far as it got, if the run dies. Making both is the check that the run's results
+    will have somewhere to go (what :func:`usable_out_dir` checks for other commands): ValueError naming
+    ``flag`` otherwise, before the cluster starts."""
     from coordinator.outputs import new_run_dir
 
-    out = new_run_dir(parent, name, started)
-    return out, (out / AGENT_LOG).open("ab")
+    try:
+        out = new_run_dir(parent, name, started)
+        return out, (out / AGENT_LOG).open("ab")
+    except OSError as exc:
+        raise ValueError(f"{flag} {parent}: cannot write results there: {exc.strerror or exc}") from None
 
 
 def _log_tail(path: str, lines: int = 5) -> str:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli import format_table, live_run_dir, start_local_cluster, stop_processes, usable_out_dir
+from coordinator.cli import format_table, live_run_dir, start_local_cluster, stop_processes
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
@@ -62,16 +62,11 @@ def _submitter(address: str, specs, t0: float, ids: dict[str, str], errors: list
 
 def run_demo(args: argparse.Namespace) -> int:
     mix = demo_mix(args.seed, args.jobs, args.span)
-    try:
-        usable_out_dir(args.out)  # before the cluster starts: a live run's results must have somewhere to go
+    wall0, started = time.monotonic(), time.time()
+    try:  # before the cluster starts: a live run's results must have somewhere to go
+        out, agent_log = live_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
     except ValueError as exc:
         print(f"vcemu demo: {exc}", file=sys.stderr)
-        return 2
-    wall0, started = time.monotonic(), time.time()
-    try:
-        out, agent_log = live_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
-    except OSError as exc:
-        print(f"vcemu demo: --out {args.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         return 2
     with agent_log:
         server, procs = start_local_cluster(

@@ -108,7 +108,7 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int]:
 
 
 def replay_main(argv: Sequence[str]) -> int:
-    from coordinator.cli import live_run_dir, start_local_cluster, usable_out_dir
+    from coordinator.cli import live_run_dir, start_local_cluster
     from coordinator.policies import UnknownPolicy, get_policy
     from workloads.jobfile import JobFileError
 
@@ -116,15 +116,11 @@ def replay_main(argv: Sequence[str]) -> int:
     try:
         get_policy(a.policy)  # an unknown name is refused before anything starts
         specs, dropped = load_segment(a)
-        usable_out_dir(a.out)  # before the live run: its results must have somewhere to go
+        # last: a bad trace leaves no folder; before the live run: its results must have somewhere to go
+        wall0, started = time.monotonic(), time.time()
+        d, agent_log = live_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
     except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
-        return 2
-    wall0, started = time.monotonic(), time.time()
-    try:
-        d, agent_log = live_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
-    except OSError as exc:
-        print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         return 2
     with agent_log:
         try:
