@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from coordinator.limits import MAX_REPLY_BYTES
+from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES
 from coordinator.policy_names import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -239,12 +239,16 @@ class _Client:
     def __exit__(self, *exc: object) -> None:
         self.channel.close()
 
-    def rpc(self, method: str, request):  # type: ignore[no-untyped-def]
-        """Call ``method`` with a 10-s deadline; an RPC error ends the command with one line (exit status 2)."""
+    def rpc(self, method: str, request, with_call: bool = False):  # type: ignore[no-untyped-def]
+        """Call ``method`` with a 10-s deadline; an RPC error ends the command with one line (exit status 2).
+        ``with_call``: return (reply, call), the call giving the reply's metadata."""
         import grpc
 
+        call = getattr(self.stub, method)
         try:
-            return getattr(self.stub, method)(request, timeout=10, metadata=_auth())
+            if with_call:
+                return call.with_call(request, timeout=10, metadata=_auth())
+            return call(request, timeout=10, metadata=_auth())
         except grpc.RpcError as exc:
             message = f"vcemu {self.what}: {exc.code().name}: {exc.details()}"
             if exc.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in (exc.details() or ""):
@@ -331,8 +335,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         request_id=args.request_id or "",
     )
     with _Client(args, "submit") as client:
-        job = client.rpc("Submit", request)
+        job, call = client.rpc("Submit", request, with_call=True)
     print(job.job_id)
+    if (KNOWN_METADATA, "true") in (call.trailing_metadata() or ()):
+        print(f"vcemu submit: request id {args.request_id!r} was seen before: {job.job_id} is the job it made then "
+              "(nothing new was submitted)", file=sys.stderr)
     return 0
 
 
@@ -393,17 +400,28 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
+#: Jobs per ListJobs reply for ``vcemu jobs`` (about 1.3 MB of replies).
+JOBS_PAGE = 10_000
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
+    jobs, token = [], ""
     with _Client(args, "jobs") as client:
-        reply = client.rpc("ListJobs", pb.ListJobsRequest(state=args.state or ""))
+        while True:  # page by page, so that no reply nears the message limit however many jobs there are
+            reply = client.rpc("ListJobs", pb.ListJobsRequest(state=args.state or "", page_size=JOBS_PAGE,
+                                                              page_token=token))
+            jobs.extend(reply.jobs)
+            token = reply.next_page_token
+            if not token:
+                break
     if args.json:
         from google.protobuf.json_format import MessageToDict
 
-        print(json.dumps([MessageToDict(j) for j in reply.jobs]))
+        print(json.dumps([MessageToDict(j) for j in jobs]))
     else:
-        print(_job_table(reply.jobs) if reply.jobs else "no jobs")
+        print(_job_table(jobs) if jobs else "no jobs")
     return 0
 
 

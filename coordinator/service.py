@@ -35,7 +35,7 @@ from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
-from coordinator.limits import MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
+from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -131,6 +131,20 @@ def job_message(rec: JobRecord) -> pb.Job:
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
+def _page_start(token: str, jobs: dict[str, JobRecord]) -> int | None:
+    """Where the page after ``token`` starts in ``jobs`` (in submission order; jobs are never removed, so a
+    position stays valid), or None when the token is not one of this job list's. A token is the number of jobs
+    already scanned and the id of the last of them, which must still be there: a restarted coordinator may
+    list its jobs in another order."""
+    if not token:
+        return 0
+    count, _, last = token.partition(":")
+    if not count.isdigit() or not 0 < int(count) <= len(jobs):
+        return None
+    start = int(count)
+    return start if next(itertools.islice(jobs, start - 1, None)) == last else None
+
+
 def _refusal(code: grpc.StatusCode, error: str) -> pb.SubmitResult:
     return pb.SubmitResult(code=code.value[0], error=error)
 
@@ -144,6 +158,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if result.code != grpc.StatusCode.OK.value[0]:
             context.abort(_CODES[result.code], result.error)
         self.s.engine.backend.wake()
+        # Whether the request id was seen before (the job is the one it made then): Job has no field for it.
+        context.set_trailing_metadata(((KNOWN_METADATA, "true" if result.known else "false"),))
         return result.job
 
     def SubmitBatch(self, request: pb.SubmitBatchRequest, context: grpc.ServicerContext) -> pb.SubmitBatchReply:
@@ -174,11 +190,28 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
         if request.state and request.state not in {s.value for s in JobState}:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}")
+        if request.page_size < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size: must be >= 0, got {request.page_size}")
         self.s.drain()
         with self.s.engine.lock:
+            jobs = self.s.engine.jobs
+            start = _page_start(request.page_token, jobs)
+            if start is None:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"page_token: {request.page_token!r} is not a page of this coordinator's job list "
+                              "(from another coordinator, or from before a restart): list again from the first page")
             self.s.engine.refresh_vt()  # as in GetJob
-            recs = [r for r in self.s.engine.jobs.values() if not request.state or r.state.value == request.state]
-            return pb.ListJobsReply(jobs=[job_message(r) for r in recs])
+            limit = request.page_size or len(jobs)
+            recs: list[JobRecord] = []
+            end, last = start, ""
+            for job_id, rec in itertools.islice(jobs.items(), start, None):
+                if len(recs) == limit:
+                    break
+                end, last = end + 1, job_id
+                if not request.state or rec.state.value == request.state:
+                    recs.append(rec)
+            token = f"{end}:{last}" if end < len(jobs) else ""
+            return pb.ListJobsReply(jobs=[job_message(r) for r in recs], next_page_token=token)
 
     def WatchEvents(self, request: pb.WatchEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
         q: queue.Queue[Transition | None] = queue.Queue(maxsize=10_000)

@@ -178,7 +178,8 @@ def test_the_clients_reply_limit_is_the_coordinators_send_limit(monkeypatch: pyt
 
 
 class BigListJobs(pb_grpc.CoordinatorServicer):
-    """A coordinator's ListJobs as it answers after a long run: one reply of tens of thousands of jobs."""
+    """A coordinator's ListJobs as it answers after a long run: one reply of tens of thousands of jobs (as a
+    coordinator from before paging answers: every job, no next page)."""
 
     def __init__(self, reply: pb.ListJobsReply) -> None:
         self.reply = reply
@@ -213,6 +214,49 @@ def test_jobs_lists_a_reply_larger_than_grpcs_default_4_mib(
         assert time.monotonic() - t < 10
     finally:
         server.stop(None)
+
+
+def test_jobs_pages_through_a_long_list_and_submit_says_a_request_id_was_seen_before(
+        env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vcemu jobs`` asks for pages (so that no reply nears the message limit however long the run) and lists
+    every job once, in submission order; ``vcemu submit --request-id`` run twice prints the same job and says
+    the second time that nothing new was submitted (Submit's trailing metadata)."""
+    import coordinator.cli
+    import coordinator.service
+
+    env.delenv("VCEMU_TOKEN_FILE")
+    env.setattr(coordinator.cli, "JOBS_PAGE", 10)
+    asked: list[tuple[int, str]] = []
+    real = coordinator.service.CoordinatorServicer.ListJobs
+
+    def spy(self, request, context):  # type: ignore[no-untyped-def]
+        asked.append((request.page_size, request.page_token))
+        return real(self, request, context)
+
+    env.setattr(coordinator.service.CoordinatorServicer, "ListJobs", spy)
+    server = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+        with grpc.insecure_channel(server.address) as ch:
+            pb_grpc.CoordinatorStub(ch).RegisterAgent(
+                pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+        flags = ["--coordinator", server.address, "--tasks", "1", "--cpu-need", "0.1", "--memory", "0.01"]
+        ids = []
+        for i in range(25):
+            code, out, err = run(["submit", *flags, "--request-id", f"r{i}"], capsys)
+            assert code == 0 and not err, err
+            ids.append(out.strip())
+        code, out, err = run(["submit", *flags, "--request-id", "r3"], capsys)
+        assert code == 0 and out.strip() == ids[3]
+        assert one_line(err) == (f"vcemu submit: request id 'r3' was seen before: {ids[3]} is the job it made then "
+                                 "(nothing new was submitted)")
+        code, out, err = run(["jobs", "--coordinator", server.address], capsys)
+        assert code == 0, err
+        assert [line.split()[0] for line in out.splitlines()[1:]] == ids
+        assert [size for size, _ in asked] == [10, 10, 10] and asked[0][1] == "" and all(t for _, t in asked[1:])
+    finally:
+        server.stop()
 
 
 def test_no_coordinator_listening_is_said_as_such_not_taken_for_tls(capsys: pytest.CaptureFixture[str]) -> None:

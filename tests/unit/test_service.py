@@ -87,10 +87,58 @@ def test_lookups_of_unknown_things_say_what_is_unknown(stub):
 def test_submit_with_a_request_id_is_idempotent(stub):
     register(stub)
     request = pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5), request_id="r1")
-    first = stub.Submit(request, timeout=5)
-    again = stub.Submit(request, timeout=5)
+    first, call = stub.Submit.with_call(request, timeout=5)
+    assert ("vcemu-known", "false") in call.trailing_metadata()
+    again, call = stub.Submit.with_call(request, timeout=5)
+    assert ("vcemu-known", "true") in call.trailing_metadata()  # the reply says the job is the earlier one
     assert first.job_id == again.job_id
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 1
+
+
+def list_pages(stub, size, state=""):
+    """Every page of ListJobs at ``size`` per page: the pages' job ids."""
+    pages, token = [], ""
+    while True:
+        reply = stub.ListJobs(pb.ListJobsRequest(state=state, page_size=size, page_token=token), timeout=5)
+        pages.append([j.job_id for j in reply.jobs])
+        token = reply.next_page_token
+        if not token:
+            return pages
+
+
+def test_list_jobs_in_pages_gives_every_job_once_in_submission_order(stub):
+    register(stub)
+    ids = [submit(stub, cpu_need=0.1, memory=0.01).job_id for _ in range(7)]
+    stub.Cancel(pb.JobRef(job_id=ids[1]), timeout=5)
+    stub.Cancel(pb.JobRef(job_id=ids[4]), timeout=5)
+    assert list_pages(stub, 3) == [ids[0:3], ids[3:6], ids[6:7]]
+    assert list_pages(stub, 7) == [ids]  # a last page that ends the list has no token after it
+    assert list_pages(stub, 0) == [ids]  # 0: every job in one reply, as before paging
+    # With a state filter a page holds at most page_size matching jobs; the scan goes on where it stopped.
+    assert list_pages(stub, 1, state="cancelled") == [[ids[1]], [ids[4]], []]
+    assert [j for page in list_pages(stub, 2, state="cancelled") for j in page] == [ids[1], ids[4]]
+    # Jobs submitted between pages appear on a later page.
+    first = stub.ListJobs(pb.ListJobsRequest(page_size=5), timeout=5)
+    later = submit(stub, cpu_need=0.1, memory=0.01).job_id
+    rest = stub.ListJobs(pb.ListJobsRequest(page_size=5, page_token=first.next_page_token), timeout=5)
+    assert [j.job_id for j in rest.jobs] == [*ids[5:], later] and not rest.next_page_token
+
+
+@pytest.mark.parametrize(("page_size", "token", "field"), [
+    (-1, "", "page_size"),
+    (2, "nonsense", "page_token"),
+    (2, "2:job-elsewhere", "page_token"),  # a token of another coordinator's list
+    (2, "99:job-00001", "page_token"),
+    (2, "0:", "page_token"),
+])
+def test_bad_pages_are_refused_naming_the_field(stub, page_size, token, field):
+    register(stub)
+    for _ in range(3):
+        submit(stub, cpu_need=0.1, memory=0.01)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ListJobs(pb.ListJobsRequest(page_size=page_size, page_token=token), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith(f"{field}:")
 
 
 def test_health_service_reports_serving(server):
