@@ -222,7 +222,9 @@ def read_jobs(
         from workloads.annotate import HPC2N_NODES, convert_hpc2n, hpc2n_segments
         from workloads.swf import SWFError, SWFReader
 
-        nodes = len(hosts) if hosts is not None else HPC2N_NODES
+        # Converted for the trace's own machine, so that a job too wide for the given hosts is refused below
+        # rather than dropped by the conversion's rule for jobs no cluster of that size could hold.
+        nodes = max(len(hosts), HPC2N_NODES) if hosts is not None else HPC2N_NODES
         try:
             if segment is None:
                 with SWFReader(p) as reader:
@@ -240,13 +242,25 @@ def read_jobs(
                     job.validate(hosts)
                 except InvalidJob as exc:
                     field = _FIELD_FROM_MODEL.get(exc.field, exc.field)
+                    unfit = sum(1 for j in jobs if not _fits(j, hosts))
+                    what = f"week {segment}" if segment is not None else "the trace"
                     raise JobFileError(
-                        p, None, field, f"SWF job {job.id} does not fit the given hosts: {exc}"
+                        p, None, field, f"{unfit} of the {len(jobs)} jobs of {what} do not fit on the given "
+                        f"{len(hosts)} hosts (the trace's machine had {HPC2N_NODES} nodes); the first, SWF job "
+                        f"{job.id}: {exc}"
                     ) from None
         return jobs
     if segment is not None:
         raise ValueError("segment: only SWF traces are split into weeks")
     return list(iter_jobs(p, hosts=hosts))
+
+
+def _fits(job: JobSpec, hosts: tuple[Host, ...]) -> bool:
+    try:
+        job.validate(hosts)
+    except InvalidJob:
+        return False
+    return True
 
 
 def write_jobs(path: str | os.PathLike[str], jobs: Iterable[JobSpec]) -> int:
