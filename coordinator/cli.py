@@ -661,7 +661,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from coordinator.experiments import simulate_file
 
-    return simulate_file(args.jobs_file, args.policy, args.hosts, args.penalty, args.json, args.segment)
+    return simulate_file(args.jobs_file, args.policy, args.hosts, args.penalty, args.json, args.segment, args.out)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -764,6 +764,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--penalty", type=_non_negative, default=0.0, help="rescheduling penalty, seconds (>= 0)")
     sp.add_argument("--segment", type=int, default=None, help="for an SWF trace: simulate only week K")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sp.add_argument("--out", default=None, metavar="DIR", help="also write the results (config.json, jobs.csv, "
+                    "summary.json) to a new folder under DIR (default: print only)")
     sp.set_defaults(func=cmd_simulate)
 
     sp = sub.add_parser("demo", help="the main demo: a live 4-host run beside its simulation")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine
@@ -19,9 +24,13 @@ def homogeneous_hosts(n: int, prefix: str = "h") -> list[Host]:
     return [Host(f"{prefix}{i}") for i in range(n)]
 
 
-def simulate(specs: Sequence[JobSpec], policy: str, hosts: Sequence[Host], penalty: float = 0.0) -> History:
-    """One deterministic simulated run of ``specs`` (submit times as given) under ``policy``."""
+def simulate(specs: Sequence[JobSpec], policy: str, hosts: Sequence[Host], penalty: float = 0.0,
+             on_finish: Callable[[], None] | None = None) -> History:
+    """One deterministic simulated run of ``specs`` (submit times as given) under ``policy``. ``on_finish`` is
+    called as each job finishes (a progress bar)."""
     engine = Engine(get_policy(policy), SimBackend(penalty=penalty), hosts)
+    if on_finish is not None:
+        engine.listeners.append(lambda t: on_finish() if t.dst.finished and not (t.src and t.src.finished) else None)
     return engine.run(sorted(specs, key=lambda s: (s.submit_time, s.id)))
 
 
@@ -57,8 +66,12 @@ def results_table(results: Sequence[JobResult]) -> list[tuple[str, ...]]:
 
 
 def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: bool,
-                  segment: int | None = None) -> int:
-    """``vcemu simulate``: a job file (JSON lines, CSV, or an SWF trace week) through one policy."""
+                  segment: int | None = None, out: str | None = None) -> int:
+    """``vcemu simulate``: a job file (JSON lines, CSV, or an SWF trace week) through one policy, with a
+    progress bar on a terminal; with ``out``, the results also go to a new folder under it
+    (:func:`write_simulation`)."""
+    from tqdm import tqdm
+
     from coordinator.cli import format_table
     from coordinator.model import InvalidJob
     from workloads.jobfile import JobFileError, read_jobs
@@ -81,9 +94,25 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     if not (math.isfinite(penalty) and penalty >= 0):  # the CLI refuses these; a caller in code may not
         print(f"vcemu simulate: --penalty: must be a finite number >= 0, got {penalty}", file=sys.stderr)
         return 2
-    history = simulate(specs, policy, cluster, penalty)
+    folder = None
+    if out is not None:
+        from coordinator.outputs import new_run_dir
+
+        name = f"{policy}-{os.path.basename(path)}" + ("" if segment is None else f"-week{segment}")
+        try:  # before the run: its results must have somewhere to go
+            folder = new_run_dir(out, name)
+        except OSError as exc:
+            print(f"vcemu simulate: --out {out}: cannot write results there: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    wall0 = time.monotonic()
+    with tqdm(total=len(specs), unit="job", desc="jobs done", disable=None, file=sys.stderr, leave=False) as bar:
+        history = simulate(specs, policy, cluster, penalty, on_finish=lambda: bar.update(1))
     results = job_results(history)
     summary = summarize(results)
+    if folder is not None:
+        config = {"jobs_file": path, "segment": segment, "policy": policy, "hosts": hosts, "penalty": penalty}
+        write_simulation(folder, config, specs, results, time.monotonic() - wall0)
+        print(f"vcemu simulate: results in {folder}", file=sys.stderr)
     if as_json:
         print(json.dumps({"policy": policy, "hosts": hosts, "penalty": penalty, **summary.__dict__}))
     else:
@@ -94,3 +123,28 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
             f"{summary.preemptions} preemptions, {summary.migrations} migrations"
         )
     return 0
+
+
+def write_simulation(folder: Path, config: dict[str, Any], specs: Sequence[JobSpec], results: Sequence[JobResult],
+                     wall_s: float) -> None:
+    """One simulation's results in ``folder``: ``config.json`` (what was run, and the code that ran it: the run
+    is deterministic, so this reproduces it), ``jobs.csv`` (each job: its request and what it got) and
+    ``summary.json`` (:func:`coordinator.metrics.summarize`, with the run's wall time)."""
+    from coordinator.outputs import json_safe, write_json, write_text
+    from coordinator.provenance import code_version
+
+    code = code_version()
+    write_json(folder / "config.json", {**config, "code": code}, sort_keys=False)
+    by_id = {s.id: s for s in specs}
+    with io.StringIO(newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job", "tasks", "cpu_need", "memory", "work", "submit", "state", "start", "end", "wait",
+                    "stretch", "bounded_stretch", "final_yield", "preemptions", "migrations"])
+        for r in results:
+            s = by_id[r.job]
+            w.writerow([r.job, s.tasks, s.cpu_need, s.mem, s.work, r.submit, r.state.value,
+                        *("" if v is None else v for v in (r.start, r.end, r.wait, r.stretch, r.bounded_stretch)),
+                        r.final_yield, r.preemptions, r.migrations])
+        write_text(folder / "jobs.csv", f.getvalue())
+    write_json(folder / "summary.json", {**json_safe(summarize(results).__dict__), "wall_s": wall_s, "code": code},
+               sort_keys=False)

@@ -1,0 +1,68 @@
+"""``vcemu simulate --out``: a simulation's results as files, beside what it prints."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_cli_errors import refused, run
+
+JOBS = [
+    {"id": "a", "submit_time": 0, "tasks": 2, "cpu_need": 1.0, "memory": 0.3, "work": 100},
+    {"id": "b", "submit_time": 10, "tasks": 1, "cpu_need": 0.5, "memory": 0.2, "work": 40},
+    {"id": "c", "submit_time": 20, "tasks": 3, "cpu_need": 1.0, "memory": 0.5, "work": 60},
+]
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("".join(json.dumps(j) + "\n" for j in JOBS))
+    return path
+
+
+def test_simulate_out_writes_config_jobs_and_the_printed_summary(jobs: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results"
+    argv = ["simulate", "--policy", "greedy-pmtn", "--hosts", "3", "--penalty", "5", "--json", str(jobs)]
+    code, printed, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 0, err
+    (folder,) = out.iterdir()
+    assert folder.name.endswith("-greedy-pmtn-jobs.jsonl")
+    assert f"results in {folder}" in err
+    config = json.loads((folder / "config.json").read_text())
+    assert {k: config[k] for k in ("jobs_file", "segment", "policy", "hosts", "penalty")} == {
+        "jobs_file": str(jobs), "segment": None, "policy": "greedy-pmtn", "hosts": 3, "penalty": 5.0}
+    assert config["code"]["source_sha256"]
+    summary = json.loads((folder / "summary.json").read_text())
+    shown = json.loads(printed)
+    assert {k: summary[k] for k in ("jobs", "completed", "max_bounded_stretch", "mean_bounded_stretch",
+                                    "preemptions", "migrations")} == {
+        k: shown[k] for k in ("jobs", "completed", "max_bounded_stretch", "mean_bounded_stretch", "preemptions",
+                              "migrations")}
+    assert summary["completed"] == 3 and summary["wall_s"] > 0
+    with (folder / "jobs.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["job"], r["tasks"], r["state"]) for r in rows] == [("a", "2", "done"), ("b", "1", "done"),
+                                                                 ("c", "3", "done")]
+    for r in rows:  # each row's figures hold together: wait = start - submit, stretch = (end - submit) / work
+        assert float(r["wait"]) == pytest.approx(float(r["start"]) - float(r["submit"]))
+        assert float(r["stretch"]) == pytest.approx((float(r["end"]) - float(r["submit"])) / float(r["work"]))
+    assert sum(int(r["preemptions"]) for r in rows) == shown["preemptions"]
+    # The same run again (deterministic): the same per-job results, in a folder of its own.
+    code, again, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 0 and again == printed
+    second = next(p for p in out.iterdir() if p != folder)
+    assert (second / "jobs.csv").read_text() == (folder / "jobs.csv").read_text()
+
+
+def test_simulate_out_that_cannot_be_written_is_refused_before_the_run(jobs: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, printed, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(blocker / "sub")], capsys)
+    refused(code, err, f"vcemu simulate: --out {blocker / 'sub'}: cannot write results there")
+    assert printed == ""
