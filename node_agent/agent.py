@@ -94,7 +94,20 @@ class _Ending:
     """A task whose processes are being killed outside the agent's lock (see the module docstring)."""
 
     view: TaskView  # what the agent reports for it meanwhile
+    #: What is ending it, completing "task 'ID' ..." in the refusal of a call that would act on it.
+    why: str
     done: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def finished(cls, view: TaskView) -> _Ending:
+        """The end of a task that has finished (its work done, failed, or stopped), its processes being killed."""
+        if view.state is State.DONE:
+            what = "has finished its work"
+        elif view.state is State.FAILED:
+            what = f"has failed ({view.message})" if view.message else "has failed"
+        else:
+            what = "has been stopped"
+        return cls(view, f"{what}; its processes are being killed")
 
 
 class AgentCore:
@@ -161,7 +174,7 @@ class AgentCore:
                             raise
                         # Its process is started, and to be killed: outside the lock, holding the id meanwhile.
                         self._tasks[task_id] = task
-                        ending = self._ending[task_id] = _Ending(task.view())
+                        ending = self._ending[task_id] = _Ending.finished(task.view())
                         failure = e
                         break
                     self._tasks[task_id] = task
@@ -253,7 +266,7 @@ class AgentCore:
                     view = task.view()
                     if not view.state.finished:
                         view = replace(view, message="stopping")
-                    ending = self._ending[task_id] = _Ending(view)
+                    ending = self._ending[task_id] = _Ending(view, "is being stopped")
                     break
             ending.done.wait()  # another Stop, or an abort, is killing it: then look again
         forget = False
@@ -342,12 +355,11 @@ class AgentCore:
 
     @staticmethod
     def _ending_reply(task_id: str, ending: _Ending) -> TaskView:
-        """A request that would change an ending task: one that has already failed (its abort is killing its
-        processes) is finished, so the request is accepted and changes nothing; one a Stop is ending is
-        refused."""
+        """A request that would change an ending task: one that has already finished (done or failed, its
+        processes being killed) is accepted and changes nothing; one a Stop is ending is refused."""
         if ending.view.state.finished:
             return ending.view
-        raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} is being stopped")
+        raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} {ending.why}")
 
     def _poll(self, task_id: str, task: Task | ModeledTask) -> None:
         """Poll a task (under the lock). If its poll raised, fail it now and kill it in a thread of its own,
@@ -364,7 +376,7 @@ class AgentCore:
         """Mark a finished task as ending (reported as it is now) and ``kill`` it in a thread of its own, outside
         the lock (held by the caller). A kill that fails is logged: the task stays known, finished, and a Stop
         kills it again."""
-        ending = self._ending[task_id] = _Ending(task.view())
+        ending = self._ending[task_id] = _Ending.finished(task.view())
 
         def end() -> None:
             try:
@@ -439,8 +451,8 @@ class AgentCore:
         ``units_t``) and its cgroup CPU time as of ``t``. For benchmarks that fit rates."""
         with self._lock:
             task = self._task(task_id)
-            if task_id in self._ending:
-                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} is being stopped")
+            if (ending := self._ending.get(task_id)) is not None:
+                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} {ending.why}")
             s = task.progress_sample()
             cpu = self.driver.cpu_usage_s(task.cgroup)
             t = time.monotonic()

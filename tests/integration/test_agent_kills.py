@@ -12,6 +12,7 @@ import time
 import grpc
 import pytest
 
+from node_agent.agent import AgentError
 from node_agent.cgroups import CgroupError, safe_name
 from tests.integration.test_task_faults import (  # noqa: F401 (served: a fixture)
     _alive,
@@ -118,3 +119,39 @@ def test_a_task_whose_start_failed_is_killed_outside_the_agents_lock(served, mon
     assert _alive(agent.core.task("t/0").pid)
     stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
     assert not any(os.path.exists(d) for d in driver.dirs(safe_name("t/0")))
+
+
+@pytest.mark.parametrize("end", ["done", "failed"])
+def test_a_call_refused_while_a_task_ends_names_what_ended_it(served, end: str) -> None:  # noqa: F811
+    """While a task done with its work, or failed, waits for its processes to die, a call that cannot act on it (a
+    rate sample) is refused with what ended it: not "being stopped", which would tell its client that someone had
+    stopped it."""
+    agent, stub = served
+    _running_task(stub, "t/0")
+    freezer = _parent_freezer(agent)
+    freezer.write_text("FROZEN")  # its processes cannot die until the parent thaws (below)
+    task = agent.core._tasks["t/0"]
+    with agent.core._lock:
+        if end == "done":
+            task.cpu_target = 1e-9  # its work is done: the monitor's next poll ends it
+        else:
+            def broken() -> None:
+                raise OSError("simulated: progress channel unreadable")
+
+            task.poll = broken  # type: ignore[method-assign]  # the monitor's next poll fails it
+    _until("the task's end never began", lambda: "t/0" in agent.core._ending, 10.0)
+    with pytest.raises(AgentError) as refused:
+        agent.core.sample("t/0")
+    assert "t/0" in agent.core._ending, "the task's processes died before the call: nothing was tested"
+    assert refused.value.code == "FAILED_PRECONDITION"
+    message = refused.value.message
+    assert "being stopped" not in message, message
+    if end == "done":
+        assert "has finished its work; its processes are being killed" in message, message
+    else:
+        assert "has failed (agent error while polling the task: OSError: simulated" in message, message
+    freezer.write_text("THAWED")
+    _until("the task's end never ended", lambda: "t/0" not in agent.core._ending, 20.0)
+
+    assert stub.Stop(agent_pb2.TaskRef(task_id="t/0")).task.state == (S.TASK_STATE_DONE if end == "done"
+                                                                       else S.TASK_STATE_FAILED)
