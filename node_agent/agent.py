@@ -4,13 +4,14 @@ No gRPC here: :class:`AgentCore` raises :class:`AgentError` with a status-code n
 it onto gRPC. One lock serialises requests and the monitor, which keeps capacity checks exact (two
 concurrent StartTasks cannot both take the last half of a host). Killing a task's processes is not done
 under it (it can take seconds: a frozen v1 task ignores SIGKILL until its freezer thaws): Stop, the abort of
-a task whose poll raised, the end of a task done with its work (or whose transactional server failed), and a
-start that failed with the task's process started, mark the task as ending, kill outside the lock, then
-forget or report it. An ending task is reported as it was when its end began (Stop: message "stopping"; the
-others: finished, DONE or FAILED with the reason), still holds its memory and share, and is left alone by
-every other call (a second Stop waits for the first, then finds no task; a StartTask of its id waits for the
-end, then finds the id taken or, after a Stop or a failed start, free). A failed StartTask answers once its
-task's processes are dead (its task forgotten), with the start's error.
+a task whose poll raised, the end of a task done with its work (or whose transactional server failed), a
+start that failed with the task's process started, and the agent's shutdown (every task) mark the task as
+ending, kill outside the lock, then forget or report it. An ending task is reported as it was when its end
+began (Stop: message "stopping"; shutdown: "stopping: the agent is shutting down"; the others: finished, DONE
+or FAILED with the reason), still holds its memory and share, and is left alone by every other call (a second
+Stop waits for the first, then finds no task; a StartTask of its id waits for the end, then finds the id taken
+or, after a Stop or a failed start, free). A failed StartTask answers once its task's processes are dead (its
+task forgotten), with the start's error.
 
 Refusals (``code``: when):
   INVALID_ARGUMENT: empty task_id; unknown workload; cpu_share or cpu_need outside (0, 1]; work_seconds
@@ -23,7 +24,9 @@ Refusals (``code``: when):
     ending is waited for, then looked at again).
   FAILED_PRECONDITION: the host's running shares would exceed 1 (StartTask, SetShare, Resume); the
     host's memory would be over-committed (StartTask; paused tasks keep their memory); SetLoad on a task
-    that is not transactional; SetShare, Pause, Resume or SetLoad on a task a Stop is ending.
+    that is not transactional; SetShare, Pause, Resume or SetLoad on a task a Stop (or the agent's shutdown)
+    is ending.
+  UNAVAILABLE: StartTask once the agent's shutdown has begun.
 Requests on a finished task (SetShare, Pause, Resume) are accepted and change nothing; the reply's state
 says it is finished, which a coordinator racing a completion wants rather than an error.
 """
@@ -55,6 +58,7 @@ from workloads.registry import PROGRAMS
 log = logging.getLogger("vcemu.agent")
 SHARE_EPS = 1e-6
 POLL_INTERVAL_S = 0.1
+SHUTTING_DOWN = "the agent is shutting down"
 #: CPU-seconds of task time per update of a workload's rate estimate, and the update's weight.
 RATE_UPDATE_CPU_S = 1.0
 RATE_SMOOTHING = 0.5
@@ -163,6 +167,8 @@ class AgentCore:
             raise AgentError("INVALID_ARGUMENT", f"start_progress: must be in [0, 1), got {start_progress}")
         while True:
             with self._lock:
+                if self._stop.is_set():
+                    raise AgentError("UNAVAILABLE", f"agent {self.agent_id}: {SHUTTING_DOWN}")
                 ending = self._ending.get(task_id)
                 if ending is None:
                     task = self._new_task(task_id, host, workload, cpu_share, cpu_need, work_seconds, memory_bytes,
@@ -310,29 +316,47 @@ class AgentCore:
         return hosts, tasks
 
     def shutdown(self) -> None:
-        """Kill every task (thawed first), remove every cgroup of this agent and its parent. Idempotent."""
+        """Kill every task (thawed first), remove every cgroup of this agent and its parent. Idempotent.
+
+        As a Stop's, the kills are made outside the agent's lock (a task that cannot die holds them up to
+        :data:`~node_agent.cgroups.KILL_TIMEOUT_S` each): every task is marked as ending (an unfinished one
+        reported with message "stopping: the agent is shutting down"), then killed and forgotten. Meanwhile
+        Status answers, a call that would change one of them is refused or changes nothing as for a Stop, a Stop
+        of one waits for its end then finds no task, and a StartTask is refused (UNAVAILABLE)."""
         if self._stop.is_set():
             return
-        self._stop.set()
+        self._stop.set()  # (under the lock from here on, StartTask refuses)
         self._monitor.join(timeout=2.0)
         with self._lock:
-            ending = list(self._ending.values())
-        for e in ending:  # Stops and aborts under way end within their kill's time limit
-            e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
-        with self._lock:
+            others = list(self._ending.values())  # Stops, aborts and failed starts under way: not ours to kill
+            mine = []
             for task_id, task in self._tasks.items():
                 if task_id in self._ending:
-                    continue  # still being killed by another thread; the cleanup below kills it too
-                try:
-                    task.stop()
-                except Exception:
-                    log.exception("stopping task %s at shutdown failed", task_id)
-            self._tasks.clear()
+                    continue
+                view = task.view()
+                if not view.state.finished:
+                    view = replace(view, message=f"stopping: {SHUTTING_DOWN}")
+                ending = self._ending[task_id] = _Ending(view, f"is being stopped: {SHUTTING_DOWN}")
+                mine.append((task_id, task, ending))
+        for task_id, task, ending in mine:
             try:
-                self.driver.cleanup(remove_parent=True)
-            except (CgroupError, OSError) as e:  # the next agent to start removes them (their owner has ended)
-                log.error("cannot remove this agent's cgroups at shutdown: %s", e)
-            self.driver.close()
+                task.stop()
+            except Exception:  # the cleanup below kills what is left again
+                log.exception("stopping task %s at shutdown failed", task_id)
+            finally:
+                with self._lock:
+                    self._ending.pop(task_id, None)
+                    self._tasks.pop(task_id, None)
+                ending.done.set()
+        for e in others:  # they end within their kill's time limit
+            e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
+        with self._lock:
+            self._tasks.clear()
+        try:  # (no task left to act on: outside the lock too)
+            self.driver.cleanup(remove_parent=True)
+        except (CgroupError, OSError) as e:  # the next agent to start removes them (their owner has ended)
+            log.error("cannot remove this agent's cgroups at shutdown: %s", e)
+        self.driver.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
         for close in self._closers:
             close()

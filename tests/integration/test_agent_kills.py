@@ -1,19 +1,24 @@
-"""The kills that end a task done with its work, and one whose start failed, are done outside the agent's lock:
-while such a task cannot die (its freezer will not thaw: up to ``KILL_TIMEOUT_S``), every other call answers at
-once. As for Stop (tests/integration/test_task_faults.py), a freezer that will not thaw is made at will by
-freezing the agent's parent group."""
+"""The kills that end a task done with its work, one whose start failed, and every task at the agent's shutdown are
+done outside the agent's lock: while such a task cannot die (its freezer will not thaw: up to ``KILL_TIMEOUT_S``),
+every other call answers at once. As for Stop (tests/integration/test_task_faults.py), a freezer that will not thaw
+is made at will by freezing the agent's parent group."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
-from node_agent.agent import AgentError
+from node_agent import cgroups, runner
+from node_agent.agent import AgentError, HostSpec
 from node_agent.cgroups import CgroupError, safe_name
+from node_agent.server import RunningAgent, start_agent
 from tests.integration.test_task_faults import (  # noqa: F401 (served: a fixture)
     _alive,
     _in_thread,
@@ -24,7 +29,7 @@ from tests.integration.test_task_faults import (  # noqa: F401 (served: a fixtur
     _until,
     served,
 )
-from vcemu.v1 import agent_pb2
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 pytestmark = pytest.mark.integration
 S = agent_pb2.TaskState
@@ -155,3 +160,60 @@ def test_a_call_refused_while_a_task_ends_names_what_ended_it(served, end: str) 
 
     assert stub.Stop(agent_pb2.TaskRef(task_id="t/0")).task.state == (S.TASK_STATE_DONE if end == "done"
                                                                        else S.TASK_STATE_FAILED)
+
+
+@pytest.fixture
+def shut_down(cgroups_required: None, monkeypatch) -> Iterator[tuple[RunningAgent, agent_pb2_grpc.AgentStub, Path]]:
+    """As ``served``, for a test that shuts the agent's core down itself (which removes its parent cgroup): an
+    agent, a stub, and the parent group's freezer.state, found before."""
+    monkeypatch.setattr(runner, "calibrate", lambda workload, seconds=0.0: 1000.0)
+    monkeypatch.setattr(cgroups, "KILL_TIMEOUT_S", 5.0)  # the kill of a task that cannot die fails sooner
+    agent = start_agent([HostSpec("h0", 1.0, 1 << 30)], f"pytest-kill-{os.getpid()}")
+    freezer = _parent_freezer(agent)
+    try:
+        with grpc.insecure_channel(agent.address) as channel:
+            yield agent, agent_pb2_grpc.AgentStub(channel), freezer
+    finally:
+        with contextlib.suppress(OSError):  # (gone once the shutdown has removed it)
+            freezer.write_text("THAWED")
+        agent.stop()
+
+
+def test_shutdown_kills_outside_the_agents_lock(shut_down) -> None:
+    """The agent's shutdown kills its tasks outside the agent's lock, as a Stop does: while a task cannot die, Status
+    answers at once (the task reported stopping because the agent is shutting down), a call that would change it is
+    refused saying so, a StartTask is refused (UNAVAILABLE: the agent is going away) and a Stop of the task waits
+    for its end, then finds no task. Once it can die, it is dead and the agent's cgroups are removed."""
+    agent, stub, freezer = shut_down
+    _other(stub)
+    _running_task(stub, "t/0")
+    pid, dirs = agent.core.task("t/0").pid, agent.core.cgroup_dirs("t/0")
+    freezer.write_text("FROZEN")  # the task cannot be thawed, so it cannot die, until the parent thaws (below)
+    closing, _ = _in_thread(agent.core.shutdown)  # (the gRPC server still serves)
+    time.sleep(0.5)  # the shutdown is killing t/0
+    took, status = _timed(lambda: stub.Status(agent_pb2.StatusRequest()))
+    assert took < 1.0, f"Status took {took:.2f} s while the agent's shutdown waited for a task to die"
+    assert isinstance(status, agent_pb2.StatusReply)
+    ending = next(t for t in status.tasks if t.task_id == "t/0")
+    assert ending.state == S.TASK_STATE_RUNNING and ending.message == "stopping: the agent is shutting down", ending
+    took, refused = _timed(lambda: stub.SetShare(agent_pb2.SetShareRequest(task_id="t/0", cpu_share=0.2)))
+    assert took < 1.0 and isinstance(refused, grpc.RpcError), (took, refused)
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION, refused
+    assert "is being stopped: the agent is shutting down" in refused.details()
+    took, refused = _timed(lambda: stub.StartTask(agent_pb2.StartTaskRequest(
+        task_id="new/0", host="h0", workload="modeled", cpu_share=0.1, cpu_need=0.1, work_seconds=60.0)))
+    assert took < 1.0 and isinstance(refused, grpc.RpcError), (took, refused)
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in refused.details(), refused
+    stop, stopped = _in_thread(lambda: stub.Stop(agent_pb2.TaskRef(task_id="t/0")))
+    time.sleep(0.2)
+    assert closing.is_alive() and _alive(pid), "the task died before its parent thawed: nothing was tested"
+    assert stop.is_alive(), f"a Stop of a task the shutdown is killing did not wait for it: {stopped}"
+    freezer.write_text("THAWED")
+    closing.join(30)
+    stop.join(30)
+    assert not closing.is_alive(), "the shutdown never ended"
+    r = stopped["result"]
+    assert isinstance(r, grpc.RpcError) and r.code() == grpc.StatusCode.NOT_FOUND, r
+    assert not _alive(pid)
+    assert not any(os.path.exists(d) for d in dirs)
+    assert not any(os.path.exists(d) for d in agent.core.driver.dirs())  # the agent's parent groups too
