@@ -11,7 +11,10 @@ began (Stop: message "stopping"; shutdown: "stopping: the agent is shutting down
 or FAILED with the reason), still holds its memory and share, and is left alone by every other call (a second
 Stop waits for the first, then finds no task; a StartTask of its id waits for the end, then finds the id taken
 or, after a Stop or a failed start, free). A failed StartTask answers once its task's processes are dead (its
-task forgotten), with the start's error.
+task forgotten), with the start's error. A task whose kill failed (its processes outlived
+:data:`~node_agent.cgroups.KILL_TIMEOUT_S`: frozen, most likely) stays known and keeps its memory counted, finished
+or not, until they are gone (a Stop kills them again); Status reports their memory and why, in its message (and
+the metrics count such tasks).
 
 Refusals (``code``: when):
   INVALID_ARGUMENT: empty task_id; unknown workload; cpu_share or cpu_need outside (0, 1]; work_seconds
@@ -398,16 +401,20 @@ class AgentCore:
 
     def _end_outside(self, task_id: str, task: Task | ModeledTask, kill: Callable[[], None]) -> None:
         """Mark a finished task as ending (reported as it is now) and ``kill`` it in a thread of its own, outside
-        the lock (held by the caller). A kill that fails is logged: the task stays known, finished, and a Stop
-        kills it again."""
+        the lock (held by the caller). A kill that fails is logged: the task stays known, finished, its memory
+        counted, and a Stop kills it again."""
         ending = self._ending[task_id] = _Ending.finished(task.view())
 
         def end() -> None:
             try:
                 kill()
             except Exception:
-                log.exception("killing the processes of task %s (%s) failed; a Stop kills them again", task_id,
-                              task.state.name.lower())
+                log.exception("killing the processes of task %s (%s) failed; its memory stays counted, and a Stop "
+                              "kills them again", task_id, task.state.name.lower())
+            else:
+                if task.kill_failed:  # (an abort's kill is best effort: it raises nothing)
+                    log.error("killing the processes of task %s (%s) failed: %s; its memory stays counted, and a "
+                              "Stop kills them again", task_id, task.state.name.lower(), task.kill_failed)
             finally:
                 with self._lock:
                     self._ending.pop(task_id, None)
@@ -422,9 +429,10 @@ class AgentCore:
                              f"CPU unallocated, the request needs {share:.6g}")
 
     def _live(self, host: str) -> list[Task]:
-        """The host's tasks that hold resources: unfinished ones, and ending ones (their processes may live)."""
+        """The host's tasks that hold resources: unfinished ones, ending ones (their processes may live), and
+        finished ones whose processes outlived their kill (``kill_failed``: frozen, they still hold their memory)."""
         return [t for task_id, t in self._tasks.items()
-                if t.spec.host == host and (not t.state.finished or task_id in self._ending)]
+                if t.spec.host == host and (not t.state.finished or task_id in self._ending or t.kill_failed)]
 
     def _host(self, name: str) -> HostSpec:
         try:
@@ -497,6 +505,9 @@ def _poll(task: Task | ModeledTask) -> str | None:
     progress and completion on this agent, silently. A failed task is reported, so its job is failed or
     retried where it can be seen. A finished task keeps its end (its poll has nothing left to do)."""
     was = task.state
+    if task.kill_failed:  # processes that outlived a kill: have they died since? (even if its poll raises)
+        with contextlib.suppress(Exception):
+            task.recheck_kill()
     try:
         task.poll()
     except Exception as exc:  # a bug or an unforeseen OS error: this task's, not the agent's
