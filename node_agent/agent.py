@@ -4,13 +4,17 @@ No gRPC here: :class:`AgentCore` raises :class:`AgentError` with a status-code n
 it onto gRPC. One lock serialises requests and the monitor, which keeps capacity checks exact (two
 concurrent StartTasks cannot both take the last half of a host). Killing a task's processes is not done
 under it (it can take seconds: a frozen v1 task ignores SIGKILL until its freezer thaws): Stop, the abort of
-a task whose poll raised, the end of a task done with its work (or whose transactional server failed), and a
-start that failed with the task's process started, mark the task as ending, kill outside the lock, then
-forget or report it. An ending task is reported as it was when its end began (Stop: message "stopping"; the
-others: finished, DONE or FAILED with the reason), still holds its memory and share, and is left alone by
-every other call (a second Stop waits for the first, then finds no task; a StartTask of its id waits for the
-end, then finds the id taken or, after a Stop or a failed start, free). A failed StartTask answers once its
-task's processes are dead (its task forgotten), with the start's error.
+a task whose poll raised, the end of a task done with its work (or whose transactional server failed), a
+start that failed with the task's process started, and the agent's shutdown (every task) mark the task as
+ending, kill outside the lock, then forget or report it. An ending task is reported as it was when its end
+began (Stop: message "stopping"; shutdown: "stopping: the agent is shutting down"; the others: finished, DONE
+or FAILED with the reason), still holds its memory and share, and is left alone by every other call (a second
+Stop waits for the first, then finds no task; a StartTask of its id waits for the end, then finds the id taken
+or, after a Stop or a failed start, free). A failed StartTask answers once its task's processes are dead (its
+task forgotten), with the start's error. A task whose kill failed (its processes outlived
+:data:`~node_agent.cgroups.KILL_TIMEOUT_S`: frozen, most likely) stays known and keeps its memory counted, finished
+or not, until they are gone (a Stop kills them again); Status reports their memory and why, in its message (and
+the metrics count such tasks).
 
 Refusals (``code``: when):
   INVALID_ARGUMENT: empty task_id; unknown workload; cpu_share or cpu_need outside (0, 1]; work_seconds
@@ -23,7 +27,9 @@ Refusals (``code``: when):
     ending is waited for, then looked at again).
   FAILED_PRECONDITION: the host's running shares would exceed 1 (StartTask, SetShare, Resume); the
     host's memory would be over-committed (StartTask; paused tasks keep their memory); SetLoad on a task
-    that is not transactional; SetShare, Pause, Resume or SetLoad on a task a Stop is ending.
+    that is not transactional; SetShare, Pause, Resume or SetLoad on a task a Stop (or the agent's shutdown)
+    is ending.
+  UNAVAILABLE: StartTask once the agent's shutdown has begun.
 Requests on a finished task (SetShare, Pause, Resume) are accepted and change nothing; the reply's state
 says it is finished, which a coordinator racing a completion wants rather than an error.
 """
@@ -55,6 +61,7 @@ from workloads.registry import PROGRAMS
 log = logging.getLogger("vcemu.agent")
 SHARE_EPS = 1e-6
 POLL_INTERVAL_S = 0.1
+SHUTTING_DOWN = "the agent is shutting down"
 #: CPU-seconds of task time per update of a workload's rate estimate, and the update's weight.
 RATE_UPDATE_CPU_S = 1.0
 RATE_SMOOTHING = 0.5
@@ -94,7 +101,20 @@ class _Ending:
     """A task whose processes are being killed outside the agent's lock (see the module docstring)."""
 
     view: TaskView  # what the agent reports for it meanwhile
+    #: What is ending it, completing "task 'ID' ..." in the refusal of a call that would act on it.
+    why: str
     done: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def finished(cls, view: TaskView) -> _Ending:
+        """The end of a task that has finished (its work done, failed, or stopped), its processes being killed."""
+        if view.state is State.DONE:
+            what = "has finished its work"
+        elif view.state is State.FAILED:
+            what = f"has failed ({view.message})" if view.message else "has failed"
+        else:
+            what = "has been stopped"
+        return cls(view, f"{what}; its processes are being killed")
 
 
 class AgentCore:
@@ -150,6 +170,8 @@ class AgentCore:
             raise AgentError("INVALID_ARGUMENT", f"start_progress: must be in [0, 1), got {start_progress}")
         while True:
             with self._lock:
+                if self._stop.is_set():
+                    raise AgentError("UNAVAILABLE", f"agent {self.agent_id}: {SHUTTING_DOWN}")
                 ending = self._ending.get(task_id)
                 if ending is None:
                     task = self._new_task(task_id, host, workload, cpu_share, cpu_need, work_seconds, memory_bytes,
@@ -161,7 +183,7 @@ class AgentCore:
                             raise
                         # Its process is started, and to be killed: outside the lock, holding the id meanwhile.
                         self._tasks[task_id] = task
-                        ending = self._ending[task_id] = _Ending(task.view())
+                        ending = self._ending[task_id] = _Ending.finished(task.view())
                         failure = e
                         break
                     self._tasks[task_id] = task
@@ -253,7 +275,7 @@ class AgentCore:
                     view = task.view()
                     if not view.state.finished:
                         view = replace(view, message="stopping")
-                    ending = self._ending[task_id] = _Ending(view)
+                    ending = self._ending[task_id] = _Ending(view, "is being stopped")
                     break
             ending.done.wait()  # another Stop, or an abort, is killing it: then look again
         forget = False
@@ -297,29 +319,47 @@ class AgentCore:
         return hosts, tasks
 
     def shutdown(self) -> None:
-        """Kill every task (thawed first), remove every cgroup of this agent and its parent. Idempotent."""
+        """Kill every task (thawed first), remove every cgroup of this agent and its parent. Idempotent.
+
+        As a Stop's, the kills are made outside the agent's lock (a task that cannot die holds them up to
+        :data:`~node_agent.cgroups.KILL_TIMEOUT_S` each): every task is marked as ending (an unfinished one
+        reported with message "stopping: the agent is shutting down"), then killed and forgotten. Meanwhile
+        Status answers, a call that would change one of them is refused or changes nothing as for a Stop, a Stop
+        of one waits for its end then finds no task, and a StartTask is refused (UNAVAILABLE)."""
         if self._stop.is_set():
             return
-        self._stop.set()
+        self._stop.set()  # (under the lock from here on, StartTask refuses)
         self._monitor.join(timeout=2.0)
         with self._lock:
-            ending = list(self._ending.values())
-        for e in ending:  # Stops and aborts under way end within their kill's time limit
-            e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
-        with self._lock:
+            others = list(self._ending.values())  # Stops, aborts and failed starts under way: not ours to kill
+            mine = []
             for task_id, task in self._tasks.items():
                 if task_id in self._ending:
-                    continue  # still being killed by another thread; the cleanup below kills it too
-                try:
-                    task.stop()
-                except Exception:
-                    log.exception("stopping task %s at shutdown failed", task_id)
-            self._tasks.clear()
+                    continue
+                view = task.view()
+                if not view.state.finished:
+                    view = replace(view, message=f"stopping: {SHUTTING_DOWN}")
+                ending = self._ending[task_id] = _Ending(view, f"is being stopped: {SHUTTING_DOWN}")
+                mine.append((task_id, task, ending))
+        for task_id, task, ending in mine:
             try:
-                self.driver.cleanup(remove_parent=True)
-            except (CgroupError, OSError) as e:  # the next agent to start removes them (their owner has ended)
-                log.error("cannot remove this agent's cgroups at shutdown: %s", e)
-            self.driver.close()
+                task.stop()
+            except Exception:  # the cleanup below kills what is left again
+                log.exception("stopping task %s at shutdown failed", task_id)
+            finally:
+                with self._lock:
+                    self._ending.pop(task_id, None)
+                    self._tasks.pop(task_id, None)
+                ending.done.set()
+        for e in others:  # they end within their kill's time limit
+            e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
+        with self._lock:
+            self._tasks.clear()
+        try:  # (no task left to act on: outside the lock too)
+            self.driver.cleanup(remove_parent=True)
+        except (CgroupError, OSError) as e:  # the next agent to start removes them (their owner has ended)
+            log.error("cannot remove this agent's cgroups at shutdown: %s", e)
+        self.driver.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
         for close in self._closers:
             close()
@@ -342,12 +382,11 @@ class AgentCore:
 
     @staticmethod
     def _ending_reply(task_id: str, ending: _Ending) -> TaskView:
-        """A request that would change an ending task: one that has already failed (its abort is killing its
-        processes) is finished, so the request is accepted and changes nothing; one a Stop is ending is
-        refused."""
+        """A request that would change an ending task: one that has already finished (done or failed, its
+        processes being killed) is accepted and changes nothing; one a Stop is ending is refused."""
         if ending.view.state.finished:
             return ending.view
-        raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} is being stopped")
+        raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} {ending.why}")
 
     def _poll(self, task_id: str, task: Task | ModeledTask) -> None:
         """Poll a task (under the lock). If its poll raised, fail it now and kill it in a thread of its own,
@@ -362,16 +401,20 @@ class AgentCore:
 
     def _end_outside(self, task_id: str, task: Task | ModeledTask, kill: Callable[[], None]) -> None:
         """Mark a finished task as ending (reported as it is now) and ``kill`` it in a thread of its own, outside
-        the lock (held by the caller). A kill that fails is logged: the task stays known, finished, and a Stop
-        kills it again."""
-        ending = self._ending[task_id] = _Ending(task.view())
+        the lock (held by the caller). A kill that fails is logged: the task stays known, finished, its memory
+        counted, and a Stop kills it again."""
+        ending = self._ending[task_id] = _Ending.finished(task.view())
 
         def end() -> None:
             try:
                 kill()
             except Exception:
-                log.exception("killing the processes of task %s (%s) failed; a Stop kills them again", task_id,
-                              task.state.name.lower())
+                log.exception("killing the processes of task %s (%s) failed; its memory stays counted, and a Stop "
+                              "kills them again", task_id, task.state.name.lower())
+            else:
+                if task.kill_failed:  # (an abort's kill is best effort: it raises nothing)
+                    log.error("killing the processes of task %s (%s) failed: %s; its memory stays counted, and a "
+                              "Stop kills them again", task_id, task.state.name.lower(), task.kill_failed)
             finally:
                 with self._lock:
                     self._ending.pop(task_id, None)
@@ -386,9 +429,10 @@ class AgentCore:
                              f"CPU unallocated, the request needs {share:.6g}")
 
     def _live(self, host: str) -> list[Task]:
-        """The host's tasks that hold resources: unfinished ones, and ending ones (their processes may live)."""
+        """The host's tasks that hold resources: unfinished ones, ending ones (their processes may live), and
+        finished ones whose processes outlived their kill (``kill_failed``: frozen, they still hold their memory)."""
         return [t for task_id, t in self._tasks.items()
-                if t.spec.host == host and (not t.state.finished or task_id in self._ending)]
+                if t.spec.host == host and (not t.state.finished or task_id in self._ending or t.kill_failed)]
 
     def _host(self, name: str) -> HostSpec:
         try:
@@ -439,8 +483,8 @@ class AgentCore:
         ``units_t``) and its cgroup CPU time as of ``t``. For benchmarks that fit rates."""
         with self._lock:
             task = self._task(task_id)
-            if task_id in self._ending:
-                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} is being stopped")
+            if (ending := self._ending.get(task_id)) is not None:
+                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} {ending.why}")
             s = task.progress_sample()
             cpu = self.driver.cpu_usage_s(task.cgroup)
             t = time.monotonic()
@@ -461,6 +505,9 @@ def _poll(task: Task | ModeledTask) -> str | None:
     progress and completion on this agent, silently. A failed task is reported, so its job is failed or
     retried where it can be seen. A finished task keeps its end (its poll has nothing left to do)."""
     was = task.state
+    if task.kill_failed:  # processes that outlived a kill: have they died since? (even if its poll raises)
+        with contextlib.suppress(Exception):
+            task.recheck_kill()
     try:
         task.poll()
     except Exception as exc:  # a bug or an unforeseen OS error: this task's, not the agent's

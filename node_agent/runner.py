@@ -136,6 +136,8 @@ class TaskView:
     target_units: int
     #: A transactional task's measured response time and throughput (:mod:`node_agent.transactional`).
     service: ServiceView | None = None
+    #: Why processes of the task outlived its last kill, or "" (see :attr:`Task.kill_failed`).
+    kill_failed: str = ""
 
 
 def target_units(spec: TaskSpec, units_per_core_second: float) -> int:
@@ -151,7 +153,11 @@ class Task:
     :data:`~node_agent.cgroups.KILL_TIMEOUT_S`). With ``defer_kills`` (the agent's tasks), the kills :meth:`poll`
     and :meth:`start` would make (a task done with its work, a start that failed with its process started) are
     left to :meth:`end`, which the agent calls outside its lock: the task is marked finished and ``end_pending``
-    meanwhile. Without it (a caller that drives a task directly), they are made at once."""
+    meanwhile. Without it (a caller that drives a task directly), they are made at once.
+
+    A kill that fails leaves :attr:`kill_failed` set until a later one succeeds or :meth:`recheck_kill` finds the
+    processes gone: they are alive (frozen, most likely) and hold the task's memory, finished or not; its view
+    reports their memory and says so."""
 
     #: Leave the kill of a task that ended in :meth:`poll` or :meth:`start` to :meth:`end`.
     defer_kills = False
@@ -186,6 +192,8 @@ class Task:
         self.message = ""
         #: Finished, with its processes still to be killed and what it holds released by :meth:`end`.
         self.end_pending = False
+        #: Why the last kill of its processes failed: they live on ("" if none did, or they have died since).
+        self.kill_failed = ""
         self._rate_mark: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -327,11 +335,15 @@ class Task:
             left = ([self._proc.pid] if self._proc is not None and self._proc.poll() is None else []) + [
                 p for p in self._driver.pids(self.cgroup) if self._proc is None or p != self._proc.pid]
             if not left:
+                self.kill_failed, self._rss = "", 0
                 return
             if time.monotonic() > deadline:
-                raise CgroupError(f"task {self.spec.task_id}: its processes {', '.join(map(str, left))} did not die "
-                                  f"within {cgroups.KILL_TIMEOUT_S:g} s of SIGKILL (frozen, or in uninterruptible "
-                                  "sleep?)")
+                self.kill_failed = (f"its processes {', '.join(map(str, left))} did not die within "
+                                    f"{cgroups.KILL_TIMEOUT_S:g} s of SIGKILL (frozen, or in uninterruptible sleep?)")
+                if self._ps is not None:  # what they hold (the program's; its memory was counted as 0 once it ended)
+                    with contextlib.suppress(psutil.Error):
+                        self._rss = self._ps.memory_info().rss
+                raise CgroupError(f"task {self.spec.task_id}: {self.kill_failed}")
             time.sleep(0.01)
 
     def _release(self, strict: bool = False) -> None:
@@ -384,6 +396,20 @@ class Task:
             self._finish(rc)
         elif self.state in (State.RUNNING, State.PAUSED) and self._cpu_fraction() >= 1.0:
             self._complete()  # PAUSED too: a Pause that came after the work was charged, before this poll
+
+    def recheck_kill(self) -> None:
+        """Of a task whose kill failed, finished or not: clear :attr:`kill_failed` if the processes that outlived
+        it have died since (a frozen process takes the SIGKILL it was sent once thawed). Kills nothing."""
+        if not self.kill_failed or self._proc is not None and self._proc.poll() is None:
+            return
+        try:
+            if self._driver.pids(self.cgroup):
+                return
+        except CgroupError:
+            return
+        self.kill_failed = ""
+        if self.state.finished:
+            self._rss = 0
 
     def _cpu_fraction(self) -> float:
         """Fraction of the task's CPU-seconds done since its boot phase (``cpu-time`` mode; else 0)."""
@@ -462,12 +488,16 @@ class Task:
         if self._samples and not self.state.finished:  # (no sample before the start succeeded)
             (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
             measured = (c1 - c0) / (t1 - t0) / sp.host_cores if t1 > t0 else 0.0
+        message = self.message
+        if self.kill_failed:
+            message = "; ".join(filter(None, [message, f"{self.kill_failed}: they still hold its memory (a Stop kills "
+                                                         "them again)"]))
         return TaskView(
             task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
             progress=sp.start_progress + done * (1.0 - sp.start_progress), cpu_share=self.cpu_share,
             cpu_measured=measured, cpu_seconds=self._cpu_s, memory_bytes=self._rss,
-            exit_code=self.exit_code, message=self.message, pid=self._proc.pid if self._proc else 0,
-            units_done=self._units, target_units=self.target)
+            exit_code=self.exit_code, message=message, pid=self._proc.pid if self._proc else 0,
+            units_done=self._units, target_units=self.target, kill_failed=self.kill_failed)
 
 
 class ModeledTask:
@@ -484,6 +514,7 @@ class ModeledTask:
         self.exit_code = 0
         self.message = ""
         self.end_pending = False  # (no process to kill)
+        self.kill_failed = ""  # (never set)
         self._progress = spec.start_progress
         self._t = time.monotonic()
 
@@ -527,6 +558,9 @@ class ModeledTask:
 
     def poll(self) -> None:
         self._integrate()
+
+    def recheck_kill(self) -> None:
+        """(No process: no kill to fail.)"""
 
     def rate_delta(self) -> tuple[int, float]:
         return 0, 0.0

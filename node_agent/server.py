@@ -144,6 +144,11 @@ class AgentCollector(Collector):
             for h in hosts:
                 g.add_metric([h.name], float(get(h)))
             yield g
+        g = GaugeMetricFamily("vcemu_agent_host_unkilled_tasks", "Tasks of the host whose processes outlived their "
+                              "kill (frozen, or in uninterruptible sleep) and hold their memory", labels=["host"])
+        for h in hosts:
+            g.add_metric([h.name], float(sum(1 for t in tasks if t.host == h.name and t.kill_failed)))
+        yield g
         g = GaugeMetricFamily("vcemu_agent_tasks", "Tasks known to the agent, by state", labels=["state"])
         for s in State:
             g.add_metric([s.name.lower()], float(sum(t.state is s for t in tasks)))

@@ -1,18 +1,25 @@
-"""The kills that end a task done with its work, and one whose start failed, are done outside the agent's lock:
-while such a task cannot die (its freezer will not thaw: up to ``KILL_TIMEOUT_S``), every other call answers at
-once. As for Stop (tests/integration/test_task_faults.py), a freezer that will not thaw is made at will by
-freezing the agent's parent group."""
+"""The kills that end a task done with its work, one whose start failed, and every task at the agent's shutdown are
+done outside the agent's lock: while such a task cannot die (its freezer will not thaw: up to ``KILL_TIMEOUT_S``),
+every other call answers at once. As for Stop (tests/integration/test_task_faults.py), a freezer that will not thaw
+is made at will by freezing the agent's parent group."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from node_agent import cgroups, runner
+from node_agent.agent import AgentError, HostSpec
 from node_agent.cgroups import CgroupError, safe_name
+from node_agent.server import AgentCollector, RunningAgent, start_agent
 from tests.integration.test_task_faults import (  # noqa: F401 (served: a fixture)
     _alive,
     _in_thread,
@@ -23,7 +30,7 @@ from tests.integration.test_task_faults import (  # noqa: F401 (served: a fixtur
     _until,
     served,
 )
-from vcemu.v1 import agent_pb2
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 pytestmark = pytest.mark.integration
 S = agent_pb2.TaskState
@@ -118,3 +125,154 @@ def test_a_task_whose_start_failed_is_killed_outside_the_agents_lock(served, mon
     assert _alive(agent.core.task("t/0").pid)
     stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
     assert not any(os.path.exists(d) for d in driver.dirs(safe_name("t/0")))
+
+
+@pytest.mark.parametrize("end", ["done", "failed"])
+def test_a_call_refused_while_a_task_ends_names_what_ended_it(served, end: str) -> None:  # noqa: F811
+    """While a task done with its work, or failed, waits for its processes to die, a call that cannot act on it (a
+    rate sample) is refused with what ended it: not "being stopped", which would tell its client that someone had
+    stopped it."""
+    agent, stub = served
+    _running_task(stub, "t/0")
+    freezer = _parent_freezer(agent)
+    freezer.write_text("FROZEN")  # its processes cannot die until the parent thaws (below)
+    task = agent.core._tasks["t/0"]
+    with agent.core._lock:
+        if end == "done":
+            task.cpu_target = 1e-9  # its work is done: the monitor's next poll ends it
+        else:
+            def broken() -> None:
+                raise OSError("simulated: progress channel unreadable")
+
+            task.poll = broken  # type: ignore[method-assign]  # the monitor's next poll fails it
+    _until("the task's end never began", lambda: "t/0" in agent.core._ending, 10.0)
+    with pytest.raises(AgentError) as refused:
+        agent.core.sample("t/0")
+    assert "t/0" in agent.core._ending, "the task's processes died before the call: nothing was tested"
+    assert refused.value.code == "FAILED_PRECONDITION"
+    message = refused.value.message
+    assert "being stopped" not in message, message
+    if end == "done":
+        assert "has finished its work; its processes are being killed" in message, message
+    else:
+        assert "has failed (agent error while polling the task: OSError: simulated" in message, message
+    freezer.write_text("THAWED")
+    _until("the task's end never ended", lambda: "t/0" not in agent.core._ending, 20.0)
+
+    assert stub.Stop(agent_pb2.TaskRef(task_id="t/0")).task.state == (S.TASK_STATE_DONE if end == "done"
+                                                                       else S.TASK_STATE_FAILED)
+
+
+@pytest.fixture
+def own_agent(cgroups_required: None, monkeypatch) -> Iterator[tuple[RunningAgent, agent_pb2_grpc.AgentStub, Path]]:
+    """As ``served`` (one 1-core host, of 512 MiB here), for a test that may shut the agent's core down itself
+    (which removes its parent cgroup): an agent, a stub, and the parent group's freezer.state, found before."""
+    monkeypatch.setattr(runner, "calibrate", lambda workload, seconds=0.0: 1000.0)
+    agent = start_agent([HostSpec("h0", 1.0, 512 << 20)], f"pytest-kill-{os.getpid()}")
+    freezer = _parent_freezer(agent)
+    try:
+        with grpc.insecure_channel(agent.address) as channel:
+            yield agent, agent_pb2_grpc.AgentStub(channel), freezer
+    finally:
+        with contextlib.suppress(OSError):  # (gone once the shutdown has removed it)
+            freezer.write_text("THAWED")
+        agent.stop()
+
+
+def test_shutdown_kills_outside_the_agents_lock(own_agent, monkeypatch) -> None:
+    """The agent's shutdown kills its tasks outside the agent's lock, as a Stop does: while a task cannot die, Status
+    answers at once (the task reported stopping because the agent is shutting down), a call that would change it is
+    refused saying so, a StartTask is refused (UNAVAILABLE: the agent is going away) and a Stop of the task waits
+    for its end, then finds no task. Once it can die, it is dead and the agent's cgroups are removed."""
+    agent, stub, freezer = own_agent
+    monkeypatch.setattr(cgroups, "KILL_TIMEOUT_S", 5.0)  # the kill of a task that cannot die fails sooner
+    _other(stub)
+    _running_task(stub, "t/0")
+    pid, dirs = agent.core.task("t/0").pid, agent.core.cgroup_dirs("t/0")
+    freezer.write_text("FROZEN")  # the task cannot be thawed, so it cannot die, until the parent thaws (below)
+    closing, _ = _in_thread(agent.core.shutdown)  # (the gRPC server still serves)
+    time.sleep(0.5)  # the shutdown is killing t/0
+    took, status = _timed(lambda: stub.Status(agent_pb2.StatusRequest()))
+    assert took < 1.0, f"Status took {took:.2f} s while the agent's shutdown waited for a task to die"
+    assert isinstance(status, agent_pb2.StatusReply)
+    ending = next(t for t in status.tasks if t.task_id == "t/0")
+    assert ending.state == S.TASK_STATE_RUNNING and ending.message == "stopping: the agent is shutting down", ending
+    took, refused = _timed(lambda: stub.SetShare(agent_pb2.SetShareRequest(task_id="t/0", cpu_share=0.2)))
+    assert took < 1.0 and isinstance(refused, grpc.RpcError), (took, refused)
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION, refused
+    assert "is being stopped: the agent is shutting down" in refused.details()
+    took, refused = _timed(lambda: stub.StartTask(agent_pb2.StartTaskRequest(
+        task_id="new/0", host="h0", workload="modeled", cpu_share=0.1, cpu_need=0.1, work_seconds=60.0)))
+    assert took < 1.0 and isinstance(refused, grpc.RpcError), (took, refused)
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in refused.details(), refused
+    stop, stopped = _in_thread(lambda: stub.Stop(agent_pb2.TaskRef(task_id="t/0")))
+    time.sleep(0.2)
+    assert closing.is_alive() and _alive(pid), "the task died before its parent thawed: nothing was tested"
+    assert stop.is_alive(), f"a Stop of a task the shutdown is killing did not wait for it: {stopped}"
+    freezer.write_text("THAWED")
+    closing.join(30)
+    stop.join(30)
+    assert not closing.is_alive(), "the shutdown never ended"
+    r = stopped["result"]
+    assert isinstance(r, grpc.RpcError) and r.code() == grpc.StatusCode.NOT_FOUND, r
+    assert not _alive(pid)
+    assert not any(os.path.exists(d) for d in dirs)
+    assert not any(os.path.exists(d) for d in agent.core.driver.dirs())  # the agent's parent groups too
+
+
+@pytest.mark.parametrize("end", ["done", "failed"])
+def test_a_task_whose_kill_failed_keeps_its_memory_counted_until_its_processes_are_gone(own_agent, monkeypatch,
+                                                                                     end: str) -> None:
+    """A task done with its work (or failed) whose processes cannot be killed (frozen) is finished, but its
+    processes still hold its memory: the host's memory stays counted for it (a StartTask that needs it is refused),
+    Status reports that memory and says why (for the coordinator and the operator), and so do the metrics. Once they
+    are dead (thawed, they take the SIGKILL sent), the memory is free; a Stop then forgets the task and removes its
+    cgroup."""
+    agent, stub, freezer = own_agent
+    monkeypatch.setattr(cgroups, "KILL_TIMEOUT_S", 1.0)
+    mib = 1 << 20
+    stub.StartTask(agent_pb2.StartTaskRequest(task_id="t/0", host="h0", workload="dgemm", cpu_share=0.3,
+                                              cpu_need=0.3, work_seconds=3600.0, memory_bytes=300 * mib))
+    _until("t/0 never ran", lambda: _status(stub, "t/0").state == S.TASK_STATE_RUNNING)
+    freezer.write_text("FROZEN")  # its processes cannot die until the parent thaws (below)
+    task = agent.core._tasks["t/0"]
+    with agent.core._lock:
+        if end == "done":
+            task.cpu_target = 1e-9  # its work is done: the monitor's next poll ends it
+        else:
+            def broken() -> None:
+                raise OSError("simulated: progress channel unreadable")
+
+            task.poll = broken  # type: ignore[method-assign]  # the monitor's next poll fails it
+    _until("the task's end never began", lambda: "t/0" in agent.core._ending, 10.0)
+    _until("the task's (failing) kill never ended", lambda: "t/0" not in agent.core._ending, 20.0)
+    pid = agent.core.task("t/0").pid
+    assert _alive(pid), "the task's process died: nothing was tested"
+
+    needs = agent_pb2.StartTaskRequest(task_id="m/0", host="h0", workload="modeled", cpu_share=0.1, cpu_need=0.1,
+                                       work_seconds=3600.0, memory_bytes=300 * mib)
+    _, refused = _timed(lambda: stub.StartTask(needs))
+    assert isinstance(refused, grpc.RpcError), f"a StartTask was given the memory a live (frozen) task holds: {refused}"
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION and "memory_bytes" in refused.details(), refused
+    status = stub.Status(agent_pb2.StatusRequest())
+    t0 = next(t for t in status.tasks if t.task_id == "t/0")
+    assert t0.state == (S.TASK_STATE_DONE if end == "done" else S.TASK_STATE_FAILED), t0
+    assert "did not die within 1 s of SIGKILL" in t0.message and "still hold its memory" in t0.message, t0
+    assert t0.memory_bytes >= 300 * mib, t0
+    assert status.hosts[0].memory_used_bytes >= 300 * mib, status.hosts[0]
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(agent.core))
+    metrics = {line.split()[0]: float(line.split()[1]) for line in generate_latest(registry).decode().splitlines()
+               if line.startswith("vcemu_agent_host_")}
+    assert metrics['vcemu_agent_host_unkilled_tasks{host="h0"}'] == 1.0, metrics
+
+    freezer.write_text("THAWED")  # the process takes the SIGKILL it was sent: the agent sees it gone
+    _until("the task's process never died once thawed", lambda: not _alive(pid), 10.0)
+    _until("the task's memory was still counted after its process died",
+           lambda: "did not die" not in _status(stub, "t/0").message, 10.0)
+    assert _status(stub, "t/0").memory_bytes == 0
+    assert stub.StartTask(needs).task.state == S.TASK_STATE_RUNNING
+    dirs = agent.core.cgroup_dirs("t/0")
+    reply = stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
+    assert reply.task.state == t0.state and "did not die" not in reply.task.message, reply
+    assert not any(os.path.exists(d) for d in dirs)
