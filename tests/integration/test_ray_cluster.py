@@ -247,3 +247,31 @@ def _wait_job(stub: pb_grpc.CoordinatorStub, job_id: str, state: str, timeout_s:
             return job
         assert time.monotonic() < deadline, (job.job_id, job.state, job.message)
         time.sleep(0.1)
+
+
+def test_stopping_after_one_actor_died_still_stops_the_others_cleanly(cgroups_required, tmp_path: Path):
+    """An agent actor dead for good (its restarts used up) must not cut the other actors' shutdown short:
+    each removes its cgroups before it is killed, as when none had died."""
+    import ray
+
+    from coordinator.backends.ray.cluster import RayAgents
+    from coordinator.backends.ray.placement import place_hosts
+    from coordinator.raycluster import connect
+
+    root = str(Path(__file__).resolve().parents[2])
+    ctx = connect(None, num_cpus=1, runtime_env={"env_vars": {"PYTHONPATH": root}})
+    try:
+        placements = place_hosts(ctx.nodes(), 2, 0.1, 64 << 20, tag=f"stop{os.getpid()}-")
+        # No coordinator listens there: the agents keep trying to register, which stopping must end.
+        agents = RayAgents(ctx, placements, "127.0.0.1:9", bind="127.0.0.1")
+        agents.wait_started()
+        dead, alive = placements[0].agent_id, placements[1].agent_id
+        assert glob.glob(f"/sys/fs/cgroup/*/vcemu-{alive}")
+        ray.kill(agents.actors[0], no_restart=True)
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(agents.actors[0].info.remote(), timeout=30)
+        agents.stop()
+        assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-{alive}"), f"the live actor {alive} left its cgroups"
+    finally:
+        ctx.close()
+    assert dead != alive

@@ -77,10 +77,17 @@ class RayAgents:
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop every agent (its tasks killed, its cgroups removed), then the actors themselves."""
         ray = self._ray
-        try:
-            ray.get([a.shutdown.remote() for a in self.actors], timeout=timeout_s)
-        except Exception as exc:  # an actor already dead has nothing left to stop; kill the rest below
-            log.warning("stopping agent actors: %s", _last_line(exc))
+        # Each actor's reply on its own: one already dead (its error is ready at once) must not cut short the
+        # others' shutdown, which the kills below would otherwise interrupt (their cgroups left behind).
+        refs = [a.shutdown.remote() for a in self.actors]
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception as exc:  # an actor already dead has nothing left to stop; it is killed below
+                log.warning("stopping agent actors: %s", _last_line(exc))
+        if pending:
+            log.warning("stopping agent actors: %d did not stop within %.0f s", len(pending), timeout_s)
         for a in self.actors:
             try:
                 ray.kill(a, no_restart=True)
