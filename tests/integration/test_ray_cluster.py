@@ -275,3 +275,28 @@ def test_stopping_after_one_actor_died_still_stops_the_others_cleanly(cgroups_re
     finally:
         ctx.close()
     assert dead != alive
+
+
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node is enough
+def test_an_actor_dead_for_good_is_told_once_and_with_none_left_up_stops(ray_cluster: LocalRayCluster):
+    """As a local ``vcemu up`` names an agent process that died and stops with status 1 when none is left, the Ray
+    path says once that an agent actor is dead for good (not that Ray will restart it, every 5 s), and stops."""
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "1", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB")
+    try:
+        up.wait_for(r"coordinator on \S+ ", timeout_s=90)
+        agent_id = up.wait_for(r"^ray0-h0\s+\S+\s+(\S+) ", timeout_s=5).group(1)
+        kill = ("import ray, sys; ray.init(address=sys.argv[1], namespace='vcemu', log_to_driver=False); "
+                "ray.kill(ray.get_actor(sys.argv[2]), no_restart=True)")
+        subprocess.run([sys.executable, "-c", kill, ray_cluster.address, f"vcemu-agent-{agent_id}"],
+                       env=ray_cluster.env, check=True, capture_output=True, timeout=60)
+        try:
+            rc = up.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+    finally:
+        up.stop()
+    err = up.proc.stderr.read()
+    assert rc == 1, err
+    assert err.count(f"agent actor {agent_id} is dead") == 1 and "does not answer" not in err, err
+    assert err.rstrip().endswith("vcemu up: every agent actor is dead; stopping the coordinator"), err

@@ -44,6 +44,8 @@ class RayAgents:
         ]
         self._ray = ray
         self.infos: list[dict[str, Any]] = []
+        #: Agent ids of the actors dead for good (restarts used up, or killed): reported once, then not asked.
+        self.dead: set[str] = set()
 
     def wait_started(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         """Each actor's :class:`~node_agent.ray_actor.ActorInfo` once its agent serves. Raises
@@ -61,9 +63,13 @@ class RayAgents:
         return self.infos
 
     def unhealthy(self, timeout_s: float = 5.0) -> list[tuple[str, str]]:
-        """(agent id, why) of the actors that do not answer within ``timeout_s``."""
+        """(agent id, why) of the actors that do not answer within ``timeout_s``. An actor found dead for good
+        is added to :attr:`dead` and not asked again."""
         ray = self._ray
-        refs = {a.registered.remote(): p.agent_id for a, p in zip(self.actors, self.placements, strict=True)}
+        refs = {a.registered.remote(): p.agent_id for a, p in zip(self.actors, self.placements, strict=True)
+                if p.agent_id not in self.dead}
+        if not refs:
+            return []
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
         out = [(refs[r], "no reply in time") for r in pending]
         for r in ready:
@@ -71,6 +77,8 @@ class RayAgents:
                 if not ray.get(r):
                     out.append((refs[r], "not registered with the coordinator"))
             except Exception as exc:
+                if isinstance(exc, ray.exceptions.ActorDiedError):  # not restarting: it will not come back
+                    self.dead.add(refs[r])
                 out.append((refs[r], _last_line(exc)))
         return out
 
@@ -79,8 +87,9 @@ class RayAgents:
         ray = self._ray
         # Each actor's reply on its own: one already dead (its error is ready at once) must not cut short the
         # others' shutdown, which the kills below would otherwise interrupt (their cgroups left behind).
-        refs = [a.shutdown.remote() for a in self.actors]
-        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        refs = [a.shutdown.remote() for a, p in zip(self.actors, self.placements, strict=True)
+                if p.agent_id not in self.dead]  # a dead one has nothing left to stop
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
         for ref in ready:
             try:
                 ray.get(ref)
@@ -175,8 +184,15 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         while True:
             time.sleep(HEALTH_INTERVAL_S)
             for agent_id, why in agents.unhealthy():
-                print(f"vcemu up: agent actor {agent_id} does not answer ({why}); Ray restarts a crashed actor up "
-                      f"to {MAX_RESTARTS} times", file=sys.stderr, flush=True)
+                if agent_id in agents.dead:  # said once: its hosts are lost when its heartbeats stop
+                    print(f"vcemu up: agent actor {agent_id} is dead ({why}); its hosts will be declared lost and "
+                          "their jobs requeued on the other agents", file=sys.stderr, flush=True)
+                else:
+                    print(f"vcemu up: agent actor {agent_id} does not answer ({why}); Ray restarts a crashed actor "
+                          f"up to {MAX_RESTARTS} times", file=sys.stderr, flush=True)
+            if len(agents.dead) == len(agents.actors):  # as a local vcemu up does when its last agent exits
+                print("vcemu up: every agent actor is dead; stopping the coordinator", file=sys.stderr, flush=True)
+                return 1
     except KeyboardInterrupt:  # SIGINT, or SIGTERM (below): stop everything this run started
         print("vcemu up: stopping", flush=True)
         return 0
