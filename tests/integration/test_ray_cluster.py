@@ -214,6 +214,17 @@ def test_state_and_token_file_work_under_ray(ray_cluster: LocalRayCluster, tmp_p
     assert [j.spec.id for j in Store(str(state)).load().jobs] == [job_id]
 
 
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node
+def test_the_start_line_counts_ray_nodes_not_hosts(ray_cluster: LocalRayCluster):
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "2", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB")
+    try:
+        head = up.wait_for(r"coordinator on \S+ .* (\d+) hosts on (\d+) Ray nodes", timeout_s=90)
+    finally:
+        assert up.stop() == 0, up.proc.stderr.read()
+    assert (head.group(1), head.group(2)) == ("2", "1"), head.group(0)
+
+
 @pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)  # only a token cluster can refuse a token
 def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: LocalRayCluster):
     assert ray_cluster.auth == "token"

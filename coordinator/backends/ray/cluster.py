@@ -178,8 +178,9 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             print(f"vcemu up: {exc}", file=sys.stderr)
             return 1
         metrics = f", metrics on http://{bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
+        nodes = len({p.node.node_id for p in placements})  # one placement per host, several on a node
         print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts on "
-              f"{len(placements)} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
+              f"{nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
         print(placement_table(infos, placements), flush=True)
         while True:
             time.sleep(HEALTH_INTERVAL_S)
