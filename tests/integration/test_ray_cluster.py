@@ -239,6 +239,18 @@ def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: L
         assert len(lines) == 1 and lines[0].startswith("vcemu up: --ray:") and "token" in lines[0], r.stderr
 
 
+@pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)
+def test_the_clusters_token_without_ray_auth_mode_is_told_to_set_the_mode(ray_cluster: LocalRayCluster):
+    """Ray sends no token unless RAY_AUTH_MODE=token (RAY_AUTH_TOKEN alone is ignored): the refusal says so,
+    or a user who gives the token as told gets the same refusal again."""
+    env = {k: v for k, v in ray_cluster.env.items() if k != "RAY_AUTH_MODE"}  # the right token, no mode
+    env["RAY_gcs_server_port_wait_time_s"] = "2"
+    r = subprocess.run([sys.executable, "-m", "coordinator.cli", "up", "--ray", ray_cluster.address],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().startswith("vcemu up: --ray:") and "set RAY_AUTH_MODE=token" in r.stderr, r.stderr
+
+
 def test_an_unreachable_ray_address_is_one_line_within_seconds():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
