@@ -29,7 +29,10 @@ RUN apt-get update \
  && groupadd --gid 10001 vcemu \
  && useradd --uid 10001 --gid 10001 --create-home --shell /bin/bash vcemu
 COPY --from=build /opt/vcemu /opt/vcemu
-ENV PATH=/opt/vcemu/bin:$PATH PYTHONUNBUFFERED=1
+# numba caches the policies' compiled kernels beside their sources or under $HOME, neither writable in the pods
+# (read-only root filesystem; the package belongs to root): without a writable cache directory it refuses to import
+# them and vcemu coordinator dies at start. /tmp is a writable volume in every pod of k8s/.
+ENV PATH=/opt/vcemu/bin:$PATH PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba-cache
 # The coordinator runs as this user; the agent's DaemonSet runs as root (cgroup control).
 USER 10001:10001
 WORKDIR /home/vcemu
