@@ -1,6 +1,7 @@
 # The image the manifests in k8s/ name (ghcr.io/vcemu/vcemu): `vcemu coordinator`, `vcemu agent`, and,
 # for the KubeRay overlay, Ray's own `ray start` (ray is a dependency of the package once the Ray backend
-# is in). Build from the repository root:
+# is in; its `default` extra adds the dashboard and the dashboard agent, whose HTTP health endpoints, on 8265 and
+# 52365, KubeRay's default probes of Ray pods call: plain `ray` serves neither). Build from the repository root:
 #   docker build -t ghcr.io/vcemu/vcemu:0.1.0 .
 # The non-editable install runs setup.py's build hook, which generates vcemu/v1/*_pb2*.py from proto/.
 ARG PYTHON=3.11
@@ -16,7 +17,7 @@ COPY workloads/ workloads/
 COPY vcemu/ vcemu/
 RUN python -m venv /opt/vcemu \
  && /opt/vcemu/bin/pip install --upgrade pip \
- && /opt/vcemu/bin/pip install . \
+ && /opt/vcemu/bin/pip install . 'ray[default]' \
  && /opt/vcemu/bin/vcemu --help >/dev/null \
  && /opt/vcemu/bin/vcemu agent --help >/dev/null
 

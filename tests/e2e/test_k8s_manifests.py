@@ -270,3 +270,17 @@ def test_the_coordinator_starts_on_a_read_only_root_filesystem_with_the_images_e
 def _read(fh) -> bytes:
     fh.seek(0)
     return fh.read()
+
+
+@needs_kubectl
+def test_the_image_serves_the_endpoints_of_kuberays_default_probes():
+    """The Ray containers of the kuberay overlay define no probes, so KubeRay gives them its own: wget of the
+    dashboard agent's /api/local_raylet_healthz (52365) and, on the head, the dashboard's /api/gcs_healthz (8265).
+    Ray serves those only with its ``default`` extra (plain ``ray`` starts both in minimal mode, no HTTP: checked
+    with ``ray start --head --dashboard-host=0.0.0.0``), so the image must install it, or no Ray pod gets ready."""
+    (rc,) = [d for d in render("kuberay") if d["kind"] == "RayCluster"]
+    groups = [rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]]
+    ray_containers = [g["template"]["spec"]["containers"][0] for g in groups]  # KubeRay's: the first container
+    assert not any(c.get(p) for c in ray_containers for p in ("readinessProbe", "livenessProbe"))
+    installs = [ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if "pip install" in ln]
+    assert any(re.search(r"""['"]?ray\[default\]""", ln) for ln in installs), installs
