@@ -225,6 +225,24 @@ def test_the_start_line_counts_ray_nodes_not_hosts(ray_cluster: LocalRayCluster)
     assert (head.group(1), head.group(2)) == ("2", "1"), head.group(0)
 
 
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node
+def test_a_wildcard_bind_listens_everywhere_but_advertises_dialable_addresses(ray_cluster: LocalRayCluster):
+    """``--bind 0.0.0.0`` (listen on every interface) must not be what the agents dial, nor what they register:
+    an actor on another machine dialling 0.0.0.0 reaches itself, and so does the coordinator dialling it."""
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "1", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB", "--bind", "0.0.0.0")
+    try:
+        address = up.wait_for(r"coordinator on (\S+) ", timeout_s=90).group(1)
+        agent_address = up.wait_for(r"^ray0-h0\s+\S+\s+\S+\s+(\S+) ", timeout_s=5).group(1)
+        port = address.rsplit(":", 1)[1]
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:  # it does listen everywhere
+            status = pb_grpc.CoordinatorStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+    finally:
+        assert up.stop() == 0, up.proc.stderr.read()
+    assert not address.startswith("0.0.0.0:") and not agent_address.startswith("0.0.0.0:"), (address, agent_address)
+    assert [h.name for h in status.hosts] == ["ray0-h0"]
+
+
 @pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)  # only a token cluster can refuse a token
 def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: LocalRayCluster):
     assert ray_cluster.auth == "token"

@@ -128,6 +128,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     from coordinator.store import StoreError
     from node_agent.cli import parse_size
     from node_agent.ports import ports_refusal
+    from node_agent.ray_actor import WILDCARDS
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
     cpus, mems = args.cpus_per_host, args.mem_per_host
@@ -170,7 +171,9 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         except StoreError as exc:  # as a local vcemu up says it
             print(f"vcemu up: error: {exc}", file=sys.stderr)
             return 2
-        agents = RayAgents(ctx, placements, server.address, bind=args.bind, no_cgroups=args.no_cgroups)
+        # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
+        coordinator = f"{ctx.node_ip}:{server.port}" if bind in WILDCARDS else server.address
+        agents = RayAgents(ctx, placements, coordinator, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
             infos = agents.wait_started()
             _wait_registered(server, sum(len(p.hosts) for p in placements), timeout_s=30.0)
@@ -179,7 +182,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             return 1
         metrics = f", metrics on http://{bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
         nodes = len({p.node.node_id for p in placements})  # one placement per host, several on a node
-        print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts on "
+        print(f"vcemu up: coordinator on {coordinator} ({args.policy}), {args.hosts} hosts on "
               f"{nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
         print(placement_table(infos, placements), flush=True)
         while True:
