@@ -1,6 +1,7 @@
 # The image the manifests in k8s/ name (ghcr.io/vcemu/vcemu): `vcemu coordinator`, `vcemu agent`, and,
 # for the KubeRay overlay, Ray's own `ray start` (ray is a dependency of the package once the Ray backend
-# is in). Build from the repository root:
+# is in; its `default` extra adds the dashboard and the dashboard agent, whose HTTP health endpoints, on 8265 and
+# 52365, KubeRay's default probes of Ray pods call: plain `ray` serves neither). Build from the repository root:
 #   docker build -t ghcr.io/vcemu/vcemu:0.1.0 .
 # The non-editable install runs setup.py's build hook, which generates vcemu/v1/*_pb2*.py from proto/.
 ARG PYTHON=3.11
@@ -16,7 +17,7 @@ COPY workloads/ workloads/
 COPY vcemu/ vcemu/
 RUN python -m venv /opt/vcemu \
  && /opt/vcemu/bin/pip install --upgrade pip \
- && /opt/vcemu/bin/pip install . \
+ && /opt/vcemu/bin/pip install . 'ray[default]' \
  && /opt/vcemu/bin/vcemu --help >/dev/null \
  && /opt/vcemu/bin/vcemu agent --help >/dev/null
 
@@ -29,7 +30,10 @@ RUN apt-get update \
  && groupadd --gid 10001 vcemu \
  && useradd --uid 10001 --gid 10001 --create-home --shell /bin/bash vcemu
 COPY --from=build /opt/vcemu /opt/vcemu
-ENV PATH=/opt/vcemu/bin:$PATH PYTHONUNBUFFERED=1
+# numba caches the policies' compiled kernels beside their sources or under $HOME, neither writable in the pods
+# (read-only root filesystem; the package belongs to root): without a writable cache directory it refuses to import
+# them and vcemu coordinator dies at start. /tmp is a writable volume in every pod of k8s/.
+ENV PATH=/opt/vcemu/bin:$PATH PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=/tmp/numba-cache
 # The coordinator runs as this user; the agent's DaemonSet runs as root (cgroup control).
 USER 10001:10001
 WORKDIR /home/vcemu

@@ -139,7 +139,9 @@ def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
             if _auth_failure(exc):
                 why = ("RAY_AUTH_MODE=token but no token was found" if "no authentication token" in str(exc)
                        else "it requires token authentication and refused ours (missing or wrong)")
-                raise RayUnavailable(f"{setting}: cannot join the Ray cluster at {address}: {why}; give the "
+                # Without RAY_AUTH_MODE=token, Ray sends no token at all, whatever RAY_AUTH_TOKEN holds.
+                mode = "" if _auth_mode() == "token" else "set RAY_AUTH_MODE=token and "
+                raise RayUnavailable(f"{setting}: cannot join the Ray cluster at {address}: {why}; {mode}give the "
                                      "cluster's token in RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)") from None
             raise RayUnavailable(f"{setting}: cannot connect to the Ray cluster at {address} "
                                  f"({type(exc).__name__}); {AUTH_HINT}") from None

@@ -262,7 +262,14 @@ def ray_init(address: str | None, workers: int) -> None:
     if ray.is_initialized():
         return
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
-    if address:
+    if address and "://" not in address and address != "auto":  # a head's HOST:PORT: fail fast, in one line
+        from coordinator.raycluster import RayUnavailable, connect
+
+        try:
+            connect(address, setting="--address", runtime_env=env)
+        except RayUnavailable as exc:
+            raise SystemExit(f"vcemu sweep: {exc}") from None
+    elif address:
         ray.init(address=address, runtime_env=env, log_to_driver=False)
     else:
         ray.init(num_cpus=workers, include_dashboard=False, runtime_env=env, log_to_driver=False,

@@ -19,6 +19,9 @@ from typing import Any
 
 from node_agent.agent import HostSpec
 
+#: Bind addresses that listen on every interface, which no one can dial from another machine.
+WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
 
 @dataclass(frozen=True)
 class ActorInfo:
@@ -46,11 +49,14 @@ class HostAgentActor:
             bind = _ray_node_ip()
         specs = [HostSpec(h["name"], float(h["cpu_cores"]), int(h["memory_bytes"])) for h in hosts]
         self.agent = start_agent(specs, agent_id, port=0, bind=bind, no_cgroups=no_cgroups)
-        self.registrar = Registrar(self.agent, coordinator, self.agent.address)
+        # Listening on every interface (0.0.0.0, ::): the coordinator must dial this node's address, not the wildcard.
+        host = _ray_node_ip() if bind in WILDCARDS else bind
+        self.address = f"[{host}]:{self.agent.port}" if ":" in host else f"{host}:{self.agent.port}"
+        self.registrar = Registrar(self.agent, coordinator, self.address)
 
     def info(self) -> dict[str, Any]:
         core = self.agent.core
-        return asdict(ActorInfo(core.agent_id, self.agent.address, self._node_id, os.getpid(), core.mode,
+        return asdict(ActorInfo(core.agent_id, self.address, self._node_id, os.getpid(), core.mode,
                                 tuple(core.hosts)))
 
     def registered(self, timeout_s: float = 0.0) -> bool:

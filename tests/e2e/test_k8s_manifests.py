@@ -11,6 +11,7 @@ import io
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,82 @@ def test_pod_command_lines_parse_with_the_package_parsers(overlay: str):
                 args = build_parser().parse_args(argv)
         except SystemExit as e:
             pytest.fail(f"{overlay}: {where}: `vcemu {' '.join(argv)}` is rejected by the parser (exit {e.code})")
-        if argv[0] == "coordinator":
+        if argv[0] in ("coordinator", "up"):  # kubectl port-forward dials localhost in the pod, a Service its IP
             assert args.bind == "0.0.0.0", f"{where}: a coordinator in a pod must listen on all interfaces"
             assert args.metrics_port is not None
+
+
+# ---- the image's environment on a read-only root filesystem -------------------------------------------
+
+
+def _image_env() -> dict[str, str]:
+    """The ``ENV`` settings of the Dockerfile's final stage (PATH aside)."""
+    import shlex
+
+    final = (ROOT / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
+    env: dict[str, str] = {}
+    for line in final.splitlines():
+        if line.startswith("ENV "):
+            env.update(kv.split("=", 1) for kv in shlex.split(line[4:]))
+    env.pop("PATH", None)
+    return env
+
+
+@pytest.mark.timeout(180)
+def test_the_coordinator_starts_on_a_read_only_root_filesystem_with_the_images_environment():
+    """The coordinator Deployment runs with ``readOnlyRootFilesystem: true`` (only its volumes, ``/tmp`` among
+    them, are writable) as a user who does not own the package: here the package and $HOME are a read-only bind
+    mount in a private mount namespace, with the image's ENV. The coordinator must serve, not die importing."""
+    import os
+    import signal
+    import sys
+    import tempfile
+
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None:
+        pytest.skip("needs root and unshare(1) for a read-only bind mount")
+    (dep,) = [d for d in yaml.safe_load_all((ROOT / "k8s/base/coordinator-deployment.yaml").read_text())]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}
+    script = ("set -e; mount --bind \"$1\" \"$1\"; mount -o remount,ro,bind \"$1\"; cd \"$1\"; shift; "
+              "exec \"$@\"")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ROOT / "k8s"), **_image_env()}
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            [unshare, "-m", "--propagation", "private", "sh", "-c", script, "sh", str(ROOT), sys.executable, "-m",
+             "coordinator.cli", "coordinator", "--policy", "greedy-pmtn", "--bind", "127.0.0.1", "--port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 150
+            while proc.poll() is None and b"listening on" not in _read(out) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            text = _read(out).decode(errors="replace")
+            assert "listening on" in text, text[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _read(fh) -> bytes:
+    fh.seek(0)
+    return fh.read()
+
+
+@needs_kubectl
+def test_the_image_serves_the_endpoints_of_kuberays_default_probes():
+    """The Ray containers of the kuberay overlay define no probes, so KubeRay gives them its own: wget of the
+    dashboard agent's /api/local_raylet_healthz (52365) and, on the head, the dashboard's /api/gcs_healthz (8265).
+    Ray serves those only with its ``default`` extra (plain ``ray`` starts both in minimal mode, no HTTP: checked
+    with ``ray start --head --dashboard-host=0.0.0.0``), so the image must install it, or no Ray pod gets ready."""
+    (rc,) = [d for d in render("kuberay") if d["kind"] == "RayCluster"]
+    groups = [rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]]
+    ray_containers = [g["template"]["spec"]["containers"][0] for g in groups]  # KubeRay's: the first container
+    assert not any(c.get(p) for c in ray_containers for p in ("readinessProbe", "livenessProbe"))
+    installs = [ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if "pip install" in ln]
+    assert any(re.search(r"""['"]?ray\[default\]""", ln) for ln in installs), installs

@@ -214,6 +214,35 @@ def test_state_and_token_file_work_under_ray(ray_cluster: LocalRayCluster, tmp_p
     assert [j.spec.id for j in Store(str(state)).load().jobs] == [job_id]
 
 
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node
+def test_the_start_line_counts_ray_nodes_not_hosts(ray_cluster: LocalRayCluster):
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "2", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB")
+    try:
+        head = up.wait_for(r"coordinator on \S+ .* (\d+) hosts on (\d+) Ray nodes", timeout_s=90)
+    finally:
+        assert up.stop() == 0, up.proc.stderr.read()
+    assert (head.group(1), head.group(2)) == ("2", "1"), head.group(0)
+
+
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node
+def test_a_wildcard_bind_listens_everywhere_but_advertises_dialable_addresses(ray_cluster: LocalRayCluster):
+    """``--bind 0.0.0.0`` (listen on every interface) must not be what the agents dial, nor what they register:
+    an actor on another machine dialling 0.0.0.0 reaches itself, and so does the coordinator dialling it."""
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "1", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB", "--bind", "0.0.0.0")
+    try:
+        address = up.wait_for(r"coordinator on (\S+) ", timeout_s=90).group(1)
+        agent_address = up.wait_for(r"^ray0-h0\s+\S+\s+\S+\s+(\S+) ", timeout_s=5).group(1)
+        port = address.rsplit(":", 1)[1]
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:  # it does listen everywhere
+            status = pb_grpc.CoordinatorStub(channel).ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+    finally:
+        assert up.stop() == 0, up.proc.stderr.read()
+    assert not address.startswith("0.0.0.0:") and not agent_address.startswith("0.0.0.0:"), (address, agent_address)
+    assert [h.name for h in status.hosts] == ["ray0-h0"]
+
+
 @pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)  # only a token cluster can refuse a token
 def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: LocalRayCluster):
     assert ray_cluster.auth == "token"
@@ -226,6 +255,18 @@ def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: L
         assert r.returncode == 2 and time.monotonic() - t0 < 15
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("vcemu up: --ray:") and "token" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)
+def test_the_clusters_token_without_ray_auth_mode_is_told_to_set_the_mode(ray_cluster: LocalRayCluster):
+    """Ray sends no token unless RAY_AUTH_MODE=token (RAY_AUTH_TOKEN alone is ignored): the refusal says so,
+    or a user who gives the token as told gets the same refusal again."""
+    env = {k: v for k, v in ray_cluster.env.items() if k != "RAY_AUTH_MODE"}  # the right token, no mode
+    env["RAY_gcs_server_port_wait_time_s"] = "2"
+    r = subprocess.run([sys.executable, "-m", "coordinator.cli", "up", "--ray", ray_cluster.address],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().startswith("vcemu up: --ray:") and "set RAY_AUTH_MODE=token" in r.stderr, r.stderr
 
 
 def test_an_unreachable_ray_address_is_one_line_within_seconds():
@@ -247,3 +288,62 @@ def _wait_job(stub: pb_grpc.CoordinatorStub, job_id: str, state: str, timeout_s:
             return job
         assert time.monotonic() < deadline, (job.job_id, job.state, job.message)
         time.sleep(0.1)
+
+
+def test_stopping_after_one_actor_died_still_stops_the_others_cleanly(cgroups_required, tmp_path: Path):
+    """An agent actor dead for good (its restarts used up) must not cut the other actors' shutdown short:
+    each removes its cgroups before it is killed, as when none had died."""
+    import ray
+
+    from coordinator.backends.ray.cluster import RayAgents
+    from coordinator.backends.ray.placement import place_hosts
+    from coordinator.raycluster import connect
+
+    root = str(Path(__file__).resolve().parents[2])
+    ctx = connect(None, num_cpus=1, runtime_env={"env_vars": {"PYTHONPATH": root}})
+    try:
+        placements = place_hosts(ctx.nodes(), 2, 0.1, 64 << 20, tag=f"stop{os.getpid()}-")
+        # No coordinator listens there: the agents keep trying to register, which stopping must end.
+        agents = RayAgents(ctx, placements, "127.0.0.1:9", bind="127.0.0.1")
+        agents.wait_started()
+        dead, alive = placements[0].agent_id, placements[1].agent_id
+        assert glob.glob(f"/sys/fs/cgroup/*/vcemu-{alive}")
+        ray.kill(agents.actors[0], no_restart=True)
+        deadline = time.monotonic() + 30
+        while True:  # the kill is asynchronous: a call made at once may still be answered
+            try:
+                ray.get(agents.actors[0].info.remote(), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "the killed actor still answers"
+            time.sleep(0.2)
+        agents.stop()
+        assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-{alive}"), f"the live actor {alive} left its cgroups"
+    finally:
+        ctx.close()
+    assert dead != alive
+
+
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node is enough
+def test_an_actor_dead_for_good_is_told_once_and_with_none_left_up_stops(ray_cluster: LocalRayCluster):
+    """As a local ``vcemu up`` names an agent process that died and stops with status 1 when none is left, the Ray
+    path says once that an agent actor is dead for good (not that Ray will restart it, every 5 s), and stops."""
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "1", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB")
+    try:
+        up.wait_for(r"coordinator on \S+ ", timeout_s=90)
+        agent_id = up.wait_for(r"^ray0-h0\s+\S+\s+(\S+) ", timeout_s=5).group(1)
+        kill = ("import ray, sys; ray.init(address=sys.argv[1], namespace='vcemu', log_to_driver=False); "
+                "ray.kill(ray.get_actor(sys.argv[2]), no_restart=True)")
+        subprocess.run([sys.executable, "-c", kill, ray_cluster.address, f"vcemu-agent-{agent_id}"],
+                       env=ray_cluster.env, check=True, capture_output=True, timeout=60)
+        try:
+            rc = up.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+    finally:
+        up.stop()
+    err = up.proc.stderr.read()
+    assert rc == 1, err
+    assert err.count(f"agent actor {agent_id} is dead") == 1 and "does not answer" not in err, err
+    assert err.rstrip().endswith("vcemu up: every agent actor is dead; stopping the coordinator"), err

@@ -69,3 +69,24 @@ def test_a_worker_killed_on_ray_leaves_its_cell_unstored(tmp_path: Path, capsys,
     err = capsys.readouterr().err
     assert "1 cell failed for infrastructure reasons and was not stored" in err and "WorkerCrashedError" in err
     assert [p.name.split("__")[1] for p in (out / "cells").glob("*.json")] == ["fcfs"]
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_address_is_refused_in_one_line_within_seconds(tmp_path: Path, capsys):
+    """A mistyped ``--address`` (nothing listens there) is a refused setting, not minutes of Ray's retries."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    argv = ["--out", str(tmp_path / "sweep"), "--algorithms", "easy", "--penalties", "300", "--traces", "1",
+            "--jobs", "12", "--loads", "0.5", "--cell-timeout", "60", "--no-progress", "--address", f"127.0.0.1:{port}"]
+    t0 = time.monotonic()
+    try:
+        assert sweep_main(argv) == 2
+    finally:
+        ray.shutdown()
+    assert time.monotonic() - t0 < 15
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"vcemu sweep: --address: no Ray cluster reachable at 127.0.0.1:{port} (Connection refused)"

@@ -66,3 +66,9 @@ def test_probe_refuses_a_port_where_nothing_listens_at_once():
         port = s.getsockname()[1]
     with pytest.raises(RayUnavailable, match=rf"^--ray: no Ray cluster reachable at 127.0.0.1:{port} \("):
         probe(f"127.0.0.1:{port}", timeout_s=1.0)
+
+
+def test_fewer_hosts_than_nodes_with_default_cores_leave_nodes_empty():
+    """``vcemu up --ray ADDR --hosts 1`` on a two-node cluster, without --cpus-per-host (its default)."""
+    placements = place_hosts([node("a", cpus=2.0), node("b", cpus=2.0)], hosts=1, cpus_per_host=None, memory_bytes=MIB)
+    assert [(p.node.node_id, p.hosts[0]["cpu_cores"]) for p in placements] == [("a", 1.0)]

@@ -44,6 +44,8 @@ class RayAgents:
         ]
         self._ray = ray
         self.infos: list[dict[str, Any]] = []
+        #: Agent ids of the actors dead for good (restarts used up, or killed): reported once, then not asked.
+        self.dead: set[str] = set()
 
     def wait_started(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         """Each actor's :class:`~node_agent.ray_actor.ActorInfo` once its agent serves. Raises
@@ -61,9 +63,13 @@ class RayAgents:
         return self.infos
 
     def unhealthy(self, timeout_s: float = 5.0) -> list[tuple[str, str]]:
-        """(agent id, why) of the actors that do not answer within ``timeout_s``."""
+        """(agent id, why) of the actors that do not answer within ``timeout_s``. An actor found dead for good
+        is added to :attr:`dead` and not asked again."""
         ray = self._ray
-        refs = {a.registered.remote(): p.agent_id for a, p in zip(self.actors, self.placements, strict=True)}
+        refs = {a.registered.remote(): p.agent_id for a, p in zip(self.actors, self.placements, strict=True)
+                if p.agent_id not in self.dead}
+        if not refs:
+            return []
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
         out = [(refs[r], "no reply in time") for r in pending]
         for r in ready:
@@ -71,16 +77,26 @@ class RayAgents:
                 if not ray.get(r):
                     out.append((refs[r], "not registered with the coordinator"))
             except Exception as exc:
+                if isinstance(exc, ray.exceptions.ActorDiedError):  # not restarting: it will not come back
+                    self.dead.add(refs[r])
                 out.append((refs[r], _last_line(exc)))
         return out
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop every agent (its tasks killed, its cgroups removed), then the actors themselves."""
         ray = self._ray
-        try:
-            ray.get([a.shutdown.remote() for a in self.actors], timeout=timeout_s)
-        except Exception as exc:  # an actor already dead has nothing left to stop; kill the rest below
-            log.warning("stopping agent actors: %s", _last_line(exc))
+        # Each actor's reply on its own: one already dead (its error is ready at once) must not cut short the
+        # others' shutdown, which the kills below would otherwise interrupt (their cgroups left behind).
+        refs = [a.shutdown.remote() for a, p in zip(self.actors, self.placements, strict=True)
+                if p.agent_id not in self.dead]  # a dead one has nothing left to stop
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception as exc:  # an actor already dead has nothing left to stop; it is killed below
+                log.warning("stopping agent actors: %s", _last_line(exc))
+        if pending:
+            log.warning("stopping agent actors: %d did not stop within %.0f s", len(pending), timeout_s)
         for a in self.actors:
             try:
                 ray.kill(a, no_restart=True)
@@ -112,6 +128,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     from coordinator.store import StoreError
     from node_agent.cli import parse_size
     from node_agent.ports import ports_refusal
+    from node_agent.ray_actor import WILDCARDS
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
     cpus, mems = args.cpus_per_host, args.mem_per_host
@@ -154,7 +171,9 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         except StoreError as exc:  # as a local vcemu up says it
             print(f"vcemu up: error: {exc}", file=sys.stderr)
             return 2
-        agents = RayAgents(ctx, placements, server.address, bind=args.bind, no_cgroups=args.no_cgroups)
+        # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
+        coordinator = f"{ctx.node_ip}:{server.port}" if bind in WILDCARDS else server.address
+        agents = RayAgents(ctx, placements, coordinator, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
             infos = agents.wait_started()
             _wait_registered(server, sum(len(p.hosts) for p in placements), timeout_s=30.0)
@@ -162,14 +181,22 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             print(f"vcemu up: {exc}", file=sys.stderr)
             return 1
         metrics = f", metrics on http://{bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
-        print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts on "
-              f"{len(placements)} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
+        nodes = len({p.node.node_id for p in placements})  # one placement per host, several on a node
+        print(f"vcemu up: coordinator on {coordinator} ({args.policy}), {args.hosts} hosts on "
+              f"{nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
         print(placement_table(infos, placements), flush=True)
         while True:
             time.sleep(HEALTH_INTERVAL_S)
             for agent_id, why in agents.unhealthy():
-                print(f"vcemu up: agent actor {agent_id} does not answer ({why}); Ray restarts a crashed actor up "
-                      f"to {MAX_RESTARTS} times", file=sys.stderr, flush=True)
+                if agent_id in agents.dead:  # said once: its hosts are lost when its heartbeats stop
+                    print(f"vcemu up: agent actor {agent_id} is dead ({why}); its hosts will be declared lost and "
+                          "their jobs requeued on the other agents", file=sys.stderr, flush=True)
+                else:
+                    print(f"vcemu up: agent actor {agent_id} does not answer ({why}); Ray restarts a crashed actor "
+                          f"up to {MAX_RESTARTS} times", file=sys.stderr, flush=True)
+            if len(agents.dead) == len(agents.actors):  # as a local vcemu up does when its last agent exits
+                print("vcemu up: every agent actor is dead; stopping the coordinator", file=sys.stderr, flush=True)
+                return 1
     except KeyboardInterrupt:  # SIGINT, or SIGTERM (below): stop everything this run started
         print("vcemu up: stopping", flush=True)
         return 0

@@ -51,6 +51,8 @@ def place_hosts(nodes: Sequence[RayNode], hosts: int, cpus_per_host: float | Non
     counts = [hosts // len(usable) + (1 if i < hosts % len(usable) else 0) for i in range(len(usable))]
     out = []
     for k, (node, n) in enumerate(zip(usable, counts, strict=True)):
+        if n == 0:  # fewer hosts than nodes: this node stays empty (and has no share to divide)
+            continue
         cores = cpus_per_host if cpus_per_host is not None else round(min(1.0, DEFAULT_CPU_FRACTION * node.cpus / n), 3)
         for i in range(n):  # one actor per emulated host (issue 6: "each emulated host is a Ray actor")
             name = f"{tag}{k}-h{i}"
