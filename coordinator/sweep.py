@@ -553,13 +553,7 @@ def _sweep(argv: Sequence[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"vcemu sweep: {exc}", file=sys.stderr)
         return 2
-    # This run writes the reports again at its end: until then there are none, so that a run killed
-    # before it leaves cells and config, never an older run's tables beside them.
-    clear_outputs(out, REPORT_PATTERNS)
-    clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
     code = source_fingerprint()
-    cfg["code"] = code_version()
-    write_json(cfg_path, cfg)
     todo, other_code = [], 0
     for tr in traces:
         for pen in cfg["penalties"]:
@@ -579,10 +573,18 @@ def _sweep(argv: Sequence[str]) -> int:
               f"code (another source fingerprint than this code's {code[:12]}, or none); "
               + (f"the reports leave {'it' if one else 'them'} out" if a.report_only
                  else f"{'it is' if one else 'they are'} run again"), file=sys.stderr)
+    run = bool(todo) and not a.report_only
+    if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
+        ray_init(a.address, a.workers)
+    # This run writes the reports again at its end: until then there are none, so that a run killed
+    # before it leaves cells and config, never an older run's tables beside them.
+    clear_outputs(out, REPORT_PATTERNS)
+    clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
+    cfg["code"] = code_version()
+    write_json(cfg_path, cfg)
     t0 = time.perf_counter()
     ran: list[dict[str, Any]] = []
-    if todo and not a.report_only:
-        ray_init(a.address, a.workers)
+    if run:
         ran = run_cells(todo, cfg, cells_dir, progress=not a.no_progress)
     wall = time.perf_counter() - t0
     trace_ids = {t.id for t in traces}

@@ -256,6 +256,24 @@ def test_a_killed_run_leaves_cells_and_config_but_no_stale_reports(tmp_path, fak
     assert json.loads((out / "config.json").read_text())["algorithms"] == ["fcfs", "easy", "greedy-pmtn"]
 
 
+def test_a_ray_cluster_that_cannot_be_joined_leaves_the_folder_as_it_was(tmp_path, capsys, fake_ray, monkeypatch):
+    """Joining Ray comes before anything in the folder changes: a refused --address (one line, status 2) leaves
+    the stored sweep's reports and config, not a folder stripped of its tables until the next good run."""
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert {"cells.csv", "degradation.csv", "table1_p300.csv", "config.json"} <= set(before)
+
+    def refused(address, workers):
+        raise SystemExit(f"vcemu sweep: --address {address}: no Ray cluster answers there")
+
+    monkeypatch.setattr(sweep, "ray_init", refused)
+    assert sweep_main(_argv(out, "--address", "10.0.0.9:6379", algorithms="fcfs,easy,greedy")) == 2
+    assert "--address 10.0.0.9:6379: no Ray cluster answers there" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
 @pytest.mark.parametrize(("limit", "name"), [(100, "cells.csv"), (4096, "table1_p300.png")])
 def test_a_report_write_cut_short_leaves_the_previous_file_whole(tmp_path, limit, name):
     rows = [{"cell": f"t__{a}__p300", "trace": "t", "group": "scaled", "load": 0.7, "algorithm": a,
