@@ -15,8 +15,9 @@ reports each host on its own; the hosts of one node share the machine's CPU like
 Why not drive the actors by Ray method calls behind a transport seam in ``live.py``: that would be a
 second client of AgentCore (every call, error mapping and status conversion written twice) and a second
 code path for the engine's most delicate parts (two-phase migrations, retried Stops), to save one gRPC
-hop per action on a path that is polled every 100 ms anyway. The gRPC route also keeps what the agent
-offers beyond the task API (health service, per-agent Prometheus metrics) on the Ray path.
+hop per action on a path that is polled every 100 ms anyway. The gRPC route also keeps the agent's health
+service on the Ray path. The actors serve no Prometheus metrics of their own (they start without a metrics
+port, which nothing could discover); the coordinator's exporter reports every host (:mod:`coordinator.exporter`).
 
 :mod:`.cluster` launches and stops the actors; :mod:`coordinator.raycluster` connects to the cluster.
 """
