@@ -573,6 +573,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray (the Ray agent actors have no TLS)",
                   file=sys.stderr)
             return 2
+        if args.agents != 1:  # each host is an agent actor of its own
+            print("vcemu up: --agents: not with --ray (each emulated host is its own agent actor)", file=sys.stderr)
+            return 2
         return run_up(args, options)
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)

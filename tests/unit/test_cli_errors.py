@@ -225,6 +225,7 @@ def test_up_ray_refuses_an_unusable_state_file(tmp_path: Path, fake_ray: dict[st
     (["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"],
      "vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray"),
     (["--token-file", "/nonexistent/token"], "vcemu: --token-file /nonexistent/token"),
+    (["--agents", "2"], "vcemu up: --agents: not with --ray"),
 ])
 def test_up_ray_refuses_before_connecting(extra: list[str], fragment: str, monkeypatch, capsys) -> None:
     import coordinator.backends.ray.cluster as cluster
