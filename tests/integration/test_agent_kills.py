@@ -126,6 +126,20 @@ def test_a_task_whose_start_failed_is_killed_outside_the_agents_lock(served, mon
     stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
     assert not any(os.path.exists(d) for d in driver.dirs(safe_name("t/0")))
 
+def _end_task(agent, task_id: str, end: str) -> None:  # type: ignore[no-untyped-def]
+    """End ``task_id`` at the monitor's next poll, its work done (``end="done"``) or failed, and wait until its
+    end has begun."""
+    task = agent.core._tasks[task_id]
+    with agent.core._lock:
+        if end == "done":
+            task.cpu_target = 1e-9  # its work is done: the monitor's next poll ends it
+        else:
+            def broken() -> None:
+                raise OSError("simulated: progress channel unreadable")
+
+            task.poll = broken  # type: ignore[method-assign]  # the monitor's next poll fails it
+    _until("the task's end never began", lambda: task_id in agent.core._ending, 10.0)
+
 
 @pytest.mark.parametrize("end", ["done", "failed"])
 def test_a_call_refused_while_a_task_ends_names_what_ended_it(served, end: str) -> None:  # noqa: F811
@@ -136,16 +150,7 @@ def test_a_call_refused_while_a_task_ends_names_what_ended_it(served, end: str) 
     _running_task(stub, "t/0")
     freezer = _parent_freezer(agent)
     freezer.write_text("FROZEN")  # its processes cannot die until the parent thaws (below)
-    task = agent.core._tasks["t/0"]
-    with agent.core._lock:
-        if end == "done":
-            task.cpu_target = 1e-9  # its work is done: the monitor's next poll ends it
-        else:
-            def broken() -> None:
-                raise OSError("simulated: progress channel unreadable")
-
-            task.poll = broken  # type: ignore[method-assign]  # the monitor's next poll fails it
-    _until("the task's end never began", lambda: "t/0" in agent.core._ending, 10.0)
+    _end_task(agent, "t/0", end)
     with pytest.raises(AgentError) as refused:
         agent.core.sample("t/0")
     assert "t/0" in agent.core._ending, "the task's processes died before the call: nothing was tested"
@@ -235,16 +240,7 @@ def test_a_task_whose_kill_failed_keeps_its_memory_counted_until_its_processes_a
                                               cpu_need=0.3, work_seconds=3600.0, memory_bytes=300 * mib))
     _until("t/0 never ran", lambda: _status(stub, "t/0").state == S.TASK_STATE_RUNNING)
     freezer.write_text("FROZEN")  # its processes cannot die until the parent thaws (below)
-    task = agent.core._tasks["t/0"]
-    with agent.core._lock:
-        if end == "done":
-            task.cpu_target = 1e-9  # its work is done: the monitor's next poll ends it
-        else:
-            def broken() -> None:
-                raise OSError("simulated: progress channel unreadable")
-
-            task.poll = broken  # type: ignore[method-assign]  # the monitor's next poll fails it
-    _until("the task's end never began", lambda: "t/0" in agent.core._ending, 10.0)
+    _end_task(agent, "t/0", end)
     _until("the task's (failing) kill never ended", lambda: "t/0" not in agent.core._ending, 20.0)
     pid = agent.core.task("t/0").pid
     assert _alive(pid), "the task's process died: nothing was tested"
