@@ -139,7 +139,7 @@ def _page_start(token: str, jobs: dict[str, JobRecord]) -> int | None:
     if not token:
         return 0
     count, _, last = token.partition(":")
-    if not count.isdigit() or not 0 < int(count) <= len(jobs):
+    if not (count.isascii() and count.isdigit()) or not 0 < int(count) <= len(jobs):  # ("²".isdigit(): int fails)
         return None
     start = int(count)
     return start if next(itertools.islice(jobs, start - 1, None)) == last else None

@@ -130,6 +130,7 @@ def test_list_jobs_in_pages_gives_every_job_once_in_submission_order(stub):
     (2, "2:job-elsewhere", "page_token"),  # a token of another coordinator's list
     (2, "99:job-00001", "page_token"),
     (2, "0:", "page_token"),
+    (2, "\u00b2:job-00002", "page_token"),  # str.isdigit() takes "²" for a digit; int() does not
 ])
 def test_bad_pages_are_refused_naming_the_field(stub, page_size, token, field):
     register(stub)
