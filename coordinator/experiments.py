@@ -110,7 +110,10 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     results = job_results(history)
     summary = summarize(results)
     if folder is not None:
-        config = {"jobs_file": path, "segment": segment, "policy": policy, "hosts": hosts, "penalty": penalty}
+        from coordinator.provenance import file_sha256
+
+        config = {"jobs_file": path, "jobs_file_sha256": file_sha256(path), "segment": segment, "policy": policy,
+                  "hosts": hosts, "penalty": penalty}
         write_simulation(folder, config, specs, results, time.monotonic() - wall0)
         print(f"vcemu simulate: results in {folder}", file=sys.stderr)
     if as_json:

@@ -218,6 +218,16 @@ def _version_record() -> tuple[tuple[str, Any], ...]:
             ("source_sha256", source_fingerprint()))
 
 
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 (hex) of a file's bytes, read in blocks: the identity of an input (a trace, a job file) that a
+    result records beside its path, since a path may later hold other data."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def code_version() -> dict[str, Any]:
     """The code that runs: ``version`` (the installed package's, None if not installed), ``git_commit`` and
     ``git_dirty`` (None outside a git checkout of vcemu), ``source_sha256`` (:func:`source_fingerprint`).

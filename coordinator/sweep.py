@@ -58,7 +58,6 @@ panel per penalty), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -478,14 +477,6 @@ _RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "
 _RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _stored_setting(old: dict[str, Any], key: str, cfg: dict[str, Any]) -> Any:
     """A result key's value in the stored config ``old``. A sweep stored before the HPC2N digest was
     recorded named its file by path only: the same path is taken as the same file, once."""
@@ -523,13 +514,13 @@ def sweep_main(argv: Sequence[str]) -> int:
 
 def _sweep(argv: Sequence[str]) -> int:
     from coordinator.outputs import clear_outputs, write_json
-    from coordinator.provenance import code_version, source_fingerprint
+    from coordinator.provenance import code_version, file_sha256, source_fingerprint
     from coordinator.sweep_report import REPORT_PATTERNS, write_reports
 
     a = _parse_args(argv)
     cfg = config_from_args(a)
     try:  # the file's identity, once: a stored sweep must match it (see _RESULT_KEYS)
-        cfg["hpc2n_sha256"] = _sha256(cfg["hpc2n"]) if cfg["hpc2n_weeks"] else None
+        cfg["hpc2n_sha256"] = file_sha256(cfg["hpc2n"]) if cfg["hpc2n_weeks"] else None
     except OSError as exc:
         print(f"vcemu sweep: --hpc2n: cannot read the trace file {cfg['hpc2n']} ({exc.strerror or exc})",
               file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def test_simulate_out_writes_config_jobs_and_the_printed_summary(jobs: Path, tmp
     assert {k: config[k] for k in ("jobs_file", "segment", "policy", "hosts", "penalty")} == {
         "jobs_file": str(jobs), "segment": None, "policy": "greedy-pmtn", "hosts": 3, "penalty": 5.0}
     assert config["code"]["source_sha256"]
+    assert config["jobs_file_sha256"] == hashlib.sha256(jobs.read_bytes()).hexdigest()  # the path may change
     summary = json.loads((folder / "summary.json").read_text())
     shown = json.loads(printed)
     assert {k: summary[k] for k in ("jobs", "completed", "max_bounded_stretch", "mean_bounded_stretch",
