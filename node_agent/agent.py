@@ -353,6 +353,13 @@ class AgentCore:
                 ending.done.set()
         for e in others:  # they end within their kill's time limit
             e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
+        with self._lock:  # what they left known (a Stop whose kill failed keeps its task): stopped once more
+            left = [(i, t) for i, t in self._tasks.items() if i not in self._ending]
+        for task_id, task in left:
+            try:
+                task.stop()
+            except Exception:  # the cleanup below kills what is left again
+                log.exception("stopping task %s at shutdown failed", task_id)
         with self._lock:
             self._tasks.clear()
         try:  # (no task left to act on: outside the lock too)

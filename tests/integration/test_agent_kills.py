@@ -272,3 +272,36 @@ def test_a_task_whose_kill_failed_keeps_its_memory_counted_until_its_processes_a
     reply = stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
     assert reply.task.state == t0.state and "did not die" not in reply.task.message, reply
     assert not any(os.path.exists(d) for d in dirs)
+
+
+
+def test_shutdown_stops_again_a_task_whose_stop_under_way_failed(own_agent) -> None:
+    """A Stop under way when the agent shuts down is its own (the shutdown waits for it); if its kill fails, the
+    task stays known, and the shutdown stops it once more: the program is reaped and what the task holds (its
+    progress channel, the program's stdin) is released, not dropped with only its cgroup removed. (Its first kill
+    fails here by a stand-in that waits, then raises; the second is the real one.)"""
+    agent, stub, _ = own_agent
+    _running_task(stub, "t/0")
+    task = agent.core._tasks["t/0"]
+    real, calls = task._kill, []
+
+    def kill_failing_once() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(1.0)
+            raise CgroupError("simulated: its processes did not die")
+        real()
+
+    task._kill = kill_failing_once  # type: ignore[method-assign]
+    def stop() -> None:
+        with contextlib.suppress(grpc.RpcError):  # (it fails: its kill does)
+            stub.Stop(agent_pb2.TaskRef(task_id="t/0"), timeout=30)
+
+    stopping = threading.Thread(target=stop, daemon=True)
+    stopping.start()
+    _until("the Stop never began", lambda: "t/0" in agent.core._ending, 10.0)
+    agent.core.shutdown()
+    stopping.join(10.0)
+    assert len(calls) == 2, f"the task was killed {len(calls)} time(s): the shutdown did not stop it again"
+    assert task._proc is not None and task._proc.returncode is not None, "the program was not reaped"
+    assert task._reader is None and task._proc.stdin.closed, "the task's channel and stdin were left open"
