@@ -131,18 +131,19 @@ def job_message(rec: JobRecord) -> pb.Job:
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
-def _page_start(token: str, jobs: dict[str, JobRecord]) -> int | None:
+def _page_start(token: str, jobs: dict[str, JobRecord]) -> tuple[int, Iterator[tuple[str, JobRecord]]] | None:
     """Where the page after ``token`` starts in ``jobs`` (in submission order; jobs are never removed, so a
-    position stays valid), or None when the token is not one of this job list's. A token is the number of jobs
-    already scanned and the id of the last of them, which must still be there: a restarted coordinator may
-    list its jobs in another order."""
+    position stays valid), and the jobs from there on; None when the token is not one of this job list's. A token
+    is the number of jobs already scanned and the id of the last of them, which must still be there: a restarted
+    coordinator may list its jobs in another order."""
     if not token:
-        return 0
+        return 0, iter(jobs.items())
     count, _, last = token.partition(":")
     if not (count.isascii() and count.isdigit()) or not 0 < int(count) <= len(jobs):  # ("²".isdigit(): int fails)
         return None
     start = int(count)
-    return start if next(itertools.islice(jobs, start - 1, None)) == last else None
+    rest = itertools.islice(jobs.items(), start - 1, None)  # one walk to the page: the token's last job, then on
+    return (start, rest) if next(rest)[0] == last else None
 
 
 def _refusal(code: grpc.StatusCode, error: str) -> pb.SubmitResult:
@@ -195,16 +196,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.s.drain()
         with self.s.engine.lock:
             jobs = self.s.engine.jobs
-            start = _page_start(request.page_token, jobs)
-            if start is None:
+            page = _page_start(request.page_token, jobs)
+            if page is None:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"page_token: {request.page_token!r} is not a page of this coordinator's job list "
                               "(from another coordinator, or from before a restart): list again from the first page")
             self.s.engine.refresh_vt()  # as in GetJob
             limit = request.page_size or len(jobs)
             recs: list[JobRecord] = []
-            end, last = start, ""
-            for job_id, rec in itertools.islice(jobs.items(), start, None):
+            end, rest = page
+            last = ""
+            for job_id, rec in rest:
                 if len(recs) == limit:
                     break
                 end, last = end + 1, job_id
