@@ -5,8 +5,11 @@
 #   docker build -t ghcr.io/vcemu/vcemu:0.1.0 .
 # The non-editable install runs setup.py's build hook, which generates vcemu/v1/*_pb2*.py from proto/.
 ARG PYTHON=3.11
+# The Ray the image installs: KubeRay requires the RayCluster's rayVersion (k8s/overlays/kuberay) to be the image's.
+ARG RAY_VERSION=2.60.0
 
 FROM python:${PYTHON}-slim-bookworm AS build
+ARG RAY_VERSION
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
@@ -17,7 +20,7 @@ COPY workloads/ workloads/
 COPY vcemu/ vcemu/
 RUN python -m venv /opt/vcemu \
  && /opt/vcemu/bin/pip install --upgrade pip \
- && /opt/vcemu/bin/pip install . 'ray[default]' \
+ && /opt/vcemu/bin/pip install . "ray[default]==${RAY_VERSION}" \
  && /opt/vcemu/bin/vcemu --help >/dev/null \
  && /opt/vcemu/bin/vcemu agent --help >/dev/null
 

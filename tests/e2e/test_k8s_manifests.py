@@ -284,3 +284,14 @@ def test_the_image_serves_the_endpoints_of_kuberays_default_probes():
     assert not any(c.get(p) for c in ray_containers for p in ("readinessProbe", "livenessProbe"))
     installs = [ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if "pip install" in ln]
     assert any(re.search(r"""['"]?ray\[default\]""", ln) for ln in installs), installs
+
+
+def test_the_image_installs_the_ray_version_the_raycluster_declares():
+    """KubeRay requires the image's Ray to be the RayCluster's ``rayVersion``; an unpinned install would take
+    whatever Ray pip picks on the day the image is built."""
+    (rc,) = [d for d in render("kuberay") if d["kind"] == "RayCluster"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (pinned,) = re.findall(r"^ARG RAY_VERSION=(\S+)$", dockerfile, flags=re.MULTILINE)
+    assert pinned == rc["spec"]["rayVersion"]
+    installs = [ln for ln in dockerfile.splitlines() if "pip install" in ln and "ray[default]" in ln]
+    assert installs and all("ray[default]==${RAY_VERSION}" in ln for ln in installs), installs
