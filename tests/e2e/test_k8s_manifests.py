@@ -210,6 +210,46 @@ def test_pod_command_lines_parse_with_the_package_parsers(overlay: str):
             assert args.metrics_port is not None
 
 
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_pods_that_run_tasks_leave_cpu_for_the_agent(overlay: str):
+    """A pod's CPU limit covers the agent and every task it runs (their cgroups nest under the pod's): it must hold
+    its hosts' cores plus about a quarter core for the agent itself (and, under KubeRay, Ray's worker processes),
+    else the tasks are held below the shares the coordinator gives them. KubeRay places the hosts evenly over the
+    worker pods."""
+    docs = render(overlay)
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    checked = 0
+    for doc in docs:
+        if doc["kind"] == "DaemonSet":
+            pods = [(doc["spec"]["template"], 1)]
+        elif doc["kind"] == "RayCluster":
+            pods = [(g["template"], g["replicas"]) for g in doc["spec"]["workerGroupSpecs"]]
+            (head,) = [c for c in doc["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
+                       if "up" in c.get("args", [])]
+            env = _environment(head, configmaps)
+        else:
+            continue
+        for template, replicas in pods:
+            container = template["spec"]["containers"][0]
+            if doc["kind"] == "DaemonSet":
+                env = _environment(container, configmaps)
+                hosts = int(env["VCEMU_HOSTS_PER_AGENT"])
+            else:
+                hosts = -(-int(env["VCEMU_HOSTS"]) // replicas)
+            need = hosts * float(env["VCEMU_CPUS_PER_HOST"]) + 0.25
+            limit = _cores(container["resources"]["limits"]["cpu"])
+            assert need <= limit, (f"{overlay}: {doc['metadata']['name']}: {hosts} hosts of "
+                                   f"{env['VCEMU_CPUS_PER_HOST']} cores and the agent need {need:g} cores; the limit "
+                                   f"is {limit:g}")
+            checked += 1
+    assert checked, f"{overlay}: no pod that runs tasks"
+
+
 # ---- the image's environment on a read-only root filesystem -------------------------------------------
 
 
