@@ -399,7 +399,8 @@ class Task:
 
     def recheck_kill(self) -> None:
         """Of a task whose kill failed, finished or not: clear :attr:`kill_failed` if the processes that outlived
-        it have died since (a frozen process takes the SIGKILL it was sent once thawed). Kills nothing."""
+        it have died since (a frozen process takes the SIGKILL it was sent once thawed). Kills nothing. An
+        unfinished one (its Stop's kill failed) is then stopped, not failed by the agent's own SIGKILL."""
         if not self.kill_failed or self._proc is not None and self._proc.poll() is None:
             return
         try:
@@ -408,8 +409,12 @@ class Task:
         except CgroupError:
             return
         self.kill_failed = ""
-        if self.state.finished:
-            self._rss = 0
+        self._rss = 0
+        if not self.state.finished:  # a Stop's kill that had timed out took effect: stopped, not failed
+            if self._proc is not None and self._proc.returncode is not None:
+                self.exit_code = self._proc.returncode
+            self.state, self.message = State.STOPPED, "stopped (its processes died after the Stop's kill timed out)"
+            self._release()
 
     def _cpu_fraction(self) -> float:
         """Fraction of the task's CPU-seconds done since its boot phase (``cpu-time`` mode; else 0)."""

@@ -305,3 +305,25 @@ def test_shutdown_stops_again_a_task_whose_stop_under_way_failed(own_agent) -> N
     assert len(calls) == 2, f"the task was killed {len(calls)} time(s): the shutdown did not stop it again"
     assert task._proc is not None and task._proc.returncode is not None, "the program was not reaped"
     assert task._reader is None and task._proc.stdin.closed, "the task's channel and stdin were left open"
+
+
+def test_a_task_whose_stop_timed_out_is_stopped_once_its_processes_die(own_agent, monkeypatch) -> None:
+    """A Stop whose kill timed out (the task frozen) fails, and the task stays known. When its processes then die of
+    that SIGKILL (thawed), the task is reported stopped, not failed "by SIGKILL from outside the agent": the kill was
+    the agent's own. A Stop retried then succeeds and forgets it."""
+    agent, stub, freezer = own_agent
+    monkeypatch.setattr(cgroups, "KILL_TIMEOUT_S", 1.0)
+    _running_task(stub, "t/0")
+    pid = agent.core.task("t/0").pid
+    freezer.write_text("FROZEN")
+    with pytest.raises(grpc.RpcError):
+        stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
+    freezer.write_text("THAWED")
+    _until("the task's process never died once thawed", lambda: not _alive(pid), 10.0)
+    _until("the task was never seen ended", lambda: _status(stub, "t/0").state != S.TASK_STATE_RUNNING, 10.0)
+    view = _status(stub, "t/0")
+    assert view.state == S.TASK_STATE_STOPPED and "outside the agent" not in view.message, view
+    assert stub.Stop(agent_pb2.TaskRef(task_id="t/0")).task.state == S.TASK_STATE_STOPPED
+    with pytest.raises(grpc.RpcError) as gone:
+        stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND
