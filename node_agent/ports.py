@@ -10,6 +10,16 @@ from __future__ import annotations
 import errno
 import socket
 
+#: Bind addresses that listen on every interface, which no one can dial from another machine.
+WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
+
+def dial_address(bind: str, port: int, node_ip: str) -> str:
+    """The ``HOST:PORT`` others dial for a server bound to ``bind``: this node's IP (``node_ip``) for a wildcard bind,
+    and an IPv6 host in brackets."""
+    host = node_ip if bind in WILDCARDS else bind
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
 
 def _bind_errors(bind: str, port: int) -> list[int] | None:
     """The errno of binding ``bind:port`` at each address ``bind`` resolves to (0: it binds), or None if

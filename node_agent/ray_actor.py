@@ -18,9 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from node_agent.agent import HostSpec
-
-#: Bind addresses that listen on every interface, which no one can dial from another machine.
-WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+from node_agent.ports import dial_address
 
 
 @dataclass(frozen=True)
@@ -50,8 +48,7 @@ class HostAgentActor:
         specs = [HostSpec(h["name"], float(h["cpu_cores"]), int(h["memory_bytes"])) for h in hosts]
         self.agent = start_agent(specs, agent_id, port=0, bind=bind, no_cgroups=no_cgroups)
         # Listening on every interface (0.0.0.0, ::): the coordinator must dial this node's address, not the wildcard.
-        host = _ray_node_ip() if bind in WILDCARDS else bind
-        self.address = f"[{host}]:{self.agent.port}" if ":" in host else f"{host}:{self.agent.port}"
+        self.address = dial_address(bind, self.agent.port, _ray_node_ip())
         self.registrar = Registrar(self.agent, coordinator, self.address)
 
     def info(self) -> dict[str, Any]:

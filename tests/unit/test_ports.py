@@ -29,3 +29,12 @@ def test_a_socket_that_cannot_be_created_is_an_answer_not_a_crash(monkeypatch: p
 def test_valid_addresses_pass() -> None:
     for bind in ("127.0.0.1", "0.0.0.0", "localhost"):
         assert ports.ports_refusal(bind, 0, 0) is None, bind
+
+
+def test_the_address_to_dial_is_the_nodes_for_a_wildcard_bind_and_brackets_ipv6() -> None:
+    from node_agent.ports import dial_address
+
+    assert dial_address("0.0.0.0", 50051, "10.0.0.7") == "10.0.0.7:50051"
+    assert dial_address("::", 50051, "fd00::7") == "[fd00::7]:50051"
+    assert dial_address("192.168.1.2", 50052, "10.0.0.7") == "192.168.1.2:50052"
+    assert dial_address("[fd00::2]", 1, "10.0.0.7") == "[fd00::2]:1"

@@ -127,8 +127,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     from coordinator.service import CoordinatorServer
     from coordinator.store import StoreError
     from node_agent.cli import parse_size
-    from node_agent.ports import ports_refusal
-    from node_agent.ray_actor import WILDCARDS
+    from node_agent.ports import dial_address, ports_refusal
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
     cpus, mems = args.cpus_per_host, args.mem_per_host
@@ -172,7 +171,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             print(f"vcemu up: error: {exc}", file=sys.stderr)
             return 2
         # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
-        coordinator = f"{ctx.node_ip}:{server.port}" if bind in WILDCARDS else server.address
+        coordinator = dial_address(bind, server.port, ctx.node_ip)
         agents = RayAgents(ctx, placements, coordinator, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
             infos = agents.wait_started()
