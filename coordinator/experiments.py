@@ -15,7 +15,7 @@ from typing import Any
 
 from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine
-from coordinator.metrics import History, JobResult, job_results, summarize
+from coordinator.metrics import History, JobResult, Summary, job_results, summarize
 from coordinator.model import Host, JobSpec
 from coordinator.policies import get_policy
 
@@ -73,17 +73,11 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     from tqdm import tqdm
 
     from coordinator.cli import format_table
-    from coordinator.model import InvalidJob
     from workloads.jobfile import JobFileError, read_jobs
 
     cluster = homogeneous_hosts(hosts)
-    try:
+    try:  # (each job checked against the hosts, naming its line or SWF job)
         specs = read_jobs(path, hosts=tuple(cluster), segment=segment)
-        for spec in specs:
-            try:
-                spec.validate(tuple(cluster))
-            except InvalidJob as exc:
-                raise JobFileError(path, None, None, f"job {spec.id}: {exc}") from None
     except (JobFileError, OSError, ValueError) as exc:
         print(f"vcemu simulate: {exc}", file=sys.stderr)
         return 2
@@ -114,7 +108,7 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
 
         config = {"jobs_file": path, "jobs_file_sha256": file_sha256(path), "segment": segment, "policy": policy,
                   "hosts": hosts, "penalty": penalty}
-        write_simulation(folder, config, specs, results, time.monotonic() - wall0)
+        write_simulation(folder, config, specs, results, summary, time.monotonic() - wall0)
         print(f"vcemu simulate: results in {folder}", file=sys.stderr)
     if as_json:
         print(json.dumps({"policy": policy, "hosts": hosts, "penalty": penalty, **summary.__dict__}))
@@ -129,10 +123,11 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
 
 
 def write_simulation(folder: Path, config: dict[str, Any], specs: Sequence[JobSpec], results: Sequence[JobResult],
-                     wall_s: float) -> None:
+                     summary: Summary, wall_s: float) -> None:
     """One simulation's results in ``folder``: ``config.json`` (what was run, and the code that ran it: the run
     is deterministic, so this reproduces it), ``jobs.csv`` (each job: its request and what it got) and
-    ``summary.json`` (:func:`coordinator.metrics.summarize`, with the run's wall time)."""
+    ``summary.json`` (``summary``, :func:`coordinator.metrics.summarize` of ``results``, with the run's wall
+    time)."""
     from coordinator.outputs import json_safe, write_json, write_text
     from coordinator.provenance import code_version
 
@@ -149,5 +144,5 @@ def write_simulation(folder: Path, config: dict[str, Any], specs: Sequence[JobSp
                         *("" if v is None else v for v in (r.start, r.end, r.wait, r.stretch, r.bounded_stretch)),
                         r.final_yield, r.preemptions, r.migrations])
         write_text(folder / "jobs.csv", f.getvalue())
-    write_json(folder / "summary.json", {**json_safe(summarize(results).__dict__), "wall_s": wall_s, "code": code},
+    write_json(folder / "summary.json", {**json_safe(summary.__dict__), "wall_s": wall_s, "code": code},
                sort_keys=False)
