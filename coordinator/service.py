@@ -131,7 +131,7 @@ def job_message(rec: JobRecord) -> pb.Job:
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
-def _page_start(token: str, jobs: dict[str, JobRecord]) -> tuple[int, Iterator[tuple[str, JobRecord]]] | None:
+def _after_token(token: str, jobs: dict[str, JobRecord]) -> tuple[int, Iterator[tuple[str, JobRecord]]] | None:
     """Where the page after ``token`` starts in ``jobs`` (in submission order; jobs are never removed, so a
     position stays valid), and the jobs from there on; None when the token is not one of this job list's. A token
     is the number of jobs already scanned and the id of the last of them, which must still be there: a restarted
@@ -196,7 +196,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.s.drain()
         with self.s.engine.lock:
             jobs = self.s.engine.jobs
-            page = _page_start(request.page_token, jobs)
+            page = _after_token(request.page_token, jobs)
             if page is None:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                               f"page_token: {request.page_token!r} is not a page of this coordinator's job list "

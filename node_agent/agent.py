@@ -323,7 +323,8 @@ class AgentCore:
 
         As a Stop's, the kills are made outside the agent's lock (a task that cannot die holds them up to
         :data:`~node_agent.cgroups.KILL_TIMEOUT_S` each): every task is marked as ending (an unfinished one
-        reported with message "stopping: the agent is shutting down"), then killed and forgotten. Meanwhile
+        reported with message "stopping: the agent is shutting down"), then killed and forgotten; so, once they
+        have ended, are the tasks that Stops under way left known (their kill failed). Meanwhile
         Status answers, a call that would change one of them is refused or changes nothing as for a Stop, a Stop
         of one waits for its end then finds no task, and a StartTask is refused (UNAVAILABLE)."""
         if self._stop.is_set():
@@ -341,11 +342,15 @@ class AgentCore:
                     view = replace(view, message=f"stopping: {SHUTTING_DOWN}")
                 ending = self._ending[task_id] = _Ending(view, f"is being stopped: {SHUTTING_DOWN}")
                 mine.append((task_id, task, ending))
-        for task_id, task, ending in mine:
+        def stop(task_id: str, task: Task | ModeledTask) -> None:
             try:
                 task.stop()
             except Exception:  # the cleanup below kills what is left again
                 log.exception("stopping task %s at shutdown failed", task_id)
+
+        for task_id, task, ending in mine:
+            try:
+                stop(task_id, task)
             finally:
                 with self._lock:
                     self._ending.pop(task_id, None)
@@ -356,10 +361,7 @@ class AgentCore:
         with self._lock:  # what they left known (a Stop whose kill failed keeps its task): stopped once more
             left = [(i, t) for i, t in self._tasks.items() if i not in self._ending]
         for task_id, task in left:
-            try:
-                task.stop()
-            except Exception:  # the cleanup below kills what is left again
-                log.exception("stopping task %s at shutdown failed", task_id)
+            stop(task_id, task)
         with self._lock:
             self._tasks.clear()
         try:  # (no task left to act on: outside the lock too)
