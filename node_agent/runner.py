@@ -332,8 +332,7 @@ class Task:
             if self._proc is not None and self._proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     self._proc.kill()
-            left = ([self._proc.pid] if self._proc is not None and self._proc.poll() is None else []) + [
-                p for p in self._driver.pids(self.cgroup) if self._proc is None or p != self._proc.pid]
+            left = self._survivors()
             if not left:
                 self.kill_failed, self._rss = "", 0
                 return
@@ -345,6 +344,12 @@ class Task:
                         self._rss = self._ps.memory_info().rss
                 raise CgroupError(f"task {self.spec.task_id}: {self.kill_failed}")
             time.sleep(0.01)
+
+    def _survivors(self) -> list[int]:
+        """The task's processes still alive: its program (reaped here if it has died) and any left in its cgroup."""
+        alive = self._proc is not None and self._proc.poll() is None
+        return ([self._proc.pid] if alive else []) + [  # type: ignore[union-attr]
+            p for p in self._driver.pids(self.cgroup) if self._proc is None or p != self._proc.pid]
 
     def _release(self, strict: bool = False) -> None:
         """Remove the cgroup and the channel files (idempotent). ``strict``: raise CgroupError if the cgroup
@@ -401,10 +406,10 @@ class Task:
         """Of a task whose kill failed, finished or not: clear :attr:`kill_failed` if the processes that outlived
         it have died since (a frozen process takes the SIGKILL it was sent once thawed). Kills nothing. An
         unfinished one (its Stop's kill failed) is then stopped, not failed by the agent's own SIGKILL."""
-        if not self.kill_failed or self._proc is not None and self._proc.poll() is None:
+        if not self.kill_failed:
             return
         try:
-            if self._driver.pids(self.cgroup):
+            if self._survivors():
                 return
         except CgroupError:
             return
