@@ -10,7 +10,9 @@ every transition is committed before the reply leaves; a restarted coordinator r
 back its agents and the tasks they kept running (:meth:`LiveBackend.adopt`), and carries on. Agents
 heartbeat every ``heartbeat_s`` (told to them in RegisterAgentReply); one silent for ``heartbeat_misses``
 intervals is declared lost: its hosts leave the cluster and its jobs are requeued from their last
-checkpoint (counted in ``vcemu_agents_lost_total``, each requeue in the event stream). Submit is
+checkpoint (counted in ``vcemu_agents_lost_total``, each requeue in the event stream). Before that silence
+has passed, the agent has frozen the tasks it runs (fencing: :attr:`CoordinatorServer.lease_s`), so a job is
+never started again while an agent that is only cut off from the coordinator runs it on. Submit is
 idempotent by ``request_id``, durably. With ``token`` the user API (everything but the agents' calls)
 needs ``authorization: Bearer <token>``; agents are authenticated by mutual TLS when it is configured.
 """
@@ -308,14 +310,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 if self.s.backend.reference is not None:
                     self.s.store.keep_reference(self.s.backend.reference.SerializeToString())
         log.info("agent %s at %s registered %d hosts", d.agent_id, request.address, len(hosts))
-        return pb.RegisterAgentReply(hosts=[h.name for h in hosts], heartbeat_interval_s=self.s.heartbeat_s)
+        return pb.RegisterAgentReply(hosts=[h.name for h in hosts], heartbeat_interval_s=self.s.heartbeat_s,
+                                     lease_s=self.s.lease_s)
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
         known = request.agent_id in self.s.backend.agents
         if known:
             self.s.heartbeats[request.agent_id] = time.monotonic()
             self.s.beating.add(request.agent_id)
-        return pb.HeartbeatReply(known=known)
+        return pb.HeartbeatReply(known=known, lease_s=self.s.lease_s if known else 0.0)
 
 
 class CoordinatorServer:
@@ -344,12 +347,21 @@ class CoordinatorServer:
         if refusal is not None:
             raise OSError(refusal)
         self.heartbeat_s, self.heartbeat_misses = heartbeat_s, heartbeat_misses
+        #: The lease granted to agents (:meth:`node_agent.agent.AgentCore.renew_lease`): an agent that has heard
+        #: nothing from this coordinator (an answered Heartbeat or RegisterAgent, or a Status poll) for
+        #: ``lease_s`` seconds freezes its tasks. An agent is declared lost ``heartbeat_misses x heartbeat_s``
+        #: seconds after its last sign of life, as this side measured it, and each side counts from a moment the
+        #: other's count cannot precede (the agent from the sending of its call, or the receipt of the poll; this
+        #: side from the receipt of that call, or of the poll's reply); so the lease ends half an interval before
+        #: the agent can be declared lost, time for its monitor (every 0.1 s) to freeze the tasks. None with a
+        #: single miss (the lease would run out between two heartbeats).
+        self.lease_s = (heartbeat_misses - 0.5) * heartbeat_s if heartbeat_misses >= 2 else 0.0
         self.stop_tasks_on_exit = stop_tasks_on_exit
         self.store = Store(state) if state else None
         loaded = self.store.load() if self.store is not None else None
         self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
                                    epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
-                                   channel_factory=tls.client_channel if tls else None)
+                                   channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
         self.engine = Engine(policy, self.backend)
         self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status, self.agent_health)
         self.ids = itertools.count(1)

@@ -52,7 +52,7 @@ import psutil
 
 from node_agent import cgroups
 from node_agent.cgroups import CgroupDriver, CgroupError
-from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView
+from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
 from workloads import modeled
@@ -137,6 +137,9 @@ class AgentCore:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
+        #: The lease (see :meth:`renew_lease`): its length, and the time.monotonic() it runs out at (None: no lease).
+        self._lease_s = 0.0
+        self._lease_until: float | None = None
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         self._workdir = tempfile.mkdtemp(prefix=f"vcemu-agent-{agent_id}-", dir=shm)
         self._monitor = threading.Thread(target=self._monitor_loop, name="agent-monitor", daemon=True)
@@ -261,7 +264,30 @@ class AgentCore:
         return self._apply(task_id, lambda t: t.pause())
 
     def resume(self, task_id: str) -> TaskView:
+        """Thaw a paused task, or one the agent fenced (:meth:`renew_lease`)."""
         return self._apply(task_id, lambda t: t.resume(), share=-1.0)
+
+    def renew_lease(self, lease_s: float, since: float) -> None:
+        """Renew the lease the coordinator grants: ``lease_s`` seconds from ``since`` (the time.monotonic() at
+        which the agent sent the Heartbeat or RegisterAgent that was answered, or received the coordinator's
+        Status poll); ``lease_s`` <= 0 removes it (a coordinator that grants none).
+
+        Why (fencing): a coordinator declares an agent lost after some seconds without a sign of life from it, and
+        starts its jobs elsewhere. An agent cut off from it by the network, alive, would run them on: two copies of
+        one job, each taking the CPU and memory of the cluster the experiment measures. So the coordinator grants
+        a lease shorter than that silence (:attr:`coordinator.service.CoordinatorServer.lease_s`), counted by each
+        side from a point the other's count cannot precede, and the agent's monitor freezes every task that runs
+        (:func:`~node_agent.runner.fence`) once the lease has run out: before the coordinator can start a second
+        copy. Frozen, not killed: if the coordinator comes back in time (or restarts and adopts the tasks), its
+        next poll resumes them, and nothing of their work is lost; if it declared the agent lost, it stops them."""
+        with self._lock:
+            if lease_s <= 0:
+                self._lease_s, self._lease_until = 0.0, None
+                return
+            until = since + lease_s
+            if self._lease_until is not None and lease_s == self._lease_s:
+                until = max(until, self._lease_until)  # (renewals from two threads may arrive out of order)
+            self._lease_s, self._lease_until = lease_s, until
 
     def stop(self, task_id: str) -> TaskView:
         """Stop and forget a task (its id may then be reused, e.g. when a job migrates back). Its processes are
@@ -471,6 +497,27 @@ class AgentCore:
                         acc[0] += units
                         acc[1] += cpu
                 self._update_rates()
+                self._fence_if_expired()
+
+    def _fence_if_expired(self) -> None:
+        """(Under the lock.) Once the lease has run out, freeze every task that runs (see :meth:`renew_lease`); a
+        task whose freeze fails is tried again at the next round."""
+        if self._lease_until is None or time.monotonic() <= self._lease_until:
+            return
+        why = (f"fenced: the agent's lease ran out ({self._lease_s:g} s without word from its coordinator); "
+               "a Resume thaws it")
+        fenced = []
+        for task_id, task in self._tasks.items():
+            if task_id in self._ending:
+                continue
+            try:
+                if fence(task, why):
+                    fenced.append(task_id)
+            except (CgroupError, OSError) as e:
+                log.error("the lease ran out, and task %s cannot be frozen: %s; trying again", task_id, e)
+        if fenced:
+            log.warning("lease ran out (%g s without word from the coordinator): froze %d task(s) until it resumes "
+                        "them: %s", self._lease_s, len(fenced), ", ".join(fenced))
 
     def _update_rates(self) -> None:
         """Keep each workload's units per CPU-second current from the running tasks themselves.

@@ -1,15 +1,17 @@
 """Registration with a coordinator (``--coordinator``): RegisterAgent once it is reachable, then a
 Heartbeat at the interval the coordinator asks for (RegisterAgentReply.heartbeat_interval_s, default
 2 s); re-register when the coordinator forgets the agent (it declared it lost, or lost its state) or
-becomes unreachable. Every call has a deadline; failures back off exponentially with full jitter, capped
-at the heartbeat interval, so that a restarted coordinator hears from its agents within one interval
-(issue 7) and a hundred agents do not reconnect in lockstep."""
+becomes unreachable. Each answered RegisterAgent and known Heartbeat renews the agent's lease, counted from
+when it was sent (:meth:`node_agent.agent.AgentCore.renew_lease`). Every call has a deadline; failures back
+off exponentially with full jitter, capped at the heartbeat interval, so that a restarted coordinator hears
+from its agents within one interval (issue 7) and a hundred agents do not reconnect in lockstep."""
 
 from __future__ import annotations
 
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 
 import grpc
@@ -48,17 +50,21 @@ class Registrar:
                 timeout = min(RPC_TIMEOUT_S, max(0.5, self.interval))
                 try:
                     if not self.registered.is_set():
+                        sent = time.monotonic()
                         reply = stub.RegisterAgent(coordinator_pb2.RegisterAgentRequest(
                             address=self._advertise, description=describe(self._agent.core)), timeout=timeout)
                         if reply.heartbeat_interval_s > 0:
                             self.interval = reply.heartbeat_interval_s
+                        self._agent.core.renew_lease(reply.lease_s, sent)
                         self.registered.set()
                         log.info("registered with coordinator %s as %s", self._coordinator, self._advertise)
+                    sent = time.monotonic()
                     hb = stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
                         agent_id=self._agent.core.agent_id), timeout=timeout)
                     if not hb.known:
                         self.registered.clear()
                         continue
+                    self._agent.core.renew_lease(hb.lease_s, sent)
                     backoff, wait = MIN_BACKOFF_S, self.interval
                 except grpc.RpcError as e:
                     if self.registered.is_set() or backoff == MIN_BACKOFF_S:

@@ -138,6 +138,25 @@ class TaskView:
     service: ServiceView | None = None
     #: Why processes of the task outlived its last kill, or "" (see :attr:`Task.kill_failed`).
     kill_failed: str = ""
+    #: The agent froze the task itself, its lease having run out (see :func:`fence`).
+    fenced: bool = False
+
+
+def fence(task: Task | ModeledTask, why: str) -> bool:
+    """Freeze a task that runs (or starts) on the agent's own authority, its lease having run out
+    (:meth:`node_agent.agent.AgentCore.renew_lease`); returns whether it did. The task is then PAUSED with
+    ``fenced`` set to ``why``, which only its next Resume or Pause clears: the agent never thaws it by itself,
+    since only the coordinator knows whether the job still runs here or has been started elsewhere."""
+    if task.state not in (State.STARTING, State.RUNNING):
+        return False
+    task.pause()
+    task.fenced = why
+    return True
+
+
+def _joined(*parts: str) -> str:
+    """A task's message: its parts that are not empty, joined."""
+    return "; ".join(filter(None, parts))
 
 
 def target_units(spec: TaskSpec, units_per_core_second: float) -> int:
@@ -194,6 +213,8 @@ class Task:
         self.end_pending = False
         #: Why the last kill of its processes failed: they live on ("" if none did, or they have died since).
         self.kill_failed = ""
+        #: Why the agent froze it itself (:func:`fence`), until a Resume or a Pause; "" if it did not.
+        self.fenced = ""
         self._rate_mark: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -251,6 +272,7 @@ class Task:
                     self._driver.thaw(self.cgroup)
                 raise
             self.state = State.PAUSED
+        self.fenced = ""  # (a fenced task paused by its coordinator is a paused task)
 
     def resume(self) -> None:
         if self.state is State.PAUSED:
@@ -258,6 +280,7 @@ class Task:
             # Back to STARTING unless the boot phase was ended: the next poll then applies the share and
             # sends the run byte, without which the program would wait on stdin for ever.
             self.state = State.RUNNING if self._booted else State.STARTING
+        self.fenced = ""
 
     def stop(self) -> None:
         """Thaw, kill, reap, remove the cgroup. A finished task only has its resources released (and its
@@ -498,16 +521,16 @@ class Task:
         if self._samples and not self.state.finished:  # (no sample before the start succeeded)
             (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
             measured = (c1 - c0) / (t1 - t0) / sp.host_cores if t1 > t0 else 0.0
-        message = self.message
+        message = _joined(self.message, self.fenced if self.state is State.PAUSED else "")
         if self.kill_failed:
-            message = "; ".join(filter(None, [message, f"{self.kill_failed}: they still hold its memory (a Stop kills "
-                                                         "them again)"]))
+            message = _joined(message, f"{self.kill_failed}: they still hold its memory (a Stop kills them again)")
         return TaskView(
             task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
             progress=sp.start_progress + done * (1.0 - sp.start_progress), cpu_share=self.cpu_share,
             cpu_measured=measured, cpu_seconds=self._cpu_s, memory_bytes=self._rss,
             exit_code=self.exit_code, message=message, pid=self._proc.pid if self._proc else 0,
-            units_done=self._units, target_units=self.target, kill_failed=self.kill_failed)
+            units_done=self._units, target_units=self.target, kill_failed=self.kill_failed,
+            fenced=bool(self.fenced) and self.state is State.PAUSED)
 
 
 class ModeledTask:
@@ -525,6 +548,7 @@ class ModeledTask:
         self.message = ""
         self.end_pending = False  # (no process to kill)
         self.kill_failed = ""  # (never set)
+        self.fenced = ""  # see :func:`fence`
         self._progress = spec.start_progress
         self._t = time.monotonic()
 
@@ -548,11 +572,13 @@ class ModeledTask:
         self._integrate()
         if self.state is State.RUNNING:
             self.state = State.PAUSED
+        self.fenced = ""
 
     def resume(self) -> None:
         self._integrate()
         if self.state is State.PAUSED:
             self.state = State.RUNNING
+        self.fenced = ""
 
     def stop(self) -> None:
         self._integrate()
@@ -583,5 +609,6 @@ class ModeledTask:
         return TaskView(
             task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
             progress=1.0 if self.state is State.DONE else self._progress, cpu_share=self.cpu_share,
-            cpu_measured=0.0, cpu_seconds=0.0, memory_bytes=0, exit_code=0, message=self.message, pid=0,
-            units_done=0, target_units=0)
+            cpu_measured=0.0, cpu_seconds=0.0, memory_bytes=0, exit_code=0, pid=0, units_done=0, target_units=0,
+            message=_joined(self.message, self.fenced if self.state is State.PAUSED else ""),
+            fenced=bool(self.fenced) and self.state is State.PAUSED)

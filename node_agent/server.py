@@ -44,7 +44,7 @@ def task_status(v: TaskView) -> agent_pb2.TaskStatus:
     return agent_pb2.TaskStatus(
         task_id=v.task_id, host=v.host, state=v.state.value, progress=v.progress, cpu_share=v.cpu_share,
         cpu_measured=v.cpu_measured, cpu_seconds=v.cpu_seconds, memory_bytes=v.memory_bytes,
-        exit_code=v.exit_code, message=v.message, workload=v.workload, service=service)
+        exit_code=v.exit_code, message=v.message, workload=v.workload, service=service, fenced=v.fenced)
 
 
 def transactional_params(r: agent_pb2.StartTaskRequest) -> TransactionalParams | None:
@@ -105,6 +105,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.CheckpointReply(task_id=view.task_id, progress=view.progress)
 
     def Status(self, request: Any, context: grpc.ServicerContext) -> agent_pb2.StatusReply:
+        if request.lease_s > 0:  # the coordinator's poll: a sign of its life (AgentCore.renew_lease)
+            self.core.renew_lease(request.lease_s, time.monotonic())
         hosts, tasks = self.core.status()
         return agent_pb2.StatusReply(
             agent_id=self.core.agent_id, mode=self.core.mode,
@@ -148,6 +150,12 @@ class AgentCollector(Collector):
                               "kill (frozen, or in uninterruptible sleep) and hold their memory", labels=["host"])
         for h in hosts:
             g.add_metric([h.name], float(sum(1 for t in tasks if t.host == h.name and t.kill_failed)))
+        yield g
+        g = GaugeMetricFamily("vcemu_agent_host_fenced_tasks", "Tasks of the host the agent froze itself when its "
+                              "lease ran out (no word from its coordinator), until it resumes or stops them",
+                              labels=["host"])
+        for h in hosts:
+            g.add_metric([h.name], float(sum(1 for t in tasks if t.host == h.name and t.fenced)))
         yield g
         g = GaugeMetricFamily("vcemu_agent_tasks", "Tasks known to the agent, by state", labels=["state"])
         for s in State:

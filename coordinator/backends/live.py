@@ -118,7 +118,7 @@ class _Task:
 class LiveBackend:
     def __init__(self, compression: float = 1.0, poll_interval: float = 0.1, pause_mode: str = "checkpoint",
                  epoch: float | None = None, rpc_timeout: float = RPC_TIMEOUT_S,
-                 channel_factory: Callable[[str], grpc.Channel] | None = None) -> None:
+                 channel_factory: Callable[[str], grpc.Channel] | None = None, lease_s: float = 0.0) -> None:
         if compression <= 0:
             raise ValueError(f"compression: must be > 0, got {compression}")
         if pause_mode not in ("checkpoint", "freeze"):
@@ -130,6 +130,9 @@ class LiveBackend:
         self._t0 = time.monotonic() if epoch is None else time.monotonic() - (time.time() - epoch)
         self.rpc_timeout = rpc_timeout
         self.channel_factory = channel_factory or grpc.insecure_channel
+        #: The lease each Status poll renews on its agent (the coordinator's :attr:`~coordinator.service.
+        #: CoordinatorServer.lease_s`; 0: none).
+        self.lease_s = lease_s
         self.journal: Journal | None = None
         #: Groups the journal writes of one poll into one commit (the store's ``transaction``): with an
         #: fsync per commit, a write per running job every second would cost a sync each.
@@ -680,7 +683,7 @@ class LiveBackend:
                 if handle.lost:
                     continue  # being removed
                 try:
-                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(),
+                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(lease_s=self.lease_s),
                                                             timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
                     handle.last_seen, handle.silent = time.monotonic(), False
                 except grpc.RpcError:
@@ -697,17 +700,20 @@ class LiveBackend:
             for job, tasks in list(self._tasks.items()):
                 if job in interrupted:  # requeued: no second report
                     continue
-                lost = None
+                requeue = ""
                 for t in tasks:
                     ts = seen.get(t.task_id)
                     # A saved task's progress is its checkpoint, and a finished one is finished: no agent
                     # speaks for them (a finished task moved by a repacking keeps its id on a new host).
                     if ts is not None and ts.host == t.host and not t.saved and t.state != agent_pb2.TASK_STATE_DONE:
                         t.progress, t.state, t.message = ts.progress, ts.state, ts.message
+                        if ts.fenced:
+                            requeue = requeue or self._unfence(t)
                     elif not t.saved and t.host in answered and t.state != agent_pb2.TASK_STATE_DONE:
-                        lost = t
-                if lost is not None:  # its agent answered without it: the agent restarted
-                    reports.append(Report(job, JobState.PENDING, f"task {lost.task_id} vanished from {lost.host}"))
+                        # its agent answered without it: the agent restarted
+                        requeue = requeue or f"task {t.task_id} vanished from {t.host}"
+                if requeue:
+                    reports.append(Report(job, JobState.PENDING, requeue))
                     continue
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
                     for t in tasks:
@@ -731,6 +737,24 @@ class LiveBackend:
                 except Exception:  # checkpoints only: written again a second later, and the reports still go out
                     log.warning("journal of the tasks' progress failed", exc_info=True)
             return reports
+
+    def _unfence(self, t: _Task) -> str:
+        """Thaw a task of ours that its agent froze when its lease ran out (it heard nothing from us for a while:
+        :meth:`node_agent.agent.AgentCore.renew_lease`). The agent freezes only tasks that run, and a Pause makes a
+        fenced task an ordinary paused one, so a task reported fenced is one its job runs. A Resume that goes
+        unanswered is tried again at the next poll; one the agent refuses returns why the job must be requeued
+        from its checkpoint (else "")."""
+        try:
+            reply = self._call(t.host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
+        except BackendError as exc:
+            if not exc.unreachable:
+                return f"task {t.task_id} was fenced by its agent, which refused to resume it: {exc}"
+            log.warning("task %s on %s was fenced by its agent, and resuming it failed: %s; will retry", t.task_id,
+                        t.host, exc)
+            return ""
+        t.state, t.message = reply.task.state, reply.task.message
+        log.info("task %s on %s resumed: its agent had fenced it (its lease ran out)", t.task_id, t.host)
+        return ""
 
     def _persist_quietly(self, job: str) -> None:
         """:meth:`_persist` where a failure must not cost the poll its reports (a finished job's last write:

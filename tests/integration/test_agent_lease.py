@@ -1,0 +1,245 @@
+"""The agent's lease (fencing): an agent that hears nothing from its coordinator for ``lease_s`` seconds freezes
+its tasks, before the coordinator can declare it lost and start their jobs elsewhere
+(:meth:`node_agent.agent.AgentCore.renew_lease`, :attr:`coordinator.service.CoordinatorServer.lease_s`).
+
+Before it, an agent cut off by the network, alive, ran its copy of a job on while the coordinator ran another
+on a second agent, until the network healed and reconciliation stopped the first: two copies of one job taking
+the measured cluster's CPU. The partition here is real: the agent's heartbeats and the coordinator's polls go
+through TCP proxies that the test cuts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from coordinator.backends.live import LiveBackend
+from coordinator.model import JobSpec
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer
+from node_agent.agent import HostSpec, open_core
+from node_agent.register import Registrar
+from node_agent.runner import State
+from node_agent.server import RunningAgent, start_agent
+from tests.integration.conftest import wait_until
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.integration
+GIB = 1 << 30
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 to ``target``; :meth:`cut` closes its connections and refuses new ones (a
+    partition, both ways), :meth:`heal` lets them through again."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._open: list[socket.socket] = []
+        self._cut = False
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if self._cut:
+                    conn.close()
+                    continue
+                try:
+                    upstream = socket.create_connection(self._target, timeout=5)
+                except OSError:
+                    conn.close()
+                    continue
+                self._open += [conn, upstream]
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            for s in self._open:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            self._open.clear()
+
+    def heal(self) -> None:
+        with self._lock:
+            self._cut = False
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
+
+
+def _task(stub: agent_pb2_grpc.AgentStub) -> agent_pb2.TaskStatus | None:
+    """The one task of an agent (a Status without a lease: it renews nothing), or None."""
+    tasks = stub.Status(agent_pb2.StatusRequest(), timeout=5).tasks
+    return tasks[0] if tasks else None
+
+
+def test_an_agent_never_fenced_without_a_lease_and_fenced_tasks_thaw_only_on_resume() -> None:
+    """The lease's rules on the agent alone (modeled tasks, no processes): no lease, no fencing; once it runs out,
+    running tasks are frozen and reported fenced, paused ones left as they are; a renewal thaws nothing; a Resume
+    thaws, a Pause makes a fenced task an ordinary paused one; a lease of 0 removes it."""
+    core = open_core(f"pytest-lease-{os.getpid()}", [HostSpec("l0", 1.0, GIB)], no_cgroups=True)
+    try:
+        for task_id in ("run", "paused", "other"):
+            core.start_task(task_id, "l0", "modeled", 0.3, 1.0, 600.0, 0)
+        core.pause("paused")
+        time.sleep(0.3)  # monitor rounds without a lease
+        assert {t.task_id: t.state for t in core.status()[1]} == {
+            "run": State.RUNNING, "paused": State.PAUSED, "other": State.RUNNING}
+        core.renew_lease(0.2, time.monotonic())
+        time.sleep(0.05)
+        assert not any(t.fenced for t in core.status()[1])  # not yet run out
+        wait_until("the lease to run out and the running tasks to be fenced",
+                   lambda: {t.task_id for t in core.status()[1] if t.fenced} == {"run", "other"}, timeout=5)
+        views = {t.task_id: t for t in core.status()[1]}
+        assert views["run"].state is State.PAUSED and "lease ran out" in views["run"].message
+        assert views["paused"].state is State.PAUSED and not views["paused"].fenced
+        core.renew_lease(60.0, time.monotonic())  # the coordinator is heard again: nothing thaws by itself
+        time.sleep(0.3)
+        assert {t.task_id for t in core.status()[1] if t.fenced} == {"run", "other"}
+        assert core.resume("run").state is State.RUNNING and not core.task("run").fenced
+        paused = core.pause("other")
+        assert paused.state is State.PAUSED and not paused.fenced and "lease" not in paused.message
+        core.renew_lease(0.0, 0.0)  # no lease: never fenced again, however long the silence
+        time.sleep(0.3)
+        assert core.task("run").state is State.RUNNING
+    finally:
+        core.shutdown()
+
+
+@pytest.fixture
+def dgemm_agent(cgroups_required: None) -> Iterator[RunningAgent]:
+    agent = start_agent([HostSpec("lease-a0", 1.0, GIB)], agent_id=f"pytest-lease-a-{os.getpid()}")
+    yield agent
+    agent.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_poll_of_the_coordinator_resumes_a_task_its_agent_fenced(dgemm_agent: RunningAgent) -> None:
+    """A coordinator silent for longer than the lease (its process restarting, say) finds its tasks frozen; its
+    next poll resumes them, and they go on from where they were."""
+    backend = LiveBackend(lease_s=30.0)
+    backend.add_agent(dgemm_agent.address)
+    with grpc.insecure_channel(dgemm_agent.address) as ch:
+        stub = agent_pb2_grpc.AgentStub(ch)
+        try:
+            backend.start(JobSpec("j", 0.0, 1, 1.0, 0.1, 120.0, "dgemm"), ["lease-a0"], 1.0)
+            wait_until("the task to run", lambda: (t := _task(stub)) is not None and t.cpu_seconds > 0.3)
+            dgemm_agent.core.renew_lease(0.1, time.monotonic())  # a lease that runs out at once, never renewed
+            wait_until("the agent to fence the task", lambda: _task(stub).fenced, timeout=5)  # type: ignore[union-attr]
+            frozen = _task(stub)
+            assert frozen is not None and frozen.state == agent_pb2.TASK_STATE_PAUSED
+            time.sleep(1.0)
+            assert _task(stub).cpu_seconds == pytest.approx(frozen.cpu_seconds, abs=0.02)  # type: ignore[union-attr]
+            assert backend.poll() == []  # the coordinator's poll: renews the lease and resumes the task
+            resumed = _task(stub)
+            assert resumed is not None and resumed.state in (agent_pb2.TASK_STATE_RUNNING,
+                                                             agent_pb2.TASK_STATE_STARTING) and not resumed.fenced
+            wait_until("the task to compute again",
+                       lambda: _task(stub).cpu_seconds > frozen.cpu_seconds + 0.3)  # type: ignore[union-attr]
+            time.sleep(0.5)  # the lease the poll renewed (30 s) holds: not fenced again
+            assert not _task(stub).fenced  # type: ignore[union-attr]
+        finally:
+            backend.stop("j")
+            backend.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_partitioned_agent_freezes_its_task_before_the_coordinator_starts_the_job_elsewhere(
+        cgroups_required: None) -> None:
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()  # lease 1.25 s, lost at 1.5 s
+    assert server.lease_s == pytest.approx(1.25)
+    cleanup: list = []
+    try:
+        a = start_agent([HostSpec("part-a0", 1.0, GIB)], agent_id=f"pytest-part-a-{os.getpid()}")
+        cleanup.append(a.stop)
+        to_coordinator, to_agent = Proxy(server.address), Proxy(a.address)
+        cleanup += [to_coordinator.close, to_agent.close]
+        registrar = Registrar(a, to_coordinator.address, to_agent.address)  # heartbeats and polls: both proxied
+        cleanup.insert(0, registrar.stop)
+        assert registrar.registered.wait(10)
+        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(server.address))
+        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=8.0, workload="dgemm")
+        job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id
+        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(a.address))  # the test's own line to agent a
+        wait_until("the job to run on agent a", lambda: (t := _task(a_stub)) is not None and t.cpu_seconds > 0.5)
+
+        b = start_agent([HostSpec("part-b0", 1.0, GIB)], agent_id=f"pytest-part-b-{os.getpid()}")
+        cleanup.insert(0, b.stop)
+        b_registrar = Registrar(b, server.address, b.address)
+        cleanup.insert(0, b_registrar.stop)
+        assert b_registrar.registered.wait(10)
+        b_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(b.address))
+
+        fenced_at: list[float] = []
+        started_on_b: list[float] = []
+        a_cpu: list[float] = []  # the CPU seconds of agent a's copy, at each look once fenced
+        done = threading.Event()
+
+        def watch() -> None:  # when agent a froze its copy, and when agent b started the second
+            while not done.is_set():
+                if (t := _task(a_stub)) is not None and t.fenced:
+                    fenced_at.append(time.monotonic())
+                    a_cpu.append(t.cpu_seconds)
+                if not started_on_b and _task(b_stub) is not None:
+                    started_on_b.append(time.monotonic())
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        cut = time.monotonic()
+        to_coordinator.cut()
+        to_agent.cut()
+        wait_until("the job to be started again on agent b", lambda: bool(started_on_b), timeout=30)
+        time.sleep(0.5)
+        copy = _task(a_stub)
+        assert copy is not None and copy.fenced and copy.state == agent_pb2.TASK_STATE_PAUSED, copy
+        assert fenced_at and fenced_at[0] < started_on_b[0], (fenced_at, started_on_b)
+        print(f"fenced {fenced_at[0] - cut:.2f} s after the cut; restarted on b {started_on_b[0] - cut:.2f} s after")
+        time.sleep(1.0)
+        assert _task(a_stub).cpu_seconds == pytest.approx(copy.cpu_seconds, abs=0.02)  # type: ignore[union-attr]
+
+        to_coordinator.heal()
+        to_agent.heal()  # agent a comes back: its copy, owned by no job now, is stopped, never thawed
+        wait_until("agent a's stale copy to be stopped", lambda: _task(a_stub) is None, timeout=30)
+        assert max(a_cpu) == pytest.approx(copy.cpu_seconds, abs=0.02)  # frozen until it was stopped
+        wait_until("the job to finish on b", lambda: stub.GetJob(pb.JobRef(job_id=job), timeout=5).state == "done",
+                   timeout=60)
+        done.set()
+        watcher.join(5)
+    finally:
+        for close in cleanup:
+            with contextlib.suppress(Exception):
+                close()
+        server.stop()
