@@ -347,19 +347,22 @@ class AgentCore:
     def shutdown(self) -> None:
         """Kill every task (thawed first), remove every cgroup of this agent and its parent. Idempotent.
 
-        As a Stop's, the kills are made outside the agent's lock (a task that cannot die holds them up to
-        :data:`~node_agent.cgroups.KILL_TIMEOUT_S` each): every task is marked as ending (an unfinished one
-        reported with message "stopping: the agent is shutting down"), then killed and forgotten; so, once they
-        have ended, are the tasks that Stops under way left known (their kill failed). Meanwhile
+        As a Stop's, the kills are made outside the agent's lock, and all at once (:meth:`_stop_at_shutdown`): a
+        task that cannot die holds its own kill up to :data:`~node_agent.cgroups.KILL_TIMEOUT_S`, not the others',
+        so the shutdown waits about one such time however many tasks are stuck, not one per task. Every task is
+        marked as ending (an unfinished one reported with message "stopping: the agent is shutting down"), then
+        killed and forgotten; so, once they have ended, are the tasks that Stops under way left known (their kill
+        failed). A kill that fails is logged, and what it left is killed again as the cgroups are removed. Meanwhile
         Status answers, a call that would change one of them is refused or changes nothing as for a Stop, a Stop
         of one waits for its end then finds no task, and a StartTask is refused (UNAVAILABLE)."""
         if self._stop.is_set():
             return
         self._stop.set()  # (under the lock from here on, StartTask refuses)
         self._monitor.join(timeout=2.0)
-        with self._lock:
-            others = list(self._ending.values())  # Stops, aborts and failed starts under way: not ours to kill
-            mine = []
+
+        def ours() -> list[tuple[str, Task | ModeledTask, _Ending]]:
+            """Mark every task not already ending as ending, for the shutdown (under the lock)."""
+            batch = []
             for task_id, task in self._tasks.items():
                 if task_id in self._ending:
                     continue
@@ -367,27 +370,18 @@ class AgentCore:
                 if not view.state.finished:
                     view = replace(view, message=f"stopping: {SHUTTING_DOWN}")
                 ending = self._ending[task_id] = _Ending(view, f"is being stopped: {SHUTTING_DOWN}")
-                mine.append((task_id, task, ending))
-        def stop(task_id: str, task: Task | ModeledTask) -> None:
-            try:
-                task.stop()
-            except Exception:  # the cleanup below kills what is left again
-                log.exception("stopping task %s at shutdown failed", task_id)
+                batch.append((task_id, task, ending))
+            return batch
 
-        for task_id, task, ending in mine:
-            try:
-                stop(task_id, task)
-            finally:
-                with self._lock:
-                    self._ending.pop(task_id, None)
-                    self._tasks.pop(task_id, None)
-                ending.done.set()
-        for e in others:  # they end within their kill's time limit
+        with self._lock:
+            others = list(self._ending.values())  # Stops, aborts and failed starts under way: not ours to kill
+            mine = ours()
+        self._stop_at_shutdown(mine)
+        for e in others:  # they end within their kill's time limit (each in a thread of its own: together)
             e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
         with self._lock:  # what they left known (a Stop whose kill failed keeps its task): stopped once more
-            left = [(i, t) for i, t in self._tasks.items() if i not in self._ending]
-        for task_id, task in left:
-            stop(task_id, task)
+            left = ours()
+        self._stop_at_shutdown(left)
         with self._lock:
             self._tasks.clear()
         try:  # (no task left to act on: outside the lock too)
@@ -398,6 +392,44 @@ class AgentCore:
         shutil.rmtree(self._workdir, ignore_errors=True)
         for close in self._closers:
             close()
+
+    def _stop_at_shutdown(self, batch: list[tuple[str, Task | ModeledTask, _Ending]]) -> None:
+        """Stop the tasks the shutdown has marked as ending, each in a thread of its own (a modeled task, which has
+        no process to wait for, here), and forget each as its stop ends, whether it failed (logged: the cgroups'
+        removal kills what is left) or not. One after another, N tasks that cannot die would hold the shutdown
+        N x :data:`~node_agent.cgroups.KILL_TIMEOUT_S`; together, about one. Returns when they have all ended, or
+        after that time and a margin (a stop that hangs beyond its kill's limit is logged and left to end alone)."""
+
+        def stop(task_id: str, task: Task | ModeledTask, ending: _Ending) -> None:
+            try:
+                task.stop()
+            except Exception:  # the cleanup kills what is left again
+                log.exception("stopping task %s at shutdown failed", task_id)
+            finally:
+                with self._lock:
+                    self._ending.pop(task_id, None)
+                    self._tasks.pop(task_id, None)
+                ending.done.set()
+
+        threads = []
+        for task_id, task, ending in batch:
+            if isinstance(task, ModeledTask):
+                stop(task_id, task, ending)
+                continue
+            thread = threading.Thread(target=stop, args=(task_id, task, ending), name=f"shutdown-{task_id}",
+                                      daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had (a thread limit): stop it here, then
+                stop(task_id, task, ending)
+                continue
+            threads.append(thread)
+        deadline = time.monotonic() + cgroups.KILL_TIMEOUT_S + 5.0
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if late := [t.name.removeprefix("shutdown-") for t in threads if t.is_alive()]:
+            log.error("stopping tasks %s at shutdown had not ended after %g s; their cgroups are removed regardless",
+                      ", ".join(late), cgroups.KILL_TIMEOUT_S + 5.0)
 
     # ------------------------------------------------------------------ helpers
     def _apply(self, task_id: str, action: Callable[[Task], None], share: float | None = None) -> TaskView:

@@ -327,3 +327,36 @@ def test_a_task_whose_stop_timed_out_is_stopped_once_its_processes_die(own_agent
     with pytest.raises(grpc.RpcError) as gone:
         stub.Stop(agent_pb2.TaskRef(task_id="t/0"))
     assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_shutdown_kills_its_tasks_together_not_one_after_another(own_agent, monkeypatch, caplog) -> None:
+    """Tasks that cannot die hold the agent's shutdown about one kill timeout, however many they are, not one each:
+    their kills are made together. With the parent frozen for good, each kill fails after ``KILL_TIMEOUT_S`` (T),
+    and the removal of the cgroups, killing what is left, fails after one more (at the first stuck group): 2 T
+    together, 4 T one after another for 3 tasks. The three failures are logged about T after the start, together;
+    the tasks are forgotten and the shutdown ends. (What is left is removed here, once thawed.)"""
+    agent, stub, freezer = own_agent
+    timeout = 1.5
+    monkeypatch.setattr(cgroups, "KILL_TIMEOUT_S", timeout)
+    ids = ["t/0", "t/1", "t/2"]
+    for task_id in ids:
+        _running_task(stub, task_id)
+    pids = [agent.core.task(task_id).pid for task_id in ids]
+    freezer.write_text("FROZEN")  # the tasks cannot be thawed, so they cannot die, until the parent thaws (below)
+    caplog.set_level("ERROR", logger="vcemu.agent")
+    t0 = time.monotonic()
+    agent.core.shutdown()
+    took = time.monotonic() - t0
+    print(f"shutdown with {len(ids)} tasks that cannot die took {took:.2f} s (KILL_TIMEOUT_S = {timeout:g} s)")
+    assert all(_alive(pid) for pid in pids), "a task died with its parent frozen: nothing was tested"
+    failed = [r for r in caplog.records if r.getMessage().startswith("stopping task ")]
+    assert sorted(r.getMessage().split()[2] for r in failed) == ids, [r.getMessage() for r in failed]
+    assert took >= 2 * timeout - 0.2, f"the shutdown took {took:.2f} s: its kills (or its cleanup's) did not wait"
+    assert took < 3 * timeout, (f"the shutdown of {len(ids)} tasks that cannot die took {took:.2f} s, "
+                                f"over 3 x {timeout:g} s: their kills were made one after another")
+    spread = max(r.created for r in failed) - min(r.created for r in failed)
+    assert spread < timeout / 2, f"the kills failed {spread:.2f} s apart: one after another, not together"
+    assert not agent.core._tasks and not agent.core._ending
+    freezer.write_text("THAWED")  # they take the SIGKILLs sent: then their groups and the parent can go
+    _until("the tasks' processes never died once thawed", lambda: not any(_alive(pid) for pid in pids), 10.0)
+    cgroups.remove_groups(agent.core.driver.dirs(), remove_parent=True)
