@@ -35,9 +35,13 @@ but will not stop it (a Stop refused, or one that keeps timing out while the age
 The job is placeable again once a Stop of the orphan gets through (a poll's, or a placement's) or its agent
 is removed (declared lost). A placement that orphans block retries each one's Stop
 at most once per poll interval, however often the engine offers it. So no copy of a job is started beside
-another that, as far as this backend knows, may still run, but for a copy on an agent declared lost (cut
-off: it may still run there, is not reported or counted, and is stopped by reconciliation if that agent
-comes back).
+another that, as far as this backend knows, may still run, but for a copy on an agent declared lost. That
+one is frozen: each poll renews the agent's lease (``lease_s``), and an agent that heard from its coordinator
+neither so nor by its heartbeats for that long has frozen its tasks (fencing,
+:meth:`node_agent.agent.AgentCore.renew_lease`) before it can be declared lost. It is stopped by
+reconciliation if that agent comes back; a fenced task that a job here still owns (the coordinator was the one
+silent) is resumed by the poll that finds it (:meth:`_unfence`). Only an agent process that is itself stopped
+cannot fence, and its copy runs on until it returns.
 
 With a ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
 task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks
