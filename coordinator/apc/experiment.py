@@ -45,7 +45,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,12 +53,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from coordinator.apc.sim import SimConfig, SimResult, simulate
+from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
 from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
-from coordinator.provenance import code_version
+from coordinator.provenance import code_version, fingerprint_of
 from coordinator.resumable import Journal, say_resumed, unfinished_rows
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
@@ -71,6 +71,12 @@ OUTPUTS = ("config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "f
            "fig6_rp.png", "fig7_cpu.png")
 #: The journal of finished simulations (see the module docstring); a new run removes it only if it starts over.
 JOURNAL = "simulations.journal.csv"
+#: The state of the simulation under way, saved every :data:`CHECKPOINT_SECONDS` (see :class:`Units`).
+CHECKPOINT = "simulation.checkpoint.json"
+#: How often (wall clock, at the end of a control cycle) the simulation under way saves its state: what a kill
+#: loses of it at most, besides the cycle it interrupts. Each save writes everything the simulation has recorded
+#: so far (see the module docstring for what that costs).
+CHECKPOINT_SECONDS = 10.0
 #: The journal of a vcemu before the journal was kept (removed: its code recorded no source fingerprint).
 OLD_JOURNAL = "simulations.partial.csv"
 #: The journal's columns: the simulation (:func:`unit_keys`), the kind of record (``cycle``, ``job``, and ``end``
@@ -105,12 +111,15 @@ def _write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- units of work (the journal)
 
 
-def simulate_unit(key: str, cfg: SimConfig, jobs: list[Job], total: int, per: str = "job") -> SimResult:
-    """Simulation ``key`` (shown on its progress bar of ``total`` completed jobs, or cycles with ``per="cycle"``)."""
-    with tqdm(total=total, desc=key, unit=per, leave=False, file=sys.stderr) as bar:
+def simulate_unit(key: str, cfg: SimConfig, jobs: list[Job], total: int, per: str = "job",
+                  state: SimState | None = None, checkpoint: Callable[[SimState], None] | None = None) -> SimResult:
+    """Simulation ``key`` (shown on its progress bar of ``total`` completed jobs, or cycles with ``per="cycle"``),
+    from ``state`` if given, calling ``checkpoint`` after each cycle (:func:`coordinator.apc.sim.simulate`)."""
+    start = 0 if state is None else state.completed if per == "job" else len(state.result.cycles)
+    with tqdm(total=total, initial=start, desc=key, unit=per, leave=False, file=sys.stderr) as bar:
         def tick(done: int, _t: float) -> None:
             bar.update(done - bar.n if per == "job" else 1)
-        return simulate(cfg, jobs, tick)
+        return simulate(cfg, jobs, tick, state, checkpoint)
 
 
 def _key_one() -> str:
@@ -194,13 +203,22 @@ def _decode(rows: Sequence[Mapping[str, str]]) -> Finished | None:
 class Units:
     """The simulations of one run: those earlier runs with the same settings finished (kept from the journal),
     and each new one, appended to the journal as it finishes with its ``settings`` (by key,
-    :func:`unit_settings`). Without a journal (a library caller), every simulation just runs."""
+    :func:`unit_settings`). Without a journal (a library caller), every simulation just runs.
+
+    With a ``checkpoint`` file, the simulation under way saves its state there (atomically) at the end of the
+    first control cycle that ends ``every`` seconds (wall clock, default :data:`CHECKPOINT_SECONDS`) or more after
+    its start or its last save, with its key, its settings and the source fingerprint ``code``; a simulation that
+    finds its own state there continues from it, and removes the file once journalled. So a kill loses at most
+    ``every`` seconds and a cycle of the simulation under way; one that is quicker than ``every`` never saves."""
 
     def __init__(self, journal: Journal | None = None, kept: Mapping[str, Finished] | None = None,
-                 settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 settings: Mapping[str, Mapping[str, Any]] | None = None, checkpoint: Path | None = None,
+                 code: str | None = None, every: float | None = None) -> None:
         self._journal = journal
         self._done: dict[str, Finished] = dict(kept or {})
         self._settings = dict(settings or {})
+        self._checkpoint, self._code = checkpoint, code
+        self._every = CHECKPOINT_SECONDS if every is None else every
 
     def has(self, key: str) -> bool:
         """Whether simulation ``key`` is finished (so its jobs need not be generated)."""
@@ -212,12 +230,44 @@ class Units:
         records out of the journal, for a report that does not use them (the returned result has them)."""
         if key in self._done:
             return self._done[key]
-        t0 = time.perf_counter()
-        res = simulate_unit(key, cfg, jobs, total, per)
-        done = self._done[key] = Finished(res, time.perf_counter() - t0, self._settings.get(key, {}))
+        settings = self._settings.get(key, {})
+        owner = json.loads(_json({"unit": key, "settings": settings, "code": self._code}))  # what it is of
+        state, before = self._resume(owner, cfg, jobs) or (None, 0.0)
+        if state is not None:
+            print(f"vcemu apc: {key}: continuing from its checkpoint, {len(state.result.cycles)} control cycles in "
+                  f"(simulated time {state.t:g} s)", file=sys.stderr)
+        mine = state is not None  # whether the checkpoint file is this simulation's, to remove once it is done
+        t0 = last = time.perf_counter()
+
+        def save(s: SimState) -> None:
+            nonlocal last, mine
+            if self._checkpoint is None or time.perf_counter() - last < self._every:
+                return
+            seconds = before + time.perf_counter() - t0
+            write_text(self._checkpoint, _json({**owner, "seconds": seconds, "state": s.to_json()}))
+            last, mine = time.perf_counter(), True
+
+        res = simulate_unit(key, cfg, jobs, total, per, state, save)
+        done = self._done[key] = Finished(res, before + time.perf_counter() - t0, settings)
         if self._journal is not None:
             self._journal.append(_encode(key, done, cycles))
+        if mine and self._checkpoint is not None:  # (another simulation's stays, for a run that needs it)
+            self._checkpoint.unlink(missing_ok=True)
         return done
+
+    def _resume(self, owner: Mapping[str, Any], cfg: SimConfig, jobs: list[Job]) -> tuple[SimState, float] | None:
+        """The state in the checkpoint file and the wall-clock seconds the simulation had taken when it was saved,
+        if the file is of the simulation ``owner`` (key, settings and code) run with ``cfg`` on ``jobs``; None if
+        there is none, or it is another simulation's, or unreadable: the simulation then starts from the start."""
+        if self._checkpoint is None:
+            return None
+        try:
+            data = json.loads(self._checkpoint.read_text())
+            if not isinstance(data, dict) or {k: data.get(k) for k in owner} != owner:
+                return None
+            return SimState.from_json(data["state"], cfg, jobs), float(data["seconds"])
+        except (OSError, KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)
@@ -523,17 +573,19 @@ def apc_main(argv: list[str]) -> int:
     # config.json is replaced below, atomically, never removed: a kill at any moment leaves no journal without
     # the config it belongs to
     clear_outputs(out, [n for n in OUTPUTS if n != "config.json"] + [OLD_JOURNAL]
-                  + ([JOURNAL] if stored is None else []))
+                  + ([JOURNAL, CHECKPOINT] if stored is None else []))
     clear_outputs(out / "live", LIVE_OUTPUTS)
     write_json(out / "config.json", config, indent=1, sort_keys=False)
     summary: dict[str, Any] = {"code": config["code"]}
     try:
         with Journal(out / JOURNAL, FIELDS, stored.rows() if stored else []) as journal:
-            units = Units(journal, {k: f for k, (_, f) in (stored.kept if stored else {}).items()}, settings)
+            units = Units(journal, {k: f for k, (_, f) in (stored.kept if stored else {}).items()}, settings,
+                          out / CHECKPOINT, fingerprint_of(config))
             _simulations(out, args, exps, iats, algos, units, summary)
     except KeyboardInterrupt:
-        print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL}: run the same command "
-              "again to continue", file=sys.stderr)
+        print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL} (and the one under way "
+              f"as of its last checkpoint in {out / CHECKPOINT}): run the same command again to continue",
+              file=sys.stderr)
         return 130
     if args.live:
         from coordinator.apc.live import LiveAgentError, live_experiment_three
