@@ -77,6 +77,11 @@ CHECKPOINT = "simulation.checkpoint.json"
 #: loses of it at most, besides the cycle it interrupts. Each save writes everything the simulation has recorded
 #: so far (see the module docstring for what that costs).
 CHECKPOINT_SECONDS = 10.0
+#: How many simulations that a run does not need its journal keeps for later runs, those used last: without a bound
+#: the journal would grow by every Experiment Two cell (one per inter-arrival time and algorithm, about 190 KB at
+#: 800 jobs) of every ``--exp2-iats`` ever run in ``--out``. More than a default run's 36, so that a run of some
+#: of them costs a later default run none.
+MAX_CARRIED = 40
 #: The journal of a vcemu before the journal was kept (removed: its code recorded no source fingerprint).
 OLD_JOURNAL = "simulations.partial.csv"
 #: The journal's columns: the simulation (:func:`unit_keys`), the kind of record (``cycle``, ``job``, and ``end``
@@ -274,14 +279,16 @@ class Units:
 class Journalled:
     """What :func:`resume_units` keeps of the journal: ``kept``, the simulations this run needs that were run with
     its settings (by key, in the run's order: their journal rows, as read, and what they decode to); ``carried``,
-    the rows of simulations of experiments this run does not do, written back for later runs."""
+    the rows of the (at most :data:`MAX_CARRIED`) simulations this run does not need, written back for later
+    runs, least recently used first."""
 
     kept: dict[str, tuple[list[dict[str, str]], Finished]]
     carried: list[dict[str, str]]
 
     def rows(self) -> list[dict[str, str]]:
-        """The journal's rows to write back: the kept simulations', then the carried ones."""
-        return [r for rows, _ in self.kept.values() for r in rows] + self.carried
+        """The journal's rows to write back: the carried simulations', then the kept ones (the run appends those it
+        runs after them), so that the journal lists its simulations least recently used first."""
+        return self.carried + [r for rows, _ in self.kept.values() for r in rows]
 
 
 def resume_units(out: Path, config: dict[str, Any], keys: list[str],
@@ -289,7 +296,8 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
     """What the journal in ``out`` holds for a run with ``config`` that needs simulations ``keys`` with
     ``settings`` (by key, :func:`unit_settings`), or None (with a line on stderr) if it was written with another
     ``--seed``, ``--cycle`` or code (:func:`coordinator.resumable.unfinished_rows`). Rows that do not check out
-    and simulations of ``keys`` run with other settings are dropped: those simulations run again."""
+    and simulations of ``keys`` run with other settings are dropped: those simulations run again. Of the others
+    (not in ``keys``) the :data:`MAX_CARRIED` used last are carried, and the older ones dropped."""
     stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu apc")
     if stored is None:
         return None
@@ -299,21 +307,23 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
         groups.setdefault(r["unit"], []).append(r)
     wanted = set(keys)
     kept: dict[str, tuple[list[dict[str, str]], Finished]] = {}
-    carried: list[dict[str, str]] = []
-    others = 0
+    others: list[list[dict[str, str]]] = []  # in the journal's order: least recently used first
     for key, rows in groups.items():
         f = _decode(rows)
         if f is not None and key not in wanted:
-            carried += rows
-            others += 1
+            others.append(rows)
         elif f is not None and f.settings == json.loads(json.dumps(dict(settings[key]))):
             kept[key] = (rows, f)
         else:
             dropped += len(rows)
+    cut = max(0, len(others) - MAX_CARRIED)
+    old, others = others[:cut], others[cut:]
+    carried = [f"{len(others)} more kept for later runs (not in this one)"] if others else []
+    if old:
+        carried.append(f"{len(old)} used longer ago dropped (at most {MAX_CARRIED} are kept beyond a run's own)")
     say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable or other-settings",
-                source="from the journal",
-                carried=f"{others} more kept for later runs (not in this one)" if others else "")
-    return Journalled({k: kept[k] for k in keys if k in kept}, carried)
+                source="from the journal", carried=", ".join(carried))
+    return Journalled({k: kept[k] for k in keys if k in kept}, [r for rows in others for r in rows])
 
 
 # --------------------------------------------------------------------------- Experiment One

@@ -126,6 +126,7 @@ def test_a_checkpoint_of_other_settings_or_code_is_not_continued(tmp_path: Path,
     over, and the checkpoint goes with the journal)."""
     out = tmp_path / "out"
     monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
     real = apc.simulate
 
     def stop_in_3(cfg, jobs, progress, state, checkpoint):  # type: ignore[no-untyped-def]
@@ -151,3 +152,42 @@ def test_a_checkpoint_of_other_settings_or_code_is_not_continued(tmp_path: Path,
     err = capsys.readouterr().err
     assert "of other code" in err and "from its checkpoint" not in err
     assert not (out / apc.CHECKPOINT).exists()
+
+
+def test_the_journal_keeps_a_bounded_number_of_simulations_a_run_does_not_need_those_used_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each ``--exp2-iats`` is its own simulation: without a bound, a journal rerun with ever other values holds
+    them all. It keeps :data:`MAX_CARRIED` (here 2) besides the run's own, dropping the one used longest ago (not
+    the oldest: a reused simulation is used anew)."""
+    monkeypatch.setattr(apc, "MAX_CARRIED", 2)
+    out = tmp_path / "out"
+    ran: list[str] = []
+    real = apc.simulate_unit
+
+    def logged(key: str, *args: object, **kwargs: object) -> object:
+        ran.append(key)
+        return real(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apc, "simulate_unit", logged)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+
+    def run(iat: int) -> list[str]:
+        """The simulations a run of Experiment Two at ``iat`` runs (not reused from the journal)."""
+        ran.clear()
+        argv = ["--experiments", "two", "--exp2-jobs", "5", "--exp2-algorithms", "fcfs", "--exp2-iats", str(iat)]
+        assert apc.apc_main([*argv, "--out", str(out)]) == 0
+        return list(ran)
+
+    def journal() -> list[str]:
+        return [r["unit"] for r in _rows(out / apc.JOURNAL) if r["record"] == "end"]
+
+    for iat in (100, 200, 300):
+        assert run(iat) == [f"exp2 fcfs iat={iat:.1f}"]
+    assert journal() == ["exp2 fcfs iat=100.0", "exp2 fcfs iat=200.0", "exp2 fcfs iat=300.0"]
+    assert run(100) == []  # reused: now the one used last
+    assert journal() == ["exp2 fcfs iat=200.0", "exp2 fcfs iat=300.0", "exp2 fcfs iat=100.0"]
+    capsys.readouterr()
+    assert run(400) == ["exp2 fcfs iat=400.0"]
+    assert "2 more kept for later runs (not in this one), 1 used longer ago dropped" in capsys.readouterr().err
+    assert journal() == ["exp2 fcfs iat=300.0", "exp2 fcfs iat=100.0", "exp2 fcfs iat=400.0"]
+    assert run(200) == ["exp2 fcfs iat=200.0"]  # dropped: run again
