@@ -12,7 +12,8 @@ Written to ``--out`` (default ``results/apc``):
 * ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
 * ``config.json`` - the arguments and seed that reproduce the run; ``summary.json`` - the headline figures; both
   record the code that ran (``"code"``: :func:`coordinator.provenance.code_version`);
-* ``simulations.journal.csv`` - the finished simulations (below).
+* ``simulations.journal.csv`` - the finished simulations, and ``simulation.checkpoint.json`` - the state of the
+  simulation under way, if it has run long enough to save it (both below).
 
 ``--out`` always describes one run. At the start the command removes every file above that an earlier run left
 (whichever experiments it ran; only these names, and ``live/``'s) and writes ``config.json`` with
@@ -26,13 +27,31 @@ interrupted (Ctrl-C: exit code 130) loses no finished simulation: rerun the same
 each simulation's own, measured when it ran). The journal stays after the run, so a later run reuses every
 simulation it shares with earlier ones: ``--experiments one`` then ``--experiments one,two`` simulates Experiment
 One once, and a run that needs a simulation with other settings (``--exp1-jobs``, ``--exp2-jobs`` and the cell's
-inter-arrival time and algorithm, ``--exp3-horizon``) runs it again in its place; simulations of experiments a run
-does not do are kept for later runs. If ``--seed`` or ``--cycle`` (which every simulation depends on) differ from
-the stored ``config.json``, or the code does (its source fingerprint), it says so and starts over, with an empty
-journal. The live part is not resumed: a rerun runs it again in full. A kill loses at most the simulation it
-interrupts; at the default settings (measured on 2 shared cores) EDF and FCFS cells and the static configurations
-take under a second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s (50 s), Experiment One 35 s,
-and Experiment Three's dynamic configuration about 10 minutes.
+inter-arrival time and algorithm, ``--exp3-horizon``) runs it again in its place. The simulations a run does not
+need are kept for later runs, but only the 40 used last (:data:`MAX_CARRIED`, more than a default run's 36; the
+journal lists its simulations least recently used first): without that bound the journal would keep every
+Experiment Two cell (about 190 KB at 800 jobs) of every ``--exp2-iats`` ever run in ``--out``. If ``--seed`` or
+``--cycle`` (which every simulation depends on) differ from the stored ``config.json``, or the code does (its
+source fingerprint), it says so and starts over, with an empty journal and no checkpoint. The live part is not
+resumed: a rerun runs it again in full.
+
+A kill does not lose the whole simulation it interrupts, only what that simulation did since its last checkpoint.
+The simulation under way saves its state to ``simulation.checkpoint.json`` (atomically) at the end of the first
+control cycle that ends 10 s of wall clock (:data:`CHECKPOINT_SECONDS`) or more after its start or its last save,
+with its key, its settings and the code's source fingerprint; a rerun that runs that simulation continues from the
+saved cycle, and removes the file once the simulation is journalled. The simulator draws no random numbers, and
+the state (:class:`coordinator.apc.sim.SimState`: the time, the jobs in the system and their progress, the
+placement, the suspended jobs, the transactional app's nodes and the records so far) is everything it carries
+from one cycle to the next, so a continued simulation writes exactly the outputs and journal rows of an
+uninterrupted one (its measured ``seconds`` are those up to the checkpoint plus those after it). There is one
+checkpoint file: a simulation that runs past 10 s saves over another's. A kill therefore loses at most 10 s plus
+one control cycle of the simulation it interrupts (a simulation quicker than 10 s never saves, and is run again
+in full). Measured at the default settings on 2 shared cores: EDF and FCFS cells and the static configurations
+take under a second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s (50 s), Experiment One
+35 s, and Experiment Three's dynamic configuration 9 minutes (545 s) over 217 cycles of 2.5 s on average and
+23 s at most (its 5 longest 12 to 23 s), so a kill there now loses at most about 33 s instead of up to 9
+minutes. A save writes everything recorded so far (about 150 KB at the end of that simulation, 200 KB for an
+Experiment Two cell of 800 jobs) and took 10 to 55 ms (the JSON encoding about 4 ms of it): at most one every 10 s.
 """
 
 from __future__ import annotations
@@ -45,7 +64,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,12 +72,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from coordinator.apc.sim import SimConfig, SimResult, simulate
+from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
 from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
-from coordinator.provenance import code_version
+from coordinator.provenance import code_version, fingerprint_of
 from coordinator.resumable import Journal, say_resumed, unfinished_rows
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
@@ -71,6 +90,17 @@ OUTPUTS = ("config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "f
            "fig6_rp.png", "fig7_cpu.png")
 #: The journal of finished simulations (see the module docstring); a new run removes it only if it starts over.
 JOURNAL = "simulations.journal.csv"
+#: The state of the simulation under way, saved every :data:`CHECKPOINT_SECONDS` (see :class:`Units`).
+CHECKPOINT = "simulation.checkpoint.json"
+#: How often (wall clock, at the end of a control cycle) the simulation under way saves its state: what a kill
+#: loses of it at most, besides the cycle it interrupts. Each save writes everything the simulation has recorded
+#: so far (see the module docstring for what that costs).
+CHECKPOINT_SECONDS = 10.0
+#: How many simulations that a run does not need its journal keeps for later runs, those used last: without a bound
+#: the journal would grow by every Experiment Two cell (one per inter-arrival time and algorithm, about 190 KB at
+#: 800 jobs) of every ``--exp2-iats`` ever run in ``--out``. More than a default run's 36, so that a run of some
+#: of them costs a later default run none.
+MAX_CARRIED = 40
 #: The journal of a vcemu before the journal was kept (removed: its code recorded no source fingerprint).
 OLD_JOURNAL = "simulations.partial.csv"
 #: The journal's columns: the simulation (:func:`unit_keys`), the kind of record (``cycle``, ``job``, and ``end``
@@ -105,12 +135,15 @@ def _write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- units of work (the journal)
 
 
-def simulate_unit(key: str, cfg: SimConfig, jobs: list[Job], total: int, per: str = "job") -> SimResult:
-    """Simulation ``key`` (shown on its progress bar of ``total`` completed jobs, or cycles with ``per="cycle"``)."""
-    with tqdm(total=total, desc=key, unit=per, leave=False, file=sys.stderr) as bar:
+def simulate_unit(key: str, cfg: SimConfig, jobs: list[Job], total: int, per: str = "job",
+                  state: SimState | None = None, checkpoint: Callable[[SimState], None] | None = None) -> SimResult:
+    """Simulation ``key`` (shown on its progress bar of ``total`` completed jobs, or cycles with ``per="cycle"``),
+    from ``state`` if given, calling ``checkpoint`` after each cycle (:func:`coordinator.apc.sim.simulate`)."""
+    start = 0 if state is None else state.completed if per == "job" else len(state.result.cycles)
+    with tqdm(total=total, initial=start, desc=key, unit=per, leave=False, file=sys.stderr) as bar:
         def tick(done: int, _t: float) -> None:
             bar.update(done - bar.n if per == "job" else 1)
-        return simulate(cfg, jobs, tick)
+        return simulate(cfg, jobs, tick, state, checkpoint)
 
 
 def _key_one() -> str:
@@ -194,13 +227,22 @@ def _decode(rows: Sequence[Mapping[str, str]]) -> Finished | None:
 class Units:
     """The simulations of one run: those earlier runs with the same settings finished (kept from the journal),
     and each new one, appended to the journal as it finishes with its ``settings`` (by key,
-    :func:`unit_settings`). Without a journal (a library caller), every simulation just runs."""
+    :func:`unit_settings`). Without a journal (a library caller), every simulation just runs.
+
+    With a ``checkpoint`` file, the simulation under way saves its state there (atomically) at the end of the
+    first control cycle that ends ``every`` seconds (wall clock, default :data:`CHECKPOINT_SECONDS`) or more after
+    its start or its last save, with its key, its settings and the source fingerprint ``code``; a simulation that
+    finds its own state there continues from it, and removes the file once journalled. So a kill loses at most
+    ``every`` seconds and a cycle of the simulation under way; one that is quicker than ``every`` never saves."""
 
     def __init__(self, journal: Journal | None = None, kept: Mapping[str, Finished] | None = None,
-                 settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 settings: Mapping[str, Mapping[str, Any]] | None = None, checkpoint: Path | None = None,
+                 code: str | None = None, every: float | None = None) -> None:
         self._journal = journal
         self._done: dict[str, Finished] = dict(kept or {})
         self._settings = dict(settings or {})
+        self._checkpoint, self._code = checkpoint, code
+        self._every = CHECKPOINT_SECONDS if every is None else every
 
     def has(self, key: str) -> bool:
         """Whether simulation ``key`` is finished (so its jobs need not be generated)."""
@@ -212,26 +254,60 @@ class Units:
         records out of the journal, for a report that does not use them (the returned result has them)."""
         if key in self._done:
             return self._done[key]
-        t0 = time.perf_counter()
-        res = simulate_unit(key, cfg, jobs, total, per)
-        done = self._done[key] = Finished(res, time.perf_counter() - t0, self._settings.get(key, {}))
+        settings = self._settings.get(key, {})
+        owner = json.loads(_json({"unit": key, "settings": settings, "code": self._code}))  # what it is of
+        state, before = self._resume(owner, cfg, jobs) or (None, 0.0)
+        if state is not None:
+            print(f"vcemu apc: {key}: continuing from its checkpoint, {len(state.result.cycles)} control cycles in "
+                  f"(simulated time {state.t:g} s)", file=sys.stderr)
+        mine = state is not None  # whether the checkpoint file is this simulation's, to remove once it is done
+        t0 = last = time.perf_counter()
+
+        def save(s: SimState) -> None:
+            nonlocal last, mine
+            if self._checkpoint is None or time.perf_counter() - last < self._every:
+                return
+            seconds = before + time.perf_counter() - t0
+            write_text(self._checkpoint, _json({**owner, "seconds": seconds, "state": s.to_json()}))
+            last, mine = time.perf_counter(), True
+
+        res = simulate_unit(key, cfg, jobs, total, per, state, save)
+        done = self._done[key] = Finished(res, before + time.perf_counter() - t0, settings)
         if self._journal is not None:
             self._journal.append(_encode(key, done, cycles))
+        if mine and self._checkpoint is not None:  # (another simulation's stays, for a run that needs it)
+            self._checkpoint.unlink(missing_ok=True)
         return done
+
+    def _resume(self, owner: Mapping[str, Any], cfg: SimConfig, jobs: list[Job]) -> tuple[SimState, float] | None:
+        """The state in the checkpoint file and the wall-clock seconds the simulation had taken when it was saved,
+        if the file is of the simulation ``owner`` (key, settings and code) run with ``cfg`` on ``jobs``; None if
+        there is none, or it is another simulation's, or unreadable: the simulation then starts from the start."""
+        if self._checkpoint is None:
+            return None
+        try:
+            data = json.loads(self._checkpoint.read_text())
+            if not isinstance(data, dict) or {k: data.get(k) for k in owner} != owner:
+                return None
+            return SimState.from_json(data["state"], cfg, jobs), float(data["seconds"])
+        except (OSError, KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)
 class Journalled:
     """What :func:`resume_units` keeps of the journal: ``kept``, the simulations this run needs that were run with
     its settings (by key, in the run's order: their journal rows, as read, and what they decode to); ``carried``,
-    the rows of simulations of experiments this run does not do, written back for later runs."""
+    the rows of the (at most :data:`MAX_CARRIED`) simulations this run does not need, written back for later
+    runs, least recently used first."""
 
     kept: dict[str, tuple[list[dict[str, str]], Finished]]
     carried: list[dict[str, str]]
 
     def rows(self) -> list[dict[str, str]]:
-        """The journal's rows to write back: the kept simulations', then the carried ones."""
-        return [r for rows, _ in self.kept.values() for r in rows] + self.carried
+        """The journal's rows to write back: the carried simulations', then the kept ones (the run appends those it
+        runs after them), so that the journal lists its simulations least recently used first."""
+        return self.carried + [r for rows, _ in self.kept.values() for r in rows]
 
 
 def resume_units(out: Path, config: dict[str, Any], keys: list[str],
@@ -239,7 +315,8 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
     """What the journal in ``out`` holds for a run with ``config`` that needs simulations ``keys`` with
     ``settings`` (by key, :func:`unit_settings`), or None (with a line on stderr) if it was written with another
     ``--seed``, ``--cycle`` or code (:func:`coordinator.resumable.unfinished_rows`). Rows that do not check out
-    and simulations of ``keys`` run with other settings are dropped: those simulations run again."""
+    and simulations of ``keys`` run with other settings are dropped: those simulations run again. Of the others
+    (not in ``keys``) the :data:`MAX_CARRIED` used last are carried, and the older ones dropped."""
     stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu apc")
     if stored is None:
         return None
@@ -249,21 +326,23 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
         groups.setdefault(r["unit"], []).append(r)
     wanted = set(keys)
     kept: dict[str, tuple[list[dict[str, str]], Finished]] = {}
-    carried: list[dict[str, str]] = []
-    others = 0
+    others: list[list[dict[str, str]]] = []  # in the journal's order: least recently used first
     for key, rows in groups.items():
         f = _decode(rows)
         if f is not None and key not in wanted:
-            carried += rows
-            others += 1
+            others.append(rows)
         elif f is not None and f.settings == json.loads(json.dumps(dict(settings[key]))):
             kept[key] = (rows, f)
         else:
             dropped += len(rows)
+    cut = max(0, len(others) - MAX_CARRIED)
+    old, others = others[:cut], others[cut:]
+    carried = [f"{len(others)} more kept for later runs (not in this one)"] if others else []
+    if old:
+        carried.append(f"{len(old)} used longer ago dropped (at most {MAX_CARRIED} are kept beyond a run's own)")
     say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable or other-settings",
-                source="from the journal",
-                carried=f"{others} more kept for later runs (not in this one)" if others else "")
-    return Journalled({k: kept[k] for k in keys if k in kept}, carried)
+                source="from the journal", carried=", ".join(carried))
+    return Journalled({k: kept[k] for k in keys if k in kept}, [r for rows in others for r in rows])
 
 
 # --------------------------------------------------------------------------- Experiment One
@@ -523,17 +602,19 @@ def apc_main(argv: list[str]) -> int:
     # config.json is replaced below, atomically, never removed: a kill at any moment leaves no journal without
     # the config it belongs to
     clear_outputs(out, [n for n in OUTPUTS if n != "config.json"] + [OLD_JOURNAL]
-                  + ([JOURNAL] if stored is None else []))
+                  + ([JOURNAL, CHECKPOINT] if stored is None else []))
     clear_outputs(out / "live", LIVE_OUTPUTS)
     write_json(out / "config.json", config, indent=1, sort_keys=False)
     summary: dict[str, Any] = {"code": config["code"]}
     try:
         with Journal(out / JOURNAL, FIELDS, stored.rows() if stored else []) as journal:
-            units = Units(journal, {k: f for k, (_, f) in (stored.kept if stored else {}).items()}, settings)
+            units = Units(journal, {k: f for k, (_, f) in (stored.kept if stored else {}).items()}, settings,
+                          out / CHECKPOINT, fingerprint_of(config))
             _simulations(out, args, exps, iats, algos, units, summary)
     except KeyboardInterrupt:
-        print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL}: run the same command "
-              "again to continue", file=sys.stderr)
+        print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL} (and the one under way "
+              f"as of its last checkpoint in {out / CHECKPOINT}): run the same command again to continue",
+              file=sys.stderr)
         return 130
     if args.live:
         from coordinator.apc.live import LiveAgentError, live_experiment_three

@@ -28,6 +28,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -100,56 +101,98 @@ def _hypothetical_mean(jobs: Iterable[Job], now: float, omega_g: float) -> tuple
     return float(np.mean(np.maximum(u, -10.0))), float(np.min(u))
 
 
-def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, float], None] | None = None
-             ) -> SimResult:
-    """Run ``arrivals`` (sorted by submission time) through ``cfg``'s policy, cycle by cycle."""
+@dataclass
+class SimState:
+    """Everything :func:`simulate` carries from one control cycle to the next, at the start of a cycle.
+
+    The simulator draws no random numbers and its config and arrivals are given, so a run continued from a
+    state saved between two cycles (:meth:`to_json`, :meth:`from_json`) makes the same decisions and the same
+    records, in the same order, as the run that saved it: that is what lets ``vcemu apc`` resume a killed
+    simulation where it checkpointed it instead of from the start."""
+
+    t: float = 0.0
+    arrived: int = 0  # how many of the arrivals (sorted by submission) have entered the system
+    completed: int = 0
+    jobs: dict[str, Job] = field(default_factory=dict)  # those in the system, in order of arrival
+    placement: dict[str, str] = field(default_factory=dict)
+    suspended: set[str] = field(default_factory=set)
+    apps: dict[str, TransactionalApp] = field(default_factory=dict)
+    result: SimResult = field(default_factory=SimResult)
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as JSON values. A job is saved as its id and progress and an app as the nodes of its
+        instances: :func:`simulate` changes nothing else of them, and the rest comes back from the run's
+        arrivals and config. Orders are kept (lists of pairs, not sets) where the policies see them."""
+        return {"t": self.t, "arrived": self.arrived, "completed": self.completed,
+                "jobs": [[jid, j.done] for jid, j in self.jobs.items()],
+                "placement": [[jid, nid] for jid, nid in self.placement.items()],
+                "suspended": sorted(self.suspended),
+                "apps": [[aid, sorted(a.nodes)] for aid, a in self.apps.items()],
+                "cycles": self.result.cycles, "records": self.result.jobs, "changes": dict(self.result.changes)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], cfg: SimConfig, arrivals: Iterable[Job]) -> SimState:
+        """The state :meth:`to_json` saved during a run of ``cfg`` on ``arrivals``. Raises ValueError (or
+        KeyError, TypeError) if ``data`` does not fit them."""
+        by_id = {j.id: j for j in arrivals}
+        app_of = {a.id: a for a in cfg.apps}
+        jobs = {jid: replace(by_id[jid], done=float(done)) for jid, done in data["jobs"]}
+        apps = {aid: _with_nodes(app_of[aid], frozenset(nodes)) for aid, nodes in data["apps"]}
+        if set(apps) != set(app_of) or not 0 <= data["arrived"] <= len(by_id):
+            raise ValueError("the state is not of this run's arrivals and apps")
+        return cls(float(data["t"]), int(data["arrived"]), int(data["completed"]), jobs,
+                   {jid: nid for jid, nid in data["placement"]}, set(data["suspended"]), apps,
+                   SimResult(list(data["cycles"]), list(data["records"]), Counter(data["changes"])))
+
+
+def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, float], None] | None = None,
+             state: SimState | None = None, checkpoint: Callable[[SimState], None] | None = None) -> SimResult:
+    """Run ``arrivals`` (sorted by submission time) through ``cfg``'s policy, cycle by cycle: from the start,
+    or from ``state`` (saved by an earlier run of the same ``cfg`` and ``arrivals``). ``checkpoint`` is called
+    after each cycle with the state the next one starts from (the live object: save it before returning)."""
     pending = sorted(arrivals, key=lambda j: (j.submit, j.id))
     goal_factor = {j.id: j.relative_goal / j.min_remaining_time() for j in pending}
     min_exec = {j.id: j.min_remaining_time() for j in pending}
-    res = SimResult()
     static = set(cfg.static_app_nodes)
     batch_nodes = tuple(n for n in cfg.nodes if n.id not in static)
     app_cpu_static = sum(n.cpu for n in cfg.nodes if n.id in static)
-    jobs: dict[str, Job] = {}
-    placement: dict[str, str] = {}
-    suspended: set[str] = set()
-    apps = {a.id: a for a in cfg.apps}
-    t, i = 0.0, 0
-    completed = 0
+    s = state or SimState(apps={a.id: a for a in cfg.apps})
+    res = s.result
     while True:
-        while i < len(pending) and pending[i].submit <= t + 1e-9:
-            jobs[pending[i].id] = pending[i]
-            i += 1
+        while s.arrived < len(pending) and pending[s.arrived].submit <= s.t + 1e-9:
+            s.jobs[pending[s.arrived].id] = pending[s.arrived]
+            s.arrived += 1
+        t, jobs, apps = s.t, s.jobs, s.apps
         if cfg.horizon is not None and t >= cfg.horizon:
             break
-        if cfg.stop_after_completed is not None and completed >= cfg.stop_after_completed:
+        if cfg.stop_after_completed is not None and s.completed >= cfg.stop_after_completed:
             break
-        if not jobs and i >= len(pending) and cfg.horizon is None:
+        if not jobs and s.arrived >= len(pending) and cfg.horizon is None:
             break
-        state = ApcState(t, batch_nodes, tuple(jobs.values()), dict(placement), frozenset(suspended),
-                         tuple(apps.values()) if not static else ())
+        state_now = ApcState(t, batch_nodes, tuple(jobs.values()), dict(s.placement), frozenset(s.suspended),
+                             tuple(apps.values()) if not static else ())
         d: Decision
         if cfg.policy == "apc":
-            d = apc_place(state, cfg.T, cfg.costs, cfg.tolerance)
+            d = apc_place(state_now, cfg.T, cfg.costs, cfg.tolerance)
         elif cfg.policy in ("edf", "edf-repack"):
-            d = edf_place(state, sticky=cfg.policy == "edf")
+            d = edf_place(state_now, sticky=cfg.policy == "edf")
         else:
-            d = fcfs_place(state)
+            d = fcfs_place(state_now)
         if static:
             app_cpu = {a: min(apps[a].model.saturation, app_cpu_static) for a in apps}
         else:
             app_cpu = {a: d.app_cpu(a) for a in apps}
-            apps = {a: _with_nodes(apps[a], d.app_nodes.get(a, frozenset())) for a in apps}
+            apps = s.apps = {a: _with_nodes(apps[a], d.app_nodes.get(a, frozenset())) for a in apps}
         batch_cpu = d.batch_cpu()
         hyp_mean, hyp_min = _hypothetical_mean(jobs.values(), t, batch_cpu)
         cycle_changes: Counter[str] = Counter()
         for jid in jobs:
-            kind = change_kind(jid, state, d.placement.get(jid))
+            kind = change_kind(jid, state_now, d.placement.get(jid))
             if kind:
                 cycle_changes[kind] += 1
         res.changes.update(cycle_changes)
         done_now: list[str] = []
-        delays = change_delays(state, d.placement, cfg.costs)
+        delays = change_delays(state_now, d.placement, cfg.costs)
         for jid in d.placement:
             j = jobs[jid]
             delay = delays[jid]
@@ -161,16 +204,16 @@ def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, f
                 res.jobs.append({"id": jid, "submit": j.submit, "goal": j.goal, "completion": end,
                                  "rp": j.rp(end), "distance": j.goal - end, "met": float(end <= j.goal + 1e-6),
                                  "goal_factor": round(goal_factor[jid], 3), "min_exec": round(min_exec[jid], 1)})
-        suspended |= {jid for jid in placement if jid not in d.placement}
-        suspended -= set(d.placement)
-        placement = {jid: nid for jid, nid in d.placement.items() if jid not in done_now}
+        s.suspended |= {jid for jid in s.placement if jid not in d.placement}
+        s.suspended -= set(d.placement)
+        s.placement = {jid: nid for jid, nid in d.placement.items() if jid not in done_now}
         for jid in done_now:
             del jobs[jid]
-            suspended.discard(jid)
-        completed += len(done_now)
+            s.suspended.discard(jid)
+        s.completed += len(done_now)
         row: dict[str, float] = {
             "time": t, "jobs_in_system": len(jobs) + len(done_now), "running": len(d.placement),
-            "queued": len(jobs) + len(done_now) - len(d.placement), "completed": completed,
+            "queued": len(jobs) + len(done_now) - len(d.placement), "completed": s.completed,
             "batch_cpu_mhz": batch_cpu, "hyp_rp_mean": hyp_mean, "hyp_rp_min": hyp_min,
             "starts": cycle_changes["start"], "suspends": cycle_changes["suspend"],
             "resumes": cycle_changes["resume"], "migrations": cycle_changes["migrate"]}
@@ -179,8 +222,10 @@ def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, f
             row[f"{a}_rp"] = apps[a].rp(cpu)
         res.cycles.append(row)
         if progress is not None:
-            progress(completed, t)
-        t += cfg.T
+            progress(s.completed, t)
+        s.t = t + cfg.T
+        if checkpoint is not None:
+            checkpoint(s)
     return res
 
 

@@ -1,0 +1,193 @@
+"""``vcemu apc`` resumes a simulation from its checkpoint, not from its start, and to the same results."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.apc import experiment as apc
+from coordinator.apc.sim import SimConfig, SimState, simulate
+from coordinator.apc.workloads import cluster, exp2_jobs, exp3_app, exp3_jobs
+from coordinator.policies.apc import Costs
+
+
+def _configs() -> list[tuple[str, SimConfig, list]]:
+    """Short runs of each kind of simulation ``vcemu apc`` does: APC with costs and a transactional app, the
+    static partition, EDF (sticky and repacking) and FCFS on a busy Experiment Two stream."""
+    nodes = cluster(4)
+    return [
+        ("apc+app", SimConfig(nodes, "apc", 300.0, Costs(), apps=(exp3_app(),), horizon=3000.0), exp3_jobs(0)),
+        ("static", SimConfig(nodes, "fcfs", 300.0, Costs(), apps=(exp3_app(),), static_app_nodes=("node00",),
+                             horizon=3000.0), exp3_jobs(0)),
+        *[(p, SimConfig(nodes, p, 300.0, Costs.none(), stop_after_completed=30), exp2_jobs(200, 0, 50.0))
+          for p in ("edf", "edf-repack", "fcfs", "apc")]]
+
+
+@pytest.mark.parametrize("name, cfg, jobs", _configs(), ids=[n for n, _, _ in _configs()])
+def test_a_simulation_continued_from_a_saved_state_ends_as_the_uninterrupted_one(name: str, cfg: SimConfig,
+                                                                                  jobs: list) -> None:
+    """The simulator has no random numbers and nothing outside :class:`SimState` that carries from cycle to
+    cycle: a run continued from the state saved (through JSON, as the checkpoint file holds it) after any cycle
+    records exactly what the uninterrupted run records, in the same order."""
+    saved: list[str] = []
+    whole = simulate(cfg, jobs, checkpoint=lambda s: saved.append(json.dumps(s.to_json())))
+    assert len(saved) == len(whole.cycles) >= 6
+    for k in (1, len(saved) // 2, len(saved) - 2):
+        rest = simulate(cfg, jobs, state=SimState.from_json(json.loads(saved[k]), cfg, jobs))
+        assert json.dumps([rest.cycles, rest.jobs, rest.changes]) == json.dumps([whole.cycles, whole.jobs,
+                                                                                  whole.changes])
+
+
+def test_a_state_of_other_arrivals_is_refused() -> None:
+    cfg = _configs()[0][1]
+    saved: list[dict[str, Any]] = []
+    simulate(cfg, exp3_jobs(0), checkpoint=lambda s: saved.append(json.loads(json.dumps(s.to_json()))))
+    with pytest.raises(KeyError):
+        SimState.from_json(saved[-1], cfg, exp2_jobs(5, 0, 50.0))
+
+
+ARGV = ["--experiments", "three", "--cycle", "300", "--exp3-horizon", "3000"]  # 10 control cycles each
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _journal_without_wall_times(out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for r in _rows(out / apc.JOURNAL):
+        data = json.loads(r["data"])
+        if r["record"] == "end":
+            data.pop("seconds")  # each run's own measured time
+        rows.append({**r, "data": data})
+    return rows
+
+
+def test_a_run_interrupted_mid_simulation_continues_from_its_checkpoint_to_the_uninterrupted_outputs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Experiment Three's dynamic configuration, checkpointed after its 3rd and 6th cycles and interrupted in its
+    8th: the rerun continues from the 6th (simulating cycles 7 to 10 only, not 1 to 10) and writes what an
+    uninterrupted run writes, byte for byte, and the same journal rows (wall-clock times aside)."""
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    assert apc.apc_main([*ARGV, "--out", str(ref)]) == 0
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)  # every cycle a checkpoint may be taken is
+    real = apc.simulate
+    simulated: list[float] = []  # the start of each cycle of the dynamic configuration simulated, in this process
+
+    def interrupted(cfg, jobs, progress, state, checkpoint):  # type: ignore[no-untyped-def]
+        def checkpoint_3_6_and_stop_in_8(s: SimState) -> None:
+            simulated.append(s.t - cfg.T)
+            if len(simulated) in (3, 6):
+                checkpoint(s)
+            if len(simulated) == 8:
+                raise KeyboardInterrupt
+
+        dynamic = cfg.policy == "apc"
+        return real(cfg, jobs, progress, state, checkpoint_3_6_and_stop_in_8 if dynamic else checkpoint)
+
+    monkeypatch.setattr(apc, "simulate", interrupted)
+    capsys.readouterr()
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    assert "its last checkpoint" in capsys.readouterr().err
+    saved = json.loads((out / apc.CHECKPOINT).read_text())
+    assert saved["unit"] == "exp3 dynamic" and saved["state"]["t"] == 6 * 300.0
+    assert saved["settings"] == {"seed": 0, "cycle": 300.0, "exp3_horizon": 3000.0}
+    assert saved["code"] == json.loads((out / "config.json").read_text())["code"]["source_sha256"]
+
+    def watched(cfg, jobs, progress, state, checkpoint):  # type: ignore[no-untyped-def]
+        def log(s: SimState) -> None:
+            if cfg.policy == "apc":
+                simulated.append(s.t - cfg.T)
+            checkpoint(s)
+        return real(cfg, jobs, progress, state, log)
+
+    monkeypatch.setattr(apc, "simulate", watched)
+    simulated.clear()
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 0
+    assert "exp3 dynamic: continuing from its checkpoint, 6 control cycles in" in capsys.readouterr().err
+    assert simulated == [t * 300.0 for t in range(6, 10)]
+    assert not (out / apc.CHECKPOINT).exists()  # removed once the simulation is journalled
+    names = sorted(p.name for p in ref.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == names
+    for name in ("exp3_cycles.csv", "fig6_rp.png", "fig7_cpu.png", "summary.json"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    assert _journal_without_wall_times(out) == _journal_without_wall_times(ref)
+
+
+def test_a_checkpoint_of_other_settings_or_code_is_not_continued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint is continued only by the simulation it is of: not by one with another horizon (the run
+    starts that simulation over and leaves the checkpoint alone), and not after the code changed (the run starts
+    over, and the checkpoint goes with the journal)."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+    real = apc.simulate
+
+    def stop_in_3(cfg, jobs, progress, state, checkpoint):  # type: ignore[no-untyped-def]
+        def ck(s: SimState) -> None:
+            checkpoint(s)
+            if s.t >= 3 * cfg.T:
+                raise KeyboardInterrupt
+        return real(cfg, jobs, progress, state, ck)
+
+    monkeypatch.setattr(apc, "simulate", stop_in_3)
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    saved = (out / apc.CHECKPOINT).read_text()
+    monkeypatch.setattr(apc, "simulate", real)
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)  # (no new checkpoint would overwrite it)
+    capsys.readouterr()
+    assert apc.apc_main([*ARGV[:-1], "2400", "--out", str(out)]) == 0  # another horizon: its own simulation
+    assert "from its checkpoint" not in capsys.readouterr().err
+    assert (out / apc.CHECKPOINT).read_text() == saved  # still there for a run that needs it
+    conf = json.loads((out / "config.json").read_text())
+    conf["code"]["source_sha256"] = "0" * 64
+    (out / "config.json").write_text(json.dumps(conf))
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "of other code" in err and "from its checkpoint" not in err
+    assert not (out / apc.CHECKPOINT).exists()
+
+
+def test_the_journal_keeps_a_bounded_number_of_simulations_a_run_does_not_need_those_used_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each ``--exp2-iats`` is its own simulation: without a bound, a journal rerun with ever other values holds
+    them all. It keeps :data:`MAX_CARRIED` (here 2) besides the run's own, dropping the one used longest ago (not
+    the oldest: a reused simulation is used anew)."""
+    monkeypatch.setattr(apc, "MAX_CARRIED", 2)
+    out = tmp_path / "out"
+    ran: list[str] = []
+    real = apc.simulate_unit
+
+    def logged(key: str, *args: object, **kwargs: object) -> object:
+        ran.append(key)
+        return real(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(apc, "simulate_unit", logged)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+
+    def run(iat: int) -> list[str]:
+        """The simulations a run of Experiment Two at ``iat`` runs (not reused from the journal)."""
+        ran.clear()
+        argv = ["--experiments", "two", "--exp2-jobs", "5", "--exp2-algorithms", "fcfs", "--exp2-iats", str(iat)]
+        assert apc.apc_main([*argv, "--out", str(out)]) == 0
+        return list(ran)
+
+    def journal() -> list[str]:
+        return [r["unit"] for r in _rows(out / apc.JOURNAL) if r["record"] == "end"]
+
+    for iat in (100, 200, 300):
+        assert run(iat) == [f"exp2 fcfs iat={iat:.1f}"]
+    assert journal() == ["exp2 fcfs iat=100.0", "exp2 fcfs iat=200.0", "exp2 fcfs iat=300.0"]
+    assert run(100) == []  # reused: now the one used last
+    assert journal() == ["exp2 fcfs iat=200.0", "exp2 fcfs iat=300.0", "exp2 fcfs iat=100.0"]
+    capsys.readouterr()
+    assert run(400) == ["exp2 fcfs iat=400.0"]
+    assert "2 more kept for later runs (not in this one), 1 used longer ago dropped" in capsys.readouterr().err
+    assert journal() == ["exp2 fcfs iat=300.0", "exp2 fcfs iat=100.0", "exp2 fcfs iat=400.0"]
+    assert run(200) == ["exp2 fcfs iat=200.0"]  # dropped: run again
