@@ -602,6 +602,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                 print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
         if len(exited) == len(procs):
             print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr, flush=True)
+            # No agent is left to take a Stop for the tasks it ran (they ended with it): each would only fail,
+            # be retried to its deadline and be logged as "Stop ... failed; will retry", which it never is.
+            server.stop_tasks_on_exit = False
             server.stop()
             return 1
         stop.wait(0.5)
