@@ -542,29 +542,35 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
     split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
     first = [sum(split[:i]) for i in range(agents)]
-    procs = [
-        spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]), ",".join(mems[first[i]:first[i] + n]),
-                    free_agent_id(f"{agent_prefix}{i}"), (["--no-cgroups"] if no_cgroups else []) + tls_flags,
-                    agent_log)
-        for i, n in enumerate(split) if n
-    ]
-    deadline = time.monotonic() + wait_s
-    while len({h.name for h in server.engine.hosts} & set(server.backend.host_agent)) < hosts:
-        dead = [p for p in procs if p.poll() is not None]
-        if dead or time.monotonic() > deadline:
+    procs: list[subprocess.Popen] = []
+    stopped = False
+    try:  # the agents are in sessions of their own: a Ctrl-C here must take them down, or they outlive us
+        for i, n in enumerate(split):
+            if n:
+                procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
+                                         ",".join(mems[first[i]:first[i] + n]), free_agent_id(f"{agent_prefix}{i}"),
+                                         (["--no-cgroups"] if no_cgroups else []) + tls_flags, agent_log))
+        deadline = time.monotonic() + wait_s
+        while len({h.name for h in server.engine.hosts} & set(server.backend.host_agent)) < hosts:
+            dead = [p for p in procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                stop_processes(procs)
+                server.stop()
+                stopped = True
+                why = f"agent exited with code {dead[0].returncode}" if dead else f"not all {hosts} hosts registered"
+                if agent_log is not None:  # the agents' own words are in their log, not on the terminal
+                    why += _log_tail(agent_log.name)
+                raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
+            time.sleep(0.1)
+    except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt) while starting, a failed spawn
+        if not stopped:
             stop_processes(procs)
             server.stop()
-            why = f"agent exited with code {dead[0].returncode}" if dead else f"not all {hosts} hosts registered"
-            if agent_log is not None:  # the agents' own words are in their log, not on the terminal
-                why += _log_tail(agent_log.name)
-            raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
-        time.sleep(0.1)
+        raise
     return server, procs
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from coordinator.store import StoreError
-
     options = _server_options(args)
     if args.ray is not None:
         from coordinator.backends.ray import run_up
@@ -580,20 +586,40 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
         return 2
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run_local_up(args, options)
+    finally:  # (for a caller in this process, such as a test)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _run_local_up(args: argparse.Namespace, options: dict) -> int:
+    """``vcemu up`` without ``--ray``: start the local cluster, then wait for Ctrl-C or SIGTERM (a clean stop,
+    exit status 0) or for every agent process to have exited (status 1)."""
+    from coordinator.store import StoreError
+
+    # While starting, Ctrl-C and SIGTERM stop at once: start_local_cluster takes down what it started.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
+    stop = threading.Event()
     try:
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
             args.metrics_port, args.no_cgroups, **options,
         )
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    except KeyboardInterrupt:
+        print("vcemu up: interrupted while starting; the coordinator and the agents it started are stopped",
+              file=sys.stderr, flush=True)
+        return 130
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu up: error: {e}", file=sys.stderr)
         return 2
     metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
     print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. Ctrl-C stops.",
           flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     exited: set[int] = set()
     while not stop.is_set():
         for p in procs:
@@ -602,6 +628,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                 print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
         if len(exited) == len(procs):
             print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr, flush=True)
+            # No agent is left to take a Stop for the tasks it ran (they ended with it): each would only fail,
+            # be retried to its deadline and be logged as "Stop ... failed; will retry", which it never is.
+            server.stop_tasks_on_exit = False
             server.stop()
             return 1
         stop.wait(0.5)

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -69,7 +70,9 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
                   segment: int | None = None, out: str | None = None) -> int:
     """``vcemu simulate``: a job file (JSON lines, CSV, or an SWF trace week) through one policy, with a
     progress bar on a terminal; with ``out``, the results also go to a new folder under it
-    (:func:`write_simulation`)."""
+    (:func:`write_simulation`). A run that fails or is interrupted removes that folder again, and the parents
+    of it that it created, saying so: a folder under ``out`` always holds a finished run. Its results still
+    print when only writing them failed (exit status 1)."""
     from tqdm import tqdm
 
     from coordinator.cli import format_table
@@ -88,28 +91,51 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     if not (math.isfinite(penalty) and penalty >= 0):  # the CLI refuses these; a caller in code may not
         print(f"vcemu simulate: --penalty: must be a finite number >= 0, got {penalty}", file=sys.stderr)
         return 2
-    folder = None
+    folder, made = None, []
     if out is not None:
         from coordinator.outputs import new_run_dir
 
         name = f"{policy}-{os.path.basename(path)}" + ("" if segment is None else f"-week{segment}")
+        made = _missing_dirs(Path(out))
         try:  # before the run: its results must have somewhere to go
             folder = new_run_dir(out, name)
         except OSError as exc:
+            _discard_run_dir(None, made)
             print(f"vcemu simulate: --out {out}: cannot write results there: {exc.strerror or exc}", file=sys.stderr)
             return 2
     wall0 = time.monotonic()
-    with tqdm(total=len(specs), unit="job", desc="jobs done", disable=None, file=sys.stderr, leave=False) as bar:
-        history = simulate(specs, policy, cluster, penalty, on_finish=lambda: bar.update(1))
-    results = job_results(history)
-    summary = summarize(results)
+    try:
+        with tqdm(total=len(specs), unit="job", desc="jobs done", disable=None, file=sys.stderr,
+                  leave=False) as bar:
+            history = simulate(specs, policy, cluster, penalty, on_finish=lambda: bar.update(1))
+        results = job_results(history)
+        summary = summarize(results)
+    except BaseException as exc:  # a bug, Ctrl-C: no folder claiming a run that produced nothing
+        if folder is not None:
+            _discard_run_dir(folder, made)
+            print(f"vcemu simulate: the run did not finish ({type(exc).__name__}); removed its results folder "
+                  f"{folder}", file=sys.stderr)
+        if isinstance(exc, KeyboardInterrupt):
+            return 130
+        raise
+    written = True
     if folder is not None:
         from coordinator.provenance import file_sha256
 
-        config = {"jobs_file": path, "jobs_file_sha256": file_sha256(path), "segment": segment, "policy": policy,
-                  "hosts": hosts, "penalty": penalty}
-        write_simulation(folder, config, specs, results, summary, time.monotonic() - wall0)
-        print(f"vcemu simulate: results in {folder}", file=sys.stderr)
+        try:
+            config = {"jobs_file": path, "jobs_file_sha256": file_sha256(path), "segment": segment,
+                      "policy": policy, "hosts": hosts, "penalty": penalty}
+            write_simulation(folder, config, specs, results, summary, time.monotonic() - wall0)
+        except BaseException as exc:  # a full disk, the job file gone: no folder half written
+            _discard_run_dir(folder, made)
+            if not isinstance(exc, OSError | KeyboardInterrupt):
+                raise
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else exc.strerror or exc
+            print(f"vcemu simulate: --out {out}: results not written ({why}); removed the unfinished folder "
+                  f"{folder} (the results are printed below)", file=sys.stderr)
+            written = False
+        else:
+            print(f"vcemu simulate: results in {folder}", file=sys.stderr)
     if as_json:
         print(json.dumps({"policy": policy, "hosts": hosts, "penalty": penalty, **summary.__dict__}))
     else:
@@ -119,7 +145,33 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
             f"{summary.max_bounded_stretch:.2f}, mean {summary.mean_bounded_stretch:.2f}, "
             f"{summary.preemptions} preemptions, {summary.migrations} migrations"
         )
-    return 0
+    return 0 if written else 1
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, innermost first: what making the run's folder
+    under it creates, and so what a failed run must take away again (a folder that existed before is left)."""
+    missing, p = [], path.absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    return missing
+
+
+def _discard_run_dir(folder: Path | None, made: Sequence[Path]) -> None:
+    """Remove a failed run's results ``folder`` (made by this run with an exclusive mkdir, so nobody else's)
+    and then the parents it ``made``, innermost first, each only if empty: a rerun then finds the output
+    directory as it was, not a folder that claims a run which produced nothing. Best effort: the failure that
+    brought us here is what the user must hear about."""
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    for d in made:
+        try:
+            d.rmdir()
+        except FileNotFoundError:  # removed meanwhile by someone else: its parents may still be ours to remove
+            continue
+        except OSError:  # not empty (another run wrote there meanwhile): nor are its parents
+            break
 
 
 def write_simulation(folder: Path, config: dict[str, Any], specs: Sequence[JobSpec], results: Sequence[JobResult],

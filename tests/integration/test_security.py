@@ -4,8 +4,6 @@ here with ``cryptography``)."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from coordinator.service import CoordinatorServer
 from node_agent.agent import HostSpec
 from node_agent.register import Registrar
 from node_agent.server import RunningAgent, start_agent
-from node_agent.tls import TlsFiles
+from tests.certs import make_certs
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -89,44 +87,10 @@ def test_agent_refuses_an_oversized_request(agent: RunningAgent) -> None:
 # ---- mutual TLS -----------------------------------------------------------------------------------------
 
 
-def _certs(tmp: Path, name: str) -> TlsFiles:
-    """A CA and one certificate (for 127.0.0.1 and localhost, client and server use) signed by it."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    paths = TlsFiles(str(tmp / f"{name}.crt"), str(tmp / f"{name}.key"), str(tmp / f"{name}-ca.crt"))
-    Path(paths.cert).write_bytes(cert.public_bytes(pem))
-    Path(paths.key).write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()))
-    Path(paths.ca).write_bytes(ca.public_bytes(pem))
-    return paths
-
-
 def test_mutual_tls_between_coordinator_and_agent(tmp_path: Path) -> None:
     pytest.importorskip("cryptography", reason="mutual TLS test certificates are made with cryptography")
-    tls = _certs(tmp_path, "cluster")
-    stranger = _certs(tmp_path, "stranger")
+    tls = make_certs(tmp_path, "cluster")
+    stranger = make_certs(tmp_path, "stranger")
     server = CoordinatorServer(get_policy("greedy"), port=0, tls=tls, heartbeat_s=0.5).start()
     agent = start_agent([HostSpec("tls-h0", 1.0, 1 << 30)], agent_id="pytest-tls", no_cgroups=True, tls=tls)
     registrar = Registrar(agent, server.address, agent.address, tls.client_channel)

@@ -20,7 +20,7 @@ from coordinator.limits import MAX_REPLY_BYTES
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
 from node_agent.tls import TlsFiles
-from tests.integration.test_security import _certs
+from tests.certs import make_certs
 from tests.unit.test_cli_errors import run
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
@@ -32,7 +32,7 @@ TLS_ENV = ("VCEMU_TLS_CERT", "VCEMU_TLS_KEY", "VCEMU_TLS_CA")
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    return _certs(tmp_path_factory.mktemp("tls"), "cluster")
+    return make_certs(tmp_path_factory.mktemp("tls"), "cluster")
 
 
 @pytest.fixture(scope="module")

@@ -68,3 +68,67 @@ def test_simulate_out_that_cannot_be_written_is_refused_before_the_run(jobs: Pat
     code, printed, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(blocker / "sub")], capsys)
     refused(code, err, f"vcemu simulate: --out {blocker / 'sub'}: cannot write results there")
     assert printed == ""
+
+
+def _listing(root: Path) -> list[tuple[str, bytes]]:
+    """Every path under ``root`` with its content (b"" for a directory), to compare a tree before and after."""
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"") for p in root.rglob("*"))
+
+
+def test_simulate_that_fails_removes_the_folder_it_made_and_the_parents_it_created(
+        jobs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import coordinator.experiments
+
+    def broken(*_a, **_k):
+        raise RuntimeError("a bug in the simulation")
+
+    monkeypatch.setattr(coordinator.experiments, "simulate", broken)
+    out = tmp_path / "new" / "results"  # neither exists: the run creates both
+    with pytest.raises(RuntimeError, match="a bug in the simulation"):  # a bug keeps its traceback
+        run(["simulate", "--policy", "greedy", str(jobs), "--out", str(out)], capsys)
+    err = capsys.readouterr().err
+    assert not (tmp_path / "new").exists(), _listing(tmp_path / "new")
+    assert "vcemu simulate: the run did not finish (RuntimeError); removed its results folder " in err, err
+    assert str(out) in err
+
+
+def test_simulate_interrupted_leaves_an_existing_out_as_it_was(jobs: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import coordinator.experiments
+
+    out = tmp_path / "results"
+    argv = ["simulate", "--policy", "greedy", str(jobs), "--out", str(out)]
+    code, _, err = run(argv, capsys)  # an earlier run's folder, which must stay as it is
+    assert code == 0, err
+    before = _listing(out)
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(coordinator.experiments, "simulate", interrupted)
+    code, printed, err = run(argv, capsys)
+    assert code == 130, err
+    assert "Traceback" not in err and printed == ""
+    assert "vcemu simulate: the run did not finish (KeyboardInterrupt); removed its results folder" in err, err
+    assert _listing(out) == before
+
+
+def test_simulate_whose_results_cannot_be_written_removes_the_partial_folder_and_still_prints(
+        jobs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    import coordinator.experiments
+
+    def disk_full(folder: Path, *args, **kwargs) -> None:
+        (folder / "config.json").write_text("{}")  # the first file got through, the next did not
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(coordinator.experiments, "write_simulation", disk_full)
+    out = tmp_path / "results"
+    code, printed, err = run(["simulate", "--policy", "greedy", "--json", str(jobs), "--out", str(out)], capsys)
+    assert code == 1, err
+    assert not out.exists(), _listing(out)
+    assert f"vcemu simulate: --out {out}: results not written (No space left on device); removed the unfinished " \
+           "folder" in err, err
+    assert json.loads(printed)["completed"] == len(JOBS)  # the run's results are not lost with the folder
