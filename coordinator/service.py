@@ -669,6 +669,11 @@ class CoordinatorServer:
         self._loop.join(timeout=5)
         self._watch.join(timeout=5)
         if self.stop_tasks_on_exit and self.store is None:  # with a store, a restart adopts them instead
+            # An agent whose last poll went unanswered (dead, or cut off) is not waited for: each Stop would spend
+            # its retries and log a retry that never comes. Its lease freezes what it still runs.
+            for agent_id, handle in list(self.backend.agents.items()):
+                if handle.silent:
+                    self.backend.cut_off(agent_id)
             with self.engine.lock:
                 for job, rec in self.engine.jobs.items():
                     if rec.state in (JobState.RUNNING, JobState.PAUSED):

@@ -639,7 +639,9 @@ class LiveBackend:
         except BackendError as exc:  # its agent is cut off or gone (unreachable)
             if strict:  # it may still run there: not restarted elsewhere, the engine requeues the job
                 raise
-            log.warning("Stop %s: %s", task.task_id, exc)  # nothing we can stop there any more
+            # Nothing we can stop there any more, and nothing to alarm anyone: the agent's lease has frozen (or
+            # will freeze) the copy, and reconciliation stops it if that agent comes back.
+            log.info("Stop %s: %s; a copy left there is frozen by the agent's lease", task.task_id, exc)
             return
         if strict and reply.task.state == agent_pb2.TASK_STATE_FAILED:
             # It failed since the last poll, which would have failed its job; the Stop made the agent forget

@@ -243,3 +243,28 @@ def test_a_partitioned_agent_freezes_its_task_before_the_coordinator_starts_the_
             with contextlib.suppress(Exception):
                 close()
         server.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_coordinator_exiting_leaves_alone_an_agent_that_no_longer_answers(caplog: pytest.LogCaptureFixture) -> None:
+    """At exit, the coordinator stops the jobs it runs, except on an agent whose last poll went unanswered: a Stop
+    there was logged "failed; will retry", with nothing left to retry it (its lease freezes what it still runs)."""
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=30.0).start()  # never declared lost here
+    agent = start_agent([HostSpec("gone-a0", 1.0, GIB)], agent_id=f"pytest-gone-{os.getpid()}", no_cgroups=True)
+    registrar = Registrar(agent, server.address, agent.address)
+    try:
+        assert registrar.registered.wait(10)
+        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(server.address))
+        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600, workload="modeled")
+        job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id
+        wait_until("the job to run", lambda: stub.GetJob(pb.JobRef(job_id=job), timeout=5).state == "running")
+        registrar.stop()
+        agent.server.stop(0).wait()  # the agent no longer answers
+        wait_until("the coordinator's poll to go unanswered", lambda: server.backend.agents[agent.core.agent_id].silent)
+        caplog.clear()
+        server.stop()
+        warned = [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+        assert not [m for m in warned if "Stop " in m or "will retry" in m], warned
+    finally:
+        agent.core.shutdown()
+        server.stop()
