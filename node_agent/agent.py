@@ -138,6 +138,9 @@ class AgentCore:
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
         #: The lease (see :meth:`renew_lease`): its length, and the time.monotonic() it runs out at (None: no lease).
+        #: A lock of its own: a renewal must not wait for the agent's lock, which a StartTask holds while its program
+        #: starts (seconds, for a transactional task), or the registrar's next heartbeat would wait with it.
+        self._lease_lock = threading.Lock()
         self._lease_s = 0.0
         self._lease_until: float | None = None
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
@@ -280,7 +283,7 @@ class AgentCore:
         (:func:`~node_agent.runner.fence`) once the lease has run out: before the coordinator can start a second
         copy. Frozen, not killed: if the coordinator comes back in time (or restarts and adopts the tasks), its
         next poll resumes them, and nothing of their work is lost; if it declared the agent lost, it stops them."""
-        with self._lock:
+        with self._lease_lock:
             if lease_s <= 0:
                 self._lease_s, self._lease_until = 0.0, None
                 return
@@ -534,10 +537,12 @@ class AgentCore:
     def _fence_if_expired(self) -> None:
         """(Under the lock.) Once the lease has run out, freeze every task that runs (see :meth:`renew_lease`); a
         task whose freeze fails is tried again at the next round."""
-        if self._lease_until is None or time.monotonic() <= self._lease_until:
+        with self._lease_lock:
+            lease_s, until = self._lease_s, self._lease_until
+        if until is None or time.monotonic() <= until:
             return
-        why = (f"fenced: the agent's lease ran out ({self._lease_s:g} s without word from its coordinator); "
-               "a Resume thaws it")
+        why = f"fenced: the agent's lease ran out ({lease_s:g} s without word from its coordinator); a Resume thaws it"
+
         fenced = []
         for task_id, task in self._tasks.items():
             if task_id in self._ending:
@@ -549,7 +554,7 @@ class AgentCore:
                 log.error("the lease ran out, and task %s cannot be frozen: %s; trying again", task_id, e)
         if fenced:
             log.warning("lease ran out (%g s without word from the coordinator): froze %d task(s) until it resumes "
-                        "them: %s", self._lease_s, len(fenced), ", ".join(fenced))
+                        "them: %s", lease_s, len(fenced), ", ".join(fenced))
 
     def _update_rates(self) -> None:
         """Keep each workload's units per CPU-second current from the running tasks themselves.

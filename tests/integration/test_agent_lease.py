@@ -138,6 +138,21 @@ def test_an_agent_never_fenced_without_a_lease_and_fenced_tasks_thaw_only_on_res
         core.shutdown()
 
 
+def test_a_renewal_does_not_wait_for_the_agents_lock() -> None:
+    """A StartTask holds the agent's lock while its program starts (seconds, for a transactional task); the
+    registrar renews the lease after each heartbeat, and must not wait that long, or its next heartbeat would be
+    late and the coordinator could declare a live agent lost."""
+    core = open_core(f"pytest-lease-lock-{os.getpid()}", [HostSpec("k0", 1.0, GIB)], no_cgroups=True)
+    try:
+        renewal = threading.Thread(target=core.renew_lease, args=(30.0, time.monotonic()), daemon=True)
+        with core._lock:  # as a StartTask starting its program
+            renewal.start()
+            renewal.join(1.0)
+            assert not renewal.is_alive(), "the renewal waited for the agent's lock"
+    finally:
+        core.shutdown()
+
+
 @pytest.fixture
 def dgemm_agent(cgroups_required: None) -> Iterator[RunningAgent]:
     agent = start_agent([HostSpec("lease-a0", 1.0, GIB)], agent_id=f"pytest-lease-a-{os.getpid()}")
