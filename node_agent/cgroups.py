@@ -26,7 +26,7 @@ import os
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -180,6 +180,11 @@ OWNER_PREFIX = ".owner-"
 PARENT_PREFIX = "vcemu-"
 #: How long :func:`kill_groups` keeps killing (and thawing) a group's processes before it gives up.
 KILL_TIMEOUT_S = 10.0
+#: How long :meth:`CgroupDriver.cleanup` (the agent's shutdown, once its tasks' own kills have ended) keeps killing
+#: what is left before it gives up. Those kills each had :data:`KILL_TIMEOUT_S` already, together: what outlived them
+#: would not die in a second full timeout either (the shutdown would only take twice as long), while a short grace
+#: still catches a process thawed meanwhile or one whose task's stop failed before killing it.
+LEFTOVER_KILL_TIMEOUT_S = 0.5
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -287,30 +292,55 @@ def _kill_and_thaw(dirs: Iterable[str]) -> list[int]:
     return pids
 
 
-def kill_groups(dirs: Iterable[str], timeout: float | None = None) -> None:
-    """Kill every process of a group until it has none (thawing it each round); CgroupError naming the
-    survivors if some outlive ``timeout`` (default :data:`KILL_TIMEOUT_S`)."""
-    dirs, limit = list(dirs), KILL_TIMEOUT_S if timeout is None else timeout
+def kill_groups(groups: Mapping[str, Sequence[str]], timeout: float | None = None) -> dict[str, list[int]]:
+    """Kill every process of the groups ``groups`` (name -> that group's directories, one per hierarchy), thawing
+    them each round, until none has any or ``timeout`` (default :data:`KILL_TIMEOUT_S`) has passed; returns the
+    survivors of each group that still has some (empty if every process died).
+
+    The groups are killed together, each round over all that still have processes, against one deadline: one group
+    after another, each with the full timeout, N groups that cannot die (frozen under a freezer that will not thaw)
+    would take N timeouts. Nothing is raised here, so that the caller can still remove the groups that emptied."""
+    limit = KILL_TIMEOUT_S if timeout is None else timeout
     deadline = time.monotonic() + limit
-    while pids := _kill_and_thaw(dirs):
-        if time.monotonic() > deadline:
-            raise CgroupError(f"processes {', '.join(map(str, pids))} of {dirs[0]} did not die within {limit:g} s "
-                              "of SIGKILL")
+    pending = {name: list(dirs) for name, dirs in groups.items()}
+    while True:
+        survivors = {name: pids for name, dirs in pending.items() if (pids := _kill_and_thaw(dirs))}
+        if not survivors or time.monotonic() > deadline:
+            return survivors
+        pending = {name: pending[name] for name in survivors}
         time.sleep(0.01)
 
 
-def remove_groups(parents: list[str], remove_parent: bool) -> list[str]:
+def remove_groups(parents: list[str], remove_parent: bool, timeout: float | None = None) -> list[str]:
     """Kill the processes of every group under an agent's parent groups ``parents`` (one per hierarchy) and
     remove the groups, and if ``remove_parent`` the owner markers and the parents too; returns the task
     groups' names. What an agent does with its own at shutdown, with its own id's leftovers at start-up,
-    and with the subtree of an agent that died without doing it."""
+    and with the subtree of an agent that died without doing it.
+
+    The kills share one deadline, ``timeout`` from now (default :data:`KILL_TIMEOUT_S`), see :func:`kill_groups`.
+    A group whose processes outlive it, or that cannot be removed, does not stop the others: every group that
+    emptied is removed, then one CgroupError names every failure (and what was removed). The owner markers and
+    the parents are then kept: the markers tell the next agent to start whose leftovers these are (a subtree
+    without one is left alone, see :func:`node_agent.agent.open_core`), and a parent that still holds a group
+    cannot be removed anyway."""
     names = sorted({n for d in parents if os.path.isdir(d) for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))})
     tasks = [n for n in names if not n.startswith(OWNER_PREFIX)]
-    for name in tasks:
-        dirs = [os.path.join(d, name) for d in parents]
-        kill_groups(dirs)
-        for d in dirs:
-            _rmdir(d)
+    limit = KILL_TIMEOUT_S if timeout is None else timeout
+    survivors = kill_groups({name: [os.path.join(d, name) for d in parents] for name in tasks}, limit)
+    failures = [f"processes {', '.join(map(str, pids))} of {os.path.join(parents[0], name)} did not die within "
+                f"{limit:g} s of SIGKILL" for name, pids in survivors.items()]
+    removed = []
+    for name in (n for n in tasks if n not in survivors):
+        try:
+            for d in parents:
+                _rmdir(os.path.join(d, name))
+        except CgroupError as e:
+            failures.append(str(e))
+        else:
+            removed.append(name)
+    if failures:
+        raise CgroupError(f"{'; '.join(failures)} (removed {len(removed)} of {len(tasks)} task groups"
+                          f"{': ' + ', '.join(removed) if removed else ''})")
     if remove_parent:
         for d in parents:
             for marker in (n for n in names if n.startswith(OWNER_PREFIX)):
@@ -393,8 +423,12 @@ class CgroupDriver(ABC):
 
     def cleanup(self, remove_parent: bool) -> list[str]:
         """Kill the processes of and remove every task group under the agent's parent (everything, at
-        shutdown), and the parent too if ``remove_parent``; returns the names removed."""
-        return remove_groups(self.dirs(), remove_parent)
+        shutdown, after the tasks' own kills), and the parent too if ``remove_parent``; returns the names
+        removed. The kills get :data:`LEFTOVER_KILL_TIMEOUT_S` between them, not :data:`KILL_TIMEOUT_S`: what the
+        tasks' kills left has outlived one already, and the shutdown should take about one, however many tasks
+        cannot die. Every group that can be removed is; the failures are raised together (:func:`remove_groups`),
+        and what is left is removed by the next agent to start."""
+        return remove_groups(self.dirs(), remove_parent, LEFTOVER_KILL_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------------------- cgroup v1
