@@ -9,6 +9,7 @@ command), ``vcsched`` (seed 002's static placement experiments) and ``bench``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
@@ -516,6 +517,33 @@ def default_cpus_per_host(hosts: int) -> float:
     return round(min(1.0, 0.6 * (os.cpu_count() or 1) / hosts), 3)
 
 
+#: The exit status of a command stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT, for either signal).
+INTERRUPTED = 130
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, and the handlers are given back
+    after (for a caller in this process, such as a test). A command that spawns agents needs SIGTERM as well as
+    Ctrl-C to unwind through its ``finally`` blocks: the agents run in sessions of their own, so the default
+    SIGTERM, ending the process at once, would leave them retrying a dead coordinator for ever."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in handlers:
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def interrupted(what: str) -> int:
+    """The one line of a command stopped by Ctrl-C or SIGTERM (``what``: "vcemu up: interrupted while starting")
+    once it has stopped its cluster, in place of a traceback; returns :data:`INTERRUPTED`."""
+    print(f"{what}; the coordinator and the agents it started are stopped", file=sys.stderr, flush=True)
+    return INTERRUPTED
+
+
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
@@ -586,22 +614,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
         return 2
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_interrupt():
         return _run_local_up(args, options)
-    finally:  # (for a caller in this process, such as a test)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
 
 
 def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     """``vcemu up`` without ``--ray``: start the local cluster, then wait for Ctrl-C or SIGTERM (a clean stop,
-    exit status 0) or for every agent process to have exited (status 1)."""
+    exit status 0) or for every agent process to have exited (status 1). Called within :func:`signals_interrupt`:
+    while starting, Ctrl-C and SIGTERM stop at once, and start_local_cluster takes down what it started."""
     from coordinator.store import StoreError
 
-    # While starting, Ctrl-C and SIGTERM stop at once: start_local_cluster takes down what it started.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.default_int_handler)
     stop = threading.Event()
     try:
         server, procs = start_local_cluster(
@@ -611,9 +633,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     except KeyboardInterrupt:
-        print("vcemu up: interrupted while starting; the coordinator and the agents it started are stopped",
-              file=sys.stderr, flush=True)
-        return 130
+        return interrupted("vcemu up: interrupted while starting")
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu up: error: {e}", file=sys.stderr)
         return 2
