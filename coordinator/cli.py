@@ -126,19 +126,21 @@ def _size(text: str) -> int:
     return parse_size(text)
 
 
-def _per_host(name: str, conv):  # type: ignore[no-untyped-def]
+def _per_host(conv):  # type: ignore[no-untyped-def]
     """``--x VALUE`` or ``--x V1,V2,...`` (one per host): a list of the comma-separated texts, each checked by
-    ``conv`` (which must return a number > 0). The count is checked against ``--hosts`` by :func:`per_host`."""
+    ``conv`` (which must return a number > 0). The count is checked against ``--hosts`` by :func:`per_host`.
+    A refusal does not name the flag: argparse puts "argument --x: " before it."""
 
     def parse(text: str) -> list[str]:
         parts = [x.strip() for x in text.split(",")]
+        where = f" in {text!r}" if len(parts) > 1 else ""  # which of the values, when there are several
         for x in parts:
             try:
                 value = conv(x)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"{name}: cannot parse {x!r} in {text!r}") from None
+                raise argparse.ArgumentTypeError(f"cannot parse {x!r}{where}") from None
             if not value > 0:
-                raise argparse.ArgumentTypeError(f"{name} values must be > 0, got {x!r}")
+                raise argparse.ArgumentTypeError(f"must be > 0, got {x!r}{where}")
         return parts
 
     return parse
@@ -748,10 +750,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("up", help="run a local cluster: coordinator and agents on 127.0.0.1")
     sp.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="emulated hosts (default 4)")
     sp.add_argument("--agents", type=_positive("--agents", int), default=1, help="agent processes sharing the hosts")
-    sp.add_argument("--cpus-per-host", type=_per_host("--cpus-per-host", float), default=None,
+    sp.add_argument("--cpus-per-host", type=_per_host(float), default=None,
                     metavar="CORES[,CORES...]", help="real cores per emulated host, or one value per host "
                     "(default: 60%% of the machine shared out)")
-    sp.add_argument("--mem-per-host", type=_per_host("--mem-per-host", _size), default=["1GiB"],
+    sp.add_argument("--mem-per-host", type=_per_host(_size), default=["1GiB"],
                     metavar="SIZE[,SIZE...]", help="memory per emulated host, or one value per host (default 1GiB)")
     sp.add_argument("--policy", type=_policy_name, default="greedy", help=POLICY_HELP)
     sp.add_argument("--port", type=_port, default=50051, help="the coordinator's gRPC port (default %(default)s)")
