@@ -258,7 +258,11 @@ class _Client:
                 message += (f"; nothing listens at {self.address}: is the coordinator running (vcemu up, vcemu "
                             "coordinator)? --coordinator or $VCEMU_COORDINATOR names another address")
             elif exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
-                message += "; " + self._unreachable_hint()
+                # TLS explains a failure only on a connection that was made: not a name that does not resolve
+                why = self._no_tcp_connection()
+                message += "; " + (self._unreachable_hint() if why is None else
+                                   f"cannot connect to {self.address} ({why}): --coordinator or $VCEMU_COORDINATOR "
+                                   "names the coordinator's address")
             print(message, file=sys.stderr)
             raise SystemExit(2) from None
 
@@ -273,6 +277,37 @@ class _Client:
         except grpc.FutureTimeoutError:
             return False
         return True
+
+    def _no_tcp_connection(self) -> str | None:
+        """Why no TCP connection can be made to the coordinator's address (its name does not resolve, no route to
+        it, ...), or None if one can, or if the address is not one this can try (a ``unix:`` target, another
+        scheme). A hint about TLS is to the point only when a connection is made and its handshake then fails."""
+        import socket
+
+        target = self.address.removeprefix("dns:///")
+        if target.startswith("unix:"):  # unix:PATH or unix:///ABSOLUTE-PATH
+            with socket.socket(socket.AF_UNIX) as sock:
+                try:
+                    sock.connect(target.removeprefix("unix:").removeprefix("//"))
+                except OSError as exc:
+                    return exc.strerror or str(exc)
+            return None
+        if re.match(r"^[a-z][a-z0-9+.-]*:(?!\d+$)", target):  # ipv4:..., another scheme, but not host:port
+            return None
+        if target.startswith("["):  # [IPv6]:port
+            host, _, port = target[1:].partition("]")
+            port = port.removeprefix(":")
+        elif target.count(":") == 1:
+            host, port = target.split(":")
+        else:  # a name or an IPv6 address alone: gRPC's default port
+            host, port = target, ""
+        try:
+            socket.create_connection((host, int(port or 443)), timeout=1.0).close()
+        except ValueError:  # not a port number
+            return None
+        except OSError as exc:
+            return exc.strerror or str(exc) or type(exc).__name__
+        return None
 
     def _unreachable_hint(self) -> str:
         if self.tls is None:
