@@ -9,6 +9,7 @@ command), ``vcsched`` (seed 002's static placement experiments) and ``bench``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
@@ -125,19 +126,21 @@ def _size(text: str) -> int:
     return parse_size(text)
 
 
-def _per_host(name: str, conv):  # type: ignore[no-untyped-def]
+def _per_host(conv):  # type: ignore[no-untyped-def]
     """``--x VALUE`` or ``--x V1,V2,...`` (one per host): a list of the comma-separated texts, each checked by
-    ``conv`` (which must return a number > 0). The count is checked against ``--hosts`` by :func:`per_host`."""
+    ``conv`` (which must return a number > 0). The count is checked against ``--hosts`` by :func:`per_host`.
+    A refusal does not name the flag: argparse puts "argument --x: " before it."""
 
     def parse(text: str) -> list[str]:
         parts = [x.strip() for x in text.split(",")]
+        where = f" in {text!r}" if len(parts) > 1 else ""  # which of the values, when there are several
         for x in parts:
             try:
                 value = conv(x)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"{name}: cannot parse {x!r} in {text!r}") from None
+                raise argparse.ArgumentTypeError(f"cannot parse {x!r}{where}") from None
             if not value > 0:
-                raise argparse.ArgumentTypeError(f"{name} values must be > 0, got {x!r}")
+                raise argparse.ArgumentTypeError(f"must be > 0, got {x!r}{where}")
         return parts
 
     return parse
@@ -255,7 +258,11 @@ class _Client:
                 message += (f"; nothing listens at {self.address}: is the coordinator running (vcemu up, vcemu "
                             "coordinator)? --coordinator or $VCEMU_COORDINATOR names another address")
             elif exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
-                message += "; " + self._unreachable_hint()
+                # TLS explains a failure only on a connection that was made: not a name that does not resolve
+                why = self._no_tcp_connection()
+                message += "; " + (self._unreachable_hint() if why is None else
+                                   f"cannot connect to {self.address} ({why}): --coordinator or $VCEMU_COORDINATOR "
+                                   "names the coordinator's address")
             print(message, file=sys.stderr)
             raise SystemExit(2) from None
 
@@ -270,6 +277,37 @@ class _Client:
         except grpc.FutureTimeoutError:
             return False
         return True
+
+    def _no_tcp_connection(self) -> str | None:
+        """Why no TCP connection can be made to the coordinator's address (its name does not resolve, no route to
+        it, ...), or None if one can, or if the address is not one this can try (a ``unix:`` target, another
+        scheme). A hint about TLS is to the point only when a connection is made and its handshake then fails."""
+        import socket
+
+        target = self.address.removeprefix("dns:///")
+        if target.startswith("unix:"):  # unix:PATH or unix:///ABSOLUTE-PATH
+            with socket.socket(socket.AF_UNIX) as sock:
+                try:
+                    sock.connect(target.removeprefix("unix:").removeprefix("//"))
+                except OSError as exc:
+                    return exc.strerror or str(exc)
+            return None
+        if re.match(r"^[a-z][a-z0-9+.-]*:(?!\d+$)", target):  # ipv4:..., another scheme, but not host:port
+            return None
+        if target.startswith("["):  # [IPv6]:port
+            host, _, port = target[1:].partition("]")
+            port = port.removeprefix(":")
+        elif target.count(":") == 1:
+            host, port = target.split(":")
+        else:  # a name or an IPv6 address alone: gRPC's default port
+            host, port = target, ""
+        try:
+            socket.create_connection((host, int(port or 443)), timeout=1.0).close()
+        except ValueError:  # not a port number
+            return None
+        except OSError as exc:
+            return exc.strerror or str(exc) or type(exc).__name__
+        return None
 
     def _unreachable_hint(self) -> str:
         if self.tls is None:
@@ -516,6 +554,33 @@ def default_cpus_per_host(hosts: int) -> float:
     return round(min(1.0, 0.6 * (os.cpu_count() or 1) / hosts), 3)
 
 
+#: The exit status of a command stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT, for either signal).
+INTERRUPTED = 130
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, and the handlers are given back
+    after (for a caller in this process, such as a test). A command that spawns agents needs SIGTERM as well as
+    Ctrl-C to unwind through its ``finally`` blocks: the agents run in sessions of their own, so the default
+    SIGTERM, ending the process at once, would leave them retrying a dead coordinator for ever."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in handlers:
+        signal.signal(sig, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def interrupted(what: str) -> int:
+    """The one line of a command stopped by Ctrl-C or SIGTERM (``what``: "vcemu up: interrupted while starting")
+    once it has stopped its cluster, in place of a traceback; returns :data:`INTERRUPTED`."""
+    print(f"{what}; the coordinator and the agents it started are stopped", file=sys.stderr, flush=True)
+    return INTERRUPTED
+
+
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
@@ -586,22 +651,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
         return 2
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_interrupt():
         return _run_local_up(args, options)
-    finally:  # (for a caller in this process, such as a test)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
 
 
 def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     """``vcemu up`` without ``--ray``: start the local cluster, then wait for Ctrl-C or SIGTERM (a clean stop,
-    exit status 0) or for every agent process to have exited (status 1)."""
+    exit status 0) or for every agent process to have exited (status 1). Called within :func:`signals_interrupt`:
+    while starting, Ctrl-C and SIGTERM stop at once, and start_local_cluster takes down what it started."""
     from coordinator.store import StoreError
 
-    # While starting, Ctrl-C and SIGTERM stop at once: start_local_cluster takes down what it started.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.default_int_handler)
     stop = threading.Event()
     try:
         server, procs = start_local_cluster(
@@ -611,9 +670,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     except KeyboardInterrupt:
-        print("vcemu up: interrupted while starting; the coordinator and the agents it started are stopped",
-              file=sys.stderr, flush=True)
-        return 130
+        return interrupted("vcemu up: interrupted while starting")
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu up: error: {e}", file=sys.stderr)
         return 2
@@ -728,10 +785,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("up", help="run a local cluster: coordinator and agents on 127.0.0.1")
     sp.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="emulated hosts (default 4)")
     sp.add_argument("--agents", type=_positive("--agents", int), default=1, help="agent processes sharing the hosts")
-    sp.add_argument("--cpus-per-host", type=_per_host("--cpus-per-host", float), default=None,
+    sp.add_argument("--cpus-per-host", type=_per_host(float), default=None,
                     metavar="CORES[,CORES...]", help="real cores per emulated host, or one value per host "
                     "(default: 60%% of the machine shared out)")
-    sp.add_argument("--mem-per-host", type=_per_host("--mem-per-host", _size), default=["1GiB"],
+    sp.add_argument("--mem-per-host", type=_per_host(_size), default=["1GiB"],
                     metavar="SIZE[,SIZE...]", help="memory per emulated host, or one value per host (default 1GiB)")
     sp.add_argument("--policy", type=_policy_name, default="greedy", help=POLICY_HELP)
     sp.add_argument("--port", type=_port, default=50051, help="the coordinator's gRPC port (default %(default)s)")

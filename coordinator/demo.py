@@ -13,19 +13,29 @@ made at the start, and the agent's log (``agents.log``) is written there as the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli import format_table, live_run_dir, start_local_cluster, stop_processes
+from coordinator.cli import (
+    format_table,
+    interrupted,
+    live_run_dir,
+    signals_interrupt,
+    start_local_cluster,
+    stop_processes,
+)
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
@@ -61,6 +71,16 @@ def _submitter(address: str, specs, t0: float, ids: dict[str, str], errors: list
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """The demo, stopped by Ctrl-C or SIGTERM (a user, a CI job's timeout) with one line and exit status 130 once
+    its cluster is down: the agent processes run in sessions of their own, and would otherwise outlive it."""
+    with signals_interrupt():
+        try:
+            return _demo(args)
+        except KeyboardInterrupt:  # start_local_cluster, or the finally around the live run, stopped the cluster
+            return interrupted("vcemu demo: interrupted")
+
+
+def _demo(args: argparse.Namespace) -> int:
     mix = demo_mix(args.seed, args.jobs, args.span)
     wall0, started = time.monotonic(), time.time()
     try:  # before the cluster starts: a live run's results must have somewhere to go
@@ -72,33 +92,57 @@ def run_demo(args: argparse.Namespace) -> int:
         server, procs = start_local_cluster(
             args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups, agent_log=agent_log
         )
-        return _run_live(args, mix, server, procs, out, wall0)
+        # The try follows the start at once: a signal landing between them would leave the agents running.
+        try:
+            live, ids, errors, mode = _run_live(args, mix, server)
+        finally:
+            with _signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
+                server.stop()
+                stop_processes(procs)
+    return _compare(args, mix, server, live, ids, errors, mode, out, wall0)
 
 
-def _run_live(args: argparse.Namespace, mix, server, procs, out: Path, wall0: float) -> int:
-    """The live run on the started cluster, its simulation, and the results in ``out``."""
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM are held, then raised as KeyboardInterrupt on the way out, for work that must
+    finish once begun (stopping the agents: a user's second Ctrl-C would otherwise leave them running)."""
+    caught: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _run_live(args: argparse.Namespace, mix, server) -> tuple[Any, dict[str, str], list[str], str]:
+    """The live run on the started cluster: (its history, the coordinator's job id per spec id, the refused
+    submissions, the agents' enforcement mode). The caller stops the cluster."""
     from tqdm import tqdm
 
-    quiet = args.json
     mode = next(iter(server.backend.agents.values())).mode
-    if not quiet:
+    if not args.json:
         print(f"vcemu demo: {args.hosts} hosts ({mode}), policy {args.policy}, {len(mix)} jobs over "
               f"{args.span:.0f} s, seed {args.seed}", flush=True)
     ids: dict[str, str] = {}
     errors: list[str] = []
-    try:
-        # Arrival times are relative to the live clock's origin, as the simulated run's are.
-        t0 = time.monotonic() - server.backend.now()
-        sub = threading.Thread(target=_submitter, args=(server.address, mix, t0, ids, errors), daemon=True)
-        sub.start()
-        bar = tqdm(total=len(mix), desc="jobs done", unit="job", file=sys.stderr, disable=None)
-        follow_jobs(server.engine, bar, lambda finished: len(ids) + len(errors) == len(mix) and finished == len(ids),
-                    time.monotonic() + DEMO_TIMEOUT_S)
-        live = server.engine.history
-    finally:
-        server.stop()
-        stop_processes(procs)
+    # Arrival times are relative to the live clock's origin, as the simulated run's are.
+    t0 = time.monotonic() - server.backend.now()
+    sub = threading.Thread(target=_submitter, args=(server.address, mix, t0, ids, errors), daemon=True)
+    sub.start()
+    bar = tqdm(total=len(mix), desc="jobs done", unit="job", file=sys.stderr, disable=None)
+    follow_jobs(server.engine, bar, lambda finished: len(ids) + len(errors) == len(mix) and finished == len(ids),
+                time.monotonic() + DEMO_TIMEOUT_S)
+    return server.engine.history, ids, errors, mode
 
+
+def _compare(args: argparse.Namespace, mix, server, live, ids: dict[str, str], errors: list[str], mode: str,
+             out: Path, wall0: float) -> int:
+    """The live run's simulation, and both in ``out`` and on stdout."""
+    quiet = args.json
     # The simulation replays the jobs exactly as the coordinator accepted them (its submit times).
     accepted = [live.specs[ids[s.id]] for s in mix if s.id in ids]
     sim = simulate(accepted, args.policy, list(server.engine.hosts))

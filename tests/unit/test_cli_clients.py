@@ -270,3 +270,34 @@ def test_no_coordinator_listening_is_said_as_such_not_taken_for_tls(capsys: pyte
     assert code == 2
     assert f"nothing listens at 127.0.0.1:{port}: is the coordinator running" in err, err
     assert "TLS" not in err, err
+
+
+@pytest.mark.parametrize("with_tls", [False, True])
+@pytest.mark.parametrize("where", ["name", "socket"])
+def test_no_tls_hint_when_no_connection_could_be_made(where: str, with_tls: bool, certs: TlsFiles,
+                                                       env: pytest.MonkeyPatch, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A name that does not resolve (``.invalid`` never does), or a socket file that is not there: no
+    connection was made, so no handshake failed, and a hint that the coordinator may require TLS (or that its
+    certificate may be wrong) would send the user the wrong way. The error says what stopped the connection."""
+    address = "vcemu-no-such-host.invalid:50051" if where == "name" else f"unix:{tmp_path}/no-such.sock"
+    code, out, err = run(["jobs", "--coordinator", address, *(tls_flags(certs) if with_tls else [])], capsys)
+    assert code == 2 and out == ""
+    line = one_line(err)
+    assert "TLS" not in line and "--tls" not in line, line
+    assert f"cannot connect to {address} (" in line, line
+    assert line.endswith("--coordinator or $VCEMU_COORDINATOR names the coordinator's address"), line
+
+
+def test_with_tls_a_failed_handshake_says_what_to_check(certs: TlsFiles, env: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The connection is made and the handshake fails (a coordinator without TLS): there the TLS hint applies."""
+    env.delenv("VCEMU_TOKEN_FILE")
+    server = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        code, _, err = run(["jobs", "--coordinator", server.address, *tls_flags(certs)], capsys)
+    finally:
+        server.stop()
+    assert code == 2
+    assert (f"with TLS: check that the coordinator at {server.address} was started with --tls-* and that its "
+            f"certificate is signed by {certs.ca} and names 127.0.0.1") in one_line(err), err

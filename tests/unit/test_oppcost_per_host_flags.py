@@ -8,6 +8,7 @@ import pytest
 from coordinator.cli import build_parser, main, per_host
 from node_agent.cli import _hosts
 from node_agent.cli import build_parser as agent_parser
+from tests.unit.test_cli_errors import run
 
 
 def test_up_accepts_one_value_or_one_per_host() -> None:
@@ -22,16 +23,35 @@ def test_up_accepts_one_value_or_one_per_host() -> None:
 
 
 @pytest.mark.parametrize(("flag", "value", "why"), [
-    ("--cpus-per-host", "0.5,x", "cannot parse 'x'"),
-    ("--cpus-per-host", "0.5,0", "must be > 0"),
-    ("--mem-per-host", "1GiB,lots", "cannot parse 'lots'"),
+    ("--cpus-per-host", "0.5,x", "cannot parse 'x' in '0.5,x'"),
+    ("--cpus-per-host", "0.5,0", "must be > 0, got '0' in '0.5,0'"),
+    ("--cpus-per-host", "0", "must be > 0, got '0'"),
+    ("--mem-per-host", "1GiB,lots", "cannot parse 'lots' in '1GiB,lots'"),
+    ("--mem-per-host", "1XB", "cannot parse '1XB'"),
 ])
-def test_up_rejects_bad_values_naming_the_flag(capsys, flag: str, value: str, why: str) -> None:
+def test_up_rejects_bad_values_naming_the_flag_once(capsys, flag: str, value: str, why: str) -> None:
+    """argparse names the flag ("argument --mem-per-host: "): a message that names it again reads as a stutter."""
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["up", flag, value])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert flag in err and why in err
+    assert f"argument {flag}: {why} " in err, err
+    assert err.count(flag) == 1, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["up", "--hosts", "x"], ["up", "--port", "99999"], ["demo", "--jobs", "0"], ["demo", "--span", "nan"],
+    ["demo", "--cpus-per-host", "-1"], ["simulate", "f", "--policy", "greedy", "--penalty", "-1"],
+    ["agent", "--cpus-per-host", "0,x"], ["agent", "--mem-per-host", "1XB"], ["agent", "--cpus-per-host", "0"],
+    ["replay", "f", "--mem-per-host", "1XB"], ["replay", "f", "--hosts", "0"],
+])
+def test_every_size_and_number_refusal_names_its_flag_once(capsys, argv: list[str]) -> None:
+    """The other argument types (sizes, counts, ports, fractions; the agent's and replay's own) say the rule and
+    leave the flag to argparse: each case's flag (its last but one word) is named once."""
+    code, _, err = run(argv, capsys)
+    flag = argv[-2]
+    assert code == 2, err
+    assert f"argument {flag}: " in err and err.count(flag) == 1, err
 
 
 def test_up_rejects_a_wrong_count_before_starting_anything(capsys) -> None:

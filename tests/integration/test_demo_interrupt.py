@@ -1,0 +1,80 @@
+"""``vcemu demo`` stopped by Ctrl-C or SIGTERM (a user, ``make demo`` under CI's timeout) once its cluster is up:
+the agent processes it spawned run in sessions of their own, so neither the terminal's Ctrl-C nor the demo's own
+death reaches them, and left running they retry a dead coordinator for ever. The demo must stop them itself and
+end as ``vcemu up`` does when interrupted: one line, exit status 130, no traceback. Real processes: the smallest
+demo (one host, one job, ``--no-cgroups`` so that no cgroup is needed), signalled once it has printed its
+header, which it does after every agent has registered."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_up_agent_death import ROOT, children, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def descendants(pid: int) -> dict[int, bytes]:
+    """Every process below ``pid`` (agents, and the tasks they run), with its command line: read while the demo
+    lives, since an orphan is re-parented and could no longer be found from it."""
+    found: dict[int, bytes] = {}
+    todo = [pid]
+    while todo:
+        for child in children(todo.pop()):
+            with contextlib.suppress(OSError):
+                found[child] = Path(f"/proc/{child}/cmdline").read_bytes()
+                todo.append(child)
+    return found
+
+
+def still_running(pid: int, cmdline: bytes) -> bool:
+    """Whether ``pid`` is still the process that had ``cmdline`` (not reused), and not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z" and Path(f"/proc/{pid}/cmdline").read_bytes() == cmdline
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_demo_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig: signal.Signals,
+                                                                            tmp_path: Path) -> None:
+    out_path, err_path = tmp_path / "demo.out", tmp_path / "demo.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        demo = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "demo", "--hosts", "1", "--jobs", "1",
+                                 "--span", "1", "--no-cgroups", "--out", str(tmp_path / "results")],
+                                cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+    spawned: dict[int, bytes] = {}
+    try:
+        wait_for("the demo's cluster never came up", lambda: re.search(r"vcemu demo: 1 hosts ", out_path.read_text()),
+                 90, err_path)
+        spawned = descendants(demo.pid)
+        agents = [pid for pid, argv in spawned.items() if b"\0agent\0" in argv]
+        assert len(agents) == 1, spawned
+        demo.send_signal(sig)
+        code = demo.wait(60)
+        stderr = err_path.read_text(errors="replace")
+        assert code == 130, stderr
+        assert "Traceback" not in stderr, stderr
+        assert stderr.strip().splitlines() == [
+            "vcemu demo: interrupted; the coordinator and the agents it started are stopped"], stderr
+        deadline = time.monotonic() + 5  # (a task an agent ran may take a moment to go after the agent)
+        while (left := [p for p, argv in spawned.items() if still_running(p, argv)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, {p: spawned[p] for p in left}
+    finally:
+        for pid, argv in spawned.items():
+            if still_running(pid, argv):
+                os.kill(pid, signal.SIGKILL)
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
