@@ -66,6 +66,9 @@ API_THREADS = 16
 #: submissions, listings and the agents' heartbeats (with all 16 taken, healthy agents went stale).
 MAX_WATCHERS = API_THREADS // 2
 AGENT_METHODS = ("RegisterAgent", "Heartbeat")
+#: Least time between the end of an agent's lease and the moment it can be declared lost: its monitor looks at the
+#: lease every 0.1 s, under the agent's lock, and freezes its tasks one after another.
+MIN_FENCE_SLACK_S = 0.3
 #: Shortest time between two turns of the engine loop (seconds).
 BATCH_WINDOW_S = 0.02
 
@@ -93,6 +96,19 @@ class TokenInterceptor(grpc.ServerInterceptor):
         if hmac.compare_digest(given.encode(), b"Bearer " + self._token):
             return continuation(details)
         return self._deny_stream if method == "WatchEvents" else self._deny_unary
+
+
+def fence_slack(heartbeat_s: float) -> float:
+    """Time between the end of an agent's lease and the moment it can be declared lost: half an interval, at least
+    :data:`MIN_FENCE_SLACK_S`."""
+    return max(0.5 * heartbeat_s, MIN_FENCE_SLACK_S)
+
+
+def lease_for(heartbeat_s: float, misses: int) -> float:
+    """The lease a coordinator grants its agents (:attr:`CoordinatorServer.lease_s`): the silence after which it
+    declares one lost, less :func:`fence_slack`; 0 (none) if that is shorter than one heartbeat interval."""
+    lease = misses * heartbeat_s - fence_slack(heartbeat_s)
+    return lease if lease >= heartbeat_s else 0.0
 
 
 def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
@@ -348,17 +364,24 @@ class CoordinatorServer:
             raise OSError(refusal)
         self.heartbeat_s, self.heartbeat_misses = heartbeat_s, heartbeat_misses
         #: The lease granted to agents (:meth:`node_agent.agent.AgentCore.renew_lease`): an agent that has heard
-        #: nothing from this coordinator (an answered Heartbeat or RegisterAgent, or a Status poll) for
-        #: ``lease_s`` seconds freezes its tasks. An agent is declared lost ``heartbeat_misses x heartbeat_s``
-        #: seconds after its last sign of life, as this side measured it, and each side counts from a moment the
-        #: other's count cannot precede (the agent from the sending of its call, or the receipt of the poll; this
-        #: side from the receipt of that call, or of the poll's reply); so the lease ends half an interval before
-        #: the agent can be declared lost, time for its monitor (every 0.1 s) to freeze the tasks. None with a
-        #: single miss (the lease would run out between two heartbeats).
-        self.lease_s = (heartbeat_misses - 0.5) * heartbeat_s if heartbeat_misses >= 2 else 0.0
+        #: nothing from this coordinator for ``lease_s`` seconds freezes its tasks. An agent is declared lost
+        #: ``heartbeat_misses x heartbeat_s`` seconds after its last sign of life as this side received it, and the
+        #: agent counts its lease from a moment that cannot follow that receipt: the sending of its Heartbeat or
+        #: RegisterAgent, whose reply says it was received, or, for a Status poll, the making of its previous
+        #: reply, which the poll's ``lease_since`` says was received. So the lease ends at least
+        #: :func:`fence_slack` before the agent can be declared lost: time for its monitor (every 0.1 s) to freeze
+        #: the tasks. None (0) when that leaves less than one heartbeat interval (one miss, or a very short
+        #: interval): the lease would run out between two heartbeats.
+        self.lease_s = lease_for(heartbeat_s, heartbeat_misses)
+        if self.lease_s == 0:
+            log.warning("a heartbeat of %g s, lost after %d, leaves no room for a lease: an agent cut off from the "
+                        "coordinator will not freeze its tasks before its jobs are restarted elsewhere",
+                        heartbeat_s, heartbeat_misses)
         self.stop_tasks_on_exit = stop_tasks_on_exit
         self.store = Store(state) if state else None
         loaded = self.store.load() if self.store is not None else None
+        if self.store is not None:
+            self.store.grant_lease(self.lease_s)
         self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
                                    epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
                                    channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
@@ -530,7 +553,13 @@ class CoordinatorServer:
 
     def _restore(self, loaded) -> None:  # type: ignore[no-untyped-def]
         """Reload jobs, agents and tasks from the store (a restart after a crash, or a clean stop)."""
-        grace = time.monotonic() + 2 * self.heartbeat_s  # restored agents get time to heartbeat again
+        # Restored agents get time to heartbeat again: two intervals, and in any case until the longest lease an
+        # earlier coordinator of this state may have granted them has run out (and its slack passed), counted
+        # from now, which follows its last renewal. A silent agent may hold such a lease (an earlier run's
+        # heartbeat may have been longer), and must have frozen its tasks before they are started elsewhere.
+        now = time.monotonic()
+        lost_after = self.heartbeat_misses * self.heartbeat_s
+        grace = now + max(2 * self.heartbeat_s, loaded.lease_s + fence_slack(self.heartbeat_s) - lost_after)
         if loaded.reference is not None:
             self.backend.restore_reference(agent_pb2.HostInfo.FromString(loaded.reference))
         for agent_id, address, desc in loaded.agents:
@@ -669,11 +698,9 @@ class CoordinatorServer:
         self._loop.join(timeout=5)
         self._watch.join(timeout=5)
         if self.stop_tasks_on_exit and self.store is None:  # with a store, a restart adopts them instead
-            # An agent whose last poll went unanswered (dead, or cut off) is not waited for: each Stop would spend
-            # its retries and log a retry that never comes. Its lease freezes what it still runs.
-            for agent_id, handle in list(self.backend.agents.items()):
-                if handle.silent:
-                    self.backend.cut_off(agent_id)
+            # A Stop that fails now is not retried (no poll follows): the backend logs it at INFO, without
+            # "will retry" (an agent whose last poll went unanswered gets one short attempt each).
+            self.backend.closing = True
             with self.engine.lock:
                 for job, rec in self.engine.jobs.items():
                     if rec.state in (JobState.RUNNING, JobState.PAUSED):

@@ -12,7 +12,8 @@ Everything the coordinator has acknowledged is in this file before the acknowled
   once its StartTask has returned, so that a restarted coordinator can adopt the tasks that kept running;
 * ``agents``: each registered agent's address and description, so a restarted coordinator can talk to
   its agents at once, before they re-register;
-* ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts.
+* ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts; the
+  reference host; and the longest lease granted to agents, which a restarted coordinator waits out.
 
 Durability: WAL with ``synchronous=FULL`` by default: every commit is fsynced before it returns, so what
 the coordinator acknowledged survives a power cut or a kernel crash too; with ``NORMAL`` (fsync only at
@@ -136,6 +137,8 @@ class Loaded:
     agents: list[tuple[str, str, bytes]] = field(default_factory=list)
     #: The reference host (a serialized agent HostInfo) that job needs are fractions of; None if never set.
     reference: bytes | None = None
+    #: The longest lease a coordinator of this state has granted its agents (seconds; 0: none recorded).
+    lease_s: float = 0.0
 
 
 def _spec_json(spec: JobSpec) -> str:
@@ -258,6 +261,15 @@ class Store:
         with self.transaction():
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('reference', ?)", (host_info.hex(),))
 
+    def grant_lease(self, lease_s: float) -> None:
+        """Record that this coordinator grants agents leases of ``lease_s`` seconds, before it grants any: a later
+        coordinator of this state must wait out the longest one before it declares a silent agent lost
+        (:meth:`coordinator.service.CoordinatorServer._restore`), since the agent may still hold it."""
+        with self.transaction():
+            row = self._db.execute("SELECT value FROM meta WHERE key='lease_s'").fetchone()
+            if row is None or float(row[0]) < lease_s:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('lease_s', ?)", (repr(lease_s),))
+
     def drop_agent(self, agent_id: str) -> None:
         with self.transaction():
             self._db.execute("DELETE FROM agents WHERE agent_id=?", (agent_id,))
@@ -280,6 +292,8 @@ class Store:
             out.agents = [(a, b, bytes(c)) for a, b, c in self._db.execute("SELECT * FROM agents")]
             row = self._db.execute("SELECT value FROM meta WHERE key='reference'").fetchone()
             out.reference = bytes.fromhex(row[0]) if row is not None else None
+            row = self._db.execute("SELECT value FROM meta WHERE key='lease_s'").fetchone()
+            out.lease_s = float(row[0]) if row is not None else 0.0
             return out
 
     def request_ids(self) -> dict[str, str]:

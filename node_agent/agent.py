@@ -138,8 +138,8 @@ class AgentCore:
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
         #: The lease (see :meth:`renew_lease`): its length, and the time.monotonic() it runs out at (None: no lease).
-        #: A lock of its own: a renewal must not wait for the agent's lock, which a StartTask holds while its program
-        #: starts (seconds, for a transactional task), or the registrar's next heartbeat would wait with it.
+        #: A lock of its own: a renewal must not wait for the agent's lock, which calls hold while they start a
+        #: program or wait on a freezer (up to seconds), or the registrar's next heartbeat would wait with it.
         self._lease_lock = threading.Lock()
         self._lease_s = 0.0
         self._lease_until: float | None = None
@@ -533,6 +533,13 @@ class AgentCore:
                         acc[1] += cpu
                 self._update_rates()
                 self._fence_if_expired()
+
+    def lease_left(self) -> float:
+        """Seconds until the lease runs out (0 if it has), or -1 if the agent holds none."""
+        with self._lease_lock:
+            if self._lease_until is None:
+                return -1.0
+            return max(0.0, self._lease_until - time.monotonic())
 
     def _fence_if_expired(self) -> None:
         """(Under the lock.) Once the lease has run out, freeze every task that runs (see :meth:`renew_lease`); a

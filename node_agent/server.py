@@ -105,15 +105,18 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.CheckpointReply(task_id=view.task_id, progress=view.progress)
 
     def Status(self, request: Any, context: grpc.ServicerContext) -> agent_pb2.StatusReply:
-        if request.lease_s > 0:  # the coordinator's poll: a sign of its life (AgentCore.renew_lease)
-            self.core.renew_lease(request.lease_s, time.monotonic())
+        if request.lease_s > 0 and 0 < request.lease_since <= time.monotonic():
+            # The coordinator's poll, echoing the clock of our last reply it received: a sign of its life from
+            # then (AgentCore.renew_lease). (A clock ahead of ours is not ours: an agent restarted elsewhere.)
+            self.core.renew_lease(request.lease_s, request.lease_since)
         hosts, tasks = self.core.status()
         return agent_pb2.StatusReply(
             agent_id=self.core.agent_id, mode=self.core.mode,
             hosts=[agent_pb2.HostStatus(
                 name=h.name, cpu_cores=h.cpu_cores, memory_bytes=h.memory_bytes, cpu_allocated=h.cpu_allocated,
                 cpu_measured=h.cpu_measured, memory_used_bytes=h.memory_used_bytes) for h in hosts],
-            tasks=[task_status(t) for t in tasks], uptime_seconds=time.monotonic() - self.core.started)
+            tasks=[task_status(t) for t in tasks], uptime_seconds=time.monotonic() - self.core.started,
+            clock=time.monotonic(), lease_left=self.core.lease_left())
 
 
 def describe(core: AgentCore) -> agent_pb2.DescribeReply:

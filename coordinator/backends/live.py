@@ -100,6 +100,8 @@ class AgentHandle:
     hosts: list[str] = field(default_factory=list)
     last_status: agent_pb2.StatusReply | None = None
     last_seen: float = 0.0  # time.monotonic() of its last answered Status: a sign of life like a heartbeat
+    #: The agent's clock in its last Status reply received, echoed in the next poll (StatusRequest.lease_since).
+    clock: float = 0.0
     silent: bool = False  # its last Status poll (or a call) went unanswered: calls get one short attempt
     lost: bool = False  # being declared lost (:meth:`LiveBackend.cut_off`): calls to it fail at once
     calls: set[grpc.Future] = field(default_factory=set)  # its calls in flight, cancelled by cut_off
@@ -137,6 +139,8 @@ class LiveBackend:
         #: The lease each Status poll renews on its agent (the coordinator's :attr:`~coordinator.service.
         #: CoordinatorServer.lease_s`; 0: none).
         self.lease_s = lease_s
+        #: The coordinator is exiting: a Stop that fails is not retried (nothing would retry it), only logged.
+        self.closing = False
         self.journal: Journal | None = None
         #: Groups the journal writes of one poll into one commit (the store's ``transaction``): with an
         #: fsync per commit, a write per running job every second would cost a sync each.
@@ -633,6 +637,10 @@ class LiveBackend:
                 return
             if strict:
                 raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+            if self.closing:
+                log.info("Stop %s on %s failed at exit (%s); %s", task.task_id, task.host, _rpc_text(exc),
+                         self._left_there())
+                return
             log.warning("Stop %s on %s failed (%s); will retry", task.task_id, task.host, _rpc_text(exc))
             self._orphans.append(task)
             return
@@ -641,12 +649,18 @@ class LiveBackend:
                 raise
             # Nothing we can stop there any more, and nothing to alarm anyone: the agent's lease has frozen (or
             # will freeze) the copy, and reconciliation stops it if that agent comes back.
-            log.info("Stop %s: %s; a copy left there is frozen by the agent's lease", task.task_id, exc)
+            log.info("Stop %s: %s; %s", task.task_id, exc, self._left_there())
             return
         if strict and reply.task.state == agent_pb2.TASK_STATE_FAILED:
             # It failed since the last poll, which would have failed its job; the Stop made the agent forget
             # it, so say it here rather than restart it elsewhere (a move) or save it (a pause).
             raise BackendError(f"task {task.task_id} failed on {task.host}: {reply.task.message}")
+
+    def _left_there(self) -> str:
+        """What becomes of a task left on an agent that cannot be told to stop it."""
+        if self.lease_s > 0:
+            return "a copy left there is frozen by the agent's lease, and stopped if the agent comes back"
+        return "a copy left there runs on until the agent comes back and is reconciled (no lease is granted)"
 
     def stop(self, job: str) -> None:
         with self._lock:
@@ -682,6 +696,7 @@ class LiveBackend:
             reports = [Report(job, JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")
                        for job in interrupted]
             answered: set[str] = set()  # hosts whose agent answered this round
+            leased: set[str] = set()  # hosts whose agent holds a lease that has not run out (after this poll's renewal)
             # This round's answers only: an agent that did not answer may have been told to stop or move a
             # task since its last Status, which would otherwise bring that task back as it was.
             seen: dict[str, agent_pb2.TaskStatus] = {}
@@ -689,13 +704,17 @@ class LiveBackend:
                 if handle.lost:
                     continue  # being removed
                 try:
-                    handle.last_status = handle.stub.Status(agent_pb2.StatusRequest(lease_s=self.lease_s),
-                                                            timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
+                    handle.last_status = handle.stub.Status(
+                        agent_pb2.StatusRequest(lease_s=self.lease_s, lease_since=handle.clock),
+                        timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
                     handle.last_seen, handle.silent = time.monotonic(), False
+                    handle.clock = handle.last_status.clock
                 except grpc.RpcError:
                     handle.silent = True
                     continue  # an unreachable agent is noticed by heartbeats, not here
                 answered.update(handle.hosts)
+                if handle.last_status.lease_left > 0:
+                    leased.update(handle.hosts)
                 for ts in handle.last_status.tasks:
                     seen[ts.task_id] = ts
             self._stop_orphans()
@@ -713,7 +732,7 @@ class LiveBackend:
                     # speaks for them (a finished task moved by a repacking keeps its id on a new host).
                     if ts is not None and ts.host == t.host and not t.saved and t.state != agent_pb2.TASK_STATE_DONE:
                         t.progress, t.state, t.message = ts.progress, ts.state, ts.message
-                        if ts.fenced:
+                        if ts.fenced and t.host in leased:
                             requeue = requeue or self._unfence(t)
                     elif not t.saved and t.host in answered and t.state != agent_pb2.TASK_STATE_DONE:
                         # its agent answered without it: the agent restarted
@@ -747,9 +766,12 @@ class LiveBackend:
     def _unfence(self, t: _Task) -> str:
         """Thaw a task of ours that its agent froze when its lease ran out (it heard nothing from us for a while:
         :meth:`node_agent.agent.AgentCore.renew_lease`). The agent freezes only tasks that run, and a Pause makes a
-        fenced task an ordinary paused one, so a task reported fenced is one its job runs. A Resume that goes
-        unanswered is tried again at the next poll; one the agent refuses returns why the job must be requeued
-        from its checkpoint (else "")."""
+        fenced task an ordinary paused one, so a task reported fenced is one its job runs. Called only once the
+        agent says its lease holds again (a poll renews it from our receipt of the previous reply): until then it
+        would freeze the task again at once, and, since its lease is renewed only from a reply we received, a
+        lease that holds means we heard from the agent less than a lease ago, too recently for the agent to be
+        declared lost meanwhile. A Resume that goes unanswered is tried again at the next poll; one the agent
+        refuses returns why the job must be requeued from its checkpoint (else "")."""
         try:
             reply = self._call(t.host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
         except BackendError as exc:

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -22,7 +23,7 @@ import pytest
 from coordinator.backends.live import LiveBackend
 from coordinator.model import JobSpec
 from coordinator.policies import get_policy
-from coordinator.service import CoordinatorServer
+from coordinator.service import CoordinatorServer, lease_for
 from node_agent.agent import HostSpec, open_core
 from node_agent.register import Registrar
 from node_agent.runner import State
@@ -38,7 +39,8 @@ GIB = 1 << 30
 
 class Proxy:
     """A TCP proxy on 127.0.0.1 to ``target``; :meth:`cut` closes its connections and refuses new ones (a
-    partition, both ways), :meth:`heal` lets them through again."""
+    partition, both ways), :meth:`heal` lets them through again. With ``drop_replies`` set, what the target sends
+    back is swallowed while requests still reach it (a partition one way)."""
 
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
@@ -47,6 +49,7 @@ class Proxy:
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._open: list[socket.socket] = []
         self._cut = False
+        self.drop_replies = False
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -66,14 +69,14 @@ class Proxy:
                     conn.close()
                     continue
                 self._open += [conn, upstream]
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, replies in ((conn, upstream, False), (upstream, conn, True)):
+                threading.Thread(target=self._pipe, args=(a, b, replies), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not (replies and self.drop_replies):
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
@@ -103,6 +106,13 @@ def _task(stub: agent_pb2_grpc.AgentStub) -> agent_pb2.TaskStatus | None:
     """The one task of an agent (a Status without a lease: it renews nothing), or None."""
     tasks = stub.Status(agent_pb2.StatusRequest(), timeout=5).tasks
     return tasks[0] if tasks else None
+
+
+def test_the_lease_ends_a_slack_before_the_loss_and_is_none_when_shorter_than_an_interval() -> None:
+    assert lease_for(2.0, 3) == pytest.approx(5.0)  # the defaults: lost after 6 s, fenced after 5 s
+    assert lease_for(0.5, 3) == pytest.approx(1.2)  # half an interval is under the 0.3 s slack
+    assert lease_for(0.1, 3) == 0.0  # 0.3 - 0.3: no room
+    assert lease_for(2.0, 1) == 0.0  # one miss: the lease would run out between two heartbeats
 
 
 def test_an_agent_never_fenced_without_a_lease_and_fenced_tasks_thaw_only_on_resume() -> None:
@@ -139,9 +149,9 @@ def test_an_agent_never_fenced_without_a_lease_and_fenced_tasks_thaw_only_on_res
 
 
 def test_a_renewal_does_not_wait_for_the_agents_lock() -> None:
-    """A StartTask holds the agent's lock while its program starts (seconds, for a transactional task); the
-    registrar renews the lease after each heartbeat, and must not wait that long, or its next heartbeat would be
-    late and the coordinator could declare a live agent lost."""
+    """Calls hold the agent's lock while they start a program or wait on a freezer (up to seconds); the registrar
+    renews the lease after each heartbeat, and must not wait that long, or its next heartbeat would be late and the
+    coordinator could declare a live agent lost."""
     core = open_core(f"pytest-lease-lock-{os.getpid()}", [HostSpec("k0", 1.0, GIB)], no_cgroups=True)
     try:
         renewal = threading.Thread(target=core.renew_lease, args=(30.0, time.monotonic()), daemon=True)
@@ -177,7 +187,11 @@ def test_a_poll_of_the_coordinator_resumes_a_task_its_agent_fenced(dgemm_agent: 
             assert frozen is not None and frozen.state == agent_pb2.TASK_STATE_PAUSED
             time.sleep(1.0)
             assert _task(stub).cpu_seconds == pytest.approx(frozen.cpu_seconds, abs=0.02)  # type: ignore[union-attr]
-            assert backend.poll() == []  # the coordinator's poll: renews the lease and resumes the task
+            # The coordinator's first poll: it has no reply of the agent's yet to renew the lease from, and a task
+            # it resumed now would be frozen again at once: left fenced.
+            assert backend.poll() == []
+            assert _task(stub).fenced  # type: ignore[union-attr]
+            assert backend.poll() == []  # the next renews it (from the first's reply) and resumes the task
             resumed = _task(stub)
             assert resumed is not None and resumed.state in (agent_pb2.TASK_STATE_RUNNING,
                                                              agent_pb2.TASK_STATE_STARTING) and not resumed.fenced
@@ -193,8 +207,8 @@ def test_a_poll_of_the_coordinator_resumes_a_task_its_agent_fenced(dgemm_agent: 
 @pytest.mark.timeout(120)
 def test_a_partitioned_agent_freezes_its_task_before_the_coordinator_starts_the_job_elsewhere(
         cgroups_required: None) -> None:
-    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()  # lease 1.25 s, lost at 1.5 s
-    assert server.lease_s == pytest.approx(1.25)
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()  # lease 1.2 s, lost at 1.5 s
+    assert server.lease_s == pytest.approx(1.2)
     cleanup: list = []
     try:
         a = start_agent([HostSpec("part-a0", 1.0, GIB)], agent_id=f"pytest-part-a-{os.getpid()}")
@@ -283,3 +297,103 @@ def test_a_coordinator_exiting_leaves_alone_an_agent_that_no_longer_answers(capl
     finally:
         agent.core.shutdown()
         server.stop()
+
+
+def _looks(a_stub: agent_pb2_grpc.AgentStub, b_stub: agent_pb2_grpc.AgentStub, done: threading.Event,
+           log: list[tuple[float, agent_pb2.TaskStatus | None, bool]]) -> None:
+    """Every 50 ms: (time, agent a's task, whether agent b has one)."""
+    while not done.is_set():
+        with contextlib.suppress(grpc.RpcError):
+            log.append((time.monotonic(), _task(a_stub), _task(b_stub) is not None))
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(60)
+def test_polls_whose_replies_are_lost_do_not_renew_the_lease() -> None:
+    """A poll whose reply the coordinator never receives is no sign of the agent's life to it, so it must renew
+    nothing: the agent renews from the clock of the last reply the coordinator says (by echoing it) it received.
+    It renewed from the poll's receipt, and with replies lost (a one-way partition) its copy ran on unfenced
+    after the coordinator had restarted the job elsewhere (found by review: 5-6 looks over 0.3 s)."""
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()
+    cleanup: list = []
+    try:
+        a = start_agent([HostSpec("ow-a0", 1.0, GIB)], agent_id=f"pytest-ow-a-{os.getpid()}", no_cgroups=True)
+        cleanup.append(a.stop)
+        to_coordinator, to_agent = Proxy(server.address), Proxy(a.address)
+        cleanup += [to_coordinator.close, to_agent.close]
+        registrar = Registrar(a, to_coordinator.address, to_agent.address)
+        cleanup.insert(0, registrar.stop)
+        assert registrar.registered.wait(10)
+        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(server.address))
+        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600.0, workload="modeled")
+        stub.Submit(pb.SubmitRequest(spec=spec), timeout=5)
+        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(a.address))
+        wait_until("the job to run on agent a", lambda: _task(a_stub) is not None)
+        b = start_agent([HostSpec("ow-b0", 1.0, GIB)], agent_id=f"pytest-ow-b-{os.getpid()}", no_cgroups=True)
+        cleanup.insert(0, b.stop)
+        b_registrar = Registrar(b, server.address, b.address)
+        cleanup.insert(0, b_registrar.stop)
+        assert b_registrar.registered.wait(10)
+        b_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(b.address))
+        log: list[tuple[float, agent_pb2.TaskStatus | None, bool]] = []
+        done = threading.Event()
+        threading.Thread(target=_looks, args=(a_stub, b_stub, done, log), daemon=True).start()
+        to_coordinator.cut()  # no heartbeats
+        to_agent.drop_replies = True  # the polls reach agent a; its replies do not reach the coordinator
+        wait_until("the job to be started again on agent b", lambda: _task(b_stub) is not None, timeout=20)
+        time.sleep(2.0)
+        done.set()
+        unfenced = [round(t, 2) for t, ta, on_b in log if on_b and ta is not None and not ta.fenced]
+        assert not unfenced, f"agent a's copy ran unfenced while agent b ran the job, at {unfenced}"
+        assert any(on_b and ta is not None and ta.fenced for _, ta, on_b in log)
+    finally:
+        for close in cleanup:
+            with contextlib.suppress(Exception):
+                close()
+        server.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_coordinator_restarted_with_a_shorter_heartbeat_waits_out_the_lease_granted_before(tmp_path: Path) -> None:
+    """A coordinator restarted on its state file declares a silent agent it restored lost after its own
+    heartbeats; that agent may still hold the longer lease the earlier coordinator granted, and must have frozen
+    its tasks first. The state file keeps the longest lease granted, and the restored agents' grace covers it.
+    Before, with a heartbeat of 4 s then 0.5 s, the job was restarted 2.6 s after the first coordinator stopped,
+    beside agent a's copy, running with 7 s of its 10 s lease left (found by review)."""
+    state = str(tmp_path / "state.db")
+    first = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=4.0, state=state).start()
+    assert first.lease_s == pytest.approx(10.0)
+    cleanup: list = []
+    second = None
+    try:
+        a = start_agent([HostSpec("rs-a0", 1.0, GIB)], agent_id=f"pytest-rs-a-{os.getpid()}", no_cgroups=True)
+        cleanup.append(a.stop)
+        to_coordinator, to_agent = Proxy(first.address), Proxy(a.address)
+        cleanup += [to_coordinator.close, to_agent.close]
+        registrar = Registrar(a, to_coordinator.address, to_agent.address)
+        cleanup.insert(0, registrar.stop)
+        assert registrar.registered.wait(10)
+        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(first.address))
+        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600.0, workload="modeled")
+        stub.Submit(pb.SubmitRequest(spec=spec), timeout=5)
+        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(a.address))
+        wait_until("the job to run on agent a", lambda: _task(a_stub) is not None)
+        first.stop()  # with a state file: its tasks are left to be adopted
+        to_coordinator.cut()
+        to_agent.cut()  # and agent a is cut off from the next coordinator
+        second = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5, state=state).start()
+        b = start_agent([HostSpec("rs-b0", 1.0, GIB)], agent_id=f"pytest-rs-b-{os.getpid()}", no_cgroups=True)
+        cleanup.insert(0, b.stop)
+        b_registrar = Registrar(b, second.address, b.address)
+        cleanup.insert(0, b_registrar.stop)
+        assert b_registrar.registered.wait(10)
+        b_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(b.address))
+        wait_until("the job to be started again on agent b", lambda: _task(b_stub) is not None, timeout=30)
+        copy = _task(a_stub)
+        assert copy is not None and copy.fenced, f"agent a's copy runs on, unfenced, beside agent b's: {copy}"
+    finally:
+        for close in cleanup:
+            with contextlib.suppress(Exception):
+                close()
+        if second is not None:
+            second.stop()
