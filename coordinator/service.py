@@ -325,16 +325,18 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 self.s.store.put_agent(d.agent_id, request.address, d.SerializeToString())
                 if self.s.backend.reference is not None:
                     self.s.store.keep_reference(self.s.backend.reference.SerializeToString())
+            lease_s = self.s.grant(d.agent_id)
         log.info("agent %s at %s registered %d hosts", d.agent_id, request.address, len(hosts))
         return pb.RegisterAgentReply(hosts=[h.name for h in hosts], heartbeat_interval_s=self.s.heartbeat_s,
-                                     lease_s=self.s.lease_s)
+                                     lease_s=lease_s)
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
         known = request.agent_id in self.s.backend.agents
-        if known:
-            self.s.heartbeats[request.agent_id] = time.monotonic()
-            self.s.beating.add(request.agent_id)
-        return pb.HeartbeatReply(known=known, lease_s=self.s.lease_s if known else 0.0)
+        if not known:
+            return pb.HeartbeatReply(known=False)
+        self.s.heartbeats[request.agent_id] = time.monotonic()
+        self.s.beating.add(request.agent_id)
+        return pb.HeartbeatReply(known=True, lease_s=self.s.grant(request.agent_id))
 
 
 class CoordinatorServer:
@@ -380,8 +382,6 @@ class CoordinatorServer:
         self.stop_tasks_on_exit = stop_tasks_on_exit
         self.store = Store(state) if state else None
         loaded = self.store.load() if self.store is not None else None
-        if self.store is not None:
-            self.store.grant_lease(self.lease_s)
         self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
                                    epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
                                    channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
@@ -390,6 +390,8 @@ class CoordinatorServer:
         self.ids = itertools.count(1)
         self.requests: dict[str, str] = {}
         self.heartbeats: dict[str, float] = {}
+        #: The lease the store says each agent was last granted (:meth:`grant`).
+        self.granted: dict[str, float] = {}
         #: agents that send heartbeats (a registrar): their silence is heard by the gRPC threads, whatever
         #: the engine loop is doing. Agents registered by hand are judged by the loop's Status polls only.
         self.beating: set[str] = set()
@@ -553,13 +555,13 @@ class CoordinatorServer:
 
     def _restore(self, loaded) -> None:  # type: ignore[no-untyped-def]
         """Reload jobs, agents and tasks from the store (a restart after a crash, or a clean stop)."""
-        # Restored agents get time to heartbeat again: two intervals, and in any case until the longest lease an
-        # earlier coordinator of this state may have granted them has run out (and its slack passed), counted
-        # from now, which follows its last renewal. A silent agent may hold such a lease (an earlier run's
-        # heartbeat may have been longer), and must have frozen its tasks before they are started elsewhere.
+        # Restored agents get time to heartbeat again: two intervals, and in any case until the lease an earlier
+        # coordinator of this state last granted each (the store records it before granting it) has run out and
+        # its slack passed, counted from now, which follows the agent's last renewal. A silent agent may hold such
+        # a lease (an earlier run's heartbeat may have been longer), and must have frozen its tasks before they are
+        # started elsewhere.
         now = time.monotonic()
-        lost_after = self.heartbeat_misses * self.heartbeat_s
-        grace = now + max(2 * self.heartbeat_s, loaded.lease_s + fence_slack(self.heartbeat_s) - lost_after)
+        lost_after, slack = self.heartbeat_misses * self.heartbeat_s, fence_slack(self.heartbeat_s)
         if loaded.reference is not None:
             self.backend.restore_reference(agent_pb2.HostInfo.FromString(loaded.reference))
         for agent_id, address, desc in loaded.agents:
@@ -569,7 +571,8 @@ class CoordinatorServer:
                 log.warning("agent %s from the store: %s", agent_id, exc)
                 continue
             self.engine.add_hosts(hosts)
-            self.heartbeats[agent_id] = grace
+            held = self.granted[agent_id] = loaded.leases.get(agent_id, 0.0)
+            self.heartbeats[agent_id] = now + max(2 * self.heartbeat_s, held + slack - lost_after)
         records, top = [], 0
         for j in loaded.jobs:
             rec = JobRecord(j.spec, j.state, j.hosts, j.cpu, j.vt, j.attempts, j.first_start, j.end, j.message)
@@ -622,6 +625,21 @@ class CoordinatorServer:
                     except Exception:  # the watch must outlive any one loss: the next agent to die needs it
                         log.exception("declaring agent %s lost failed", agent_id)
 
+    def grant(self, agent_id: str) -> float:
+        """The lease to grant an agent now (:attr:`lease_s`), recorded in the store first if it is not the one the
+        store holds for it, so that a restarted coordinator waits out what the agent may hold (:meth:`_restore`).
+        If that write fails, the agent is granted no longer a lease than the store holds (and is told to drop
+        its own if the store holds none): a lease may be shorter than the silence, never longer than the wait."""
+        if self.store is not None and self.granted.get(agent_id, 0.0) != self.lease_s:
+            try:
+                self.store.put_lease(agent_id, self.lease_s)
+            except Exception:
+                log.warning("recording the lease of agent %s failed; it is granted %g s", agent_id,
+                            min(self.lease_s, self.granted.get(agent_id, 0.0)), exc_info=True)
+                return min(self.lease_s, self.granted.get(agent_id, 0.0))
+            self.granted[agent_id] = self.lease_s
+        return self.lease_s
+
     def lose_agent(self, agent_id: str, reason: str) -> list[str]:
         """Remove the agent, its hosts, and requeue its jobs. The state in memory is changed whole even when the
         store cannot record it (a full disk): its hosts are gone and its jobs pending, so the next agent's loss is
@@ -633,6 +651,7 @@ class CoordinatorServer:
             hosts = self.backend.remove_agent(agent_id)
             self.heartbeats.pop(agent_id, None)
             self.beating.discard(agent_id)
+            self.granted.pop(agent_id, None)  # (the store drops its record with the agent)
             jobs = self.engine.lose_hosts(hosts, reason)  # a failure to record one is logged, not raised
             if self.store is not None:
                 try:

@@ -13,7 +13,7 @@ Everything the coordinator has acknowledged is in this file before the acknowled
 * ``agents``: each registered agent's address and description, so a restarted coordinator can talk to
   its agents at once, before they re-register;
 * ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts; the
-  reference host; and the longest lease granted to agents, which a restarted coordinator waits out.
+  reference host; and the lease last granted to each agent, which a restarted coordinator waits out.
 
 Durability: WAL with ``synchronous=FULL`` by default: every commit is fsynced before it returns, so what
 the coordinator acknowledged survives a power cut or a kernel crash too; with ``NORMAL`` (fsync only at
@@ -137,8 +137,12 @@ class Loaded:
     agents: list[tuple[str, str, bytes]] = field(default_factory=list)
     #: The reference host (a serialized agent HostInfo) that job needs are fractions of; None if never set.
     reference: bytes | None = None
-    #: The longest lease a coordinator of this state has granted its agents (seconds; 0: none recorded).
-    lease_s: float = 0.0
+    #: The lease a coordinator of this state last granted each agent (seconds), by agent id; none: no lease.
+    leases: dict[str, float] = field(default_factory=dict)
+
+
+#: ``meta`` key prefix of the lease last granted to an agent (:meth:`Store.put_lease`).
+_LEASE = "lease/"
 
 
 def _spec_json(spec: JobSpec) -> str:
@@ -261,18 +265,17 @@ class Store:
         with self.transaction():
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('reference', ?)", (host_info.hex(),))
 
-    def grant_lease(self, lease_s: float) -> None:
-        """Record that this coordinator grants agents leases of ``lease_s`` seconds, before it grants any: a later
-        coordinator of this state must wait out the longest one before it declares a silent agent lost
-        (:meth:`coordinator.service.CoordinatorServer._restore`), since the agent may still hold it."""
+    def put_lease(self, agent_id: str, lease_s: float) -> None:
+        """Record the lease granted to an agent, before it is granted: a later coordinator of this state must wait
+        it out before it declares that agent lost (:meth:`coordinator.service.CoordinatorServer._restore`), since the
+        agent, silent, may still hold it. (A key of ``meta``: the agents table keeps its columns.)"""
         with self.transaction():
-            row = self._db.execute("SELECT value FROM meta WHERE key='lease_s'").fetchone()
-            if row is None or float(row[0]) < lease_s:
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES ('lease_s', ?)", (repr(lease_s),))
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (_LEASE + agent_id, repr(lease_s)))
 
     def drop_agent(self, agent_id: str) -> None:
         with self.transaction():
             self._db.execute("DELETE FROM agents WHERE agent_id=?", (agent_id,))
+            self._db.execute("DELETE FROM meta WHERE key=?", (_LEASE + agent_id,))
 
     # ---- reads -------------------------------------------------------------------------------------
 
@@ -292,8 +295,8 @@ class Store:
             out.agents = [(a, b, bytes(c)) for a, b, c in self._db.execute("SELECT * FROM agents")]
             row = self._db.execute("SELECT value FROM meta WHERE key='reference'").fetchone()
             out.reference = bytes.fromhex(row[0]) if row is not None else None
-            row = self._db.execute("SELECT value FROM meta WHERE key='lease_s'").fetchone()
-            out.lease_s = float(row[0]) if row is not None else 0.0
+            for key, value in self._db.execute("SELECT key, value FROM meta WHERE key LIKE ?", (_LEASE + "%",)):
+                out.leases[key[len(_LEASE):]] = float(value)
             return out
 
     def request_ids(self) -> dict[str, str]:

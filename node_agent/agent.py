@@ -272,8 +272,8 @@ class AgentCore:
 
     def renew_lease(self, lease_s: float, since: float) -> None:
         """Renew the lease the coordinator grants: ``lease_s`` seconds from ``since`` (the time.monotonic() at
-        which the agent sent the Heartbeat or RegisterAgent that was answered, or received the coordinator's
-        Status poll); ``lease_s`` <= 0 removes it (a coordinator that grants none).
+        which the agent sent the Heartbeat or RegisterAgent that was answered, or made the Status reply that the
+        coordinator's next poll says it received); ``lease_s`` <= 0 removes it (a coordinator that grants none).
 
         Why (fencing): a coordinator declares an agent lost after some seconds without a sign of life from it, and
         starts its jobs elsewhere. An agent cut off from it by the network, alive, would run them on: two copies of

@@ -105,10 +105,13 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.CheckpointReply(task_id=view.task_id, progress=view.progress)
 
     def Status(self, request: Any, context: grpc.ServicerContext) -> agent_pb2.StatusReply:
-        if request.lease_s > 0 and 0 < request.lease_since <= time.monotonic():
+        if request.lease_s > 0 and self.core.started <= request.lease_since <= time.monotonic():
             # The coordinator's poll, echoing the clock of our last reply it received: a sign of its life from
-            # then (AgentCore.renew_lease). (A clock ahead of ours is not ours: an agent restarted elsewhere.)
+            # then (AgentCore.renew_lease). (A clock outside our life is not ours: an earlier process of this
+            # agent, or one on another machine.)
             self.core.renew_lease(request.lease_s, request.lease_since)
+        elif request.lease_s < 0:  # a coordinator that grants no lease: an earlier one's must not fence its tasks
+            self.core.renew_lease(0.0, 0.0)
         hosts, tasks = self.core.status()
         return agent_pb2.StatusReply(
             agent_id=self.core.agent_id, mode=self.core.mode,

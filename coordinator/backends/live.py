@@ -40,7 +40,8 @@ one is frozen: each poll renews the agent's lease (``lease_s``), and an agent th
 neither so nor by its heartbeats for that long has frozen its tasks (fencing,
 :meth:`node_agent.agent.AgentCore.renew_lease`) before it can be declared lost. It is stopped by
 reconciliation if that agent comes back; a fenced task that a job here still owns (the coordinator was the one
-silent) is resumed by the poll that finds it (:meth:`_unfence`). Only an agent process that is itself stopped
+silent) is resumed by a poll once the agent's lease holds again: the second poll after a restart, since a poll
+renews the lease from the agent's previous reply (:meth:`_unfence`). Only an agent process that is itself stopped
 cannot fence, and its copy runs on until it returns.
 
 With a ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
@@ -696,7 +697,8 @@ class LiveBackend:
             reports = [Report(job, JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")
                        for job in interrupted]
             answered: set[str] = set()  # hosts whose agent answered this round
-            leased: set[str] = set()  # hosts whose agent holds a lease that has not run out (after this poll's renewal)
+            # hosts whose agent holds a lease that has not run out (after this poll's renewal), or none at all
+            resumable: set[str] = set()
             # This round's answers only: an agent that did not answer may have been told to stop or move a
             # task since its last Status, which would otherwise bring that task back as it was.
             seen: dict[str, agent_pb2.TaskStatus] = {}
@@ -705,7 +707,8 @@ class LiveBackend:
                     continue  # being removed
                 try:
                     handle.last_status = handle.stub.Status(
-                        agent_pb2.StatusRequest(lease_s=self.lease_s, lease_since=handle.clock),
+                        agent_pb2.StatusRequest(lease_s=self.lease_s if self.lease_s > 0 else -1.0,
+                                                lease_since=handle.clock),
                         timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
                     handle.last_seen, handle.silent = time.monotonic(), False
                     handle.clock = handle.last_status.clock
@@ -713,8 +716,8 @@ class LiveBackend:
                     handle.silent = True
                     continue  # an unreachable agent is noticed by heartbeats, not here
                 answered.update(handle.hosts)
-                if handle.last_status.lease_left > 0:
-                    leased.update(handle.hosts)
+                if handle.last_status.lease_left != 0:
+                    resumable.update(handle.hosts)
                 for ts in handle.last_status.tasks:
                     seen[ts.task_id] = ts
             self._stop_orphans()
@@ -732,7 +735,7 @@ class LiveBackend:
                     # speaks for them (a finished task moved by a repacking keeps its id on a new host).
                     if ts is not None and ts.host == t.host and not t.saved and t.state != agent_pb2.TASK_STATE_DONE:
                         t.progress, t.state, t.message = ts.progress, ts.state, ts.message
-                        if ts.fenced and t.host in leased:
+                        if ts.fenced and t.host in resumable:
                             requeue = requeue or self._unfence(t)
                     elif not t.saved and t.host in answered and t.state != agent_pb2.TASK_STATE_DONE:
                         # its agent answered without it: the agent restarted
@@ -767,11 +770,13 @@ class LiveBackend:
         """Thaw a task of ours that its agent froze when its lease ran out (it heard nothing from us for a while:
         :meth:`node_agent.agent.AgentCore.renew_lease`). The agent freezes only tasks that run, and a Pause makes a
         fenced task an ordinary paused one, so a task reported fenced is one its job runs. Called only once the
-        agent says its lease holds again (a poll renews it from our receipt of the previous reply): until then it
-        would freeze the task again at once, and, since its lease is renewed only from a reply we received, a
-        lease that holds means we heard from the agent less than a lease ago, too recently for the agent to be
-        declared lost meanwhile. A Resume that goes unanswered is tried again at the next poll; one the agent
-        refuses returns why the job must be requeued from its checkpoint (else "")."""
+        agent says its lease holds again, or that it holds none (a coordinator that grants none tells it to drop
+        the one it had): until then it would freeze the task again at once. Every renewal counts from a moment
+        before a sign of the agent's life that we recorded (a poll's, from the agent's clock when it made the
+        previous reply we received; a heartbeat's, from its sending), so a lease that holds means we heard from
+        the agent less than a lease ago, too recently for it to be declared lost meanwhile. A Resume that goes
+        unanswered is tried again at the next poll; one the agent refuses returns why the job must be requeued from
+        its checkpoint (else "")."""
         try:
             reply = self._call(t.host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
         except BackendError as exc:

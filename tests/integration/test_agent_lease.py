@@ -397,3 +397,65 @@ def test_a_coordinator_restarted_with_a_shorter_heartbeat_waits_out_the_lease_gr
                 close()
         if second is not None:
             second.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_coordinator_that_grants_no_lease_resumes_a_task_an_earlier_ones_lease_fenced(tmp_path: Path) -> None:
+    """A coordinator restarted on its state file with heartbeat settings that leave no room for a lease adopts a task
+    the agent fenced while no coordinator ran. It must resume it: it resumed fenced tasks only while the agent's
+    lease held, and an agent holding none (its first heartbeat dropped the old one) never qualified, so the job
+    stayed running with no progress for good (found by review)."""
+    state = str(tmp_path / "state.db")
+    first = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5, state=state).start()
+    port = first.port
+    agent = start_agent([HostSpec("nl-a0", 1.0, GIB)], agent_id=f"pytest-nl-{os.getpid()}", no_cgroups=True)
+    registrar = Registrar(agent, first.address, agent.address)
+    second = None
+    try:
+        assert registrar.registered.wait(10)
+        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(first.address))
+        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600.0, workload="modeled")
+        stub.Submit(pb.SubmitRequest(spec=spec), timeout=5)
+        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(agent.address))
+        wait_until("the job to run", lambda: _task(a_stub) is not None)
+        first.stop()  # with a state file: its task is left to be adopted
+        wait_until("the agent to fence the task", lambda: _task(a_stub).fenced, timeout=20)  # type: ignore[union-attr]
+        second = CoordinatorServer(get_policy("greedy"), port=port, heartbeat_s=2.0, heartbeat_misses=1,
+                                   state=state).start()
+        assert second.lease_s == 0.0
+        wait_until("the new coordinator to resume the task", lambda: not _task(a_stub).fenced,  # type: ignore[union-attr]
+                   timeout=20)
+        assert _task(a_stub).state == agent_pb2.TASK_STATE_RUNNING  # type: ignore[union-attr]
+    finally:
+        registrar.stop()
+        agent.stop()
+        if second is not None:
+            second.stop()
+        with contextlib.suppress(Exception):
+            first.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_coordinator_that_grants_no_lease_drops_the_expired_one_of_an_agent_it_polls() -> None:
+    """An agent registered by hand (no registrar, so no heartbeat reply tells it the new coordinator grants no lease)
+    still holds an earlier coordinator's lease, run out: the polls must make it drop the lease, and resume the
+    task, which the agent's monitor would otherwise freeze again every 0.1 s (found by review)."""
+    agent = start_agent([HostSpec("nl-h0", 1.0, GIB)], agent_id=f"pytest-nlh-{os.getpid()}", no_cgroups=True)
+    backend = LiveBackend(lease_s=0.0)
+    try:
+        backend.add_agent(agent.address)
+        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(agent.address))
+        backend.start(JobSpec("j", 0.0, 1, 1.0, 0.1, 600.0, "modeled"), ["nl-h0"], 1.0)
+        wait_until("the task to run", lambda: _task(a_stub) is not None)
+        agent.core.renew_lease(0.2, time.monotonic())  # an earlier coordinator's lease, to run out
+        wait_until("the agent to fence the task", lambda: _task(a_stub).fenced, timeout=5)  # type: ignore[union-attr]
+        backend.poll()
+        assert agent.core.lease_left() == -1.0
+        time.sleep(0.5)  # monitor rounds: not frozen again
+        t = _task(a_stub)
+        assert t is not None and not t.fenced and t.state == agent_pb2.TASK_STATE_RUNNING, t
+    finally:
+        with contextlib.suppress(Exception):
+            backend.stop("j")
+        backend.close()
+        agent.stop()

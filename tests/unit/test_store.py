@@ -157,3 +157,22 @@ def test_another_programs_sqlite_file_is_refused_untouched(tmp_path):
         db.execute("PRAGMA application_id=0")
         db.commit()
     Store(str(fresh)).close()
+
+
+def test_the_lease_granted_to_each_agent_is_kept_until_the_agent_is_dropped(tmp_path: Path) -> None:
+    """A restarted coordinator waits out the lease it last granted each agent it restores (one an agent that stays
+    silent may still hold); the record is per agent and replaced by the next grant, so a long heartbeat used once
+    does not lengthen every later restart's wait."""
+    db = str(tmp_path / "s.db")
+    s = Store(db)
+    s.put_agent("a", "127.0.0.1:1", b"d")
+    s.put_agent("b", "127.0.0.1:2", b"d")
+    s.put_lease("a", 150.0)
+    s.put_lease("a", 5.0)
+    s.put_lease("b", 1.2)
+    s.close()
+    assert Store(db).load().leases == {"a": 5.0, "b": 1.2}
+    s = Store(db)
+    s.drop_agent("b")
+    s.close()
+    assert Store(db).load().leases == {"a": 5.0}
