@@ -221,6 +221,10 @@ class CoordinatorMetrics:
             "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
             registry=self.registry,
         )  # exposed as vcemu_agents_lost_total (issue 7)
+        self.tasks_unfenced = Counter(
+            "vcemu_tasks_unfenced", "Tasks an agent froze when its lease ran out (no word from the coordinator) and "
+            "the coordinator resumed", registry=self.registry,
+        )  # exposed as vcemu_tasks_unfenced_total
         self.policy = policy
         self.engine = engine
         for c in (self.stretch, self.decisions):

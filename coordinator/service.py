@@ -387,6 +387,7 @@ class CoordinatorServer:
                                    channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
         self.engine = Engine(policy, self.backend)
         self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status, self.agent_health)
+        self.backend.unfence_listeners.append(lambda _task: self.metrics.tasks_unfenced.inc())
         self.ids = itertools.count(1)
         self.requests: dict[str, str] = {}
         self.heartbeats: dict[str, float] = {}

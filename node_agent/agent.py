@@ -520,6 +520,7 @@ class AgentCore:
     def _monitor_loop(self) -> None:
         while not self._stop.wait(POLL_INTERVAL_S):
             with self._lock:
+                self._fence_if_expired()  # first: the lease's deadline must not wait for the polls of every task
                 for task_id, task in list(self._tasks.items()):
                     if task_id in self._ending:
                         continue  # another thread is killing it
@@ -532,7 +533,6 @@ class AgentCore:
                         acc[0] += units
                         acc[1] += cpu
                 self._update_rates()
-                self._fence_if_expired()
 
     def lease_left(self) -> float:
         """Seconds until the lease runs out (0 if it has), or -1 if the agent holds none."""

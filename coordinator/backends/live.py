@@ -142,6 +142,8 @@ class LiveBackend:
         self.lease_s = lease_s
         #: The coordinator is exiting: a Stop that fails is not retried (nothing would retry it), only logged.
         self.closing = False
+        #: Called with each task resumed after its agent fenced it (:meth:`_unfence`): the coordinator counts them.
+        self.unfence_listeners: list[Callable[[str], None]] = []
         self.journal: Journal | None = None
         #: Groups the journal writes of one poll into one commit (the store's ``transaction``): with an
         #: fsync per commit, a write per running job every second would cost a sync each.
@@ -787,6 +789,8 @@ class LiveBackend:
             return ""
         t.state, t.message = reply.task.state, reply.task.message
         log.info("task %s on %s resumed: its agent had fenced it (its lease ran out)", t.task_id, t.host)
+        for listener in self.unfence_listeners:
+            listener(t.task_id)
         return ""
 
     def _persist_quietly(self, job: str) -> None:

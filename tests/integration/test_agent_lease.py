@@ -426,6 +426,7 @@ def test_a_coordinator_that_grants_no_lease_resumes_a_task_an_earlier_ones_lease
         wait_until("the new coordinator to resume the task", lambda: not _task(a_stub).fenced,  # type: ignore[union-attr]
                    timeout=20)
         assert _task(a_stub).state == agent_pb2.TASK_STATE_RUNNING  # type: ignore[union-attr]
+        assert second.metrics.registry.get_sample_value("vcemu_tasks_unfenced_total") == 1.0
     finally:
         registrar.stop()
         agent.stop()
