@@ -284,7 +284,7 @@ class _Client:
         scheme). A hint about TLS is to the point only when a connection is made and its handshake then fails."""
         import socket
 
-        target = self.address.removeprefix("dns:///")
+        target = re.sub(r"^dns:(//[^/]*/)?", "", self.address)  # dns:HOST:PORT, dns:///HOST:PORT, dns://AUTH/...
         if target.startswith("unix:"):  # unix:PATH or unix:///ABSOLUTE-PATH
             with socket.socket(socket.AF_UNIX) as sock:
                 try:
@@ -303,7 +303,7 @@ class _Client:
             host, port = target, ""
         try:
             socket.create_connection((host, int(port or 443)), timeout=1.0).close()
-        except ValueError:  # not a port number
+        except (ValueError, OverflowError):  # not a port number, or out of range
             return None
         except OSError as exc:
             return exc.strerror or str(exc) or type(exc).__name__
@@ -498,7 +498,7 @@ def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_pe
     cmd = [
         sys.executable, "-m", "coordinator.cli", "agent", "--hosts", str(hosts),
         "--cpus-per-host", str(cpus_per_host), "--mem-per-host", mem_per_host, "--port", "0",
-        "--agent-id", agent_id, "--coordinator", coordinator, *extra,
+        "--agent-id", agent_id, "--coordinator", coordinator, "--parent-pid", str(os.getpid()), *extra,
     ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
 
@@ -563,10 +563,14 @@ def signals_interrupt() -> Iterator[None]:
     """Within: SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, and the handlers are given back
     after (for a caller in this process, such as a test). A command that spawns agents needs SIGTERM as well as
     Ctrl-C to unwind through its ``finally`` blocks: the agents run in sessions of their own, so the default
-    SIGTERM, ending the process at once, would leave them retrying a dead coordinator for ever."""
+    SIGTERM, ending the process at once, would leave them retrying a dead coordinator for ever. (They also stop
+    on their own once this process is gone: ``vcemu agent --parent-pid``.) A signal the caller ignores stays
+    ignored: a shell starts a background job (``vcemu up &``) with SIGINT ignored, so that a Ctrl-C meant for the
+    command in the foreground does not reach it."""
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in handlers:
-        signal.signal(sig, signal.default_int_handler)
+    for sig, handler in handlers.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler)
     try:
         yield
     finally:

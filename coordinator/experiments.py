@@ -96,6 +96,9 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         from coordinator.outputs import new_run_dir
 
         name = f"{policy}-{os.path.basename(path)}" + ("" if segment is None else f"-week{segment}")
+        # Normalised first ("new/../results" is "results"): the folders it makes and may remove again are then
+        # those the path names, not a "new" made on the way and a "results" the user had, taken for made.
+        out = os.path.abspath(out)
         made = _missing_dirs(Path(out))
         try:  # before the run: its results must have somewhere to go
             folder = new_run_dir(out, name)

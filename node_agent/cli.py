@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS (with --tls-key, --tls-ca)")
     p.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
     p.add_argument("--tls-ca", default=None, help="PEM CA certificate that signed the cluster's certificates")
+    p.add_argument("--parent-pid", type=int, default=None, metavar="PID",
+                   help="stop, as on SIGTERM, once process PID is no longer this agent's parent (it exited); "
+                        "vcemu up, demo and replay pass their own pid")
     return p
 
 
@@ -132,6 +135,9 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
     from node_agent.server import PortUnavailable, start_agent
 
     stop = threading.Event()
+    if args.parent_pid is not None:
+        threading.Thread(target=_stop_when_orphaned, args=(args.parent_pid, stop), name="parent-watch",
+                         daemon=True).start()
     with _signals_set(stop):
         try:
             agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
@@ -157,6 +163,25 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
             registrar.stop()
         agent.stop()
     return 0
+
+
+#: How often an agent started with ``--parent-pid`` looks whether its parent is still there.
+PARENT_CHECK_S = 0.25
+
+
+def _stop_when_orphaned(parent: int, stop: threading.Event) -> None:
+    """Set ``stop`` once ``parent`` is no longer this process's parent. Why: ``vcemu up``, ``demo`` and ``replay``
+    start their agents in sessions of their own (a Ctrl-C at the terminal must reach the command, which stops
+    them in order, not every agent at once); so if the command dies without stopping them (SIGKILL, a signal
+    in a window no handler covers, a crash), nothing else would: they would run on, retrying a dead coordinator.
+    Polling the parent pid, not ``PR_SET_PDEATHSIG``: that signal follows the thread that forked, not the
+    process, and it arrives mid-start-up as readily as later; the poll sets the same event SIGTERM does, so the
+    agent shuts down cleanly (its tasks killed, its cgroups removed) in either case."""
+    while os.getppid() == parent:
+        if stop.wait(PARENT_CHECK_S):
+            return
+    print(f"vcemu agent: its parent (pid {parent}) has exited; stopping", file=sys.stderr, flush=True)
+    stop.set()
 
 
 class _signals_set:

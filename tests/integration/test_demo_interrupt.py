@@ -78,3 +78,33 @@ def test_demo_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig: 
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
+
+
+def test_agents_of_a_demo_killed_outright_stop_on_their_own(tmp_path: Path) -> None:
+    """A demo killed by SIGKILL (or by a signal in a window no handler covers) cannot stop its agents: they watch
+    their parent (``--parent-pid``) and stop themselves once it is gone. Before, they ran on, retrying a dead
+    coordinator for ever."""
+    out_path, err_path = tmp_path / "demo.out", tmp_path / "demo.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        demo = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "demo", "--hosts", "1", "--jobs", "1",
+                                 "--span", "1", "--no-cgroups", "--out", str(tmp_path / "results")],
+                                cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+    spawned: dict[int, bytes] = {}
+    try:
+        wait_for("the demo's cluster never came up", lambda: re.search(r"vcemu demo: 1 hosts ", out_path.read_text()),
+                 90, err_path)
+        spawned = descendants(demo.pid)
+        assert [pid for pid, argv in spawned.items() if b"\0agent\0" in argv], spawned
+        demo.send_signal(signal.SIGKILL)
+        assert demo.wait(10) == -signal.SIGKILL
+        deadline = time.monotonic() + 15
+        while (left := [p for p, argv in spawned.items() if still_running(p, argv)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, {p: spawned[p] for p in left}
+    finally:
+        for pid, argv in spawned.items():
+            if still_running(pid, argv):
+                os.kill(pid, signal.SIGKILL)
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()

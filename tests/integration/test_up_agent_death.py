@@ -104,8 +104,10 @@ def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_p
         said = [x for x in out.splitlines() if x.startswith("vcemu up: ")]
         assert said[-2:] == [f"vcemu up: agent {survivor} (pid {agents[survivor]}) exited with code 0",
                              "vcemu up: every agent process has exited; stopping the coordinator"], out
-        # Its job was running on the survivor: no Stop is sent to an agent known to be gone, so no warning that
-        # one failed and "will retry" (nothing is left to retry it) follows the line that explained the stop.
+        # Its job was running on the survivor: no warning that a Stop failed and "will retry" (nothing is left to
+        # retry it) follows the line that explained the stop. Two things see to it: no Stop is sent to an agent
+        # known to be gone (193ab6d), and a Stop that fails at exit is logged at INFO, which `up` does not print
+        # (e672a91); this checks what the user sees, not which of them acted.
         after = out[out.index("every agent process has exited"):].splitlines()[1:]
         assert not [x for x in after if "Stop " in x or "will retry" in x], out
     finally:

@@ -273,14 +273,15 @@ def test_no_coordinator_listening_is_said_as_such_not_taken_for_tls(capsys: pyte
 
 
 @pytest.mark.parametrize("with_tls", [False, True])
-@pytest.mark.parametrize("where", ["name", "socket"])
+@pytest.mark.parametrize("where", ["name", "dns-name", "socket"])
 def test_no_tls_hint_when_no_connection_could_be_made(where: str, with_tls: bool, certs: TlsFiles,
                                                        env: pytest.MonkeyPatch, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """A name that does not resolve (``.invalid`` never does), or a socket file that is not there: no
     connection was made, so no handshake failed, and a hint that the coordinator may require TLS (or that its
     certificate may be wrong) would send the user the wrong way. The error says what stopped the connection."""
-    address = "vcemu-no-such-host.invalid:50051" if where == "name" else f"unix:{tmp_path}/no-such.sock"
+    address = {"name": "vcemu-no-such-host.invalid:50051", "dns-name": "dns:vcemu-no-such-host.invalid:50051",
+               "socket": f"unix:{tmp_path}/no-such.sock"}[where]
     code, out, err = run(["jobs", "--coordinator", address, *(tls_flags(certs) if with_tls else [])], capsys)
     assert code == 2 and out == ""
     line = one_line(err)

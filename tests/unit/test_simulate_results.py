@@ -132,3 +132,27 @@ def test_simulate_whose_results_cannot_be_written_removes_the_partial_folder_and
     assert f"vcemu simulate: --out {out}: results not written (No space left on device); removed the unfinished " \
            "folder" in err, err
     assert json.loads(printed)["completed"] == len(JOBS)  # the run's results are not lost with the folder
+
+
+def test_a_failed_run_leaves_an_out_reached_through_dotdot_as_it_was(tmp_path: Path, monkeypatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out new/../results``, with ``results`` the user's folder and no ``new``: a failed run removed
+    ``results`` itself (the unnormalised path did not exist, so it counted as made by the run) and left the
+    ``new`` it had made (found by review)."""
+    import coordinator.experiments
+
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(json.dumps({"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.1,
+                                "work": 10}) + "\n")
+    mine = tmp_path / "results"
+    mine.mkdir()
+
+    def interrupted(*_a: object, **_k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(coordinator.experiments, "simulate", interrupted)
+    code, _, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(tmp_path / "new" / ".." / "results")],
+                       capsys)
+    assert code == 130, err
+    assert mine.is_dir() and not list(mine.iterdir()), "the user's folder was removed, or not emptied"
+    assert not (tmp_path / "new").exists()

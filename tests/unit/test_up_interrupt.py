@@ -43,3 +43,16 @@ def test_up_interrupted_while_starting_stops_its_agents_without_a_traceback(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_signal_the_caller_ignores_stays_ignored() -> None:
+    """A shell starts ``vcemu up &`` with SIGINT ignored, so that a Ctrl-C meant for the foreground command does not
+    reach the background one; ``signals_interrupt`` turned it back into a KeyboardInterrupt (found by review)."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with coordinator.cli.signals_interrupt():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
