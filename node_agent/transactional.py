@@ -21,6 +21,22 @@ application (Sec. 3.1). Here:
 * **Measurements**: the generator publishes, every 0.2 s, the mean and 95th percentile response time
   and the throughput of the requests completed in the last ``window_seconds``; Status reports them
   (``TaskStatus.service``) with their age.
+* **Pause** (Pause, and the agent's own fencing, :func:`node_agent.runner.fence`): the server's cgroup is
+  frozen and the generator is paused with it, by a ``pause`` line on its stdin (``resume`` after the thaw).
+  A paused generator makes no arrivals, sends no requests and idles (no CPU), and its clock stops: the
+  pause is cut out of its measurements (:class:`workloads.transactional.LoadGenerator`). Its arrivals
+  resume on their schedule in running time, without a catch-up burst; a request held across the pause is
+  charged its running time only; the window is the last ``window_seconds`` of *running* time, so right
+  after a resume the figures carry on from those before the pause. While paused the figures stand still
+  (the generator still publishes them, so their age stays fresh: it is alive, and nothing arrives).
+  Told on stdin, rather than stopped with SIGSTOP or frozen in a cgroup of its own, because the generator
+  must know where the pause lies to cut it out (a stopped process cannot see it, and a note sent after
+  SIGCONT races with the arrivals it would have to hold back); because a paused generator must still read
+  SetLoad's ``rate`` lines (a stopped one would leave them in the pipe until it filled, and the agent's
+  write then blocked under its lock); and because it must still see its agent die (a stopped process
+  outlives its agent for good: it is in no task's cgroup, so nothing would clean it up). The price: the
+  pause takes effect when the generator reads the line, a few milliseconds after the freeze. Stop kills it
+  with SIGKILL whether paused or not.
 
 Progress and checkpoint: the task has no work to finish. It stays RUNNING until Stop (or FAILED if the
 server dies); ``work_seconds`` and ``start_progress`` are ignored, progress is 0 and Checkpoint returns 0.
@@ -126,19 +142,39 @@ class TransactionalTask(Task):
             self._ended(failed)
             return
         p = self.params
+        paused = ["--paused"] if self.state is State.PAUSED else []  # (a Pause came before the server was up)
         self._gen = subprocess.Popen(
             command(NAME, "generate", "--port", str(self.port),
-             "--rate", repr(self.rate), "--window", repr(p.window_seconds), "--seed", str(p.seed),
-                    "--stats", self._stats_path),
+                    "--rate", repr(self.rate), "--window", repr(p.window_seconds), "--seed", str(p.seed),
+                    "--stats", self._stats_path, *paused),
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
             env=child_env(), start_new_session=True, close_fds=True)
 
     def set_rate(self, rate: float) -> None:
-        """The generator's new arrival rate (taken at its next arrival)."""
+        """The generator's new arrival rate (taken at its next arrival; a paused generator takes it at once
+        and arrives at it once resumed)."""
         self.rate = rate
+        self._tell(f"rate {rate!r}")
+
+    def pause(self) -> None:
+        """Freeze the server, then pause the generator (see the module docstring). A freeze that fails raises
+        with the generator left running, as the server is."""
+        super().pause()
+        if self.state is State.PAUSED:
+            self._tell("pause")
+
+    def resume(self) -> None:
+        """Thaw the server, then resume the generator, so that its first requests find the server running."""
+        super().resume()
+        if self.state in (State.RUNNING, State.STARTING):
+            self._tell("resume")
+
+    def _tell(self, line: str) -> None:
+        """Send the generator one command line. Does not block: the generator reads its stdin at all times,
+        paused or not. A generator that has died is left to :meth:`poll` and Stop."""
         if self._gen is not None and self._gen.stdin is not None and not self.state.finished:
             with contextlib.suppress(BrokenPipeError, OSError):
-                self._gen.stdin.write(f"rate {rate!r}\n")
+                self._gen.stdin.write(line + "\n")
                 self._gen.stdin.flush()
 
     def _release(self, strict: bool = False) -> None:

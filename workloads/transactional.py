@@ -23,8 +23,11 @@ processes:
   the task's cgroup, because a client inside the quota would be throttled with the server and would
   delay its own arrivals and time-stamps, so a cut share would show partly as a slower client instead of
   as the server's response time. Every 0.2 s it writes its window's figures as one JSON object to
-  ``--stats`` (atomically, by rename); a line ``rate R`` on stdin changes the arrival rate; EOF on stdin
-  (the agent stopped the task, or died) ends it.
+  ``--stats`` (atomically, by rename); a line ``rate R`` on stdin changes the arrival rate, ``pause`` and
+  ``resume`` pause and resume it with the task (see :meth:`LoadGenerator.pause`; ``--paused`` starts it
+  paused); EOF on stdin (the agent stopped the task, or died) ends it. It publishes while paused too
+  (a few small writes a second): the figures stand still then, and they show that it is alive and that
+  nothing arrives.
 """
 
 from __future__ import annotations
@@ -113,10 +116,28 @@ class LoadGenerator:
 
     ``clients`` threads each hold one connection and take arrivals from a queue; an arrival waits in the
     queue if all are busy (its response time includes the wait, as at a real request router), and is
-    dropped if more than ``max_backlog`` are waiting, so an overloaded server cannot grow memory."""
+    dropped if more than ``max_backlog`` are waiting, so an overloaded server cannot grow memory.
+
+    Pause (:meth:`pause`, :meth:`resume`): the generator follows its task, which the agent pauses by freezing
+    the server. All its times are taken on :meth:`clock`, *running time*, which stands still while it is
+    paused, so a pause is cut out of the measurements as if it had not happened:
+
+    * no arrival is made and no request is sent while paused (arrivals already queued wait for the resume);
+    * the arrival schedule is in running time: after a resume the next arrival comes when it was due, counted
+      in running time, so the arrivals "missed" meanwhile are not fired in a catch-up burst (nor is a gap
+      left: the Poisson process simply stands still);
+    * a request in flight or queued across a pause is charged its running time only, not the pause;
+    * :meth:`window` covers the last ``seconds`` of running time: right after a resume it still holds the
+      requests completed in the moments before the pause, so the figures carry on from where they stood
+      (not an empty window, a throughput that dips to 0, or a spike of requests held by a frozen server).
+      ``duration`` is running time too.
+
+    Cut out, not merely stopped, because the coordinator (APC live) reads these figures as the service's
+    response time at its current share: a pause says nothing about that, and showing it as response time or
+    as a backlog burst would look like an overload that is not there."""
 
     def __init__(self, port: int, rate: float, duration: float, clients: int = 16, max_backlog: int = 1000,
-                 seed: int = 0, horizon: float = 120.0) -> None:
+                 seed: int = 0, horizon: float = 120.0, paused: bool = False) -> None:
         if rate <= 0 or duration <= 0:
             raise ValueError(f"rate and duration must be > 0, got {rate}, {duration}")
         self.port, self.rate, self.duration = port, rate, duration
@@ -127,6 +148,13 @@ class LoadGenerator:
         self._done: deque[tuple[float, float]] = deque(maxlen=200_000)  # (finish time, response time)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        #: Set while not paused (and at the stop, to release the threads that wait for a resume).
+        self._running = threading.Event()
+        self._clock_lock = threading.Lock()
+        self._paused_total = 0.0  # seconds spent paused, before the current pause if any
+        self._paused_at: float | None = time.monotonic() if paused else None
+        if not paused:
+            self._running.set()
         self.dropped = 0
         self.arrived = 0
         self.completed = 0
@@ -136,6 +164,32 @@ class LoadGenerator:
         if rate <= 0:
             raise ValueError(f"rate must be > 0, got {rate}")
         self.rate = rate
+
+    @property
+    def paused(self) -> bool:
+        with self._clock_lock:
+            return self._paused_at is not None
+
+    def clock(self) -> float:
+        """Running time: ``time.monotonic()`` less the time spent paused; it stands still while paused."""
+        with self._clock_lock:
+            now = self._paused_at if self._paused_at is not None else time.monotonic()
+            return now - self._paused_total
+
+    def pause(self) -> None:
+        """Stop making arrivals and sending requests, and stop the clock (see the class docstring). Idempotent."""
+        with self._clock_lock:
+            if self._paused_at is None:
+                self._paused_at = time.monotonic()
+                self._running.clear()
+
+    def resume(self) -> None:
+        """Start the clock again where it stopped, and the arrivals with it. Idempotent."""
+        with self._clock_lock:
+            if self._paused_at is not None:
+                self._paused_total += time.monotonic() - self._paused_at
+                self._paused_at = None
+                self._running.set()
 
     def start(self) -> LoadGenerator:
         for _ in range(self._clients):
@@ -149,20 +203,28 @@ class LoadGenerator:
 
     def stop(self) -> None:
         self._stop.set()
+        self._running.set()  # (threads waiting for a resume see the stop)
         for _ in range(self._clients):
             self._queue.put(None)
         for t in self._threads:
             t.join(timeout=5)
 
+    def _until(self, t: float) -> bool:
+        """Wait until :meth:`clock` reaches ``t``, not counting pauses; False if stopped meanwhile."""
+        while not self._stop.is_set():
+            self._running.wait()
+            delay = t - self.clock()
+            if delay <= 0:
+                return not self._stop.is_set()
+            self._stop.wait(delay)  # (a pause meanwhile: the loop waits for the resume, then for the rest)
+        return False
+
     def _arrivals(self) -> None:
-        end = time.monotonic() + self.duration
-        nxt = time.monotonic()
+        end = self.clock() + self.duration
+        nxt = self.clock()
         while not self._stop.is_set():
             nxt += self._rng.expovariate(self.rate)
-            if nxt >= end:
-                break
-            delay = nxt - time.monotonic()
-            if delay > 0 and self._stop.wait(delay):
+            if nxt >= end or not self._until(nxt):
                 break
             if self._queue.qsize() > self._max_backlog:
                 with self._lock:
@@ -180,7 +242,10 @@ class LoadGenerator:
         with sock, sock.makefile("rwb") as f:
             while True:
                 arrival = self._queue.get()
-                if arrival is None or self._stop.is_set():
+                if arrival is None:
+                    return
+                self._running.wait()  # an arrival queued before a pause is sent after the resume
+                if self._stop.is_set():
                     return
                 try:
                     f.write(b"r\n")
@@ -189,14 +254,15 @@ class LoadGenerator:
                         return
                 except OSError:
                     return
-                now = time.monotonic()
+                now = self.clock()
                 with self._lock:
                     self._done.append((now, now - arrival))
                     self.completed += 1
 
     def window(self, seconds: float) -> Window:
-        """Mean response time and throughput of requests completed in the last ``seconds``."""
-        now = time.monotonic()
+        """Mean response time and throughput of requests completed in the last ``seconds`` of running time
+        (see the class docstring: a pause is not part of the window)."""
+        now = self.clock()
         with self._lock:
             while self._done and self._done[0][0] < now - max(seconds, self._horizon):
                 self._done.popleft()
@@ -247,7 +313,7 @@ def generate(args: argparse.Namespace) -> int:
     """The load generator as a process (see the module docstring); returns the exit code."""
     ppid = os.getppid()
     gen = LoadGenerator(args.port, args.rate, math.inf, clients=args.clients, seed=args.seed,
-                        horizon=max(60.0, 2 * args.window)).start()
+                        horizon=max(60.0, 2 * args.window), paused=args.paused).start()
     eof = threading.Event()
 
     def commands() -> None:
@@ -258,6 +324,12 @@ def generate(args: argparse.Namespace) -> int:
                     gen.set_rate(float(parts[1]))
                 except ValueError as e:
                     print(f"generate: ignored {line.strip()!r}: {e}", file=sys.stderr, flush=True)
+            elif parts == ["pause"]:
+                gen.pause()
+            elif parts == ["resume"]:
+                gen.resume()
+            else:
+                print(f"generate: ignored {line.strip()!r}", file=sys.stderr, flush=True)
         eof.set()
 
     threading.Thread(target=commands, daemon=True).start()
@@ -297,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--stats", required=True, help="file the figures are written to (JSON, replaced)")
     g.add_argument("--clients", type=int, default=16, help="client connections (concurrent requests)")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--paused", action="store_true", help="start paused (until a 'resume' line on stdin)")
     args = p.parse_args(argv)
     if args.cmd == "agent-serve":
         return agent_serve(args)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,42 @@ def test_load_generator_measures_a_real_server():
     assert w.total_completed >= w.completed
     with pytest.raises(ValueError, match="work"):
         make_server(work=0)
+
+
+def test_a_paused_load_generator_makes_no_arrivals_and_does_not_charge_the_pause_to_a_request_in_flight():
+    """A request held across a pause (the server frozen with the task) is charged its running time only."""
+    import socketserver
+
+    got, gate = threading.Event(), threading.Event()
+
+    class Held(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            while self.rfile.readline(64):
+                got.set()
+                gate.wait(10)  # the first answer waits for the test, as a frozen server would
+                self.wfile.write(b"ok\n")
+                self.wfile.flush()
+
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Held)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    gen = LoadGenerator(srv.server_address[1], rate=20.0, duration=30.0, clients=1, seed=2).start()
+    try:
+        assert got.wait(5)
+        gen.pause()
+        arrived = gen.arrived
+        time.sleep(1.0)
+        assert gen.arrived == arrived and gen.completed == 0  # no arrival while paused
+        gen.resume()
+        gate.set()
+        time.sleep(0.5)
+        w = gen.window(2.0)
+    finally:
+        gen.stop()
+        srv.shutdown()
+        srv.server_close()
+    assert w.completed >= 1 and w.p95_response_s < 0.9, w  # the 1 s pause is not in any response time
+    assert gen.arrived - arrived <= 25, gen.arrived - arrived  # about 20/s x 0.5 s, not the missed 20 on top
 
 
 @pytest.fixture
@@ -164,3 +203,134 @@ def test_agent_runs_a_transactional_task_setload_changes_its_rate_and_stop_ends_
             assert not _transactional_children(psutil)  # the server and the generator are both gone
     finally:
         agent.stop()
+
+
+# ---- pausing a transactional task pauses its load generator --------------------------------------------------
+
+
+@contextlib.contextmanager
+def _web_task(rate: float) -> Iterator[tuple[Any, Any, Any]]:
+    """An agent (one 1-core host) running transactional task ``web`` at ``rate`` requests/s (cheap requests,
+    window 1 s), once its figures show requests flowing: ``(agent, stub, generator psutil.Process)``."""
+    import grpc
+    import psutil
+
+    from node_agent.agent import HostSpec
+    from node_agent.server import start_agent
+    from vcemu.v1 import agent_pb2 as pb
+    from vcemu.v1 import agent_pb2_grpc
+
+    agent = start_agent([HostSpec("h0", 1.0, 1 << 30)], agent_id=f"pytest-txp-{time.monotonic_ns()}")
+    try:
+        with grpc.insecure_channel(agent.address) as channel:
+            stub = agent_pb2_grpc.AgentStub(channel)
+            stub.StartTask(pb.StartTaskRequest(
+                task_id="web", host="h0", workload="transactional", cpu_share=0.8, cpu_need=1.0,
+                transactional=pb.TransactionalSpec(rate_rps=rate, work=2_000, window_seconds=1.0, seed=5)))
+            _service(stub, "web", throughput_rps=0.5 * rate)
+            gens = [p for p in psutil.Process().children(recursive=True)
+                    if p.cmdline()[1:4] == ["-m", "workloads.transactional", "generate"]]
+            assert len(gens) == 1, gens
+            yield agent, stub, gens[0]
+            with contextlib.suppress(grpc.RpcError):  # (the test may have stopped it)
+                stub.Stop(pb.TaskRef(task_id="web"))
+    finally:
+        agent.stop()
+
+
+def _web(stub):  # type: ignore[no-untyped-def]
+    from vcemu.v1 import agent_pb2 as pb
+
+    return next(t for t in stub.Status(pb.StatusRequest()).tasks if t.task_id == "web")
+
+
+def _answered(agent) -> int:  # type: ignore[no-untyped-def]
+    """Requests the server has answered (its progress channel, read by the agent every 0.1 s)."""
+    return next(v.units_done for v in agent.core.status()[1] if v.task_id == "web")
+
+
+def _cpu_s(proc) -> float:  # type: ignore[no-untyped-def]
+    t = proc.cpu_times()
+    return float(t.user + t.system)
+
+
+@pytest.mark.parametrize("how", ["pause", "fence"])
+def test_a_paused_or_fenced_transactional_task_generates_no_requests_and_its_generator_idles(
+        live_cgroups, how: str) -> None:
+    """Before, the generator ran on beside the frozen server: its arrivals piled up as outstanding requests
+    (then dropped ones), on CPU charged to no task."""
+    from vcemu.v1 import agent_pb2 as pb
+
+    rate = 1000.0
+    with _web_task(rate) as (agent, stub, gen):
+        if how == "pause":
+            stub.Pause(pb.TaskRef(task_id="web"))
+        else:  # the agent's own fencing: a lease that has run out at once
+            agent.core.renew_lease(0.05, time.monotonic())
+            deadline = time.monotonic() + 5
+            while not _web(stub).fenced:
+                assert time.monotonic() < deadline, "the agent never fenced the task"
+                time.sleep(0.05)
+        assert _web(stub).state == pb.TASK_STATE_PAUSED
+        time.sleep(0.5)  # the generator has taken the pause, and published since
+        t0, a0, cpu0 = _web(stub), _answered(agent), _cpu_s(gen)
+        time.sleep(1.0)
+        t1, a1, cpu1 = _web(stub), _answered(agent), _cpu_s(gen)
+        s0, s1 = t0.service, t1.service
+        assert s1.age_seconds < 1.0, s1  # alive and publishing: the figures below are current
+        assert (s1.completed, s1.dropped, s1.outstanding) == (s0.completed, s0.dropped, s0.outstanding), (s0, s1)
+        assert a1 == a0  # (the server is frozen: nothing answered)
+        assert cpu1 - cpu0 <= 0.03, f"the paused generator used {cpu1 - cpu0:.3f} CPU-s in 1 s"
+
+
+def test_a_resumed_transactional_task_takes_no_burst_and_its_response_time_leaves_out_the_pause(
+        live_cgroups) -> None:
+    """Before, the arrivals made during the pause were answered in a burst at the thaw, each charged the time
+    it had waited for the frozen server; a SetLoad while paused must neither block nor be lost."""
+    from vcemu.v1 import agent_pb2 as pb
+
+    rate = 50.0
+    with _web_task(rate) as (agent, stub, _gen):
+        time.sleep(1.0)  # a full window at the set rate
+        before = _web(stub).service
+        stub.Pause(pb.TaskRef(task_id="web"))
+        time.sleep(1.0)
+        t = time.monotonic()
+        stub.SetLoad(pb.SetLoadRequest(task_id="web", rate_rps=40.0))
+        assert time.monotonic() - t < 1.0
+        time.sleep(1.0)
+        paused = _web(stub).service
+        assert paused.rate_rps == pytest.approx(40.0), paused  # taken at once, by the paused generator
+        stub.Resume(pb.TaskRef(task_id="web"))
+        u0 = _answered(agent)
+        time.sleep(0.5)
+        after = _web(stub).service  # the window: 0.5 s after the resume and the 0.5 s of running before the pause
+        time.sleep(0.5)
+        answered = _answered(agent) - u0
+        # Poisson at 40/s over 1 s (sd 6.3); the 2 s pause held about 100 arrivals, which a burst would add
+        assert answered <= 40 + 25, f"{answered} requests answered in the first second after the resume"
+        assert answered >= 15, f"only {answered} requests answered in the first second after the resume"
+        assert after.rate_rps == pytest.approx(40.0)
+        assert math.isfinite(after.response_time_mean_s) and after.throughput_rps > 0.4 * 40, after
+        # a request held across the pause would count up to 2 s; cheap requests take milliseconds
+        assert after.response_time_mean_s < max(0.1, 5 * before.response_time_mean_s), (before, after)
+        assert after.response_time_p95_s < 0.5, (before, after)
+        assert after.outstanding < 20, after  # no backlog piled up during the pause
+
+
+def test_a_paused_transactional_task_stops_cleanly_with_its_generator(live_cgroups) -> None:
+    import psutil
+
+    from vcemu.v1 import agent_pb2 as pb
+
+    with _web_task(20.0) as (_agent, stub, gen):
+        stub.Pause(pb.TaskRef(task_id="web"))
+        time.sleep(0.3)
+        t = time.monotonic()
+        stub.Stop(pb.TaskRef(task_id="web"))
+        assert time.monotonic() - t < 10
+        deadline = time.monotonic() + 5
+        while gen.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not gen.is_running(), "the paused task's generator outlived its Stop"
+        assert not _transactional_children(psutil)  # the server and the generator are both gone
