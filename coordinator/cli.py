@@ -578,6 +578,25 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM are held, then raised as KeyboardInterrupt on the way out, for work that must
+    finish once begun (stopping the agents: a user's second Ctrl-C would otherwise leave them running). A signal
+    the caller ignores stays ignored, as in :func:`signals_interrupt`."""
+    caught: list[int] = []
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, handler in handlers.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def interrupted(what: str) -> int:
     """The one line of a command stopped by Ctrl-C or SIGTERM (``what``: "vcemu up: interrupted while starting")
     once it has stopped its cluster, in place of a traceback; returns :data:`INTERRUPTED`."""

@@ -13,18 +13,15 @@ made at the start, and the agent's log (``agents.log``) is written there as the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import io
 import json
 import math
 import os
-import signal
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ from coordinator.cli import (
     format_table,
     interrupted,
     live_run_dir,
+    signals_deferred,
     signals_interrupt,
     start_local_cluster,
     stop_processes,
@@ -96,26 +94,10 @@ def _demo(args: argparse.Namespace) -> int:
         try:
             live, ids, errors, mode = _run_live(args, mix, server)
         finally:
-            with _signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
+            with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
                 server.stop()
                 stop_processes(procs)
     return _compare(args, mix, server, live, ids, errors, mode, out, wall0)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Within: SIGINT and SIGTERM are held, then raised as KeyboardInterrupt on the way out, for work that must
-    finish once begun (stopping the agents: a user's second Ctrl-C would otherwise leave them running)."""
-    caught: list[int] = []
-    handlers = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if caught:
-        raise KeyboardInterrupt
 
 
 def _run_live(args: argparse.Namespace, mix, server) -> tuple[Any, dict[str, str], list[str], str]:

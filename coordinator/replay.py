@@ -108,7 +108,7 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int]:
 
 
 def replay_main(argv: Sequence[str]) -> int:
-    from coordinator.cli import live_run_dir, start_local_cluster
+    from coordinator.cli import interrupted, live_run_dir, signals_interrupt, start_local_cluster
     from coordinator.policies import UnknownPolicy, get_policy
     from workloads.jobfile import JobFileError
 
@@ -122,15 +122,20 @@ def replay_main(argv: Sequence[str]) -> int:
     except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
-    with agent_log:
+    # Ctrl-C or SIGTERM: the cluster is stopped (by start_local_cluster, or the finally around the live run),
+    # then one line and exit status 130, as vcemu demo and up end.
+    with agent_log, signals_interrupt():
         try:
-            server, procs = start_local_cluster(
-                a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
-                agent_prefix="replay", agent_log=agent_log, compression=a.compress)
-        except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
-            print(f"vcemu replay: {exc}", file=sys.stderr)
-            return 1
-        return _replay_live(a, specs, dropped, server, procs, d, wall0)
+            try:
+                server, procs = start_local_cluster(
+                    a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
+                    agent_prefix="replay", agent_log=agent_log, compression=a.compress)
+            except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
+                print(f"vcemu replay: {exc}", file=sys.stderr)
+                return 1
+            return _replay_live(a, specs, dropped, server, procs, d, wall0)
+        except KeyboardInterrupt:
+            return interrupted("vcemu replay: interrupted")
 
 
 def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, procs, d: Path,
@@ -138,7 +143,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     """The live replay on the started cluster, its simulation, and the results in ``d``."""
     from tqdm import tqdm
 
-    from coordinator.cli import stop_processes
+    from coordinator.cli import signals_deferred, stop_processes
     from coordinator.experiments import follow_jobs, simulate
 
     try:
@@ -151,8 +156,9 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals), time.monotonic() + a.timeout)
         timed_out = done < len(arrivals)
     finally:
-        server.stop()
-        stop_processes(procs)
+        with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
+            server.stop()
+            stop_processes(procs)
     live = server.engine.history
     hosts = list(server.engine.hosts)
     capacity = sum(h.cpu for h in hosts)

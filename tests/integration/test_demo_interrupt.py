@@ -108,3 +108,46 @@ def test_agents_of_a_demo_killed_outright_stop_on_their_own(tmp_path: Path) -> N
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
             demo.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_replay_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig: signal.Signals,
+                                                                              tmp_path: Path) -> None:
+    """``vcemu replay`` had the demo's old problem: SIGTERM ended it at once (its agents left behind) and Ctrl-C
+    printed a traceback (found by review)."""
+    trace = tmp_path / "one.jsonl"
+    trace.write_text('{"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.1, "work": 3000}\n')
+    out_path, err_path = tmp_path / "replay.out", tmp_path / "replay.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        replay = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "replay", str(trace), "--policy",
+                                   "greedy", "--compress", "1", "--hosts", "1", "--no-cgroups",
+                                   "--out", str(tmp_path / "results")],
+                                  cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+    spawned: dict[int, bytes] = {}
+    try:
+        def agent_up() -> bool:
+            nonlocal spawned
+            spawned = descendants(replay.pid)
+            return any(b"\0agent\0" in argv for argv in spawned.values())
+
+        wait_for("the replay's agent never started", agent_up, 90, err_path)
+        wait_for("the replay never started its job", lambda: "task start" in
+                 next((tmp_path / "results").iterdir()).joinpath("agents.log").read_text(), 60, err_path)
+        spawned = descendants(replay.pid)
+        replay.send_signal(sig)
+        code = replay.wait(60)
+        stderr = err_path.read_text(errors="replace")
+        assert code == 130, stderr
+        assert "Traceback" not in stderr, stderr
+        assert "vcemu replay: interrupted; the coordinator and the agents it started are stopped" in stderr, stderr
+        deadline = time.monotonic() + 5
+        while (left := [p for p, argv in spawned.items() if still_running(p, argv)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, {p: spawned[p] for p in left}
+    finally:
+        for pid, argv in spawned.items():
+            if still_running(pid, argv):
+                os.kill(pid, signal.SIGKILL)
+        if replay.poll() is None:
+            os.killpg(replay.pid, signal.SIGKILL)
+            replay.wait()
