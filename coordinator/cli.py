@@ -597,6 +597,14 @@ def signals_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+def signals_set(stop: threading.Event) -> None:
+    """From now on SIGINT and SIGTERM set ``stop`` (a running coordinator's clean shutdown), except one the caller
+    ignores, which stays ignored (see :func:`signals_interrupt`)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, lambda *_: stop.set())
+
+
 def interrupted(what: str) -> int:
     """The one line of a command stopped by Ctrl-C or SIGTERM (``what``: "vcemu up: interrupted while starting")
     once it has stopped its cluster, in place of a traceback; returns :data:`INTERRUPTED`."""
@@ -690,8 +698,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
             args.metrics_port, args.no_cgroups, **options,
         )
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+        signals_set(stop)
     except KeyboardInterrupt:
         return interrupted("vcemu up: interrupted while starting")
     except (ValueError, OSError, StoreError) as e:
@@ -763,8 +770,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         return 2
     print(f"vcemu coordinator listening on {server.address}", flush=True)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    signals_set(stop)
     stop.wait()
     server.stop()
     return 0

@@ -111,6 +111,11 @@ def agent_main(argv: list[str]) -> int:
             v = getattr(args, flag)
             if v is not None and not 0 <= v <= 65535:
                 parser.error(f"argument --{flag.replace('_', '-')}: must be a port in [0, 65535], got {v}")
+        if args.parent_pid is not None and args.parent_pid != os.getppid():
+            # A wrong pid, or a process between (sudo, timeout, a shell that forks): watched, it would stop the
+            # agent at once, claiming its parent had exited.
+            parser.error(f"argument --parent-pid: process {args.parent_pid} is not this agent's parent (that is "
+                         f"{os.getppid()})")
         hosts = _hosts(args, parser)
         from node_agent.tls import from_args
 

@@ -111,6 +111,10 @@ class Window:
     total_completed: int = 0  # since the start
 
 
+#: Seconds a load generator's client waits to connect to the server (once; the answers have no deadline).
+CONNECT_TIMEOUT_S = 30.0
+
+
 class LoadGenerator:
     """Poisson requests at ``rate`` per second to ``port`` on 127.0.0.1, for at most ``duration`` seconds.
 
@@ -236,9 +240,13 @@ class LoadGenerator:
 
     def _client(self) -> None:
         try:
-            sock = socket.create_connection((HOST, self.port), timeout=30)
+            sock = socket.create_connection((HOST, self.port), timeout=CONNECT_TIMEOUT_S)
         except OSError:
             return
+        # No deadline on the answer: a server that is paused (frozen, or fenced by its agent's lease, for as long as
+        # its coordinator is away) answers when it is thawed, and a client that gave up would be gone for good,
+        # leaving the task with no throughput. A server that dies closes the connection, which ends the wait.
+        sock.settimeout(None)
         with sock, sock.makefile("rwb") as f:
             while True:
                 arrival = self._queue.get()

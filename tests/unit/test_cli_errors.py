@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import socket
 import subprocess
@@ -281,6 +282,17 @@ def test_agent_metrics_port_same_as_port_is_refused_before_the_agent_starts(monk
     port = _closed_port()
     code, _, err = run(["agent", "--port", str(port), "--metrics-port", str(port), "--no-cgroups"], capsys)
     refused(code, err, f"vcemu agent: error: --metrics-port: cannot listen on 127.0.0.1:{port}", "--port")
+
+
+def test_agent_parent_pid_that_is_not_its_parent_is_refused(monkeypatch, capsys) -> None:
+    """A wrong --parent-pid (or a process between, such as sudo or timeout) is refused at once: watched, it stopped
+    the agent as soon as it started, saying its parent had exited, with exit status 0 (found by review)."""
+    import node_agent.server
+
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
+    other = 1 if os.getppid() != 1 else 2
+    code, _, err = run(["agent", "--port", "0", "--no-cgroups", "--parent-pid", str(other)], capsys)
+    refused(code, err, f"argument --parent-pid: process {other} is not this agent's parent")
 
 
 @pytest.mark.parametrize("ray", [False, True])

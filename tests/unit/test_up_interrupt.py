@@ -53,6 +53,15 @@ def test_a_signal_the_caller_ignores_stays_ignored() -> None:
         with coordinator.cli.signals_interrupt():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+            with coordinator.cli.signals_deferred():
+                assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        term = signal.getsignal(signal.SIGTERM)
+        try:  # and once up is running (signals_set: the clean stop), as the review found it was not
+            coordinator.cli.signals_set(threading.Event())
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (term, signal.SIG_IGN)
+        finally:
+            signal.signal(signal.SIGTERM, term)
     finally:
         signal.signal(signal.SIGINT, before)
