@@ -14,7 +14,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -106,6 +107,61 @@ def _task(stub: agent_pb2_grpc.AgentStub) -> agent_pb2.TaskStatus | None:
     """The one task of an agent (a Status without a lease: it renews nothing), or None."""
     tasks = stub.Status(agent_pb2.StatusRequest(), timeout=5).tasks
     return tasks[0] if tasks else None
+
+
+@dataclass
+class Placed:
+    """An agent of a :class:`Rig`, and the test's own line to it (a Status without a lease renews nothing)."""
+
+    agent: RunningAgent
+    stub: agent_pb2_grpc.AgentStub
+    to_coordinator: Proxy | None = None  # its heartbeats' way, if proxied
+    to_agent: Proxy | None = None  # the coordinator's polls' way, if proxied
+
+    def cut(self) -> None:
+        assert self.to_coordinator is not None and self.to_agent is not None
+        self.to_coordinator.cut()
+        self.to_agent.cut()
+
+
+class Rig:
+    """Agents of one host each, registered with a coordinator (through proxies the test can cut, if asked), all
+    stopped at the end: registrars first, then agents, then proxies."""
+
+    def __init__(self) -> None:
+        self._closers: list[Callable[[], None]] = []
+
+    def agent(self, host: str, coordinator: str, proxied: bool = False, cgroups: bool = False) -> Placed:
+        a = start_agent([HostSpec(host, 1.0, GIB)], agent_id=f"pytest-{host}-{os.getpid()}", no_cgroups=not cgroups)
+        self._closers.append(a.stop)
+        placed = Placed(a, agent_pb2_grpc.AgentStub(grpc.insecure_channel(a.address)))
+        if proxied:
+            placed.to_coordinator, placed.to_agent = Proxy(coordinator), Proxy(a.address)
+            self._closers += [placed.to_coordinator.close, placed.to_agent.close]
+        registrar = Registrar(a, placed.to_coordinator.address if proxied else coordinator,  # type: ignore[union-attr]
+                              placed.to_agent.address if proxied else a.address)  # type: ignore[union-attr]
+        self._closers.insert(0, registrar.stop)
+        assert registrar.registered.wait(10)
+        return placed
+
+    def close(self) -> None:
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                close()
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    agents = Rig()
+    yield agents
+    agents.close()
+
+
+def _submit(coordinator: str, workload: str = "modeled", work: float = 600.0) -> tuple[pb_grpc.CoordinatorStub, str]:
+    """One job of one task on a whole host: the coordinator's stub and the job's id."""
+    stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(coordinator))
+    spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=work, workload=workload)
+    return stub, stub.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id
 
 
 def test_the_lease_ends_a_slack_before_the_loss_and_is_none_when_shorter_than_an_interval() -> None:
@@ -206,30 +262,14 @@ def test_a_poll_of_the_coordinator_resumes_a_task_its_agent_fenced(dgemm_agent: 
 
 @pytest.mark.timeout(120)
 def test_a_partitioned_agent_freezes_its_task_before_the_coordinator_starts_the_job_elsewhere(
-        cgroups_required: None) -> None:
+        cgroups_required: None, rig: Rig) -> None:
     server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()  # lease 1.2 s, lost at 1.5 s
     assert server.lease_s == pytest.approx(1.2)
-    cleanup: list = []
     try:
-        a = start_agent([HostSpec("part-a0", 1.0, GIB)], agent_id=f"pytest-part-a-{os.getpid()}")
-        cleanup.append(a.stop)
-        to_coordinator, to_agent = Proxy(server.address), Proxy(a.address)
-        cleanup += [to_coordinator.close, to_agent.close]
-        registrar = Registrar(a, to_coordinator.address, to_agent.address)  # heartbeats and polls: both proxied
-        cleanup.insert(0, registrar.stop)
-        assert registrar.registered.wait(10)
-        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(server.address))
-        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=8.0, workload="dgemm")
-        job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id
-        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(a.address))  # the test's own line to agent a
-        wait_until("the job to run on agent a", lambda: (t := _task(a_stub)) is not None and t.cpu_seconds > 0.5)
-
-        b = start_agent([HostSpec("part-b0", 1.0, GIB)], agent_id=f"pytest-part-b-{os.getpid()}")
-        cleanup.insert(0, b.stop)
-        b_registrar = Registrar(b, server.address, b.address)
-        cleanup.insert(0, b_registrar.stop)
-        assert b_registrar.registered.wait(10)
-        b_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(b.address))
+        a = rig.agent("part-a0", server.address, proxied=True, cgroups=True)  # heartbeats and polls proxied
+        stub, job = _submit(server.address, "dgemm", 8.0)
+        wait_until("the job to run on agent a", lambda: (t := _task(a.stub)) is not None and t.cpu_seconds > 0.5)
+        b = rig.agent("part-b0", server.address, cgroups=True)
 
         fenced_at: list[float] = []
         started_on_b: list[float] = []
@@ -238,46 +278,44 @@ def test_a_partitioned_agent_freezes_its_task_before_the_coordinator_starts_the_
 
         def watch() -> None:  # when agent a froze its copy, and when agent b started the second
             while not done.is_set():
-                if (t := _task(a_stub)) is not None and t.fenced:
+                if (t := _task(a.stub)) is not None and t.fenced:
                     fenced_at.append(time.monotonic())
                     a_cpu.append(t.cpu_seconds)
-                if not started_on_b and _task(b_stub) is not None:
+                if not started_on_b and _task(b.stub) is not None:
                     started_on_b.append(time.monotonic())
                 time.sleep(0.02)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         cut = time.monotonic()
-        to_coordinator.cut()
-        to_agent.cut()
+        a.cut()
         wait_until("the job to be started again on agent b", lambda: bool(started_on_b), timeout=30)
         time.sleep(0.5)
-        copy = _task(a_stub)
+        copy = _task(a.stub)
         assert copy is not None and copy.fenced and copy.state == agent_pb2.TASK_STATE_PAUSED, copy
         assert fenced_at and fenced_at[0] < started_on_b[0], (fenced_at, started_on_b)
         print(f"fenced {fenced_at[0] - cut:.2f} s after the cut; restarted on b {started_on_b[0] - cut:.2f} s after")
         time.sleep(1.0)
-        assert _task(a_stub).cpu_seconds == pytest.approx(copy.cpu_seconds, abs=0.02)  # type: ignore[union-attr]
+        assert _task(a.stub).cpu_seconds == pytest.approx(copy.cpu_seconds, abs=0.02)  # type: ignore[union-attr]
 
-        to_coordinator.heal()
-        to_agent.heal()  # agent a comes back: its copy, owned by no job now, is stopped, never thawed
-        wait_until("agent a's stale copy to be stopped", lambda: _task(a_stub) is None, timeout=30)
+        a.to_coordinator.heal()  # type: ignore[union-attr]
+        a.to_agent.heal()  # type: ignore[union-attr]  # agent a comes back: its copy, owned by no job, is stopped
+        wait_until("agent a's stale copy to be stopped", lambda: _task(a.stub) is None, timeout=30)
         assert max(a_cpu) == pytest.approx(copy.cpu_seconds, abs=0.02)  # frozen until it was stopped
         wait_until("the job to finish on b", lambda: stub.GetJob(pb.JobRef(job_id=job), timeout=5).state == "done",
                    timeout=60)
         done.set()
         watcher.join(5)
     finally:
-        for close in cleanup:
-            with contextlib.suppress(Exception):
-                close()
+        rig.close()
         server.stop()
 
 
 @pytest.mark.timeout(60)
 def test_a_coordinator_exiting_leaves_alone_an_agent_that_no_longer_answers(caplog: pytest.LogCaptureFixture) -> None:
-    """At exit, the coordinator stops the jobs it runs, except on an agent whose last poll went unanswered: a Stop
-    there was logged "failed; will retry", with nothing left to retry it (its lease freezes what it still runs)."""
+    """At exit, the coordinator stops the jobs it runs; on an agent that no longer answers, a Stop that failed was
+    logged "failed; will retry", with nothing left to retry it. It is logged at INFO now (its lease freezes what
+    the agent still runs)."""
     server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=30.0).start()  # never declared lost here
     agent = start_agent([HostSpec("gone-a0", 1.0, GIB)], agent_id=f"pytest-gone-{os.getpid()}", no_cgroups=True)
     registrar = Registrar(agent, server.address, agent.address)
@@ -309,92 +347,58 @@ def _looks(a_stub: agent_pb2_grpc.AgentStub, b_stub: agent_pb2_grpc.AgentStub, d
 
 
 @pytest.mark.timeout(60)
-def test_polls_whose_replies_are_lost_do_not_renew_the_lease() -> None:
+def test_polls_whose_replies_are_lost_do_not_renew_the_lease(rig: Rig) -> None:
     """A poll whose reply the coordinator never receives is no sign of the agent's life to it, so it must renew
     nothing: the agent renews from the clock of the last reply the coordinator says (by echoing it) it received.
     It renewed from the poll's receipt, and with replies lost (a one-way partition) its copy ran on unfenced
     after the coordinator had restarted the job elsewhere (found by review: 5-6 looks over 0.3 s)."""
     server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()
-    cleanup: list = []
     try:
-        a = start_agent([HostSpec("ow-a0", 1.0, GIB)], agent_id=f"pytest-ow-a-{os.getpid()}", no_cgroups=True)
-        cleanup.append(a.stop)
-        to_coordinator, to_agent = Proxy(server.address), Proxy(a.address)
-        cleanup += [to_coordinator.close, to_agent.close]
-        registrar = Registrar(a, to_coordinator.address, to_agent.address)
-        cleanup.insert(0, registrar.stop)
-        assert registrar.registered.wait(10)
-        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(server.address))
-        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600.0, workload="modeled")
-        stub.Submit(pb.SubmitRequest(spec=spec), timeout=5)
-        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(a.address))
-        wait_until("the job to run on agent a", lambda: _task(a_stub) is not None)
-        b = start_agent([HostSpec("ow-b0", 1.0, GIB)], agent_id=f"pytest-ow-b-{os.getpid()}", no_cgroups=True)
-        cleanup.insert(0, b.stop)
-        b_registrar = Registrar(b, server.address, b.address)
-        cleanup.insert(0, b_registrar.stop)
-        assert b_registrar.registered.wait(10)
-        b_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(b.address))
+        a = rig.agent("ow-a0", server.address, proxied=True)
+        _submit(server.address)
+        wait_until("the job to run on agent a", lambda: _task(a.stub) is not None)
+        b = rig.agent("ow-b0", server.address)
         log: list[tuple[float, agent_pb2.TaskStatus | None, bool]] = []
         done = threading.Event()
-        threading.Thread(target=_looks, args=(a_stub, b_stub, done, log), daemon=True).start()
-        to_coordinator.cut()  # no heartbeats
-        to_agent.drop_replies = True  # the polls reach agent a; its replies do not reach the coordinator
-        wait_until("the job to be started again on agent b", lambda: _task(b_stub) is not None, timeout=20)
+        threading.Thread(target=_looks, args=(a.stub, b.stub, done, log), daemon=True).start()
+        a.to_coordinator.cut()  # type: ignore[union-attr]  # no heartbeats
+        a.to_agent.drop_replies = True  # type: ignore[union-attr]  # polls reach agent a, its replies are lost
+        wait_until("the job to be started again on agent b", lambda: _task(b.stub) is not None, timeout=20)
         time.sleep(2.0)
         done.set()
         unfenced = [round(t, 2) for t, ta, on_b in log if on_b and ta is not None and not ta.fenced]
         assert not unfenced, f"agent a's copy ran unfenced while agent b ran the job, at {unfenced}"
         assert any(on_b and ta is not None and ta.fenced for _, ta, on_b in log)
     finally:
-        for close in cleanup:
-            with contextlib.suppress(Exception):
-                close()
+        rig.close()
         server.stop()
 
 
 @pytest.mark.timeout(90)
-def test_a_coordinator_restarted_with_a_shorter_heartbeat_waits_out_the_lease_granted_before(tmp_path: Path) -> None:
+def test_a_coordinator_restarted_with_a_shorter_heartbeat_waits_out_the_lease_granted_before(
+        tmp_path: Path, rig: Rig) -> None:
     """A coordinator restarted on its state file declares a silent agent it restored lost after its own
     heartbeats; that agent may still hold the longer lease the earlier coordinator granted, and must have frozen
-    its tasks first. The state file keeps the longest lease granted, and the restored agents' grace covers it.
-    Before, with a heartbeat of 4 s then 0.5 s, the job was restarted 2.6 s after the first coordinator stopped,
-    beside agent a's copy, running with 7 s of its 10 s lease left (found by review)."""
+    its tasks first. The state file records the lease granted to each agent, and each restored agent's grace
+    covers its own. Before, with a heartbeat of 4 s then 0.5 s, the job was restarted 2.6 s after the first
+    coordinator stopped, beside agent a's copy, running with 7 s of its 10 s lease left (found by review)."""
     state = str(tmp_path / "state.db")
     first = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=4.0, state=state).start()
     assert first.lease_s == pytest.approx(10.0)
-    cleanup: list = []
     second = None
     try:
-        a = start_agent([HostSpec("rs-a0", 1.0, GIB)], agent_id=f"pytest-rs-a-{os.getpid()}", no_cgroups=True)
-        cleanup.append(a.stop)
-        to_coordinator, to_agent = Proxy(first.address), Proxy(a.address)
-        cleanup += [to_coordinator.close, to_agent.close]
-        registrar = Registrar(a, to_coordinator.address, to_agent.address)
-        cleanup.insert(0, registrar.stop)
-        assert registrar.registered.wait(10)
-        stub = pb_grpc.CoordinatorStub(grpc.insecure_channel(first.address))
-        spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600.0, workload="modeled")
-        stub.Submit(pb.SubmitRequest(spec=spec), timeout=5)
-        a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(a.address))
-        wait_until("the job to run on agent a", lambda: _task(a_stub) is not None)
+        a = rig.agent("rs-a0", first.address, proxied=True)
+        _submit(first.address)
+        wait_until("the job to run on agent a", lambda: _task(a.stub) is not None)
         first.stop()  # with a state file: its tasks are left to be adopted
-        to_coordinator.cut()
-        to_agent.cut()  # and agent a is cut off from the next coordinator
+        a.cut()  # and agent a is cut off from the next coordinator
         second = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5, state=state).start()
-        b = start_agent([HostSpec("rs-b0", 1.0, GIB)], agent_id=f"pytest-rs-b-{os.getpid()}", no_cgroups=True)
-        cleanup.insert(0, b.stop)
-        b_registrar = Registrar(b, second.address, b.address)
-        cleanup.insert(0, b_registrar.stop)
-        assert b_registrar.registered.wait(10)
-        b_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(b.address))
-        wait_until("the job to be started again on agent b", lambda: _task(b_stub) is not None, timeout=30)
-        copy = _task(a_stub)
+        b = rig.agent("rs-b0", second.address)
+        wait_until("the job to be started again on agent b", lambda: _task(b.stub) is not None, timeout=30)
+        copy = _task(a.stub)
         assert copy is not None and copy.fenced, f"agent a's copy runs on, unfenced, beside agent b's: {copy}"
     finally:
-        for close in cleanup:
-            with contextlib.suppress(Exception):
-                close()
+        rig.close()
         if second is not None:
             second.stop()
 

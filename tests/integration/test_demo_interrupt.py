@@ -45,6 +45,25 @@ def still_running(pid: int, cmdline: bytes) -> bool:
         return False
 
 
+def assert_all_gone(spawned: dict[int, bytes], within: float) -> None:
+    """Every process of ``spawned`` has ended within ``within`` seconds (a task an agent ran may take a moment to
+    go after the agent)."""
+    deadline = time.monotonic() + within
+    while (left := [p for p, argv in spawned.items() if still_running(p, argv)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, {p: spawned[p] for p in left}
+
+
+def kill_leftovers(spawned: dict[int, bytes], command: subprocess.Popen) -> None:
+    """After a test, whatever it passed or failed on: what is left of the command and of what it spawned."""
+    for pid, argv in spawned.items():
+        if still_running(pid, argv):
+            os.kill(pid, signal.SIGKILL)
+    if command.poll() is None:
+        os.killpg(command.pid, signal.SIGKILL)
+        command.wait()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_demo_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig: signal.Signals,
                                                                             tmp_path: Path) -> None:
@@ -67,17 +86,9 @@ def test_demo_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig: 
         assert "Traceback" not in stderr, stderr
         assert stderr.strip().splitlines() == [
             "vcemu demo: interrupted; the coordinator and the agents it started are stopped"], stderr
-        deadline = time.monotonic() + 5  # (a task an agent ran may take a moment to go after the agent)
-        while (left := [p for p, argv in spawned.items() if still_running(p, argv)]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not left, {p: spawned[p] for p in left}
+        assert_all_gone(spawned, 5)
     finally:
-        for pid, argv in spawned.items():
-            if still_running(pid, argv):
-                os.kill(pid, signal.SIGKILL)
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait()
+        kill_leftovers(spawned, demo)
 
 
 def test_agents_of_a_demo_killed_outright_stop_on_their_own(tmp_path: Path) -> None:
@@ -97,17 +108,9 @@ def test_agents_of_a_demo_killed_outright_stop_on_their_own(tmp_path: Path) -> N
         assert [pid for pid, argv in spawned.items() if b"\0agent\0" in argv], spawned
         demo.send_signal(signal.SIGKILL)
         assert demo.wait(10) == -signal.SIGKILL
-        deadline = time.monotonic() + 15
-        while (left := [p for p, argv in spawned.items() if still_running(p, argv)]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not left, {p: spawned[p] for p in left}
+        assert_all_gone(spawned, 15)
     finally:
-        for pid, argv in spawned.items():
-            if still_running(pid, argv):
-                os.kill(pid, signal.SIGKILL)
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait()
+        kill_leftovers(spawned, demo)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -140,14 +143,6 @@ def test_replay_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig
         assert code == 130, stderr
         assert "Traceback" not in stderr, stderr
         assert "vcemu replay: interrupted; the coordinator and the agents it started are stopped" in stderr, stderr
-        deadline = time.monotonic() + 5
-        while (left := [p for p, argv in spawned.items() if still_running(p, argv)]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not left, {p: spawned[p] for p in left}
+        assert_all_gone(spawned, 5)
     finally:
-        for pid, argv in spawned.items():
-            if still_running(pid, argv):
-                os.kill(pid, signal.SIGKILL)
-        if replay.poll() is None:
-            os.killpg(replay.pid, signal.SIGKILL)
-            replay.wait()
+        kill_leftovers(spawned, replay)

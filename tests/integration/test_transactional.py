@@ -33,54 +33,12 @@ def test_load_generator_measures_a_real_server():
         make_server(work=0)
 
 
-def test_a_paused_load_generator_makes_no_arrivals_and_does_not_charge_the_pause_to_a_request_in_flight():
-    """A request held across a pause (the server frozen with the task) is charged its running time only."""
+@contextlib.contextmanager
+def held_server() -> Iterator[tuple[int, threading.Event, threading.Event]]:
+    """A server on loopback whose first answer waits for the test, as a frozen server would: (its port, set when
+    a request has come, set by the test to let the answers go)."""
     import socketserver
 
-    got, gate = threading.Event(), threading.Event()
-
-    class Held(socketserver.StreamRequestHandler):
-        def handle(self) -> None:
-            while self.rfile.readline(64):
-                got.set()
-                gate.wait(10)  # the first answer waits for the test, as a frozen server would
-                self.wfile.write(b"ok\n")
-                self.wfile.flush()
-
-    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Held)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    gen = LoadGenerator(srv.server_address[1], rate=20.0, duration=30.0, clients=1, seed=2).start()
-    try:
-        assert got.wait(5)
-        gen.pause()
-        time.sleep(0.1)  # an arrival that had passed its wait just before the pause is counted by now
-        arrived = gen.arrived
-        time.sleep(1.0)
-        assert gen.arrived == arrived and gen.completed == 0  # no arrival while paused
-        gen.resume()
-        gate.set()
-        time.sleep(0.5)
-        w = gen.window(2.0)
-    finally:
-        gen.stop()
-        srv.shutdown()
-        srv.server_close()
-    assert w.completed >= 1 and w.p95_response_s < 0.9, w  # the 1 s pause is not in any response time
-    assert gen.arrived - arrived <= 25, gen.arrived - arrived  # about 20/s x 0.5 s, not the missed 20 on top
-
-
-def test_a_client_waits_for_a_server_paused_longer_than_its_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A request held by a frozen server (a pause, or a fence that lasts as long as its coordinator is away) is
-    answered when the server is thawed. The client's socket kept its 30 s connect timeout for the answer too: a
-    pause longer than that killed every client with a request in flight, and the task had no throughput for good
-    (found by review: a 32 s Pause of a live task, 19 generator threads -> 3, throughput 0 after the resume).
-    The connect timeout is cut to 0.3 s here, the pause lasts 1 s."""
-    import socketserver
-
-    import workloads.transactional
-
-    monkeypatch.setattr(workloads.transactional, "CONNECT_TIMEOUT_S", 0.3)
     got, gate = threading.Event(), threading.Event()
 
     class Held(socketserver.StreamRequestHandler):
@@ -94,19 +52,56 @@ def test_a_client_waits_for_a_server_paused_longer_than_its_connect_timeout(monk
     srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Held)
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    gen = LoadGenerator(srv.server_address[1], rate=5.0, duration=30.0, clients=1, seed=2).start()
     try:
-        assert got.wait(5)
-        gen.pause()
-        time.sleep(1.0)  # over three connect timeouts
-        gen.resume()
-        gate.set()
-        time.sleep(1.0)
-        w = gen.window(1.5)
+        yield srv.server_address[1], got, gate
     finally:
-        gen.stop()
+        gate.set()
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_paused_load_generator_makes_no_arrivals_and_does_not_charge_the_pause_to_a_request_in_flight():
+    """A request held across a pause (the server frozen with the task) is charged its running time only."""
+    with held_server() as (port, got, gate):
+        gen = LoadGenerator(port, rate=20.0, duration=30.0, clients=1, seed=2).start()
+        try:
+            assert got.wait(5)
+            gen.pause()
+            time.sleep(0.1)  # an arrival that had passed its wait just before the pause is counted by now
+            arrived = gen.arrived
+            time.sleep(1.0)
+            assert gen.arrived == arrived and gen.completed == 0  # no arrival while paused
+            gen.resume()
+            gate.set()
+            time.sleep(0.5)
+            w = gen.window(2.0)
+        finally:
+            gen.stop()
+    assert w.completed >= 1 and w.p95_response_s < 0.9, w  # the 1 s pause is not in any response time
+    assert gen.arrived - arrived <= 25, gen.arrived - arrived  # about 20/s x 0.5 s, not the missed 20 on top
+
+
+def test_a_client_waits_for_a_server_paused_longer_than_its_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request held by a frozen server (a pause, or a fence that lasts as long as its coordinator is away) is
+    answered when the server is thawed. The client's socket kept its 30 s connect timeout for the answer too: a
+    pause longer than that killed every client with a request in flight, and the task had no throughput for good
+    (found by review: a 32 s Pause of a live task, 19 generator threads -> 3, throughput 0 after the resume).
+    The connect timeout is cut to 0.3 s here, the pause lasts 1 s."""
+    import workloads.transactional
+
+    monkeypatch.setattr(workloads.transactional, "CONNECT_TIMEOUT_S", 0.3)
+    with held_server() as (port, got, gate):
+        gen = LoadGenerator(port, rate=5.0, duration=30.0, clients=1, seed=2).start()
+        try:
+            assert got.wait(5)
+            gen.pause()
+            time.sleep(1.0)  # over three connect timeouts
+            gen.resume()
+            gate.set()
+            time.sleep(1.0)
+            w = gen.window(1.5)
+        finally:
+            gen.stop()
     assert w.completed >= 2, w  # the held request, and those after it: the client lived through the pause
 
 
