@@ -64,18 +64,29 @@ def kill_leftovers(spawned: dict[int, bytes], command: subprocess.Popen) -> None
         command.wait()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_demo_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig: signal.Signals,
-                                                                            tmp_path: Path) -> None:
+def start_demo(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """The smallest demo, once its cluster is up (it prints its header after every agent has registered): the
+    process and its stderr file."""
     out_path, err_path = tmp_path / "demo.out", tmp_path / "demo.err"
     with out_path.open("wb") as out, err_path.open("wb") as err:
         demo = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "demo", "--hosts", "1", "--jobs", "1",
                                  "--span", "1", "--no-cgroups", "--out", str(tmp_path / "results")],
                                 cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
-    spawned: dict[int, bytes] = {}
     try:
         wait_for("the demo's cluster never came up", lambda: re.search(r"vcemu demo: 1 hosts ", out_path.read_text()),
                  90, err_path)
+    except BaseException:
+        kill_leftovers(descendants(demo.pid), demo)
+        raise
+    return demo, err_path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_demo_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig: signal.Signals,
+                                                                            tmp_path: Path) -> None:
+    demo, err_path = start_demo(tmp_path)
+    spawned: dict[int, bytes] = {}
+    try:
         spawned = descendants(demo.pid)
         agents = [pid for pid, argv in spawned.items() if b"\0agent\0" in argv]
         assert len(agents) == 1, spawned
@@ -95,15 +106,9 @@ def test_agents_of_a_demo_killed_outright_stop_on_their_own(tmp_path: Path) -> N
     """A demo killed by SIGKILL (or by a signal in a window no handler covers) cannot stop its agents: they watch
     their parent (``--parent-pid``) and stop themselves once it is gone. Before, they ran on, retrying a dead
     coordinator for ever."""
-    out_path, err_path = tmp_path / "demo.out", tmp_path / "demo.err"
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        demo = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "demo", "--hosts", "1", "--jobs", "1",
-                                 "--span", "1", "--no-cgroups", "--out", str(tmp_path / "results")],
-                                cwd=ROOT, stdout=out, stderr=err, start_new_session=True)
+    demo, err_path = start_demo(tmp_path)
     spawned: dict[int, bytes] = {}
     try:
-        wait_for("the demo's cluster never came up", lambda: re.search(r"vcemu demo: 1 hosts ", out_path.read_text()),
-                 90, err_path)
         spawned = descendants(demo.pid)
         assert [pid for pid, argv in spawned.items() if b"\0agent\0" in argv], spawned
         demo.send_signal(signal.SIGKILL)
