@@ -232,8 +232,9 @@ class Units:
     With a ``checkpoint`` file, the simulation under way saves its state there (atomically) at the end of the
     first control cycle that ends ``every`` seconds (wall clock, default :data:`CHECKPOINT_SECONDS`) or more after
     its start or its last save, with its key, its settings and the source fingerprint ``code``; a simulation that
-    finds its own state there continues from it, and removes the file once journalled. So a kill loses at most
-    ``every`` seconds and a cycle of the simulation under way; one that is quicker than ``every`` never saves."""
+    finds its own state there continues from it, and removes the file once journalled (or, if a kill came between
+    the two, when a later run takes it from the journal). So a kill loses at most ``every`` seconds and a cycle of
+    the simulation under way; one that is quicker than ``every`` never saves."""
 
     def __init__(self, journal: Journal | None = None, kept: Mapping[str, Finished] | None = None,
                  settings: Mapping[str, Mapping[str, Any]] | None = None, checkpoint: Path | None = None,
@@ -252,10 +253,14 @@ class Units:
             cycles: bool = True) -> Finished:
         """Simulation ``key``: the kept one, or run now and journalled. ``cycles=False`` leaves the per-cycle
         records out of the journal, for a report that does not use them (the returned result has them)."""
+        owner = self._owner(key)
         if key in self._done:
+            # A kill after the journal append and before the unlink below leaves this simulation's checkpoint: the
+            # run that takes the simulation from the journal removes it, else it stays in --out for good.
+            if self._checkpoint is not None and self._checkpoint_owner() == owner:
+                self._checkpoint.unlink(missing_ok=True)
             return self._done[key]
         settings = self._settings.get(key, {})
-        owner = json.loads(_json({"unit": key, "settings": settings, "code": self._code}))  # what it is of
         state, before = self._resume(owner, cfg, jobs) or (None, 0.0)
         if state is not None:
             print(f"vcemu apc: {key}: continuing from its checkpoint, {len(state.result.cycles)} control cycles in "
@@ -278,6 +283,21 @@ class Units:
         if mine and self._checkpoint is not None:  # (another simulation's stays, for a run that needs it)
             self._checkpoint.unlink(missing_ok=True)
         return done
+
+    def _owner(self, key: str) -> dict[str, Any]:
+        """What a checkpoint of simulation ``key`` is of (its key, settings and the code), as JSON reads it back:
+        a checkpoint is continued, or removed, only by the simulation it is of."""
+        return json.loads(_json({"unit": key, "settings": self._settings.get(key, {}), "code": self._code}))
+
+    def _checkpoint_owner(self) -> dict[str, Any] | None:
+        """The owner (:meth:`_owner`) recorded in the checkpoint file; None if there is none or it is unreadable."""
+        if self._checkpoint is None:
+            return None
+        try:
+            data = json.loads(self._checkpoint.read_text())
+        except (OSError, ValueError):
+            return None
+        return {k: data.get(k) for k in ("unit", "settings", "code")} if isinstance(data, dict) else None
 
     def _resume(self, owner: Mapping[str, Any], cfg: SimConfig, jobs: list[Job]) -> tuple[SimState, float] | None:
         """The state in the checkpoint file and the wall-clock seconds the simulation had taken when it was saved,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from coordinator.apc import experiment as apc
 from coordinator.apc.sim import SimConfig, SimState, simulate
 from coordinator.apc.workloads import cluster, exp2_jobs, exp3_app, exp3_jobs
 from coordinator.policies.apc import Costs
+from coordinator.resumable import Journal
 
 
 def _configs() -> list[tuple[str, SimConfig, list]]:
@@ -191,3 +193,29 @@ def test_the_journal_keeps_a_bounded_number_of_simulations_a_run_does_not_need_t
     assert "2 more kept for later runs (not in this one), 1 used longer ago dropped" in capsys.readouterr().err
     assert journal() == ["exp2 fcfs iat=300.0", "exp2 fcfs iat=100.0", "exp2 fcfs iat=400.0"]
     assert run(200) == ["exp2 fcfs iat=200.0"]  # dropped: run again
+
+
+def test_a_run_that_takes_a_simulation_from_the_journal_removes_the_checkpoint_left_of_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill between a simulation's journal append and its checkpoint's removal leaves the checkpoint of a
+    journalled simulation. The run that takes that simulation from the journal removes it: nothing else would, and
+    a finished run's --out would hold it for good."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+    real_append = Journal.append
+
+    def append_then_die(self: Journal, rows: Iterable[Mapping[str, Any]]) -> None:
+        rows = list(rows)
+        real_append(self, rows)
+        if rows[0]["unit"] == "exp3 dynamic":
+            raise KeyboardInterrupt  # (a kill: the journal row is on disk, the unlink never runs)
+
+    monkeypatch.setattr(Journal, "append", append_then_die)
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    monkeypatch.setattr(Journal, "append", real_append)
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 10.0)  # the default: the static configurations (< 1 s) never save
+    assert json.loads((out / apc.CHECKPOINT).read_text())["unit"] == "exp3 dynamic"
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 0  # takes exp3 dynamic from the journal
+    assert json.loads((out / "config.json").read_text())["complete"] is True
+    assert not (out / apc.CHECKPOINT).exists(), sorted(p.name for p in out.iterdir())
