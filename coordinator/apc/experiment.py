@@ -244,6 +244,7 @@ class Units:
         self._settings = dict(settings or {})
         self._checkpoint, self._code = checkpoint, code
         self._every = CHECKPOINT_SECONDS if every is None else every
+        self._under_way: str | None = None  # the simulation being run, until it is journalled
 
     def has(self, key: str) -> bool:
         """Whether simulation ``key`` is finished (so its jobs need not be generated)."""
@@ -276,13 +277,23 @@ class Units:
             write_text(self._checkpoint, _json({**owner, "seconds": seconds, "state": s.to_json()}))
             last, mine = time.perf_counter(), True
 
+        self._under_way = key
         res = simulate_unit(key, cfg, jobs, total, per, state, save)
         done = self._done[key] = Finished(res, before + time.perf_counter() - t0, settings)
         if self._journal is not None:
             self._journal.append(_encode(key, done, cycles))
+        self._under_way = None
         if mine and self._checkpoint is not None:  # (another simulation's stays, for a run that needs it)
             self._checkpoint.unlink(missing_ok=True)
         return done
+
+    def under_way(self) -> tuple[str, bool] | None:
+        """The simulation under way (interrupted, if asked from an exception handler) and whether the checkpoint
+        file holds its state, so that a rerun continues it; None if no simulation is under way. For the message
+        of an interrupted run, which must not promise a checkpoint that is not there or is another simulation's."""
+        if self._under_way is None:
+            return None
+        return self._under_way, self._checkpoint_owner() == self._owner(self._under_way)
 
     def _owner(self, key: str) -> dict[str, Any]:
         """What a checkpoint of simulation ``key`` is of (its key, settings and the code), as JSON reads it back:
@@ -626,15 +637,22 @@ def apc_main(argv: list[str]) -> int:
     clear_outputs(out / "live", LIVE_OUTPUTS)
     write_json(out / "config.json", config, indent=1, sort_keys=False)
     summary: dict[str, Any] = {"code": config["code"]}
+    units: Units | None = None
     try:
         with Journal(out / JOURNAL, FIELDS, stored.rows() if stored else []) as journal:
             units = Units(journal, {k: f for k, (_, f) in (stored.kept if stored else {}).items()}, settings,
                           out / CHECKPOINT, fingerprint_of(config))
             _simulations(out, args, exps, iats, algos, units, summary)
     except KeyboardInterrupt:
-        print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL} (and the one under way "
-              f"as of its last checkpoint in {out / CHECKPOINT}): run the same command again to continue",
-              file=sys.stderr)
+        under_way = units.under_way() if units is not None else None
+        if under_way is None:
+            also = ""
+        elif under_way[1]:
+            also = f" (and the one under way, {under_way[0]}, as of its last checkpoint in {out / CHECKPOINT})"
+        else:
+            also = f" (the one under way, {under_way[0]}, saved no checkpoint: it runs again from its start)"
+        print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL}{also}: run the same "
+              "command again to continue", file=sys.stderr)
         return 130
     if args.live:
         from coordinator.apc.live import LiveAgentError, live_experiment_three

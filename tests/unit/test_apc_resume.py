@@ -219,3 +219,36 @@ def test_a_run_that_takes_a_simulation_from_the_journal_removes_the_checkpoint_l
     assert apc.apc_main([*ARGV, "--out", str(out)]) == 0  # takes exp3 dynamic from the journal
     assert json.loads((out / "config.json").read_text())["complete"] is True
     assert not (out / apc.CHECKPOINT).exists(), sorted(p.name for p in out.iterdir())
+
+
+def test_the_interrupt_message_names_the_checkpoint_only_if_it_holds_the_simulation_under_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C in a simulation that saved no checkpoint (quicker than :data:`CHECKPOINT_SECONDS` so far), with no
+    checkpoint file or with another simulation's there: the message does not promise that the rerun continues it
+    from a checkpoint, and says it runs again from its start."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+    real = apc.simulate
+
+    def stop_in_3(cfg, jobs, progress, state, checkpoint):  # type: ignore[no-untyped-def]
+        def ck(s: SimState) -> None:
+            checkpoint(s)
+            if s.t >= 3 * cfg.T:
+                raise KeyboardInterrupt
+        return real(cfg, jobs, progress, state, ck)
+
+    monkeypatch.setattr(apc, "simulate", stop_in_3)
+    capsys.readouterr()
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130  # (the default CHECKPOINT_SECONDS: no save)
+    err = capsys.readouterr().err
+    assert not (out / apc.CHECKPOINT).exists()
+    assert "its last checkpoint in" not in err, err.splitlines()[-1]
+    assert "the one under way, exp3 dynamic, saved no checkpoint" in err
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
+    assert apc.apc_main([*ARGV[:-1], "2400", "--out", str(out)]) == 130  # another simulation's checkpoint
+    assert "its last checkpoint in" in capsys.readouterr().err
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert json.loads((out / apc.CHECKPOINT).read_text())["settings"]["exp3_horizon"] == 2400.0
+    assert "its last checkpoint in" not in err, err.splitlines()[-1]
