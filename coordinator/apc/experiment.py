@@ -16,8 +16,9 @@ Written to ``--out`` (default ``results/apc``):
   simulation under way, if it has run long enough to save it (both below).
 
 ``--out`` always describes one run. At the start the command removes every file above that an earlier run left
-(whichever experiments it ran; only these names, and ``live/``'s) and writes ``config.json`` with
-``"complete": false``, set to true after ``summary.json``; every file is replaced atomically.
+(whichever experiments it ran; only these names, and ``live/``'s) except the journal and the checkpoint, which it
+removes only if it starts over (below), and writes ``config.json`` with ``"complete": false``, set to true after
+``summary.json``; every file is replaced atomically.
 
 Each finished simulation (Experiment One's run, one (inter-arrival time, algorithm) cell of Experiment Two, one
 configuration of Experiment Three) is appended to the journal ``simulations.journal.csv`` (flushed to disk) with the
@@ -30,10 +31,10 @@ One once, and a run that needs a simulation with other settings (``--exp1-jobs``
 inter-arrival time and algorithm, ``--exp3-horizon``) runs it again in its place. The simulations a run does not
 need are kept for later runs, but only the 40 used last (:data:`MAX_CARRIED`, more than a default run's 36; the
 journal lists its simulations least recently used first): without that bound the journal would keep every
-Experiment Two cell (about 190 KB at 800 jobs) of every ``--exp2-iats`` ever run in ``--out``. If ``--seed`` or
-``--cycle`` (which every simulation depends on) differ from the stored ``config.json``, or the code does (its
-source fingerprint), it says so and starts over, with an empty journal and no checkpoint. The live part is not
-resumed: a rerun runs it again in full.
+Experiment Two cell (about 190 KB at 800 jobs) of every ``--exp2-iats`` ever run in ``--out``. A run starts over
+if ``--out`` holds no journal, or if ``--seed`` or ``--cycle`` (which every simulation depends on) differ from the
+stored ``config.json`` or the code does (its source fingerprint), which it says: it removes the journal and the
+checkpoint. The live part is not resumed: a rerun runs it again in full.
 
 A kill does not lose the whole simulation it interrupts, only what that simulation did since its last checkpoint.
 The simulation under way saves its state to ``simulation.checkpoint.json`` (atomically) at the end of the first
@@ -90,7 +91,8 @@ OUTPUTS = ("config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "f
            "fig6_rp.png", "fig7_cpu.png")
 #: The journal of finished simulations (see the module docstring); a new run removes it only if it starts over.
 JOURNAL = "simulations.journal.csv"
-#: The state of the simulation under way, saved every :data:`CHECKPOINT_SECONDS` (see :class:`Units`).
+#: The state of the simulation under way, saved every :data:`CHECKPOINT_SECONDS` (see :class:`Units`); a new run
+#: removes it, with the journal, only if it starts over.
 CHECKPOINT = "simulation.checkpoint.json"
 #: How often (wall clock, at the end of a control cycle) the simulation under way saves its state: what a kill
 #: loses of it at most, besides the cycle it interrupts. Each save writes everything the simulation has recorded
@@ -344,10 +346,15 @@ class Journalled:
 def resume_units(out: Path, config: dict[str, Any], keys: list[str],
                  settings: Mapping[str, Mapping[str, Any]]) -> Journalled | None:
     """What the journal in ``out`` holds for a run with ``config`` that needs simulations ``keys`` with
-    ``settings`` (by key, :func:`unit_settings`), or None (with a line on stderr) if it was written with another
-    ``--seed``, ``--cycle`` or code (:func:`coordinator.resumable.unfinished_rows`). Rows that do not check out
-    and simulations of ``keys`` run with other settings are dropped: those simulations run again. Of the others
-    (not in ``keys``) the :data:`MAX_CARRIED` used last are carried, and the older ones dropped."""
+    ``settings`` (by key, :func:`unit_settings`), or None if the run starts over: there is no journal, or it was
+    written with another ``--seed``, ``--cycle`` or code (with a line on stderr,
+    :func:`coordinator.resumable.unfinished_rows`). The caller then removes the checkpoint with the journal: one
+    rule for every start over, so that no checkpoint outlives the journal of its run (without a journal, another
+    simulation's checkpoint would stay in ``out`` for good, never continued). Rows that do not check out and
+    simulations of ``keys`` run with other settings are dropped: those simulations run again. Of the others (not in
+    ``keys``) the :data:`MAX_CARRIED` used last are carried, and the older ones dropped."""
+    if not (out / JOURNAL).exists():
+        return None
     stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu apc")
     if stored is None:
         return None

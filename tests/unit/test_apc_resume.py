@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from coordinator.apc import experiment as apc
-from coordinator.apc.sim import SimConfig, SimState, simulate
+from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
 from coordinator.apc.workloads import cluster, exp2_jobs, exp3_app, exp3_jobs
 from coordinator.policies.apc import Costs
 from coordinator.resumable import Journal
@@ -58,6 +58,19 @@ ARGV = ["--experiments", "three", "--cycle", "300", "--exp3-horizon", "3000"]  #
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="") as f:
         return list(csv.DictReader(f))
+
+
+def _stopped_in_3(real: Callable[..., SimResult]) -> Callable[..., SimResult]:
+    """:func:`coordinator.apc.sim.simulate` (``real``) interrupted (Ctrl-C) at the end of each simulation's 3rd
+    control cycle, after its checkpoint callback (which saves, or not, as the run's CHECKPOINT_SECONDS says)."""
+    def stop_in_3(cfg: SimConfig, jobs: list, progress: Any, state: SimState | None,
+                  checkpoint: Callable[[SimState], None]) -> SimResult:
+        def ck(s: SimState) -> None:
+            checkpoint(s)
+            if s.t >= 3 * cfg.T:
+                raise KeyboardInterrupt
+        return real(cfg, jobs, progress, state, ck)
+    return stop_in_3
 
 
 def _journal_without_wall_times(out: Path) -> list[dict[str, Any]]:
@@ -130,15 +143,7 @@ def test_a_checkpoint_of_other_settings_or_code_is_not_continued(tmp_path: Path,
     monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
     monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
     real = apc.simulate
-
-    def stop_in_3(cfg, jobs, progress, state, checkpoint):  # type: ignore[no-untyped-def]
-        def ck(s: SimState) -> None:
-            checkpoint(s)
-            if s.t >= 3 * cfg.T:
-                raise KeyboardInterrupt
-        return real(cfg, jobs, progress, state, ck)
-
-    monkeypatch.setattr(apc, "simulate", stop_in_3)
+    monkeypatch.setattr(apc, "simulate", _stopped_in_3(real))
     assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
     saved = (out / apc.CHECKPOINT).read_text()
     monkeypatch.setattr(apc, "simulate", real)
@@ -228,16 +233,7 @@ def test_the_interrupt_message_names_the_checkpoint_only_if_it_holds_the_simulat
     from a checkpoint, and says it runs again from its start."""
     out = tmp_path / "out"
     monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
-    real = apc.simulate
-
-    def stop_in_3(cfg, jobs, progress, state, checkpoint):  # type: ignore[no-untyped-def]
-        def ck(s: SimState) -> None:
-            checkpoint(s)
-            if s.t >= 3 * cfg.T:
-                raise KeyboardInterrupt
-        return real(cfg, jobs, progress, state, ck)
-
-    monkeypatch.setattr(apc, "simulate", stop_in_3)
+    monkeypatch.setattr(apc, "simulate", _stopped_in_3(apc.simulate))
     capsys.readouterr()
     assert apc.apc_main([*ARGV, "--out", str(out)]) == 130  # (the default CHECKPOINT_SECONDS: no save)
     err = capsys.readouterr().err
@@ -252,3 +248,21 @@ def test_the_interrupt_message_names_the_checkpoint_only_if_it_holds_the_simulat
     err = capsys.readouterr().err
     assert json.loads((out / apc.CHECKPOINT).read_text())["settings"]["exp3_horizon"] == 2400.0
     assert "its last checkpoint in" not in err, err.splitlines()[-1]
+
+
+def test_a_run_without_a_journal_starts_over_and_removes_the_checkpoint_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that starts over removes the checkpoint with the journal, also when it starts over because there is
+    no journal (removed by hand, say): a checkpoint of another simulation would otherwise stay for good."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+    real = apc.simulate
+    monkeypatch.setattr(apc, "simulate", _stopped_in_3(real))
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    assert (out / apc.CHECKPOINT).exists()
+    (out / apc.JOURNAL).unlink()
+    monkeypatch.setattr(apc, "simulate", real)
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)  # (no new checkpoint would overwrite it)
+    assert apc.apc_main([*ARGV[:-1], "2400", "--out", str(out)]) == 0  # another horizon: not its simulation
+    assert not (out / apc.CHECKPOINT).exists()
