@@ -40,19 +40,21 @@ A kill does not lose the whole simulation it interrupts, only what that simulati
 The simulation under way saves its state to ``simulation.checkpoint.json`` (atomically) at the end of the first
 control cycle that ends 10 s of wall clock (:data:`CHECKPOINT_SECONDS`) or more after its start or its last save,
 with its key, its settings and the code's source fingerprint; a rerun that runs that simulation continues from the
-saved cycle, and removes the file once the simulation is journalled. The simulator draws no random numbers, and
-the state (:class:`coordinator.apc.sim.SimState`: the time, the jobs in the system and their progress, the
+saved cycle, and removes the file once the simulation is journalled. A save that fails (a full disk, say) is a
+warning, not an error: the simulation goes on, and tries again 10 s later. The simulator draws no random numbers,
+and the state (:class:`coordinator.apc.sim.SimState`: the time, the jobs in the system and their progress, the
 placement, the suspended jobs, the transactional app's nodes and the records so far) is everything it carries
 from one cycle to the next, so a continued simulation writes exactly the outputs and journal rows of an
 uninterrupted one (its measured ``seconds`` are those up to the checkpoint plus those after it). There is one
 checkpoint file: a simulation that runs past 10 s saves over another's. A kill therefore loses at most 10 s plus
-one control cycle of the simulation it interrupts (a simulation quicker than 10 s never saves, and is run again
-in full). Measured at the default settings on 2 shared cores: EDF and FCFS cells and the static configurations
-take under a second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s (50 s), Experiment One
-35 s, and Experiment Three's dynamic configuration 9 minutes (545 s) over 217 cycles of 2.5 s on average and
-23 s at most (its 5 longest 12 to 23 s), so a kill there now loses at most about 33 s instead of up to 9
-minutes. A save writes everything recorded so far (about 150 KB at the end of that simulation, 200 KB for an
-Experiment Two cell of 800 jobs) and took 10 to 55 ms (the JSON encoding about 4 ms of it): at most one every 10 s.
+one control cycle of the simulation it interrupts, if its saves succeed (a simulation quicker than 10 s never
+saves, and is run again in full). Measured at the default settings on 2 shared cores: EDF and FCFS cells and
+the static configurations take under a second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s
+(50 s), Experiment One 35 s, and Experiment Three's dynamic configuration 9 minutes (545 s) over 217 cycles of
+2.5 s on average and 23 s at most (its 5 longest 12 to 23 s), so a kill there now loses at most about 33 s
+instead of up to 9 minutes. A save writes everything recorded so far (about 150 KB at the end of that simulation,
+200 KB for an Experiment Two cell of 800 jobs) and took 10 to 55 ms (the JSON encoding about 4 ms of it): at most
+one every 10 s.
 """
 
 from __future__ import annotations
@@ -269,15 +271,26 @@ class Units:
             print(f"vcemu apc: {key}: continuing from its checkpoint, {len(state.result.cycles)} control cycles in "
                   f"(simulated time {state.t:g} s)", file=sys.stderr)
         mine = state is not None  # whether the checkpoint file is this simulation's, to remove once it is done
+        failed = False  # whether a save of this simulation failed (said once, not every cycle)
         t0 = last = time.perf_counter()
 
         def save(s: SimState) -> None:
-            nonlocal last, mine
+            # A checkpoint only shortens a rerun: a save that fails (disk full, permissions) must not end the
+            # simulation. The next is tried ``every`` seconds later; the file keeps what it held (atomic writes).
+            nonlocal last, mine, failed
             if self._checkpoint is None or time.perf_counter() - last < self._every:
                 return
             seconds = before + time.perf_counter() - t0
-            write_text(self._checkpoint, _json({**owner, "seconds": seconds, "state": s.to_json()}))
-            last, mine = time.perf_counter(), True
+            try:
+                write_text(self._checkpoint, _json({**owner, "seconds": seconds, "state": s.to_json()}))
+            except OSError as exc:
+                if not failed:
+                    print(f"vcemu apc: warning: {key}: cannot save its checkpoint in {self._checkpoint} ({exc}); "
+                          "going on without it (a kill would lose more of this simulation)", file=sys.stderr)
+                failed = True
+            else:
+                mine = True
+            last = time.perf_counter()
 
         self._under_way = key
         res = simulate_unit(key, cfg, jobs, total, per, state, save)

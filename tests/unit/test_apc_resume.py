@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -265,4 +266,30 @@ def test_a_run_without_a_journal_starts_over_and_removes_the_checkpoint_there(
     monkeypatch.setattr(apc, "simulate", real)
     monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)  # (no new checkpoint would overwrite it)
     assert apc.apc_main([*ARGV[:-1], "2400", "--out", str(out)]) == 0  # another horizon: not its simulation
+    assert not (out / apc.CHECKPOINT).exists()
+
+
+def test_a_checkpoint_that_cannot_be_saved_is_warned_about_once_and_the_simulations_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint only shortens a rerun: a save that fails (here every one, as on a full disk) is a warning, once
+    per simulation and not once per cycle, and the run ends as an uninterrupted one does."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)  # a save after every cycle (10 a simulation)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+    real_write = apc.write_text
+
+    def disk_full_for_checkpoints(path: Path, text: str) -> Path:
+        if Path(path).name == apc.CHECKPOINT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, text)
+
+    monkeypatch.setattr(apc, "write_text", disk_full_for_checkpoints)
+    capsys.readouterr()
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("cannot save its checkpoint") == 3, err  # one for each of Experiment Three's configurations
+    assert "No space left on device" in err
+    assert json.loads((out / "config.json").read_text())["complete"] is True
+    assert [r["unit"] for r in _rows(out / apc.JOURNAL) if r["record"] == "end"] == [
+        "exp3 dynamic", "exp3 static 9 TA + 16 batch", "exp3 static 6 TA + 19 batch"]
     assert not (out / apc.CHECKPOINT).exists()
