@@ -41,25 +41,26 @@ The simulation under way saves its state to ``simulation.checkpoint.json`` (atom
 control cycle that ends 10 s of wall clock (:data:`CHECKPOINT_SECONDS`) or more after its start or its last save,
 with its key, its settings and the code's source fingerprint; a rerun that runs that simulation continues from the
 saved cycle, and removes the file once the simulation is journalled. A save that fails (a full disk, say) is a
-warning, not an error: the simulation goes on, and tries again 10 s later. The simulator draws no random numbers,
-and the state (:class:`coordinator.apc.sim.SimState`: the time, the jobs in the system and their progress, the
-placement, the suspended jobs, the transactional app's nodes and the records so far) is everything it carries
-from one cycle to the next, so a continued simulation writes exactly the outputs and journal rows of an
-uninterrupted one (its measured ``seconds`` are those up to the checkpoint plus those after it). There is one
-checkpoint file: a simulation that runs past 10 s saves over another's. A kill therefore loses at most 10 s plus
-one control cycle of the simulation it interrupts, if its saves succeed (a simulation quicker than 10 s never
-saves, and is run again in full). Measured at the default settings on 2 shared cores: EDF and FCFS cells and
+warning, not an error: the simulation goes on, and tries again 10 s later. A checkpoint whose state does not fit the
+simulation it names (edited or damaged) is removed with a warning, and that simulation runs from its start. The
+simulator draws no random numbers, and the state (:class:`coordinator.apc.sim.SimState`: the time, the jobs in the
+system and their progress, the placement, the suspended jobs, the transactional app's nodes and the records so far)
+is everything it carries from one cycle to the next, so a continued simulation writes exactly the outputs and
+journal rows of an uninterrupted one (its measured ``seconds`` are those up to the checkpoint plus those after it).
+There is one checkpoint file: a simulation that runs past 10 s saves over another's. A kill therefore loses at most
+10 s plus one control cycle of the simulation it interrupts, if its saves succeed (a simulation quicker than 10 s
+never saves, and is run again in full). Measured at the default settings on 2 shared cores: EDF and FCFS cells and
 the static configurations take under a second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s
-(50 s), Experiment One 35 s, and Experiment Three's dynamic configuration 9 minutes (545 s) over 217 cycles of
-2.5 s on average and 23 s at most (its 5 longest 12 to 23 s), so a kill there now loses at most about 33 s
-instead of up to 9 minutes. A save writes everything recorded so far (about 150 KB at the end of that simulation,
-200 KB for an Experiment Two cell of 800 jobs) and took 10 to 55 ms (the JSON encoding about 4 ms of it): at most
-one every 10 s.
+(50 s), Experiment One 35 s, and Experiment Three's dynamic configuration 9 minutes (545 s) over 217 cycles of 2.5 s
+on average and 23 s at most (its 5 longest 12 to 23 s), so a kill there now loses at most about 33 s instead of up
+to 9 minutes. A save writes everything recorded so far (about 150 KB at the end of that simulation, 200 KB for an
+Experiment Two cell of 800 jobs) and took 10 to 55 ms (the JSON encoding about 4 ms of it): at most one every 10 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -328,16 +329,43 @@ class Units:
     def _resume(self, owner: Mapping[str, Any], cfg: SimConfig, jobs: list[Job]) -> tuple[SimState, float] | None:
         """The state in the checkpoint file and the wall-clock seconds the simulation had taken when it was saved,
         if the file is of the simulation ``owner`` (key, settings and code) run with ``cfg`` on ``jobs``; None if
-        there is none, or it is another simulation's, or unreadable: the simulation then starts from the start."""
+        there is none or it is another simulation's (left for a run that needs it): the simulation then starts
+        from the start. A file that is no checkpoint (not JSON) or whose state does not fit the simulation it
+        names (edited or damaged: atomic writes leave neither) is removed with a warning, so that it makes no
+        rerun crash or record wrong results (:meth:`SimState.from_json` checks the state)."""
         if self._checkpoint is None:
             return None
         try:
             data = json.loads(self._checkpoint.read_text())
-            if not isinstance(data, dict) or {k: data.get(k) for k in owner} != owner:
-                return None
-            return SimState.from_json(data["state"], cfg, jobs), float(data["seconds"])
-        except (OSError, KeyError, TypeError, ValueError):
+        except FileNotFoundError:
             return None
+        except OSError as exc:  # (not removed: it may be readable again, and whose it is is not known)
+            print(f"vcemu apc: warning: cannot read the checkpoint {self._checkpoint} ({exc}); {owner['unit']} "
+                  "starts from its start", file=sys.stderr)
+            return None
+        except ValueError as exc:
+            return self._discard(f"is not JSON ({exc})", owner)
+        if not isinstance(data, dict):
+            return self._discard("is not a JSON object", owner)
+        if {k: data.get(k) for k in owner} != owner:
+            return None
+        try:
+            seconds = data["seconds"]
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+                raise ValueError(f"seconds {seconds!r}")
+            return SimState.from_json(data["state"], cfg, jobs), float(seconds)
+        except (KeyError, TypeError, ValueError) as exc:
+            return self._discard(f"does not fit the simulation it names ({type(exc).__name__}: {exc})", owner)
+
+    def _discard(self, why: str, owner: Mapping[str, Any]) -> None:
+        """Remove the checkpoint file, which ``why`` says cannot be continued, with a warning: simulation
+        ``owner`` starts from its start. Returns None, what :meth:`_resume` returns then."""
+        print(f"vcemu apc: warning: the checkpoint {self._checkpoint} {why}: removed; {owner['unit']} starts from "
+              "its start", file=sys.stderr)
+        if self._checkpoint is not None:
+            with contextlib.suppress(OSError):  # (then a later save replaces it, or a start over removes it)
+                self._checkpoint.unlink(missing_ok=True)
+        return None
 
 
 @dataclass(frozen=True)

@@ -133,16 +133,49 @@ class SimState:
     @classmethod
     def from_json(cls, data: dict[str, Any], cfg: SimConfig, arrivals: Iterable[Job]) -> SimState:
         """The state :meth:`to_json` saved during a run of ``cfg`` on ``arrivals``. Raises ValueError (or
-        KeyError, TypeError) if ``data`` does not fit them."""
-        by_id = {j.id: j for j in arrivals}
+        KeyError, TypeError) if ``data`` does not fit them, or is not a state :func:`simulate` can reach: a state
+        that parses but was edited or damaged would otherwise crash the simulation, hang it (a NaN time never
+        reaches the horizon) or, worse, make it record wrong results (jobs arriving twice, say)."""
+        pending = sorted(arrivals, key=lambda j: (j.submit, j.id))
+        order = {j.id: i for i, j in enumerate(pending)}
+        by_id = {j.id: j for j in pending}
         app_of = {a.id: a for a in cfg.apps}
-        jobs = {jid: replace(by_id[jid], done=float(done)) for jid, done in data["jobs"]}
+        node_ids = {n.id for n in cfg.nodes}
+        if not isinstance(data, dict):
+            raise TypeError("the state is not a JSON object")
+        jobs = {jid: replace(by_id[jid], done=float(done)) for jid, done in data["jobs"]}  # KeyError: other arrivals
+        t, arrived, completed = data["t"], data["arrived"], data["completed"]
+        cycles, records, changes = data["cycles"], data["records"], data["changes"]
+        if not (_is_int(arrived) and 0 <= arrived <= len(pending) and _is_int(completed)):
+            raise ValueError("the state is not of this run's arrivals")
+        if not (isinstance(cycles, list) and all(isinstance(c, dict) for c in cycles) and isinstance(records, list)
+                and all(isinstance(r, dict) for r in records) and len(records) == completed):
+            raise ValueError("the state's records are not a list of one per cycle and one per completed job")
+        if not (isinstance(t, (int, float)) and math.isclose(t, len(cycles) * cfg.T, rel_tol=1e-9, abs_tol=1e-6)):
+            raise ValueError(f"the state's time {t!r} is not its {len(cycles)} cycles of {cfg.T:g} s")
+        if not (isinstance(changes, dict) and all(isinstance(k, str) and _is_int(v) and v >= 0
+                                                  for k, v in changes.items())):
+            raise ValueError("the state's change counts are not counts")
+        if (len(jobs) != len(data["jobs"]) or any(order[jid] >= arrived for jid in jobs)
+                or [order[jid] for jid in jobs] != sorted(order[jid] for jid in jobs)
+                or completed != arrived - len(jobs)
+                or not all(math.isfinite(j.done) and j.done >= 0 for j in jobs.values())):
+            raise ValueError("the state's jobs are not those of its arrivals that have not completed, in order")
+        placement = {jid: nid for jid, nid in data["placement"]}
+        suspended = set(data["suspended"])
+        if not (set(placement) <= set(jobs) and set(placement.values()) <= node_ids and suspended <= set(jobs)
+                and not suspended & set(placement)):
+            raise ValueError("the state places or suspends jobs it does not hold, or on nodes the run does not have")
         apps = {aid: _with_nodes(app_of[aid], frozenset(nodes)) for aid, nodes in data["apps"]}
-        if set(apps) != set(app_of) or not 0 <= data["arrived"] <= len(by_id):
-            raise ValueError("the state is not of this run's arrivals and apps")
-        return cls(float(data["t"]), int(data["arrived"]), int(data["completed"]), jobs,
-                   {jid: nid for jid, nid in data["placement"]}, set(data["suspended"]), apps,
-                   SimResult(list(data["cycles"]), list(data["records"]), Counter(data["changes"])))
+        if set(apps) != set(app_of) or not all(a.nodes <= node_ids for a in apps.values()):
+            raise ValueError("the state is not of this run's apps")
+        return cls(float(t), arrived, completed, jobs, placement, suspended, apps,
+                   SimResult(list(cycles), list(records), Counter(changes)))
+
+
+def _is_int(x: Any) -> bool:
+    """Whether ``x`` is a JSON integer (bool is an int to Python, not to JSON)."""
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, float], None] | None = None,

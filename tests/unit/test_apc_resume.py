@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import errno
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,72 @@ def test_a_checkpoint_that_cannot_be_saved_is_warned_about_once_and_the_simulati
     assert [r["unit"] for r in _rows(out / apc.JOURNAL) if r["record"] == "end"] == [
         "exp3 dynamic", "exp3 static 9 TA + 16 batch", "exp3 static 6 TA + 19 batch"]
     assert not (out / apc.CHECKPOINT).exists()
+
+
+#: Edits of a saved state that still parse, each one a state :func:`simulate` cannot reach: before they were
+#: refused, a simulation continued from one crashed (records that are not dicts), hung (a NaN time never reaches
+#: the horizon) or recorded wrong results (jobs arriving twice, placements of jobs it does not hold).
+CORRUPTIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "cycles not a list of dicts": lambda s: s.update(cycles="abc"),
+    "job records not a list of dicts": lambda s: s.update(records="abc"),
+    "time NaN": lambda s: s.update(t=math.nan),
+    "time not its cycles'": lambda s: s.update(t=s["t"] + 1.0),
+    "arrivals rewound": lambda s: s.update(arrived=0),
+    "placement of a job it does not hold": lambda s: s.update(placement=[["no such job", "node00"]]),
+    "placement on a node the run lacks": lambda s: s.update(placement=[[s["jobs"][0][0], "no such node"]]),
+    "suspension of a job it does not hold": lambda s: s.update(suspended=["no such job"]),
+    "change counts not counts": lambda s: s.update(changes=["start"]),
+    "progress negative": lambda s: s.update(jobs=[[jid, -1.0] for jid, _ in s["jobs"]]),
+}
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_a_state_that_parses_but_no_run_reaches_is_refused(corrupt: Callable[[dict[str, Any]], None]) -> None:
+    cfg, jobs = _configs()[0][1:]
+    saved: list[dict[str, Any]] = []
+    simulate(cfg, jobs, checkpoint=lambda s: saved.append(json.loads(json.dumps(s.to_json()))))
+    state = saved[3]
+    assert state["jobs"] and state["placement"]  # (so that each corruption below changes something)
+    SimState.from_json(json.loads(json.dumps(state)), cfg, jobs)  # (the state itself is accepted)
+    corrupt(state)
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        SimState.from_json(state, cfg, jobs)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The --out of an uninterrupted run of :data:`ARGV` (without figures)."""
+    ref = tmp_path_factory.mktemp("ref")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(apc, "save_figure", lambda *_a, **_k: None)
+        assert apc.apc_main([*ARGV, "--out", str(ref)]) == 0
+    return ref
+
+
+@pytest.mark.parametrize("what", ["job records not a list of dicts", "arrivals rewound"])
+def test_a_checkpoint_that_does_not_fit_its_simulation_is_discarded_and_the_simulation_run_from_its_start(
+        what: str, uninterrupted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint of the simulation under way whose state was edited or damaged (it parses, and names the
+    simulation) is removed with a warning and the simulation runs from its start, to the outputs of an
+    uninterrupted run; it crashed every rerun (records that are not dicts) or was continued to wrong results
+    (arrivals rewound: jobs arriving twice)."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
+    real = apc.simulate
+    monkeypatch.setattr(apc, "simulate", _stopped_in_3(real))
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    saved = json.loads((out / apc.CHECKPOINT).read_text())
+    CORRUPTIONS[what](saved["state"])
+    (out / apc.CHECKPOINT).write_text(json.dumps(saved))
+    monkeypatch.setattr(apc, "simulate", real)
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)
+    capsys.readouterr()
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the checkpoint" in err and "does not fit the simulation it names" in err, err
+    assert "exp3 dynamic starts from its start" in err and "from its checkpoint" not in err
+    assert not (out / apc.CHECKPOINT).exists()
+    assert (out / "exp3_cycles.csv").read_bytes() == (uninterrupted / "exp3_cycles.csv").read_bytes()
+    assert _journal_without_wall_times(out) == _journal_without_wall_times(uninterrupted)
