@@ -144,7 +144,12 @@ def simulate_unit(key: str, cfg: SimConfig, jobs: list[Job], total: int, per: st
                   state: SimState | None = None, checkpoint: Callable[[SimState], None] | None = None) -> SimResult:
     """Simulation ``key`` (shown on its progress bar of ``total`` completed jobs, or cycles with ``per="cycle"``),
     from ``state`` if given, calling ``checkpoint`` after each cycle (:func:`coordinator.apc.sim.simulate`)."""
-    start = 0 if state is None else state.completed if per == "job" else len(state.result.cycles)
+    if state is None:
+        start = 0
+    elif per == "job":
+        start = state.completed
+    else:  # one cycle record per control cycle simulated
+        start = len(state.result.cycles)
     with tqdm(total=total, initial=start, desc=key, unit=per, leave=False, file=sys.stderr) as bar:
         def tick(done: int, _t: float) -> None:
             bar.update(done - bar.n if per == "job" else 1)
