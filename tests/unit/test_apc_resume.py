@@ -75,6 +75,19 @@ def _stopped_in_3(real: Callable[..., SimResult]) -> Callable[..., SimResult]:
     return stop_in_3
 
 
+def _interrupted_with_a_checkpoint(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run in ``out`` interrupted in its first simulation's 3rd cycle with a checkpoint at every cycle, and the
+    next runs' settings: figures off (they take most of a run's time), and no new checkpoint that would overwrite
+    the one left."""
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)
+    real = apc.simulate
+    monkeypatch.setattr(apc, "simulate", _stopped_in_3(real))
+    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    monkeypatch.setattr(apc, "simulate", real)
+    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)
+
+
 def _journal_without_wall_times(out: Path) -> list[dict[str, Any]]:
     rows = []
     for r in _rows(out / apc.JOURNAL):
@@ -142,14 +155,8 @@ def test_a_checkpoint_of_other_settings_or_code_is_not_continued(tmp_path: Path,
     starts that simulation over and leaves the checkpoint alone), and not after the code changed (the run starts
     over, and the checkpoint goes with the journal)."""
     out = tmp_path / "out"
-    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
-    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
-    real = apc.simulate
-    monkeypatch.setattr(apc, "simulate", _stopped_in_3(real))
-    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    _interrupted_with_a_checkpoint(out, monkeypatch)
     saved = (out / apc.CHECKPOINT).read_text()
-    monkeypatch.setattr(apc, "simulate", real)
-    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)  # (no new checkpoint would overwrite it)
     capsys.readouterr()
     assert apc.apc_main([*ARGV[:-1], "2400", "--out", str(out)]) == 0  # another horizon: its own simulation
     assert "from its checkpoint" not in capsys.readouterr().err
@@ -164,20 +171,14 @@ def test_a_checkpoint_of_other_settings_or_code_is_not_continued(tmp_path: Path,
 
 
 def test_the_journal_keeps_a_bounded_number_of_simulations_a_run_does_not_need_those_used_last(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        simulations: list[str]) -> None:
     """Each ``--exp2-iats`` is its own simulation: without a bound, a journal rerun with ever other values holds
     them all. It keeps :data:`MAX_CARRIED` (here 2) besides the run's own, dropping the one used longest ago (not
     the oldest: a reused simulation is used anew)."""
     monkeypatch.setattr(apc, "MAX_CARRIED", 2)
     out = tmp_path / "out"
-    ran: list[str] = []
-    real = apc.simulate_unit
-
-    def logged(key: str, *args: object, **kwargs: object) -> object:
-        ran.append(key)
-        return real(key, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(apc, "simulate_unit", logged)
+    ran = simulations
     monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
 
     def run(iat: int) -> list[str]:
@@ -257,15 +258,9 @@ def test_a_run_without_a_journal_starts_over_and_removes_the_checkpoint_there(
     """A run that starts over removes the checkpoint with the journal, also when it starts over because there is
     no journal (removed by hand, say): a checkpoint of another simulation would otherwise stay for good."""
     out = tmp_path / "out"
-    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
-    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
-    real = apc.simulate
-    monkeypatch.setattr(apc, "simulate", _stopped_in_3(real))
-    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    _interrupted_with_a_checkpoint(out, monkeypatch)
     assert (out / apc.CHECKPOINT).exists()
     (out / apc.JOURNAL).unlink()
-    monkeypatch.setattr(apc, "simulate", real)
-    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)  # (no new checkpoint would overwrite it)
     assert apc.apc_main([*ARGV[:-1], "2400", "--out", str(out)]) == 0  # another horizon: not its simulation
     assert not (out / apc.CHECKPOINT).exists()
 
@@ -345,16 +340,10 @@ def test_a_checkpoint_that_does_not_fit_its_simulation_is_discarded_and_the_simu
     uninterrupted run; it crashed every rerun (records that are not dicts) or was continued to wrong results
     (arrivals rewound: jobs arriving twice)."""
     out = tmp_path / "out"
-    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 0.0)
-    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)  # (the figures take most of a run's time)
-    real = apc.simulate
-    monkeypatch.setattr(apc, "simulate", _stopped_in_3(real))
-    assert apc.apc_main([*ARGV, "--out", str(out)]) == 130
+    _interrupted_with_a_checkpoint(out, monkeypatch)
     saved = json.loads((out / apc.CHECKPOINT).read_text())
     CORRUPTIONS[what](saved["state"])
     (out / apc.CHECKPOINT).write_text(json.dumps(saved))
-    monkeypatch.setattr(apc, "simulate", real)
-    monkeypatch.setattr(apc, "CHECKPOINT_SECONDS", 3600.0)
     capsys.readouterr()
     assert apc.apc_main([*ARGV, "--out", str(out)]) == 0
     err = capsys.readouterr().err

@@ -274,20 +274,6 @@ APC_UNITS = ["--exp1-jobs", "6", "--exp2-jobs", "5", "--exp2-iats", "200,100", "
              "--exp3-horizon", "3000"]
 
 
-@pytest.fixture
-def simulations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The keys of the simulations ``vcemu apc`` runs in this process from now on, in order."""
-    ran: list[str] = []
-    real = apc.simulate_unit
-
-    def logged(key: str, *args: object, **kwargs: object) -> object:
-        ran.append(key)
-        return real(key, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(apc, "simulate_unit", logged)
-    return ran
-
-
 def _without_wall_times(d: Path) -> tuple[list[dict[str, str]], dict]:
     """``exp2_summary.csv`` and ``summary.json`` without Experiment Two's ``wall_s`` (measured: it varies)."""
     rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in _csv_rows(d / "exp2_summary.csv")]
