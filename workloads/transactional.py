@@ -169,11 +169,6 @@ class LoadGenerator:
             raise ValueError(f"rate must be > 0, got {rate}")
         self.rate = rate
 
-    @property
-    def paused(self) -> bool:
-        with self._clock_lock:
-            return self._paused_at is not None
-
     def clock(self) -> float:
         """Running time: ``time.monotonic()`` less the time spent paused; it stands still while paused."""
         with self._clock_lock:
