@@ -154,6 +154,12 @@ def fence(task: Task | ModeledTask, why: str) -> bool:
     return True
 
 
+def _fence_note(task: Task | ModeledTask) -> str:
+    """Why the agent froze the task itself, while it is so frozen: its view's ``fenced`` and part of its message
+    (a fenced task that has since finished, failed or been stopped is no longer fenced)."""
+    return task.fenced if task.state is State.PAUSED else ""
+
+
 def _joined(*parts: str) -> str:
     """A task's message: its parts that are not empty, joined."""
     return "; ".join(filter(None, parts))
@@ -521,7 +527,8 @@ class Task:
         if self._samples and not self.state.finished:  # (no sample before the start succeeded)
             (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
             measured = (c1 - c0) / (t1 - t0) / sp.host_cores if t1 > t0 else 0.0
-        message = _joined(self.message, self.fenced if self.state is State.PAUSED else "")
+        note = _fence_note(self)
+        message = _joined(self.message, note)
         if self.kill_failed:
             message = _joined(message, f"{self.kill_failed}: they still hold its memory (a Stop kills them again)")
         return TaskView(
@@ -529,8 +536,7 @@ class Task:
             progress=sp.start_progress + done * (1.0 - sp.start_progress), cpu_share=self.cpu_share,
             cpu_measured=measured, cpu_seconds=self._cpu_s, memory_bytes=self._rss,
             exit_code=self.exit_code, message=message, pid=self._proc.pid if self._proc else 0,
-            units_done=self._units, target_units=self.target, kill_failed=self.kill_failed,
-            fenced=bool(self.fenced) and self.state is State.PAUSED)
+            units_done=self._units, target_units=self.target, kill_failed=self.kill_failed, fenced=bool(note))
 
 
 class ModeledTask:
@@ -605,10 +611,9 @@ class ModeledTask:
         return None
 
     def view(self) -> TaskView:
-        sp = self.spec
+        sp, note = self.spec, _fence_note(self)
         return TaskView(
             task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
             progress=1.0 if self.state is State.DONE else self._progress, cpu_share=self.cpu_share,
             cpu_measured=0.0, cpu_seconds=0.0, memory_bytes=0, exit_code=0, pid=0, units_done=0, target_units=0,
-            message=_joined(self.message, self.fenced if self.state is State.PAUSED else ""),
-            fenced=bool(self.fenced) and self.state is State.PAUSED)
+            message=_joined(self.message, note), fenced=bool(note))
