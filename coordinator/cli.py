@@ -716,7 +716,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         if len(exited) == len(procs):
             print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr, flush=True)
             # No agent is left to take a Stop for the tasks it ran (they ended with it): each would only fail,
-            # be retried to its deadline and be logged as "Stop ... failed; will retry", which it never is.
+            # after its retries' backoff, and be logged at exit (LiveBackend.closing).
             server.stop_tasks_on_exit = False
             server.stop()
             return 1
