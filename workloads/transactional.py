@@ -156,6 +156,7 @@ class LoadGenerator:
         self._running = threading.Event()
         self._clock_lock = threading.Lock()
         self._paused_total = 0.0  # seconds spent paused, before the current pause if any
+        self._last_window: tuple[tuple[float, float, int, int, int], Window] | None = None  # (see window())
         self._paused_at: float | None = time.monotonic() if paused else None
         if not paused:
             self._running.set()
@@ -267,17 +268,26 @@ class LoadGenerator:
         (see the class docstring: a pause is not part of the window)."""
         now = self.clock()
         with self._lock:
+            # While paused the clock stands still and nothing completes: the window is the one last computed
+            # (publishing it five times a second then costs no scan of up to a minute of completions).
+            key = (now, seconds, self.completed, self.dropped, self.arrived)
+            if self._last_window is not None and self._last_window[0] == key:
+                return self._last_window[1]
             while self._done and self._done[0][0] < now - max(seconds, self._horizon):
                 self._done.popleft()
             recent = [r for t, r in self._done if t >= now - seconds]
             dropped, total = self.dropped, self.completed
             outstanding = self.arrived - self.completed
         if not recent:
-            return Window(math.nan, 0.0, 0, dropped, math.nan, outstanding, total)
-        recent.sort()
-        p95 = recent[max(0, math.ceil(0.95 * len(recent)) - 1)]
-        return Window(sum(recent) / len(recent), len(recent) / seconds, len(recent), dropped, p95, outstanding,
-                      total)
+            w = Window(math.nan, 0.0, 0, dropped, math.nan, outstanding, total)
+        else:
+            recent.sort()
+            p95 = recent[max(0, math.ceil(0.95 * len(recent)) - 1)]
+            w = Window(sum(recent) / len(recent), len(recent) / seconds, len(recent), dropped, p95, outstanding,
+                       total)
+        with self._lock:
+            self._last_window = (key, w)
+        return w
 
 
 def _orphaned(ppid: int) -> bool:

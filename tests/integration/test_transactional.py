@@ -33,6 +33,31 @@ def test_load_generator_measures_a_real_server():
         make_server(work=0)
 
 
+def test_a_paused_load_generator_publishes_its_window_without_scanning_its_completions_again():
+    """Paused, the clock stands still and nothing completes: the figures are the ones last computed (the
+    generator publishes them five times a second; each scan covers up to a minute of completions)."""
+    srv = make_server(work=500)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        gen = LoadGenerator(srv.server_address[1], rate=200.0, duration=30.0, seed=3).start()
+        time.sleep(1.0)
+        gen.pause()
+        time.sleep(0.3)  # requests in flight at the pause are answered (the server here is not frozen)
+        first = gen.window(2.0)
+        time.sleep(0.2)
+        again = gen.window(2.0)
+        gen.resume()
+        time.sleep(0.5)
+        after = gen.window(2.0)
+        gen.stop()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert first.completed > 50, first
+    assert again is first  # not a new scan of the same completions
+    assert after is not first and after.total_completed > first.total_completed
+
+
 @contextlib.contextmanager
 def held_server() -> Iterator[tuple[int, threading.Event, threading.Event]]:
     """A server on loopback whose first answer waits for the test, as a frozen server would: (its port, set when
