@@ -186,9 +186,21 @@ class Engine:
     # ---- inputs -----------------------------------------------------------------------------------
 
     def add_hosts(self, hosts: Iterable[Host]) -> None:
+        """Add hosts (an agent registered, or came back). If any is new and a job is unfinished, a decision is
+        queued now: a policy with no period decides only at a submission, a completion or a job's own timer,
+        and would otherwise leave new capacity idle until one of those (a pending job under FCFS waits for a
+        running one to end). A ``Tick()``, the stimulus every policy takes as "decide on the state as it is":
+        FCFS and EASY start what now fits, GREEDY-PMTN(-MIGR) resume paused jobs where there is room, GREEDY
+        reshares (its pending jobs keep their backoff), DYNMCB8 without a period ignores it. Not for a policy
+        with a period: its periodic Ticks are its schedule, and it sees the hosts at the next one."""
         with self.lock:
             known = {h.name for h in self.hosts}
-            self.hosts.extend(h for h in hosts if h.name not in known)
+            added = [h for h in hosts if h.name not in known]
+            self.hosts.extend(added)
+            if added and self._live and not self.policy.period:
+                self._push(self.backend.now(), "stim", Tick())
+        if added:
+            self.backend.wake()
 
     def schedule_arrivals(self, specs: Iterable[JobSpec]) -> None:
         """Jobs that arrive at their ``submit_time`` (a trace replay)."""
