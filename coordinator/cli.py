@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES
+from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_TASKS
 from coordinator.policy_names import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -112,6 +112,44 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
     return value
+
+
+def _tasks(text: str) -> int:
+    """``submit --tasks``: 1 to the coordinator's :data:`~coordinator.limits.MAX_TASKS` (a bigger number does not
+    even fit the request's 32-bit field: protobuf's ValueError, with a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 1 <= value <= MAX_TASKS:
+        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_TASKS}, got {value}")
+    return value
+
+
+def _coordinator_address(text: str) -> str:
+    """``--coordinator`` (or $VCEMU_COORDINATOR): HOST:PORT, [IPV6]:PORT, or a gRPC target the client supports
+    as such: ``dns:[//AUTHORITY/]HOST:PORT``, ``ipv4:``/``ipv6:`` addresses, ``unix:PATH``. Checked here, in one
+    line: gRPC takes a port above 65535 modulo 65536 (its error then names another address), and a URL
+    (``http://...``) fails with a hint about TLS that has nothing to do with it."""
+    where = "(or $VCEMU_COORDINATOR)"
+    if text.startswith(("unix:", "unix-abstract:")):
+        if not text.partition(":")[2].removeprefix("//"):
+            raise argparse.ArgumentTypeError(f"{where}: no socket path in {text!r}")
+        return text
+    rest = re.sub(r"^dns:(//[^/]*/)?", "", text)
+    rest = re.sub(r"^ipv[46]:", "", rest)
+    if "://" in rest or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:(?!\d*$)", rest) and not rest.startswith("["):
+        raise argparse.ArgumentTypeError(f"{where}: give HOST:PORT, without a scheme, got {text!r}")
+    if rest.startswith("["):  # [IPv6]:port
+        host, _, port = rest[1:].partition("]")
+        port = port.removeprefix(":") if port.startswith(":") else None  # type: ignore[assignment]
+    else:
+        host, sep, port = rest.rpartition(":")
+        if not sep or ":" in host:  # no port, or an IPv6 address without brackets
+            port = None  # type: ignore[assignment]
+    if not host or port is None or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{where}: give HOST:PORT with a port in 1..65535, got {text!r}")
+    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -260,9 +298,15 @@ class _Client:
             elif exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
                 # TLS explains a failure only on a connection that was made: not a name that does not resolve
                 why = self._no_tcp_connection()
-                message += "; " + (self._unreachable_hint() if why is None else
-                                   f"cannot connect to {self.address} ({why}): --coordinator or $VCEMU_COORDINATOR "
-                                   "names the coordinator's address")
+                http = self._http1_answer() if why is None else None
+                if http is not None:  # a web server (the metrics port?): neither gRPC nor TLS
+                    message += (f"; {self.address} answers plain HTTP ({http!r}), not gRPC: is it a metrics port "
+                                "(--metrics-port)? --coordinator or $VCEMU_COORDINATOR names the coordinator's gRPC "
+                                "address")
+                else:
+                    message += "; " + (self._unreachable_hint() if why is None else
+                                       f"cannot connect to {self.address} ({why}): --coordinator or "
+                                       "$VCEMU_COORDINATOR names the coordinator's address")
             print(message, file=sys.stderr)
             raise SystemExit(2) from None
 
@@ -277,6 +321,43 @@ class _Client:
         except grpc.FutureTimeoutError:
             return False
         return True
+
+    def _http1_answer(self) -> str | None:
+        """The status line with which the coordinator's address answers a plain HTTP/1.0 request, if it does (a
+        Prometheus metrics port, a web server); None if it does not (a gRPC server answers with HTTP/2 frames, a
+        TLS one with an alert), or if the address is not a TCP one this can try."""
+        import socket
+
+        target = self._tcp_target()
+        if target is None:
+            return None
+        try:
+            with socket.create_connection(target, timeout=1.0) as sock:
+                sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                first = sock.recv(64)
+        except (OSError, ValueError, OverflowError):
+            return None
+        if not first.startswith(b"HTTP/1."):
+            return None
+        return first.split(b"\r\n", 1)[0].decode("latin-1")
+
+    def _tcp_target(self) -> tuple[str, int] | None:
+        """(host, port) of the coordinator's address when it is a TCP one (HOST:PORT, [IPV6]:PORT, ``dns:``);
+        None for a ``unix:`` target or another scheme."""
+        target = re.sub(r"^dns:(//[^/]*/)?", "", self.address)
+        if target.startswith("unix:") or re.match(r"^[a-z][a-z0-9+.-]*:(?!\d+$)", target):
+            return None
+        if target.startswith("["):
+            host, _, port = target[1:].partition("]")
+            port = port.removeprefix(":")
+        elif target.count(":") == 1:
+            host, port = target.split(":")
+        else:
+            host, port = target, ""
+        try:
+            return host, int(port or 443)
+        except ValueError:
+            return None
 
     def _no_tcp_connection(self) -> str | None:
         """Why no TCP connection can be made to the coordinator's address (its name does not resolve, no route to
@@ -423,12 +504,15 @@ def _submit_file(args: argparse.Namespace) -> int:
 
 
 def _job_table(jobs) -> str:
-    rows = [("JOB", "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS", "B.STRETCH")]  # bounded, 30 s
+    # STRETCH: flow time over work; B.STRETCH: the same bounded at 30 s (the reply's ``stretch``), done jobs only
+    rows = [("JOB", "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS", "STRETCH", "B.STRETCH")]
     for j in jobs:
+        done = j.state == "done" and j.end_time >= 0 and j.spec.work_seconds > 0
+        stretch = (j.end_time - j.submit_time) / j.spec.work_seconds if done else 0.0
         rows.append((
             j.job_id, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",
             f"{j.spec.work_seconds:.0f}", f"{getattr(j, 'yield'):.2f}", f"{j.virtual_time:.1f}",
-            ",".join(j.hosts) or "-", f"{j.stretch:.2f}" if j.stretch else "-",
+            ",".join(j.hosts) or "-", f"{stretch:.2f}" if done else "-", f"{j.stretch:.2f}" if j.stretch else "-",
         ))
     return format_table(rows)
 
@@ -468,7 +552,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
     with _Client(args, "cancel") as client:
         job = client.rpc("Cancel", pb.JobRef(job_id=args.job_id))
-    print(f"{job.job_id} {job.state}")
+    if job.state in ("done", "failed"):  # finished before the call: Cancel leaves such a job as it is
+        print(f"{job.job_id} {job.state}: it had finished already, nothing was cancelled")
+    else:
+        print(f"{job.job_id} {job.state}")
     return 0
 
 
@@ -478,7 +565,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _Client(args, "status") as client:
         s = client.rpc("ClusterStatus", pb.ClusterStatusRequest())
     print(f"policy {s.policy}  t={s.now:.1f}s  min yield {s.min_yield:.2f}  avg yield {s.avg_yield:.2f}")
-    print("jobs: " + ", ".join(f"{k} {v}" for k, v in sorted(s.jobs_by_state.items()) if v))
+    print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(s.jobs_by_state.items()) if v) or "none"))
     rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
     for h in s.hosts:
         rows.append((h.name, h.agent, f"{h.cpu_cores:.2f}", f"{h.cpu_allocated:.2f}", f"{h.cpu_measured:.2f}",
@@ -639,15 +726,27 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
     first = [sum(split[:i]) for i in range(agents)]
     procs: list[subprocess.Popen] = []
+    ids: list[str] = []
     stopped = False
+
+    def up() -> bool:
+        """Every agent started here has registered with this coordinator, and ``hosts`` of their hosts are in
+        the cluster. Not merely ``hosts`` hosts: with ``--state``, agents restored from the store (an earlier
+        run's, at addresses where nothing may listen any more) are there before any of ours registers."""
+        if not server.registered.issuperset(ids):
+            return False
+        ours = {h for h, a in server.backend.host_agent.items() if a in ids}
+        return len({h.name for h in server.engine.hosts} & ours) >= hosts
+
     try:  # the agents are in sessions of their own: a Ctrl-C here must take them down, or they outlive us
         for i, n in enumerate(split):
             if n:
+                ids.append(free_agent_id(f"{agent_prefix}{i}"))
                 procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
-                                         ",".join(mems[first[i]:first[i] + n]), free_agent_id(f"{agent_prefix}{i}"),
+                                         ",".join(mems[first[i]:first[i] + n]), ids[-1],
                                          (["--no-cgroups"] if no_cgroups else []) + tls_flags, agent_log))
         deadline = time.monotonic() + wait_s
-        while len({h.name for h in server.engine.hosts} & set(server.backend.host_agent)) < hosts:
+        while not up():
             dead = [p for p in procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
                 stop_processes(procs)
@@ -768,7 +867,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu coordinator: error: {e}", file=sys.stderr)
         return 2
-    print(f"vcemu coordinator listening on {server.address}", flush=True)
+    metrics = f", metrics on http://{args.bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
+    print(f"vcemu coordinator listening on {server.address}{metrics}", flush=True)
     stop = threading.Event()
     signals_set(stop)
     stop.wait()
@@ -806,7 +906,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def client(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--coordinator", default=os.environ.get("VCEMU_COORDINATOR", DEFAULT_COORDINATOR),
+        sp.add_argument("--coordinator", type=_coordinator_address,
+                        default=os.environ.get("VCEMU_COORDINATOR", DEFAULT_COORDINATOR),
                         help="coordinator address (default $VCEMU_COORDINATOR or %(default)s)")
         for _, flag, env in CLIENT_TLS:  # read when the command runs, so an error can say which one was used
             sp.add_argument(flag, default=None, metavar="PEM", help=f"{_TLS_HELP[flag]} (default ${env})")
@@ -846,7 +947,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("submit", help="submit a job to a running coordinator")
     client(sp)
-    sp.add_argument("--tasks", type=int, default=1, help="parallel tasks, each on its own host (default 1)")
+    sp.add_argument("--tasks", type=_tasks, default=1,
+                    help=f"parallel tasks, 1..{MAX_TASKS}, each needing --cpu-need and --memory of the host the "
+                    "policy puts it on; tasks of one job may share a host (default 1)")
     sp.add_argument("--cpu-need", type=float, default=1.0, help="per task, fraction of a host, (0, 1]")
     sp.add_argument("--memory", type=float, default=0.1, help="per task, fraction of a host's memory, (0, 1]")
     sp.add_argument("--work", type=float, default=30.0, help="seconds at full speed")

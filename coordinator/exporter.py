@@ -39,6 +39,8 @@ class AgentHealth:
     heartbeat_age_s: float  # wall seconds since its last RegisterAgent or Heartbeat
     hosts: int
     stale_after_s: float = AGENT_STALE_S  # up while heartbeat_age_s is at most this
+    #: declared lost, and not registered again: down whatever its age, and not counted as registered
+    lost: bool = False
 
 
 class _AgentCollector(Collector):
@@ -50,11 +52,12 @@ class _AgentCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         agents = self.agent_health()
-        yield GaugeMetricFamily("vcemu_agents_registered", "Agents registered with the coordinator", len(agents))
+        yield GaugeMetricFamily("vcemu_agents_registered", "Agents registered with the coordinator",
+                                sum(1 for a in agents if not a.lost))
         up = GaugeMetricFamily(
             "vcemu_agent_up",
             "1 while the agent's last heartbeat is recent enough for the coordinator to keep it (by default at "
-            f"most {AGENT_STALE_S:g} s old), else 0",
+            f"most {AGENT_STALE_S:g} s old), else 0; an agent declared lost stays at 0 until it registers again",
             labels=["agent", "mode"],
         )
         age = GaugeMetricFamily(
@@ -62,7 +65,7 @@ class _AgentCollector(Collector):
         )
         hosts = GaugeMetricFamily("vcemu_agent_hosts", "Hosts an agent emulates", labels=["agent"])
         for a in agents:
-            up.add_metric([a.agent, a.mode], 1.0 if a.heartbeat_age_s <= a.stale_after_s else 0.0)
+            up.add_metric([a.agent, a.mode], 1.0 if not a.lost and a.heartbeat_age_s <= a.stale_after_s else 0.0)
             age.add_metric([a.agent], a.heartbeat_age_s)
             hosts.add_metric([a.agent], float(a.hosts))
         yield up

@@ -4,7 +4,7 @@ command 0.3 s)."""
 
 from __future__ import annotations
 
-__all__ = ["KNOWN_METADATA", "MAX_MESSAGE_BYTES", "MAX_REPLY_BYTES"]
+__all__ = ["KNOWN_METADATA", "MAX_MESSAGE_BYTES", "MAX_REPLY_BYTES", "MAX_TASKS"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -15,3 +15,6 @@ MAX_REPLY_BYTES = 64 * MAX_MESSAGE_BYTES
 #: The trailing metadata key by which Submit says whether its request id was seen before ("true": the reply is
 #: the job that request made then; "false": a new job). Job has no field for it; SubmitResult.known does.
 KNOWN_METADATA = "vcemu-known"
+
+#: Most tasks one job may have (the coordinator refuses more; ``vcemu submit --tasks`` checks it before sending).
+MAX_TASKS = 10_000

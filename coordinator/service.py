@@ -20,6 +20,7 @@ needs ``authorization: Bearer <token>``; agents are authenticated by mutual TLS 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import itertools
 import logging
@@ -37,7 +38,7 @@ from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
-from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
+from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, MAX_TASKS
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -53,8 +54,7 @@ log = logging.getLogger("vcemu.coordinator")
 
 SERVICE_NAME = "vcemu.v1.Coordinator"
 #: Bounds on a job spec beyond the model's own checks (a request must not make the coordinator allocate
-#: or loop without limit).
-MAX_TASKS = 10_000
+#: or loop without limit); MAX_TASKS is in :mod:`coordinator.limits`, for the CLI.
 MAX_WORK_S = 1e9
 MAX_NAME = 256
 MAX_REQUEST_ID = 256
@@ -321,6 +321,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                             d.agent_id, ", ".join(changed), len(jobs))
             self.s.engine.add_hosts(hosts)
             self.s.heartbeats[d.agent_id] = time.monotonic()
+            self.s.registered.add(d.agent_id)
+            self.s.lost.pop(d.agent_id, None)
             if self.s.store is not None:
                 self.s.store.put_agent(d.agent_id, request.address, d.SerializeToString())
                 if self.s.backend.reference is not None:
@@ -336,6 +338,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             return pb.HeartbeatReply(known=False)
         self.s.heartbeats[request.agent_id] = time.monotonic()
         self.s.beating.add(request.agent_id)
+        handle = self.s.backend.agents.get(request.agent_id)
+        if handle is not None:
+            handle.heard = True  # a restored agent that heartbeats is the one at its stored address
         return pb.HeartbeatReply(known=True, lease_s=self.s.grant(request.agent_id))
 
 
@@ -380,65 +385,77 @@ class CoordinatorServer:
                         "coordinator will not freeze its tasks before its jobs are restarted elsewhere",
                         heartbeat_s, heartbeat_misses)
         self.stop_tasks_on_exit = stop_tasks_on_exit
-        self.store = Store(state) if state else None
-        loaded = self.store.load() if self.store is not None else None
-        self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
-                                   epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
-                                   channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
-        self.engine = Engine(policy, self.backend)
-        self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status, self.agent_health)
-        self.backend.unfence_listeners.append(lambda _task: self.metrics.tasks_unfenced.inc())
-        self.ids = itertools.count(1)
-        self.requests: dict[str, str] = {}
-        self.heartbeats: dict[str, float] = {}
-        #: The lease the store says each agent was last granted (:meth:`grant`).
-        self.granted: dict[str, float] = {}
-        #: agents that send heartbeats (a registrar): their silence is heard by the gRPC threads, whatever
-        #: the engine loop is doing. Agents registered by hand are judged by the loop's Status polls only.
-        self.beating: set[str] = set()
-        self.watchers: list[queue.Queue[Transition | None]] = []
-        self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
-        # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
-        # for the engine loop, which may be busy deciding; the loop drains this before every step.
-        self.intake_lock = threading.Lock()
-        self.intake: dict[str, JobRecord] = {}
-        if loaded is not None:
-            self._restore(loaded)
-        if self.store is not None:
-            self.engine.listeners.append(self._persist)
-            self.backend.journal = self.store.put_tasks
-            self.backend.journal_batch = self.store.transaction
-        self.engine.listeners.append(self._broadcast)
-        self._stop = threading.Event()
-        interceptors = [TokenInterceptor(token)] if token else []
-        self.grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=API_THREADS),
-            interceptors=interceptors,
-            # gRPC sets SO_REUSEPORT by default: a second coordinator on a port in use would then listen too,
-            # and the kernel would split clients between the two
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_REPLY_BYTES), ("grpc.so_reuseport", 0)],
-        )
-        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self), self.grpc)
-        self.health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
-        try:
-            if tls is not None:
-                self.port = self.grpc.add_secure_port(f"{bind}:{port}", tls.server_credentials())
-            else:
-                self.port = self.grpc.add_insecure_port(f"{bind}:{port}")
-        except RuntimeError:  # grpc's "Failed to bind to address ..."
-            self.port = 0
-        if self.port == 0:
-            raise OSError(cannot_bind(bind, port))
-        self.address = f"{bind}:{self.port}"
-        try:
-            self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
-        except OSError as exc:
-            self.grpc.stop(0)
-            raise OSError(f"--metrics-port: cannot listen on {bind}:{metrics_port}: {exc.strerror or exc}") from None
-        self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)
-        self._watch = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
+        self.store = Store(state, exclusive=True) if state else None  # one coordinator per state file
+        try:  # a failure from here on (a port taken, a bad store) lets go of the state file at once
+            loaded = self.store.load() if self.store is not None else None
+            self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
+                                       epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
+                                       channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
+            self.engine = Engine(policy, self.backend)
+            self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status, self.agent_health)
+            self.backend.unfence_listeners.append(lambda _task: self.metrics.tasks_unfenced.inc())
+            self.ids = itertools.count(1)
+            self.requests: dict[str, str] = {}
+            self.heartbeats: dict[str, float] = {}
+            #: The lease the store says each agent was last granted (:meth:`grant`).
+            self.granted: dict[str, float] = {}
+            #: agents that send heartbeats (a registrar): their silence is heard by the gRPC threads, whatever
+            #: the engine loop is doing. Agents registered by hand are judged by the loop's Status polls only.
+            self.beating: set[str] = set()
+            #: agents that registered with this coordinator process (not merely restored from the store): what
+            #: ``vcemu up`` waits for before it says its cluster is up.
+            self.registered: set[str] = set()
+            #: agents declared lost and not registered since: their mode and the monotonic time of their last sign
+            #: of life, so that ``vcemu_agent_up`` stays 0 for them (an alert on it can fire) until they return.
+            self.lost: dict[str, tuple[str, float]] = {}
+            self.watchers: list[queue.Queue[Transition | None]] = []
+            self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
+            # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
+            # for the engine loop, which may be busy deciding; the loop drains this before every step.
+            self.intake_lock = threading.Lock()
+            self.intake: dict[str, JobRecord] = {}
+            if loaded is not None:
+                self._restore(loaded)
+            if self.store is not None:
+                self.engine.listeners.append(self._persist)
+                self.backend.journal = self.store.put_tasks
+                self.backend.journal_batch = self.store.transaction
+            self.engine.listeners.append(self._broadcast)
+            self._stop = threading.Event()
+            interceptors = [TokenInterceptor(token)] if token else []
+            self.grpc = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=API_THREADS),
+                interceptors=interceptors,
+                # gRPC sets SO_REUSEPORT by default: a second coordinator on a port in use would then listen too,
+                # and the kernel would split clients between the two
+                options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                         ("grpc.max_send_message_length", MAX_REPLY_BYTES), ("grpc.so_reuseport", 0)],
+            )
+            pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self), self.grpc)
+            self.health = health.HealthServicer()
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+            try:
+                if tls is not None:
+                    self.port = self.grpc.add_secure_port(f"{bind}:{port}", tls.server_credentials())
+                else:
+                    self.port = self.grpc.add_insecure_port(f"{bind}:{port}")
+            except RuntimeError:  # grpc's "Failed to bind to address ..."
+                self.port = 0
+            if self.port == 0:
+                raise OSError(cannot_bind(bind, port))
+            self.address = f"{bind}:{self.port}"
+            try:
+                self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
+            except OSError as exc:
+                self.grpc.stop(0)
+                why = exc.strerror or exc
+                raise OSError(f"--metrics-port: cannot listen on {bind}:{metrics_port}: {why}") from None
+            self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+            self._watch = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
+        except BaseException:
+            if self.store is not None:
+                self.store.close()
+            raise
 
     # ---- durability ---------------------------------------------------------------------------------
 
@@ -487,7 +504,7 @@ class CoordinatorServer:
                                             "no hosts registered yet: start agents first"))
                     continue
                 spec = JobSpec(
-                    id=f"job-{next(self.ids):05d}",
+                    id="",  # given once the job is accepted: a refused one takes no id (no gaps in the ids)
                     submit_time=engine.backend.now(),
                     tasks=spec_in.tasks,
                     cpu_need=spec_in.cpu_need,
@@ -503,6 +520,7 @@ class CoordinatorServer:
                 except InvalidJob as exc:
                     results.append(_refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {exc}"))
                     continue
+                spec = dataclasses.replace(spec, id=f"job-{next(self.ids):05d}")
                 rec = JobRecord(spec)
                 if self.store is not None:  # the job's row and its first transition
                     self.store.put_job(spec, JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
@@ -567,7 +585,9 @@ class CoordinatorServer:
             self.backend.restore_reference(agent_pb2.HostInfo.FromString(loaded.reference))
         for agent_id, address, desc in loaded.agents:
             try:
-                hosts = self.backend.add_agent(address, agent_pb2.DescribeReply.FromString(desc))
+                # Not heard from yet: it may be gone for good (a restarted ``vcemu up``'s agents were its own),
+                # and no task is started on it until it answers (a poll) or registers anew.
+                hosts = self.backend.add_agent(address, agent_pb2.DescribeReply.FromString(desc), restored=True)
             except BackendError as exc:
                 log.warning("agent %s from the store: %s", agent_id, exc)
                 continue
@@ -649,6 +669,10 @@ class CoordinatorServer:
         # its calls fail at once, so the loop lets go and the agent's jobs are requeued now, not in seconds.
         self.backend.cut_off(agent_id)
         with self.engine.lock:
+            handle = self.backend.agents.get(agent_id)
+            if handle is not None:
+                self.lost[agent_id] = (handle.mode, max(self.heartbeats.get(agent_id, -math.inf), handle.last_seen))
+            self.registered.discard(agent_id)
             hosts = self.backend.remove_agent(agent_id)
             self.heartbeats.pop(agent_id, None)
             self.beating.discard(agent_id)
@@ -668,9 +692,13 @@ class CoordinatorServer:
         are stamped with ``time.monotonic()``; an agent restored from the store has a grace stamp in the
         future, shown as age 0."""
         now, stale = time.monotonic(), self.heartbeat_misses * self.heartbeat_s  # up until declared lost
+        agents = list(self.backend.agents.items())
         return [
             AgentHealth(a, h.mode, max(0.0, now - self.heartbeats.get(a, -math.inf)), len(h.hosts), stale)
-            for a, h in list(self.backend.agents.items())
+            for a, h in agents
+        ] + [  # lost ones, until they register again: down, with no hosts
+            AgentHealth(a, mode, max(0.0, now - last) if math.isfinite(last) else math.inf, 0, stale, lost=True)
+            for a, (mode, last) in list(self.lost.items()) if a not in self.backend.agents
         ]
 
     def _broadcast(self, t: Transition) -> None:

@@ -31,7 +31,10 @@ its request id) into one commit; a write outside any transaction commits at once
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -103,6 +106,42 @@ class StoreError(RuntimeError):
     """The state file cannot be opened or is not a vcemu state file; the message names the path."""
 
 
+def lock_path(path: str) -> str:
+    """The lock file beside a state file (:func:`lock_state`)."""
+    return f"{path}.lock"
+
+
+def lock_state(path: str) -> int:
+    """Claim the state file ``path`` for this process: an exclusive ``flock`` on :func:`lock_path`, held until
+    the returned descriptor is closed, or the process ends (the kernel drops the lock of a killed process, so a
+    coordinator restarted after ``kill -9`` gets it at once). Two coordinators on one state would hand out the
+    same job ids and fight over the agents; the second is refused (StoreError naming ``--state`` and the
+    holder's pid, which the holder writes into the lock file). Another program that opens the SQLite file
+    directly (a reader) is not concerned."""
+    where = lock_path(path)
+    try:
+        fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise StoreError(f"--state {path}: not a usable vcemu state file: cannot open its lock file {where}: "
+                         f"{exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        try:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise StoreError(f"--state {path}: cannot lock {where}: {exc.strerror or exc}") from None
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise StoreError(f"--state {path}: in use by another coordinator{who}; stop it first, or give another "
+                         "--state") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 @dataclass
 class StoredJob:
     spec: JobSpec
@@ -154,12 +193,27 @@ def _spec_json(spec: JobSpec) -> str:
 class Store:
     """One SQLite file; thread-safe (one connection behind a lock)."""
 
-    def __init__(self, path: str, synchronous: str = DEFAULT_SYNCHRONOUS) -> None:
+    def __init__(self, path: str, synchronous: str = DEFAULT_SYNCHRONOUS, exclusive: bool = False) -> None:
+        """``exclusive``: the owner's store (a coordinator's): claim the file for this process first
+        (:func:`lock_state`), until :meth:`close`. Readers (tests, ``bench load``'s count) leave it out."""
         if synchronous.upper() not in SYNCHRONOUS:
             raise StoreError(f"synchronous: must be one of {', '.join(SYNCHRONOUS)}, got {synchronous!r}")
         self.path = path
         self._lock = threading.RLock()
         self._depth = 0
+        self._claim = lock_state(path) if exclusive else None
+        try:
+            self._open(path, synchronous)
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._claim is not None:
+            os.close(self._claim)  # drops the flock
+            self._claim = None
+
+    def _open(self, path: str, synchronous: str) -> None:
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             # Before anything is written to it: another program's SQLite file is refused as it is, not switched
@@ -210,6 +264,7 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self._release()
 
     # ---- writes ------------------------------------------------------------------------------------
 

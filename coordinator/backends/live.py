@@ -31,7 +31,11 @@ may still run, is left: its Stop is tried once more, and if that does not get th
 refused, as unreachable while the orphan's agent does not answer (the engine keeps the job pending, or
 requeues it, and offers it again one poll interval later), and as a failure of the job if that agent answers
 but will not stop it (a Stop refused, or one that keeps timing out while the agent answers polls for
-``UNSTOPPABLE_AFTER_S``). A StartTask that got no answer may have started its task: it is an orphan too.
+``UNSTOPPABLE_AFTER_S``). A StartTask that got no answer may have started its task: it is an orphan too; not one
+that never left (gRPC found nothing listening at the address: no task was made). An agent that registers again
+has its orphans' Stops tried at once on its new handle: a NOT_FOUND releases them (a new incarnation removed its
+predecessor's tasks at start-up). No task is started on an agent restored from the store until it has answered
+(``AgentHandle.heard``): its stored address may be a dead run's.
 The job is placeable again once a Stop of the orphan gets through (a poll's, or a placement's) or its agent
 is removed (declared lost). A placement that orphans block retries each one's Stop
 at most once per poll interval, however often the engine offers it. So no copy of a job is started beside
@@ -105,6 +109,11 @@ class AgentHandle:
     clock: float = 0.0
     silent: bool = False  # its last Status poll (or a call) went unanswered: calls get one short attempt
     lost: bool = False  # being declared lost (:meth:`LiveBackend.cut_off`): calls to it fail at once
+    #: It has answered since this coordinator started: registered with it, or answered a Status poll. An agent
+    #: restored from the store is not, until then: it may be long gone (a restarted ``vcemu up`` takes its
+    #: agents' old addresses from the store), and no task is started on it meanwhile (:meth:`LiveBackend.
+    #: _check_heard`), so a burst of jobs cannot each cost a call to a dead address under the engine lock.
+    heard: bool = True
     calls: set[grpc.Future] = field(default_factory=set)  # its calls in flight, cancelled by cut_off
 
 
@@ -167,11 +176,20 @@ class LiveBackend:
 
     # ---- cluster membership -----------------------------------------------------------------------
 
-    def add_agent(self, address: str, description: agent_pb2.DescribeReply | None = None) -> list[Host]:
+    def add_agent(self, address: str, description: agent_pb2.DescribeReply | None = None,
+                  restored: bool = False) -> list[Host]:
         """Connect to an agent (asking it to Describe itself if needed); return its hosts for the model.
+        ``restored``: taken from the store, not heard from yet (:attr:`AgentHandle.heard`).
 
         Host capacities in the model are relative to the first host ever registered (the reference
         host): a host with twice its cores has cpu 2.0, one with half its memory has mem 0.5.
+
+        An agent that registers again (under its id) gets a new handle: the orphans held on its hosts are
+        retried at the next poll or placement, not after the rate limit their last Stop (to the old handle)
+        set, and their record of refusals starts over. A Stop it answers with NOT_FOUND releases them: a
+        new incarnation of the agent has removed what its predecessor left (its cgroups, its work
+        directories' processes, at start-up: :func:`node_agent.agent.open_core`; and a workload process exits
+        when its agent dies), and the same incarnation does not run a task it does not know.
         """
         channel = self.channel_factory(address)
         stub = agent_pb2_grpc.AgentStub(channel)
@@ -191,7 +209,7 @@ class LiveBackend:
                     if name not in now_has and self.host_agent.get(name) == description.agent_id:
                         del self.host_agent[name]
                         self.host_info.pop(name, None)
-            handle = AgentHandle(description.agent_id, address, channel, stub, description.mode)
+            handle = AgentHandle(description.agent_id, address, channel, stub, description.mode, heard=not restored)
             hosts = []
             for info in description.hosts:
                 if self._reference is None:
@@ -207,6 +225,10 @@ class LiveBackend:
                     )
                 )
             self.agents[description.agent_id] = handle
+            if old is not None:
+                for t in self._orphans:
+                    if self.host_agent.get(t.host) == description.agent_id:
+                        t.retried, t.refused_since = -math.inf, math.inf
             return hosts
 
     @property
@@ -314,11 +336,12 @@ class LiveBackend:
         return handle.stub
 
     def _retry(self, fn: Callable, request: object, attempts: int = RPC_ATTEMPTS,  # type: ignore[type-arg]
-               host: str | None = None):
+               host: str | None = None, errors: list[grpc.RpcError] | None = None):
         """Call an idempotent RPC with a deadline; retry UNAVAILABLE/DEADLINE_EXCEEDED with exponential
         backoff and full jitter (so agents coming back are not hit by every client at once). To the agent
         of ``host`` when it has been silent for :data:`SILENT_AFTER_S`: one attempt, short deadline. A
-        call to an agent that is cut off meanwhile ends at once with an unreachable BackendError."""
+        call to an agent that is cut off meanwhile ends at once with an unreachable BackendError.
+        ``errors``: each failed attempt's error is appended (did any of them reach the agent?)."""
         timeout = self.rpc_timeout / attempts  # the attempts share one deadline
         handle = self.agents.get(self.host_agent.get(host, "")) if host is not None else None
         if handle is not None and (handle.silent or (
@@ -328,6 +351,8 @@ class LiveBackend:
             try:
                 return fn(request, timeout=timeout) if handle is None else _cancellable(fn, request, timeout, handle)
             except grpc.RpcError as exc:
+                if errors is not None:
+                    errors.append(exc)
                 if exc.code() not in _RETRYABLE:
                     raise
                 if handle is not None:
@@ -338,8 +363,9 @@ class LiveBackend:
         raise AssertionError("unreachable")
 
     def _call(self, host: str, method: str, request: object) -> agent_pb2.TaskReply:
+        attempts: list[grpc.RpcError] = []
         try:
-            return self._retry(getattr(self._stub(host), method), request, host=host)
+            return self._retry(getattr(self._stub(host), method), request, host=host, errors=attempts)
         except grpc.RpcError as exc:
             if method == "StartTask" and exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 return agent_pb2.TaskReply()  # an earlier attempt of this call started it (ids are unique)
@@ -352,9 +378,11 @@ class LiveBackend:
                 # re-registers with its hosts changed and the requeued jobs are placed beside it).
                 raise BackendError(f"{method} on {host}: {_rpc_text(exc)}: the task is gone",
                                    unreachable=True) from None
-            if method == "StartTask" and exc.code() in _RETRYABLE:
+            if method == "StartTask" and exc.code() in _RETRYABLE and not all(map(_never_sent, attempts)):
                 # Unanswered: the agent may have started it. Stopped like an orphan, which holds its job
-                # (:meth:`_hold`) until that Stop gets through or the agent is declared lost.
+                # (:meth:`_hold`) until that Stop gets through or the agent is declared lost. Not when no
+                # attempt left this side (nothing listened at the address, the name did not resolve): then
+                # no task was made, and nothing holds the job.
                 self._orphans.append(_Task(request.task_id, host))  # type: ignore[attr-defined]
             raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
 
@@ -366,11 +394,14 @@ class LiveBackend:
         poll interval, :meth:`_stop_orphans`) and call once more. If one still cannot be stopped, the
         refusal is transient (unreachable): the engine requeues the job, or leaves it pending, instead of
         failing it for good."""
+        tried = time.monotonic()
         if not self._stop_orphans(lambda t: t.host == host, placement=True):
             # Transient only while the agent does not answer (it is then declared lost, which ends its
             # orphans, or answers again): an agent that answers and refuses the Stop would have the job
-            # offered again at every turn for ever, so then the refusal fails it, naming the cause.
-            silent = all(self._unanswered(t) for t in self._orphans if t.host == host)
+            # offered again at every turn for ever, so then the refusal fails it, naming the cause. A Stop
+            # not tried now (the rate limit) refused nothing yet.
+            silent = all(self._unanswered(t) or (t.retried < tried and t.refused_since == math.inf)
+                         for t in self._orphans if t.host == host)
             raise BackendError(f"{method} on {host}: {_rpc_text(refusal)}; tasks stopped on {host} earlier still "
                                "hold it (their Stop did not get through)" + (", will retry" if silent else ""),
                                unreachable=silent)
@@ -429,10 +460,13 @@ class LiveBackend:
         def copy(t: _Task) -> bool:
             return t.state != agent_pb2.TASK_STATE_DONE and _job_of(t.task_id) == job
 
+        tried = time.monotonic()
         if not any(copy(t) for t in self._orphans) or self._stop_orphans(copy, placement=True):
             return
         t = next(t for t in self._orphans if copy(t))
-        silent = self._unanswered(t)
+        # Transient while its agent does not answer, and for a Stop not tried now (tried less than a poll
+        # interval ago, see :meth:`_stop_orphans`) that no poll has seen fail on an agent that answered.
+        silent = self._unanswered(t) or (t.retried < tried and t.refused_since == math.inf)
         raise BackendError(f"job {job} not started again: its task {t.task_id} on {t.host}, stopped earlier, may "
                            "still run (its Stop did not get through)" + (", will retry" if silent else ""),
                            unreachable=silent)
@@ -442,7 +476,20 @@ class LiveBackend:
         assert self._reference is not None
         return min(1.0, cpu * self._reference.cpu_cores / self.host_info[host].cpu_cores)
 
+    def _check_heard(self, hosts: Sequence[str]) -> None:
+        """Refuse, as unreachable and with no call, to start a task on a host whose agent was restored from the
+        store and has not answered since (:attr:`AgentHandle.heard`): the engine keeps the job pending and
+        offers it again a poll interval later, by when the agent has answered a poll, registered anew (a new
+        handle), or is being declared lost."""
+        for host in hosts:
+            handle = self.agents.get(self.host_agent.get(host, ""))
+            if handle is not None and not handle.heard:
+                raise BackendError(f"agent {handle.agent_id} of host {host!r}, restored from the state file, has "
+                                   "not been heard from since this coordinator started; will retry",
+                                   unreachable=True)
+
     def _start_task(self, spec: JobSpec, index: int, host: str, cpu: float, progress: float) -> _Task:
+        self._check_heard((host,))
         self._hold(spec.id)  # never beside a copy of it that may still run
         self._restarts[spec.id] = self._restarts.get(spec.id, -1) + 1
         task_id = f"{spec.id}/{index}" + (f".{self._restarts[spec.id]}" if self._restarts[spec.id] else "")
@@ -465,6 +512,7 @@ class LiveBackend:
         with self._lock:
             # A job held by its orphans is refused before anything changes (its first _start_task would
             # refuse it too, after a journal write): the engine offers it again at every turn meanwhile.
+            self._check_heard(hosts)
             self._hold(spec.id)
             self._specs[spec.id] = spec
             # The job's tasks as they start: a capacity refusal of a later one must not take the earlier ones
@@ -566,6 +614,7 @@ class LiveBackend:
                 self._stop_task(t)
                 self._tasks[job][task] = done
             else:
+                self._check_heard((dst,))  # before its process is stopped here
                 progress = self._checkpoint(t)
                 self._stop_task(t, strict=True)
                 if progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
@@ -621,6 +670,7 @@ class LiveBackend:
         (still in its job's list) is marked saved with that progress, which :meth:`_start_task` journals:
         if the restart fails, the engine requeues the job from the checkpoint, not the last poll. A job held
         by an orphan (:meth:`_hold`) is refused first, its task left as it is."""
+        self._check_heard((dst,))
         self._hold(spec.id)
         progress = self._checkpoint(task)
         self._stop_task(task, strict=True)
@@ -712,7 +762,7 @@ class LiveBackend:
                         agent_pb2.StatusRequest(lease_s=self.lease_s if self.lease_s > 0 else -1.0,
                                                 lease_since=handle.clock),
                         timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
-                    handle.last_seen, handle.silent = time.monotonic(), False
+                    handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
                     handle.clock = handle.last_status.clock
                 except grpc.RpcError:
                     handle.silent = True
@@ -854,6 +904,15 @@ def _cancellable(fn: Callable, request: object, timeout: float, handle: AgentHan
         raise BackendError(f"agent {handle.agent_id} lost", unreachable=True) from None
     finally:
         handle.calls.discard(call)
+
+
+def _never_sent(exc: grpc.RpcError) -> bool:
+    """Whether a failed call never left this side: gRPC found no connection to make it on (nothing listens at
+    the address, or the name does not resolve). Such a call cannot have reached the agent; an UNAVAILABLE from a
+    connection that broke, or a deadline, may have."""
+    details = (exc.details() if hasattr(exc, "details") else "") or ""
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and (
+        details.startswith("failed to connect to all addresses") or details.startswith("errors resolving"))
 
 
 def _job_of(task_id: str) -> str:

@@ -78,3 +78,29 @@ def test_preemption_and_migration_counters_agree_with_the_results(policy: str):
     assert (s.preemptions, s.migrations) == expected
     assert sample(m, "vcemu_preemptions_total", policy=policy) == s.preemptions
     assert sample(m, "vcemu_migrations_total", policy=policy) == s.migrations
+
+
+def test_a_lost_agent_stays_down_until_it_registers_again():
+    """``vcemu_agent_up`` went 0 for about 1.5 s and then vanished with the agent (a review): at a 15 s scrape
+    interval an alert on ``vcemu_agent_up == 0`` never fired. A lost agent's series stays, at 0, until it
+    registers again; it no longer counts as registered."""
+    server = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+                agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+            register = pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc)
+            stub.RegisterAgent(register, timeout=5)
+            server.lose_agent("a0", "agent a0 lost: a test")
+            time.sleep(0.2)
+            for _ in range(2):  # scrape after scrape
+                assert sample(server.metrics, "vcemu_agent_up", agent="a0", mode="cgroup-v1") == 0
+                assert sample(server.metrics, "vcemu_agent_hosts", agent="a0") == 0
+                assert sample(server.metrics, "vcemu_agents_registered") == 0
+            stub.RegisterAgent(register, timeout=5)
+            assert sample(server.metrics, "vcemu_agent_up", agent="a0", mode="cgroup-v1") == 1
+            assert sample(server.metrics, "vcemu_agents_registered") == 1
+            assert len([a for a in server.agent_health() if a.agent == "a0"]) == 1
+    finally:
+        server.stop()

@@ -1,0 +1,146 @@
+"""The client commands where a review of a live cluster found them wrong or unclear (each test failed before):
+``submit --tasks`` past the coordinator's limit gave protobuf's traceback; ``--coordinator`` with a port
+above 65535 was wrapped by gRPC to another port, and a URL or a metrics port got a hint about TLS; a refused
+submission used up a job id; ``status`` printed a bare ``jobs:``; ``cancel`` of a finished job did not say that
+nothing was cancelled; ``vcemu coordinator --metrics-port`` did not print the metrics URL."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator.limits import MAX_TASKS
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer
+from tests.unit.test_cli_errors import refused, run
+from vcemu.v1 import agent_pb2
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def server() -> Iterator[CoordinatorServer]:
+    """A coordinator with one described agent (its address answers nothing)."""
+    s = CoordinatorServer(get_policy("fcfs"), port=0).start()
+    desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+    with grpc.insecure_channel(s.address) as ch:
+        pb_grpc.CoordinatorStub(ch).RegisterAgent(
+            pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("tasks", ["3000000000", str(MAX_TASKS + 1), "0", "two"])
+def test_submit_refuses_a_task_count_out_of_range_naming_the_flag(tasks: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["submit", "--coordinator", "127.0.0.1:1", "--tasks", tasks], capsys)
+    refused(code, err, "--tasks")
+
+
+@pytest.mark.parametrize(("address", "says"), [
+    ("127.0.0.1:99999", "port in 1..65535"),
+    ("127.0.0.1:0", "port in 1..65535"),
+    ("http://127.0.0.1:51777", "without a scheme"),
+    ("127.0.0.1", "HOST:PORT"),
+])
+def test_a_bad_coordinator_address_is_refused_in_one_line(address: str, says: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["jobs"], ["status"], ["cancel", "job-00001"], ["submit"]):
+        code, _, err = run([*command, "--coordinator", address], capsys)
+        refused(code, err, "--coordinator", address, says)
+
+
+def test_a_bad_coordinator_address_from_the_environment_names_the_variable() -> None:
+    """The default comes from $VCEMU_COORDINATOR, read when the parser is built: a separate process."""
+    out = subprocess.run([sys.executable, "-m", "coordinator.cli", "jobs"], cwd=ROOT, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
+                              "VCEMU_COORDINATOR": "127.0.0.1:99999"}, timeout=60)
+    refused(out.returncode, out.stderr, "$VCEMU_COORDINATOR", "127.0.0.1:99999", "port in 1..65535")
+
+
+@pytest.mark.parametrize("address", ["[::1]:50051", "dns:///localhost:50051", "unix:/tmp/vcemu.sock",
+                                     "coordinator.example:443"])
+def test_addresses_grpc_takes_are_still_taken(address: str) -> None:
+    from coordinator.cli import build_parser
+
+    assert build_parser().parse_args(["jobs", "--coordinator", address]).coordinator == address
+
+
+def test_a_metrics_port_given_as_coordinator_is_said_to_be_plain_http(capsys: pytest.CaptureFixture[str]) -> None:
+    class Quiet(http.server.ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # gRPC's HTTP/2 preface, which an HTTP/1 server cannot parse
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    web = Quiet(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        code, _, err = run(["jobs", "--coordinator", f"127.0.0.1:{web.server_address[1]}"], capsys)
+    finally:
+        web.shutdown()
+        web.server_close()
+    refused(code, err, "answers plain HTTP", "metrics port")
+    assert "TLS" not in err, err
+
+
+def test_a_refused_submission_takes_no_job_id(server: CoordinatorServer) -> None:
+    with grpc.insecure_channel(server.address) as ch:
+        stub = pb_grpc.CoordinatorStub(ch)
+        with pytest.raises(grpc.RpcError):
+            stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=2.0, work_seconds=1)),
+                        timeout=5)
+        job = stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=1)),
+                          timeout=5)
+    assert job.job_id == "job-00001"
+
+
+def test_status_says_when_there_are_no_jobs(server: CoordinatorServer, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    assert code == 0 and "jobs: none" in out.splitlines()[1], out
+
+
+def test_cancel_of_a_finished_job_says_nothing_was_cancelled(server: CoordinatorServer,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["submit", "--coordinator", server.address, "--work", "1"], capsys)
+    job = out.strip()
+    with server.engine.lock:  # it ends (its agent answers nothing here): as a poll's report would end it
+        server.drain()
+        rec = server.engine.jobs[job]
+        server.engine._fail(rec, "a test")
+    code, out, _ = run(["cancel", "--coordinator", server.address, job], capsys)
+    assert code == 0 and out.strip() == f"{job} failed: it had finished already, nothing was cancelled"
+    code, out, _ = run(["submit", "--coordinator", server.address, "--work", "1"], capsys)
+    code, out, _ = run(["cancel", "--coordinator", server.address, out.strip()], capsys)
+    assert out.strip().endswith("cancelled") and "nothing" not in out
+
+
+def test_coordinator_prints_its_metrics_url() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "coordinator", "--port", "0",
+                             "--metrics-port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 60
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        assert "listening on 127.0.0.1:" in line and "metrics on http://127.0.0.1:" in line, line
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,0 +1,52 @@
+"""One coordinator per ``--state`` (a review ran two on one file: both handed out job-00017, fought over the
+agents, and one acknowledged job was lost). The owner's store holds an exclusive ``flock`` on ``<state>.lock``
+for its life; a second owner is refused, naming ``--state`` and the holder's pid."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer
+from coordinator.store import Store, StoreError, lock_path
+
+
+def test_a_second_owner_of_a_state_file_is_refused_until_the_first_closes(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    first = Store(path, exclusive=True)
+    with pytest.raises(StoreError, match=rf"--state {path}: in use by another coordinator \(pid {os.getpid()}\)"):
+        Store(path, exclusive=True)
+    Store(path).load()  # a reader is not concerned
+    first.close()
+    Store(path, exclusive=True).close()  # free again
+    assert Path(lock_path(path)).exists()
+
+
+def test_a_second_coordinator_on_the_same_state_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    server = CoordinatorServer(get_policy("fcfs"), port=0, state=path).start()
+    try:
+        with pytest.raises(StoreError, match="in use by another coordinator"):
+            CoordinatorServer(get_policy("fcfs"), port=0, state=path)
+    finally:
+        server.stop()
+    CoordinatorServer(get_policy("fcfs"), port=0, state=path).start().stop()  # a restart after a stop
+
+
+def test_a_coordinator_that_fails_to_start_lets_go_of_its_state(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that fails after the store was opened (here its restore): the claim must go with it, or a retry in
+    the same process (a test, a wrapper that retries) would be refused for a coordinator that does not exist."""
+    path = str(tmp_path / "s.db")
+
+    def broken(self: CoordinatorServer, loaded: object) -> None:
+        raise RuntimeError("restore failed")
+
+    with monkeypatch.context() as m:
+        m.setattr(CoordinatorServer, "_restore", broken)
+        with pytest.raises(RuntimeError, match="restore failed"):
+            CoordinatorServer(get_policy("fcfs"), port=0, state=path)
+    CoordinatorServer(get_policy("fcfs"), port=0, state=path).start().stop()
