@@ -104,7 +104,10 @@ class DynMcb8:
 
     def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
         if self.period_s is None:
-            if isinstance(stim, (Submit, Complete)):
+            # A Tick() with no job is "decide on the state as it is": the live engine queues one when hosts are
+            # added (``Engine.add_hosts``), whose capacity DYNMCB8 would otherwise leave idle until the next
+            # submission or completion. (The simulator sends none to a policy without a period.)
+            if isinstance(stim, (Submit, Complete)) or (isinstance(stim, Tick) and stim.job is None):
                 return self._repack(snap)
             return Plan()
         if isinstance(stim, Tick) and stim.job is None:

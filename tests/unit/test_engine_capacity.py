@@ -34,11 +34,13 @@ def test_a_pending_job_starts_on_a_host_added_while_others_are_busy(policy: str)
     assert b.first_start is not None and b.first_start < 2.0  # not at 100 s, when a ends
 
 
-def test_a_paused_job_resumes_on_a_host_added() -> None:
-    """GREEDY-PMTN pauses the older job for the newer (both need the whole host); a new host takes it back."""
-    engine = busy_one_host("greedy-pmtn")
-    paused = [j for j, r in engine.jobs.items() if r.state is JobState.PAUSED]
-    assert len(paused) == 1
+@pytest.mark.parametrize("policy", ["greedy-pmtn", "dynmcb8"])
+def test_a_job_set_aside_runs_on_a_host_added(policy: str) -> None:
+    """GREEDY-PMTN pauses the older job for the newer (both need most of the host's memory), DYNMCB8 sets the
+    lower-priority one aside; a new host takes it at once (DYNMCB8 repacks on the Tick)."""
+    engine = busy_one_host(policy)
+    waiting = [j for j, r in engine.jobs.items() if r.state is not JobState.RUNNING]
+    assert len(waiting) == 1
     engine.add_hosts([Host("h1")])
     engine.step(until=2.0)
     assert all(r.state is JobState.RUNNING for r in engine.jobs.values())
