@@ -704,7 +704,7 @@ def vcsched_main(argv: list[str]) -> int:
         ("--seed", args.seed, args.seed >= 0, "must be >= 0"),
         # the search halves an interval of yields in [0, 1] until it is narrower than this
         ("--accuracy", args.accuracy, math.isfinite(args.accuracy) and 0 < args.accuracy < 1,
-         "must be a number in (0, 1)"),
+         "must be a finite number > 0 and < 1"),
         ("--slacks", args.slacks, not bad_slacks, "every slack must be in [0, 1)"),
         # one slack's instances are seeded by its value: given twice, it would be solved twice and counted twice
         ("--slacks", args.slacks, not twice, f"each slack may be given once ({', '.join(map(str, twice))} repeated)"),
