@@ -18,7 +18,24 @@ so a run that is killed, or interrupted by Ctrl-C or SIGTERM (the finished execu
 ``summary.json`` says ``"interrupted": true`` and the exit code is 130), loses nothing: rerun the same command and
 it keeps those executions and runs only the missing ones, with the same results as an uninterrupted run. If the
 settings differ from the stored ``config.json`` (anything but ``--jobs``), or the code does (its source fingerprint),
-it says so and starts over."""
+it says so and starts over. Interrupted before any execution finished, it says so and exits 130 too.
+
+An execution whose stream has no job (arrivals are uniform in [0, 20) s apart, so a ``--duration`` of a few tens of
+seconds leaves some streams empty) has no average slowdown: it is kept in ``executions.csv`` (``jobs`` 0, means
+``nan``) but left out of every per-execution statistic (the averages and median by execution, migrations per
+execution, the wins, the figures), and the command says how many; ``summary.json`` counts them
+(``"executions_without_jobs"``). A ``--duration`` below the mix's mean inter-arrival time (10 s), where most
+streams would be empty, is refused.
+
+Seeds are non-negative (``--seed``, ``--explain``): Python's ``random.Random(-s)`` is ``random.Random(s)``, so
+executions of seeds -2..2 would repeat each other.
+
+A simulation that passes its time cap (:class:`coordinator.oppcost.sim.SimulationTooLong`, 1e9 simulated seconds:
+processes slowed by a huge ``--beta`` or held in transit by huge ``--migration-fixed`` / ``--migration-per-mb``)
+ends the command with one line naming the execution, its seed and those flags, and exit code 1; the executions
+finished before it stay in the journal. No upper bound on those flags is imposed instead: whether the cap is reached
+depends on the stream (its work and memory draws are heavy-tailed), not on a value a flag could be checked
+against."""
 
 from __future__ import annotations
 
@@ -35,7 +52,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from coordinator.oppcost.sim import simulate
+from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
     COST_LOADS,
@@ -115,20 +132,32 @@ def run_execution(cfg: Config, k: int) -> dict[str, float]:
     return row
 
 
+def with_jobs(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The executions that had at least one job: the only ones with an average slowdown (an empty stream's is NaN),
+    so the only ones per-execution statistics count."""
+    return [r for r in rows if r["jobs"] > 0]
+
+
 def summarize(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     """Table 2: the unweighted mean over executions, and the mean over all jobs of all executions; also the median
-    over executions (a few executions can carry a mean, see the policy module's docstring)."""
-    jobs = sum(r["jobs"] for r in rows)
-    return {name: {"by_execution": sum(r[f"{name}_mean"] for r in rows) / len(rows),
-                   "by_job": sum(r[f"{name}_sum"] for r in rows) / jobs,
-                   "median_by_execution": statistics.median(r[f"{name}_mean"] for r in rows),
-                   "migrations_per_execution": sum(r[f"{name}_migrations"] for r in rows) / len(rows)}
+    over executions (a few executions can carry a mean, see the policy module's docstring). Executions without a
+    job are left out (:func:`with_jobs`); NaN throughout when no execution had one."""
+    counted = with_jobs(rows)
+    jobs = sum(r["jobs"] for r in counted)
+    if not counted:
+        return {name: dict.fromkeys(("by_execution", "by_job", "median_by_execution", "migrations_per_execution"),
+                                    math.nan) for name in METHODS}
+    return {name: {"by_execution": sum(r[f"{name}_mean"] for r in counted) / len(counted),
+                   "by_job": sum(r[f"{name}_sum"] for r in counted) / jobs,
+                   "median_by_execution": statistics.median(r[f"{name}_mean"] for r in counted),
+                   "migrations_per_execution": sum(r[f"{name}_migrations"] for r in counted) / len(counted)}
             for name in METHODS}
 
 
 def wins(rows: list[dict[str, float]]) -> dict[str, int]:
-    """For each pair of Figs. 3-6 (x, y): in how many executions y's average slowdown is below x's (y wins)."""
-    return {f"{ym}<{xm}": sum(r[f"{ym}_mean"] < r[f"{xm}_mean"] for r in rows) for _, xm, ym in FIGURES}
+    """For each pair of Figs. 3-6 (x, y): in how many executions (with jobs) y's average slowdown is below x's (y
+    wins)."""
+    return {f"{ym}<{xm}": sum(r[f"{ym}_mean"] < r[f"{xm}_mean"] for r in with_jobs(rows)) for _, xm, ym in FIGURES}
 
 
 def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
@@ -136,15 +165,34 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
+    from matplotlib.ticker import FormatStrFormatter, Formatter, MaxNLocator, NullFormatter
 
-    rows = sorted(rows, key=lambda r: r["execution"])[:first]
+    class MinorLabels(Formatter):
+        """Labels on a log axis's minor ticks where it spans few decades, as plain numbers like the major ticks: all
+        of them below 0.6 decade, those at 2, 3 and 5 times a power of ten below 1.2 decades, at 2 and 5 below 2.2,
+        none beyond (the major ticks suffice). Without them an axis spanning less than a decade showed one label, or
+        none."""
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            lo, hi = sorted(self.axis.get_view_interval())
+            if not (x > 0 and lo > 0):
+                return ""
+            decades = math.log10(hi / lo)
+            coeff = round(x / 10 ** math.floor(math.log10(x) + 1e-9))
+            keep = range(2, 10) if decades < 0.6 else (2, 3, 5) if decades < 1.2 else (2, 5) if decades < 2.2 else ()
+            return f"{x:g}" if coeff in keep else ""
+
+    shown = sorted(rows, key=lambda r: r["execution"])[:first]
+    rows = with_jobs(shown)
+    empty = len(shown) - len(rows)
+    count = f"{len(rows)} execution{'' if len(rows) == 1 else 's'}" + (
+        f" ({empty} without jobs left out)" if empty else "")
     paths = []
     for fig_name, xm, ym in FIGURES:
         xs, ys = [r[f"{xm}_mean"] for r in rows], [r[f"{ym}_mean"] for r in rows]
         fig, ax = plt.subplots(figsize=(6, 6))
         ax.scatter(xs, ys, s=10, alpha=0.6, color="tab:blue", edgecolors="none")
-        lo, hi = min(xs + ys) * 0.9, max(xs + ys) * 1.1
+        lo, hi = (min(xs + ys) * 0.9, max(xs + ys) * 1.1) if rows else (1.0, 10.0)
         ax.plot([lo, hi], [lo, hi], color="0.6", linewidth=1, label="x = y")
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -154,10 +202,14 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
         ax.set_xlabel(f"{LABELS[xm]}: average slowdown of the execution")
         ax.set_ylabel(f"{LABELS[ym]}: average slowdown of the execution")
         ax.set_title(f"{fig_name[:3].capitalize()}. {fig_name[3:]}: {LABELS[ym]} vs {LABELS[xm]}\n"
-                     f"{len(rows)} executions; {below} below x = y ({LABELS[ym]} better)", fontsize=10)
+                     f"{count}; {below} below x = y ({LABELS[ym]} better)", fontsize=10)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(FormatStrFormatter("%g"))
-            axis.set_minor_formatter(FormatStrFormatter(""))
+            if math.log10(hi / lo) < 0.3:  # too narrow for two ticks at k * 10**n: evenly spaced ones instead
+                axis.set_major_locator(MaxNLocator(nbins=5))
+                axis.set_minor_formatter(NullFormatter())
+            else:
+                axis.set_minor_formatter(MinorLabels())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="upper left")
         fig.tight_layout()
@@ -199,7 +251,19 @@ def explain(cfg: Config, seed: int, top: int = 5) -> list[str]:
     return lines
 
 
+#: The process that installed :func:`_raise_interrupt`: the command's own, not one of its pool's workers.
+_MAIN_PID: int | None = None
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C in the command's process. A worker inherits this handler when it is forked and keeps it
+    until its initializer (:func:`coordinator.resumable.die_with_parent`) resets it; a SIGTERM in that window (the
+    command terminating workers it has just started, when interrupted or failing at once) must end the worker, not
+    raise KeyboardInterrupt there: raised before multiprocessing's child code has taken over (its try/finally that
+    ends the child), it unwinds into the parent's code, and the worker runs the rest of the command (under pytest:
+    the rest of the test session, seen once as a second "N passed") as a second copy of it."""
+    if os.getpid() != _MAIN_PID:
+        os._exit(128 + signum)
     raise KeyboardInterrupt
 
 
@@ -281,13 +345,18 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vcemu oppcost", description="Seed 004 Sec. 5.1: PVM, E-PVM, Mosix and "
                                 "E-Mosix on identical seeded job streams (Table 2, Figs. 3-6).")
     p.add_argument("--executions", type=int, default=300, help="number of executions (default 300)")
-    p.add_argument("--seed", type=int, default=1, help="seed of execution 0; execution k uses seed+k (default 1)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of execution 0, >= 0; execution k uses seed+k (default 1)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
     p.add_argument("--out", default="results/oppcost", help="output directory (default results/oppcost)")
-    p.add_argument("--beta", type=float, default=DEFAULT_BETA, help="thrashing slowdown factor (default 10)")
-    p.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="nodes a Mosix node hears from per interval")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="Mosix relative-load threshold")
-    p.add_argument("--interval", type=float, default=1.0, help="Mosix information/migration interval, s")
+    p.add_argument("--beta", type=float, default=DEFAULT_BETA,
+                   help=f"thrashing slowdown factor, >= 1 (default {DEFAULT_BETA:g})")
+    p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help=f"nodes a Mosix node hears from per interval (default {DEFAULT_WINDOW})")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help=f"Mosix relative-load threshold (default {DEFAULT_THRESHOLD:g})")
+    p.add_argument("--interval", type=float, default=1.0,
+                   help="Mosix information/migration interval, s (default 1)")
     p.add_argument("--scale", choices=("peak", "current"), default="peak",
                    help="L = power of two above the largest CPU load so far in the run (peak, default) or now")
     p.add_argument("--cost-load", choices=COST_LOADS, default="count",
@@ -301,17 +370,29 @@ def _parser() -> argparse.ArgumentParser:
                    help="each component of a parallel job holds the job's whole memory (default: divided)")
     p.add_argument("--migration-fixed", type=float, default=0.0, help="seconds in transit per migration")
     p.add_argument("--migration-per-mb", type=float, default=0.0, help="extra transit seconds per MB")
-    p.add_argument("--duration", type=float, default=10_000.0, help="arrival window, s (default 10000)")
+    p.add_argument("--duration", type=float, default=10_000.0,
+                   help=f"arrival window, s, >= {MixConfig().mean_interarrival:g} (default 10000)")
     p.add_argument("--memory", type=_memory, default=None, metavar="MB,...",
                    help=f"memory of the {len(CLUSTER)} machines ({', '.join(CLUSTER_NAMES)}), MB, comma-separated "
                    f"(default {','.join(f'{m.mem:g}' for m in CLUSTER)}: a guess, 004's Table 1 is not in our text)")
     p.add_argument("--explain", type=int, metavar="SEED", default=None,
-                   help="instead of a study, print what happens in the execution of this job-stream seed")
+                   help="instead of a study, print what happens in the execution of this job-stream seed (>= 0)")
     return p
 
 
+def _too_long(exc: SimulationTooLong, what: str, cfg: Config) -> str:
+    """The one line that reports a simulation past its time cap: ``what`` (execution and seed), the cause, and the
+    flags that slow processes that much."""
+    return (f"vcemu oppcost: {what}: {exc}; processes this slow come from the thrashing factor --beta {cfg.beta:g} or "
+            f"the migration transit time --migration-fixed {cfg.migration_fixed:g} / --migration-per-mb "
+            f"{cfg.migration_per_mb:g}: lower them")
+
+
 def oppcost_main(argv: list[str]) -> int:
-    """Entry point of ``vcemu oppcost``; returns an exit code (2 for bad arguments)."""
+    """Entry point of ``vcemu oppcost``; returns an exit code (2 for bad arguments, 1 for a simulation that cannot
+    finish, 130 when interrupted)."""
+    from coordinator.cli import usable_out_dir
+
     args = _parser().parse_args(argv)
     checks = [("--executions", args.executions >= 1, ">= 1"), ("--jobs", args.jobs >= 1, ">= 1"),
               ("--beta", args.beta >= 1, ">= 1"), ("--window", args.window >= 1, ">= 1"),
@@ -323,16 +404,34 @@ def oppcost_main(argv: list[str]) -> int:
         if not ok or not math.isfinite(value):
             print(f"vcemu oppcost: {flag}: must be a finite number {rule}, got {value!r}", file=sys.stderr)
             return 2
+    for flag, seed in (("--seed", args.seed), ("--explain", args.explain)):
+        if seed is not None and seed < 0:
+            print(f"vcemu oppcost: {flag}: must be >= 0 (random.Random(-s) draws what random.Random(s) does, so a "
+                  f"negative seed repeats a positive one), got {seed}", file=sys.stderr)
+            return 2
+    gap = MixConfig().mean_interarrival
+    if args.duration < gap:
+        print(f"vcemu oppcost: --duration: must be >= {gap:g} s, the job mix's mean inter-arrival time (shorter, most "
+              f"executions would have no job), got {args.duration!r}", file=sys.stderr)
+        return 2
     cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
                  threshold=args.threshold, interval=args.interval, scale=args.scale,
                  cost_load=args.cost_load, fit=args.fit, split_memory=not args.whole_memory_per_component,
                  migration_fixed=args.migration_fixed, migration_per_mb=args.migration_per_mb,
                  duration=args.duration, memory=args.memory)
     if args.explain is not None:
-        print("\n".join(explain(cfg, args.explain)))
+        try:
+            lines = explain(cfg, args.explain)
+        except SimulationTooLong as exc:
+            print(_too_long(exc, f"--explain {args.explain}", cfg), file=sys.stderr)
+            return 1
+        print("\n".join(lines))
         return 0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = usable_out_dir(args.out)
+    except ValueError as exc:
+        print(f"vcemu oppcost: {exc}", file=sys.stderr)
+        return 2
     from tqdm import tqdm
 
     config = config_json(cfg, argv)
@@ -343,48 +442,70 @@ def oppcost_main(argv: list[str]) -> int:
     rows: list[dict[str, float]] = list(kept or [])
     todo = sorted(set(range(cfg.executions)) - {int(r["execution"]) for r in rows})
     interrupted = False
+    failed: str | None = None
+    global _MAIN_PID
+    _MAIN_PID = os.getpid()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     pool = ProcessPoolExecutor(max_workers=cfg.jobs, initializer=die_with_parent)
     try:
         with Journal(out / JOURNAL, FIELDS, rows) as journal:
-            futures = [pool.submit(run_execution, cfg, k) for k in todo]
+            futures = {pool.submit(run_execution, cfg, k): k for k in todo}
             for fut in tqdm(as_completed(futures), total=cfg.executions, initial=len(rows), desc="oppcost executions",
                             unit="exec"):
-                rows.append(fut.result())
+                try:
+                    rows.append(fut.result())
+                except SimulationTooLong as exc:
+                    k = futures[fut]
+                    failed = _too_long(exc, f"execution {k} (seed {cfg.seed + k})", cfg)
+                    break
                 journal.append(rows[-1:])
     except KeyboardInterrupt:
         interrupted = True
-        print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions (run the same command "
-              "again to continue)", file=sys.stderr)
+        if rows:
+            print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions (run the same "
+                  "command again to continue)", file=sys.stderr)
+        else:
+            print("vcemu oppcost: interrupted; nothing finished yet (run the same command again to start)",
+                  file=sys.stderr)
     finally:
-        if interrupted:  # stop the workers now rather than wait for their current executions
+        if interrupted or failed:  # stop the workers now rather than wait for their current executions
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        pool.shutdown(wait=not (interrupted or failed), cancel_futures=True)
         signal.signal(signal.SIGTERM, previous)
-    if not rows:
+    if failed:
+        print(failed + (f"; the {len(rows)} finished executions are kept in {out / JOURNAL}" if rows else ""),
+              file=sys.stderr)
         return 1
+    if not rows:
+        return 130
     wall = time.monotonic() - t0
     rows.sort(key=lambda r: r["execution"])
     write_text(out / "executions.csv", _csv_text(list(FIELDS), [[r[f] for f in FIELDS] for r in rows]))
     table = summarize(rows)
+    counted = with_jobs(rows)
     write_text(out / "table2.csv", _csv_text(
         ["method", "avg_slowdown_by_execution", "avg_slowdown_by_job", "median_slowdown_by_execution",
          "migrations_per_execution"],
         [[name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['median_by_execution']:.4f}",
           f"{t['migrations_per_execution']:.1f}"] for name, t in ((n, table[n]) for n in METHODS)]))
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
+               "executions_without_jobs": len(rows) - len(counted),
                "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
                "table2": table, "wins": wins(rows), "code": config["code"]}
     write_json(out / "summary.json", json_safe(summary), sort_keys=False)
     figs = plot(rows, out, cfg.plot_first)
+    if len(counted) < len(rows):
+        print(f"{len(rows) - len(counted)} of {len(rows)} executions had no job (--duration {cfg.duration:g} s; jobs "
+              f"arrive {2 * MixConfig().mean_interarrival:g} s apart at most): they are left out of the statistics by "
+              "execution, the wins and the figures")
     print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'median':>10}{'migrations/exec':>18}")
     for name in METHODS:
         t = table[name]
         print(f"{LABELS[name]:<16}{t['by_execution']:>9.3f}{t['by_job']:>12.3f}{t['median_by_execution']:>10.3f}"
               f"{t['migrations_per_execution']:>18.1f}")
     print("executions won (lower average slowdown): "
-          + ", ".join(f"{LABELS[k.split('<')[0]]} over {LABELS[k.split('<')[1]]} {v}/{len(rows)}"
+          + ", ".join(f"{LABELS[k.split('<')[0]]} over {LABELS[k.split('<')[1]]} {v}/{len(counted)}"
                       for k, v in summary["wins"].items()))
     if not interrupted:  # the run is finished: say so, then drop the journal it no longer needs
         write_json(out / "config.json", config_json(cfg, argv, complete=True))

@@ -33,6 +33,12 @@ from workloads.oppcost_mix import ProcSpec
 _EPS = 1e-9
 
 
+class SimulationTooLong(RuntimeError):
+    """:func:`simulate` passed its ``max_time``: its processes progress too slowly to finish (a huge thrashing
+    factor ``beta`` or migration transit time). Its own class so that a caller can report it as a consequence of
+    its settings rather than as a bug."""
+
+
 @dataclass
 class SimResult:
     method: str
@@ -63,7 +69,7 @@ def simulate(stream: list[ProcSpec], machines: tuple, method: Method, seed: int,
     method decided on and the machine it chose (``vcemu oppcost --explain`` uses it).
 
     ``seed`` drives the method's random choices (windows, node order). ``max_time`` guards against a run that
-    never ends; reaching it is an error naming the unfinished processes' count.
+    never ends; reaching it raises :class:`SimulationTooLong` naming the unfinished processes' count.
     """
     if interval <= 0:
         raise ValueError(f"interval must be > 0, got {interval}")
@@ -127,8 +133,8 @@ def simulate(stream: list[ProcSpec], machines: tuple, method: Method, seed: int,
         t_transit = transit[0][0] if transit else math.inf
         t_next = min(t_complete, t_arrival, t_transit, next_tick)
         if t_next > max_time:
-            raise RuntimeError(f"simulation passed max_time={max_time} with {len(where) + len(transit)} "
-                               f"processes unfinished ({method.name})")
+            raise SimulationTooLong(f"{method.name}'s simulation passed max_time={max_time:g} s with "
+                                    f"{len(where) + len(transit)} processes unfinished")
         for i, m in enumerate(ms):
             m.v += r[i] * (t_next - now)
         now = t_next

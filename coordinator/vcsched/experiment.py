@@ -23,10 +23,24 @@ If the settings differ from the stored ``config.json`` (anything but ``--jobs``)
 fingerprint), it says so and starts over.
 Worker processes end when the command is killed (:func:`coordinator.resumable.die_with_parent`).
 
-Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])``, so a run
-is reproducible whatever ``--jobs`` is. Run times are the CPU time (``time.process_time``) of each worker
-process per algorithm, so that a busy machine does not inflate them; they include the average-yield step
-(shared by all heuristics) and, for RRND/RRNZ, solving the LP relaxation. The LP row's ``seconds`` is 0 (not timed).
+Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])`` (``set`` 0 for
+small, 1 for large; slack and CVs by value, in millionths: :func:`seed_key`), so a run is reproducible whatever
+``--jobs`` is, and a run of a subset of ``--slacks`` (or of ``--set``, or fewer ``--instances``) gives the same
+instances, and rows, as the full run at those settings. (Before, the slack's *position* in ``--slacks`` keyed its
+instances, so ``--slacks 0.7`` and ``--slacks 0.3,0.7`` differed at 0.7; a journal written then carries another
+source fingerprint and is not resumed.) Each slack may be given once.
+
+Run times are the CPU time (``time.process_time``) of each worker process per algorithm, so that a busy machine
+does not inflate them; they include the average-yield step (shared by all heuristics) and, for RRND/RRNZ, solving
+the LP relaxation. The LP row's ``seconds`` is 0 (not timed). Each worker first runs the selected heuristics once,
+untimed, on a tiny instance (:func:`_warm`): the first MCB8 call of a process loads or compiles its numba kernels
+(about 0.4 s, against well under a millisecond for a small instance), which would otherwise land in the run time of
+whichever instance that worker solved first.
+
+The MILP's ``--milp-time-limit`` is wall-clock time: where it binds (status ``time_limit``: the best solution found
+by then, or a failure), the row depends on the machine's speed and load, and two identical runs can differ. MILP
+rows are reproducible only where the limit does not bind; each set's report counts the ``time_limit`` rows (on
+stdout and in ``checks.json``'s ``"milp"``).
 
 A resumed run keeps the rows (and so the run times) of the instances an earlier run finished: its results mix
 run times measured in different *sessions* (each run of the command is one), possibly at other times, on another
@@ -59,7 +73,7 @@ import numpy as np
 
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
-from coordinator.policies.packing import MCB_KEYS, Allocation, lp_bound, mcb_search
+from coordinator.policies.packing import MCB_KEYS, Allocation, PackJob, PackProblem, lp_bound, mcb_search
 from coordinator.provenance import code_version
 from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
 from coordinator.vcsched.generator import InstanceSpec, generate
@@ -132,6 +146,13 @@ class Unit:
     k: int
 
 
+def seed_key(value: float) -> int:
+    """A slack or coefficient of variation as an integer key of an instance's SeedSequence: its value in millionths,
+    so that an instance depends on its settings' values, never on their positions in ``--slacks`` (or in
+    :data:`CVS`)."""
+    return round(value * 1_000_000)
+
+
 def _units(cfg: ExperimentConfig) -> list[Unit]:
     out = []
     for s in cfg.sets:
@@ -176,7 +197,8 @@ def _algorithms(u: Unit, cfg: ExperimentConfig) -> list[str]:
 def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
     """Generate one instance and run every configured algorithm on it."""
     set_idx = ("small", "large").index(u.set_name)
-    ss = np.random.SeedSequence([cfg.seed, set_idx, u.tasks, u.slack_i, u.cvm_i, u.cvc_i, u.k])
+    ss = np.random.SeedSequence([cfg.seed, set_idx, u.tasks, seed_key(cfg.slacks[u.slack_i]), seed_key(CVS[u.cvm_i]),
+                                 seed_key(CVS[u.cvc_i]), u.k])
     gen_rng, rr_rng = (np.random.default_rng(s) for s in ss.spawn(2))
     spec = InstanceSpec(u.hosts, u.tasks, cfg.slacks[u.slack_i], CVS[u.cvm_i], CVS[u.cvc_i], parallel=cfg.parallel_jobs)
     inst = generate(spec, gen_rng)
@@ -221,11 +243,36 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
     return rows
 
 
-def _quiet_worker() -> None:
+def _warm(cfg: ExperimentConfig) -> None:
+    """Run ``cfg``'s heuristics once, untimed, on a tiny instance (and on one with a parallel job when
+    ``cfg.parallel_jobs``): the first MCB8 call of a process loads its numba kernels from the disk cache (or compiles
+    them), about 0.4 s against well under a millisecond per small instance, and that must not be timed as the first
+    instance's run time. :func:`coordinator.warmup.warm_kernels` is not used: it simulates DYNMCB8 and GREEDY-PMTN-MIGR
+    (about 0.5 s per process with a warm cache, 8 s without) and still leaves the per-probe kernel of
+    ``--search paper`` cold."""
+    # four jobs needing 3 CPUs on 2 hosts: the yield search probes, and the average-yield step runs (yield < 1)
+    jobs = [PackJob(1, need, 0.3) for need in (0.9, 0.8, 0.7, 0.6)]
+    problems = [PackProblem.build(jobs, 2)]
+    if cfg.parallel_jobs:
+        problems.append(PackProblem.build([*jobs[:2], PackJob(2, 0.7, 0.2)], 2))
+    for prob in problems:
+        for algo in cfg.algorithms:
+            if algo in MCB_KEYS:
+                mcb_search(prob, algo, cfg.accuracy, search=cfg.search)
+            elif algo in GREEDY_VARIANTS:
+                greedy_search(prob, algo, cfg.attempts("small"))
+
+
+def _quiet_worker(cfg: ExperimentConfig | None = None) -> None:
+    """A worker's initializer: it ends with the command, keeps HiGHS quiet and warms the kernels (:func:`_warm`)
+    before any timed work. (Every instance runs in a worker, whatever ``--jobs`` is: the command's own process never
+    times one.)"""
     die_with_parent()
     # HiGHS prints some diagnostics straight to file descriptor 1; keep the progress bar readable.
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
+    if cfg is not None:
+        _warm(cfg)
 
 
 def _unit_of(row: dict, cfg: ExperimentConfig) -> Unit | None:
@@ -320,7 +367,7 @@ def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Un
 
     units = [u for u in _units(cfg) if u not in kept]
     rows: list[dict] = [r for rs in kept.values() for r in rs]
-    ex = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker)
+    ex = ProcessPoolExecutor(max_workers=jobs, initializer=_quiet_worker, initargs=(cfg,))
     interrupted = False
     try:
         with Journal(journal_path, FIELDS, rows) as journal:
@@ -398,6 +445,14 @@ def gap_to_lp(rows: list[dict], algo: str = "MCB8") -> dict[float, tuple[float, 
     return {s: (float(np.mean(v)), len(v)) for s, v in sorted(acc.items())}
 
 
+def milp_time_limits(rows: list[dict]) -> dict[str, int]:
+    """How many MILP rows there are and how many stopped at ``--milp-time-limit`` (status ``time_limit``): those
+    rows depend on the machine's speed and load (the limit is wall-clock time), so only the others are
+    reproducible."""
+    milp = [r for r in rows if r["algorithm"] == "MILP"]
+    return {"instances": len(milp), "time_limit": sum(r.get("status") == "time_limit" for r in milp)}
+
+
 def summary(rows: list[dict]) -> list[dict]:
     acc: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -459,7 +514,8 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> lis
             ax.set_ylabel(title.lower())
             ax.set_title(f"{title} vs. slack ({label})")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, ncol=2)
+            if ax.get_legend_handles_labels()[0]:  # (none on the MCB plots of a run without MCB)
+                ax.legend(fontsize=7, ncol=2)
             fig.tight_layout()
             p = save_figure(fig, outdir / f"{g}_{key}.png", dpi=110)
             plt.close(fig)
@@ -480,7 +536,8 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> lis
         ax.set_yscale("log")
         ax.set_title(f"Run time vs. number of tasks ({label})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         p = save_figure(fig, outdir / f"{g}_runtime.png", dpi=110)
         plt.close(fig)
@@ -510,7 +567,9 @@ def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> di
         print(f"{r['algorithm']:<10}{r['avg_deg_pct']:>8.2f}{r['max_deg_pct']:>9.2f}{r['solved']:>8}")
     gaps = gap_to_lp(rows, "MCB8")
     print(f"-- {set_name} set: MCB8 minimum yield below the LP bound, mean % per slack (solved instances)")
-    print("   " + "  ".join(f"{s:.1f}:{g:.2f}%({n})" for s, (g, n) in gaps.items()))
+    mcb8_run = "MCB8" in {r["algorithm"] for r in rows}
+    print("   " + ("  ".join(f"{s:.1f}:{g:.2f}%({n})" for s, (g, n) in gaps.items()) if mcb8_run
+                   else "not run (MCB8 not selected)"))
     hi = [g for s, (g, n) in gaps.items() if s >= 0.3 - 1e-9 for _ in range(n)]
     summ = {r["algorithm"]: r for r in summary([dict(r, slack=0) for r in rows])}
     print(f"-- {set_name} set: failure rate / mean min yield / mean run time (all slacks)")
@@ -521,16 +580,27 @@ def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> di
                 f"   {a:<6} fail {100 * s['failure_rate']:5.1f}%  min {s['min_yield']:.4f}  "
                 f"avg {s['avg_yield']:.4f}  time {1000 * s['seconds']:9.3f} ms"
             )
+    milp = milp_time_limits(rows)
+    if milp["instances"]:
+        print(f"-- {set_name} set: the MILP stopped at its time limit (status time_limit) on {milp['time_limit']} of "
+              f"{milp['instances']} instances"
+              + ("; those rows depend on the machine's speed and load, and another run can differ"
+                 if milp["time_limit"] else ""))
     res = {
         "degradation": table,
         "mcb8_gap_to_lp_by_slack": {str(s): g for s, (g, _) in gaps.items()},
         "mcb8_gap_to_lp_slack_ge_0.3": float(np.mean(hi)) if hi else None,
         "best_avg_degradation": table[0]["algorithm"] if table else None,
+        "milp": milp,
     }
-    print(
-        f"-- lowest average degradation: {res['best_avg_degradation']}; MCB8 vs LP at slack >= 0.3: "
-        f"{res['mcb8_gap_to_lp_slack_ge_0.3'] if hi else float('nan'):.2f}% below"
-    )
+    if not mcb8_run:
+        vs_lp = "not run (MCB8 not selected)"
+    elif not hi:
+        vs_lp = "no instance at slack >= 0.3 solved by MCB8"
+    else:
+        vs_lp = f"{res['mcb8_gap_to_lp_slack_ge_0.3']:.2f}% below"
+    print(f"-- lowest average degradation: {res['best_avg_degradation'] or 'none (no MCB run)'}; "
+          f"MCB8 vs LP at slack >= 0.3: {vs_lp}")
     write_json(outdir / "checks.json", res, indent=1, sort_keys=False)
     return res
 
@@ -538,19 +608,26 @@ def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> di
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vcemu vcsched", description="Run the VCSCHED instance sets of seed 002 Sec. 4.",
                                 epilog=TIMING_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--set", choices=("small", "large", "both"), default="both")
-    p.add_argument("--instances", type=int, default=10, help="instances per specification (paper: 10 small)")
-    p.add_argument("--large-instances", type=int, default=None, help="override --instances for the large set")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="results/vcsched")
+    p.add_argument("--set", choices=("small", "large", "both"), default="both",
+                   help="instance set: small (4 hosts), large (64 hosts) or both (default both)")
+    p.add_argument("--instances", type=int, default=10,
+                   help="instances per specification, >= 1 (paper: 10 small; default 10)")
+    p.add_argument("--large-instances", type=int, default=None, help="override --instances for the large set, >= 1")
+    p.add_argument("--seed", type=int, default=0, help="seed of every instance, >= 0 (default 0)")
+    p.add_argument("--out", default="results/vcsched",
+                   help="output directory, one folder per set in it (default results/vcsched)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes, >= 1 (default: this machine's cores)")
     p.add_argument("--algorithms", default=",".join(ALL_ALGOS), help="comma list (LP bound always included)")
-    p.add_argument("--accuracy", type=float, default=0.01, help="yield search accuracy (Sec. 3.4)")
+    p.add_argument("--accuracy", type=float, default=0.01,
+                   help="yield search accuracy, in (0, 1) (Sec. 3.4; default 0.01)")
     p.add_argument("--search", choices=("paper", "fast"), default="paper", help="MCB yield search variant")
     p.add_argument("--backtrack-limit", type=int, default=500_000, help="GB/SGB placement attempts (Sec. 3.3)")
     p.add_argument("--backtrack-limit-large", type=int, default=None, help="override for the large set")
-    p.add_argument("--milp-time-limit", type=float, default=60.0, help="seconds per MILP (small set)")
+    p.add_argument("--milp-time-limit", type=float, default=60.0,
+                   help="wall-clock seconds per MILP (small set; default 60). Where it binds (status time_limit) "
+                   "the row depends on the machine's speed and load: MILP rows are reproducible only where it "
+                   "does not; the report counts them")
     p.add_argument(
         "--rr-max-tasks",
         type=int,
@@ -558,7 +635,9 @@ def _parser() -> argparse.ArgumentParser:
         help="run RRND/RRNZ only up to this many tasks (their LP takes ~50 s at 500 tasks)",
     )
     p.add_argument("--parallel-jobs", action="store_true", help="Sec. 5: parallel jobs (Lublin job sizes)")
-    p.add_argument("--slacks", default=",".join(str(s) for s in SLACKS))
+    p.add_argument("--slacks", default=",".join(str(s) for s in SLACKS),
+                   help="memory slacks, comma-separated, each in [0, 1) and given once; an instance depends on its "
+                   f"slack's value, not its place in the list (default {','.join(str(s) for s in SLACKS)})")
     p.add_argument("--replot", action="store_true", help="redo tables and plots from --out's results.csv")
     return p
 
@@ -614,14 +693,21 @@ def vcsched_main(argv: list[str]) -> int:
     except ValueError:
         print(f"vcemu vcsched: --slacks: expected comma-separated numbers, got {args.slacks!r}", file=sys.stderr)
         return 2
-    if args.instances < 1 or (args.large_instances is not None and args.large_instances < 1):
-        print("vcemu vcsched: --instances must be >= 1", file=sys.stderr)
-        return 2
     bad_slacks = [s for s in slacks if not 0.0 <= s < 1.0]
+    keys = [seed_key(s) for s in slacks]
+    twice = sorted({s for s, key in zip(slacks, keys, strict=True) if keys.count(key) > 1})
     checks = (  # refused here, not by a worker's traceback once the run is under way
-        ("--accuracy", args.accuracy, math.isfinite(args.accuracy) and args.accuracy > 0,
-         "must be a finite number > 0"),
+        ("--instances", args.instances, args.instances >= 1, "must be >= 1"),
+        ("--large-instances", args.large_instances, args.large_instances is None or args.large_instances >= 1,
+         "must be >= 1"),
+        # SeedSequence takes only non-negative entropy
+        ("--seed", args.seed, args.seed >= 0, "must be >= 0"),
+        # the search halves an interval of yields in [0, 1] until it is narrower than this
+        ("--accuracy", args.accuracy, math.isfinite(args.accuracy) and 0 < args.accuracy < 1,
+         "must be a finite number > 0 and < 1"),
         ("--slacks", args.slacks, not bad_slacks, "every slack must be in [0, 1)"),
+        # one slack's instances are seeded by its value: given twice, it would be solved twice and counted twice
+        ("--slacks", args.slacks, not twice, f"each slack may be given once ({', '.join(map(str, twice))} repeated)"),
         ("--jobs", args.jobs, args.jobs >= 1, "must be >= 1 (worker processes)"),
         ("--backtrack-limit", args.backtrack_limit, args.backtrack_limit >= 1, "must be >= 1"),
         ("--backtrack-limit-large", args.backtrack_limit_large,
@@ -650,6 +736,8 @@ def vcsched_main(argv: list[str]) -> int:
     )
     try:
         out = usable_out_dir(args.out)
+        for s in cfg.sets:  # each set's results go to a folder of its own: checked now, not after the work
+            usable_out_dir(out / s)
     except ValueError as exc:
         print(f"vcemu vcsched: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,137 @@
+"""``vcemu oppcost``'s command line at its edges: seeds it refuses, an ``--out`` it cannot use, executions without
+jobs, a simulation that cannot finish, an interrupt before anything finished."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import statistics
+from pathlib import Path
+
+import pytest
+
+from coordinator.oppcost import experiment as oc
+from workloads.oppcost_mix import MixConfig, generate
+
+QUICK = ["--executions", "1", "--jobs", "1", "--duration", "100"]
+
+
+def _one_line(err: str, start: str) -> None:
+    err = err.strip()
+    assert err.startswith(start) and "\n" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("argv", "flag"), [(["--seed", "-2"], "--seed"), (["--explain", "-1"], "--explain")])
+def test_negative_seeds_are_refused_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    argv: list[str], flag: str) -> None:
+    """random.Random(-s) is random.Random(s): a negative seed repeated a positive one's executions."""
+    assert generate(-2, cfg=MixConfig(duration=100)) == generate(2, cfg=MixConfig(duration=100))  # why
+    out = tmp_path / "out"
+    assert oc.oppcost_main([*QUICK, *argv, "--out", str(out)]) == 2
+    _one_line(capsys.readouterr().err, f"vcemu oppcost: {flag}: must be >= 0")
+    assert not out.exists()
+
+
+def test_an_out_it_cannot_write_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file, or a path under a file, as --out: exit 2 and one line, not a traceback."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in (afile, afile / "sub"):
+        assert oc.oppcost_main([*QUICK, "--out", str(out)]) == 2
+        _one_line(capsys.readouterr().err, f"vcemu oppcost: --out {out}: cannot write results there")
+
+
+def test_executions_without_jobs_are_left_out_of_the_per_execution_statistics(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With a 10 s arrival window seeds 1..6 give 1, 0, 1, 2, 0, 0 processes: the three empty executions stay in
+    executions.csv but the averages, median, wins and figures count the other three (they gave NaN averages and a
+    wrong median; with no job at all, a ZeroDivisionError). A window shorter than the mean inter-arrival time is
+    refused."""
+    assert [len(generate(s, cfg=MixConfig(duration=10))) for s in range(1, 7)] == [1, 0, 1, 2, 0, 0]
+    out = tmp_path / "out"
+    assert oc.oppcost_main(["--executions", "6", "--jobs", "1", "--duration", "10", "--out", str(out)]) == 0
+    assert "3 of 6 executions had no job" in capsys.readouterr().out
+    with (out / "executions.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["jobs"] for r in rows] == ["1", "0", "1", "2", "0", "0"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["executions"] == 6 and summary["executions_without_jobs"] == 3
+    for name in oc.METHODS:
+        means = [float(r[f"{name}_mean"]) for r in rows if r["jobs"] != "0"]
+        t = summary["table2"][name]
+        assert t["by_execution"] == pytest.approx(sum(means) / 3)
+        assert t["median_by_execution"] == pytest.approx(statistics.median(means))
+        assert t["by_job"] == pytest.approx(sum(float(r[f"{name}_sum"]) for r in rows) / 4)
+    assert all(0 <= v <= 3 for v in summary["wins"].values())
+
+    empty = tmp_path / "empty"  # seed 2's single execution has no job at all
+    assert oc.oppcost_main(["--executions", "1", "--seed", "2", "--jobs", "1", "--duration", "10",
+                            "--out", str(empty)]) == 0
+    summary = json.loads((empty / "summary.json").read_text())
+    assert summary["executions_without_jobs"] == 1 and summary["table2"]["pvm"]["by_execution"] is None
+    assert len(list(empty.glob("fig*.png"))) == 4
+    capsys.readouterr()
+    assert oc.oppcost_main(["--executions", "1", "--duration", "5", "--out", str(tmp_path / "short")]) == 2
+    _one_line(capsys.readouterr().err, "vcemu oppcost: --duration: must be >= 10 s")
+
+
+def test_a_simulation_past_its_time_cap_ends_in_one_line_and_keeps_the_finished_executions(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--beta 1e9: seed 13's stream has a process larger than any machine, which then thrashes for ~1e9 s per CPU
+    second, past the simulator's cap; seed 12's has none. Exit 1 with one line naming execution 1, its seed and the
+    flags that slow processes (it was a worker's RuntimeError traceback); execution 0 stays in the journal."""
+    streams = {s: generate(s, cfg=MixConfig(duration=100)) for s in (12, 13)}
+    assert max(p.mem for p in streams[12]) < 128 < max(p.mem for p in streams[13])
+    out = tmp_path / "out"
+    argv = ["--executions", "2", "--seed", "12", "--jobs", "1", "--duration", "100", "--beta", "1e9", "--out", str(out)]
+    assert oc.oppcost_main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("vcemu oppcost: execution 1 (seed 13): ") and "max_time" in err
+    assert "--beta 1e+09" in err and "--migration-fixed" in err and f"kept in {out / oc.JOURNAL}" in err
+    with (out / oc.JOURNAL).open(newline="") as fh:
+        assert [r["execution"] for r in csv.DictReader(fh)] == ["0"]
+    assert json.loads((out / "config.json").read_text())["complete"] is False
+    assert not (out / "summary.json").exists()
+    assert oc.oppcost_main(["--explain", "13", "--duration", "100", "--migration-fixed", "1e300"]) == 1
+    _one_line(capsys.readouterr().err, "vcemu oppcost: --explain 13: ")
+
+
+def test_an_interrupt_before_any_execution_finished_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C (or SIGTERM) before the first execution finished: 130 like any interrupt, saying nothing finished
+    (it was 1 and "summarising the 0 finished executions")."""
+
+    def interrupted(futures: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(oc, "as_completed", interrupted)
+    out = tmp_path / "out"
+    assert oc.oppcost_main([*QUICK, "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "nothing finished yet" in err and "summarising" not in err
+    assert json.loads((out / "config.json").read_text())["complete"] is False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_sigterm_in_a_just_forked_worker_ends_it_instead_of_running_the_commands_code(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool worker is forked with the command's SIGTERM handler and keeps it until its initializer resets it. The
+    command terminates its workers when interrupted, possibly right after forking them: the handler must end such a
+    worker (exit 128 + SIGTERM), not raise KeyboardInterrupt, which could unwind into the command's own code and run
+    the rest of it (seen once here: a second copy of pytest finishing the test session)."""
+    monkeypatch.setattr(oc, "_MAIN_PID", os.getpid(), raising=False)
+    with pytest.raises(KeyboardInterrupt):  # in the command's own process: Ctrl-C
+        oc._raise_interrupt(signal.SIGTERM, None)
+    pid = os.fork()
+    if pid == 0:  # the worker, before its initializer
+        code = 1
+        try:
+            oc._raise_interrupt(signal.SIGTERM, None)
+        except KeyboardInterrupt:
+            code = 99
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
