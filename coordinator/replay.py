@@ -12,17 +12,21 @@ the same policy, hosts and penalty, and both runs are scored by the same code (c
 metrics), side by side. Results go to a new directory under ``--out`` named after the run's start
 (``YYYYmmdd-HHMMSS-POLICY-kK``, with ``-2``, ``-3``, ... for further runs started in the same second); its
 ``config.json`` records the code that ran (``"code"``), and the trace's absolute path, the hash of the bytes read
-and, for SWF, what the conversion dropped.
+and, for SWF, what the conversion dropped. An exception in the coordinator's engine loop (which logs it and goes on,
+as a service must) ends the replay with an error: a job refused at its arrival would otherwise be waited for until
+``--timeout``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -162,6 +166,36 @@ def replay_main(argv: Sequence[str]) -> int:
             return interrupted("vcemu replay: interrupted")
 
 
+#: The coordinator's logger, and the name of its engine loop's thread (coordinator.service).
+_SERVICE_LOGGER, _ENGINE_LOOP = "vcemu.coordinator", "engine-loop"
+
+
+class _LoopErrors(logging.Handler):
+    """The errors the coordinator's engine loop logs with their exception (``engine step failed``). The loop
+    goes on after one, as a service must; a replay cannot: a job refused at its arrival is lost (the engine
+    records nothing for it), and waiting for every job to finish would wait until ``--timeout``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.threadName == _ENGINE_LOOP and record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            self.errors.append(f"{record.getMessage()}: {type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def _engine_loop_errors() -> Iterator[_LoopErrors]:
+    handler = _LoopErrors()
+    logger = logging.getLogger(_SERVICE_LOGGER)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
 def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, procs, d: Path,
                  wall0: float, source: dict[str, Any] | None = None) -> int:
     """The live replay on the started cluster, its simulation, and the results in ``d`` (``source``: what
@@ -172,18 +206,25 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     from coordinator.experiments import follow_jobs, simulate
 
     try:
-        mode = next(iter(server.backend.agents.values())).mode
-        origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
-        arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
-        server.engine.schedule_arrivals(arrivals)
-        server.backend.wake()
-        bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
-        done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals), time.monotonic() + a.timeout)
-        timed_out = done < len(arrivals)
+        with _engine_loop_errors() as loop:
+            mode = next(iter(server.backend.agents.values())).mode
+            origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
+            arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
+            server.engine.schedule_arrivals(arrivals)
+            server.backend.wake()
+            bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
+            done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals) or bool(loop.errors),
+                               time.monotonic() + a.timeout)
+            timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
             server.stop()
             stop_processes(procs)
+    if loop.errors:
+        more = f" (and {len(loop.errors) - 1} more)" if len(loop.errors) > 1 else ""
+        print(f"vcemu replay: the live run failed: {loop.errors[0]}{more}; the cluster is stopped, and the run's "
+              f"folder {d} keeps the agents' log", file=sys.stderr)
+        return 1
     live = server.engine.history
     hosts = list(server.engine.hosts)
     capacity = sum(h.cpu for h in hosts)

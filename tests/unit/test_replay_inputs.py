@@ -1,15 +1,19 @@
-"""``vcemu replay``'s input: what it reads, drops and refuses before its cluster starts. No cluster is started."""
+"""``vcemu replay``'s input: what it reads, drops and refuses before its cluster starts, and a live run whose engine
+loop fails ends with an error instead of waiting out ``--timeout``. No agent process is started: the live run's
+coordinator has one agent registered at an address that answers nothing."""
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
 from coordinator.model import Host, JobSpec
-from coordinator.replay import _parse, load_segment, replay_main
+from coordinator.replay import _parse, _replay_live, load_segment, replay_main
 from tests.unit.test_cli_errors import refused, run
 
 JOB = {"submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.1, "work": 60}
@@ -66,6 +70,35 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the cluster was started")
 
     monkeypatch.setattr(coordinator.cli, "start_local_cluster", started)
+
+
+@pytest.mark.timeout(60)
+def test_an_exception_in_the_engine_loop_ends_the_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The coordinator's engine loop logs an exception and goes on. A job refused at its arrival (here: a second job
+    with the first's id, which the trace's checks now refuse before the run) was then lost, and the replay waited
+    for it until --timeout (600 s by default): "replay hangs". It now stops at the first such error."""
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+    from tests.unit.test_service import register
+    from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+    timeout = 25.0
+    a = _parse(["t.jsonl", "--policy", "greedy", "--compress", "10", "--timeout", str(timeout), "--json",
+                "--out", str(tmp_path)])
+    specs = [JobSpec("a", 0.0, 1, 1.0, 0.1, 600.0), JobSpec("a", 1.0, 1, 1.0, 0.1, 600.0)]
+    server = CoordinatorServer(get_policy("greedy"), port=0, compression=a.compress).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            register(pb_grpc.CoordinatorStub(channel))
+        t0 = time.monotonic()
+        code = _replay_live(a, specs, 0, server, [], tmp_path, t0)
+        took = time.monotonic() - t0
+    finally:
+        server.stop()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert took < timeout / 2, f"waited {took:.1f} s: until the timeout"
+    assert "vcemu replay: the live run failed: engine step failed: ValueError: job id 'a' already exists" in err, err
 
 
 def test_replay_says_what_the_swf_conversion_dropped_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
