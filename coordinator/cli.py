@@ -467,19 +467,22 @@ def _submit_file(args: argparse.Namespace) -> int:
     1,000. Each job's request id is the file's content hash and the job's id, so submitting the same file
     again (after a crash, a timeout) creates nothing twice, and the summary says how many jobs were new
     (a resubmission's "accepted" alone would read as if it had created them again). Submit times in the
-    file are ignored."""
-    import hashlib
-    from pathlib import Path
-
+    file are ignored. The file is read once: the hash is that of the bytes submitted. A file that cannot be
+    read, has a bad line or no job is refused before connecting (exit status 2, as simulate refuses it)."""
     from vcemu.v1 import coordinator_pb2 as pb
-    from workloads.jobfile import JobFileError, iter_jobs
+    from workloads.jobfile import JobFileError, is_swf, load_jobs
 
+    if is_swf(args.file):  # it would be read as JSON lines and refused as "not valid JSON"
+        _refuse(f"vcemu submit: {args.file}: SWF traces are read by simulate and replay only; submit --file takes "
+                "a job file (JSON lines or CSV)")
     try:
-        digest = hashlib.sha256(Path(args.file).read_bytes()).hexdigest()[:16]
-        specs = list(iter_jobs(args.file))
+        source = load_jobs(args.file)
     except (OSError, JobFileError) as exc:
-        raise SystemExit(f"vcemu submit: {exc}") from None
-    prefix = args.request_id or digest
+        _refuse(f"vcemu submit: {exc}")
+    specs = source.jobs
+    if not specs:  # "0 accepted" and exit status 0 read as if the file had been submitted
+        _refuse(f"vcemu submit: no jobs in {args.file}")
+    prefix = args.request_id or source.sha256[:16]
     client, accepted, refused, known, told = _Client(args, "submit"), 0, 0, 0, 0
     with client:
         for k in range(0, len(specs), 1000):
@@ -958,8 +961,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--request-id", default=None,
                     help="makes the submit idempotent; with --file, the prefix of every job's request id")
     sp.add_argument("--file", default=None, metavar="JOBS",
-                    help="submit every job of a job file (.jsonl or .csv, see README) in batches; the other job "
-                    "flags are ignored")
+                    help="submit every job of a job file (.jsonl or .csv, see README) in batches, all at once: its "
+                    "submit times are ignored, as are the other job flags")
     sp.set_defaults(func=cmd_submit)
 
     sp = sub.add_parser("jobs", help="list jobs")

@@ -76,14 +76,19 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     from tqdm import tqdm
 
     from coordinator.cli import format_table
-    from workloads.jobfile import JobFileError, read_jobs
+    from workloads.jobfile import JobFileError, load_jobs
 
     cluster = homogeneous_hosts(hosts)
-    try:  # (each job checked against the hosts, naming its line or SWF job)
-        specs = read_jobs(path, hosts=tuple(cluster), segment=segment)
+    try:  # each job checked against the hosts and the policy's refusals (FCFS/EASY: whole nodes), naming its line
+        refuse = getattr(get_policy(policy), "refuse", None)
+        jobs_file = load_jobs(path, hosts=tuple(cluster), segment=segment, refuse=refuse)
     except (JobFileError, OSError, ValueError) as exc:
         print(f"vcemu simulate: {exc}", file=sys.stderr)
         return 2
+    specs = jobs_file.jobs
+    note = jobs_file.drop_note()
+    if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
+        print(f"vcemu simulate: {path}: {note}", file=sys.stderr)
     if not specs:
         what = f"week {segment} of {path}" if segment is not None else path
         print(f"vcemu simulate: no jobs in {what}", file=sys.stderr)
@@ -123,11 +128,9 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         raise
     written = True
     if folder is not None:
-        from coordinator.provenance import file_sha256
-
-        try:
-            config = {"jobs_file": path, "jobs_file_sha256": file_sha256(path), "segment": segment,
-                      "policy": policy, "hosts": hosts, "penalty": penalty}
+        try:  # the hash of the bytes that were parsed, not of what the path holds by now
+            config = {**jobs_file.provenance(), "segment": segment, "policy": policy, "hosts": hosts,
+                      "penalty": penalty}
             write_simulation(folder, config, specs, results, summary, time.monotonic() - wall0)
         except BaseException as exc:  # a full disk, the job file gone: no folder half written
             _discard_run_dir(folder, made)

@@ -9,6 +9,7 @@ cut short, or one that writes fewer of them, does not leave the previous run's b
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -96,9 +97,15 @@ def new_run_dir(parent: str | os.PathLike[str], name: str, started: float | None
     the run's start and sort by it (to the second: within one second, ``-10`` sorts before ``-2``). The
     directory is made with an exclusive ``mkdir``: a run that finds the name taken (another run of the same
     ``name`` started in the same second, even in another process) takes ``...-name-2``, ``-3``, ... instead,
-    never another run's directory."""
+    never another run's directory. A ``parent`` that exists as something else than a directory is a
+    NotADirectoryError whose strerror says so ("is a file, not a directory"): mkdir's own FileExistsError
+    ("File exists") reads as if the directory were there."""
     root = Path(parent)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # (exist_ok: raised only for a non-directory)
+        what = "is a file, not a directory" if root.is_file() else "is not a directory"
+        raise NotADirectoryError(errno.ENOTDIR, what, str(root)) from None
     base = f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(time.time() if started is None else started))}-{name}"
     n = 1
     while True:

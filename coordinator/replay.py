@@ -1,32 +1,41 @@
 """``vcemu replay TRACE --policy NAME --compress K``: a trace segment on live agents beside its simulation.
 
-The trace (a job file, or an SWF log: ``--segment`` picks a 1-week segment, read by
-``workloads.jobfile.read_jobs``) is cut to ``--max-jobs`` jobs (the first by submission) on ``--hosts``
-hosts; jobs wider than the cluster are dropped and counted. An in-process coordinator (as ``vcemu demo``
-starts it) drives ``--agents`` real agent processes (cgroup-enforced shares, pause = checkpoint and stop)
-with the live backend's time compression K: its clock runs K times faster than wall time and each task's
-work is divided by K, so a job of W trace-seconds takes W/K real seconds and everything is reported in
-trace seconds. Jobs arrive at their trace submit times (shifted by the cluster's start-up time) on that
-clock. The very same jobs then go through the simulator with the same policy, hosts and penalty, and both
-runs are scored by the same code (coordinator.metrics, 001 Sec. V's metrics), side by side. Results go to a new
-directory under ``--out`` named after the run's start (``YYYYmmdd-HHMMSS-POLICY-kK``, with ``-2``, ``-3``, ... for
-further runs started in the same second); its ``config.json`` records the code that ran (``"code"``).
+The trace (a job file, or an SWF log: ``--segment`` picks a 1-week segment, read by ``workloads.jobfile.load_jobs``)
+is cut to ``--max-jobs`` jobs (the first by submission) on ``--hosts`` hosts; jobs wider than the cluster are
+dropped and counted (those submitted before the last job replayed), and any other job the engine would refuse is
+refused before the cluster starts, naming its line. An in-process coordinator (as ``vcemu demo`` starts it) drives
+``--agents`` real agent processes (cgroup-enforced shares, pause = checkpoint and stop) with the live backend's time
+compression K: its clock runs K times faster than wall time and each task's work is divided by K, so a job of W
+trace-seconds takes W/K real seconds and everything is reported in trace seconds. Jobs arrive at their trace submit
+times (shifted by the cluster's start-up time) on that clock. The very same jobs then go through the simulator with
+the same policy, hosts and penalty, and both runs are scored by the same code (coordinator.metrics, 001 Sec. V's
+metrics), side by side. Results go to a new directory under ``--out`` named after the run's start
+(``YYYYmmdd-HHMMSS-POLICY-kK``, with ``-2``, ``-3``, ... for further runs started in the same second); its
+``config.json`` records the code that ran (``"code"``), and the trace's absolute path, the hash of the bytes read
+and, for SWF, what the conversion dropped. An exception in the coordinator's engine loop (which logs it and goes on,
+as a service must) ends the replay with an error: a job refused at its arrival would otherwise be waited for until
+``--timeout``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.metrics import History
 from coordinator.model import JobSpec
+
+if TYPE_CHECKING:
+    from workloads.jobfile import JobFile
 
 
 def score(history: History, capacity: float, host_memory_gb: float) -> dict[str, Any]:
@@ -91,20 +100,36 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     return a
 
 
-def load_segment(a: argparse.Namespace) -> tuple[list[Any], int]:
-    """The jobs to replay, submit times from 0, and how many were dropped for being wider than the cluster."""
-    from workloads.jobfile import read_jobs
+def load_segment(a: argparse.Namespace) -> tuple[list[Any], int, JobFile]:
+    """The jobs to replay, submit times from 0; how many were dropped for being wider than the cluster (of those
+    submitted before the last one replayed: the jobs the replay passed over); and the file they came from.
 
-    jobs = sorted(read_jobs(a.trace, segment=a.segment), key=lambda j: (j.submit_time, j.id))
+    What is left must be what the live engine accepts (:meth:`JobSpec.validate` on the hosts, and the policy's
+    ``refuse`` hook): :class:`workloads.jobfile.JobFileError` naming the line otherwise, as ``simulate`` refuses it,
+    since the engine would refuse it only at its arrival, in the middle of the live run."""
+    from coordinator.experiments import homogeneous_hosts
+    from coordinator.policies import get_policy
+    from workloads.jobfile import check_jobs, load_jobs
+
+    source = load_jobs(a.trace, segment=a.segment)
+    jobs = sorted(source.jobs, key=lambda j: (j.submit_time, j.id))
     if not jobs:
         raise ValueError(f"no jobs in {a.trace}" if a.segment is None else f"no jobs in week {a.segment} of {a.trace}")
-    fit = [j for j in jobs if j.tasks <= a.hosts]
-    dropped = sum(1 for j in jobs[: a.max_jobs] if j.tasks > a.hosts)
-    fit = fit[: a.max_jobs]
+    fit: list[JobSpec] = []
+    dropped = 0
+    for j in jobs:
+        if len(fit) == a.max_jobs:
+            break
+        if j.tasks > a.hosts:
+            dropped += 1
+        else:
+            fit.append(j)
     if not fit:
         raise ValueError(f"{a.trace}: no job fits on {a.hosts} hosts")
+    check_jobs(source, fit, tuple(homogeneous_hosts(a.hosts)), getattr(get_policy(a.policy), "refuse", None),
+               what="to replay")
     t0 = fit[0].submit_time
-    return [replace(j, submit_time=j.submit_time - t0) for j in fit], dropped
+    return [replace(j, submit_time=j.submit_time - t0) for j in fit], dropped, source
 
 
 def replay_main(argv: Sequence[str]) -> int:
@@ -115,13 +140,16 @@ def replay_main(argv: Sequence[str]) -> int:
     a = _parse(argv)
     try:
         get_policy(a.policy)  # an unknown name is refused before anything starts
-        specs, dropped = load_segment(a)
+        specs, dropped, source = load_segment(a)
         # last: a bad trace leaves no folder; before the live run: its results must have somewhere to go
         wall0, started = time.monotonic(), time.time()
         d, agent_log = live_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
     except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
+    note = source.drop_note()
+    if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
+        print(f"vcemu replay: {a.trace}: {note}", file=sys.stderr)
     # Ctrl-C or SIGTERM: the cluster is stopped (by start_local_cluster, or the finally around the live run),
     # then one line and exit status 130, as vcemu demo and up end.
     with agent_log, signals_interrupt():
@@ -133,32 +161,70 @@ def replay_main(argv: Sequence[str]) -> int:
             except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
                 print(f"vcemu replay: {exc}", file=sys.stderr)
                 return 1
-            return _replay_live(a, specs, dropped, server, procs, d, wall0)
+            return _replay_live(a, specs, dropped, server, procs, d, wall0, source.provenance())
         except KeyboardInterrupt:
             return interrupted("vcemu replay: interrupted")
 
 
+#: The coordinator's logger, and the name of its engine loop's thread (coordinator.service).
+_SERVICE_LOGGER, _ENGINE_LOOP = "vcemu.coordinator", "engine-loop"
+
+
+class _LoopErrors(logging.Handler):
+    """The errors the coordinator's engine loop logs with their exception (``engine step failed``). The loop
+    goes on after one, as a service must; a replay cannot: a job refused at its arrival is lost (the engine
+    records nothing for it), and waiting for every job to finish would wait until ``--timeout``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.threadName == _ENGINE_LOOP and record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            self.errors.append(f"{record.getMessage()}: {type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def _engine_loop_errors() -> Iterator[_LoopErrors]:
+    handler = _LoopErrors()
+    logger = logging.getLogger(_SERVICE_LOGGER)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
 def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, procs, d: Path,
-                 wall0: float) -> int:
-    """The live replay on the started cluster, its simulation, and the results in ``d``."""
+                 wall0: float, source: dict[str, Any] | None = None) -> int:
+    """The live replay on the started cluster, its simulation, and the results in ``d`` (``source``: what
+    config.json records of the trace, :meth:`workloads.jobfile.JobFile.provenance`)."""
     from tqdm import tqdm
 
     from coordinator.cli import signals_deferred, stop_processes
     from coordinator.experiments import follow_jobs, simulate
 
     try:
-        mode = next(iter(server.backend.agents.values())).mode
-        origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
-        arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
-        server.engine.schedule_arrivals(arrivals)
-        server.backend.wake()
-        bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
-        done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals), time.monotonic() + a.timeout)
-        timed_out = done < len(arrivals)
+        with _engine_loop_errors() as loop:
+            mode = next(iter(server.backend.agents.values())).mode
+            origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
+            arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
+            server.engine.schedule_arrivals(arrivals)
+            server.backend.wake()
+            bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
+            done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals) or bool(loop.errors),
+                               time.monotonic() + a.timeout)
+            timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
             server.stop()
             stop_processes(procs)
+    if loop.errors:
+        more = f" (and {len(loop.errors) - 1} more)" if len(loop.errors) > 1 else ""
+        print(f"vcemu replay: the live run failed: {loop.errors[0]}{more}; the cluster is stopped, and the run's "
+              f"folder {d} keeps the agents' log", file=sys.stderr)
+        return 1
     live = server.engine.history
     hosts = list(server.engine.hosts)
     capacity = sum(h.cpu for h in hosts)
@@ -170,7 +236,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
     }
     try:
-        path: Path | str = _write(a, out, d)
+        path: Path | str = _write(a, out, d, source)
     except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
         print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         path, write_failed = "not written", True
@@ -195,15 +261,17 @@ def _f(x: Any) -> str:
     return str(x)
 
 
-def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None) -> Path:
+def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
+           source: dict[str, Any] | None = None) -> Path:
     """The run's results in its folder ``d`` (made at the run's start), or else in a new directory under ``--out``
-    named after now (:func:`coordinator.outputs.new_run_dir`)."""
+    named after now (:func:`coordinator.outputs.new_run_dir`). ``source``: what config.json records of the trace
+    read (its absolute path, the hash of its bytes, the SWF conversion's drops)."""
     from coordinator.outputs import json_safe, new_run_dir, write_json, write_text
     from coordinator.provenance import code_version
 
     if d is None:
         d = new_run_dir(a.out, f"{a.policy}-k{a.compress:g}")
-    write_json(d / "config.json", {**vars(a), "code": code_version()}, sort_keys=False)
+    write_json(d / "config.json", {**vars(a), **(source or {}), "code": code_version()}, sort_keys=False)
     # Each file whole or not at all (written atomically), and strict JSON (NaN as null).
     write_json(d / "metrics.json", json_safe(out), sort_keys=False)
     write_text(d / "metrics.csv", "metric,live,sim\n" + "".join(

@@ -182,8 +182,9 @@ class HPC2NSegments:
 
 
 #: Drop rules, in the order they are applied. None of them is stated in 001 (which drops no job);
-#: each removes a record that cannot be a valid :class:`JobSpec` on the target cluster.
-DROP_RULES = ("no_processors", "no_run_time", "memory_exceeds_node", "does_not_fit_cluster")
+#: each removes a record that cannot be a valid :class:`JobSpec` on the target cluster (or, for
+#: ``no_submit_time``, cannot be placed in time).
+DROP_RULES = ("no_submit_time", "no_processors", "no_run_time", "memory_exceeds_node", "does_not_fit_cluster")
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,9 @@ def convert_hpc2n(
 
     Drop rules. 001 drops no job; these remove only records that cannot become a valid job on a cluster
     of ``nodes`` hosts of memory 1, and each is counted in :attr:`Conversion.dropped` (all are 0 on
-    the HPC2N trace): ``no_processors`` (``p <= 0``), ``no_run_time`` (run time ``<= 0``),
+    the HPC2N trace), in this order: ``no_submit_time`` (submit time ``< 0``: SWF's ``-1``, unknown; the
+    job has no place in the trace's time, and taking ``-1`` as a time would give it a wait it never had, or
+    a week before the first), ``no_processors`` (``p <= 0``), ``no_run_time`` (run time ``<= 0``),
     ``memory_exceeds_node`` (per-task memory ``> 1``), ``does_not_fit_cluster`` (more tasks than the
     cluster can hold at that memory, :meth:`JobSpec.validate`).
 
@@ -295,6 +298,9 @@ def convert_hpc2n(
     result = Conversion(jobs=[], dropped=dropped)
     for rec in records:
         result.records += 1
+        if rec.submit_time < 0:
+            dropped["no_submit_time"] += 1
+            continue
         if _processors(rec) <= 0:
             dropped["no_processors"] += 1
             continue

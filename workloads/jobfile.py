@@ -15,25 +15,45 @@ CSV (``.csv``): a header row naming the same columns, then one job per row.
 SWF (``.swf``, ``.swf.gz``): read through the HPC2N conversion of 001 Sec. IV-C
 (:func:`workloads.annotate.convert_hpc2n`), either whole or one 1-week segment.
 
-Every job is checked as it is read: unknown or missing keys, wrong types, duplicate ids and anything
-:meth:`JobSpec.validate` refuses raise :class:`JobFileError`, which names the file, the line and the
-field.
+Suffixes are matched in any case (``JOBS.CSV``). Text is UTF-8, with or without a byte-order mark.
+
+Every job is checked as it is read: unknown, missing or repeated keys (columns), wrong types, duplicate ids,
+values out of bounds (:data:`MAX_SECONDS`, :data:`MAX_TASKS`), text that is not UTF-8, a damaged ``.gz`` and
+anything :meth:`JobSpec.validate` refuses raise :class:`JobFileError`, which names the file, the line and the
+field. :func:`load_jobs` reads a file's bytes once, and gives its jobs with the hash of the very bytes parsed.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from coordinator.model import Host, InvalidJob, JobSpec
 
-__all__ = ["FIELDS", "JobFileError", "iter_jobs", "job_to_dict", "read_jobs", "write_jobs"]
+__all__ = [
+    "FIELDS",
+    "MAX_SECONDS",
+    "MAX_TASKS",
+    "JobFile",
+    "JobFileError",
+    "Refuse",
+    "check_jobs",
+    "is_swf",
+    "iter_jobs",
+    "job_to_dict",
+    "load_jobs",
+    "read_jobs",
+    "write_jobs",
+]
 
 #: The keys of a job line, in the order they are written.
 FIELDS = ("id", "submit_time", "tasks", "cpu_need", "memory", "work", "workload")
@@ -41,13 +61,23 @@ _REQUIRED = frozenset(FIELDS) - {"workload"}
 _DEFAULT_WORKLOAD = "dgemm"
 #: JobSpec.validate names some fields after the model; map them to the file's keys.
 _FIELD_FROM_MODEL = {"mem": "memory", "work_seconds": "work"}
+#: ``submit_time`` and ``work`` must be below this (1e12 s, about 31,700 years; Unix times in seconds pass).
+#: Any finite float is not enough: at 1e308 a submit time plus a work overflows to inf, and at 1e300 a
+#: clock of that size no longer moves when a second is added, so the simulator never finishes. Below
+#: 1e12 s the clock still resolves 0.2 ms.
+MAX_SECONDS = 1e12
+#: The most tasks a job can have: the wire carries ``tasks`` as an int32 (proto/vcemu/v1/coordinator.proto,
+#: JobSpec), and ``submit --file`` failed building the request for more, before it connected.
+MAX_TASKS = 2**31 - 1
+#: A policy's refusal hook (``policy.refuse``, e.g. :func:`coordinator.policies.batch.refuse_oversized`):
+#: ``(field, reason)`` for a job the policy can never run on ``hosts``, else None.
+Refuse = Callable[[JobSpec, tuple[Host, ...]], "tuple[str, str] | None"]
 
 
 class JobFileError(ValueError):
     """A bad job line: ``path``, 1-based ``line`` and the offending ``field`` (``None`` if the whole line).
 
-    ``line`` is ``None`` only for a converted SWF job that does not fit the given hosts (the message
-    names the SWF job number instead).
+    ``line`` is ``None`` only where no line is known (a caller's own list of jobs given to :func:`check_jobs`).
     """
 
     def __init__(self, path: str, line: int | None, field: str | None, message: str) -> None:
@@ -59,18 +89,62 @@ class JobFileError(ValueError):
         self.message = message
 
 
-def _is_swf(path: str) -> bool:
-    return path.endswith(".swf") or path.endswith(".swf.gz")
+def is_swf(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names an SWF trace (``.swf``, ``.swf.gz``, in any case)."""
+    return os.fspath(path).lower().endswith((".swf", ".swf.gz"))
+
+
+def _is_gz(path: str) -> bool:
+    return path.lower().endswith(".gz")
 
 
 def _open_text(path: str, mode: str) -> IO[str]:
-    if path.endswith(".gz"):
+    if _is_gz(path):
         return gzip.open(path, mode + "t", encoding="utf-8", newline="")  # type: ignore[return-value]
     return open(path, mode, encoding="utf-8", newline="")  # noqa: SIM115 - returned to a with-block
 
 
 def _is_csv(path: str) -> bool:
-    return path.endswith(".csv") or path.endswith(".csv.gz")
+    return path.lower().endswith((".csv", ".csv.gz"))
+
+
+def _read_bytes(path: str) -> bytes:
+    """The whole file, read once: what is parsed is then what is hashed, even if the file changes meanwhile or
+    is a pipe (``/dev/stdin``). OSError as open() raises it."""
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _lines(path: str, data: bytes) -> Iterator[str]:
+    """The text lines of a job file's bytes (``data``; decompressed if ``path`` ends in ``.gz``), line ends
+    kept and any of ``\\n``, ``\\r\\n`` and ``\\r`` taken as one (as text mode's universal newlines), each
+    decoded on its own so that a byte that is not UTF-8 is refused naming its line, and the byte-order mark
+    some editors put first taken away (``utf-8-sig``). A damaged ``.gz`` is refused at the line after the last
+    whole one: gzip's EOFError and zlib.error are not OSErrors, and were tracebacks."""
+    raw: IO[bytes] = io.BytesIO(data)
+    if _is_gz(path):
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+    lineno = 0
+    with raw:
+        it = iter(raw)  # chunks ending in b"\n": a b"\r\n" is never split between two
+        while True:
+            try:
+                chunk = next(it)
+            except StopIteration:
+                return
+            except EOFError:
+                raise JobFileError(path, lineno + 1, None, "compressed file is truncated") from None
+            except gzip.BadGzipFile:
+                raise JobFileError(path, lineno + 1, None, "not a gzip file") from None
+            except zlib.error as exc:
+                raise JobFileError(path, lineno + 1, None, f"compressed data is damaged ({exc})") from None
+            for line in chunk.splitlines(keepends=True):
+                lineno += 1
+                try:
+                    yield line.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    where = f"byte 0x{exc.object[exc.start]:02x} at byte {exc.start + 1} of the line"
+                    raise JobFileError(path, lineno, None, f"not UTF-8 text ({where})") from None
 
 
 def job_to_dict(job: JobSpec) -> dict[str, Any]:
@@ -110,8 +184,20 @@ def _integer(path: str, line: int, key: str, value: Any, *, from_text: bool) -> 
     return value
 
 
+def _seconds(path: str, line: int, key: str, value: float) -> float:
+    if value >= MAX_SECONDS:
+        raise JobFileError(path, line, key, f"must be below {MAX_SECONDS:g} s (about 31,700 years), got {value!r}")
+    return value
+
+
 def _job_from_mapping(
-    path: str, line: int, row: Mapping[str, Any], *, from_text: bool, hosts: tuple[Host, ...] | None
+    path: str,
+    line: int,
+    row: Mapping[str, Any],
+    *,
+    from_text: bool,
+    hosts: tuple[Host, ...] | None,
+    refuse: Refuse | None = None,
 ) -> JobSpec:
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
@@ -124,9 +210,14 @@ def _job_from_mapping(
         job_id = str(job_id)
     if not isinstance(job_id, str) or not job_id.strip():
         raise JobFileError(path, line, "id", f"must be a non-empty string, got {job_id!r}")
-    submit = _number(path, line, "submit_time", row["submit_time"], from_text=from_text)
+    submit = _seconds(path, line, "submit_time", _number(path, line, "submit_time", row["submit_time"],
+                                                           from_text=from_text))
     if submit < 0:
         raise JobFileError(path, line, "submit_time", f"must be >= 0, got {submit!r}")
+    tasks = _integer(path, line, "tasks", row["tasks"], from_text=from_text)
+    if tasks > MAX_TASKS:
+        raise JobFileError(path, line, "tasks", f"must be at most {MAX_TASKS} (what the wire's int32 holds), got "
+                           f"{tasks}")
     workload = row.get("workload")
     if workload is None or (from_text and workload == ""):
         workload = _DEFAULT_WORKLOAD
@@ -135,36 +226,65 @@ def _job_from_mapping(
     job = JobSpec(
         id=job_id,
         submit_time=submit,
-        tasks=_integer(path, line, "tasks", row["tasks"], from_text=from_text),
+        tasks=tasks,
         cpu_need=_number(path, line, "cpu_need", row["cpu_need"], from_text=from_text),
         mem=_number(path, line, "memory", row["memory"], from_text=from_text),
-        work=_number(path, line, "work", row["work"], from_text=from_text),
+        work=_seconds(path, line, "work", _number(path, line, "work", row["work"], from_text=from_text)),
         workload=workload,
     )
-    try:
-        job.validate(hosts)
-    except InvalidJob as exc:
-        msg = str(exc).partition(": ")[2] or str(exc)
-        raise JobFileError(path, line, _FIELD_FROM_MODEL.get(exc.field, exc.field), msg) from None
+    why = _refusal(job, hosts, refuse)
+    if why is not None:
+        raise JobFileError(path, line, *why)
     return job
 
 
-def _iter_jsonl(path: str, fh: IO[str], hosts: tuple[Host, ...] | None) -> Iterator[tuple[int, JobSpec]]:
-    for lineno, raw in enumerate(fh, start=1):
+def _refusal(job: JobSpec, hosts: tuple[Host, ...] | None, refuse: Refuse | None) -> tuple[str, str] | None:
+    """(file field, reason) if ``job`` is invalid, or cannot run on ``hosts`` (when given) under the policy
+    whose ``refuse`` hook this is: what Engine.arrive would raise in the middle of a run."""
+    try:
+        job.validate(hosts)
+    except InvalidJob as exc:
+        return _FIELD_FROM_MODEL.get(exc.field, exc.field), str(exc).partition(": ")[2] or str(exc)
+    why = refuse(job, hosts) if refuse is not None and hosts is not None else None
+    return None if why is None else (_FIELD_FROM_MODEL.get(why[0], why[0]), why[1])
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object_pairs_hook: a key given twice is refused (json.loads keeps the last, silently)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+def _iter_jsonl(
+    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None
+) -> Iterator[tuple[int, JobSpec]]:
+    for lineno, raw in enumerate(lines, start=1):
         text = raw.strip()
         if not text or text.startswith("#"):
             continue
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as exc:
             raise JobFileError(path, lineno, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except _DuplicateKey as exc:
+            raise JobFileError(path, lineno, str(exc), "duplicate key") from None
         if not isinstance(obj, dict):
             raise JobFileError(path, lineno, None, f"must be a JSON object, got {type(obj).__name__}")
-        yield lineno, _job_from_mapping(path, lineno, obj, from_text=False, hosts=hosts)
+        yield lineno, _job_from_mapping(path, lineno, obj, from_text=False, hosts=hosts, refuse=refuse)
 
 
-def _iter_csv(path: str, fh: IO[str], hosts: tuple[Host, ...] | None) -> Iterator[tuple[int, JobSpec]]:
-    reader = csv.reader(fh)
+def _iter_csv(
+    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None
+) -> Iterator[tuple[int, JobSpec]]:
+    reader = csv.reader(lines)
     header: list[str] | None = None
     for row in reader:
         lineno = reader.line_num
@@ -178,27 +298,108 @@ def _iter_csv(path: str, fh: IO[str], hosts: tuple[Host, ...] | None) -> Iterato
             missing = [c for c in FIELDS if c in _REQUIRED and c not in header]
             if missing:
                 raise JobFileError(path, lineno, missing[0], "missing column")
+            twice = [c for i, c in enumerate(header) if c in header[:i]]
+            if twice:  # zip below would keep the last, silently
+                raise JobFileError(path, lineno, twice[0], "duplicate column")
             continue
         if len(row) != len(header):
             raise JobFileError(path, lineno, None, f"expected {len(header)} columns, found {len(row)}")
         mapping = {k: v.strip() for k, v in zip(header, row, strict=True)}
-        yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts)
+        yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts, refuse=refuse)
 
 
-def iter_jobs(path: str | os.PathLike[str], *, hosts: tuple[Host, ...] | None = None) -> Iterator[JobSpec]:
+def _iter_numbered(
+    path: str, data: bytes, hosts: tuple[Host, ...] | None, refuse: Refuse | None
+) -> Iterator[tuple[int, JobSpec]]:
+    """(line, job) for each job of a JSON-lines or CSV file's bytes, checking each (duplicate ids included)."""
+    seen: dict[str, int] = {}
+    lines = _lines(path, data)
+    source = _iter_csv(path, lines, hosts, refuse) if _is_csv(path) else _iter_jsonl(path, lines, hosts, refuse)
+    for line, job in source:
+        if job.id in seen:
+            raise JobFileError(path, line, "id", f"duplicate id {job.id!r} (first on line {seen[job.id]})")
+        seen[job.id] = line
+        yield line, job
+
+
+def iter_jobs(
+    path: str | os.PathLike[str], *, hosts: tuple[Host, ...] | None = None, refuse: Refuse | None = None
+) -> Iterator[JobSpec]:
     """Stream the jobs of a JSON-lines or CSV job file, checking each (duplicate ids included).
 
-    With ``hosts``, each job must also fit that cluster (:meth:`JobSpec.validate`).
+    With ``hosts``, each job must also fit that cluster (:meth:`JobSpec.validate`) and, with ``refuse`` (a
+    policy's hook), be one that policy can run there: a job the engine would refuse is refused here, naming
+    its line, before any run starts. The file is read whole first (:func:`load_jobs` says why).
     """
     p = os.fspath(path)
-    seen: dict[str, int] = {}
-    with _open_text(p, "r") as fh:
-        source = _iter_csv(p, fh, hosts) if _is_csv(p) else _iter_jsonl(p, fh, hosts)
-        for line, job in source:
-            if job.id in seen:
-                raise JobFileError(p, line, "id", f"duplicate id {job.id!r} (first on line {seen[job.id]})")
-            seen[job.id] = line
-            yield job
+    for _, job in _iter_numbered(p, _read_bytes(p), hosts, refuse):
+        yield job
+
+
+@dataclass
+class JobFile:
+    """The jobs of one job file and how they were read. ``sha256`` is the hash of the bytes parsed (read
+    once), ``abspath`` the file's absolute path when read; ``lines`` maps each job id to its 1-based line.
+    For an SWF trace, ``records`` is the number of records read and ``dropped`` the records each rule of the
+    conversion removed (:data:`workloads.annotate.DROP_RULES`, every rule listed); both are None otherwise."""
+
+    path: str
+    abspath: str
+    sha256: str
+    jobs: list[JobSpec]
+    lines: dict[str, int] = field(default_factory=dict, repr=False)
+    records: int | None = None
+    dropped: dict[str, int] | None = None
+
+    @property
+    def n_dropped(self) -> int:
+        return sum(self.dropped.values()) if self.dropped else 0
+
+    def drop_note(self) -> str | None:
+        """``dropped N of M records: rule=count, ...`` (the rules that dropped any), or None if none did."""
+        if not self.n_dropped:
+            return None
+        assert self.dropped is not None
+        tallies = ", ".join(f"{rule}={n}" for rule, n in self.dropped.items() if n)
+        return f"dropped {self.n_dropped} of {self.records} records: {tallies}"
+
+    def provenance(self) -> dict[str, Any]:
+        """What a results folder's config.json records about the file: which one, its hash, the SWF tallies."""
+        conversion = None if self.dropped is None else {"records": self.records, "dropped": dict(self.dropped)}
+        return {"jobs_file": self.path, "jobs_file_abspath": self.abspath, "jobs_file_sha256": self.sha256,
+                "swf_conversion": conversion}
+
+
+def load_jobs(
+    path: str | os.PathLike[str],
+    *,
+    hosts: tuple[Host, ...] | None = None,
+    segment: int | None = None,
+    workload: str = _DEFAULT_WORKLOAD,
+    refuse: Refuse | None = None,
+) -> JobFile:
+    """Read a job file whole, once, and check it: its jobs in file order, with the hash of the bytes parsed
+    (hashing the path later would hash whatever is there then, and the empty string for ``/dev/stdin``).
+
+    ``.swf`` / ``.swf.gz`` files go through the HPC2N conversion of 001 Sec. IV-C
+    (:func:`workloads.annotate.convert_hpc2n`); with ``segment=k`` only week ``k`` is returned, its
+    submit times relative to the week's start (:func:`workloads.annotate.segment_weeks`), otherwise
+    the whole trace with submit times relative to the log start. ``workload`` names the job program
+    of SWF jobs. ``segment`` is refused for other formats. A malformed SWF line, a repeated SWF job number
+    or a time out of bounds raises :class:`JobFileError` with its line number, like a bad job line.
+    ``hosts`` and ``refuse``: as for :func:`iter_jobs` (for a trace, the refusal counts the jobs that do not
+    fit and names the first).
+    """
+    p = os.fspath(path)
+    if segment is not None and not is_swf(p):
+        raise ValueError("segment: only SWF traces are split into weeks")
+    data = _read_bytes(p)
+    digest = hashlib.sha256(data).hexdigest()
+    abspath = os.path.abspath(p)
+    if is_swf(p):
+        return _load_swf(p, abspath, data, digest, hosts, segment, workload, refuse)
+    numbered = list(_iter_numbered(p, data, hosts, refuse))
+    return JobFile(p, abspath, digest, [job for _, job in numbered], {job.id: line for line, job in numbered})
 
 
 def read_jobs(
@@ -207,60 +408,95 @@ def read_jobs(
     hosts: tuple[Host, ...] | None = None,
     segment: int | None = None,
     workload: str = _DEFAULT_WORKLOAD,
+    refuse: Refuse | None = None,
 ) -> list[JobSpec]:
-    """Read a job file into a list, in file order.
-
-    ``.swf`` / ``.swf.gz`` files go through the HPC2N conversion of 001 Sec. IV-C
-    (:func:`workloads.annotate.convert_hpc2n`); with ``segment=k`` only week ``k`` is returned, its
-    submit times relative to the week's start (:func:`workloads.annotate.hpc2n_segments`), otherwise
-    the whole trace with submit times relative to the log start. ``workload`` names the job program
-    of SWF jobs. ``segment`` is refused for other formats. A malformed SWF line raises
-    :class:`JobFileError` with its line number, like a bad job line.
-    """
-    p = os.fspath(path)
-    if _is_swf(p):
-        from workloads.annotate import HPC2N_NODES, convert_hpc2n, hpc2n_segments
-        from workloads.swf import SWFError, SWFReader
-
-        # Converted for the trace's own machine, so that a job too wide for the given hosts is refused below
-        # rather than dropped by the conversion's rule for jobs no cluster of that size could hold.
-        nodes = max(len(hosts), HPC2N_NODES) if hosts is not None else HPC2N_NODES
-        try:
-            if segment is None:
-                with SWFReader(p) as reader:
-                    jobs = convert_hpc2n(reader, nodes=nodes, workload=workload).jobs
-            else:
-                segs = hpc2n_segments(p, nodes=nodes, workload=workload).segments
-                if not 0 <= segment < len(segs):
-                    raise ValueError(f"segment: {p} has weeks 0..{len(segs) - 1}, got {segment}")
-                jobs = segs[segment]
-        except SWFError as exc:
-            raise JobFileError(exc.path, exc.line, None, exc.reason) from None
-        if hosts is not None:
-            for job in jobs:
-                try:
-                    job.validate(hosts)
-                except InvalidJob as exc:
-                    field = _FIELD_FROM_MODEL.get(exc.field, exc.field)
-                    unfit = sum(1 for j in jobs if not _fits(j, hosts))
-                    what = f"week {segment}" if segment is not None else "the trace"
-                    raise JobFileError(
-                        p, None, field, f"{unfit} of the {len(jobs)} jobs of {what} do not fit on the given "
-                        f"{len(hosts)} hosts (the trace's machine had {HPC2N_NODES} nodes); the first, SWF job "
-                        f"{job.id}: {exc}"
-                    ) from None
-        return jobs
-    if segment is not None:
-        raise ValueError("segment: only SWF traces are split into weeks")
-    return list(iter_jobs(p, hosts=hosts))
+    """The jobs of :func:`load_jobs`, alone."""
+    return load_jobs(path, hosts=hosts, segment=segment, workload=workload, refuse=refuse).jobs
 
 
-def _fits(job: JobSpec, hosts: tuple[Host, ...]) -> bool:
+def _load_swf(
+    p: str,
+    abspath: str,
+    data: bytes,
+    digest: str,
+    hosts: tuple[Host, ...] | None,
+    segment: int | None,
+    workload: str,
+    refuse: Refuse | None,
+) -> JobFile:
+    from workloads.annotate import HPC2N_NODES, convert_hpc2n, segment_weeks
+    from workloads.swf import SWFError, SWFJob, SWFReader
+
+    # Converted for the trace's own machine, so that a job too wide for the given hosts is refused below
+    # rather than dropped by the conversion's rule for jobs no cluster of that size could hold.
+    nodes = max(len(hosts), HPC2N_NODES) if hosts is not None else HPC2N_NODES
+    lines: dict[int, int] = {}
+
+    def unique(reader: SWFReader) -> Iterator[SWFJob]:
+        # Two records with one job number would be two jobs with one id, which the engine refuses at the
+        # second's arrival, in the middle of a run.
+        for rec in reader:
+            first = lines.setdefault(rec.job_number, reader.line)
+            if first != reader.line:
+                raise JobFileError(p, reader.line, "id", f"duplicate SWF job number {rec.job_number} "
+                                   f"(first on line {first})")
+            yield rec
+
     try:
-        job.validate(hosts)
-    except InvalidJob:
-        return False
-    return True
+        with SWFReader(p, data=data) as reader:
+            conv = convert_hpc2n(unique(reader), nodes=nodes, workload=workload)
+    except SWFError as exc:
+        raise JobFileError(exc.path, exc.line, None, exc.reason) from None
+    by_id = {str(n): line for n, line in lines.items()}
+    for job in conv.jobs:
+        for key, value, swf in (("submit_time", job.submit_time, "2, submit time"), ("work", job.work, "4, run time")):
+            if value >= MAX_SECONDS:
+                raise JobFileError(p, by_id[job.id], key, f"must be below {MAX_SECONDS:g} s (about 31,700 years), "
+                                   f"got {value!r} (SWF field {swf})")
+    jobs = conv.jobs
+    if segment is not None:
+        segs = segment_weeks(jobs)
+        if not 0 <= segment < len(segs):
+            raise ValueError(f"segment: {p} has weeks 0..{len(segs) - 1}, got {segment}")
+        jobs = segs[segment]
+    result = JobFile(p, abspath, digest, jobs, by_id, conv.records, dict(conv.dropped))
+    if hosts is not None:
+        what = f"of week {segment}" if segment is not None else "of the trace"
+        check_jobs(result, jobs, hosts, refuse, what=what, machine=f" (the trace's machine had {HPC2N_NODES} nodes)")
+    return result
+
+
+def check_jobs(
+    source: JobFile,
+    jobs: Iterable[JobSpec],
+    hosts: tuple[Host, ...],
+    refuse: Refuse | None = None,
+    *,
+    what: str = "of the file",
+    machine: str = "",
+) -> None:
+    """Refuse ``jobs`` (of ``source``) if any cannot run on ``hosts`` (:meth:`JobSpec.validate`, and the policy's
+    ``refuse`` hook): :class:`JobFileError` naming the first one's line and field and how many of them do not
+    fit (``N of the M jobs {what}``), with what the SWF conversion dropped before, so that the counts add up.
+    The engine would refuse each only at its arrival, in the middle of the run."""
+    jobs = list(jobs)
+    first: tuple[JobSpec, tuple[str, str]] | None = None
+    unfit = 0
+    for job in jobs:
+        why = _refusal(job, hosts, refuse)
+        if why is not None:
+            unfit += 1
+            first = first or (job, why)
+    if first is None:
+        return
+    job, (field_name, reason) = first
+    note = source.drop_note()
+    dropped = "" if note is None else f" (after the conversion {note})"
+    kind = "SWF job" if source.dropped is not None else "job"
+    raise JobFileError(
+        source.path, source.lines.get(job.id), field_name,
+        f"{unfit} of the {len(jobs)} jobs {what}{dropped} do not fit on the given {len(hosts)} hosts{machine}; "
+        f"the first, {kind} {job.id}: {field_name}: {reason}")
 
 
 def write_jobs(path: str | os.PathLike[str], jobs: Iterable[JobSpec]) -> int:
@@ -269,7 +505,7 @@ def write_jobs(path: str | os.PathLike[str], jobs: Iterable[JobSpec]) -> int:
     Floats are written exactly (shortest round-tripping form), so :func:`read_jobs` gives equal jobs.
     """
     p = os.fspath(path)
-    if _is_swf(p):
+    if is_swf(p):
         raise ValueError(f"{p}: write SWF with workloads.swf.write_swf; job files are JSON lines or CSV")
     count = 0
     with _open_text(p, "w") as fh:

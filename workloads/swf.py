@@ -17,7 +17,9 @@ Reading is streaming (:class:`SWFReader` yields one :class:`SWFJob` at a time) a
 decompressed transparently. A malformed record line (wrong field count, a non-numeric token, a
 fractional value in an integer field) raises :class:`SWFError` naming the file and the 1-based line
 number; with ``skip_bad=True`` it is skipped instead and counted (:attr:`SWFReader.skipped`,
-:attr:`SWFTrace.skipped`). :func:`write_swf` writes a header and records that read back identically.
+:attr:`SWFTrace.skipped`). A ``.gz`` file that ends early or is damaged raises :class:`SWFError` too, at the
+line after the last whole one (``compressed file is truncated``), whatever ``skip_bad`` says: what is missing
+cannot be skipped. :func:`write_swf` writes a header and records that read back identically.
 
 Text is read and written as Latin-1 so that any byte in a header survives a round trip.
 """
@@ -25,8 +27,10 @@ Text is read and written as Latin-1 so that any byte in a header survives a roun
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
@@ -145,11 +149,30 @@ class SWFTrace:
     bad_lines: list[int] = field(default_factory=list)
 
 
-def _open_text(path: str | os.PathLike[str], mode: str) -> IO[str]:
+def _open_text(path: str | os.PathLike[str], mode: str, data: bytes | None = None) -> IO[str]:
+    """``path`` as text, or ``data`` (its bytes, read already) when given; ``.gz`` (any case) is decompressed."""
     p = os.fspath(path)
-    if p.endswith(".gz"):
+    gz = p.lower().endswith(".gz")
+    if data is not None:
+        raw: IO[bytes] = io.BytesIO(data)
+        if gz:
+            raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        return io.TextIOWrapper(raw, encoding=_ENCODING, newline="")
+    if gz:
         return gzip.open(p, mode + "t", encoding=_ENCODING, newline="")  # type: ignore[return-value]
     return open(p, mode, encoding=_ENCODING, newline="")  # noqa: SIM115 - the reader owns the handle
+
+
+#: What reading a damaged ``.gz`` raises: none of them is an OSError but BadGzipFile (a bad header).
+_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def _gzip_reason(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "compressed file is truncated"
+    if isinstance(exc, gzip.BadGzipFile):
+        return "not a gzip file"
+    return f"compressed data is damaged ({exc})"
 
 
 def _parse_int(tok: str) -> int:
@@ -193,15 +216,20 @@ class SWFReader:
         with SWFReader(path, skip_bad=True) as r:
             for job in r: ...
             print(r.skipped)
+
+    ``data``: the file's bytes, read already, parsed instead of opening ``path`` (which then only names the
+    file in errors and says whether it is compressed): a caller that records the file's hash parses the very
+    bytes it hashed. :attr:`line` is the 1-based line of the record last yielded.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, skip_bad: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, skip_bad: bool = False, data: bytes | None = None) -> None:
         self.path = os.fspath(path)
         self.skip_bad = skip_bad
         self.header = SWFHeader()
         self.skipped = 0
         self.bad_lines: list[int] = []
-        self._fh: IO[str] | None = _open_text(self.path, "r")
+        self.line = 0
+        self._fh: IO[str] | None = _open_text(self.path, "r", data)
         self._lineno = 0
         self._pending: str | None = None
         try:
@@ -213,6 +241,9 @@ class SWFReader:
                 elif stripped:
                     self._pending = stripped
                     break
+        except _GZIP_ERRORS as exc:
+            self.close()
+            raise SWFError(self.path, self._lineno + 1, _gzip_reason(exc)) from None
         except BaseException:
             self.close()
             raise
@@ -244,17 +275,24 @@ class SWFReader:
     def __iter__(self) -> Iterator[SWFJob]:
         if self._fh is None:
             return
-        fh = self._fh
         if self._pending is not None:
             text, self._pending = self._pending, None
             job = self._record(text, self._lineno)
             if job is not None:
+                self.line = self._lineno
                 yield job
+        try:
+            yield from self._records(self._fh)
+        except _GZIP_ERRORS as exc:  # the line after the last whole one is where the data ends or breaks
+            self.close()
+            raise SWFError(self.path, self._lineno + 1, _gzip_reason(exc)) from None
+
+    def _records(self, fh: IO[str]) -> Iterator[SWFJob]:
         ival, fval = int, float
         n = _N_FIELDS
         lineno = self._lineno
         for raw in fh:
-            lineno += 1
+            self._lineno = lineno = lineno + 1
             parts = raw.split()
             if not parts:
                 continue
@@ -275,13 +313,13 @@ class SWFReader:
                     job = None
                 # nan / inf / Infinity (any case) all contain an "n": such lines take the checked path.
                 if job is not None and "n" not in raw and "N" not in raw:
+                    self.line = lineno
                     yield job
                     continue
-            self._lineno = lineno
             maybe = self._record(raw, lineno)
             if maybe is not None:
+                self.line = lineno
                 yield maybe
-        self._lineno = lineno
         self.close()
 
 

@@ -146,16 +146,20 @@ def test_drop_rules_are_counted() -> None:
         # 7 one-task-per-processor jobs at 60% memory on a 6-node cluster: never fits.
         _rec(job_number=6, requested_processors=7, used_memory_kb=0.6 * kb),
         _rec(job_number=7, requested_processors=6, used_memory_kb=0.6 * kb),
+        # SWF's -1: the submit time is unknown (kept, it waited from -1 s, or fell before week 0)
+        _rec(job_number=8, submit_time=-1),
     ]
     conv = convert_hpc2n(records, nodes=6)
     assert [j.id for j in conv.jobs] == ["1", "7"]
     assert conv.dropped == {
+        "no_submit_time": 1,
         "no_processors": 1,
         "no_run_time": 2,
         "memory_exceeds_node": 1,
         "does_not_fit_cluster": 1,
     }
-    assert conv.records == 7
+    assert list(conv.dropped) == list(DROP_RULES)
+    assert conv.records == 8
 
 
 def test_segment_weeks_keeps_empty_weeks_and_origin() -> None:

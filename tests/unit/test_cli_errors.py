@@ -4,6 +4,7 @@ command could, the cluster's entry points are replaced by ones that fail the tes
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -97,6 +98,69 @@ def test_simulate_bad_penalty_without_traceback_in_a_process(jobs: Path) -> None
 def test_simulate_refuses_an_empty_job_file(empty: Path, capsys) -> None:
     code, _, err = run(["simulate", "--policy", "greedy", str(empty)], capsys)
     refused(code, err, f"vcemu simulate: no jobs in {empty}")
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "easy"])
+def test_simulate_refuses_a_job_the_batch_policy_cannot_run_before_the_run(
+        tmp_path: Path, policy: str, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """8 tasks fit 4 hosts' memory, not 4 whole nodes: FCFS and EASY's engine refused the job at its arrival, in
+    the middle of the run (a traceback)."""
+    import coordinator.experiments
+
+    def never(*_a, **_k):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(coordinator.experiments, "simulate", never)
+    path = tmp_path / "wide.jsonl"
+    path.write_text(json.dumps({**JOB, "id": "b"}) + "\n" + json.dumps({**JOB, "tasks": 8, "memory": 0.1}) + "\n")
+    code, out, err = run(["simulate", "--policy", policy, str(path)], capsys)
+    refused(code, err, f"vcemu simulate: {path}:2: tasks: 8 tasks need 8 whole nodes; the cluster has 4")
+    assert out == ""
+
+
+def test_simulate_out_that_is_a_file_says_so(jobs: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "afile").write_text("")
+    code, _, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(tmp_path / "afile")], capsys)
+    refused(code, err, f"--out {tmp_path / 'afile'}: cannot write results there: is a file, not a directory")
+
+
+@pytest.fixture
+def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a client command connects to a coordinator."""
+    import coordinator.cli
+
+    def connects(*_a, **_k):
+        raise AssertionError("the command connected before the job file was checked")
+
+    monkeypatch.setattr(coordinator.cli, "_Client", connects)
+
+
+@pytest.mark.parametrize(("name", "data", "fragment"), [
+    ("t.swf", b"1 0 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n",
+     "SWF traces are read by simulate and replay only"),  # was "not valid JSON"
+    ("empty.jsonl", b"", "vcemu submit: no jobs in"),  # was "0 accepted", exit status 0
+    ("comments.csv", b"# nothing yet\n\n", "vcemu submit: no jobs in"),
+    ("big.jsonl", json.dumps({**JOB, "tasks": 10_000_000_000}).encode() + b"\n",
+     ":1: tasks: must be at most 2147483647"),  # a protobuf ValueError traceback
+    ("latin1.jsonl", json.dumps({**JOB, "id": "caf\xe9"}, ensure_ascii=False).encode("latin-1") + b"\n",
+     ":1: not UTF-8 text (byte 0xe9"),  # a UnicodeDecodeError traceback
+    ("cut.jsonl.gz", gzip.compress(b"".join(json.dumps({**JOB, "id": f"j{i}"}).encode() + b"\n"
+                                             for i in range(2000)), mtime=0)[:3000],
+     ": compressed file is truncated"),  # an EOFError traceback
+])
+def test_submit_file_refuses_a_bad_file_before_connecting(tmp_path: Path, name: str, data: bytes, fragment: str,
+                                                          no_connection: None, capsys) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    code, out, err = run(["submit", "--coordinator", "127.0.0.1:1", "--file", str(path)], capsys)
+    refused(code, err, fragment, str(path))
+    assert out == ""
+
+
+def test_submit_help_says_the_files_submit_times_are_ignored(capsys) -> None:
+    code, out, _ = run(["submit", "--help"], capsys)
+    assert code == 0
+    assert "its submit times are ignored" in " ".join(out.split())
 
 
 def test_positive_flags_refuse_nan_and_inf(capsys) -> None:
@@ -385,6 +449,24 @@ def test_replay_refuses_an_empty_job_file(empty: Path, no_cluster, capsys) -> No
 
     code, _, err = run([str(empty), "--policy", "greedy"], capsys, replay_main)
     refused(code, err, f"vcemu replay: no jobs in {empty}")
+
+
+@pytest.mark.parametrize(("name", "data", "fragment"), [
+    ("dup.swf", b"1 0 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n1 10 0 200 2 -1 -1 2 200 -1 1 1 1 -1 -1 1 -1 -1\n",
+     ":2: id: duplicate SWF job number 1 (first on line 1)"),  # the live run waited for the second until --timeout
+    ("cut.swf.gz", gzip.compress(b"".join(f"{i} {i} 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n".encode()
+                                          for i in range(1, 3000)), mtime=0)[:5000],
+     ": compressed file is truncated"),  # an EOFError traceback
+])
+def test_replay_refuses_a_bad_trace_before_the_cluster_starts(tmp_path: Path, name: str, data: bytes, fragment: str,
+                                                              no_cluster, capsys) -> None:
+    from coordinator.replay import replay_main
+
+    path = tmp_path / name
+    path.write_bytes(data)
+    code, _, err = run([str(path), "--policy", "greedy", "--out", str(tmp_path / "out")], capsys, replay_main)
+    refused(code, err, f"vcemu replay: {path}", fragment)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(("flag", "value", "fragment"), [

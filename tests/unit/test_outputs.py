@@ -85,3 +85,17 @@ def test_bench_results_record_their_code_and_are_strict_json(tmp_path: Path) -> 
     assert json.loads((tmp_path / "load.json").read_text(), **strict) == {"rate": 5.0, "p99_ms": None}
     config = json.loads((tmp_path / "load-config.json").read_text(), **strict)
     assert config == {"jobs": 10, "code": code_version()}
+
+
+def test_a_run_folder_under_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    """mkdir's FileExistsError said "File exists", as if the directory were there (simulate --out FILE)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(NotADirectoryError) as info:
+        outputs.new_run_dir(afile, "greedy")
+    assert info.value.strerror == "is a file, not a directory" and info.value.filename == str(afile)
+    assert afile.read_text() == ""
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(NotADirectoryError) as info:
+        outputs.new_run_dir(tmp_path / "fifo", "greedy")
+    assert info.value.strerror == "is not a directory"

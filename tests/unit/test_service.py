@@ -229,8 +229,9 @@ def test_cli_submits_a_job_file_in_batches_and_again_creates_nothing(stub, serve
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "workload": "sh"}) + "\n")
-    with pytest.raises(SystemExit, match=r"bad.jsonl:2: workload"):  # the file is read whole before any submit
+    with pytest.raises(SystemExit) as refused:  # the file is read whole before any submit
         main(["submit", "--coordinator", server.address, "--file", str(bad)])
+    assert refused.value.code == 2 and "bad.jsonl:2: workload" in capsys.readouterr().err
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.unit.test_cli_errors import refused, run
+from tests.unit.test_cli_errors import ROOT, refused, run
 
 JOBS = [
     {"id": "a", "submit_time": 0, "tasks": 2, "cpu_need": 1.0, "memory": 0.3, "work": 100},
@@ -156,3 +158,60 @@ def test_a_failed_run_leaves_an_out_reached_through_dotdot_as_it_was(tmp_path: P
     assert code == 130, err
     assert mine.is_dir() and not list(mine.iterdir()), "the user's folder was removed, or not emptied"
     assert not (tmp_path / "new").exists()
+
+
+# ---- what config.json records of the job file ------------------------------------------------------------------
+
+
+def test_config_hashes_the_bytes_the_run_parsed_not_what_the_path_holds_after(
+        jobs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The hash was taken after the run, of whatever the path held by then."""
+    import coordinator.experiments
+
+    parsed = jobs.read_bytes()
+    real = coordinator.experiments.simulate
+
+    def edited_meanwhile(*a, **k):
+        jobs.write_text("")  # someone edits the file while the simulation runs
+        return real(*a, **k)
+
+    monkeypatch.setattr(coordinator.experiments, "simulate", edited_meanwhile)
+    out = tmp_path / "results"
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["simulate", "--policy", "greedy", "--json", jobs.name, "--out", str(out)], capsys)
+    assert code == 0, err
+    config = json.loads(next(out.iterdir()).joinpath("config.json").read_text())
+    assert config["jobs_file_sha256"] == hashlib.sha256(parsed).hexdigest()
+    assert config["jobs_file"] == jobs.name and config["jobs_file_abspath"] == str(jobs)  # relative, and absolute
+    assert config["swf_conversion"] is None
+
+
+def test_config_of_jobs_read_from_stdin_hashes_them(jobs: Path, tmp_path: Path) -> None:
+    """/dev/stdin read a second time after the run is empty: config.json had the empty string's hash."""
+    out = tmp_path / "results"
+    p = subprocess.run([sys.executable, "-m", "coordinator.cli", "simulate", "--policy", "greedy", "--json",
+                        "/dev/stdin", "--out", str(out)], input=jobs.read_bytes(), capture_output=True, cwd=ROOT,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    config = json.loads(next(out.iterdir()).joinpath("config.json").read_text())
+    assert config["jobs_file_sha256"] == hashlib.sha256(jobs.read_bytes()).hexdigest()
+    assert json.loads(p.stdout)["completed"] == 3
+
+
+def test_swf_records_the_conversion_drops_say_it_and_record_them(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Records the conversion's rules dropped went without a word, in the output or in config.json."""
+    trace = tmp_path / "drops.swf"
+    trace.write_text("; MaxNodes: 4\n1 0 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n"
+                     "2 10 0 -1 2 -1 -1 2 200 -1 0 1 1 -1 -1 1 -1 -1\n3 -1 0 50 1 -1 -1 1 50 -1 5 1 1 -1 -1 1 -1 -1\n")
+    out = tmp_path / "results"
+    code, _, err = run(["simulate", "--policy", "fcfs", "--json", str(trace), "--out", str(out)], capsys)
+    assert code == 0, err
+    assert f"vcemu simulate: {trace}: dropped 2 of 3 records: no_submit_time=1, no_run_time=1\n" in err
+    config = json.loads(next(out.iterdir()).joinpath("config.json").read_text())
+    assert config["swf_conversion"] == {"records": 3, "dropped": {
+        "no_submit_time": 1, "no_processors": 0, "no_run_time": 1, "memory_exceeds_node": 0,
+        "does_not_fit_cluster": 0}}
+    trace.write_text("; MaxNodes: 4\n1 0 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n")
+    code, _, err = run(["simulate", "--policy", "fcfs", "--json", str(trace)], capsys)
+    assert code == 0 and "dropped" not in err, err

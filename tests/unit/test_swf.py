@@ -223,3 +223,35 @@ def test_write_plain_comment_lines(tmp_path: Path) -> None:
     assert len(text[2].split()) == len(SWF_FIELDS) == 18
     with pytest.raises(ValueError, match="line break"):
         write_swf(path, [], ["a\nb"])
+
+
+# ---- damaged compression, bytes read already, record lines ---------------------------------------------
+
+
+def test_a_truncated_gz_is_an_swf_error_at_the_line_after_the_last_whole_one(tmp_path: Path) -> None:
+    """gzip's EOFError is not an OSError: it went through every caller as a traceback. With skip_bad too: what is
+    missing cannot be skipped."""
+    lines = [GOOD.replace("1 0", f"{i} {i}", 1) for i in range(1, 3001)]
+    whole = gzip.compress(("; MaxNodes: 4\n" + "\n".join(lines) + "\n").encode(), mtime=0)
+    path = tmp_path / "t.swf.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    read = []
+    with pytest.raises(SWFError) as info, SWFReader(path, skip_bad=True) as reader:
+        for job in reader:
+            read.append((reader.line, job.job_number))
+    assert info.value.reason == "compressed file is truncated"
+    assert info.value.line == read[-1][0] + 1  # the line the data ends in
+    assert read == [(n + 1, n) for n in range(1, len(read) + 1)]  # the header is line 1
+    header_only = gzip.compress("".join(f"; Note: {i}\n" for i in range(5000)).encode(), mtime=0)
+    path.write_bytes(header_only[: len(header_only) // 2])
+    with pytest.raises(SWFError, match="compressed file is truncated"):
+        SWFReader(path)
+
+
+def test_the_reader_parses_bytes_given_and_says_each_records_line(tmp_path: Path) -> None:
+    text = f"; MaxNodes: 4\n{GOOD}\n\n;late note\n{GOOD.replace('1 0', '2 3', 1)}\n"
+    for name, data in (("t.swf", text.encode()), ("T.SWF.GZ", gzip.compress(text.encode()))):
+        with SWFReader(tmp_path / name, data=data) as reader:  # the path need not exist: only its name is used
+            got = [(reader.line, job.job_number) for job in reader]
+        assert got == [(2, 1), (5, 2)]
+        assert reader.header.lines == [" MaxNodes: 4", "late note"]
