@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,36 +164,6 @@ def replay_main(argv: Sequence[str]) -> int:
             return interrupted("vcemu replay: interrupted")
 
 
-#: The coordinator's logger, and the name of its engine loop's thread (coordinator.service).
-_SERVICE_LOGGER, _ENGINE_LOOP = "vcemu.coordinator", "engine-loop"
-
-
-class _LoopErrors(logging.Handler):
-    """The errors the coordinator's engine loop logs with their exception (``engine step failed``). The loop
-    goes on after one, as a service must; a replay cannot: a job refused at its arrival is lost (the engine
-    records nothing for it), and waiting for every job to finish would wait until ``--timeout``."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.errors: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.threadName == _ENGINE_LOOP and record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            self.errors.append(f"{record.getMessage()}: {type(exc).__name__}: {exc}")
-
-
-@contextmanager
-def _engine_loop_errors() -> Iterator[_LoopErrors]:
-    handler = _LoopErrors()
-    logger = logging.getLogger(_SERVICE_LOGGER)
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-
-
 def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, procs, d: Path,
                  wall0: float, source: dict[str, Any] | None = None) -> int:
     """The live replay on the started cluster, its simulation, and the results in ``d`` (``source``: what
@@ -205,25 +173,27 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     from coordinator.cli import signals_deferred, stop_processes
     from coordinator.experiments import follow_jobs, simulate
 
+    errors = server.loop_errors  # (what the engine loop survived; see the module docstring)
+    seen = len(errors)
     try:
-        with _engine_loop_errors() as loop:
-            mode = next(iter(server.backend.agents.values())).mode
-            origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
-            arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
-            server.engine.schedule_arrivals(arrivals)
-            server.backend.wake()
-            bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
-            done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals) or bool(loop.errors),
-                               time.monotonic() + a.timeout)
-            timed_out = done < len(arrivals)
+        mode = next(iter(server.backend.agents.values())).mode
+        origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
+        arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
+        server.engine.schedule_arrivals(arrivals)
+        server.backend.wake()
+        bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
+        done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals) or len(errors) > seen,
+                           time.monotonic() + a.timeout)
+        timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
             server.stop()
             stop_processes(procs)
-    if loop.errors:
-        more = f" (and {len(loop.errors) - 1} more)" if len(loop.errors) > 1 else ""
-        print(f"vcemu replay: the live run failed: {loop.errors[0]}{more}; the cluster is stopped, and the run's "
-              f"folder {d} keeps the agents' log", file=sys.stderr)
+    if len(errors) > seen:
+        first, more = errors[seen], len(errors) - seen - 1
+        also = f" (and {more} more)" if more else ""
+        print(f"vcemu replay: the live run failed: engine step failed: {type(first).__name__}: {first}{also}; the "
+              f"cluster is stopped, and the run's folder {d} keeps the agents' log", file=sys.stderr)
         return 1
     live = server.engine.history
     hosts = list(server.engine.hosts)

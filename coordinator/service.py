@@ -422,6 +422,9 @@ class CoordinatorServer:
                 self.backend.journal_batch = self.store.transaction
             self.engine.listeners.append(self._broadcast)
             self._stop = threading.Event()
+            #: The exceptions the engine loop survived (logged, and the loop went on, as a service must). A run that
+            #: measures (``vcemu replay``) cannot go on after one: an arrival it failed on left no job behind.
+            self.loop_errors: list[Exception] = []
             interceptors = [TokenInterceptor(token)] if token else []
             self.grpc = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=API_THREADS),
@@ -724,8 +727,9 @@ class CoordinatorServer:
                 # A turn that computed for c seconds waits 3c before the next: with a long queue the loop
                 # keeps at most a quarter of the CPU, and the API threads the rest (waiting is not counted).
                 window = max(BATCH_WINDOW_S, 3 * (time.thread_time() - busy))
-            except Exception:  # the loop must survive a bad event; the error is logged with its trace
+            except Exception as exc:  # the loop must survive a bad event; the error is logged with its trace
                 log.exception("engine step failed")
+                self.loop_errors.append(exc)
                 self._stop.wait(0.5)
 
     def start(self) -> CoordinatorServer:
