@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from coordinator.policy_names import POLICY_NAMES
 if TYPE_CHECKING:
     import grpc
 
+    from coordinator.model import JobSpec
     from coordinator.service import CoordinatorServer
     from node_agent.tls import TlsFiles
 
@@ -464,11 +466,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def _submit_file(args: argparse.Namespace) -> int:
     """Submit every job of a job file (JSON lines or CSV) now, through SubmitBatch calls of up to
-    1,000. Each job's request id is the file's content hash and the job's id, so submitting the same file
-    again (after a crash, a timeout) creates nothing twice, and the summary says how many jobs were new
-    (a resubmission's "accepted" alone would read as if it had created them again). Submit times in the
-    file are ignored. The file is read once: the hash is that of the bytes submitted. A file that cannot be
-    read, has a bad line or no job is refused before connecting (exit status 2, as simulate refuses it)."""
+    1,000. Each job's request id is a hash of that job (:func:`_job_request_id`: its id and everything the
+    coordinator runs of it), so submitting the file again (after a crash, a timeout, or with jobs added to it)
+    creates only the jobs it did not have, and the summary says how many jobs were new (a resubmission's
+    "accepted" alone would read as if it had created them again). A job whose line changed is a new job.
+    ``--request-id P`` makes each job's request id ``P:<id>`` instead. Submit times in the file are ignored. A
+    file that cannot be read, has a bad line or no job is refused before connecting (exit status 2, as simulate
+    refuses it)."""
     from vcemu.v1 import coordinator_pb2 as pb
     from workloads.jobfile import JobFileError, is_swf, load_jobs
 
@@ -482,14 +486,14 @@ def _submit_file(args: argparse.Namespace) -> int:
     specs = source.jobs
     if not specs:  # "0 accepted" and exit status 0 read as if the file had been submitted
         _refuse(f"vcemu submit: no jobs in {args.file}")
-    prefix = args.request_id or source.sha256[:16]
     client, accepted, refused, known, told = _Client(args, "submit"), 0, 0, 0, 0
     with client:
         for k in range(0, len(specs), 1000):
             chunk = specs[k:k + 1000]
             requests = [pb.SubmitRequest(spec=pb.JobSpec(tasks=s.tasks, cpu_need=s.cpu_need, memory=s.mem,
                                                          work_seconds=s.work, workload=s.workload, name=s.id),
-                                         request_id=f"{prefix}:{s.id}") for s in chunk]
+                                         request_id=(f"{args.request_id}:{s.id}" if args.request_id
+                                                     else _job_request_id(s))) for s in chunk]
             reply = client.rpc("SubmitBatch", pb.SubmitBatchRequest(requests=requests))
             for s, r in zip(chunk, reply.results, strict=True):
                 if r.code == 0:
@@ -504,6 +508,15 @@ def _submit_file(args: argparse.Namespace) -> int:
     new = f" ({accepted - known} new, {known} already known)" if told == accepted else ""
     print(f"{accepted} accepted{new}, {refused} refused", file=sys.stderr)
     return 0 if refused == 0 else 1
+
+
+def _job_request_id(spec: JobSpec) -> str:
+    """A job file's job's request id: a hash of its id and of what the coordinator runs (tasks, CPU need,
+    memory, work, workload), then its id. Per job, not per file (as it was), so that appending a job to a file
+    submitted before does not make every earlier job new again; and a job whose values changed is not taken
+    for the one submitted before under its id."""
+    what = json.dumps([spec.id, spec.tasks, spec.cpu_need, spec.mem, spec.work, spec.workload])
+    return f"{hashlib.sha256(what.encode()).hexdigest()[:16]}:{spec.id}"
 
 
 def _job_table(jobs) -> str:

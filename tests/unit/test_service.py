@@ -227,12 +227,24 @@ def test_cli_submits_a_job_file_in_batches_and_again_creates_nothing(stub, serve
     assert again == first  # the same file again: the same jobs, none new
     assert "3 accepted (0 new, 3 already known), 1 refused" in err
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
+    # A job appended to the file is the only new one (request ids were the whole file's hash: every job was new
+    # again, and ran twice); a job whose values changed is a new job too.
+    more = {**rows[0], "id": "t3"}
+    changed = {**rows[1], "work": 6.0}
+    path.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], changed, rows[2], more]))
+    assert main(["submit", "--coordinator", server.address, "--file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    third = dict(line.split("\t") for line in out.splitlines())
+    assert third["t0"] == first["t0"] and third["t2"] == first["t2"]
+    assert third["t1"] != first["t1"] and third["t3"] not in first.values()
+    assert "4 accepted (2 new, 2 already known), 0 refused" in err
+    assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 5
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "workload": "sh"}) + "\n")
     with pytest.raises(SystemExit) as refused:  # the file is read whole before any submit
         main(["submit", "--coordinator", server.address, "--file", str(bad)])
     assert refused.value.code == 2 and "bad.jsonl:2: workload" in capsys.readouterr().err
-    assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
+    assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 5
 
 
 def test_submit_results_say_whether_the_job_is_new(stub):
