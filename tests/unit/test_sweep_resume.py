@@ -245,12 +245,12 @@ def test_a_config_write_cut_short_leaves_the_previous_config_whole(tmp_path, fak
 def test_a_killed_run_leaves_cells_and_config_but_no_stale_reports(tmp_path, fake_ray):
     out = tmp_path / "sweep"
     fake_ray()
-    assert sweep_main(_argv(out, algorithms="fcfs,greedy-pmtn")) == 0
+    assert sweep_main(_argv(out, "--loads", "0.7", algorithms="fcfs,greedy-pmtn")) == 0  # Table II needs >= 0.7
     assert all((out / name).exists() for name in REPORTS)
     (out / "notes.txt").write_text("mine")
     fake_ray(interrupt=True)
     with pytest.raises(KeyboardInterrupt):  # killed while its one new cell runs
-        sweep_main(_argv(out, algorithms="fcfs,greedy-pmtn,easy"))
+        sweep_main(_argv(out, "--loads", "0.7", algorithms="fcfs,greedy-pmtn,easy"))
     assert sorted(p.name for p in out.iterdir()) == ["cells", "config.json", "notes.txt"]
     assert len(list((out / "cells").glob("*.json"))) == 2
     assert json.loads((out / "config.json").read_text())["algorithms"] == ["fcfs", "easy", "greedy-pmtn"]
