@@ -176,3 +176,15 @@ def test_a_failed_cell_with_a_max_stretch_over_its_completed_jobs_is_no_result()
     t1 = {r["algorithm"]: r for r in table1(rows, ["fcfs", "easy"], 300.0)}
     assert math.isnan(t1["easy"]["scaled_avg"]) and t1["easy"]["scaled_failed"] == 1
 
+
+def test_a_cell_whose_jobs_did_not_all_complete_stores_no_max_stretch(monkeypatch):
+    import dataclasses
+
+    import coordinator.metrics as metrics
+
+    real = metrics.summarize
+    monkeypatch.setattr(metrics, "summarize", lambda results: dataclasses.replace(real(results), completed=1))
+    r = run_cell(JOBS, "fcfs", 0.0, 1)
+    assert r["status"] == "error" and r["error"] == "1 jobs did not complete"
+    assert math.isnan(r["max_stretch"]) and math.isnan(r["mean_stretch"]) and math.isnan(r["max_plain_stretch"])
+    assert r["completed_max_stretch"] == pytest.approx((150 - 10) / 50)  # kept apart, for a look
