@@ -25,45 +25,67 @@ cell whose simulation runs longer (recorded as ``timeout`` with no stretch), and
 cancels the tasks when none has finished for far longer.
 
 What is stored (the rule a rerun relies on): a cell's file holds an outcome of the *cell*, never of the
-machine it ran on, and the source fingerprint of the code that ran it (``code``,
-:func:`coordinator.provenance.source_fingerprint`, taken in the worker). The simulation is deterministic from the
+machine it ran on, the source fingerprint of the code that ran it (``code``,
+:func:`coordinator.provenance.source_fingerprint`, taken in the worker) and a digest of the settings it ran with
+(``settings``, :func:`cell_settings`: what its id leaves out or rounds). The simulation is deterministic from the
 config and the code, so
 
-- a cell stored by other code (another fingerprint, or none: an older vcemu) is run again, whatever its status,
-  and the reports leave it out (``--report-only`` too, and says so): they never mix two versions' results.
+- a cell stored by other code (another fingerprint, or none: an older vcemu) or with other settings is run
+  again, whatever its status, and the reports leave it out (``--report-only`` too, and says so): they never mix
+  two versions' or two settings' results.
 
 - ``ok`` and ``error`` (the cell's own exception in the policy or engine, or jobs that never completed)
   are stored for good; ``--retry-failed`` reruns the ``error`` ones (after a code change).
-- ``timeout`` is stored (the tables count it as failed) but depends on the machine's load: a rerun runs it
-  again when its ``--cell-timeout`` is larger than the time the cell already ran, and ``--retry-failed``
-  reruns it whatever the limit.
+- ``timeout`` is stored with the limit it had (``timeout_s``; the tables count it as failed) but depends on the
+  machine's load: a rerun runs it again when its ``--cell-timeout`` is larger than that limit, and
+  ``--retry-failed`` reruns it whatever the limit.
 - A cell that Ray lost -- worker crash (kill -9, OOM killer), node loss, the backstop's cancel, a lost
   object, a ``MemoryError`` -- is not stored: the run says so and a rerun runs it. (Older vcemu stored such
   cells without ``wall_s``, which every real outcome has; a rerun runs those too.)
 
-Exit status: 0 when every cell this run ran is ``ok``; 1 when one timed out, failed or was not stored,
-or Ray workers computed it with other code than the driver's (or the run itself failed); 2 when the settings are
-refused (a bad argument, an ``--out`` that holds a sweep with other settings or an unreadable ``config.json``).
+One sweep at a time uses an ``--out``: a run holds an exclusive lock on ``OUT/.lock`` (:func:`out_lock`) from
+before it reads ``config.json`` to its end, and a second is refused. A rerun into an ``--out`` that holds a sweep
+takes the union of its algorithms and penalties with the command's and runs every algorithm at every penalty (and
+says so when that is more than the command names): each table then compares the same algorithms, where running
+only the cells named would leave, say, FCFS alone and so "best" at a new penalty.
+
+A cell that cannot be stored (a full disk, an immutable ``cells/``) stops the run: the cells still running are
+cancelled, those stored stay, and one line names the file and the error. Ctrl-C or SIGTERM stops the run with one
+line saying how many cells are stored (a rerun resumes from them), Ray shut down, status 130.
+
+Exit status: 0 when every cell this run ran is ``ok`` (``--report-only``: when every cell of the sweep is stored);
+1 when one timed out, failed or was not stored, or Ray workers computed it with other code than the driver's, or
+the run itself failed (``--report-only``: when cells are missing); 2 when the settings are refused (a bad argument,
+an ``--out`` that cannot be written, is in use by another sweep, holds a sweep with other settings or an
+unreadable ``config.json``; ``--report-only`` of an ``--out`` that holds no sweep, which it leaves as it was);
+130 when interrupted.
 
 Cell ids name a load with 2 decimals and a penalty with ``%g`` (6 significant digits): values that would
-share an id (e.g. ``--loads 0.851,0.852``) are refused rather than let their cells overwrite each other.
+share an id (e.g. ``--loads 0.851,0.852``) are refused rather than let their cells overwrite each other, and so
+is an HPC2N week named twice.
 
-Outputs in OUT: ``config.json`` (with ``code``, :func:`coordinator.provenance.code_version`), ``cells/*.json``,
-``cells.csv`` (every cell with its metrics),
-``degradation.csv`` (001's degradation factor per cell: max stretch / best max stretch of the same trace
-and penalty), ``table1_p<penalty>.csv/.png``, ``fig1.csv/.png`` (average degradation factor vs. load, one
-panel per penalty), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, scaled traces, load >= 0.7).
+Outputs in OUT: ``config.json`` (with ``code``, :func:`coordinator.provenance.code_version`; not written by
+``--report-only``), ``.lock``, ``cells/*.json``, ``cells.csv`` (every cell with its metrics), ``degradation.csv``
+(001's degradation factor per cell: max stretch / best max stretch of the same trace and penalty),
+``table1_p<penalty>.csv/.png``, ``table1_vs_paper_p300.csv`` (Table I at 300 s beside 001's, with ranks),
+``fig1_p<penalty>.csv`` and ``fig1.png`` (average degradation factor vs. load, one panel per penalty; with
+``--traces`` > 0), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, scaled traces, load >= 0.7; only
+when such cells exist). A plot with nothing to show is not drawn (see :mod:`coordinator.sweep_report`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import hashlib
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,7 +156,9 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
     policy = TimedPolicy(get_policy(algorithm), t0 + timeout_s)
     cluster = homogeneous_hosts(hosts)
     engine = Engine(policy, SimBackend(penalty=penalty), cluster)  # type: ignore[arg-type]
-    out: dict[str, Any] = {"algorithm": algorithm, "penalty": penalty, "hosts": hosts, "jobs": len(specs)}
+    # timeout_s: the limit this outcome had (a stored timeout is run again under a larger one, see _to_run)
+    out: dict[str, Any] = {"algorithm": algorithm, "penalty": penalty, "hosts": hosts, "jobs": len(specs),
+                           "timeout_s": timeout_s}
     try:
         history = engine.run(sorted(specs, key=lambda s: (s.submit_time, s.id)))
     except CellTimeout:
@@ -154,12 +178,17 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
     k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
     u = utilisation(history, sum(h.cpu for h in cluster))
     d = decision_stats(history.decision_seconds)
+    complete = s.completed == s.jobs
+    # A cell whose jobs did not all complete has no max stretch (its stretches over the completed jobs alone are
+    # kept apart, for a look): the reports would otherwise take it for a result and average it.
+    stretches = dict(max_stretch=s.max_bounded_stretch, max_plain_stretch=s.max_stretch,
+                     mean_stretch=s.mean_bounded_stretch)
     out.update(
-        status="ok" if s.completed == s.jobs else "error",
-        error="" if s.completed == s.jobs else f"{s.jobs - s.completed} jobs did not complete",
+        status="ok" if complete else "error",
+        error="" if complete else f"{s.jobs - s.completed} jobs did not complete",
         wall_s=wall, completed=s.completed,
-        max_stretch=s.max_bounded_stretch, max_plain_stretch=s.max_stretch,
-        mean_stretch=s.mean_bounded_stretch,
+        **(stretches if complete else {k: math.nan for k in stretches}),
+        **({} if complete else {f"completed_{k}": v for k, v in stretches.items()}),
         preemptions=k.preemptions, migrations=k.migrations, counting=MOVE_COUNTING, span_s=k.span_s,
         pmtn_per_hour=k.pmtn_per_hour, mig_per_hour=k.mig_per_hour,
         pmtn_per_job=k.pmtn_per_job, mig_per_job=k.mig_per_job,
@@ -275,9 +304,21 @@ def ray_init(address: str | None, workers: int) -> None:
                  logging_level="ERROR")
 
 
+class CellNotStored(RuntimeError):
+    """A finished cell could not be written to ``OUT/cells`` (a full disk, an immutable or read-only folder):
+    the run stops there, keeping the cells already stored."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        super().__init__(f"cannot store {path} ({error.strerror or error})")
+        self.path, self.error = path, error
+
+
 def run_cells(todo: list[tuple[str, Trace, str, float]], cfg: dict[str, Any], cells_dir: Path | None,
-              *, progress: bool = True) -> list[dict[str, Any]]:
-    """Run cells as Ray tasks (Ray must be initialised), storing each result as it arrives."""
+              *, progress: bool = True, results: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Run cells as Ray tasks (Ray must be initialised), storing each result as it arrives, and appending its row
+    to ``results`` (returned; a caller that passes its own list still has the rows if the run is interrupted). A
+    cell that cannot be stored raises :class:`CellNotStored` once the cells still running are cancelled: their
+    results would have nowhere to go either."""
     import ray
     from tqdm import tqdm
 
@@ -289,74 +330,110 @@ def run_cells(todo: list[tuple[str, Trace, str, float]], cfg: dict[str, Any], ce
             trace_refs[tr.id] = ray.put(list(tr.specs))
         ref = remote.remote(trace_refs[tr.id], alg, pen, tr.hosts, cfg["cell_timeout"], tr.host_memory_gb)
         pending[ref] = (key, tr, alg, pen, time.monotonic())
-    results: list[dict[str, Any]] = []
+    results = [] if results is None else results
     backstop = 2 * cfg["cell_timeout"] + 60  # a task stuck outside the policy (queued time included)
 
     def lost(tr: Trace, alg: str, pen: float, why: str) -> dict[str, Any]:
         return {"algorithm": alg, "penalty": pen, "hosts": tr.hosts, "jobs": len(tr.specs), "status": LOST,
                 "error": why, "max_stretch": math.nan}
 
-    bar = tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress, dynamic_ncols=True)
-    last_progress = time.monotonic()
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
-        if done:
-            last_progress = time.monotonic()
-        for ref in done:
-            key, tr, alg, pen, _t = pending.pop(ref)
-            try:
-                res = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 -- run_cell returns the cell's own failures: this is Ray's
-                res = lost(tr, alg, pen, f"{type(exc).__name__}: {exc}")
-            results.append(_store(res, key, tr, cells_dir))
-            bar.update(1)
-        if not done and time.monotonic() - last_progress > backstop:
-            for ref, (key, tr, alg, pen, _t) in list(pending.items()):
+    def store(res: dict[str, Any], key: str, tr: Trace, pen: float) -> None:
+        try:
+            results.append(_store(res, key, tr, cells_dir, cell_settings(cfg, tr, pen)))
+        except OSError as exc:
+            for ref in pending:
                 ray.cancel(ref, force=True)
-                res = lost(tr, alg, pen, f"cancelled by the sweep's backstop ({backstop:g} s without a result)")
-                results.append(_store(res, key, tr, cells_dir))
-                pending.pop(ref)
+            raise CellNotStored(cells_dir / f"{key}.json" if cells_dir else Path(key), exc) from None
+
+    with tqdm(total=len(todo), desc="sweep", unit="cell", disable=not progress, dynamic_ncols=True) as bar:
+        last_progress = time.monotonic()
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=5.0)
+            if done:
+                last_progress = time.monotonic()
+            for ref in done:
+                key, tr, alg, pen, _t = pending.pop(ref)
+                try:
+                    res = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 -- run_cell returns the cell's own failures: this is Ray's
+                    res = lost(tr, alg, pen, f"{type(exc).__name__}: {exc}")
+                store(res, key, tr, pen)
                 bar.update(1)
-    bar.close()
+            if not done and time.monotonic() - last_progress > backstop:
+                for ref, (key, tr, alg, pen, _t) in list(pending.items()):
+                    ray.cancel(ref, force=True)
+                    pending.pop(ref)
+                    store(lost(tr, alg, pen, f"cancelled by the sweep's backstop ({backstop:g} s without a result)"),
+                          key, tr, pen)
+                    bar.update(1)
     return results
 
 
-def _store(res: dict[str, Any], key: str, tr: Trace, cells_dir: Path | None) -> dict[str, Any]:
-    """The cell's row; written to ``cells_dir`` (atomically) unless Ray lost the cell, so that a rerun
-    runs a lost cell again instead of reading the crash as its result."""
+def _store(res: dict[str, Any], key: str, tr: Trace, cells_dir: Path | None, settings: str) -> dict[str, Any]:
+    """The cell's row, with the digest of the settings it was computed with (:func:`cell_settings`); written to
+    ``cells_dir`` (atomically) unless Ray lost the cell, so that a rerun runs a lost cell again instead of reading
+    the crash as its result."""
     from coordinator.outputs import write_json
 
-    res = {"cell": key, "trace": tr.id, "group": tr.group, "load": tr.load, **res}
+    res = {"cell": key, "trace": tr.id, "group": tr.group, "load": tr.load, **res, "settings": settings}
     if cells_dir is not None and res["status"] != LOST:
         write_json(cells_dir / f"{key}.json", res, indent=None)
     return res
 
 
-def _read_cell(path: Path) -> dict[str, Any] | None:
-    """A stored cell, or None when there is none or it cannot be read (then it is run again)."""
+def _read_cell(path: Path, unreadable: str = "it is run again") -> dict[str, Any] | None:
+    """A stored cell, or None when there is none or it cannot be read (said so, with what follows:
+    ``unreadable``)."""
     try:
         cell = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        print(f"vcemu sweep: {path}: unreadable cell ({exc}); it is run again", file=sys.stderr)
+        print(f"vcemu sweep: {path}: unreadable cell ({exc}); {unreadable}", file=sys.stderr)
         return None
     return cell if isinstance(cell, dict) else None
 
 
-def _to_run(stored: dict[str, Any] | None, cell_timeout: float, retry_failed: bool, code: str) -> bool:
-    """Whether this run, of source fingerprint ``code``, runs a cell, given what is stored for it (the rule in the
-    module docstring)."""
-    if stored is None or "wall_s" not in stored:  # not stored, or an older vcemu's record of a Ray failure
-        return True
-    if stored.get("code") != code:  # another version's result
+def cell_settings(cfg: dict[str, Any], tr: Trace, penalty: float) -> str:
+    """A digest of the settings a cell's result depends on beyond what its id names exactly: the trace's size and
+    cluster (``--jobs``, ``--max-jobs``, ``--hosts``, ``--host-memory-gb``, ``--job-scale``; the HPC2N file for
+    its weeks), the exact load and penalty (ids round them). Stored in each cell and compared when it is read, so
+    that a cell another sweep with other settings wrote under the same id is never taken for this sweep's."""
+    vals: dict[str, Any] = {"penalty": penalty, "hosts": tr.hosts, "host_memory_gb": tr.host_memory_gb,
+                            "max_jobs": cfg["max_jobs"]}
+    if tr.group == "hpc2n":
+        vals["hpc2n_sha256"] = cfg["hpc2n_sha256"]
+    else:
+        vals.update(jobs=cfg["jobs"], job_scale=cfg.get("job_scale", 1.0),
+                    load=tr.load if tr.group == "scaled" else None)
+    return hashlib.sha256(json.dumps(vals, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _unusable(stored: dict[str, Any] | None, code: str, settings: str) -> str | None:
+    """Why a stored cell is not a result of this run's code and settings: ``missing`` (none, unreadable, or an
+    older vcemu's record of a Ray failure, which lacks ``wall_s``), ``code`` (another source fingerprint) or
+    ``settings`` (another :func:`cell_settings` digest); None when it is."""
+    if stored is None or "wall_s" not in stored:
+        return "missing"
+    if stored.get("code") != code:
+        return "code"
+    if stored.get("settings") != settings:
+        return "settings"
+    return None
+
+
+def _to_run(stored: dict[str, Any] | None, cell_timeout: float, retry_failed: bool, code: str,
+            settings: str) -> bool:
+    """Whether this run, of source fingerprint ``code``, runs a cell whose settings digest is ``settings``, given
+    what is stored for it (the rule in the module docstring)."""
+    if stored is None or _unusable(stored, code, settings):
         return True
     status = stored.get("status")
     if status == "ok":
         return False
     if retry_failed or status not in ("error", "timeout"):
         return True
-    return status == "timeout" and cell_timeout > float(stored["wall_s"])  # more time than it had
+    return status == "timeout" and cell_timeout > float(stored["timeout_s"])  # more time than it had
 
 
 def _parse_floats(text: str, name: str) -> list[float]:
@@ -376,10 +453,16 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
         epilog="stored cells: ok; error (the cell's own failure: deterministic); timeout (machine-dependent:\n"
                "rerun by a larger --cell-timeout or --retry-failed). Not stored: cells Ray lost (worker crash,\n"
                "node loss, out of memory, the backstop's cancel, lost object): a rerun runs them. A cell stored\n"
-               "by other code (its source fingerprint) is run again and left out of the reports.\n"
-               "exit status: 0 every cell of this run ok; 1 some timed out, failed or were not stored; "
-               "2 settings refused.")
-    p.add_argument("--out", default="results/sweep", help="output directory (resumes if it holds a sweep)")
+               "by other code (its source fingerprint) or with other settings is run again and left out of the\n"
+               "reports.\n"
+               "resuming: an --out holding a sweep takes the union of its algorithms and penalties with this\n"
+               "command's, and runs every algorithm at every penalty of it (said so when that is more than the\n"
+               "command names), so that every table compares the same algorithms.\n"
+               "exit status: 0 every cell of this run ok (--report-only: every cell of the sweep stored); 1 some\n"
+               "timed out, failed or were not stored (--report-only: some missing); 2 settings refused (another\n"
+               "sweep using --out, an --out that cannot be written); 130 interrupted (Ctrl-C, SIGTERM).")
+    p.add_argument("--out", default="results/sweep",
+                   help="output directory (resumes if it holds a sweep; one sweep at a time uses it)")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS),
                    help="comma-separated policies (default: all nine, as in 001's Table I: %(default)s)")
     p.add_argument("--penalties", default="0,300", help="rescheduling penalties in seconds (001: 0 and 300)")
@@ -396,8 +479,8 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="divide every Lublin job's work and inter-arrival time by K (same load, K times the jobs "
                         "per hour; the penalty weighs K times more)")
     p.add_argument("--cell-timeout", type=float, default=600.0,
-                   help="seconds before a cell is abandoned (stored as a timeout; a rerun with a larger limit "
-                        "runs it again)")
+                   help="seconds before a cell is abandoned (stored as a timeout, with its limit; a rerun with "
+                        "a larger limit runs it again)")
     p.add_argument("--host-memory-gb", type=float, default=8.0,
                    help="node memory for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
     p.add_argument("--seed", type=int, default=1, help="first seed of the Lublin traces (default %(default)s)")
@@ -407,12 +490,14 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="rerun stored cells that timed out or failed (a failure is deterministic: for after a "
                         "code change)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--report-only", action="store_true", help="write the reports from the stored cells, run none")
+    p.add_argument("--report-only", action="store_true",
+                   help="write the reports from the stored cells of the sweep in --out, run none")
     return p.parse_args(list(argv))
 
 
 def _weeks(text: str) -> list[int]:
-    """Week indices and ranges A-B (A <= B); a bad item is refused (by :func:`sweep_main`, exit status 2)."""
+    """Week indices and ranges A-B (A <= B); a bad item is refused (by :func:`sweep_main`, exit status 2), and so
+    is a week named twice, as a load given twice is: its cells would run twice at once into one file."""
     out: list[int] = []
     for part in (x.strip() for x in text.split(",") if x.strip()):
         try:
@@ -427,6 +512,10 @@ def _weeks(text: str) -> list[int]:
         except ValueError:
             raise SystemExit(f"vcemu sweep: --hpc2n-weeks: bad item {part!r} (week indices >= 0 and ranges A-B, "
                              "e.g. 10,11 or 0-181)") from None
+    twice = sorted(w for w, n in Counter(out).items() if n > 1)
+    if twice:
+        raise SystemExit(f"vcemu sweep: --hpc2n-weeks: week{'s' if len(twice) > 1 else ''} "
+                         f"{', '.join(map(str, twice))} given twice in {text!r}; name each week once")
     return out
 
 
@@ -512,80 +601,209 @@ def sweep_main(argv: Sequence[str]) -> int:
         return 2
 
 
+#: The file in ``--out`` that a running sweep holds an exclusive ``flock`` on (:func:`out_lock`).
+LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def out_lock(out: Path) -> Iterator[None]:
+    """Within: an exclusive ``flock`` on ``out/.lock``, so that one sweep at a time uses ``out``. Two at once
+    would each check config.json, then store cells of their own settings under the same ids, and each would
+    clear the other's temporary files. Another holder is refused (SystemExit, one line, with its pid when it
+    wrote one). The file is left in place: removing it would let a third run lock a new file while a second
+    holds the old one. The lock ends with the process, however it ends (the descriptor is not inherited)."""
+    path = out / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise SystemExit(f"vcemu sweep: --out {out}: cannot open its lock file {path} "
+                         f"({exc.strerror or exc})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise SystemExit(f"vcemu sweep: another vcemu sweep{f' (pid {holder})' if holder.isdigit() else ''} is "
+                             f"using {out}; wait for it to end, or use another --out") from None
+        except OSError as exc:
+            raise SystemExit(f"vcemu sweep: --out {out}: cannot lock {path} ({exc.strerror or exc})") from None
+        with contextlib.suppress(OSError):  # the holder's pid, for a refused run's message: a courtesy only
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _holds_sweep(out: Path) -> bool:
+    return (out / "config.json").exists() or any((out / "cells").glob("*.json"))
+
+
 def _sweep(argv: Sequence[str]) -> int:
-    from coordinator.outputs import clear_outputs, write_json
-    from coordinator.provenance import code_version, file_sha256, source_fingerprint
-    from coordinator.sweep_report import REPORT_PATTERNS, write_reports
+    from coordinator.cli import signals_interrupt, usable_out_dir
+    from coordinator.provenance import file_sha256
 
     a = _parse_args(argv)
     cfg = config_from_args(a)
     try:  # the file's identity, once: a stored sweep must match it (see _RESULT_KEYS)
         cfg["hpc2n_sha256"] = file_sha256(cfg["hpc2n"]) if cfg["hpc2n_weeks"] else None
     except OSError as exc:
-        print(f"vcemu sweep: --hpc2n: cannot read the trace file {cfg['hpc2n']} ({exc.strerror or exc})",
-              file=sys.stderr)
-        return 2
+        raise SystemExit(f"vcemu sweep: --hpc2n: cannot read the trace file {cfg['hpc2n']} "
+                         f"({exc.strerror or exc})") from None
     out = Path(a.out)
+    if a.report_only and not _holds_sweep(out):  # nothing to report: create nothing (no config of settings never run)
+        raise SystemExit(f"vcemu sweep: --report-only: {out} holds no sweep (no config.json, no stored cells); "
+                         "nothing to report")
+    try:  # before anything runs: a long sweep must not end by failing to store its first cell
+        usable_out_dir(out)
+        if not a.report_only:
+            usable_out_dir(out / "cells")
+    except ValueError as exc:
+        raise SystemExit(f"vcemu sweep: {exc}") from None
+    with out_lock(out), signals_interrupt():
+        return _locked_sweep(a, cfg, out)
+
+
+def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
+    """The sweep in ``out``, which this process has locked (:func:`out_lock`), with SIGINT and SIGTERM raising
+    KeyboardInterrupt: then one line says how many cells are stored, Ray is shut down, and the status is 130."""
+    from coordinator.cli import INTERRUPTED, signals_interrupt
+    from coordinator.outputs import clear_outputs, write_json
+    from coordinator.provenance import code_version, source_fingerprint
+    from coordinator.sweep_report import REPORT_PATTERNS, write_reports
+
     cells_dir = out / "cells"
-    cells_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"
-    if cfg_path.exists():
-        old = _read_config(cfg_path)
-        diff = [k for k in _RESULT_KEYS if _stored_setting(old, k, cfg) != cfg.get(k)]
-        if diff:
-            print(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
-                  "use another --out", file=sys.stderr)
-            return 2
-        cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=_alg_order)
-        cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
-        _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
+    asked = len(cfg["algorithms"]) * len(cfg["penalties"])
+    grid: list[tuple[str, Trace, str, float]] = []
+    usable: set[str] = set()  # the cells of the grid stored with this code and these settings
+    ran: list[dict[str, Any]] = []
+    code = ""
+    ray_started = False
     try:
-        traces = build_traces(cfg)
-    except (OSError, ValueError) as exc:
-        print(f"vcemu sweep: {exc}", file=sys.stderr)
-        return 2
-    code = source_fingerprint()
-    todo, other_code = [], 0
-    for tr in traces:
-        for pen in cfg["penalties"]:
-            for alg in cfg["algorithms"]:
-                key = cell_key(tr.id, alg, pen)
-                stored = _read_cell(cells_dir / f"{key}.json")
-                other_code += stored is not None and stored.get("code") != code
-                if _to_run(stored, cfg["cell_timeout"], a.retry_failed, code):
-                    todo.append((key, tr, alg, pen))
-    total = len(traces) * len(cfg["penalties"]) * len(cfg["algorithms"])
-    print(f"vcemu sweep: {len(traces)} traces x {len(cfg['algorithms'])} algorithms x "
-          f"{len(cfg['penalties'])} penalties = {total} cells; {total - len(todo)} stored, {len(todo)} to run",
-          file=sys.stderr)
-    if other_code:
-        one = other_code == 1
-        print(f"vcemu sweep: {other_code} stored cell{'' if one else 's'} {'was' if one else 'were'} computed by other "
+        with contextlib.ExitStack() as stack:
+            if cfg_path.exists():
+                old = _read_config(cfg_path)
+                diff = [k for k in _RESULT_KEYS if _stored_setting(old, k, cfg) != cfg.get(k)]
+                if diff:
+                    raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
+                                     "use another --out")
+                cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=_alg_order)
+                cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
+                _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
+            try:
+                traces = build_traces(cfg)
+            except (OSError, ValueError) as exc:
+                raise SystemExit(f"vcemu sweep: {exc}") from None
+            code = source_fingerprint()
+            grid = [(cell_key(tr.id, alg, pen), tr, alg, pen)
+                    for tr in traces for pen in cfg["penalties"] for alg in cfg["algorithms"]]
+            settings = {key: cell_settings(cfg, tr, pen) for key, tr, _, pen in grid}
+            unreadable = "the reports leave it out" if a.report_only else "it is run again"
+            stored = {key: _read_cell(cells_dir / f"{key}.json", unreadable) for key, *_ in grid}
+            why = {key: _unusable(stored[key], code, settings[key]) for key in stored}
+            usable = {key for key, w in why.items() if w is None}
+            todo = [c for c in grid if _to_run(stored[c[0]], cfg["cell_timeout"], a.retry_failed, code, settings[c[0]])]
+            _say_plan(a, cfg, out, len(traces), len(grid), asked, todo, usable, Counter(why.values()), code)
+            run = bool(todo) and not a.report_only
+            if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
+                ray_started = True
+                ray_init(a.address, a.workers)
+                stack.enter_context(signals_interrupt())  # again: ray.init makes SIGTERM end the process at once
+            # This run writes the reports again at its end: until then there are none, so that a run killed
+            # before it leaves cells and config, never an older run's tables beside them.
+            try:
+                clear_outputs(out, REPORT_PATTERNS)
+                clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
+                if not a.report_only:  # --report-only reads a sweep: it never records settings it did not run
+                    cfg["code"] = code_version()
+                    write_json(cfg_path, cfg)
+            except OSError as exc:  # checked writable above: a disk that has just filled up, say
+                print(f"vcemu sweep: cannot write in {out} ({exc.strerror or exc}: {exc.filename}); no cell run",
+                      file=sys.stderr)
+                return 1
+            t0 = time.perf_counter()
+            if run:
+                try:
+                    run_cells(todo, cfg, cells_dir, progress=not a.no_progress, results=ran)
+                except CellNotStored as exc:
+                    kept = len(usable | _stored_keys(ran, code))
+                    print(f"vcemu sweep: {exc}; stopped: {kept} of {len(grid)} cells stored, the cells still running "
+                          "cancelled, no reports written; run the same command again to resume once it can store "
+                          "there", file=sys.stderr)
+                    return 1
+            wall = time.perf_counter() - t0
+            for r in ran:
+                if r["status"] != LOST:
+                    stored[r["cell"]] = r
+            rows = [c for key, *_ in grid
+                    if (c := stored[key]) is not None and _unusable(c, code, settings[key]) is None]
+            reported = True
+            try:
+                paths = write_reports(rows, cfg, out)
+            except OSError as exc:
+                print(f"vcemu sweep: cannot write the reports in {out} ({exc.strerror or exc}); the cells are stored: "
+                      "--report-only writes the reports again", file=sys.stderr)
+                paths, reported = [], False
+            bad = sum(1 for r in rows if r.get("status") != "ok")
+            print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
+                  + (", ".join(str(p) for p in paths) or "no reports"), file=sys.stderr)
+            missing = len(grid) - len(rows)
+            if a.report_only:
+                return 1 if missing or not reported else 0
+            return _say_outcome(ran, code) or (0 if reported else 1)
+    except KeyboardInterrupt:
+        kept = (f"{len(usable | _stored_keys(ran, code))} of {len(grid)}" if grid  # else: before reading them
+                else str(sum(1 for _ in cells_dir.glob("*.json"))))
+        print(f"vcemu sweep: interrupted: {kept} cells stored; run the same command again to resume",
+              file=sys.stderr, flush=True)
+        return INTERRUPTED
+    finally:
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+
+
+def _stored_keys(ran: Sequence[dict[str, Any]], code: str) -> set[str]:
+    """The cells of ``ran`` that were stored as results of this code (not lost, not computed by other code)."""
+    return {r["cell"] for r in ran if r["status"] != LOST and r.get("code") == code}
+
+
+def _say_plan(a: argparse.Namespace, cfg: dict[str, Any], out: Path, traces: int, total: int, asked: int,
+              todo: Sequence[Any], usable: set[str], why: Counter[str | None], code: str) -> None:
+    """The lines a run prints before it runs anything: how many cells, how many stored, what it will run (or,
+    with --report-only, how many are missing), and why stored cells are not used."""
+    head = (f"vcemu sweep: {traces} traces x {len(cfg['algorithms'])} algorithms x {len(cfg['penalties'])} penalties "
+            f"= {total} cells; ")
+    if a.report_only:
+        gone = total - len(usable)
+        print(head + f"{len(usable)} stored" + (f", {gone} missing (the reports leave them out; run without "
+                                                f"--report-only to run them)" if gone else ""), file=sys.stderr)
+    else:
+        print(head + f"{total - len(todo)} stored, {len(todo)} to run", file=sys.stderr)
+    if traces and total > traces * asked:
+        print(f"vcemu sweep: {out} holds a sweep of more algorithms or penalties than this command names: "
+              f"{'the reports cover' if a.report_only else 'this run covers'} their union, "
+              f"{', '.join(cfg['algorithms'])} at penalties {', '.join(f'{p:g}' for p in cfg['penalties'])} "
+              f"({total - traces * asked} cells more than the command's own), so that every table compares the same "
+              "algorithms", file=sys.stderr)
+    if n := why["code"]:
+        one = n == 1
+        print(f"vcemu sweep: {n} stored cell{'' if one else 's'} {'was' if one else 'were'} computed by other "
               f"code (another source fingerprint than this code's {code[:12]}, or none); "
               + (f"the reports leave {'it' if one else 'them'} out" if a.report_only
                  else f"{'it is' if one else 'they are'} run again"), file=sys.stderr)
-    run = bool(todo) and not a.report_only
-    if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
-        ray_init(a.address, a.workers)
-    # This run writes the reports again at its end: until then there are none, so that a run killed
-    # before it leaves cells and config, never an older run's tables beside them.
-    clear_outputs(out, REPORT_PATTERNS)
-    clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
-    cfg["code"] = code_version()
-    write_json(cfg_path, cfg)
-    t0 = time.perf_counter()
-    ran: list[dict[str, Any]] = []
-    if run:
-        ran = run_cells(todo, cfg, cells_dir, progress=not a.no_progress)
-    wall = time.perf_counter() - t0
-    trace_ids = {t.id for t in traces}
-    rows = [r for r in (_read_cell(p) for p in sorted(cells_dir.glob("*.json"))) if r is not None]
-    rows = [r for r in rows if r.get("algorithm") in cfg["algorithms"] and r.get("penalty") in cfg["penalties"]
-            and r.get("trace") in trace_ids and r.get("code") == code]
-    paths = write_reports(rows, cfg, out)
-    bad = sum(1 for r in rows if r.get("status") != "ok")
-    print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
-          + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if n := why["settings"]:
+        one = n == 1
+        print(f"vcemu sweep: {n} stored cell{'' if one else 's'} {'was' if one else 'were'} computed with other "
+              f"settings than this sweep's (another sweep wrote into {out}); "
+              + (f"the reports leave {'it' if one else 'them'} out" if a.report_only
+                 else f"{'it is' if one else 'they are'} run again"), file=sys.stderr)
+
+
+def _say_outcome(ran: Sequence[dict[str, Any]], code: str) -> int:
+    """The lines on this run's own cells that were not ok; its exit status (0 or 1)."""
     foreign = [r for r in ran if r["status"] != LOST and r.get("code") != code]
     if foreign:  # Ray workers that import other files than this driver (a cluster with another install)
         print(f"vcemu sweep: {len(foreign)} cells were computed by Ray workers running other code (source "

@@ -5,8 +5,11 @@ over the best algorithm's on that trace and penalty); Table I gives its average,
 (population) and maximum over the traces of a group; Figure 1 its average per load level over the scaled
 traces; Table II the average (maximum) of the preemption/migration costs over the scaled traces with
 load >= 0.7, for the algorithms that preempt or migrate (only cells counted under the current
-``metrics.MOVE_COUNTING`` rule). Cells that timed out or failed have no max
-stretch: they are listed in cells.csv, counted in the tables' ``failed`` column and left out of averages.
+``metrics.MOVE_COUNTING`` rule). Cells that timed out or failed have no max stretch (:func:`with_degradation`
+takes none from them, even one stored over the jobs that completed): they are listed in cells.csv, counted in
+the tables' ``failed`` column and left out of averages. A table with no cell (Table II without a scaled trace
+of load >= 0.7) is not written, and a plot with no value to show is not drawn; both are said on stderr, as is a
+plot that fails, which leaves the other reports to be written.
 
 Every report is written atomically (coordinator.outputs), and ``vcemu sweep`` removes the previous ones
 (:data:`REPORT_PATTERNS`) before a run: reports are derived from the cells, and one older than them must
@@ -19,8 +22,9 @@ import csv
 import io
 import math
 import statistics
+import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,13 @@ CELL_FIELDS = ("cell", "trace", "group", "load", "algorithm", "penalty", "hosts"
                "max_stretch", "max_plain_stretch", "mean_stretch", "degradation", "preemptions", "migrations",
                "span_s", *COST_FIELDS, "utilisation", "underutilisation", "decisions", "decision_mean_s",
                "decision_p99_s", "decision_max_s", "error")
+#: The columns of table1_p<penalty>.csv and table1_vs_paper_p300.csv, fixed: a column must not depend on which
+#: algorithm comes first (a rank is missing where the average is NaN).
+TABLE1_FIELDS = ("algorithm", *(f"{g}_{k}" for g, _ in GROUPS for k in ("avg", "std", "max", "n", "failed")))
+TABLE1_VS_PAPER_FIELDS = ("algorithm", *(f"{g}_{k}" for g, _ in GROUPS for k in ("n", "avg", "paper_avg", "max",
+                                                                                 "paper_max")),
+                          *(f"{g}_{k}_rank" for g, _ in GROUPS for k in ("avg", "paper_avg")))
+TABLE2_FIELDS = ("algorithm", "n", "other_counting", *(f"{f}_{k}" for f in COST_FIELDS for k in ("avg", "max")))
 #: Every file :func:`write_reports` may write in the output directory (and nothing else there: not the cells).
 REPORT_PATTERNS = ("cells.csv", "degradation.csv", "table1_p*.csv", "table1_p*.png", "table1_vs_paper_p300.csv",
                    "table2_p*.csv", "table2_p*.png", "fig1_p*.csv", "fig1.png")
@@ -81,11 +92,14 @@ def table1_vs_paper(t1: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def with_degradation(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each cell with its degradation factor against the best algorithm of its (trace, penalty)."""
+    """Each cell with its degradation factor against the best algorithm of its (trace, penalty). Only ``ok``
+    cells have one and are candidates for best: a failed cell's max stretch, if it has one, is over the jobs that
+    completed, and would pass for the algorithm's result."""
     by_instance: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
     for r in rows:
         ms = r.get("max_stretch")
-        by_instance[(r["trace"], r["penalty"])][r["algorithm"]] = math.nan if ms is None else float(ms)
+        by_instance[(r["trace"], r["penalty"])][r["algorithm"]] = (
+            math.nan if ms is None or r.get("status") != "ok" else float(ms))
     factors: dict[tuple[str, float], dict[str, float]] = {}
     for inst, ms in by_instance.items():
         try:
@@ -157,92 +171,141 @@ def _label(alg: str) -> str:
     return alg.upper()
 
 
-def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms: Sequence[str]) -> Path:
+def _say(line: str) -> None:
+    print(f"vcemu sweep: {line}", file=sys.stderr)
+
+
+def _plottable(x: Any) -> bool:
+    """A value a log-scaled axis can show (a degradation factor of a cell that has one)."""
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False, sharey=True)
-    markers = "os^vD<>px*"
-    for ax, (pen, data) in zip(axes[0], sorted(panels.items()), strict=True):
-        loads = [d["load"] for d in data]
-        for i, alg in enumerate(algorithms):
-            ys = [d[alg] for d in data]
-            if all(math.isnan(y) for y in ys):
-                continue
-            ax.plot(loads, ys, marker=markers[i % len(markers)], label=_label(alg))
-        ax.set_yscale("log")
-        ax.set_xlabel("offered load")
-        ax.set_title(f"average degradation factor, rescheduling penalty {pen:g} s")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("max-stretch degradation factor (log)")
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    save_figure(fig, path, dpi=120)
-    plt.close(fig)
+    return plt
+
+
+def _legend(ax: Any, **kw: Any) -> None:
+    """A legend, if the axes hold anything labelled (matplotlib warns on stderr otherwise)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
+
+def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms: Sequence[str]) -> Path | None:
+    """Fig. 1 with a panel per penalty that has a value to show; None (and no file) when none has."""
+    shown = {pen: data for pen, data in panels.items() if any(_plottable(d[a]) for d in data for a in algorithms)}
+    if not shown:
+        _say(f"{path.name} not drawn: no scaled trace's cell has a max stretch")
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown), 5), squeeze=False, sharey=True)
+    try:
+        markers = "os^vD<>px*"
+        for ax, (pen, data) in zip(axes[0], sorted(shown.items()), strict=True):
+            loads = [d["load"] for d in data]
+            for i, alg in enumerate(algorithms):
+                ys = [d[alg] for d in data]
+                if not any(_plottable(y) for y in ys):
+                    continue
+                ax.plot(loads, ys, marker=markers[i % len(markers)], label=_label(alg))
+            ax.set_yscale("log")
+            ax.set_xlabel("offered load")
+            ax.set_title(f"average degradation factor, rescheduling penalty {pen:g} s")
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][0].set_ylabel("max-stretch degradation factor (log)")
+        _legend(axes[0][-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        fig.tight_layout()
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
     return path
 
 
-def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = [(g, title) for g, title in GROUPS if any(r[f"{g}_n"] for r in t1)]
-    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(6 * max(1, len(groups)), 4.8), squeeze=False)
-    for ax, (g, title) in zip(axes[0], groups, strict=False):
-        algs = [r["algorithm"] for r in t1]
-        avg = [r[f"{g}_avg"] for r in t1]
-        mx = [r[f"{g}_max"] for r in t1]
-        xs = range(len(algs))
-        ax.bar(xs, avg, color="tab:blue", label="average")
-        ax.scatter(xs, mx, color="tab:red", marker="_", s=300, label="maximum", zorder=3)
-        ax.set_yscale("log")
-        ax.set_xticks(list(xs), [_label(a) for a in algs], rotation=45, ha="right", fontsize=8)
-        ax.set_title(f"{title}\n(n={t1[0][f'{g}_n']} traces)", fontsize=10)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-    axes[0][0].set_ylabel("degradation factor (log)")
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Table I analogue: degradation factor, penalty {penalty:g} s")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=120)
-    plt.close(fig)
+def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float) -> Path | None:
+    """Table I's bars, a panel per trace group that has a value to show; None (and no file) when none has."""
+    groups = [(g, title) for g, title in GROUPS
+              if any(_plottable(r[f"{g}_avg"]) or _plottable(r[f"{g}_max"]) for r in t1)]
+    if not groups:
+        why = "every one timed out or failed" if any(r[f"{g}_n"] for r in t1 for g, _ in GROUPS) else "there are none"
+        _say(f"{path.name} not drawn: no cell of penalty {penalty:g} has a max stretch ({why})")
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.8), squeeze=False)
+    try:
+        for ax, (g, title) in zip(axes[0], groups, strict=True):
+            algs = [r["algorithm"] for r in t1]
+            avg = [r[f"{g}_avg"] for r in t1]
+            mx = [r[f"{g}_max"] for r in t1]
+            xs = range(len(algs))
+            ax.bar(xs, avg, color="tab:blue", label="average")
+            ax.scatter(xs, mx, color="tab:red", marker="_", s=300, label="maximum", zorder=3)
+            ax.set_yscale("log")
+            ax.set_xticks(list(xs), [_label(a) for a in algs], rotation=45, ha="right", fontsize=8)
+            ax.set_title(f"{title}\n(n={t1[0][f'{g}_n']} traces)", fontsize=10)
+            ax.grid(True, axis="y", which="both", alpha=0.3)
+        axes[0][0].set_ylabel("degradation factor (log)")
+        _legend(axes[0][0], fontsize=8)
+        fig.suptitle(f"Table I analogue: degradation factor, penalty {penalty:g} s")
+        fig.tight_layout()
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
     return path
 
 
-def _plot_table2(path: Path, t2: Sequence[dict[str, Any]], penalty: float) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _plot_table2(path: Path, t2: Sequence[dict[str, Any]], penalty: float) -> Path | None:
+    """Table II's bars (linear axes); None (and no file) when no algorithm has a cell."""
+    if not any(r["n"] for r in t2):
+        return None
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    pairs = (("gb_s", "bandwidth (GB/s)"), ("per_hour", "occurrences per hour"), ("per_job", "occurrences per job"))
-    algs = [r["algorithm"] for r in t2]
-    xs = list(range(len(algs)))
-    w = 0.38
-    for ax, (suffix, title) in zip(axes, pairs, strict=True):
-        for off, kind, color in ((-w / 2, "pmtn", "tab:orange"), (w / 2, "mig", "tab:green")):
-            avg = [r[f"{kind}_{suffix}_avg"] for r in t2]
-            mx = [r[f"{kind}_{suffix}_max"] for r in t2]
-            ax.bar([x + off for x in xs], avg, width=w, color=color, label=f"{kind} (avg)")
-            ax.scatter([x + off for x in xs], mx, color="black", marker="_", s=120, zorder=3)
-        ax.set_xticks(xs, [_label(a) for a in algs], rotation=45, ha="right", fontsize=8)
-        ax.set_title(title)
-        ax.grid(True, axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8, title="bar: average, dash: max", title_fontsize=7)
-    fig.suptitle(f"Table II analogue: preemption/migration costs, scaled traces with load >= 0.7, "
-                 f"penalty {penalty:g} s")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=120)
-    plt.close(fig)
+    try:
+        pairs = (("gb_s", "bandwidth (GB/s)"), ("per_hour", "occurrences per hour"),
+                 ("per_job", "occurrences per job"))
+        algs = [r["algorithm"] for r in t2]
+        xs = list(range(len(algs)))
+        w = 0.38
+        for ax, (suffix, title) in zip(axes, pairs, strict=True):
+            for off, kind, color in ((-w / 2, "pmtn", "tab:orange"), (w / 2, "mig", "tab:green")):
+                avg = [r[f"{kind}_{suffix}_avg"] for r in t2]
+                mx = [r[f"{kind}_{suffix}_max"] for r in t2]
+                ax.bar([x + off for x in xs], avg, width=w, color=color, label=f"{kind} (avg)")
+                ax.scatter([x + off for x in xs], mx, color="black", marker="_", s=120, zorder=3)
+            ax.set_xticks(xs, [_label(a) for a in algs], rotation=45, ha="right", fontsize=8)
+            ax.set_title(title)
+            ax.grid(True, axis="y", alpha=0.3)
+        _legend(axes[0], fontsize=8, title="bar: average, dash: max", title_fontsize=7)
+        fig.suptitle(f"Table II analogue: preemption/migration costs, scaled traces with load >= 0.7, "
+                     f"penalty {penalty:g} s")
+        fig.tight_layout()
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
     return path
+
+
+def _plot(paths: list[Path], plot: Callable[..., Path | None], path: Path, *args: Any) -> None:
+    """Draw one plot into ``paths``. A plot that fails (other than by failing to write, which is the disk's and
+    stops the reports) is said on one line naming it, and the other reports are still written."""
+    try:
+        done = plot(path, *args)
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- said, with the plot's name: the tables it shows are written
+        _say(f"warning: {path.name} not drawn: {type(exc).__name__}: {exc}")
+        return
+    if done is not None:
+        paths.append(done)
 
 
 def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path) -> list[Path]:
-    """Write cells.csv, degradation.csv and per penalty table1/table2 (CSV + PNG), fig1 (CSV + PNG)."""
+    """Write cells.csv, degradation.csv and per penalty table1/table2 (CSV + PNG), fig1 (CSV + PNG). A table
+    without data is not written, and a plot without a value to show not drawn (each said on stderr); returns the
+    paths written."""
     from coordinator.sweep import ALGORITHMS
 
     algorithms = [a for a in ALGORITHMS if a in cfg["algorithms"]] + [
@@ -255,19 +318,21 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
     panels: dict[float, list[dict[str, Any]]] = {}
     for pen in cfg["penalties"]:
         t1 = table1(rows, algorithms, pen)
-        paths.append(_write_csv(out / f"table1_p{pen:g}.csv", t1))
-        paths.append(_plot_table1(out / f"table1_p{pen:g}.png", t1, pen))
+        paths.append(_write_csv(out / f"table1_p{pen:g}.csv", t1, TABLE1_FIELDS))
+        _plot(paths, _plot_table1, out / f"table1_p{pen:g}.png", t1, pen)
         if pen == 300:
-            paths.append(_write_csv(out / "table1_vs_paper_p300.csv", table1_vs_paper(t1)))
+            paths.append(_write_csv(out / "table1_vs_paper_p300.csv", table1_vs_paper(t1), TABLE1_VS_PAPER_FIELDS))
         t2 = table2(rows, algorithms, pen)
-        if t2:
-            paths.append(_write_csv(out / f"table2_p{pen:g}.csv", t2))
-            paths.append(_plot_table2(out / f"table2_p{pen:g}.png", t2, pen))
+        if t2 and any(r["n"] for r in t2):
+            paths.append(_write_csv(out / f"table2_p{pen:g}.csv", t2, TABLE2_FIELDS))
+            _plot(paths, _plot_table2, out / f"table2_p{pen:g}.png", t2, pen)
+        elif t2:
+            _say(f"no table2_p{pen:g}: no ok cell of a preempting algorithm on a scaled trace of load >= 0.7")
         if cfg["traces"]:
             panels[pen] = fig1(rows, algorithms, pen, cfg["loads"])
-            paths.append(_write_csv(out / f"fig1_p{pen:g}.csv", panels[pen]))
+            paths.append(_write_csv(out / f"fig1_p{pen:g}.csv", panels[pen], ("load", *algorithms)))
     if panels:
-        paths.append(_plot_fig1(out / "fig1.png", panels, algorithms))
+        _plot(paths, _plot_fig1, out / "fig1.png", panels, algorithms)
     return paths
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,41 @@ def test_an_unreachable_address_is_refused_in_one_line_within_seconds(tmp_path: 
     assert time.monotonic() - t0 < 15
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"vcemu sweep: --address: no Ray cluster reachable at 127.0.0.1:{port} (Connection refused)"
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_on_a_real_ray_sweep_says_what_is_stored_and_leaves_nothing_running(tmp_path: Path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while cells run on a local Ray: before, a
+    KeyboardInterrupt traceback from ``ray.wait`` and status 1. Now one line, status 130, the finished cell kept,
+    and every process the sweep started (Ray's, its workers) gone."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.integration.test_demo_interrupt import assert_all_gone, descendants, kill_leftovers
+    from tests.integration.test_up_agent_death import ROOT, wait_for
+
+    out, err_path = tmp_path / "sweep", tmp_path / "sweep.err"
+    argv = [sys.executable, "-m", "coordinator.cli", "sweep", "--out", str(out), "--algorithms",
+            "fcfs,greedy-pmtn,dynmcb8", "--penalties", "300", "--traces", "1", "--jobs", "2000", "--loads", "0.9",
+            "--workers", "1", "--cell-timeout", "120", "--no-progress"]
+    with err_path.open("wb") as err:
+        sweep = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    spawned: dict[int, bytes] = {}
+    try:
+        wait_for("no cell was stored", lambda: list((out / "cells").glob("*.json")), 100, err_path)
+        spawned = descendants(sweep.pid)
+        assert any(b"raylet" in argv for argv in spawned.values()), spawned
+        os.killpg(sweep.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        code = sweep.wait(60)
+        stderr = err_path.read_text(errors="replace")
+        assert code == 130 and "Traceback" not in stderr, stderr
+        assert re.fullmatch(r"vcemu sweep: interrupted: [12] of 3 cells stored; run the same command again to resume",
+                            stderr.strip().splitlines()[-1]), stderr
+        assert time.monotonic() - t0 < 30
+        assert_all_gone(spawned, 15)
+    finally:
+        kill_leftovers(spawned, sweep)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import math
+import warnings
 
 import pytest
 
@@ -92,3 +94,97 @@ def test_table1_beside_the_paper_ranks_both_columns():
     # the paper: ASAP-PER 2.62 < GREEDY-PMTN 9.45 < FCFS 435.32
     assert [out[a]["scaled_paper_avg_rank"] for a in ("dynmcb8-asap-per", "greedy-pmtn", "fcfs")] == [1, 2, 3]
     assert "unscaled_avg_rank" not in out["fcfs"]  # no traces in the group: no rank
+
+
+# ---- reports of sweeps whose cells failed, or that lack a group ------------------------------------------------
+
+
+def _report(rows, tmp_path, loads=(0.7,), traces=1):
+    from coordinator.sweep_report import write_reports
+
+    cfg = {"algorithms": sorted({r["algorithm"] for r in rows}), "penalties": [300.0], "traces": traces,
+           "loads": list(loads)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = write_reports(rows, cfg, tmp_path)
+    return {p.name for p in paths}, [str(w.message) for w in caught]
+
+
+def test_reports_of_a_sweep_whose_cells_all_failed_are_written_without_plots(tmp_path, capsys):
+    """Every cell timed out (--cell-timeout 0.001): the tables are written, the log-scaled plots are not drawn
+    (matplotlib refuses an axis with no positive value), each said in one line; no matplotlib warning."""
+    rows = [_row("t1", "scaled", 0.7, a, math.nan) for a in ("fcfs", "greedy-pmtn")]
+    names, caught = _report(rows, tmp_path)
+    assert {"cells.csv", "degradation.csv", "table1_p300.csv", "table1_vs_paper_p300.csv", "fig1_p300.csv"} <= names
+    assert not names & {"table1_p300.png", "fig1.png", "table2_p300.png", "table2_p300.csv"}
+    err = capsys.readouterr().err
+    assert "vcemu sweep: table1_p300.png not drawn: no cell of penalty 300 has a max stretch" in err
+    assert "vcemu sweep: fig1.png not drawn: no scaled trace's cell has a max stretch" in err
+    assert not caught, caught
+    with (tmp_path / "table1_p300.csv").open() as fh:
+        assert [r["scaled_failed"] for r in csv.DictReader(fh)] == ["1", "1"]
+
+
+def test_a_group_without_values_gets_no_panel(tmp_path, capsys):
+    """The HPC2N cells all failed, the scaled ones did not: Table I's plot shows the scaled traces alone."""
+    rows = [_row("t1", "scaled", 0.7, "fcfs", 4.0), _row("t1", "scaled", 0.7, "greedy-pmtn", 2.0),
+            _row("w1", "hpc2n", 0.5, "fcfs", math.nan), _row("w1", "hpc2n", 0.5, "greedy-pmtn", math.nan)]
+    names, caught = _report(rows, tmp_path)
+    assert {"table1_p300.png", "fig1.png", "table2_p300.png"} <= names and not caught
+    assert "not drawn" not in capsys.readouterr().err
+
+
+def test_a_plot_that_fails_is_said_and_the_other_reports_are_written(tmp_path, capsys, monkeypatch):
+    import coordinator.sweep_report as report
+
+    def broken(path, *args):
+        raise RuntimeError("a bug in the plot")
+
+    monkeypatch.setattr(report, "_plot_table1", broken)
+    rows = [_row("t1", "scaled", 0.7, "fcfs", 4.0), _row("t1", "scaled", 0.7, "greedy-pmtn", 2.0)]
+    names, _ = _report(rows, tmp_path)
+    assert "vcemu sweep: warning: table1_p300.png not drawn: RuntimeError: a bug in the plot" in capsys.readouterr().err
+    assert {"table1_p300.csv", "table1_vs_paper_p300.csv", "table2_p300.png", "fig1.png"} <= names
+
+
+def test_table1_vs_paper_keeps_its_rank_columns_when_the_first_algorithm_has_no_average(tmp_path):
+    rows = [_row("t1", "scaled", 0.7, "fcfs", math.nan), _row("t1", "scaled", 0.7, "greedy-pmtn", 2.0)]
+    _report(rows, tmp_path)
+    with (tmp_path / "table1_vs_paper_p300.csv").open() as fh:
+        reader = csv.DictReader(fh)
+        got = {r["algorithm"]: r for r in reader}
+    assert "scaled_avg_rank" in reader.fieldnames and "hpc2n_paper_avg_rank" in reader.fieldnames
+    assert got["greedy-pmtn"]["scaled_avg_rank"] == "1" and got["fcfs"]["scaled_avg_rank"] == ""
+    assert got["fcfs"]["scaled_paper_avg_rank"] == "2"  # the paper: GREEDY-PMTN 9.45 < FCFS 435.32
+
+
+def test_table2_is_left_out_when_no_scaled_trace_has_load_07(tmp_path, capsys):
+    rows = [_row("t1", "scaled", 0.5, "fcfs", 4.0), _row("t1", "scaled", 0.5, "greedy-pmtn", 2.0)]
+    names, _ = _report(rows, tmp_path, loads=(0.5,))
+    assert not names & {"table2_p300.csv", "table2_p300.png"} and "table1_p300.png" in names
+    assert ("vcemu sweep: no table2_p300: no ok cell of a preempting algorithm on a scaled trace of load >= 0.7"
+            in capsys.readouterr().err)
+
+
+def test_a_failed_cell_with_a_max_stretch_over_its_completed_jobs_is_no_result():
+    """run_cell used to store a cell whose jobs did not all complete as ``error`` with the max stretch of those
+    that did: it was then the "best" of its trace and averaged into Table I."""
+    rows = with_degradation([_row("t1", "scaled", 0.7, "fcfs", 10.0),
+                             _row("t1", "scaled", 0.7, "easy", 2.0, status="error")])
+    deg = {r["algorithm"]: r["degradation"] for r in rows}
+    assert deg["fcfs"] == 1.0 and math.isnan(deg["easy"])
+    t1 = {r["algorithm"]: r for r in table1(rows, ["fcfs", "easy"], 300.0)}
+    assert math.isnan(t1["easy"]["scaled_avg"]) and t1["easy"]["scaled_failed"] == 1
+
+
+def test_a_cell_whose_jobs_did_not_all_complete_stores_no_max_stretch(monkeypatch):
+    import dataclasses
+
+    import coordinator.metrics as metrics
+
+    real = metrics.summarize
+    monkeypatch.setattr(metrics, "summarize", lambda results: dataclasses.replace(real(results), completed=1))
+    r = run_cell(JOBS, "fcfs", 0.0, 1)
+    assert r["status"] == "error" and r["error"] == "1 jobs did not complete"
+    assert math.isnan(r["max_stretch"]) and math.isnan(r["mean_stretch"]) and math.isnan(r["max_plain_stretch"])
+    assert r["completed_max_stretch"] == pytest.approx((150 - 10) / 50)  # kept apart, for a look

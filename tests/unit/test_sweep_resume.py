@@ -8,6 +8,7 @@ or fails the way Ray does (a crashed worker), or never finishes (for the backsto
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import resource
@@ -44,12 +45,17 @@ class _Ref:
 
 class FakeRay(types.ModuleType):
     """The part of Ray that ``sweep.run_cells`` uses. ``crash``: algorithms whose worker dies;
-    ``stall``: no task ever finishes; ``interrupt``: the driver is killed at the first result."""
+    ``stall``: no task ever finishes; ``interrupt``: Ctrl-C reaches the driver at the first result (or, an int,
+    after that many); ``on_get``: called before each result is computed."""
 
-    def __init__(self, crash: Sequence[str] = (), *, stall: bool = False, interrupt: bool = False) -> None:
+    def __init__(self, crash: Sequence[str] = (), *, stall: bool = False, interrupt: bool | int = False,
+                 on_get: Callable[[int], None] | None = None) -> None:
         super().__init__("ray")
-        self.crash, self.stall, self.interrupt = set(crash), stall, interrupt
+        self.crash, self.stall = set(crash), stall
+        self.interrupt = (0 if interrupt is True else None) if isinstance(interrupt, bool) else interrupt
+        self.on_get, self.gets = on_get, 0
         self.cancelled: list[_Ref] = []
+        self.shut_down = False
 
     def is_initialized(self) -> bool:
         return True
@@ -64,7 +70,10 @@ class FakeRay(types.ModuleType):
         return ([], refs) if self.stall else (refs[:num_returns], refs[num_returns:])
 
     def get(self, ref: _Ref) -> Any:
-        if self.interrupt:
+        self.gets += 1
+        if self.on_get is not None:
+            self.on_get(self.gets)
+        if self.interrupt is not None and self.gets > self.interrupt:
             raise KeyboardInterrupt
         if ref.args[1] in self.crash:
             raise WorkerCrashedError("The worker died unexpectedly while executing this task.")
@@ -73,10 +82,13 @@ class FakeRay(types.ModuleType):
     def cancel(self, ref: _Ref, force: bool = False) -> None:
         self.cancelled.append(ref)
 
+    def shutdown(self) -> None:
+        self.shut_down = True
+
 
 @pytest.fixture
 def fake_ray(monkeypatch: pytest.MonkeyPatch) -> Callable[..., FakeRay]:
-    def install(*crash: str, **kw: bool) -> FakeRay:
+    def install(*crash: str, **kw: Any) -> FakeRay:
         fake = FakeRay(crash, **kw)
         monkeypatch.setitem(sys.modules, "ray", fake)
         return fake
@@ -150,11 +162,13 @@ def test_a_rerun_runs_ray_failures_stored_by_an_older_vcemu_and_timeouts_under_a
     fake_ray()
     assert sweep_main(_argv(out, algorithms=algs)) == 0
     base = {k: v for k, v in json.loads(_cell(out, "fcfs").read_text()).items()
-            if k in ("cell", "trace", "group", "load", "penalty", "hosts", "jobs", "code")}
+            if k in ("cell", "trace", "group", "load", "penalty", "hosts", "jobs", "code", "settings")}
     stored = {  # what an older vcemu wrote for a killed worker (no wall_s: run_cell always sets it)
         "fcfs": {"status": "error", "error": "WorkerCrashedError: The worker died", "max_stretch": None},
-        "easy": {"status": "timeout", "error": "exceeded 30 s", "wall_s": 30.5, "max_stretch": None},
-        "greedy": {"status": "timeout", "error": "exceeded 60 s", "wall_s": 60.2, "max_stretch": None},
+        "easy": {"status": "timeout", "error": "exceeded 30 s", "wall_s": 30.5, "timeout_s": 30.0,
+                 "max_stretch": None},
+        "greedy": {"status": "timeout", "error": "exceeded 60 s", "wall_s": 60.2, "timeout_s": 60.0,
+                   "max_stretch": None},
         "greedy-pmtn": {"status": "error", "error": "ValueError: bad plan", "wall_s": 0.1, "max_stretch": None},
     }
     for alg, rec in stored.items():
@@ -228,15 +242,19 @@ def test_an_unreadable_config_is_a_clear_error_naming_the_file(tmp_path, capsys,
     assert (out / "config.json").read_text() == text  # left for the user to look at
 
 
-def test_a_config_write_cut_short_leaves_the_previous_config_whole(tmp_path, fake_ray, no_reports):
+def test_a_config_write_cut_short_leaves_the_previous_config_whole(tmp_path, capsys, fake_ray, no_reports):
     out = tmp_path / "sweep"
     fake_ray()
     assert sweep_main(_argv(out)) == 0
     before = (out / "config.json").read_bytes()
-    with _file_size_limit(64), pytest.raises(OSError):
-        sweep_main(_argv(out, "--penalties", "0,300"))  # a new penalty: the config is written again
+    capsys.readouterr()
+    with _file_size_limit(64):
+        assert sweep_main(_argv(out, "--penalties", "0,300")) == 1  # a new penalty: the config is written again
+    err = capsys.readouterr().err
+    assert f"vcemu sweep: cannot write in {out} (File too large: " in err and "no cell run" in err
+    assert "Traceback" not in err
     assert (out / "config.json").read_bytes() == before
-    assert sorted(p.name for p in out.iterdir()) == ["cells", "config.json"]  # and no temporary file
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "cells", "config.json"]  # and no temporary file
 
 
 # ---- 4. reports ----------------------------------------------------------------------------------------
@@ -245,13 +263,13 @@ def test_a_config_write_cut_short_leaves_the_previous_config_whole(tmp_path, fak
 def test_a_killed_run_leaves_cells_and_config_but_no_stale_reports(tmp_path, fake_ray):
     out = tmp_path / "sweep"
     fake_ray()
-    assert sweep_main(_argv(out, algorithms="fcfs,greedy-pmtn")) == 0
+    assert sweep_main(_argv(out, "--loads", "0.7", algorithms="fcfs,greedy-pmtn")) == 0
     assert all((out / name).exists() for name in REPORTS)
     (out / "notes.txt").write_text("mine")
     fake_ray(interrupt=True)
-    with pytest.raises(KeyboardInterrupt):  # killed while its one new cell runs
-        sweep_main(_argv(out, algorithms="fcfs,greedy-pmtn,easy"))
-    assert sorted(p.name for p in out.iterdir()) == ["cells", "config.json", "notes.txt"]
+    # interrupted (Ctrl-C) while its one new cell runs
+    assert sweep_main(_argv(out, "--loads", "0.7", algorithms="fcfs,greedy-pmtn,easy")) == 130
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "cells", "config.json", "notes.txt"]
     assert len(list((out / "cells").glob("*.json"))) == 2
     assert json.loads((out / "config.json").read_text())["algorithms"] == ["fcfs", "easy", "greedy-pmtn"]
 
@@ -340,9 +358,10 @@ def test_cells_of_other_code_are_run_again_and_never_reported(tmp_path, capsys, 
         cell["code"] = "0" * 64
     path.write_text(json.dumps({**cell, "max_stretch": 12345.0}))  # what that code computed
     capsys.readouterr()
-    assert sweep_main(_argv(out, "--report-only")) == 0
+    assert sweep_main(_argv(out, "--report-only")) == 1  # a cell is missing from the reports
     err = capsys.readouterr().err
     assert "1 stored cell was computed by other code" in err and "the reports leave it out" in err
+    assert "2 cells; 1 stored, 1 missing" in err
     assert [r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())] == ["fcfs"]
     assert sweep_main(_argv(out)) == 0
     err = capsys.readouterr().err
@@ -352,3 +371,246 @@ def test_cells_of_other_code_are_run_again_and_never_reported(tmp_path, capsys, 
     assert [r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())] == ["fcfs", "easy"]
     assert sweep_main(_argv(out)) == 0
     assert "2 cells; 2 stored, 0 to run" in capsys.readouterr().err
+
+
+# ---- 7. one sweep at a time in an --out; cells carry their settings -------------------------------------------
+
+
+@contextmanager
+def _held(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path``, as another sweep running into that --out holds it."""
+    import fcntl
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, b"4242\n")
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_a_second_sweep_into_an_out_in_use_is_refused_and_touches_nothing(tmp_path, capsys, fake_ray, no_reports):
+    """Two sweeps started at once into a new --out: the one that comes second is refused in one line (status 2)
+    before it reads or writes anything, the first one's temporary cell files included."""
+    out = tmp_path / "sweep"
+    (out / "cells").mkdir(parents=True)
+    (out / "cells" / ".x__fcfs__p300.json.abc.tmp").write_text("{")  # the first run's write in progress
+    fake_ray()
+    with _held(out / ".lock"):
+        assert sweep_main(_argv(out, "--jobs", "5")) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"vcemu sweep: another vcemu sweep (pid 4242) is using {out}; wait for it to end, or use "
+                    "another --out")
+    assert sorted(p.name for p in out.rglob("*")) == [".lock", ".x__fcfs__p300.json.abc.tmp", "cells"]
+    assert sweep_main(_argv(out)) == 0  # once it has ended
+
+
+def test_the_lock_is_held_from_the_config_check_to_the_end(tmp_path, capsys, fake_ray, no_reports, monkeypatch):
+    """The race of two sweeps into a new --out: the second starts while the first joins Ray (after its config check,
+    before it writes its config), or while its cells run: refused, and every cell is of the first's settings."""
+    out = tmp_path / "sweep"
+    second: list[int] = []
+    started: list[bool] = []
+    real_init = sweep.ray_init
+
+    def slow_init(address, workers):  # joining Ray takes seconds: the second run starts meanwhile
+        if not started:
+            started.append(True)
+            second.append(sweep_main(_argv(out, "--jobs", "5")))
+        real_init(address, workers)
+
+    monkeypatch.setattr(sweep, "ray_init", slow_init)
+    fake_ray(on_get=lambda n: second.append(sweep_main(_argv(out, "--max-jobs", "4"))) if n == 1 else None)
+    assert sweep_main(_argv(out)) == 0
+    assert second == [2, 2] and capsys.readouterr().err.count("another vcemu sweep") == 2
+    assert {json.loads(p.read_text())["jobs"] for p in (out / "cells").glob("*.json")} == {6}
+    assert json.loads((out / "config.json").read_text())["jobs"] == 6
+
+
+def test_a_cell_stored_with_other_settings_is_run_again_and_left_out_of_the_reports(tmp_path, capsys, fake_ray):
+    """A cell another sweep wrote under the same id with other settings (--jobs 5 here; cell ids leave --jobs,
+    --max-jobs, --hosts and --host-memory-gb out) is never taken for this sweep's."""
+    out, other = tmp_path / "sweep", tmp_path / "other"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    assert sweep_main(_argv(other, "--jobs", "5")) == 0
+    shutil.copy(_cell(other, "easy"), _cell(out, "easy"))
+    capsys.readouterr()
+    assert sweep_main(_argv(out, "--report-only")) == 1
+    err = capsys.readouterr().err
+    assert "1 stored cell was computed with other settings than this sweep's" in err
+    assert "the reports leave it out" in err and "2 cells; 1 stored, 1 missing" in err
+    assert [r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())] == ["fcfs"]
+    assert sweep_main(_argv(out)) == 0
+    err = capsys.readouterr().err
+    assert "2 cells; 1 stored, 1 to run" in err and "it is run again" in err
+    assert json.loads(_cell(out, "easy").read_text())["jobs"] == 6
+    assert [r["jobs"] for r in csv.DictReader((out / "cells.csv").open())] == ["6", "6"]
+
+
+def test_the_settings_digest_covers_what_cell_ids_leave_out():
+    cfg = sweep.config_from_args(sweep._parse_args(["--traces", "1", "--loads", "0.5"]))
+    cfg["hpc2n_sha256"] = None
+    (tr,) = sweep.build_traces({**cfg, "jobs": 6})
+    base = sweep.cell_settings({**cfg, "jobs": 6}, tr, 300.0)
+    assert sweep.cell_settings({**cfg, "jobs": 6, "workers": 1, "cell_timeout": 1.0}, tr, 300.0) == base
+    for change in ({"jobs": 7}, {"max_jobs": 5}, {"job_scale": 2.0}):
+        assert sweep.cell_settings({**cfg, "jobs": 6, **change}, tr, 300.0) != base, change
+    for other in (dataclasses.replace(tr, hosts=64), dataclasses.replace(tr, host_memory_gb=4.0),
+                  dataclasses.replace(tr, load=0.501)):
+        assert sweep.cell_settings({**cfg, "jobs": 6}, other, 300.0) != base
+    assert sweep.cell_settings({**cfg, "jobs": 6}, tr, 300.0000001) != base  # both p300 in the id
+
+
+# ---- 8. unusable --out, a cell that cannot be stored, Ctrl-C -------------------------------------------------------
+
+
+def test_an_out_that_cannot_hold_results_is_refused_in_one_line(tmp_path, capsys, fake_ray, no_reports):
+    (afile := tmp_path / "afile").write_text("x")
+    assert sweep_main(_argv(afile)) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"vcemu sweep: --out {afile}: cannot write results there: ")
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "cells").write_text("x")  # OUT is fine, OUT/cells is not a directory
+    assert sweep_main(_argv(tmp_path / "sweep")) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"vcemu sweep: --out {tmp_path / 'sweep' / 'cells'}: cannot write results there: ")
+
+
+def test_a_cell_that_cannot_be_stored_stops_the_run_cleanly(tmp_path, capsys, fake_ray, monkeypatch):
+    """A full disk (or an immutable cells/) at the second cell: the run stops with one line naming the file and
+    the error, cancels the cell still running, keeps the first one, and a rerun resumes."""
+    import errno
+
+    import coordinator.outputs as outputs
+
+    real, writes = outputs.write_json, []
+
+    def full_disk(path, obj, **kw):
+        writes.append(path)
+        if Path(path).parent.name == "cells" and sum(Path(p).parent.name == "cells" for p in writes) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".tmp")
+        return real(path, obj, **kw)
+
+    out = tmp_path / "sweep"
+    fake = fake_ray()
+    monkeypatch.setattr(outputs, "write_json", full_disk)
+    assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    easy = out / "cells" / "lublin-s1-l0.50__easy__p300.json"
+    assert f"vcemu sweep: cannot store {easy} (No space left on device); stopped: 1 of 3 cells stored" in err
+    assert len(fake.cancelled) == 1 and fake.shut_down
+    assert [p.name.split("__")[1] for p in (out / "cells").glob("*.json")] == ["fcfs"]
+    monkeypatch.setattr(outputs, "write_json", real)
+    assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 0
+    assert "3 cells; 1 stored, 2 to run" in capsys.readouterr().err
+
+
+def test_ctrl_c_says_what_is_stored_shuts_ray_down_and_exits_130(tmp_path, capsys, fake_ray, no_reports):
+    out = tmp_path / "sweep"
+    fake = fake_ray(interrupt=1)  # after the first cell's result
+    assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "vcemu sweep: interrupted: 1 of 3 cells stored; run the same command again to resume"
+    assert "Traceback" not in err and fake.shut_down
+    fake_ray()
+    assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 0
+    assert "3 cells; 1 stored, 2 to run" in capsys.readouterr().err
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path, capsys, fake_ray, no_reports):
+    import os
+
+    out = tmp_path / "sweep"
+    fake = fake_ray(on_get=lambda n: os.kill(os.getpid(), signal.SIGTERM) if n == 2 else None)
+    before = signal.getsignal(signal.SIGTERM)
+    assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 130
+    assert capsys.readouterr().err.splitlines()[-1].startswith("vcemu sweep: interrupted: 1 of 3 cells stored")
+    assert fake.shut_down and signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
+
+
+# ---- 9. --report-only reads a sweep ------------------------------------------------------------------------------
+
+
+def test_report_only_of_a_folder_without_a_sweep_creates_nothing(tmp_path, capsys):
+    for out in (tmp_path / "new", tmp_path):
+        assert sweep_main(_argv(out, "--report-only")) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line == f"vcemu sweep: --report-only: {out} holds no sweep (no config.json, no stored cells); " \
+                       "nothing to report"
+    assert not list(tmp_path.iterdir())
+
+
+def test_report_only_words_what_it_leaves_out_and_exits_1_when_cells_are_missing(tmp_path, capsys, fake_ray):
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 0
+    _cell(out, "easy").write_text("{bad")
+    _cell(out, "greedy").unlink()
+    config = (out / "config.json").read_bytes()
+    capsys.readouterr()
+    assert sweep_main(_argv(out, "--report-only", algorithms="fcfs,easy,greedy,greedy-pmtn")) == 1
+    err = capsys.readouterr().err
+    assert ", 3 to run" not in err and "it is run again" not in err
+    assert err.count("unreadable cell") == 1 and "unreadable cell (" in err and "; the reports leave it out" in err
+    assert "4 cells; 1 stored, 3 missing (the reports leave them out; run without --report-only to run them)" in err
+    assert (out / "config.json").read_bytes() == config  # settings never run are not recorded
+    assert [r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())] == ["fcfs"]
+
+
+# ---- 10. timeouts, duplicate weeks, resuming with fewer algorithms ---------------------------------------------
+
+
+def test_a_timeout_is_run_again_under_a_larger_limit_than_it_had_not_than_it_ran():
+    """A cell stopped at a 0.001 s limit can have run 1.38 s (the limit is checked at each decision): a rerun at
+    1 s has a larger limit, and runs it."""
+    code, settings = "c" * 64, "s" * 16
+    stored = {"status": "timeout", "wall_s": 1.38, "timeout_s": 0.001, "code": code, "settings": settings}
+    assert sweep._to_run(stored, 1.0, False, code, settings)
+    assert not sweep._to_run(stored, 0.001, False, code, settings)
+    jobs = [JobSpec("a", 0.0, 1, 1.0, 0.6, 100.0), JobSpec("b", 10.0, 1, 1.0, 0.6, 50.0)]
+    assert run_cell(jobs, "fcfs", 0.0, 1, timeout_s=0.0)["timeout_s"] == 0.0
+
+
+def test_a_week_named_twice_is_refused():
+    with pytest.raises(SystemExit, match=r"--hpc2n-weeks: week 10 given twice in '10,10-11'"):
+        sweep._weeks("10,10-11")
+    with pytest.raises(SystemExit, match=r"weeks 3, 4 given twice"):
+        sweep._weeks("2-4,3-5")
+
+
+def test_a_resume_with_fewer_algorithms_says_it_runs_the_union(tmp_path, capsys, fake_ray, no_reports):
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    capsys.readouterr()
+    assert sweep_main(_argv(out, "--penalties", "0", algorithms="fcfs")) == 0
+    err = capsys.readouterr().err
+    assert "= 4 cells; 2 stored, 2 to run" in err
+    assert (f"{out} holds a sweep of more algorithms or penalties than this command names: this run covers their "
+            "union, fcfs, easy at penalties 0, 300 (3 cells more than the command's own)") in err
+    assert sweep_main(_argv(out, "--penalties", "0,300")) == 0
+    assert "holds a sweep of more" not in capsys.readouterr().err  # the command names all of it
+
+
+def test_a_sweep_whose_cells_all_time_out_still_reports_and_hints(tmp_path, capsys, fake_ray, monkeypatch):
+    """--cell-timeout 0.001 on every cell: the reports that have data, the summary and the --retry-failed hint are
+    written, no traceback; --report-only too."""
+    def timed_out(specs, algorithm, penalty, hosts, timeout_s, host_memory_gb):
+        return run_cell(specs, algorithm, penalty, hosts, timeout_s=0.0, host_memory_gb=host_memory_gb)
+
+    monkeypatch.setattr(sweep, "_remote_run_cell", timed_out)
+    out = tmp_path / "sweep"
+    fake_ray()
+    argv = _argv(out, "--loads", "0.7", algorithms="fcfs,greedy-pmtn")
+    assert sweep_main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "table1_p300.png not drawn" in err
+    assert "2 cells (2 timed out or failed)" in err and "--retry-failed runs them again" in err
+    assert (out / "table1_p300.csv").exists() and (out / "cells.csv").exists()
+    assert sweep_main([*argv, "--report-only"]) == 0  # every cell is stored: the reports cover them all
+    assert "Traceback" not in capsys.readouterr().err
