@@ -82,6 +82,8 @@ def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
     """Create the output directory ``path`` now and check that a file can be written in it, so that a long run
     never ends by failing to write its results. ValueError naming ``flag`` otherwise."""
     out = Path(path)
+    if out.exists() and not out.is_dir():  # (mkdir's "File exists" reads as if the directory were there)
+        raise ValueError(f"{flag} {path}: cannot write results there: it is a file, not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".vcemu-write-check-"):

@@ -21,6 +21,11 @@ STRETCH_BOUND_S = 30.0
 
 #: Workload programs a job may name (the node agent's registry runs exactly these).
 KNOWN_WORKLOADS = ("dgemm", "arraycycle", "modeled")
+#: ``submit_time`` and ``work`` must be below this (1e12 s, about 31,700 years; Unix times in seconds pass).
+#: Any finite float is not enough: at 1e308 a submit time plus a work overflows to inf, and at 1e300 a
+#: clock of that size no longer moves when a second is added, so the simulator never finishes. Below
+#: 1e12 s the clock still resolves 0.2 ms. Job files (:mod:`workloads.jobfile`) and the gRPC API alike.
+MAX_SECONDS = 1e12
 
 
 class JobState(StrEnum):
@@ -81,6 +86,8 @@ class JobSpec:
             raise InvalidJob("memory", f"must be in (0, 1] (a fraction of one host's memory), got {self.mem!r}")
         if not (isinstance(self.work, (int, float)) and math.isfinite(self.work)) or self.work <= 0.0:
             raise InvalidJob("work_seconds", f"must be a finite number > 0, got {self.work!r}")
+        if self.work >= MAX_SECONDS:
+            raise InvalidJob("work_seconds", f"must be below {MAX_SECONDS:g} s (about 31,700 years), got {self.work!r}")
         if self.workload not in KNOWN_WORKLOADS:
             raise InvalidJob("workload", f"unknown workload {self.workload!r}; known: {', '.join(KNOWN_WORKLOADS)}")
         if hosts is not None:

@@ -175,6 +175,8 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
 
     errors = server.loop_errors  # (what the engine loop survived; see the module docstring)
     seen = len(errors)
+    hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
+    # during the run takes its hosts out of the engine's list)
     try:
         mode = next(iter(server.backend.agents.values())).mode
         origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
@@ -196,7 +198,6 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
               f"cluster is stopped, and the run's folder {d} keeps the agents' log", file=sys.stderr)
         return 1
     live = server.engine.history
-    hosts = list(server.engine.hosts)
     capacity = sum(h.cpu for h in hosts)
     sim = simulate(list(live.specs.values()) or arrivals, a.policy, hosts, a.penalty)
     live_m, sim_m = score(live, capacity, a.host_memory_gb), score(sim, capacity, a.host_memory_gb)

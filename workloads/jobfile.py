@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from coordinator.model import Host, InvalidJob, JobSpec
+from coordinator.model import MAX_SECONDS, Host, InvalidJob, JobSpec
 
 __all__ = [
     "FIELDS",
@@ -61,11 +61,6 @@ _REQUIRED = frozenset(FIELDS) - {"workload"}
 _DEFAULT_WORKLOAD = "dgemm"
 #: JobSpec.validate names some fields after the model; map them to the file's keys.
 _FIELD_FROM_MODEL = {"mem": "memory", "work_seconds": "work"}
-#: ``submit_time`` and ``work`` must be below this (1e12 s, about 31,700 years; Unix times in seconds pass).
-#: Any finite float is not enough: at 1e308 a submit time plus a work overflows to inf, and at 1e300 a
-#: clock of that size no longer moves when a second is added, so the simulator never finishes. Below
-#: 1e12 s the clock still resolves 0.2 ms.
-MAX_SECONDS = 1e12
 #: The most tasks a job can have: the wire carries ``tasks`` as an int32 (proto/vcemu/v1/coordinator.proto,
 #: JobSpec), and ``submit --file`` failed building the request for more, before it connected.
 MAX_TASKS = 2**31 - 1
@@ -440,6 +435,12 @@ def _load_swf(
             if first != reader.line:
                 raise JobFileError(p, reader.line, "id", f"duplicate SWF job number {rec.job_number} "
                                    f"(first on line {first})")
+            # (before the conversion, whose JobSpec.validate would refuse the work without the line)
+            for key, value, swf in (("submit_time", rec.submit_time, "2, submit time"),
+                                    ("work", rec.run_time, "4, run time")):
+                if value >= MAX_SECONDS:
+                    raise JobFileError(p, reader.line, key, f"must be below {MAX_SECONDS:g} s (about 31,700 years), "
+                                       f"got {value!r} (SWF field {swf})")
             yield rec
 
     try:
@@ -448,11 +449,6 @@ def _load_swf(
     except SWFError as exc:
         raise JobFileError(exc.path, exc.line, None, exc.reason) from None
     by_id = {str(n): line for n, line in lines.items()}
-    for job in conv.jobs:
-        for key, value, swf in (("submit_time", job.submit_time, "2, submit time"), ("work", job.work, "4, run time")):
-            if value >= MAX_SECONDS:
-                raise JobFileError(p, by_id[job.id], key, f"must be below {MAX_SECONDS:g} s (about 31,700 years), "
-                                   f"got {value!r} (SWF field {swf})")
     jobs = conv.jobs
     if segment is not None:
         segs = segment_weeks(jobs)

@@ -17,6 +17,7 @@ from .builders import hosts
         ({"mem": 1.2}, "memory"),
         ({"mem": 0.0}, "memory"),
         ({"work": -1.0}, "work_seconds"),
+        ({"work": 1e300}, "work_seconds"),  # finite, but a clock that large no longer moves (over gRPC too)
         ({"workload": "rm -rf /"}, "workload"),
         ({"tasks": 9, "mem": 0.5}, "tasks"),  # 4 hosts hold at most 8 such tasks
     ],

@@ -99,3 +99,13 @@ def test_a_run_folder_under_a_file_says_it_is_a_file(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError) as info:
         outputs.new_run_dir(tmp_path / "fifo", "greedy")
     assert info.value.strerror == "is not a directory"
+
+
+def test_usable_out_dir_says_an_out_that_is_a_file_is_a_file(tmp_path: Path) -> None:
+    """vcsched, oppcost, apc and sweep check --out with it; for a file it said "File exists" (review)."""
+    from coordinator.cli import usable_out_dir
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match="--out .*afile: cannot write results there: it is a file, not a directory"):
+        usable_out_dir(tmp_path / "afile")
+    assert usable_out_dir(tmp_path / "new" / "dir").is_dir()
