@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_TASKS
+from coordinator.limits import KNOWN_METADATA, MAX_NAME, MAX_REPLY_BYTES, MAX_REQUEST_ID, MAX_TASKS, MAX_WORK_S
 from coordinator.policy_names import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -488,14 +488,24 @@ def _submit_file(args: argparse.Namespace) -> int:
     specs = source.jobs
     if not specs:  # "0 accepted" and exit status 0 read as if the file had been submitted
         _refuse(f"vcemu submit: no jobs in {args.file}")
+    request_ids = [f"{args.request_id}:{s.id}" if args.request_id else _job_request_id(s) for s in specs]
+    for s, rid in zip(specs, request_ids, strict=True):  # the coordinator's own bounds, before connecting (a
+        # simulation of the file takes more work, say)
+        what = (("tasks", s.tasks > MAX_TASKS, f"at most {MAX_TASKS} on a coordinator"),
+                ("work", s.work > MAX_WORK_S, f"at most {MAX_WORK_S:g} s on a coordinator"),
+                ("id", len(s.id) > MAX_NAME or len(rid) > MAX_REQUEST_ID,
+                 f"too long for a coordinator (its request id {len(rid)} characters, at most {MAX_REQUEST_ID})"))
+        for field, bad, why in what:
+            if bad:
+                _refuse(f"vcemu submit: {JobFileError(args.file, source.lines.get(s.id), field, why)}")
     client, accepted, refused, known, told = _Client(args, "submit"), 0, 0, 0, 0
     with client:
         for k in range(0, len(specs), 1000):
             chunk = specs[k:k + 1000]
             requests = [pb.SubmitRequest(spec=pb.JobSpec(tasks=s.tasks, cpu_need=s.cpu_need, memory=s.mem,
                                                          work_seconds=s.work, workload=s.workload, name=s.id),
-                                         request_id=(f"{args.request_id}:{s.id}" if args.request_id
-                                                     else _job_request_id(s))) for s in chunk]
+                                         request_id=rid) for s, rid in zip(chunk, request_ids[k:k + 1000],
+                                                                           strict=True)]
             reply = client.rpc("SubmitBatch", pb.SubmitBatchRequest(requests=requests))
             for s, r in zip(chunk, reply.results, strict=True):
                 if r.code == 0:

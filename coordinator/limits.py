@@ -4,7 +4,8 @@ command 0.3 s)."""
 
 from __future__ import annotations
 
-__all__ = ["KNOWN_METADATA", "MAX_MESSAGE_BYTES", "MAX_REPLY_BYTES", "MAX_TASKS"]
+__all__ = ["KNOWN_METADATA", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_TASKS",
+           "MAX_WORK_S"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -16,5 +17,12 @@ MAX_REPLY_BYTES = 64 * MAX_MESSAGE_BYTES
 #: the job that request made then; "false": a new job). Job has no field for it; SubmitResult.known does.
 KNOWN_METADATA = "vcemu-known"
 
-#: Most tasks one job may have (the coordinator refuses more; ``vcemu submit --tasks`` checks it before sending).
+#: Bounds on a submitted job spec beyond the model's own checks (a request must not make the coordinator allocate or
+#: loop without limit). The client commands check them before connecting (``vcemu submit --tasks``, ``--file``).
+#: Most tasks one job may have.
 MAX_TASKS = 10_000
+#: Most work one job may have, in seconds (a simulation takes up to :data:`coordinator.model.MAX_SECONDS`).
+MAX_WORK_S = 1e9
+#: Longest job name (a job file's job id) and request id.
+MAX_NAME = 256
+MAX_REQUEST_ID = 256

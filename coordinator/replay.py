@@ -173,8 +173,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     from coordinator.cli import signals_deferred, stop_processes
     from coordinator.experiments import follow_jobs, simulate
 
-    errors = server.loop_errors  # (what the engine loop survived; see the module docstring)
-    seen = len(errors)
+    seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
     hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
     # during the run takes its hosts out of the engine's list)
     try:
@@ -184,17 +183,20 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         server.engine.schedule_arrivals(arrivals)
         server.backend.wake()
         bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
-        done = follow_jobs(server.engine, bar, lambda finished: finished == len(arrivals) or len(errors) > seen,
+        done = follow_jobs(server.engine, bar,
+                           lambda finished: finished == len(arrivals) or server.loop_error_count > seen,
                            time.monotonic() + a.timeout)
         timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
             server.stop()
             stop_processes(procs)
-    if len(errors) > seen:
-        first, more = errors[seen], len(errors) - seen - 1
-        also = f" (and {more} more)" if more else ""
-        print(f"vcemu replay: the live run failed: engine step failed: {type(first).__name__}: {first}{also}; the "
+    if server.loop_error_count > seen:
+        new = server.loop_error_count - seen
+        errors = list(server.loop_errors)
+        first = errors[max(0, len(errors) - new)]  # the first of this run's that is still kept
+        also = f" (and {new - 1} more)" if new > 1 else ""
+        print(f"vcemu replay: the live run failed: engine step failed: {first}{also}; the "
               f"cluster is stopped, and the run's folder {d} keeps the agents' log", file=sys.stderr)
         return 1
     live = server.engine.history

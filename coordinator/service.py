@@ -28,6 +28,7 @@ import math
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent import futures
 
@@ -38,7 +39,15 @@ from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
-from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, MAX_TASKS
+from coordinator.limits import (
+    KNOWN_METADATA,
+    MAX_MESSAGE_BYTES,
+    MAX_NAME,
+    MAX_REPLY_BYTES,
+    MAX_REQUEST_ID,
+    MAX_TASKS,
+    MAX_WORK_S,
+)
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -53,11 +62,8 @@ from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 log = logging.getLogger("vcemu.coordinator")
 
 SERVICE_NAME = "vcemu.v1.Coordinator"
-#: Bounds on a job spec beyond the model's own checks (a request must not make the coordinator allocate
-#: or loop without limit); MAX_TASKS is in :mod:`coordinator.limits`, for the CLI.
-MAX_WORK_S = 1e9
-MAX_NAME = 256
-MAX_REQUEST_ID = 256
+#: Exceptions of the engine loop kept as text (:attr:`CoordinatorServer.loop_errors`).
+LOOP_ERRORS_KEPT = 20
 MAX_BATCH = 1_000  # submissions per SubmitBatch call (with MAX_MESSAGE_BYTES, bounds one call's work)
 #: Threads serving the gRPC API (users' calls and the agents' RegisterAgent and Heartbeat).
 API_THREADS = 16
@@ -422,9 +428,11 @@ class CoordinatorServer:
                 self.backend.journal_batch = self.store.transaction
             self.engine.listeners.append(self._broadcast)
             self._stop = threading.Event()
-            #: The exceptions the engine loop survived (logged, and the loop went on, as a service must). A run that
+            #: How many exceptions the engine loop survived (logged, and the loop went on, as a service must), and the
+            #: last few as text (a long-running coordinator must not keep every one and its frames). A run that
             #: measures (``vcemu replay``) cannot go on after one: an arrival it failed on left no job behind.
-            self.loop_errors: list[Exception] = []
+            self.loop_error_count = 0
+            self.loop_errors: deque[str] = deque(maxlen=LOOP_ERRORS_KEPT)
             interceptors = [TokenInterceptor(token)] if token else []
             self.grpc = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=API_THREADS),
@@ -729,7 +737,8 @@ class CoordinatorServer:
                 window = max(BATCH_WINDOW_S, 3 * (time.thread_time() - busy))
             except Exception as exc:  # the loop must survive a bad event; the error is logged with its trace
                 log.exception("engine step failed")
-                self.loop_errors.append(exc)
+                self.loop_errors.append(f"{type(exc).__name__}: {exc}")
+                self.loop_error_count += 1
                 self._stop.wait(0.5)
 
     def start(self) -> CoordinatorServer:
