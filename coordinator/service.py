@@ -742,12 +742,26 @@ class CoordinatorServer:
                 self._stop.wait(0.5)
 
     def start(self) -> CoordinatorServer:
-        took = warm_kernels()  # before serving: a first decision must not stall the loop compiling
-        if took > 1.0:
-            log.info("policy kernels compiled in %.1f s", took)
-        self.grpc.start()
-        self._loop.start()
-        self._watch.start()
+        """Serve. A start that fails gives back what the server holds (its port, the agents' channels, and its
+        state file's lock, which would otherwise refuse a later server on the same state in this process)."""
+        try:
+            took = warm_kernels()  # before serving: a first decision must not stall the loop compiling
+            if took > 1.0:
+                log.info("policy kernels compiled in %.1f s", took)
+            self.grpc.start()
+            self._loop.start()
+            self._watch.start()
+        except BaseException:
+            self._stop.set()
+            self.backend.wake()
+            for thread in (self._loop, self._watch):
+                if thread.is_alive():
+                    thread.join(timeout=5)
+            self.grpc.stop(0)
+            self.backend.close()
+            if self.store is not None:
+                self.store.close()
+            raise
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         return self

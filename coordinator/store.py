@@ -108,7 +108,7 @@ class StoreError(RuntimeError):
 
 def lock_path(path: str) -> str:
     """The lock file beside a state file (:func:`lock_state`)."""
-    return f"{path}.lock"
+    return f"{os.path.realpath(path)}.lock"  # (one lock whatever path, or symlink, names the file)
 
 
 def lock_state(path: str) -> int:

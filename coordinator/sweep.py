@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -626,7 +627,11 @@ def out_lock(out: Path) -> Iterator[None]:
             raise SystemExit(f"vcemu sweep: another vcemu sweep{f' (pid {holder})' if holder.isdigit() else ''} is "
                              f"using {out}; wait for it to end, or use another --out") from None
         except OSError as exc:
-            raise SystemExit(f"vcemu sweep: --out {out}: cannot lock {path} ({exc.strerror or exc})") from None
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise SystemExit(f"vcemu sweep: --out {out}: cannot lock {path} ({exc.strerror or exc})") from None
+            # A file system without locks (NFS without lockd, say): sweeps ran there before the lock existed.
+            print(f"vcemu sweep: warning: --out {out}: cannot lock {path} ({exc.strerror or exc}); a second sweep "
+                  "into it at the same time would not be noticed", file=sys.stderr)
         with contextlib.suppress(OSError):  # the holder's pid, for a refused run's message: a courtesy only
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -186,7 +186,7 @@ class LiveBackend:
 
         An agent that registers again (under its id) gets a new handle: the orphans held on its hosts are
         retried at the next poll or placement, not after the rate limit their last Stop (to the old handle)
-        set, and their record of refusals starts over. A Stop it answers with NOT_FOUND releases them: a
+        set (their refusals since still count). A Stop it answers with NOT_FOUND releases them: a
         new incarnation of the agent has removed what its predecessor left (its cgroups, its work
         directories' processes, at start-up: :func:`node_agent.agent.open_core`; and a workload process exits
         when its agent dies), and the same incarnation does not run a task it does not know.
@@ -226,9 +226,10 @@ class LiveBackend:
                 )
             self.agents[description.agent_id] = handle
             if old is not None:
-                for t in self._orphans:
+                for t in self._orphans:  # (their refusals still count toward UNSTOPPABLE_AFTER_S: an agent that
+                    # re-registers often, over a flaky network, must not hold a job "will retry" for ever)
                     if self.host_agent.get(t.host) == description.agent_id:
-                        t.retried, t.refused_since = -math.inf, math.inf
+                        t.retried = -math.inf
             return hosts
 
     @property
@@ -758,15 +759,25 @@ class LiveBackend:
                 if handle.lost:
                     continue  # being removed
                 try:
-                    handle.last_status = handle.stub.Status(
+                    reply = handle.stub.Status(
                         agent_pb2.StatusRequest(lease_s=self.lease_s if self.lease_s > 0 else -1.0,
                                                 lease_since=handle.clock),
                         timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
-                    handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
-                    handle.clock = handle.last_status.clock
                 except grpc.RpcError:
                     handle.silent = True
                     continue  # an unreachable agent is noticed by heartbeats, not here
+                if reply.agent_id and reply.agent_id != handle.agent_id:
+                    # Another agent now listens at this one's address (a restored agent's stored address, reused
+                    # by a pod on a replaced node, say): this one did not answer, and is to be declared lost, not
+                    # given tasks its successor at the address refuses as NOT_FOUND.
+                    if not handle.silent:
+                        log.warning("agent %s: %s now answers as agent %s; %s is silent", handle.agent_id,
+                                    handle.address, reply.agent_id, handle.agent_id)
+                    handle.silent = True
+                    continue
+                handle.last_status = reply
+                handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
+                handle.clock = reply.clock
                 answered.update(handle.hosts)
                 if handle.last_status.lease_left != 0:
                     resumable.update(handle.hosts)

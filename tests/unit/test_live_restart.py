@@ -155,6 +155,29 @@ def test_no_task_is_started_on_a_restored_agent_before_it_is_heard_from() -> Non
         server.stop(0)
 
 
+def test_another_agent_answering_at_a_restored_agents_address_is_not_hearing_from_it() -> None:
+    """A restored agent's stored address now served by another agent (a replaced node's pod reusing the IP and
+    port): its polls were taken as answers, so the restored agent was 'heard', given tasks the other agent refused
+    as NOT_FOUND (failing the jobs for good), and never declared lost (review)."""
+    ghost = TableAgent("ghost", ("ghost-h0",))
+    other = CountingAgent("other", ("other-h0",))
+    server, address = serve(other)
+    backend = LiveBackend(rpc_timeout=1.0)
+    try:
+        backend.add_agent(address, describe(ghost), restored=True)
+        engine = engine_on(backend)
+        engine.arrive(JOB)
+        backend.poll()
+        handle = backend.agents["ghost"]
+        assert not handle.heard and handle.silent  # silent: the watch declares it lost after its misses
+        engine.apply(Plan((Start("a", ("ghost-h0",), 1.0),)))
+        assert engine.jobs["a"].state is JobState.PENDING, engine.jobs["a"].message  # not FAILED
+        assert other.starts == 0
+    finally:
+        backend.close()
+        server.stop(0)
+
+
 def test_a_restored_agent_heard_from_keeps_its_adopted_tasks() -> None:
     """Adoption is untouched: a restored agent's running tasks are still polled and reported."""
     x = TableAgent("x", ("h0",))

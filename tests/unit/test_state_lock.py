@@ -50,3 +50,31 @@ def test_a_coordinator_that_fails_to_start_lets_go_of_its_state(tmp_path: Path,
         with pytest.raises(RuntimeError, match="restore failed"):
             CoordinatorServer(get_policy("fcfs"), port=0, state=path)
     CoordinatorServer(get_policy("fcfs"), port=0, state=path).start().stop()
+
+
+def test_a_coordinator_whose_start_fails_lets_go_of_its_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for ``start()`` (its kernels' warm-up, its port): the lock was kept until the process ended."""
+    import coordinator.service
+
+    path = str(tmp_path / "s.db")
+
+    def broken() -> float:
+        raise RuntimeError("warm-up failed")
+
+    with monkeypatch.context() as m:
+        m.setattr(coordinator.service, "warm_kernels", broken)
+        with pytest.raises(RuntimeError, match="warm-up failed"):
+            CoordinatorServer(get_policy("fcfs"), port=0, state=path).start()
+    CoordinatorServer(get_policy("fcfs"), port=0, state=path).start().stop()
+
+
+def test_a_symlink_to_a_state_file_names_the_same_lock(tmp_path: Path) -> None:
+    """The lock was taken beside the path as given: a symlink to the state file opened a second owner (review)."""
+    path = tmp_path / "s.db"
+    first = Store(str(path), exclusive=True)
+    (tmp_path / "link.db").symlink_to(path)
+    try:
+        with pytest.raises(StoreError, match="in use by another coordinator"):
+            Store(str(tmp_path / "link.db"), exclusive=True)
+    finally:
+        first.close()

@@ -614,3 +614,25 @@ def test_a_sweep_whose_cells_all_time_out_still_reports_and_hints(tmp_path, caps
     assert (out / "table1_p300.csv").exists() and (out / "cells.csv").exists()
     assert sweep_main([*argv, "--report-only"]) == 0  # every cell is stored: the reports cover them all
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_an_out_on_a_file_system_without_locks_is_used_with_a_warning(tmp_path, capsys, monkeypatch) -> None:
+    """NFS without lockd answers flock with ENOLCK: sweeps ran there before the lock existed, and still do, with
+    a warning that a second sweep at the same time would not be noticed (the diff review)."""
+    import errno
+    import fcntl
+
+    def no_locks(_fd: int, _op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with sweep.out_lock(tmp_path):
+        pass
+    assert "cannot lock" in capsys.readouterr().err
+
+    def refused(_fd: int, _op: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    with pytest.raises(SystemExit, match="cannot lock"), sweep.out_lock(tmp_path):
+        pass
