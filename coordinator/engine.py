@@ -191,8 +191,9 @@ class Engine:
         and would otherwise leave new capacity idle until one of those (a pending job under FCFS waits for a
         running one to end). A ``Tick()``, the stimulus every policy takes as "decide on the state as it is":
         FCFS and EASY start what now fits, GREEDY-PMTN(-MIGR) resume paused jobs where there is room, GREEDY
-        reshares (its pending jobs keep their backoff), DYNMCB8 without a period ignores it. Not for a policy
-        with a period: its periodic Ticks are its schedule, and it sees the hosts at the next one."""
+        starts the pending jobs that now fit (the others keep their backoff), DYNMCB8 without a period repacks.
+        Not for a policy with a period: its periodic Ticks are its schedule, and it sees the hosts at the next
+        one."""
         with self.lock:
             known = {h.name for h in self.hosts}
             added = [h for h in hosts if h.name not in known]

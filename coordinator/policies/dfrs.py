@@ -8,6 +8,7 @@ MCB8-based variants (GREEDY-PMTN, GREEDY-PMTN-MIGR, DYNMCB8*) build on the same 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from coordinator.metrics import priority
@@ -22,13 +23,16 @@ from coordinator.policies.base import (
 )
 
 
-def reshare(snap: Snapshot, placements: dict[str, tuple[str, ...]], new: str | None = None) -> list[Action]:
-    """SetShare actions that move every running job to the max-min + average-yield fractions."""
+def reshare(snap: Snapshot, placements: dict[str, tuple[str, ...]],
+            new: str | Collection[str] | None = None) -> list[Action]:
+    """SetShare actions that move every running job to the max-min + average-yield fractions (not the ``new``
+    job or jobs, which the caller starts)."""
     specs = {j: snap.jobs[j].spec for j in placements}
     cpus = max_min_yields(placements, specs, snap.hosts)
+    skip = {new} if isinstance(new, str) else set(new or ())
     actions: list[Action] = []
     for job, cpu in cpus.items():
-        if job == new:
+        if job in skip:
             continue
         if abs(snap.jobs[job].cpu - cpu) > EPS:
             actions.append(SetShare(job, cpu))
@@ -60,9 +64,29 @@ class Greedy:
             placements[job_id] = hosts
             cpu = max_min_yields(placements, specs, snap.hosts)[job_id]
             return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
+        if isinstance(stim, Tick) and job_id is None:
+            return self._place_waiting(snap, placements)
         if isinstance(stim, Complete) or job_id is None:
             return Plan(tuple(reshare(snap, placements)))
         return Plan()
+
+    def _place_waiting(self, snap: Snapshot, placements: dict[str, tuple[str, ...]]) -> Plan:
+        """A ``Tick()`` with no job: the live engine's word that hosts were added (``Engine.add_hosts``; the
+        simulator sends none to GREEDY, whose cluster is fixed, as 001's is). Each pending job that now fits is
+        started, in submission order, with GREEDY's mapping; the rest keep their backoff. Without this, new
+        capacity sat idle until each pending job's backoff ran out, up to 2^12 s."""
+        specs = {j: snap.jobs[j].spec for j in placements}
+        started: list[str] = []
+        for job in snap.pending:
+            specs[job.id] = job.spec
+            hosts = greedy_placement(job.spec, snap.hosts, placement_use(snap.hosts, placements, specs))
+            if hosts is None:
+                del specs[job.id]
+                continue
+            placements[job.id] = hosts
+            started.append(job.id)
+        cpus = max_min_yields(placements, specs, snap.hosts)
+        return Plan((*reshare(snap, placements, new=started), *(Start(j, placements[j], cpus[j]) for j in started)))
 
 
 def _by_priority(snap: Snapshot, jobs: list[JobView]) -> list[JobView]:

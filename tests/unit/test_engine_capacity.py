@@ -23,7 +23,7 @@ def busy_one_host(policy: str) -> Engine:
     return engine
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "easy"])
+@pytest.mark.parametrize("policy", ["fcfs", "easy", "greedy"])  # greedy: its backoff had b wait until 2 s + 2^k
 def test_a_pending_job_starts_on_a_host_added_while_others_are_busy(policy: str) -> None:
     engine = busy_one_host(policy)
     assert engine.jobs["a"].state is JobState.RUNNING
