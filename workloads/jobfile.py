@@ -487,6 +487,8 @@ def check_jobs(
         return
     job, (field_name, reason) = first
     note = source.drop_note()
+    if note is not None and what != "of the trace":  # a week's jobs, and the whole trace's drops
+        note = note.replace(" records:", " records of the whole trace:", 1)
     dropped = "" if note is None else f" (after the conversion {note})"
     kind = "SWF job" if source.dropped is not None else "job"
     raise JobFileError(

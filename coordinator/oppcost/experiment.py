@@ -398,7 +398,10 @@ def oppcost_main(argv: list[str]) -> int:
               ("--beta", args.beta >= 1, ">= 1"), ("--window", args.window >= 1, ">= 1"),
               ("--threshold", args.threshold >= 0, ">= 0"), ("--interval", args.interval > 0, "> 0"),
               ("--migration-fixed", args.migration_fixed >= 0, ">= 0"),
-              ("--migration-per-mb", args.migration_per_mb >= 0, ">= 0"), ("--duration", args.duration > 0, "> 0")]
+              ("--migration-per-mb", args.migration_per_mb >= 0, ">= 0"),
+              # (below the mix's mean inter-arrival time most executions would have no job)
+              ("--duration", args.duration >= MixConfig().mean_interarrival,
+               f">= {MixConfig().mean_interarrival:g} (s, the job mix's mean inter-arrival time)")]
     for flag, ok, rule in checks:
         value = getattr(args, flag[2:].replace("-", "_"))
         if not ok or not math.isfinite(value):
@@ -409,11 +412,6 @@ def oppcost_main(argv: list[str]) -> int:
             print(f"vcemu oppcost: {flag}: must be >= 0 (random.Random(-s) draws what random.Random(s) does, so a "
                   f"negative seed repeats a positive one), got {seed}", file=sys.stderr)
             return 2
-    gap = MixConfig().mean_interarrival
-    if args.duration < gap:
-        print(f"vcemu oppcost: --duration: must be >= {gap:g} s, the job mix's mean inter-arrival time (shorter, most "
-              f"executions would have no job), got {args.duration!r}", file=sys.stderr)
-        return 2
     cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
                  threshold=args.threshold, interval=args.interval, scale=args.scale,
                  cost_load=args.cost_load, fit=args.fit, split_memory=not args.whole_memory_per_component,

@@ -634,7 +634,8 @@ def test_help_has_no_rest_markup(argv: list[str], capsys) -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--beta", "-1"], "--beta: must be a finite number >= 1, got -1.0"),
-    (["--duration", "nan"], "--duration: must be a finite number > 0, got nan"),
+    (["--duration", "nan"],
+     "--duration: must be a finite number >= 10 (s, the job mix's mean inter-arrival time), got nan"),
 ])
 def test_oppcost_says_the_rule_a_bad_value_breaks(tmp_path, capsys, argv, message):
     from coordinator.oppcost.experiment import oppcost_main

@@ -381,6 +381,9 @@ def test_swf_drops_are_counted_and_the_counts_add_up(tmp_path: Path) -> None:
     assert info.value.line == 8
     assert ("1 of the 2 jobs of the trace (after the conversion dropped 5 of 7 records: no_submit_time=1, "
             "no_processors=1, no_run_time=2, memory_exceeds_node=1) do not fit on the given 4 hosts") in str(info.value)
+    with pytest.raises(JobFileError) as info:  # one week's jobs, the whole trace's drops: said so (review)
+        read_jobs(path, segment=0, hosts=tuple(Host(f"h{i}") for i in range(4)))
+    assert "jobs of week 0 (after the conversion dropped 5 of 7 records of the whole trace: " in str(info.value)
 
 
 def test_an_unknown_swf_submit_time_is_dropped_in_either_mode(tmp_path: Path) -> None:

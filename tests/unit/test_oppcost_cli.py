@@ -74,7 +74,9 @@ def test_executions_without_jobs_are_left_out_of_the_per_execution_statistics(
     assert len(list(empty.glob("fig*.png"))) == 4
     capsys.readouterr()
     assert oc.oppcost_main(["--executions", "1", "--duration", "5", "--out", str(tmp_path / "short")]) == 2
-    _one_line(capsys.readouterr().err, "vcemu oppcost: --duration: must be >= 10 s")
+    _one_line(capsys.readouterr().err, "vcemu oppcost: --duration: must be a finite number >= 10 (s, the job mix's")
+    assert oc.oppcost_main(["--executions", "1", "--duration", "0", "--out", str(tmp_path / "zero")]) == 2
+    _one_line(capsys.readouterr().err, "vcemu oppcost: --duration: must be a finite number >= 10")  # one rule
 
 
 def test_a_simulation_past_its_time_cap_ends_in_one_line_and_keeps_the_finished_executions(
