@@ -72,3 +72,18 @@ def test_fewer_hosts_than_nodes_with_default_cores_leave_nodes_empty():
     """``vcemu up --ray ADDR --hosts 1`` on a two-node cluster, without --cpus-per-host (its default)."""
     placements = place_hosts([node("a", cpus=2.0), node("b", cpus=2.0)], hosts=1, cpus_per_host=None, memory_bytes=MIB)
     assert [(p.node.node_id, p.hosts[0]["cpu_cores"]) for p in placements] == [("a", 1.0)]
+
+
+def test_up_ray_waits_for_its_own_actors_not_for_hosts_restored_from_the_state() -> None:
+    """On a restart with --state the restored agents' hosts already made up the count, so ``up --ray`` reported its
+    cluster before any actor registered, and an actor that could not reach the coordinator went unreported."""
+    import types
+
+    from coordinator.backends.ray.cluster import _wait_registered
+
+    restored = types.SimpleNamespace(engine=types.SimpleNamespace(hosts=["h0", "h1"]), registered=set(),
+                                     address="127.0.0.1:1")
+    with pytest.raises(RuntimeError, match=r"2 of 2 agent actors \(a0, a1\) did not register"):
+        _wait_registered(restored, ["a0", "a1"], timeout_s=0.2)
+    restored.registered.update({"a0", "a1"})
+    _wait_registered(restored, ["a0", "a1"], timeout_s=0.2)

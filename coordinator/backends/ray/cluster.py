@@ -175,7 +175,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         agents = RayAgents(ctx, placements, coordinator, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
             infos = agents.wait_started()
-            _wait_registered(server, sum(len(p.hosts) for p in placements), timeout_s=30.0)
+            _wait_registered(server, [p.agent_id for p in placements], timeout_s=30.0)
         except RuntimeError as exc:
             print(f"vcemu up: {exc}", file=sys.stderr)
             return 1
@@ -212,11 +212,14 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
-def _wait_registered(server: Any, hosts: int, timeout_s: float) -> None:
+def _wait_registered(server: Any, agent_ids: list[str], timeout_s: float) -> None:
+    """Wait until every agent actor started here has registered with this coordinator process: not merely until
+    enough hosts are known, which a restart on ``--state`` satisfies at once with the agents restored from the
+    store (an actor that cannot reach the coordinator, the ``--bind`` case, then went unreported)."""
     deadline = time.monotonic() + timeout_s
-    while len(server.engine.hosts) < hosts:
+    while missing := sorted(set(agent_ids) - server.registered):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"--ray: only {len(server.engine.hosts)} of {hosts} hosts registered with the "
-                               f"coordinator at {server.address} within {timeout_s:.0f} s (can the Ray nodes "
-                               "reach it? see --bind)")
+            raise RuntimeError(f"--ray: {len(missing)} of {len(agent_ids)} agent actors ({', '.join(missing[:5])}"
+                               f"{', ...' if len(missing) > 5 else ''}) did not register with the coordinator at "
+                               f"{server.address} within {timeout_s:.0f} s (can the Ray nodes reach it? see --bind)")
         time.sleep(0.1)
