@@ -41,6 +41,9 @@ class AgentHealth:
     stale_after_s: float = AGENT_STALE_S  # up while heartbeat_age_s is at most this
     #: declared lost, and not registered again: down whatever its age, and not counted as registered
     lost: bool = False
+    #: heard from since this coordinator started (an agent restored from the store is not, until it answers):
+    #: down until then
+    heard: bool = True
 
 
 class _AgentCollector(Collector):
@@ -57,7 +60,8 @@ class _AgentCollector(Collector):
         up = GaugeMetricFamily(
             "vcemu_agent_up",
             "1 while the agent's last heartbeat is recent enough for the coordinator to keep it (by default at "
-            f"most {AGENT_STALE_S:g} s old), else 0; an agent declared lost stays at 0 until it registers again",
+            f"most {AGENT_STALE_S:g} s old), else 0; an agent restored from the state file is 0 until it is heard "
+            "from, and one declared lost stays at 0 until it registers again",
             labels=["agent", "mode"],
         )
         age = GaugeMetricFamily(
@@ -65,7 +69,8 @@ class _AgentCollector(Collector):
         )
         hosts = GaugeMetricFamily("vcemu_agent_hosts", "Hosts an agent emulates", labels=["agent"])
         for a in agents:
-            up.add_metric([a.agent, a.mode], 1.0 if not a.lost and a.heartbeat_age_s <= a.stale_after_s else 0.0)
+            up.add_metric([a.agent, a.mode],
+                          1.0 if a.heard and not a.lost and a.heartbeat_age_s <= a.stale_after_s else 0.0)
             age.add_metric([a.agent], a.heartbeat_age_s)
             hosts.add_metric([a.agent], float(a.hosts))
         yield up

@@ -682,7 +682,9 @@ class CoordinatorServer:
         with self.engine.lock:
             handle = self.backend.agents.get(agent_id)
             if handle is not None:
-                self.lost[agent_id] = (handle.mode, max(self.heartbeats.get(agent_id, -math.inf), handle.last_seen))
+                # (a restored agent's heartbeat stamp is a grace in the future, not a sign of life: not its age)
+                beat = self.heartbeats.get(agent_id, -math.inf) if handle.heard else -math.inf
+                self.lost[agent_id] = (handle.mode, max(beat, handle.last_seen if handle.heard else -math.inf))
             self.registered.discard(agent_id)
             hosts = self.backend.remove_agent(agent_id)
             self.heartbeats.pop(agent_id, None)
@@ -701,11 +703,12 @@ class CoordinatorServer:
     def agent_health(self) -> list[AgentHealth]:
         """Registered agents with the wall-clock age of their last heartbeat (for the metrics). Heartbeats
         are stamped with ``time.monotonic()``; an agent restored from the store has a grace stamp in the
-        future, shown as age 0."""
+        future, shown as age 0, and is not up until it is heard from (it may be long gone)."""
         now, stale = time.monotonic(), self.heartbeat_misses * self.heartbeat_s  # up until declared lost
         agents = list(self.backend.agents.items())
         return [
-            AgentHealth(a, h.mode, max(0.0, now - self.heartbeats.get(a, -math.inf)), len(h.hosts), stale)
+            AgentHealth(a, h.mode, max(0.0, now - self.heartbeats.get(a, -math.inf)), len(h.hosts), stale,
+                        heard=h.heard)
             for a, h in agents
         ] + [  # lost ones, until they register again: down, with no hosts
             AgentHealth(a, mode, max(0.0, now - last) if math.isfinite(last) else math.inf, 0, stale, lost=True)

@@ -104,3 +104,27 @@ def test_a_lost_agent_stays_down_until_it_registers_again():
             assert len([a for a in server.agent_health() if a.agent == "a0"]) == 1
     finally:
         server.stop()
+
+
+def test_an_agent_restored_from_the_state_is_down_until_heard_from(tmp_path) -> None:
+    """A restored agent has a grace stamp in the future, so its heartbeat age read 0 and ``vcemu_agent_up`` 1 for an
+    agent that may be long gone, until it was declared lost (restart review)."""
+    state = str(tmp_path / "s.db")
+    first = CoordinatorServer(get_policy("greedy"), port=0, state=state).start()
+    try:
+        with grpc.insecure_channel(first.address) as ch:
+            desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+                agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+            pb_grpc.CoordinatorStub(ch).RegisterAgent(
+                pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+    finally:
+        first.stop()
+    restarted = CoordinatorServer(get_policy("greedy"), port=0, state=state)  # not started: no poll hears it
+    try:
+        assert [a.agent for a in restarted.agent_health()] == ["a0"]
+        assert sample(restarted.metrics, "vcemu_agent_up", agent="a0", mode="cgroup-v1") == 0
+        restarted.lose_agent("a0", "agent a0 lost: a test")
+        assert sample(restarted.metrics, "vcemu_agent_heartbeat_age_seconds", agent="a0") == float("inf")
+    finally:
+        restarted.backend.close()
+        restarted.store.close()
