@@ -492,7 +492,8 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "code change)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--report-only", action="store_true",
-                   help="write the reports from the stored cells of the sweep in --out, run none")
+                   help="write the reports from the stored cells of the sweep in --out, run none (with the stored "
+                        "sweep's settings: the other flags need not be repeated)")
     return p.parse_args(list(argv))
 
 
@@ -689,6 +690,9 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
         with contextlib.ExitStack() as stack:
             if cfg_path.exists():
                 old = _read_config(cfg_path)
+                if a.report_only:  # the stored sweep's reports, whatever settings flags came with the command
+                    cfg.update({k: _stored_setting(old, k, cfg) for k in _RESULT_KEYS})
+                    cfg.update({k: old[k] for k in ("hpc2n", "algorithms", "penalties", "cell_timeout") if k in old})
                 diff = [k for k in _RESULT_KEYS if _stored_setting(old, k, cfg) != cfg.get(k)]
                 if diff:
                     raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "

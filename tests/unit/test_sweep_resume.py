@@ -555,11 +555,25 @@ def test_report_only_words_what_it_leaves_out_and_exits_1_when_cells_are_missing
     capsys.readouterr()
     assert sweep_main(_argv(out, "--report-only", algorithms="fcfs,easy,greedy,greedy-pmtn")) == 1
     err = capsys.readouterr().err
-    assert ", 3 to run" not in err and "it is run again" not in err
+    assert ", 2 to run" not in err and "it is run again" not in err
     assert err.count("unreadable cell") == 1 and "unreadable cell (" in err and "; the reports leave it out" in err
-    assert "4 cells; 1 stored, 3 missing (the reports leave them out; run without --report-only to run them)" in err
+    # the stored sweep's algorithms, not the flag's: greedy-pmtn was never part of it
+    assert "3 cells; 1 stored, 2 missing (the reports leave them out; run without --report-only to run them)" in err
     assert (out / "config.json").read_bytes() == config  # settings never run are not recorded
     assert [r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())] == ["fcfs"]
+
+
+def test_report_only_takes_the_stored_sweeps_settings(tmp_path, capsys, fake_ray):
+    """``--report-only`` with flags other than the sweep's (their defaults, say) was refused: "holds a sweep with
+    other settings ...; use another --out", wrong advice for a command that runs nothing (diff review)."""
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    capsys.readouterr()
+    assert sweep_main(["--out", str(out), "--report-only", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "other settings" not in err and "2 cells; 2 stored" in err, err
+    assert sorted(r["algorithm"] for r in csv.DictReader((out / "cells.csv").open())) == ["easy", "fcfs"]
 
 
 # ---- 10. timeouts, duplicate weeks, resuming with fewer algorithms ---------------------------------------------
