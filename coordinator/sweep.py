@@ -797,18 +797,13 @@ def _say_plan(a: argparse.Namespace, cfg: dict[str, Any], out: Path, traces: int
               f"{', '.join(cfg['algorithms'])} at penalties {', '.join(f'{p:g}' for p in cfg['penalties'])} "
               f"({total - traces * asked} cells more than the command's own), so that every table compares the same "
               "algorithms", file=sys.stderr)
-    if n := why["code"]:
-        one = n == 1
-        print(f"vcemu sweep: {n} stored cell{'' if one else 's'} {'was' if one else 'were'} computed by other "
-              f"code (another source fingerprint than this code's {code[:12]}, or none); "
-              + (f"the reports leave {'it' if one else 'them'} out" if a.report_only
-                 else f"{'it is' if one else 'they are'} run again"), file=sys.stderr)
-    if n := why["settings"]:
-        one = n == 1
-        print(f"vcemu sweep: {n} stored cell{'' if one else 's'} {'was' if one else 'were'} computed with other "
-              f"settings than this sweep's (another sweep wrote into {out}); "
-              + (f"the reports leave {'it' if one else 'them'} out" if a.report_only
-                 else f"{'it is' if one else 'they are'} run again"), file=sys.stderr)
+    for reason, how in (("code", f"by other code (another source fingerprint than this code's {code[:12]}, or none)"),
+                        ("settings", f"with other settings than this sweep's (another sweep wrote into {out})")):
+        if n := why[reason]:
+            one = n == 1
+            print(f"vcemu sweep: {n} stored cell{'' if one else 's'} {'was' if one else 'were'} computed {how}; "
+                  + (f"the reports leave {'it' if one else 'them'} out" if a.report_only
+                     else f"{'it is' if one else 'they are'} run again"), file=sys.stderr)
 
 
 def _say_outcome(ran: Sequence[dict[str, Any]], code: str) -> int:

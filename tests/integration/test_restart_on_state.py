@@ -14,42 +14,17 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 
+from tests.integration.test_up_agent_death import ROOT, children, wait_for
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float, log: Path | None = None) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            got = check()
-        except grpc.RpcError:
-            got = None
-        if got:
-            return got
-        assert time.monotonic() < deadline, what + (f":\n{log.read_text(errors='replace')}" if log else "")
-        time.sleep(0.1)
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry.name))
-    return out
 
 
 def start_up(state: Path, log: Path) -> subprocess.Popen:
