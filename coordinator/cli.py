@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
-from coordinator.limits import KNOWN_METADATA, MAX_NAME, MAX_REPLY_BYTES, MAX_REQUEST_ID, MAX_TASKS, MAX_WORK_S
+from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_TASKS, request_bounds
 from coordinator.policy_names import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -478,7 +478,7 @@ def _submit_file(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
     from workloads.jobfile import JobFileError, is_swf, load_jobs
 
-    if is_swf(args.file):  # it would be read as JSON lines and refused as "not valid JSON"
+    if is_swf(args.file):  # a trace's point is its submit times, which submit ignores: replay is the command
         _refuse(f"vcemu submit: {args.file}: SWF traces are read by simulate and replay only; submit --file takes "
                 "a job file (JSON lines or CSV)")
     try:
@@ -491,13 +491,9 @@ def _submit_file(args: argparse.Namespace) -> int:
     request_ids = [f"{args.request_id}:{s.id}" if args.request_id else _job_request_id(s) for s in specs]
     for s, rid in zip(specs, request_ids, strict=True):  # the coordinator's own bounds, before connecting (a
         # simulation of the file takes more work, say)
-        what = (("tasks", s.tasks > MAX_TASKS, f"at most {MAX_TASKS} on a coordinator"),
-                ("work", s.work > MAX_WORK_S, f"at most {MAX_WORK_S:g} s on a coordinator"),
-                ("id", len(s.id) > MAX_NAME or len(rid) > MAX_REQUEST_ID,
-                 f"too long for a coordinator (its request id {len(rid)} characters, at most {MAX_REQUEST_ID})"))
-        for field, bad, why in what:
-            if bad:
-                _refuse(f"vcemu submit: {JobFileError(args.file, source.lines.get(s.id), field, why)}")
+        why = request_bounds(rid, s.id, s.tasks, s.work)
+        if why is not None:
+            _refuse(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {s.id}: {why} (the coordinator's bound)")
     client, accepted, refused, known, told = _Client(args, "submit"), 0, 0, 0, 0
     with client:
         for k in range(0, len(specs), 1000):

@@ -4,8 +4,10 @@ command 0.3 s)."""
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["KNOWN_METADATA", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_TASKS",
-           "MAX_WORK_S"]
+           "MAX_WORK_S", "request_bounds"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -26,3 +28,17 @@ MAX_WORK_S = 1e9
 #: Longest job name (a job file's job id) and request id.
 MAX_NAME = 256
 MAX_REQUEST_ID = 256
+
+
+def request_bounds(request_id: str, name: str, tasks: int, work_s: float) -> str | None:
+    """The first of these bounds a submission breaks, as ``field: why``, or None: what the coordinator refuses
+    (``service.check_spec``) and what ``vcemu submit --file`` checks before connecting."""
+    if len(request_id) > MAX_REQUEST_ID:
+        return f"request_id: at most {MAX_REQUEST_ID} characters, got {len(request_id)}"
+    if len(name) > MAX_NAME:
+        return f"spec.name: at most {MAX_NAME} characters, got {len(name)}"
+    if tasks > MAX_TASKS:
+        return f"tasks: at most {MAX_TASKS}, got {tasks}"
+    if math.isfinite(work_s) and work_s > MAX_WORK_S:
+        return f"work_seconds: at most {MAX_WORK_S:g}, got {work_s:g}"
+    return None

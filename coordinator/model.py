@@ -88,6 +88,8 @@ class JobSpec:
             raise InvalidJob("work_seconds", f"must be a finite number > 0, got {self.work!r}")
         if self.work >= MAX_SECONDS:
             raise InvalidJob("work_seconds", f"must be below {MAX_SECONDS:g} s (about 31,700 years), got {self.work!r}")
+        if not self.submit_time < MAX_SECONDS:
+            raise InvalidJob("submit_time", f"must be below {MAX_SECONDS:g} s, got {self.submit_time!r}")
         if self.workload not in KNOWN_WORKLOADS:
             raise InvalidJob("workload", f"unknown workload {self.workload!r}; known: {', '.join(KNOWN_WORKLOADS)}")
         if hosts is not None:

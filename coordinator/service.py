@@ -39,15 +39,7 @@ from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
-from coordinator.limits import (
-    KNOWN_METADATA,
-    MAX_MESSAGE_BYTES,
-    MAX_NAME,
-    MAX_REPLY_BYTES,
-    MAX_REQUEST_ID,
-    MAX_TASKS,
-    MAX_WORK_S,
-)
+from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, request_bounds
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -118,16 +110,8 @@ def lease_for(heartbeat_s: float, misses: int) -> float:
 
 
 def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
-    """The first bound a request breaks, as ``field: why``, or None."""
-    if len(request_id) > MAX_REQUEST_ID:
-        return f"request_id: at most {MAX_REQUEST_ID} characters, got {len(request_id)}"
-    if len(spec.name) > MAX_NAME:
-        return f"spec.name: at most {MAX_NAME} characters, got {len(spec.name)}"
-    if spec.tasks > MAX_TASKS:
-        return f"tasks: at most {MAX_TASKS}, got {spec.tasks}"
-    if math.isfinite(spec.work_seconds) and spec.work_seconds > MAX_WORK_S:
-        return f"work_seconds: at most {MAX_WORK_S:g}, got {spec.work_seconds:g}"
-    return None
+    """The first bound a request breaks, as ``field: why``, or None (:func:`coordinator.limits.request_bounds`)."""
+    return request_bounds(request_id, spec.name, spec.tasks, spec.work_seconds)
 
 
 def job_message(rec: JobRecord) -> pb.Job:

@@ -23,16 +23,14 @@ from coordinator.policies.base import (
 )
 
 
-def reshare(snap: Snapshot, placements: dict[str, tuple[str, ...]],
-            new: str | Collection[str] | None = None) -> list[Action]:
+def reshare(snap: Snapshot, placements: dict[str, tuple[str, ...]], new: Collection[str] = ()) -> list[Action]:
     """SetShare actions that move every running job to the max-min + average-yield fractions (not the ``new``
-    job or jobs, which the caller starts)."""
+    jobs, which the caller starts)."""
     specs = {j: snap.jobs[j].spec for j in placements}
     cpus = max_min_yields(placements, specs, snap.hosts)
-    skip = {new} if isinstance(new, str) else set(new or ())
     actions: list[Action] = []
     for job, cpu in cpus.items():
-        if job in skip:
+        if job in new:
             continue
         if abs(snap.jobs[job].cpu - cpu) > EPS:
             actions.append(SetShare(job, cpu))
@@ -63,7 +61,7 @@ class Greedy:
                 return Plan((Defer(job_id, snap.now + delay),))
             placements[job_id] = hosts
             cpu = max_min_yields(placements, specs, snap.hosts)[job_id]
-            return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
+            return Plan((*reshare(snap, placements, new=(job_id,)), Start(job_id, hosts, cpu)))
         if isinstance(stim, Tick) and job_id is None:
             return self._place_waiting(snap, placements)
         if isinstance(stim, Complete) or job_id is None:

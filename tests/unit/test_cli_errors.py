@@ -149,9 +149,11 @@ def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
      ": compressed file is truncated"),  # an EOFError traceback
     # the coordinator's own bounds, below what a simulation takes: refused job by job after connecting (review)
     ("long.jsonl", json.dumps({**JOB, "id": "a"}).encode() + b"\n" + json.dumps({**JOB, "work": 5e9}).encode() + b"\n",
-     ":2: work: at most 1e+09 s on a coordinator"),
-    ("wide.jsonl", json.dumps({**JOB, "tasks": 20_000}).encode() + b"\n", ":1: tasks: at most 10000 on a coordinator"),
-    ("name.jsonl", json.dumps({**JOB, "id": "x" * 250}).encode() + b"\n", ":1: id: too long for a coordinator"),
+     ":2: job j0: work_seconds: at most 1e+09, got 5e+09 (the coordinator's bound)"),
+    ("wide.jsonl", json.dumps({**JOB, "tasks": 20_000}).encode() + b"\n",
+     ":1: job j0: tasks: at most 10000, got 20000"),
+    ("name.jsonl", json.dumps({**JOB, "id": "x" * 250}).encode() + b"\n",
+     ":1: job " + "x" * 250 + ": request_id: at most 256"),
 ])
 def test_submit_file_refuses_a_bad_file_before_connecting(tmp_path: Path, name: str, data: bytes, fragment: str,
                                                           no_connection: None, capsys) -> None:

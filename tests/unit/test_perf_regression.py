@@ -228,7 +228,7 @@ def test_asap_admission_is_greedy_then_max_min(monkeypatch: pytest.MonkeyPatch, 
             return Plan()
         placements[job_id] = hosts
         cpu = max_min_yields(placements, {j: specs[j] for j in placements}, snap.hosts)[job_id]
-        return Plan((*reshare(snap, placements, new=job_id), Start(job_id, hosts, cpu)))
+        return Plan((*reshare(snap, placements, new=(job_id,)), Start(job_id, hosts, cpu)))
 
     fast = dynmcb.DynMcb8._start_now
     seen = {"admissions": 0, "shares": 0}
