@@ -32,12 +32,12 @@ import io
 import json
 import math
 import os
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from coordinator.model import MAX_SECONDS, Host, InvalidJob, JobSpec
+from workloads.swf import GZIP_ERRORS, gzip_reason
 
 __all__ = [
     "FIELDS",
@@ -127,12 +127,8 @@ def _lines(path: str, data: bytes) -> Iterator[str]:
                 chunk = next(it)
             except StopIteration:
                 return
-            except EOFError:
-                raise JobFileError(path, lineno + 1, None, "compressed file is truncated") from None
-            except gzip.BadGzipFile:
-                raise JobFileError(path, lineno + 1, None, "not a gzip file") from None
-            except zlib.error as exc:
-                raise JobFileError(path, lineno + 1, None, f"compressed data is damaged ({exc})") from None
+            except GZIP_ERRORS as exc:
+                raise JobFileError(path, lineno + 1, None, gzip_reason(exc)) from None
             for line in chunk.splitlines(keepends=True):
                 lineno += 1
                 try:

@@ -164,10 +164,11 @@ def _open_text(path: str | os.PathLike[str], mode: str, data: bytes | None = Non
 
 
 #: What reading a damaged ``.gz`` raises: none of them is an OSError but BadGzipFile (a bad header).
-_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
-def _gzip_reason(exc: BaseException) -> str:
+def gzip_reason(exc: BaseException) -> str:
+    """What a :data:`GZIP_ERRORS` error says of the file, for a message naming its line (SWF traces, job files)."""
     if isinstance(exc, EOFError):
         return "compressed file is truncated"
     if isinstance(exc, gzip.BadGzipFile):
@@ -241,9 +242,9 @@ class SWFReader:
                 elif stripped:
                     self._pending = stripped
                     break
-        except _GZIP_ERRORS as exc:
+        except GZIP_ERRORS as exc:
             self.close()
-            raise SWFError(self.path, self._lineno + 1, _gzip_reason(exc)) from None
+            raise SWFError(self.path, self._lineno + 1, gzip_reason(exc)) from None
         except BaseException:
             self.close()
             raise
@@ -283,9 +284,9 @@ class SWFReader:
                 yield job
         try:
             yield from self._records(self._fh)
-        except _GZIP_ERRORS as exc:  # the line after the last whole one is where the data ends or breaks
+        except GZIP_ERRORS as exc:  # the line after the last whole one is where the data ends or breaks
             self.close()
-            raise SWFError(self.path, self._lineno + 1, _gzip_reason(exc)) from None
+            raise SWFError(self.path, self._lineno + 1, gzip_reason(exc)) from None
 
     def _records(self, fh: IO[str]) -> Iterator[SWFJob]:
         ival, fval = int, float
