@@ -31,8 +31,6 @@ its request id) into one commit; a write outside any transaction commits at once
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import sqlite3
@@ -41,6 +39,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from coordinator.locks import Held, claim
 from coordinator.metrics import Transition
 from coordinator.model import JobSpec, JobState
 
@@ -120,26 +119,14 @@ def lock_state(path: str) -> int:
     directly (a reader) is not concerned."""
     where = lock_path(path)
     try:
-        fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise StoreError(f"--state {path}: not a usable vcemu state file: cannot open its lock file {where}: "
-                         f"{exc.strerror or exc}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        try:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        except OSError:
-            holder = ""
-        os.close(fd)
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise StoreError(f"--state {path}: cannot lock {where}: {exc.strerror or exc}") from None
-        who = f" (pid {holder})" if holder.isdigit() else ""
+        return claim(where)
+    except Held as held:
+        who = f" (pid {held.pid})" if held.pid else ""
         raise StoreError(f"--state {path}: in use by another coordinator{who}; stop it first, or give another "
                          "--state") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    except OSError as exc:  # a file system without locks too: SQLite's own locking needs them as well
+        raise StoreError(f"--state {path}: not a usable vcemu state file: cannot lock {where}: "
+                         f"{exc.strerror or exc}") from None
 
 
 @dataclass

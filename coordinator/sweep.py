@@ -77,8 +77,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import math
@@ -91,6 +89,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES
 
@@ -609,36 +608,28 @@ LOCK = ".lock"
 
 @contextlib.contextmanager
 def out_lock(out: Path) -> Iterator[None]:
-    """Within: an exclusive ``flock`` on ``out/.lock``, so that one sweep at a time uses ``out``. Two at once
-    would each check config.json, then store cells of their own settings under the same ids, and each would
-    clear the other's temporary files. Another holder is refused (SystemExit, one line, with its pid when it
-    wrote one). The file is left in place: removing it would let a third run lock a new file while a second
-    holds the old one. The lock ends with the process, however it ends (the descriptor is not inherited)."""
+    """Within: an exclusive lock on ``out/.lock`` (:func:`coordinator.locks.claim`), so that one sweep at a time
+    uses ``out``. Two at once would each check config.json, then store cells of their own settings under the same
+    ids, and each would clear the other's temporary files. Another holder is refused (SystemExit, one line, with
+    its pid when it wrote one)."""
     path = out / LOCK
+    fd: int | None = None
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = claim(path)
+    except Held as held:
+        raise SystemExit(f"vcemu sweep: another vcemu sweep{f' (pid {held.pid})' if held.pid else ''} is using "
+                         f"{out}; wait for it to end, or use another --out") from None
     except OSError as exc:
-        raise SystemExit(f"vcemu sweep: --out {out}: cannot open its lock file {path} "
-                         f"({exc.strerror or exc})") from None
+        if exc.errno not in NO_LOCKS:
+            raise SystemExit(f"vcemu sweep: --out {out}: cannot lock {path} ({exc.strerror or exc})") from None
+        # A file system without locks (NFS without lockd, say): sweeps ran there before the lock existed.
+        print(f"vcemu sweep: warning: --out {out}: cannot lock {path} ({exc.strerror or exc}); a second sweep "
+              "into it at the same time would not be noticed", file=sys.stderr)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            raise SystemExit(f"vcemu sweep: another vcemu sweep{f' (pid {holder})' if holder.isdigit() else ''} is "
-                             f"using {out}; wait for it to end, or use another --out") from None
-        except OSError as exc:
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                raise SystemExit(f"vcemu sweep: --out {out}: cannot lock {path} ({exc.strerror or exc})") from None
-            # A file system without locks (NFS without lockd, say): sweeps ran there before the lock existed.
-            print(f"vcemu sweep: warning: --out {out}: cannot lock {path} ({exc.strerror or exc}); a second sweep "
-                  "into it at the same time would not be noticed", file=sys.stderr)
-        with contextlib.suppress(OSError):  # the holder's pid, for a refused run's message: a courtesy only
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def _holds_sweep(out: Path) -> bool:
