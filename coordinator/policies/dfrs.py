@@ -54,28 +54,27 @@ class Greedy:
         job_id = stim.job if isinstance(stim, (Submit, Tick)) else None
         if job_id is not None and snap.jobs[job_id].state is JobState.PENDING:
             job = snap.jobs[job_id]
-            specs = {j: snap.jobs[j].spec for j in (*placements, job_id)}
-            hosts = greedy_placement(job.spec, snap.hosts, placement_use(snap.hosts, placements, specs))
-            if hosts is None:
-                delay = backoff_delay(job.attempts + 1, self.backoff_cap_exponent)
-                return Plan((Defer(job_id, snap.now + delay),))
-            placements[job_id] = hosts
-            cpu = max_min_yields(placements, specs, snap.hosts)[job_id]
-            return Plan((*reshare(snap, placements, new=(job_id,)), Start(job_id, hosts, cpu)))
+            plan = self._start_fitting(snap, placements, [job])
+            if plan is None:
+                return Plan((Defer(job_id, snap.now + backoff_delay(job.attempts + 1, self.backoff_cap_exponent)),))
+            return plan
         if isinstance(stim, Tick) and job_id is None:
-            return self._place_waiting(snap, placements)
+            # The live engine's word that hosts were added (``Engine.add_hosts``; the simulator sends none to
+            # GREEDY, whose cluster is fixed, as 001's is): each pending job that now fits starts, the rest keep
+            # their backoff (new capacity sat idle until each one's backoff ran out, up to 2^12 s).
+            plan = self._start_fitting(snap, placements, snap.pending)
+            return plan if plan is not None else Plan(tuple(reshare(snap, placements)))
         if isinstance(stim, Complete) or job_id is None:
             return Plan(tuple(reshare(snap, placements)))
         return Plan()
 
-    def _place_waiting(self, snap: Snapshot, placements: dict[str, tuple[str, ...]]) -> Plan:
-        """A ``Tick()`` with no job: the live engine's word that hosts were added (``Engine.add_hosts``; the
-        simulator sends none to GREEDY, whose cluster is fixed, as 001's is). Each pending job that now fits is
-        started, in submission order, with GREEDY's mapping; the rest keep their backoff. Without this, new
-        capacity sat idle until each pending job's backoff ran out, up to 2^12 s."""
+    @staticmethod
+    def _start_fitting(snap: Snapshot, placements: dict[str, tuple[str, ...]], jobs: list[JobView]) -> Plan | None:
+        """Start each of ``jobs`` that fits, in order, with GREEDY's mapping (lowest CPU load with room in
+        memory), and give every placed job its max-min + average-yield share; None if none fits."""
         specs = {j: snap.jobs[j].spec for j in placements}
         started: list[str] = []
-        for job in snap.pending:
+        for job in jobs:
             specs[job.id] = job.spec
             hosts = greedy_placement(job.spec, snap.hosts, placement_use(snap.hosts, placements, specs))
             if hosts is None:
@@ -83,6 +82,8 @@ class Greedy:
                 continue
             placements[job.id] = hosts
             started.append(job.id)
+        if not started:
+            return None
         cpus = max_min_yields(placements, specs, snap.hosts)
         return Plan((*reshare(snap, placements, new=started), *(Start(j, placements[j], cpus[j]) for j in started)))
 
