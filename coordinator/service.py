@@ -739,26 +739,20 @@ class CoordinatorServer:
             self._loop.start()
             self._watch.start()
         except BaseException:
-            self._stop.set()
-            self.backend.wake()
-            for thread in (self._loop, self._watch):
-                if thread.is_alive():
-                    thread.join(timeout=5)
-            self.grpc.stop(0)
-            self.backend.close()
-            if self.store is not None:
-                self.store.close()
+            self.stop(grace=0)
             raise
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         return self
 
     def stop(self, grace: float = 1.0) -> None:
+        """Stop serving and give back what the server holds; also after a :meth:`start` that failed part way."""
         self.health.enter_graceful_shutdown()
         self._stop.set()
         self.backend.wake()
-        self._loop.join(timeout=5)
-        self._watch.join(timeout=5)
+        for thread in (self._loop, self._watch):
+            if thread.is_alive():  # (not started, if start() failed before it)
+                thread.join(timeout=5)
         if self.stop_tasks_on_exit and self.store is None:  # with a store, a restart adopts them instead
             # A Stop that fails now is not retried (no poll follows): the backend logs it at INFO, without
             # "will retry" (an agent whose last poll went unanswered gets one short attempt each).
