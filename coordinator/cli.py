@@ -677,11 +677,23 @@ def signals_interrupt() -> Iterator[None]:
     SIGTERM, ending the process at once, would leave them retrying a dead coordinator for ever. (They also stop
     on their own once this process is gone: ``vcemu agent --parent-pid``.) A signal the caller ignores stays
     ignored: a shell starts a background job (``vcemu up &``) with SIGINT ignored, so that a Ctrl-C meant for the
-    command in the foreground does not reach it."""
+    command in the foreground does not reach it.
+
+    Only in this process: a process forked from it (a pool's worker, before its initializer has set its own
+    handlers) that gets one of these signals exits at once (status 128 + the signal) instead. Raised there, the
+    KeyboardInterrupt could unwind out of multiprocessing's child code into this command's own, and the worker
+    would run the rest of the command as a second copy of it."""
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    owner = os.getpid()
+
+    def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != owner:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt
+
     for sig, handler in handlers.items():
         if handler is not signal.SIG_IGN:
-            signal.signal(sig, signal.default_int_handler)
+            signal.signal(sig, interrupt)
     try:
         yield
     finally:

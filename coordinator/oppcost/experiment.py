@@ -44,7 +44,6 @@ import csv
 import io
 import math
 import os
-import signal
 import statistics
 import sys
 import time
@@ -251,22 +250,6 @@ def explain(cfg: Config, seed: int, top: int = 5) -> list[str]:
     return lines
 
 
-#: The process that installed :func:`_raise_interrupt`: the command's own, not one of its pool's workers.
-_MAIN_PID: int | None = None
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM as Ctrl-C in the command's process. A worker inherits this handler when it is forked and keeps it
-    until its initializer (:func:`coordinator.resumable.die_with_parent`) resets it; a SIGTERM in that window (the
-    command terminating workers it has just started, when interrupted or failing at once) must end the worker, not
-    raise KeyboardInterrupt there: raised before multiprocessing's child code has taken over (its try/finally that
-    ends the child), it unwinds into the parent's code, and the worker runs the rest of the command (under pytest:
-    the rest of the test session, seen once as a second "N passed") as a second copy of it."""
-    if os.getpid() != _MAIN_PID:
-        os._exit(128 + signum)
-    raise KeyboardInterrupt
-
-
 def config_json(cfg: Config, argv: list[str], complete: bool = False) -> dict:
     """``config.json``: the settings, the cluster and job mix they give, the command line, the code that runs, and
     whether the run finished."""
@@ -391,7 +374,7 @@ def _too_long(exc: SimulationTooLong, what: str, cfg: Config) -> str:
 def oppcost_main(argv: list[str]) -> int:
     """Entry point of ``vcemu oppcost``; returns an exit code (2 for bad arguments, 1 for a simulation that cannot
     finish, 130 when interrupted)."""
-    from coordinator.cli import usable_out_dir
+    from coordinator.cli import signals_interrupt, usable_out_dir
 
     args = _parser().parse_args(argv)
     checks = [("--executions", args.executions >= 1, ">= 1"), ("--jobs", args.jobs >= 1, ">= 1"),
@@ -441,36 +424,33 @@ def oppcost_main(argv: list[str]) -> int:
     todo = sorted(set(range(cfg.executions)) - {int(r["execution"]) for r in rows})
     interrupted = False
     failed: str | None = None
-    global _MAIN_PID
-    _MAIN_PID = os.getpid()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    pool = ProcessPoolExecutor(max_workers=cfg.jobs, initializer=die_with_parent)
-    try:
-        with Journal(out / JOURNAL, FIELDS, rows) as journal:
-            futures = {pool.submit(run_execution, cfg, k): k for k in todo}
-            for fut in tqdm(as_completed(futures), total=cfg.executions, initial=len(rows), desc="oppcost executions",
-                            unit="exec"):
-                try:
-                    rows.append(fut.result())
-                except SimulationTooLong as exc:
-                    k = futures[fut]
-                    failed = _too_long(exc, f"execution {k} (seed {cfg.seed + k})", cfg)
-                    break
-                journal.append(rows[-1:])
-    except KeyboardInterrupt:
-        interrupted = True
-        if rows:
-            print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions (run the same "
-                  "command again to continue)", file=sys.stderr)
-        else:
-            print("vcemu oppcost: interrupted; nothing finished yet (run the same command again to start)",
-                  file=sys.stderr)
-    finally:
-        if interrupted or failed:  # stop the workers now rather than wait for their current executions
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.terminate()
-        pool.shutdown(wait=not (interrupted or failed), cancel_futures=True)
-        signal.signal(signal.SIGTERM, previous)
+    with signals_interrupt():  # SIGTERM as Ctrl-C here; a just-forked worker that gets either exits
+        pool = ProcessPoolExecutor(max_workers=cfg.jobs, initializer=die_with_parent)
+        try:
+            with Journal(out / JOURNAL, FIELDS, rows) as journal:
+                futures = {pool.submit(run_execution, cfg, k): k for k in todo}
+                for fut in tqdm(as_completed(futures), total=cfg.executions, initial=len(rows),
+                                desc="oppcost executions", unit="exec"):
+                    try:
+                        rows.append(fut.result())
+                    except SimulationTooLong as exc:
+                        k = futures[fut]
+                        failed = _too_long(exc, f"execution {k} (seed {cfg.seed + k})", cfg)
+                        break
+                    journal.append(rows[-1:])
+        except KeyboardInterrupt:
+            interrupted = True
+            if rows:
+                print(f"vcemu oppcost: interrupted; summarising the {len(rows)} finished executions (run the same "
+                      "command again to continue)", file=sys.stderr)
+            else:
+                print("vcemu oppcost: interrupted; nothing finished yet (run the same command again to start)",
+                      file=sys.stderr)
+        finally:
+            if interrupted or failed:  # stop the workers now rather than wait for their current executions
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    proc.terminate()
+            pool.shutdown(wait=not (interrupted or failed), cancel_futures=True)
     if failed:
         print(failed + (f"; the {len(rows)} finished executions are kept in {out / JOURNAL}" if rows else ""),
               file=sys.stderr)

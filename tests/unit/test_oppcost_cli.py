@@ -117,23 +117,26 @@ def test_an_interrupt_before_any_execution_finished_exits_130(tmp_path: Path, mo
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_sigterm_in_a_just_forked_worker_ends_it_instead_of_running_the_commands_code(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sigterm_in_a_just_forked_worker_ends_it_instead_of_running_the_commands_code() -> None:
     """A pool worker is forked with the command's SIGTERM handler and keeps it until its initializer resets it. The
     command terminates its workers when interrupted, possibly right after forking them: the handler must end such a
     worker (exit 128 + SIGTERM), not raise KeyboardInterrupt, which could unwind into the command's own code and run
     the rest of it (seen once here: a second copy of pytest finishing the test session)."""
-    monkeypatch.setattr(oc, "_MAIN_PID", os.getpid(), raising=False)
-    with pytest.raises(KeyboardInterrupt):  # in the command's own process: Ctrl-C
-        oc._raise_interrupt(signal.SIGTERM, None)
-    pid = os.fork()
-    if pid == 0:  # the worker, before its initializer
-        code = 1
-        try:
-            oc._raise_interrupt(signal.SIGTERM, None)
-        except KeyboardInterrupt:
-            code = 99
-        finally:
-            os._exit(code)
+    from coordinator.cli import signals_interrupt
+
+    with signals_interrupt():  # what oppcost_main runs its pool under
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        with pytest.raises(KeyboardInterrupt):  # in the command's own process: Ctrl-C
+            handler(signal.SIGTERM, None)
+        pid = os.fork()
+        if pid == 0:  # the worker, before its initializer
+            code = 1
+            try:
+                handler(signal.SIGTERM, None)
+            except KeyboardInterrupt:
+                code = 99
+            finally:
+                os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM

@@ -52,7 +52,10 @@ def test_a_signal_the_caller_ignores_stays_ignored() -> None:
     try:
         with coordinator.cli.signals_interrupt():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+            term_handler = signal.getsignal(signal.SIGTERM)  # SIGTERM raises KeyboardInterrupt here
+            assert callable(term_handler)
+            with pytest.raises(KeyboardInterrupt):
+                term_handler(signal.SIGTERM, None)
             with coordinator.cli.signals_deferred():
                 assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
