@@ -746,7 +746,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     replay) keeps its terminal for that, and its results folder keeps the agents' log. ``options``: more
     CoordinatorServer arguments (state, heartbeat_s, token, tls, compression)."""
     from coordinator.policies import get_policy
-    from coordinator.service import CoordinatorServer
+    from coordinator.service import CoordinatorServer, wait_registered
     from node_agent.agent import free_agent_id
     from node_agent.ports import ports_refusal
 
@@ -765,15 +765,6 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     ids: list[str] = []
     stopped = False
 
-    def up() -> bool:
-        """Every agent started here has registered with this coordinator, and ``hosts`` of their hosts are in
-        the cluster. Not merely ``hosts`` hosts: with ``--state``, agents restored from the store (an earlier
-        run's, at addresses where nothing may listen any more) are there before any of ours registers."""
-        if not server.registered.issuperset(ids):
-            return False
-        ours = {h for h, a in server.backend.host_agent.items() if a in ids}
-        return len({h.name for h in server.engine.hosts} & ours) >= hosts
-
     try:  # the agents are in sessions of their own: a Ctrl-C here must take them down, or they outlive us
         for i, n in enumerate(split):
             if n:
@@ -781,18 +772,19 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
                 procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
                                          ",".join(mems[first[i]:first[i] + n]), ids[-1],
                                          (["--no-cgroups"] if no_cgroups else []) + tls_flags, agent_log))
-        deadline = time.monotonic() + wait_s
-        while not up():
+
+        def exited() -> str | None:
             dead = [p for p in procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                stop_processes(procs)
-                server.stop()
-                stopped = True
-                why = f"agent exited with code {dead[0].returncode}" if dead else f"not all {hosts} hosts registered"
-                if agent_log is not None:  # the agents' own words are in their log, not on the terminal
-                    why += _log_tail(agent_log.name)
-                raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
-            time.sleep(0.1)
+            return f"agent exited with code {dead[0].returncode}" if dead else None
+
+        why = wait_registered(server, ids, wait_s, hosts=hosts, failed=exited)
+        if why is not None:
+            stop_processes(procs)
+            server.stop()
+            stopped = True
+            if agent_log is not None:  # the agents' own words are in their log, not on the terminal
+                why += _log_tail(agent_log.name)
+            raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
     except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt) while starting, a failed spawn
         if not stopped:
             stop_processes(procs)

@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent import futures
 
 import grpc
@@ -332,6 +332,33 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if handle is not None:
             handle.heard = True  # a restored agent that heartbeats is the one at its stored address
         return pb.HeartbeatReply(known=True, lease_s=self.s.grant(request.agent_id))
+
+
+def wait_registered(server: CoordinatorServer, agent_ids: Collection[str], timeout_s: float, *,
+                    hosts: int | None = None, failed: Callable[[], str | None] | None = None) -> str | None:
+    """Wait until every agent of ``agent_ids`` has registered with ``server``'s process, and, given ``hosts``, until
+    that many of their hosts are in its cluster: not merely until enough hosts are known, which a restart on
+    ``--state`` satisfies at once with the agents restored from the store (an earlier run's, at addresses where
+    nothing may listen any more). None once they have; else why not: ``failed()``'s answer (an agent process
+    exited, say), asked at each look, or what is missing at the deadline. ``vcemu up``, local and ``--ray``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = sorted(set(agent_ids) - server.registered)
+        if not missing:
+            if hosts is None:
+                return None
+            ours = {h for h, a in server.backend.host_agent.items() if a in agent_ids}
+            if len({h.name for h in server.engine.hosts} & ours) >= hosts:
+                return None
+        why = failed() if failed is not None else None
+        if why is not None:
+            return why
+        if time.monotonic() > deadline:
+            if missing:
+                shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+                return f"{len(missing)} of {len(agent_ids)} agents ({shown}) did not register within {timeout_s:.0f} s"
+            return f"not all {hosts} hosts registered within {timeout_s:.0f} s"
+        time.sleep(0.1)
 
 
 class CoordinatorServer:

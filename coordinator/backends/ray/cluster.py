@@ -124,7 +124,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     (``--state``, ``--heartbeat``, ``--token-file``), as a local ``vcemu up`` passes them. Bad settings end
     it with one line naming the setting and exit status 2."""
     from coordinator.policies import get_policy
-    from coordinator.service import CoordinatorServer
+    from coordinator.service import CoordinatorServer, wait_registered
     from coordinator.store import StoreError
     from node_agent.cli import parse_size
     from node_agent.ports import dial_address, ports_refusal
@@ -175,7 +175,10 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         agents = RayAgents(ctx, placements, coordinator, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
             infos = agents.wait_started()
-            _wait_registered(server, [p.agent_id for p in placements], timeout_s=30.0)
+            why = wait_registered(server, [p.agent_id for p in placements], timeout_s=30.0)
+            if why is not None:
+                raise RuntimeError(f"--ray: {why} with the coordinator at {server.address} "
+                                   "(can the Ray nodes reach it? see --bind)")
         except RuntimeError as exc:
             print(f"vcemu up: {exc}", file=sys.stderr)
             return 1
@@ -210,16 +213,3 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
 
 def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
-
-
-def _wait_registered(server: Any, agent_ids: list[str], timeout_s: float) -> None:
-    """Wait until every agent actor started here has registered with this coordinator process: not merely until
-    enough hosts are known, which a restart on ``--state`` satisfies at once with the agents restored from the
-    store (an actor that cannot reach the coordinator, the ``--bind`` case, then went unreported)."""
-    deadline = time.monotonic() + timeout_s
-    while missing := sorted(set(agent_ids) - server.registered):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"--ray: {len(missing)} of {len(agent_ids)} agent actors ({', '.join(missing[:5])}"
-                               f"{', ...' if len(missing) > 5 else ''}) did not register with the coordinator at "
-                               f"{server.address} within {timeout_s:.0f} s (can the Ray nodes reach it? see --bind)")
-        time.sleep(0.1)
