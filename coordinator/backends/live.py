@@ -495,13 +495,19 @@ class LiveBackend:
         self._restarts[spec.id] = self._restarts.get(spec.id, -1) + 1
         task_id = f"{spec.id}/{index}" + (f".{self._restarts[spec.id]}" if self._restarts[spec.id] else "")
         assert self._reference is not None
+        # The agent takes the need as a fraction of its own host, at most the whole host, and a task's work as
+        # seconds at full speed there: its CPU work is work_seconds x need x the host's cores. A need the host
+        # cannot meet (a host smaller than the reference host) runs at the whole host and takes longer in
+        # proportion, so that the task does the same CPU work on any host, as the model has it (its yield there
+        # is at most host/need): capping the need alone had such a task done after host/need of its work.
+        need = spec.cpu_need * self._reference.cpu_cores / self.host_info[host].cpu_cores
         request = agent_pb2.StartTaskRequest(
             task_id=task_id,
             host=host,
             workload=spec.workload,
             cpu_share=self._share(host, cpu),
-            cpu_need=self._share(host, spec.cpu_need),
-            work_seconds=spec.work / self.compression,
+            cpu_need=min(1.0, need),
+            work_seconds=spec.work / self.compression * max(1.0, need),
             memory_bytes=int(spec.mem * self._reference.memory_bytes),
             start_progress=progress,
         )

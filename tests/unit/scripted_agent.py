@@ -64,8 +64,11 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
     StartTask. No processes: a test moves a task's progress and state with :meth:`set` and :meth:`finish`,
     and scripts faults with the flags below."""
 
-    def __init__(self, agent_id: str = "table", hosts: tuple[str, ...] = ("h0", "h1", "h2")) -> None:
+    def __init__(self, agent_id: str = "table", hosts: tuple[str, ...] = ("h0", "h1", "h2"),
+                 cores: tuple[float, ...] | None = None) -> None:
         self.agent_id, self.hosts = agent_id, hosts
+        self.cores = cores or (1.0,) * len(hosts)  # each host's CPU cores, as Describe reports them
+        self.started: list[agent_pb2.StartTaskRequest] = []  # every StartTask request, in order
         self.tasks: dict[str, agent_pb2.TaskStatus] = {}
         self.checkpoints: list[str] = []  # the task ids asked for a checkpoint, in order
         self.mute = False  # Status answers UNAVAILABLE (a slow or briefly partitioned agent)
@@ -84,9 +87,11 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
 
     def Describe(self, request, context):  # noqa: N802
         return agent_pb2.DescribeReply(agent_id=self.agent_id, mode="cgroup-v1", hosts=[
-            agent_pb2.HostInfo(name=h, cpu_cores=1.0, memory_bytes=1 << 30) for h in self.hosts])
+            agent_pb2.HostInfo(name=h, cpu_cores=c, memory_bytes=1 << 30) for h, c in zip(self.hosts, self.cores,
+                                                                                          strict=True)])
 
     def StartTask(self, request, context):  # noqa: N802
+        self.started.append(request)
         if self.on_start is not None:
             self.on_start(request)
         if request.host in self.refuse_start_on:

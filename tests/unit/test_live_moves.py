@@ -43,3 +43,18 @@ def test_a_finished_task_moved_twice_is_not_checkpointed_and_its_job_carries_on(
     agent.finish(second)
     assert [(r.job, r.state) for r in backend.poll()] == [("a", JobState.DONE)]
     assert agent.tasks == {}
+
+
+def test_a_task_on_a_host_smaller_than_its_need_is_given_the_same_cpu_work_as_on_the_reference_host() -> None:
+    """A need of one reference core on a host of a quarter core: the agent takes the need as a fraction of its host,
+    at most 1, so the task runs at the whole host, and its work must take 4x as long there. Capping the need alone
+    (as before) asked a quarter of the CPU work of it: a live job on a small host (``up --ray`` on unequal nodes,
+    ``--cpus-per-host 1,0.25``) ran at the model's yield 0.25 and was done in a quarter of the time."""
+    agent = TableAgent(hosts=("big", "small"), cores=(1.0, 0.25))
+    with backend_on(agent) as backend:
+        assert backend.reference is not None and backend.reference.name == "big"  # the model's unit: 1 core
+        backend.start(JobSpec("a", 0.0, 2, 1.0, 0.1, 100.0), ["big", "small"], 0.25)
+        backend.start(JobSpec("b", 0.0, 1, 0.2, 0.1, 100.0), ["small"], 0.2)
+        got = [(r.host, r.cpu_need, r.cpu_share, r.work_seconds) for r in agent.started]
+        # the CPU work work_seconds x need x cores: 100 core-seconds for a, 20 for b, on either host
+        assert got == [("big", 1.0, 0.25, 100.0), ("small", 1.0, 1.0, 400.0), ("small", 0.8, 0.8, 100.0)]
