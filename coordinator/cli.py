@@ -748,7 +748,9 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
     from node_agent.agent import free_agent_id
+    from node_agent.cli import parse_size
     from node_agent.ports import ports_refusal
+    from vcemu.v1 import agent_pb2
 
     cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
                     else default_cpus_per_host(hosts), hosts)
@@ -766,12 +768,17 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     stopped = False
 
     try:  # the agents are in sessions of their own: a Ctrl-C here must take them down, or they outlive us
-        for i, n in enumerate(split):
-            if n:
-                ids.append(free_agent_id(f"{agent_prefix}{i}"))
-                procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
-                                         ",".join(mems[first[i]:first[i] + n]), ids[-1],
-                                         (["--no-cgroups"] if no_cgroups else []) + tls_flags, agent_log))
+        agent_of = {i: free_agent_id(f"{agent_prefix}{i}") for i, n in enumerate(split) if n}
+        ids += agent_of.values()
+        server.backend.choose_reference([
+            agent_pb2.HostInfo(name=f"{agent_id}-h{k - first[i]}", cpu_cores=float(cpus[k]),
+                               memory_bytes=parse_size(mems[k]))
+            for i, agent_id in agent_of.items() for k in range(first[i], first[i] + split[i])])
+        for i, agent_id in agent_of.items():
+            n = split[i]
+            procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
+                                     ",".join(mems[first[i]:first[i] + n]), agent_id,
+                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags, agent_log))
 
         def exited() -> str | None:
             dead = [p for p in procs if p.poll() is not None]

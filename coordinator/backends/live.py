@@ -234,9 +234,18 @@ class LiveBackend:
 
     @property
     def reference(self) -> agent_pb2.HostInfo | None:
-        """The reference host: the first ever registered, whose capacity the model's host capacities and job
-        needs are fractions of (:meth:`add_agent`)."""
+        """The reference host, whose capacity the model's host capacities and job needs are fractions of
+        (:meth:`add_agent`): the one :meth:`choose_reference` or :meth:`restore_reference` set, else the first
+        ever registered."""
         return self._reference
+
+    def choose_reference(self, hosts: Sequence[agent_pb2.HostInfo]) -> None:
+        """Take the largest of ``hosts`` (most cores, then most memory; the first such) as the reference, before
+        their agents register, unless a reference is set (restored from the store): ``vcemu up`` knows every host
+        it starts, and with unequal hosts the one that registered first would make a job's need mean another
+        amount of CPU from one run to the next. So a need of 1 is the largest host, and no host is above 1."""
+        if hosts:
+            self.restore_reference(max(hosts, key=lambda h: (h.cpu_cores, h.memory_bytes)))
 
     def restore_reference(self, info: agent_pb2.HostInfo) -> None:
         """Take the reference host an earlier run of the coordinator used (its store), before any agent is

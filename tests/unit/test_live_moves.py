@@ -58,3 +58,29 @@ def test_a_task_on_a_host_smaller_than_its_need_is_given_the_same_cpu_work_as_on
         got = [(r.host, r.cpu_need, r.cpu_share, r.work_seconds) for r in agent.started]
         # the CPU work work_seconds x need x cores: 100 core-seconds for a, 20 for b, on either host
         assert got == [("big", 1.0, 0.25, 100.0), ("small", 1.0, 1.0, 400.0), ("small", 0.8, 0.8, 100.0)]
+
+
+def test_the_reference_host_is_the_largest_host_chosen_before_registration_not_the_first_to_register() -> None:
+    """``vcemu up`` (local and ``--ray``) names its hosts before their agents register: the largest is the model's
+    unit, whichever agent registers first. Before, the first to register was, so a need of 1 was a quarter core in
+    one run and a whole core in the next (the Ray review: 1.67x the CPU work between identical runs)."""
+    from coordinator.backends.live import LiveBackend
+    from vcemu.v1 import agent_pb2
+
+    from .scripted_agent import serve
+
+    small, big = TableAgent("a-small", hosts=("small",), cores=(0.25,)), TableAgent("a-big", hosts=("big",))
+    servers = [serve(small), serve(big)]
+    backend = LiveBackend(rpc_timeout=5.0)
+    try:
+        backend.choose_reference([agent_pb2.HostInfo(name="small", cpu_cores=0.25, memory_bytes=1 << 30),
+                                  agent_pb2.HostInfo(name="big", cpu_cores=1.0, memory_bytes=1 << 30)])
+        got = backend.add_agent(servers[0][1]) + backend.add_agent(servers[1][1])  # the small host registers first
+        assert [(h.name, h.cpu) for h in got] == [("small", 0.25), ("big", 1.0)]
+        # a reference already set (restored from the store: the units of its jobs) is kept
+        backend.choose_reference([agent_pb2.HostInfo(name="huge", cpu_cores=4.0, memory_bytes=1 << 32)])
+        assert backend.reference is not None and backend.reference.name == "big"
+    finally:
+        backend.close()
+        for server, _ in servers:
+            server.stop(0)

@@ -128,6 +128,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     from coordinator.store import StoreError
     from node_agent.cli import parse_size
     from node_agent.ports import dial_address, ports_refusal
+    from vcemu.v1 import agent_pb2
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
     cpus, mems = args.cpus_per_host, args.mem_per_host
@@ -172,6 +173,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             return 2
         # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
         coordinator = dial_address(bind, server.port, ctx.node_ip)
+        server.backend.choose_reference([agent_pb2.HostInfo(**h) for p in placements for h in p.hosts])
         agents = RayAgents(ctx, placements, coordinator, bind=args.bind, no_cgroups=args.no_cgroups)
         try:
             infos = agents.wait_started()
