@@ -645,3 +645,18 @@ def test_oppcost_says_the_rule_a_bad_value_breaks(tmp_path, capsys, argv, messag
     assert oppcost_main([*argv, "--executions", "1", "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_reader_that_goes_away_stops_the_command_quietly(tmp_path: Path) -> None:
+    """``vcemu simulate jobs.jsonl --policy greedy | head -1``, ``vcemu status | head -1``: the reader closes the pipe
+    and the next write fails. A Unix filter stops without a word; vcemu printed a BrokenPipeError traceback."""
+    job = tmp_path / "j.jsonl"
+    job.write_text('{"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n')
+    r, w = os.pipe()
+    os.close(r)  # nobody reads: the first write fails
+    try:
+        p = subprocess.run([sys.executable, "-m", "coordinator.cli", "simulate", str(job), "--policy", "greedy"],
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (128 + signal.SIGPIPE, "")
