@@ -485,7 +485,10 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="node memory for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
     p.add_argument("--seed", type=int, default=1, help="first seed of the Lublin traces (default %(default)s)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="CPUs of the local Ray")
-    p.add_argument("--address", default=None, help="an existing Ray cluster (ray://host:port or auto)")
+    p.add_argument("--address", default=None,
+                   help="an existing Ray cluster: its head's HOST:PORT (as `ray start --head --port` gave it; an "
+                        "unreachable head or a refused token is said in one line), ray://HOST:PORT, or auto "
+                        "(default: a local Ray of --workers CPUs)")
     p.add_argument("--retry-failed", action="store_true",
                    help="rerun stored cells that timed out or failed (a failure is deterministic: for after a "
                         "code change)")

@@ -87,3 +87,22 @@ def test_up_ray_waits_for_its_own_actors_not_for_hosts_restored_from_the_state()
     assert why == "2 of 2 agents (a0, a1) did not register within 0 s"
     restored.registered.update({"a0", "a1"})
     assert wait_registered(restored, ["a0", "a1"], timeout_s=0.2) is None
+
+
+def test_up_ray_says_once_that_an_actor_does_not_answer_and_when_it_answers_again() -> None:
+    """A loaded node's slow actor was reported at every 5-s health check, dozens of lines, as if it had crashed."""
+    from coordinator.backends.ray.cluster import health_lines
+
+    said: dict[str, str] = {}
+    slow = [("a0", "no reply in time")]
+    first = health_lines(said, slow, set())
+    assert len(first) == 1
+    assert first[0].startswith("agent actor a0 does not answer (no reply in time): slow, or crashed")
+    assert health_lines(said, slow, set()) == []  # the same cause again: nothing new to say
+    assert health_lines(said, [("a0", "not registered with the coordinator")], set())[0].startswith(
+        "agent actor a0 does not answer (not registered")  # another cause is said
+    assert health_lines(said, [], set()) == ["agent actor a0 answers again"]
+    assert health_lines(said, [], set()) == [] and said == {}
+    dead = health_lines(said, [("a1", "killed")], {"a1"})
+    assert dead == ["agent actor a1 is dead (killed); its hosts will be declared lost and their jobs requeued on the "
+                    "other agents"] and said == {}

@@ -189,15 +189,11 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         print(f"vcemu up: coordinator on {coordinator} ({args.policy}), {args.hosts} hosts on "
               f"{nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
         print(placement_table(infos, placements), flush=True)
+        said: dict[str, str] = {}  # why each actor that does not answer was last said not to
         while True:
             time.sleep(HEALTH_INTERVAL_S)
-            for agent_id, why in agents.unhealthy():
-                if agent_id in agents.dead:  # said once: its hosts are lost when its heartbeats stop
-                    print(f"vcemu up: agent actor {agent_id} is dead ({why}); its hosts will be declared lost and "
-                          "their jobs requeued on the other agents", file=sys.stderr, flush=True)
-                else:
-                    print(f"vcemu up: agent actor {agent_id} does not answer ({why}); Ray restarts a crashed actor "
-                          f"up to {MAX_RESTARTS} times", file=sys.stderr, flush=True)
+            for line in health_lines(said, agents.unhealthy(), agents.dead):
+                print(f"vcemu up: {line}", file=sys.stderr, flush=True)
             if len(agents.dead) == len(agents.actors):  # as a local vcemu up does when its last agent exits
                 print("vcemu up: every agent actor is dead; stopping the coordinator", file=sys.stderr, flush=True)
                 return 1
@@ -211,6 +207,28 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         if agents is not None:
             agents.stop()
         ctx.close()
+
+
+def health_lines(said: dict[str, str], unhealthy: list[tuple[str, str]], dead: set[str]) -> list[str]:
+    """What ``up --ray`` says of its actors after a health check (:meth:`RayAgents.unhealthy`); ``said`` (updated)
+    holds why each actor that does not answer was last said not to. A dead one is said once (its hosts are lost
+    when its heartbeats stop); one that does not answer, once per cause, and again when it answers: a loaded
+    node's slow actor was otherwise reported every 5 s as if it had crashed."""
+    now = dict(unhealthy)
+    lines = []
+    for agent_id in [a for a in said if a not in now]:
+        del said[agent_id]
+        lines.append(f"agent actor {agent_id} answers again")
+    for agent_id, why in now.items():
+        if agent_id in dead:
+            lines.append(f"agent actor {agent_id} is dead ({why}); its hosts will be declared lost and their jobs "
+                         "requeued on the other agents")
+            said.pop(agent_id, None)
+        elif said.get(agent_id) != why:
+            said[agent_id] = why
+            lines.append(f"agent actor {agent_id} does not answer ({why}): slow, or crashed (Ray restarts a crashed "
+                         f"actor up to {MAX_RESTARTS} times)")
+    return lines
 
 
 def _interrupt(*_: object) -> None:
