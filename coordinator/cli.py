@@ -838,27 +838,29 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu up: error: {e}", file=sys.stderr)
         return 2
-    metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
-    print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. Ctrl-C stops.",
-          flush=True)
-    exited: set[int] = set()
-    while not stop.is_set():
-        for p in procs:
-            if p.pid not in exited and p.poll() is not None:
-                exited.add(p.pid)
-                print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
-        if len(exited) == len(procs):
-            print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr, flush=True)
-            # No agent is left to take a Stop for the tasks it ran (they ended with it): each would only fail,
-            # after its retries' backoff, and be logged at exit (LiveBackend.closing).
-            server.stop_tasks_on_exit = False
-            server.stop()
-            return 1
-        stop.wait(0.5)
-    print("vcemu up: stopping", flush=True)
-    server.stop()
-    stop_processes(procs)
-    return 0
+    try:  # whatever happens here (a print to a pipe whose reader is gone: `vcemu up | tee` at Ctrl-C), stop all
+        metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
+        print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. "
+              "Ctrl-C stops.", flush=True)
+        exited: set[int] = set()
+        while not stop.is_set():
+            for p in procs:
+                if p.pid not in exited and p.poll() is not None:
+                    exited.add(p.pid)
+                    print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
+            if len(exited) == len(procs):
+                # No agent is left to take a Stop for the tasks it ran (they ended with it): each would only fail,
+                # after its retries' backoff, and be logged at exit (LiveBackend.closing).
+                server.stop_tasks_on_exit = False
+                print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr,
+                      flush=True)
+                return 1
+            stop.wait(0.5)
+        print("vcemu up: stopping", flush=True)
+        return 0
+    finally:
+        server.stop()
+        stop_processes(procs)
 
 
 def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -185,8 +186,9 @@ def _stop_when_orphaned(parent: int, stop: threading.Event) -> None:
     while os.getppid() == parent:
         if stop.wait(PARENT_CHECK_S):
             return
-    print(f"vcemu agent: its parent (pid {parent}) has exited; stopping", file=sys.stderr, flush=True)
-    stop.set()
+    stop.set()  # first: the parent's stderr may be a pipe whose reader is gone too (`vcemu up | tee`, Ctrl-C)
+    with contextlib.suppress(OSError):
+        print(f"vcemu agent: its parent (pid {parent}) has exited; stopping", file=sys.stderr, flush=True)
 
 
 class _signals_set:

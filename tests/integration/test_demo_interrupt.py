@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -151,3 +152,30 @@ def test_replay_stopped_by_a_signal_stops_its_agents_and_says_so_in_one_line(sig
         assert_all_gone(spawned, 5)
     finally:
         kill_leftovers(spawned, replay)
+
+
+def test_up_whose_output_reader_is_gone_still_stops_its_agents(tmp_path: Path) -> None:
+    """``vcemu up ... | tee up.log``, then Ctrl-C: the terminal's SIGINT ends tee as well, so up's "stopping" line
+    and its agents' last words go to pipes nobody reads. up died of the BrokenPipeError before stopping its agents,
+    and each agent's parent watch died of the same error before setting its stop: the agent and its tasks ran on
+    for good (found by review). Here the reader of both of up's pipes goes away before the SIGINT."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    up = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "up", "--hosts", "1", "--no-cgroups", "--port",
+                           str(port), "--metrics-port", "0"],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    spawned: dict[int, bytes] = {}
+    try:
+        assert up.stdout is not None and up.stderr is not None
+        line = up.stdout.readline()  # up prints it once its agent has registered
+        assert b"Ctrl-C stops." in line, line + up.stderr.read()
+        spawned = descendants(up.pid)
+        assert [pid for pid, argv in spawned.items() if b"\0agent\0" in argv], spawned
+        up.stdout.close()
+        up.stderr.close()
+        up.send_signal(signal.SIGINT)
+        up.wait(60)
+        assert_all_gone(spawned, 15)
+    finally:
+        kill_leftovers(spawned, up)
