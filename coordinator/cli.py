@@ -528,14 +528,16 @@ def _job_request_id(spec: JobSpec) -> str:
 
 
 def _job_table(jobs) -> str:
-    # STRETCH: flow time over work; B.STRETCH: the same bounded at 30 s (the reply's ``stretch``), done jobs only
+    # STRETCH: flow time over work; B.STRETCH: the same bounded at 30 s (the reply's ``stretch``), done jobs only.
+    # YIELD: the share now over the need, running jobs only (a job that is not running has none: not 0.00)
     rows = [("JOB", "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS", "STRETCH", "B.STRETCH")]
     for j in jobs:
         done = j.state == "done" and j.end_time >= 0 and j.spec.work_seconds > 0
         stretch = (j.end_time - j.submit_time) / j.spec.work_seconds if done else 0.0
         rows.append((
             j.job_id, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",
-            f"{j.spec.work_seconds:.0f}", f"{getattr(j, 'yield'):.2f}", f"{j.virtual_time:.1f}",
+            f"{j.spec.work_seconds:.0f}", f"{getattr(j, 'yield'):.2f}" if j.state == "running" else "-",
+            f"{j.virtual_time:.1f}",
             ",".join(j.hosts) or "-", f"{stretch:.2f}" if done else "-", f"{j.stretch:.2f}" if j.stretch else "-",
         ))
     return format_table(rows)

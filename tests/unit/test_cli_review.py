@@ -144,3 +144,17 @@ def test_coordinator_prints_its_metrics_url() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_jobs_table_shows_a_yield_for_running_jobs_only() -> None:
+    """A finished job's YIELD read 0.00 in ``vcemu jobs`` (the README calls it the share it ran with over its need;
+    the reply has no share for a job that is not running): now ``-``, as for STRETCH of a job not done."""
+    from coordinator.cli import _job_table
+    from vcemu.v1 import coordinator_pb2 as pb
+
+    spec = pb.JobSpec(name="a", tasks=1, cpu_need=0.5, memory=0.1, work_seconds=30)
+    running = pb.Job(job_id="job-1", spec=spec, state="running", cpu_share=0.25, virtual_time=3, hosts=["h0"],
+                     **{"yield": 0.5})
+    done = pb.Job(job_id="job-2", spec=spec, state="done", submit_time=0, end_time=60, virtual_time=30, stretch=2.0)
+    rows = [line.split() for line in _job_table([running, done]).splitlines()[1:]]
+    assert rows[0][6] == "0.50" and rows[1][6] == "-"
