@@ -576,10 +576,10 @@ def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> di
     for a in ("LP", *ALL_ALGOS):
         if a in summ:
             s = summ[a]
-            print(
-                f"   {a:<6} fail {100 * s['failure_rate']:5.1f}%  min {s['min_yield']:.4f}  "
-                f"avg {s['avg_yield']:.4f}  time {1000 * s['seconds']:9.3f} ms"
-            )
+            # The LP bound has a minimum yield only (no placement, so no average yield), and is not timed
+            avg = "     -" if a == "LP" or math.isnan(s["avg_yield"]) else f"{s['avg_yield']:.4f}"
+            took = f"{'-':>9}" if a == "LP" else f"{1000 * s['seconds']:9.3f} ms"
+            print(f"   {a:<6} fail {100 * s['failure_rate']:5.1f}%  min {s['min_yield']:.4f}  avg {avg}  time {took}")
     milp = milp_time_limits(rows)
     if milp["instances"]:
         print(f"-- {set_name} set: the MILP stopped at its time limit (status time_limit) on {milp['time_limit']} of "
