@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
 
 from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_TASKS, request_bounds
+from coordinator.model import JobState
 from coordinator.policy_names import POLICY_NAMES
 
 if TYPE_CHECKING:
@@ -989,9 +990,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tasks", type=_tasks, default=1,
                     help=f"parallel tasks, 1..{MAX_TASKS}, each needing --cpu-need and --memory of the host the "
                     "policy puts it on; tasks of one job may share a host (default 1)")
-    sp.add_argument("--cpu-need", type=float, default=1.0, help="per task, fraction of a host, (0, 1]")
-    sp.add_argument("--memory", type=float, default=0.1, help="per task, fraction of a host's memory, (0, 1]")
-    sp.add_argument("--work", type=float, default=30.0, help="seconds at full speed")
+    sp.add_argument("--cpu-need", type=float, default=1.0, help="per task, fraction of a host, (0, 1] (default 1.0)")
+    sp.add_argument("--memory", type=float, default=0.1,
+                    help="per task, fraction of a host's memory, (0, 1] (default 0.1)")
+    sp.add_argument("--work", type=float, default=30.0, help="seconds at full speed (default 30)")
     sp.add_argument("--workload", default="dgemm",
                     help="what each task runs: dgemm (default), arraycycle or modeled")
     sp.add_argument("--request-id", default=None,
@@ -1003,7 +1005,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("jobs", help="list jobs")
     client(sp)
-    sp.add_argument("--state", default=None, help="only jobs in this state (pending, running, paused, done, ...)")
+    sp.add_argument("--state", default=None,
+                    help=f"only jobs in this state ({', '.join(s.value for s in JobState)})")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.set_defaults(func=cmd_jobs)
 
@@ -1033,7 +1036,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=1, help="seed of the job mix (default %(default)s)")
     sp.add_argument("--jobs", type=_positive("--jobs", int), default=12, help="jobs in the mix (default %(default)s)")
     sp.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="emulated hosts (default %(default)s)")
-    sp.add_argument("--span", type=_positive("--span"), default=60.0, help="seconds over which jobs arrive")
+    sp.add_argument("--span", type=_positive("--span"), default=60.0,
+                    help="seconds over which jobs arrive (default %(default)s)")
     sp.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None,
                     help="real cores per emulated host (default: 60%% of the machine shared out)")
     sp.add_argument("--no-cgroups", action="store_true",

@@ -198,7 +198,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
         if request.state and request.state not in {s.value for s in JobState}:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}")
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}; known: "
+                          f"{', '.join(s.value for s in JobState)}")
         if request.page_size < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size: must be >= 0, got {request.page_size}")
         self.s.drain()

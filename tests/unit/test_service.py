@@ -82,6 +82,7 @@ def test_lookups_of_unknown_things_say_what_is_unknown(stub):
     with pytest.raises(grpc.RpcError) as err:
         stub.ListJobs(pb.ListJobsRequest(state="sleeping"), timeout=5)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("state:")
+    assert err.value.details().endswith("known: pending, running, paused, done, failed, cancelled")  # a typo's fix
 
 
 def test_submit_with_a_request_id_is_idempotent(stub):
