@@ -530,13 +530,18 @@ def _job_request_id(spec: JobSpec) -> str:
 
 def _job_table(jobs) -> str:
     # STRETCH: flow time over work; B.STRETCH: the same bounded at 30 s (the reply's ``stretch``), done jobs only.
-    # YIELD: the share now over the need, running jobs only (a job that is not running has none: not 0.00)
-    rows = [("JOB", "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS", "STRETCH", "B.STRETCH")]
+    # YIELD: the share now over the need, running jobs only (a job that is not running has none: not 0.00).
+    # NAME: the user's name for the job (a job file's id), when some job has one.
+    jobs = list(jobs)
+    named = any(j.spec.name and j.spec.name != j.job_id for j in jobs)
+    rows = [("JOB", *(("NAME",) if named else ()), "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS",
+             "STRETCH", "B.STRETCH")]
     for j in jobs:
         done = j.state == "done" and j.end_time >= 0 and j.spec.work_seconds > 0
         stretch = (j.end_time - j.submit_time) / j.spec.work_seconds if done else 0.0
+        name = (j.spec.name if j.spec.name and j.spec.name != j.job_id else "-",) if named else ()
         rows.append((
-            j.job_id, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",
+            j.job_id, *name, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",
             f"{j.spec.work_seconds:.0f}", f"{getattr(j, 'yield'):.2f}" if j.state == "running" else "-",
             f"{j.virtual_time:.1f}",
             ",".join(j.hosts) or "-", f"{stretch:.2f}" if done else "-", f"{j.stretch:.2f}" if j.stretch else "-",

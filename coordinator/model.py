@@ -73,6 +73,9 @@ class JobSpec:
     workload: str = "dgemm"
     #: A user's run-time estimate (SWF "requested time"), for EASY with user estimates; None if unknown.
     estimate: float | None = None
+    #: The user's name for a job submitted to a live coordinator (a job file's id), beside the id the coordinator
+    #: gives it; "" if none (a file's or a trace's job has its own id).
+    name: str = ""
 
     def validate(self, hosts: tuple[Host, ...] | None = None) -> None:
         """Refuse a job that can never run, naming the field (001 Sec. II-B.1 constraints)."""

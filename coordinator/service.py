@@ -120,7 +120,7 @@ def job_message(rec: JobRecord) -> pb.Job:
     return pb.Job(
         job_id=spec.id,
         spec=pb.JobSpec(
-            name=spec.id, tasks=spec.tasks, cpu_need=spec.cpu_need, memory=spec.mem,
+            name=spec.name or spec.id, tasks=spec.tasks, cpu_need=spec.cpu_need, memory=spec.mem,
             work_seconds=spec.work, workload=spec.workload,
         ),
         state=rec.state.value,
@@ -534,6 +534,7 @@ class CoordinatorServer:
                     mem=spec_in.memory,
                     work=spec_in.work_seconds,
                     workload=spec_in.workload or "dgemm",
+                    name=spec_in.name,
                 )
                 try:
                     spec.validate(hosts)

@@ -172,9 +172,11 @@ _LEASE = "lease/"
 
 
 def _spec_json(spec: JobSpec) -> str:
-    return json.dumps({"id": spec.id, "submit_time": spec.submit_time, "tasks": spec.tasks,
-                       "cpu_need": spec.cpu_need, "mem": spec.mem, "work": spec.work,
-                       "workload": spec.workload, "estimate": spec.estimate})
+    fields = {"id": spec.id, "submit_time": spec.submit_time, "tasks": spec.tasks, "cpu_need": spec.cpu_need,
+              "mem": spec.mem, "work": spec.work, "workload": spec.workload, "estimate": spec.estimate}
+    if spec.name:  # (a store written before names were kept has none: JobSpec's default)
+        fields["name"] = spec.name
+    return json.dumps(fields)
 
 
 class Store:

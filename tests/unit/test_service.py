@@ -505,3 +505,21 @@ def test_a_restart_starts_over_a_job_left_on_a_host_no_agent_has(tmp_path):
     finally:
         again.stop()
         y_server.stop(0)
+
+
+def test_a_submitted_jobs_name_is_kept_beside_its_id(stub):
+    """A job file's ids (``submit --file`` sends each as the job's name) were dropped: ``vcemu jobs`` showed only
+    the coordinator's ids, and the one link between the two was submit's output (found by review)."""
+    register(stub)
+    named = stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(name="j0", tasks=1, cpu_need=0.5, memory=0.1,
+                                                         work_seconds=5)), timeout=5)
+    plain = stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5)),
+                        timeout=5)
+    assert (named.spec.name, plain.spec.name) == ("j0", plain.job_id)  # no name: the id, as before
+    listed = {j.job_id: j.spec.name for j in stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs}
+    assert listed == {named.job_id: "j0", plain.job_id: plain.job_id}
+    from coordinator.cli import _job_table
+
+    table = _job_table(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs).splitlines()
+    assert table[0].split()[:2] == ["JOB", "NAME"]
+    assert [line.split()[1] for line in table[1:]] == ["j0", "-"]

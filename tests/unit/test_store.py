@@ -176,3 +176,20 @@ def test_the_lease_granted_to_each_agent_is_kept_until_the_agent_is_dropped(tmp_
     s.drop_agent("b")
     s.close()
     assert Store(db).load().leases == {"a": 5.0}
+
+
+def test_a_jobs_user_name_is_kept_and_a_store_without_names_still_loads(tmp_path: Path) -> None:
+    """``vcemu submit --file`` sends each job's id from the file as its name: kept across a restart on --state."""
+    import dataclasses
+
+    path = str(tmp_path / "s.db")
+    store = Store(path)
+    named = dataclasses.replace(spec(1), name="j0")
+    with store.transaction():
+        store.put_job(named, JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+        store.put_job(spec(2), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+    store.close()
+    with sqlite3.connect(path) as db:  # a job's row as a store written before names were kept has it
+        [row] = db.execute("SELECT spec FROM jobs WHERE id=?", (spec(2).id,)).fetchall()
+        assert '"name"' not in row[0]
+    assert [j.spec for j in Store(path).load().jobs] == [named, spec(2)]
