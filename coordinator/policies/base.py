@@ -88,14 +88,17 @@ def greedy_placement(
     """GREEDY's task mapping (001 Sec. III-A), or None if some task does not fit.
 
     Among hosts with enough free memory for one task, the one with the lowest CPU load (sum of the
-    needs of its tasks, relative to its capacity) gets a task; a host that cannot take another task is
-    dropped. Ties go to the host listed first. ``use`` is not modified.
+    needs of its tasks, relative to its capacity) once the task is added gets it; a host that cannot take
+    another task is dropped. Ties go to the host listed first. ``use`` is not modified. On hosts of equal
+    capacity (001's cluster) that is the host of lowest load now; on unequal ones it does not put a task
+    on an idle small host, at a load of need / capacity, beside an idle large host that was listed later.
     """
-    # A heap keyed on (relative load, host index): only the chosen host's key changes at each step, so
-    # popping it and pushing it back with its new load picks exactly what a scan for the minimum would.
+    # A heap keyed on (relative load with the task, host index): only the chosen host's key changes at each
+    # step, so popping it and pushing it back with its new load picks exactly what a scan for the minimum would.
+    need = spec.cpu_need
     load = [use[h.name].load for h in hosts]
     free_mem = [h.mem - use[h.name].mem for h in hosts]
-    heap = [(load[i] / h.cpu, i) for i, h in enumerate(hosts) if free_mem[i] + EPS >= spec.mem]
+    heap = [((load[i] + need) / h.cpu, i) for i, h in enumerate(hosts) if free_mem[i] + EPS >= spec.mem]
     heapq.heapify(heap)
     placed: list[str] = []
     for _ in range(spec.tasks):
@@ -106,7 +109,7 @@ def greedy_placement(
         load[best] += spec.cpu_need
         free_mem[best] -= spec.mem
         if free_mem[best] + EPS >= spec.mem:
-            heapq.heappush(heap, (load[best] / hosts[best].cpu, best))
+            heapq.heappush(heap, ((load[best] + need) / hosts[best].cpu, best))
     return tuple(placed)
 
 

@@ -403,11 +403,12 @@ class DynMcb8:
 
 def _greedy_hosts(spec: JobSpec, info: _HostInfo, load: list[float], used: list[float]) -> list[int] | None:
     """:func:`coordinator.policies.base.greedy_placement` on host positions: among hosts with memory for
-    one more task, the lowest relative CPU load (first listed on a tie) takes the next task. ``load``
+    one more task, the lowest relative CPU load with the task (first listed on a tie) takes it. ``load``
     gains the placed tasks' needs (the caller's max-min loads); None if some task does not fit."""
     cpu, mem = info.cpu, info.mem
     free_mem = [m - u for m, u in zip(mem, used, strict=True)]
-    heap = [(load[i] / cpu[i], i) for i in range(len(cpu)) if free_mem[i] + EPS >= spec.mem]
+    need = spec.cpu_need
+    heap = [((load[i] + need) / cpu[i], i) for i in range(len(cpu)) if free_mem[i] + EPS >= spec.mem]
     heapq.heapify(heap)
     placed: list[int] = []
     for _ in range(spec.tasks):
@@ -418,7 +419,7 @@ def _greedy_hosts(spec: JobSpec, info: _HostInfo, load: list[float], used: list[
         load[best] += spec.cpu_need
         free_mem[best] -= spec.mem
         if free_mem[best] + EPS >= spec.mem:
-            heapq.heappush(heap, (load[best] / cpu[best], best))
+            heapq.heappush(heap, ((load[best] + need) / cpu[best], best))
     return placed
 
 

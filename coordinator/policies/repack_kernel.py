@@ -113,7 +113,8 @@ else:
         on hosts loaded by the running jobs (job ``j``: ``counts[j]`` tasks on hosts ``at``, each needing
         ``needs[j]`` CPU and ``mems[j]`` memory), as ``dynmcb._greedy_hosts`` computes it on the loads
         ``np.bincount`` sums (the same additions, in the same order): among hosts with memory for one more
-        task, the lowest load / capacity, the first host on a tie (what popping a heap of (key, host) gives).
+        task, the lowest (load + need) / capacity, the first host on a tie (what popping a heap of (key, host)
+        gives).
         Writes the hosts to ``placed``; returns (mapped, the largest load / capacity with the new job: Λ)."""
         n = capc.shape[0]
         load, used = _host_sums(at, needs, mems, counts, n)
@@ -127,7 +128,7 @@ else:
             key = 0.0
             for i in range(n):
                 if ok[i]:
-                    q = load[i] / capc[i]
+                    q = (load[i] + need) / capc[i]
                     if best < 0 or q < key:
                         best = i
                         key = q

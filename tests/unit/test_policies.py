@@ -120,3 +120,25 @@ def test_with_every_host_lost_a_policy_starts_nothing_and_does_not_fail(name: st
     for stimulus in (Submit("b"), HostLost("h0"), Tick()):
         plan = get_policy(name).decide(snap(100.0, (), pending(a), pending(b)), stimulus)
         assert not [act for act in plan.actions if isinstance(act, Start)], (name, stimulus, plan)
+
+
+@pytest.mark.parametrize("policy", ["greedy", "greedy-pmtn", "dynmcb8-asap-per"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_greedy_mapping_on_unequal_hosts_puts_a_task_where_its_load_is_lowest_once_placed(
+        policy: str, compiled: bool, monkeypatch) -> None:
+    """A quarter-core host listed before an idle whole-core host: GREEDY took the first (both at load 0), so a need
+    of 1 ran at yield 0.25 beside an idle host (a live cluster with --cpus-per-host 0.25,1). The lowest load once
+    the task is added picks the large host; on equal hosts the choice is the same as before."""
+    from coordinator.model import Host
+    from coordinator.policies import dynmcb
+
+    if not compiled:
+        monkeypatch.setattr(dynmcb, "greedy_admission", None)  # DYNMCB8-ASAP's Python route
+    unequal = (Host("small", 0.25, 1.0), Host("big", 1.0, 1.0))
+    plan = get_policy(policy).decide(snap(0.0, unequal, pending(spec("a"))), Submit("a"))
+    assert [(type(a), a.hosts, a.cpu) for a in plan.actions] == [(Start, ("big",), 1.0)]
+    # equal hosts, the second one less loaded: the task goes there, as before
+    two = hosts(2)
+    busy = running(spec("b", need=0.5), ("h0",), 0.5)
+    plan = get_policy(policy).decide(snap(0.0, two, busy, pending(spec("a", need=0.5))), Submit("a"))
+    assert [a.hosts for a in plan.actions if isinstance(a, Start)] == [("h1",)]
