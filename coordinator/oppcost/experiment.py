@@ -16,9 +16,11 @@ above) and writes ``config.json`` with ``"complete": false``; it becomes true on
 file is replaced atomically. Each finished execution is appended to ``executions.partial.csv`` (flushed to disk),
 so a run that is killed, or interrupted by Ctrl-C or SIGTERM (the finished executions are then summarised,
 ``summary.json`` says ``"interrupted": true`` and the exit code is 130), loses nothing: rerun the same command and
-it keeps those executions and runs only the missing ones, with the same results as an uninterrupted run. If the
-settings differ from the stored ``config.json`` (anything but ``--jobs``), or the code does (its source fingerprint),
-it says so and starts over. Interrupted before any execution finished, it says so and exits 130 too.
+it keeps those executions and runs only the missing ones, with the same results as an uninterrupted run. A
+finished run is kept the same way when the command is run again with more ``--executions`` (execution k depends
+on ``seed + k`` alone): only the new ones run. If the settings differ from the stored ``config.json`` (anything but
+``--jobs`` and ``--executions``), or the code does (its source fingerprint), it says so and starts over.
+Interrupted before any execution finished, it says so and exits 130 too.
 
 An execution whose stream has no job (arrivals are uniform in [0, 20) s apart, so a ``--duration`` of a few tens of
 seconds leaves some streams empty) has no average slowdown: it is kept in ``executions.csv`` (``jobs`` 0, means
@@ -48,7 +50,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coordinator.oppcost.sim import SimulationTooLong, simulate
@@ -81,7 +83,8 @@ JOURNAL = "executions.partial.csv"
 OUTPUTS = ("executions.csv", JOURNAL, "table2.csv", "summary.json",
            *(f"{f}_{xm}_vs_{ym}.png" for f, xm, ym in FIGURES))
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
-NOT_RESULTS = ("jobs", "argv", "complete")
+#: ``executions`` too: execution k depends on ``seed + k`` alone, so a run of 400 keeps a run's first 300.
+NOT_RESULTS = ("jobs", "argv", "complete", "executions")
 
 
 @dataclass(frozen=True)
@@ -281,21 +284,32 @@ def _journal_row(raw: dict[str, str], cfg: Config) -> dict[str, float] | None:
 
 
 def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] | None:
-    """The finished executions of an unfinished run in ``out`` with the same settings as ``config``, or None
-    (with a line on stderr) if ``out`` holds one with other settings. Rows that do not check out are dropped,
-    to be run again."""
-    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu oppcost")
+    """The finished executions of the run in ``out``, if its settings are those of ``config`` but for the number
+    of executions: an unfinished run's (its journal), or a finished run's (``executions.csv``; so that 300
+    executions can be taken to 400 without running the 300 again). None (with a line on stderr) if ``out`` holds
+    a run with other settings. Rows that do not check out are dropped, to be run again; rows past
+    ``--executions`` are left out."""
+    finished = not (out / JOURNAL).exists() and (out / "executions.csv").exists()
+    stored = unfinished_rows(out, "executions.csv" if finished else JOURNAL, FIELDS, config, NOT_RESULTS,
+                             "vcemu oppcost")
     if stored is None:
         return None
     raw, dropped = stored
     rows: dict[int, dict[str, float]] = {}
+    beyond = 0
     for r in raw:
-        row = _journal_row(r, cfg)
-        if row is None or row["execution"] in rows:
+        row = _journal_row(r, replace(cfg, executions=2**62))
+        if row is not None and row["execution"] >= cfg.executions:
+            beyond += 1
+        elif row is None or row["execution"] in rows:
             dropped += 1
         else:
             rows[int(row["execution"])] = row
-    say_resumed("vcemu oppcost", out, len(rows), cfg.executions, "executions", dropped)
+    say_resumed("vcemu oppcost", out, len(rows), cfg.executions, "executions", dropped,
+                source="the finished run" if finished else "the unfinished run",
+                carried=f"{beyond} past --executions {cfg.executions} left out" if beyond else "")
+    if finished and rows:  # into the journal before the run's outputs, executions.csv among them, are cleared
+        Journal(out / JOURNAL, FIELDS, [rows[k] for k in sorted(rows)]).close()
     return [rows[k] for k in sorted(rows)]
 
 

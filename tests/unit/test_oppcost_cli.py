@@ -140,3 +140,53 @@ def test_sigterm_in_a_just_forked_worker_ends_it_instead_of_running_the_commands
                 os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+
+
+def test_more_executions_keep_a_finished_runs_and_run_only_the_new_ones(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Going from 300 to 400 executions ran all 400 again (the stored run's settings differed in ``executions``),
+    though execution k depends on seed + k alone (found by review). Fewer keep the first ones."""
+    out = tmp_path / "out"
+    args = ["--jobs", "1", "--duration", "30", "--out", str(out)]
+    assert oc.oppcost_main(["--executions", "3", *args]) == 0
+    three = (out / "executions.csv").read_text().splitlines()
+    ran: list[int] = []
+    real = oc.run_execution
+
+    def counted(cfg, k):  # noqa: ANN001, ANN202 - the pool's callable, in this process (jobs 1 forks)
+        ran.append(k)
+        return real(cfg, k)
+
+    monkeypatch.setattr(oc, "run_execution", counted)
+    monkeypatch.setattr(oc, "ProcessPoolExecutor", _InlinePool)
+    capsys.readouterr()
+    assert oc.oppcost_main(["--executions", "5", *args]) == 0
+    assert ran == [3, 4]
+    assert f"vcemu oppcost: resuming the finished run in {out}: 3 of 5 executions kept" in capsys.readouterr().err
+    five = (out / "executions.csv").read_text().splitlines()
+    assert five[:4] == three and len(five) == 6
+    fresh = tmp_path / "fresh"  # the same 5 in one go: the same rows
+    assert oc.oppcost_main(["--executions", "5", "--jobs", "1", "--duration", "30", "--out", str(fresh)]) == 0
+    assert (fresh / "executions.csv").read_text().splitlines() == five
+    ran.clear()
+    capsys.readouterr()
+    assert oc.oppcost_main(["--executions", "2", *args]) == 0
+    assert ran == [] and (out / "executions.csv").read_text().splitlines() == five[:3]
+    assert "2 of 2 executions kept, 3 past --executions 2 left out" in capsys.readouterr().err
+
+
+class _InlinePool:
+    """ProcessPoolExecutor's interface, running each call in this process (so that a test can count them)."""
+
+    def __init__(self, *_, **__) -> None:
+        pass
+
+    def submit(self, fn, *args):  # noqa: ANN001, ANN202
+        from concurrent.futures import Future
+
+        fut: Future = Future()
+        fut.set_result(fn(*args))
+        return fut
+
+    def shutdown(self, *_, **__) -> None:
+        pass
