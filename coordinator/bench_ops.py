@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cli import interrupted, signals_interrupt, spawn_agent, stop_processes
+from coordinator.cli import interrupted, signals_deferred, signals_interrupt, spawn_agent, stop_processes
 from coordinator.policy_names import POLICY_NAMES
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
@@ -184,17 +184,19 @@ def _load_round(args: argparse.Namespace, batch: int) -> dict:
         for pr in procs:
             pr.join(10)
     finally:
-        for pr in procs:
-            if pr.is_alive():
-                pr.terminate()
-        for pr in procs:
-            pr.join(10)
-        if server is not None:
-            server.stop()
-        if agent is not None:
-            agent.stop()
-        if sys.exc_info()[0] is not None:  # no result to read: the store goes too
-            shutil.rmtree(tmp, ignore_errors=True)
+        failed = sys.exc_info()[0] is not None
+        with signals_deferred():  # a second Ctrl-C must not stop the cleanup half way
+            for pr in procs:
+                if pr.is_alive():
+                    pr.terminate()
+            for pr in procs:
+                pr.join(10)
+            if server is not None:
+                server.stop()
+            if agent is not None:
+                agent.stop()
+            if failed:  # no result to read: the store goes too
+                shutil.rmtree(tmp, ignore_errors=True)
     stored = {j.spec.id for j in Store(db).load().jobs}
     with contextlib.suppress(OSError):
         for f in os.listdir(tmp):
