@@ -9,7 +9,9 @@ scale: 1,000 emulated hosts across a few real agent processes (``modeled`` workl
 task), one job per two hosts, under DYNMCB8-PER; reports the control cycle (the periodic Tick: policy
 decision plus applying the plan over gRPC) p50/p99, and the agents' resident memory per emulated host.
 
-Both write JSON (and the config that produced it) under ``--out``; ``--json`` prints the JSON line.
+Both write JSON (and the config that produced it) under ``--out``; ``--json`` prints the JSON line. Ctrl-C or
+SIGTERM stops everything a bench started (coordinator, agents, their tasks and work directories, the load's
+client processes) and ends it with one line and exit status 130, as ``vcemu up`` does.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import multiprocessing
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,11 +34,49 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
+from coordinator.cli import interrupted, signals_deferred, signals_interrupt, spawn_agent, stop_processes
+from coordinator.policy_names import POLICY_NAMES
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 GIB = 1 << 30
+
+
+def _int_at_least(low: int):  # type: ignore[no-untyped-def]
+    """An argparse type: a whole number >= ``low`` (argparse then says "argument --hosts: must be >= 1, got 0")."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    return parse
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _policy(text: str) -> str:
+    if text.lower() not in POLICY_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown policy {text!r}; known: {', '.join(sorted(POLICY_NAMES))}")
+    return text.lower()
+
+
+def _bar_off(args: argparse.Namespace) -> bool:
+    """No progress bar with ``--json``, nor when stderr is not a terminal (a log, a pipe: no bar's redraws there)."""
+    return bool(args.json) or not sys.stderr.isatty()
 
 
 def _write(out: str, name: str, result: dict, config: dict) -> None:
@@ -58,6 +101,7 @@ def _register(server_address: str, agent_address: str) -> None:
 def _load_client(address: str, ids: list[int], batch: int, go, out) -> None:  # type: ignore[no-untyped-def]
     """One client process (its own GIL), one channel, 4 calls in flight: unary Submits (``batch`` 1) or
     SubmitBatch calls of ``batch`` submissions each (every submission still answered on its own)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches us too: the bench stops us
     spec = pb.JobSpec(tasks=1, cpu_need=0.1, memory=0.01, work_seconds=2.0, workload="modeled")
     acked: list[str] = []
     errors: list[str] = []
@@ -108,27 +152,29 @@ def _load_round(args: argparse.Namespace, batch: int) -> dict:
 
     tmp = tempfile.mkdtemp(prefix="vcemu-bench-load-")
     db = os.path.join(tmp, "state.db")
-    agent = start_agent([HostSpec(f"load-h{i}", 1.0, GIB) for i in range(args.hosts)],
-                        agent_id=f"bench-load-{os.getpid()}-{batch}", no_cgroups=True)
-    server = CoordinatorServer(get_policy(args.policy), port=0, state=db, heartbeat_s=3600)
-    assert server.store is not None
-    server.store._db.execute(f"PRAGMA synchronous={args.synchronous.upper()}")
-    server.start()
     acked: list[str] = []
     errors: list[str] = []
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
-    try:
+    agent = server = None
+    procs: list = []
+    try:  # whatever stops the round (Ctrl-C, SIGTERM, a failure), the agent, server and clients go with it
+        agent = start_agent([HostSpec(f"load-h{i}", 1.0, GIB) for i in range(args.hosts)],
+                            agent_id=f"bench-load-{os.getpid()}-{batch}", no_cgroups=True)
+        server = CoordinatorServer(get_policy(args.policy), port=0, state=db, heartbeat_s=3600)
+        assert server.store is not None
+        server.store._db.execute(f"PRAGMA synchronous={args.synchronous.upper()}")
+        server.start()
         _register(server.address, agent.address)
         procs = [ctx.Process(target=_load_client, args=(server.address, list(range(k, args.jobs, args.clients)),
-                                                          batch, go, out)) for k in range(args.clients)]
+                                                          batch, go, out), daemon=True) for k in range(args.clients)]
         for pr in procs:
             pr.start()
         time.sleep(3.0)  # the clients import and connect before the clock starts
         t0 = time.perf_counter()
         go.set()
         label = "submit" if batch == 1 else f"submit (batches of {batch})"
-        with tqdm(total=args.jobs, desc=label, unit="job", disable=args.json, file=sys.stderr) as bar:
+        with tqdm(total=args.jobs, desc=label, unit="job", disable=_bar_off(args), file=sys.stderr) as bar:
             for _ in procs:
                 a, e = out.get(timeout=600)
                 acked.extend(a)
@@ -138,8 +184,19 @@ def _load_round(args: argparse.Namespace, batch: int) -> dict:
         for pr in procs:
             pr.join(10)
     finally:
-        server.stop()
-        agent.stop()
+        failed = sys.exc_info()[0] is not None
+        with signals_deferred():  # a second Ctrl-C must not stop the cleanup half way
+            for pr in procs:
+                if pr.is_alive():
+                    pr.terminate()
+            for pr in procs:
+                pr.join(10)
+            if server is not None:
+                server.stop()
+            if agent is not None:
+                agent.stop()
+            if failed:  # no result to read: the store goes too
+                shutil.rmtree(tmp, ignore_errors=True)
     stored = {j.spec.id for j in Store(db).load().jobs}
     with contextlib.suppress(OSError):
         for f in os.listdir(tmp):
@@ -157,11 +214,13 @@ def bench_load_main(argv: list[str]) -> int:
     from coordinator.store import DEFAULT_SYNCHRONOUS, SYNCHRONOUS
 
     p = argparse.ArgumentParser(prog="vcemu bench load", description=bench_load_main.__doc__)
-    p.add_argument("--jobs", type=int, default=10_000)
-    p.add_argument("--clients", type=int, default=4, help="client processes, one channel and 4 calls in flight each")
+    p.add_argument("--jobs", type=_int_at_least(1), default=10_000)
+    p.add_argument("--clients", type=_int_at_least(1), default=4,
+                   help="client processes, one channel and 4 calls in flight each")
     p.add_argument("--batch", type=int, default=100, help="submissions per SubmitBatch call (1: unary Submit only)")
-    p.add_argument("--hosts", type=int, default=16)
-    p.add_argument("--policy", default="fcfs")
+    p.add_argument("--hosts", type=_int_at_least(1), default=16)
+    p.add_argument("--policy", type=_policy, default="fcfs",
+                   help=f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)")
     p.add_argument("--synchronous", choices=SYNCHRONOUS, type=str.upper, default=DEFAULT_SYNCHRONOUS,
                    help="SQLite synchronous mode of the store (default %(default)s, the coordinator's)")
     p.add_argument("--out", default="results/bench-load")
@@ -169,8 +228,12 @@ def bench_load_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not 1 <= args.batch <= 1000:
         p.error(f"--batch: must be 1..1000, got {args.batch}")
-    rounds = {"batch": _load_round(args, args.batch)} if args.batch > 1 else {}
-    rounds["unary"] = _load_round(args, 1)
+    with signals_interrupt():
+        try:
+            rounds = {"batch": _load_round(args, args.batch)} if args.batch > 1 else {}
+            rounds["unary"] = _load_round(args, 1)
+        except KeyboardInterrupt:
+            return interrupted("vcemu bench load: interrupted")
     head = rounds.get("batch", rounds["unary"])
     result = {"submit_per_s": head["submit_per_s"], "unary_submit_per_s": rounds["unary"]["submit_per_s"],
               "batch": args.batch, "jobs": args.jobs, "lost": sum(r["lost"] for r in rounds.values()),
@@ -182,16 +245,48 @@ def bench_load_main(argv: list[str]) -> int:
     return 0 if result["lost"] == 0 else 1
 
 
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def cycle_stats(cycles: list[float], decide: list[list[float]]) -> dict:
+    """bench scale's figures from each control cycle's seconds and its decisions' seconds (one list per cycle):
+    the first cycle (it places the jobs) alone, then the cycle and decision percentiles over the same cycles,
+    every one after the first (a decision is part of its cycle, so decide_p99_s <= cycle_p99_s)."""
+    steady, steady_decide = cycles[1:], [d for ds in decide[1:] for d in ds]
+    return {"cycle_p99_s": round(_p99(steady), 4) if steady else None,
+            "cycle_p50_s": round(statistics.median(steady), 4) if steady else None,
+            "first_cycle_s": round(cycles[0], 4) if cycles else None,
+            "decide_p99_s": round(_p99(steady_decide), 4) if steady_decide else None,
+            "cycles_measured": len(steady)}
+
+
 def bench_scale_main(argv: list[str]) -> int:
+    """The control cycle of DYNMCB8-PER at scale: emulated hosts on a few agent processes, one job per two hosts.
+    The first cycle places the jobs and is reported alone (first_cycle_s); cycle_p50_s, cycle_p99_s and
+    decide_p99_s (the policy's decision alone) are over the same --cycles cycles after it."""
     p = argparse.ArgumentParser(prog="vcemu bench scale", description=bench_scale_main.__doc__)
-    p.add_argument("--hosts", type=int, default=1000)
-    p.add_argument("--agents", type=int, default=4, help="agent processes sharing the hosts")
-    p.add_argument("--jobs", type=int, default=None, help="default: one per two hosts")
-    p.add_argument("--period", type=float, default=5.0, help="DYNMCB8-PER period, seconds")
-    p.add_argument("--cycles", type=int, default=5, help="control cycles to measure")
+    p.add_argument("--hosts", type=_int_at_least(1), default=1000)
+    p.add_argument("--agents", type=_int_at_least(1), default=4,
+                   help="agent processes sharing the hosts (at most --hosts)")
+    p.add_argument("--jobs", type=_int_at_least(0), default=None, help="default: one per two hosts")
+    p.add_argument("--period", type=_positive_seconds, default=5.0, help="DYNMCB8-PER period, seconds")
+    p.add_argument("--cycles", type=_int_at_least(1), default=5,
+                   help="control cycles to measure after the first (placement) cycle")
     p.add_argument("--out", default="results/bench-scale")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.agents > args.hosts:
+        p.error(f"argument --agents: must be <= --hosts ({args.hosts}), got {args.agents}")
+    with signals_interrupt():
+        try:
+            return _bench_scale(args)
+        except KeyboardInterrupt:
+            return interrupted("vcemu bench scale: interrupted")
+
+
+def _bench_scale(args: argparse.Namespace) -> int:
     import psutil
 
     from coordinator.model import Tick
@@ -202,7 +297,7 @@ def bench_scale_main(argv: list[str]) -> int:
     server = CoordinatorServer(dynmcb8_per(args.period), port=0, heartbeat_s=30).start()
     engine = server.engine
     cycles: list[float] = []
-    decide: list[float] = []
+    decide: list[list[float]] = []  # the decisions' seconds of each cycle, as cycles
     handle = engine.handle
 
     def timed(stim):  # type: ignore[no-untyped-def]
@@ -211,16 +306,17 @@ def bench_scale_main(argv: list[str]) -> int:
         plan = handle(stim)
         if isinstance(stim, Tick) and stim.job is None:
             cycles.append(time.perf_counter() - t0)
-            decide.extend(engine.history.decision_seconds[n:])
+            decide.append(list(engine.history.decision_seconds[n:]))
         return plan
 
     engine.handle = timed  # type: ignore[method-assign]
     split = [args.hosts // args.agents + (1 if i < args.hosts % args.agents else 0) for i in range(args.agents)]
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "agent", "--no-cgroups", "--hosts", str(n), "--cpus-per-host", "1",
-         "--mem-per-host", "1GiB", "--agent-id", f"bench-scale-{os.getpid()}-{i}", "--coordinator", server.address],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) for i, n in enumerate(split)]
-    try:
+    procs: list[subprocess.Popen] = []
+    try:  # the agents (sessions of their own, --parent-pid) go with us whatever stops the bench
+        with open(os.devnull, "wb") as devnull:
+            for i, n in enumerate(split):
+                procs.append(spawn_agent(server.address, n, "1", "1GiB", f"bench-scale-{os.getpid()}-{i}",
+                                         ["--no-cgroups"], devnull))
         deadline = time.monotonic() + 120
         while len(server.backend.host_agent) < args.hosts:
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
@@ -229,9 +325,9 @@ def bench_scale_main(argv: list[str]) -> int:
         spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.3, work_seconds=1e6, workload="modeled")
         with grpc.insecure_channel(server.address) as ch:
             stub = pb_grpc.CoordinatorStub(ch)
-            for i in tqdm(range(jobs), desc="submit", disable=args.json, file=sys.stderr):
+            for i in tqdm(range(jobs), desc="submit", disable=_bar_off(args), file=sys.stderr):
                 stub.Submit(pb.SubmitRequest(spec=spec, request_id=f"scale-{i}"), timeout=30)
-        bar = tqdm(total=args.cycles, desc="cycles", disable=args.json, file=sys.stderr)
+        bar = tqdm(total=args.cycles, desc="cycles", disable=_bar_off(args), file=sys.stderr)
         deadline = time.monotonic() + (args.cycles + 2) * args.period + 600
         seen = 0
         while len(cycles) < args.cycles + 1 and time.monotonic() < deadline:  # the first cycle places the jobs
@@ -244,18 +340,14 @@ def bench_scale_main(argv: list[str]) -> int:
         rss = sum(psutil.Process(p.pid).memory_info().rss for p in procs)
     finally:
         server.stop()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(20)
-    steady = sorted(cycles[1:]) or sorted(cycles)
-    p99 = steady[min(len(steady) - 1, round(0.99 * (len(steady) - 1)))]
+        stop_processes(procs, timeout=20)
     result = {"hosts": args.hosts, "agents": args.agents, "jobs": jobs, "running": running,
-              "cycle_p99_s": round(p99, 4), "cycle_p50_s": round(statistics.median(steady), 4),
-              "first_cycle_s": round(cycles[0], 4) if cycles else None,
-              "decide_p99_s": round(sorted(decide)[min(len(decide) - 1, round(0.99 * (len(decide) - 1)))], 4)
-              if decide else None, "cycles_measured": len(steady),
+              **cycle_stats(cycles[:args.cycles + 1], decide[:args.cycles + 1]),
               "agent_rss_mb_per_host": round(rss / args.hosts / 2**20, 3)}
+    if not result["cycles_measured"]:
+        print(f"vcemu bench scale: error: no control cycle after the first within "
+              f"{(args.cycles + 2) * args.period + 600:.0f} s", file=sys.stderr)
+        return 1
     _write(args.out, "scale", result, vars(args))
     print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
     return 0

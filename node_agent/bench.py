@@ -23,6 +23,12 @@ caps are proportional to 1..n and sum to :data:`TOTAL_CAP`. Definitions:
 
 Caps sum to 0.9, not 1: the emulated host then needs less than its CPU, so other processes on a shared
 machine do not turn a scheduling shortfall into a (false) cap error.
+
+Each figure with a target gets a verdict: MET, MISSED, or NOT MEASURED when the fit gave no usable value (a
+negative overhead: the tasks did more units per CPU-second than the reference, i.e. below this machine's noise;
+a negative cap-change delay: the new rate showed before the SetShare call, below the fit's resolution). Such a
+value is reported as null with a note in ``notes``, never as a pass. The exit status is 0 either way.
+Ctrl-C or SIGTERM stops the tasks, removes their cgroups and work directories, and ends with status 130.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -37,6 +44,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+from coordinator.cli import INTERRUPTED, signals_deferred, signals_interrupt
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from workloads import progress
 from workloads.registry import child_env, command
@@ -75,10 +83,18 @@ class RawProcess:
         progress.create(path)
         self.proc = subprocess.Popen(command("dgemm", "--progress", path), env=child_env(),
                                      stdout=subprocess.DEVNULL)
-        os.sched_setaffinity(self.proc.pid, {cpu})
-        self._reader = progress.ProgressReader(path)
-        while not self._reader.read().ready:
-            time.sleep(0.01)
+        try:  # interrupted while it starts (Ctrl-C, SIGTERM): the process and its directory go
+            os.sched_setaffinity(self.proc.pid, {cpu})
+            self._reader = progress.ProgressReader(path)
+            while not self._reader.read().ready:
+                time.sleep(0.01)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            if hasattr(self, "_reader"):
+                self._reader.close()
+            self._dir.cleanup()
+            raise
         self.samples: list[tuple[float, float]] = []
 
     def sample(self) -> None:
@@ -110,7 +126,8 @@ def raw_rate(seconds: float, cpu: int) -> float:
             time.sleep(0.01)
         return raw.rate()
     finally:
-        raw.stop()
+        with signals_deferred():  # a second signal must not leave it running
+            raw.stop()
 
 
 @dataclass
@@ -250,6 +267,37 @@ def cap_change_delay(core: AgentCore, cpu: int, hold: float = 1.5) -> list[float
     return delays
 
 
+MET, MISSED, NOT_MEASURED = "MET", "MISSED", "NOT MEASURED"
+
+
+def summarize(results: list[TaskResult], delays: list[float]) -> dict:
+    """The headline figures of a run (:data:`TARGETS`' keys and the cpuacct ones), its ``verdicts`` (one per
+    figure with a target) and ``notes`` on the figures that could not be measured (reported as None)."""
+    errors = [r.error_pct for r in results]
+    cpu_errors = [r.cpu_error_pct for r in results]
+    eff = sum(r.units_per_cpu_s / r.raw_rate for r in results) / len(results)
+    eff_alone = sum(r.units_per_cpu_s / r.isolated_raw_rate for r in results) / len(results)
+    out: dict = {"overhead_pct": 100 * (1 - eff), "overhead_vs_isolated_raw_pct": 100 * (1 - eff_alone),
+                 "avg_error_pct": sum(errors) / len(errors), "max_error_pct": max(errors),
+                 "cap_change_s": max(delays) if delays else None,
+                 "cpu_avg_error_pct": sum(cpu_errors) / len(cpu_errors), "cpu_max_error_pct": max(cpu_errors)}
+    notes: dict[str, str] = {}
+    for key in ("overhead_pct", "overhead_vs_isolated_raw_pct"):
+        if out[key] < 0:
+            notes[key] = (f"not measured: the fit gave {out[key]:.2f}% (capped tasks did more units per CPU-second "
+                          "than the reference), below this machine's measurement noise")
+            out[key] = None
+    if not delays or min(delays) < 0:
+        notes["cap_change_s"] = ("not measured: a fitted delay is negative (" + ", ".join(f"{d:.3f}" for d in delays)
+                                 + " s), the new rate showing before the SetShare call: below the fit's resolution")
+        out["cap_change_s"] = None
+    verdicts = {}
+    for key, target in TARGETS.items():
+        if target is not None:
+            verdicts[key] = NOT_MEASURED if out[key] is None else MET if out[key] <= target else MISSED
+    return {**out, "verdicts": verdicts, "notes": notes}
+
+
 def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr,  # type: ignore[no-untyped-def]
         task_window: float = TASK_WINDOW_S, ref_window: float = RAW_WINDOW_S) -> dict:
     ns = [1, 2, 5, 10] if quick else list(range(1, 11))
@@ -274,20 +322,12 @@ def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr,  
         print("bench cpu-share: cap change", file=progress_out)
         delays = cap_change_delay(core, cpu)
     finally:
-        core.shutdown()
-    errors = [r.error_pct for r in results]
-    cpu_errors = [r.cpu_error_pct for r in results]
-    eff = sum(r.units_per_cpu_s / r.raw_rate for r in results) / len(results)
-    eff_alone = sum(r.units_per_cpu_s / r.isolated_raw_rate for r in results) / len(results)
+        with signals_deferred():  # kills the tasks (frozen ones thawed first), removes their cgroups and directories
+            core.shutdown()
+    summary = summarize(results, delays)
     return {
-        "overhead_pct": 100 * (1 - eff),
-        "overhead_vs_isolated_raw_pct": 100 * (1 - eff_alone),
-        "avg_error_pct": sum(errors) / len(errors),
-        "max_error_pct": max(errors),
-        "cap_change_s": max(0.0, max(delays)),  # the raw fits are in cap_change_delays_s
-        "cpu_avg_error_pct": sum(cpu_errors) / len(cpu_errors),
-        "cpu_max_error_pct": max(cpu_errors),
-        "cap_change_delays_s": delays,
+        **{k: v for k, v in summary.items() if k not in ("verdicts", "notes")},
+        "cap_change_delays_s": delays,  # the raw fits
         "raw_rate_per_cpu_s": raws,
         "raw_rate_spread_pct": 100 * (max(raws) - min(raws)) / min(raws),
         "mode": mode,
@@ -299,25 +339,41 @@ def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr,  
         "tasks": [asdict(r) | {"error_pct": r.error_pct, "cpu_error_pct": r.cpu_error_pct} for r in results],
         "xen": XEN,
         "targets": TARGETS,
+        "verdicts": summary["verdicts"],
+        "notes": summary["notes"],
         "runtime_s": time.monotonic() - started,
     }
 
 
 def _table(out: dict) -> str:
-    lines = [f"{'tasks':>5} {'cap':>7} {'rate/R':>8} {'error':>7} {'cpu':>7} {'cpu err':>8}"]
+    lines = [f"{'tasks':>5} {'cap':>7} {'rate/R':>8} {'err (pp)':>9} {'cpu':>7} {'cpu err (pp)':>13}"]
     for t in out["tasks"]:
-        lines.append(f"{t['n']:>5} {t['cap']:>7.4f} {t['rate_ratio']:>8.4f} {t['error_pct']:>6.2f}% "
-                     f"{t['cpu_ratio']:>7.4f} {t['cpu_error_pct']:>7.2f}%")
-    lines += ["", f"{'':<28}{'measured':>10}{'target':>9}{'Xen':>8}"]
+        lines.append(f"{t['n']:>5} {t['cap']:>7.4f} {t['rate_ratio']:>8.4f} {t['error_pct']:>9.2f} "
+                     f"{t['cpu_ratio']:>7.4f} {t['cpu_error_pct']:>13.2f}")
+    lines += ["", f"{'':<28}{'measured':>10}{'target':>9}{'Xen':>8}  verdict"]
     for key, label in (("overhead_pct", "overhead (%)"), ("avg_error_pct", "average abs. error (pp)"),
                        ("max_error_pct", "maximum abs. error (pp)"), ("cap_change_s", "cap change (s)")):
         target = TARGETS[key]
-        lines.append(f"{label:<28}{out[key]:>10.3f}{'-' if target is None else f'<= {target}':>9}"
-                     f"{XEN[key]:>8}")
+        measured = "n/a" if out[key] is None else f"{out[key]:.3f}"
+        verdict = out["verdicts"].get(key, "-")
+        lines.append(f"{label:<28}{measured:>10}{'-' if target is None else f'<= {target}':>9}"
+                     f"{XEN[key]:>8}  {verdict}")
     lines.append(f"quota alone (cpuacct): average {out['cpu_avg_error_pct']:.3f} pp, maximum "
                  f"{out['cpu_max_error_pct']:.3f} pp; raw rate drifted {out['raw_rate_spread_pct']:.1f}% "
                  f"during the run ({out['runtime_s']:.0f} s)")
+    lines += [f"{key}: {note}" for key, note in out["notes"].items()]
     return "\n".join(lines)
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0 (argparse names the flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    return value
 
 
 def cpu_share_main(argv: list[str]) -> int:
@@ -325,20 +381,22 @@ def cpu_share_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
-    p.add_argument("--seconds", type=float, default=None,
+    p.add_argument("--seconds", type=_seconds, default=None,
                    help="measurement window per configuration (default 12 s; 2 s with --quick)")
-    p.add_argument("--task-window", type=float, default=TASK_WINDOW_S,
+    p.add_argument("--task-window", type=_seconds, default=TASK_WINDOW_S,
                    help="seconds the tasks run between two reference windows")
-    p.add_argument("--ref-window", type=float, default=RAW_WINDOW_S, help="seconds of each reference window")
+    p.add_argument("--ref-window", type=_seconds, default=RAW_WINDOW_S, help="seconds of each reference window")
     p.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="CPU to pin tasks to")
     args = p.parse_args(argv)
-    for flag, value in (("--task-window", args.task_window), ("--ref-window", args.ref_window)):
-        if not value > 0:
-            p.error(f"argument {flag}: must be > 0 seconds, got {value}")
     if args.cpu not in os.sched_getaffinity(0):
         p.error(f"argument --cpu: CPU {args.cpu} is not available to this process")
     try:
-        out = run(args.quick, args.seconds, args.cpu, task_window=args.task_window, ref_window=args.ref_window)
+        with signals_interrupt():  # SIGTERM too unwinds through the cleanups: no task left frozen in its cgroup
+            out = run(args.quick, args.seconds, args.cpu, task_window=args.task_window, ref_window=args.ref_window)
+    except KeyboardInterrupt:
+        print("vcemu bench cpu-share: interrupted; its tasks, their cgroups and work directories are removed",
+              file=sys.stderr, flush=True)
+        return INTERRUPTED
     except Exception as e:  # one clear line for any failure (e.g. cgroups unavailable)
         print(f"vcemu bench cpu-share: error: {e}", file=sys.stderr)
         return 1

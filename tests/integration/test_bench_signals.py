@@ -1,0 +1,114 @@
+"""``vcemu bench scale|load|cpu-share`` stopped by Ctrl-C or SIGTERM (found by review). SIGTERM ended them at once:
+scale's agent processes (sessions of their own, no ``--parent-pid``) ran on, re-parented to init; cpu-share left
+its reference task frozen in its freezer cgroup and its /dev/shm directory; load left its agent's /dev/shm
+directory. SIGINT printed a traceback. Each must stop what it started and end with one line and status 130, as
+``vcemu up`` does. Real processes, signalled once the bench has started what it must clean up."""
+
+from __future__ import annotations
+
+import glob
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_demo_interrupt import assert_all_gone, descendants, kill_leftovers
+from tests.integration.test_up_agent_death import ROOT, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SIGNALS = [signal.SIGINT, signal.SIGTERM]
+
+
+def start_bench(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, Path]:
+    err_path = tmp_path / "bench.err"
+    with err_path.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "bench", *argv], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    return proc, err_path
+
+
+def interrupt(proc: subprocess.Popen, sig: signal.Signals, err_path: Path, line: str) -> None:
+    """Send ``sig``: the bench ends with status 130 and ``line`` as its last words, no traceback."""
+    proc.send_signal(sig)
+    code = proc.wait(60)
+    stderr = err_path.read_text(errors="replace")
+    assert code == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == line, stderr
+
+
+def shm_left(pattern: str) -> list[str]:
+    return glob.glob(f"/dev/shm/{pattern}")
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_bench_scale_stopped_by_a_signal_stops_its_agents(sig: signal.Signals, tmp_path: Path) -> None:
+    proc, err_path = start_bench(tmp_path, "scale", "--hosts", "2", "--agents", "2", "--period", "60", "--cycles",
+                                 "3", "--json", "--out", str(tmp_path / "out"))
+    spawned: dict[int, bytes] = {}
+    try:
+        def agents_up() -> bool:
+            nonlocal spawned
+            spawned = descendants(proc.pid)
+            return sum(b"\0agent\0" in argv for argv in spawned.values()) == 2
+
+        wait_for("bench scale never started its agents", agents_up, 60, err_path)
+        time.sleep(1.0)
+        spawned = descendants(proc.pid)
+        interrupt(proc, sig, err_path,
+                  "vcemu bench scale: interrupted; the coordinator and the agents it started are stopped")
+        assert_all_gone(spawned, 10)
+        assert not shm_left(f"vcemu-agent-bench-scale-{proc.pid}-*")
+    finally:
+        kill_leftovers(spawned, proc)
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_bench_load_stopped_by_a_signal_stops_its_clients_and_removes_its_agent_directory(
+        sig: signal.Signals, tmp_path: Path) -> None:
+    proc, err_path = start_bench(tmp_path, "load", "--jobs", "1000000", "--clients", "1", "--hosts", "1", "--batch",
+                                 "1", "--json", "--out", str(tmp_path / "out"))
+    spawned: dict[int, bytes] = {}
+    try:
+        def clients_up() -> bool:
+            nonlocal spawned
+            spawned = descendants(proc.pid)
+            return bool(shm_left(f"vcemu-agent-bench-load-{proc.pid}-*")) and any(
+                b"multiprocessing" in argv and b"resource_tracker" not in argv for argv in spawned.values())
+
+        wait_for("bench load never started its client", clients_up, 60, err_path)
+        time.sleep(1.0)
+        spawned = descendants(proc.pid)
+        interrupt(proc, sig, err_path,
+                  "vcemu bench load: interrupted; the coordinator and the agents it started are stopped")
+        assert_all_gone(spawned, 10)
+        assert not shm_left(f"vcemu-agent-bench-load-{proc.pid}-*")
+    finally:
+        kill_leftovers(spawned, proc)
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_bench_cpu_share_stopped_by_a_signal_leaves_no_task_cgroup_or_directory(
+        cgroups_required: None, sig: signal.Signals, tmp_path: Path) -> None:
+    proc, err_path = start_bench(tmp_path, "cpu-share", "--quick", "--json")
+    spawned: dict[int, bytes] = {}
+    try:
+        def reference_up() -> bool:
+            nonlocal spawned
+            spawned = descendants(proc.pid)
+            return any(b"bench-reference" in argv for argv in spawned.values())
+
+        wait_for("bench cpu-share never started its reference task", reference_up, 60, err_path)
+        time.sleep(1.5)  # the reference is frozen between its windows
+        spawned = descendants(proc.pid)
+        interrupt(proc, sig, err_path,
+                  "vcemu bench cpu-share: interrupted; its tasks, their cgroups and work directories are removed")
+        assert_all_gone(spawned, 10)
+        assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-bench-{proc.pid}*")
+        assert not shm_left(f"vcemu-agent-bench-{proc.pid}-*")
+    finally:
+        kill_leftovers(spawned, proc)
