@@ -15,13 +15,28 @@ metrics), side by side. Results go to a new directory under ``--out`` named afte
 and, for SWF, what the conversion dropped. An exception in the coordinator's engine loop (which logs it and goes on,
 as a service must) ends the replay with an error: a job refused at its arrival would otherwise be waited for until
 ``--timeout``.
+
+A live run that reaches ``--timeout`` is cut off there: one line on stderr says so, with how many of the segment's
+jobs completed (and arrived), and the exit status is 1. The live column then scores the run up to the cut-off: the
+jobs still pending, running or paused count as not completed and are taken to end at the cut-off, so the span runs
+from the first submission to the cut-off (not to the last completion) and the allocated CPU is integrated over that
+same span: utilisation never exceeds 1. ``jobs`` (and the per-job rates) count the whole segment in both columns; the
+simulated column is always the simulation of the whole segment. ``jobs.csv`` in the results folder has, per job of
+the segment, its live and simulated submit, start, end, wait, run time, stretch and last yield (trace seconds from the
+segment's first submission; empty where the job did not get that far). Each task's start-up (0.5-3 s of real time,
+the agent starting a process) is K times longer in trace seconds: when the live run's overhead (measured on the jobs
+that ran at one share from start to end, else estimated as K x 1 s) is over 10% of the jobs' median work, a warning
+says so after the run and suggests a smaller ``--compress``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -29,11 +44,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.metrics import History
-from coordinator.model import JobSpec
+from coordinator.metrics import History, JobResult, Transition
+from coordinator.model import JobSpec, JobState
 
 if TYPE_CHECKING:
     from workloads.jobfile import JobFile
+
+#: Real seconds a task takes to start (0.5-3 s measured): K times that in trace seconds at --compress K.
+STARTUP_S = 1.0
+#: The share of the jobs' median work above which the live run's start-up overhead is warned about.
+OVERHEAD_WARN = 0.10
+
+EXIT_STATUS = """exit status: 0 every job of the segment completed live and the results were written; 1 the live run
+timed out (--timeout), failed, did not complete every job, or its results could not be written (they are still
+printed); 2 bad arguments or trace (nothing started); 130 interrupted (Ctrl-C or SIGTERM)."""
 
 
 def score(history: History, capacity: float, host_memory_gb: float) -> dict[str, Any]:
@@ -69,7 +93,7 @@ def _mem_size(text: str) -> str:
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     from coordinator.cli import POLICY_HELP, _non_negative, _Parser, _positive, doc_text
 
-    p = _Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]))
+    p = _Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]), epilog=EXIT_STATUS)
     p.add_argument("trace", help="job file (JSON lines / CSV) or SWF trace (.swf, .swf.gz)")
     p.add_argument("--policy", default="dynmcb8-asap-per", help=POLICY_HELP)
     p.add_argument("--compress", type=_positive("--compress"), default=60.0, help="time compression factor K (> 0)")
@@ -80,7 +104,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--agents", type=_positive("--agents", int), default=1,
                    help="agent processes sharing the hosts (at most --hosts)")
     p.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None,
-                   help="cores per host (default: 60%% of the box)")
+                   help="real cores per emulated host (default: 60%% of the machine shared out)")
     p.add_argument("--mem-per-host", type=_mem_size, default="512MiB",
                    help="memory per emulated host (default %(default)s)")
     p.add_argument("--penalty", type=_non_negative, default=0.0,
@@ -131,14 +155,42 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int, JobFile]:
 
 
 def replay_main(argv: Sequence[str]) -> int:
-    from coordinator.cli import interrupted, live_run_dir, signals_interrupt, start_local_cluster
+    """``vcemu replay``. Ctrl-C or SIGTERM at any point, from the first import on (numpy/numba load while the
+    policy is looked up, then the trace is read), ends it with one line and exit status 130: the cluster, once
+    started, is stopped first (by start_local_cluster, or the finally around the live run)."""
+    from coordinator.cli import interrupted, signals_interrupt
+
+    try:
+        a = _parse(argv)
+        with signals_interrupt():
+            return _replay(a)
+    except KeyboardInterrupt:
+        return interrupted("vcemu replay: interrupted")
+
+
+def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
+    """A trace that cannot be read, named as the ``trace`` argument (as argparse names a bad option)."""
+    if isinstance(exc, FileNotFoundError):
+        why = "no such file"
+    elif isinstance(exc, IsADirectoryError):
+        why = "is a directory"
+    else:
+        why = (exc.strerror or str(exc)).lower()
+    return f"vcemu replay: error: trace: {why} {a.trace}"
+
+
+def _replay(a: argparse.Namespace) -> int:
+    from coordinator.cli import live_run_dir, start_local_cluster
     from coordinator.policies import UnknownPolicy, get_policy
     from workloads.jobfile import JobFileError
 
-    a = _parse(argv)
     try:
         get_policy(a.policy)  # an unknown name is refused before anything starts
-        specs, dropped, source = load_segment(a)
+        try:
+            specs, dropped, source = load_segment(a)
+        except OSError as exc:
+            print(_trace_error(a, exc), file=sys.stderr)
+            return 2
         # last: a bad trace leaves no folder; before the live run: its results must have somewhere to go
         wall0, started = time.monotonic(), time.time()
         d, agent_log = live_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
@@ -148,20 +200,71 @@ def replay_main(argv: Sequence[str]) -> int:
     note = source.drop_note()
     if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
         print(f"vcemu replay: {a.trace}: {note}", file=sys.stderr)
-    # Ctrl-C or SIGTERM: the cluster is stopped (by start_local_cluster, or the finally around the live run),
-    # then one line and exit status 130, as vcemu demo and up end.
-    with agent_log, signals_interrupt():
+    with agent_log:
         try:
-            try:
-                server, procs = start_local_cluster(
-                    a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
-                    agent_prefix="replay", agent_log=agent_log, compression=a.compress)
-            except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
-                print(f"vcemu replay: {exc}", file=sys.stderr)
-                return 1
-            return _replay_live(a, specs, dropped, server, procs, d, wall0, source.provenance())
-        except KeyboardInterrupt:
-            return interrupted("vcemu replay: interrupted")
+            server, procs = start_local_cluster(
+                a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
+                agent_prefix="replay", agent_log=agent_log, compression=a.compress)
+        except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
+            print(f"vcemu replay: {exc}", file=sys.stderr)
+            return 1
+        return _replay_live(a, specs, dropped, server, procs, d, wall0, source.provenance())
+
+
+def _snapshot(history: History) -> History:
+    """A copy of a live run's history (taken under the engine's lock: the coordinator goes on until stopped)."""
+    return History(dict(history.specs), list(history.transitions), list(history.decision_seconds))
+
+
+def close_at(history: History, cutoff: float) -> History:
+    """The history of a live run cut off at ``cutoff`` (live clock), as scored: what happened after it dropped,
+    and every job not finished by then cancelled at it. The span (:func:`coordinator.metrics.trace_span`) then
+    ends at the cut-off, and the CPU still allocated is integrated up to it and no further: utilisation <= 1. (The
+    span used to end at the last completion while the jobs still running added used time after it: 1.157.) The
+    jobs cancelled here do not count as completed."""
+    kept = [t for t in history.transitions if t.time <= cutoff]
+    cutoff = max([cutoff, *(t.time for t in kept)])
+    last: dict[str, Transition] = {}
+    for t in kept:
+        last[t.job] = t
+    ends = [Transition(cutoff, job, t.dst, JobState.CANCELLED, t.hosts, 0.0, "cut off")
+            for job, t in last.items() if not t.dst.finished]
+    return History(dict(history.specs), kept + ends, list(history.decision_seconds))
+
+
+def live_overhead(history: History, compress: float) -> tuple[float, str]:
+    """The live run's start-up overhead per job in trace seconds, and how it was found: the median, over the jobs
+    that ran at one share from start to end (one start, then done: no pause, move or new share), of their run time
+    less the time their work takes at that share (work / yield); else (no such job) K x :data:`STARTUP_S`, an
+    estimate."""
+    runs: dict[str, list[Transition]] = {}
+    for t in history.transitions:
+        runs.setdefault(t.job, []).append(t)
+    extra = []
+    for job, ts in runs.items():
+        running = [t for t in ts if t.dst is JobState.RUNNING]
+        end = next((t for t in ts if t.dst.finished), None)
+        spec = history.specs.get(job)
+        if spec is None or end is None or end.dst is not JobState.DONE or len(running) != 1 or running[0].cpu <= 0:
+            continue
+        extra.append(end.time - running[0].time - spec.work * spec.cpu_need / running[0].cpu)
+    if extra:
+        return max(0.0, statistics.median(extra)), f"measured on {len(extra)} jobs"
+    return compress * STARTUP_S, f"estimated as {compress:g} x {STARTUP_S:g} s"
+
+
+def overhead_warning(overhead: float, how: str, specs: Sequence[JobSpec], compress: float) -> str | None:
+    """The warning that the live run's start-up overhead (trace seconds per job) is large next to the jobs' median
+    work (over :data:`OVERHEAD_WARN`), with the --compress that would keep it under that; None if it is not."""
+    work = statistics.median(s.work for s in specs)
+    if work <= 0 or overhead <= OVERHEAD_WARN * work:
+        return None
+    real = overhead / compress  # real seconds: the same at any K
+    better = OVERHEAD_WARN * work / real if real > 0 else compress
+    return (f"vcemu replay: warning: the live run's start-up overhead is {overhead:.0f} trace s per job ({how}; "
+            f"{real:.2f} s real x --compress {compress:g}), {100 * overhead / work:.0f}% of the jobs' median work "
+            f"({work:.0f} s): the live column is slowed by it next to the simulation; --compress {better:.3g} or "
+            f"less keeps it under {100 * OVERHEAD_WARN:.0f}%")
 
 
 def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, procs, d: Path,
@@ -172,6 +275,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
 
     from coordinator.cli import signals_deferred, stop_processes
     from coordinator.experiments import follow_jobs, simulate
+    from coordinator.metrics import job_results
 
     seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
     hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
@@ -186,6 +290,9 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         done = follow_jobs(server.engine, bar,
                            lambda finished: finished == len(arrivals) or server.loop_error_count > seen,
                            time.monotonic() + a.timeout)
+        with server.engine.lock:  # the run as it was at the cut-off (stopping it records more)
+            cutoff = server.backend.now()
+            live = _snapshot(server.engine.history)
         timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
@@ -199,17 +306,31 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         print(f"vcemu replay: the live run failed: engine step failed: {first}{also}; the "
               f"cluster is stopped, and the run's folder {d} keeps the agents' log", file=sys.stderr)
         return 1
-    live = server.engine.history
     capacity = sum(h.cpu for h in hosts)
-    sim = simulate(list(live.specs.values()) or arrivals, a.policy, hosts, a.penalty)
-    live_m, sim_m = score(live, capacity, a.host_memory_gb), score(sim, capacity, a.host_memory_gb)
+    sim = simulate(specs, a.policy, hosts, a.penalty)  # always the whole segment, trace seconds from 0
+    live_m, sim_m = score(close_at(live, cutoff), capacity, a.host_memory_gb), score(sim, capacity, a.host_memory_gb)
+    # Both columns count the segment's jobs (a cut-off live run has not seen those not yet arrived).
+    live_m["jobs"] = len(specs)
+    live_m["pmtn_per_job"] = live_m["preemptions"] / len(specs)
+    live_m["mig_per_job"] = live_m["migrations"] / len(specs)
+    live_r = {r.job: _shifted(r, origin) for r in job_results(live)}
+    sim_r = {r.job: r for r in job_results(sim)}
+    if timed_out:
+        print(f"vcemu replay: the live run timed out after {a.timeout:g} s (--timeout): {live_m['completed']} of "
+              f"{len(specs)} jobs completed ({len(live.specs)} arrived); the live column covers the run up to the "
+              f"cut-off, the simulated one the whole segment", file=sys.stderr)
+    overhead, how = live_overhead(live, a.compress)
+    warning = overhead_warning(overhead, how, specs, a.compress)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     out = {
         "trace": a.trace, "segment": a.segment, "policy": a.policy, "compress": a.compress, "hosts": a.hosts,
         "jobs": len(specs), "dropped_too_wide": dropped, "mode": mode, "timed_out": timed_out,
+        "arrived": len(live.specs), "startup_overhead_s": overhead, "startup_overhead_from": how,
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
     }
     try:
-        path: Path | str = _write(a, out, d, source)
+        path: Path | str = _write(a, out, d, source, jobs_csv(specs, live_r, sim_r))
     except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
         print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         path, write_failed = "not written", True
@@ -218,14 +339,48 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     if a.json:
         print(json.dumps(out))
     else:
+        cut = f"; TIMED OUT after {a.timeout:g} s, live: {live_m['completed']} completed" if timed_out else ""
         print(f"vcemu replay: {len(specs)} jobs of {a.trace} on {a.hosts} hosts ({mode}), {a.policy}, "
-              f"compressed {a.compress:g}x, {out['wall_s']} s wall; {dropped} jobs dropped (wider than the cluster)")
+              f"compressed {a.compress:g}x, {out['wall_s']} s wall; {dropped} jobs dropped (wider than the cluster)"
+              f"{cut}")
         print(f"{'metric':<20}{'live':>14}{'simulated':>14}")
         for k in live_m:
             lv, sv = live_m[k], sim_m[k]
             print(f"{k:<20}{_f(lv):>14}{_f(sv):>14}")
         print(f"results: {path}")
     return 1 if timed_out or write_failed or live_m["completed"] < len(specs) else 0
+
+
+def _shifted(r: JobResult, origin: float) -> JobResult:
+    """A live job's result with its times in trace seconds from the segment's first submission."""
+    return replace(r, submit=r.submit - origin, start=None if r.start is None else r.start - origin,
+                   end=None if r.end is None else r.end - origin)
+
+
+def jobs_csv(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult]) -> str:
+    """``jobs.csv``: per job of the segment, its live and simulated outcome side by side (the columns of ``vcemu
+    demo``'s jobs.csv, with the submit, start, end and state of each run), times in trace seconds from the
+    segment's first submission; an empty cell where the job did not get that far (a live run cut off)."""
+    from coordinator.metrics import relative_difference
+
+    def g(r: JobResult | None, attr: str) -> Any:
+        v = None if r is None else getattr(r, attr)
+        return "" if v is None else v
+
+    per_run = ("state", "submit", "start", "end", "wait", "run_time", "stretch", "final_yield")
+    with io.StringIO(newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["job", "tasks", "cpu_need", "memory", "work", *(f"live_{c}" for c in per_run),
+                    *(f"sim_{c}" for c in per_run), "rel_diff"])
+        for s in specs:
+            lr, sr = live.get(s.id), sim.get(s.id)
+            diff = ""
+            if lr is not None and sr is not None and lr.stretch is not None and sr.stretch is not None:
+                diff = relative_difference(lr.stretch, sr.stretch)
+            w.writerow([s.id, s.tasks, s.cpu_need, s.mem, s.work,
+                        "not arrived" if lr is None else lr.state.value, *(g(lr, c) for c in per_run[1:]),
+                        "" if sr is None else sr.state.value, *(g(sr, c) for c in per_run[1:]), diff])
+        return f.getvalue()
 
 
 def _f(x: Any) -> str:
@@ -235,10 +390,11 @@ def _f(x: Any) -> str:
 
 
 def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
-           source: dict[str, Any] | None = None) -> Path:
+           source: dict[str, Any] | None = None, jobs: str | None = None) -> Path:
     """The run's results in its folder ``d`` (made at the run's start), or else in a new directory under ``--out``
     named after now (:func:`coordinator.outputs.new_run_dir`). ``source``: what config.json records of the trace
-    read (its absolute path, the hash of its bytes, the SWF conversion's drops)."""
+    read (its absolute path, the hash of its bytes, the SWF conversion's drops); ``jobs``: the text of jobs.csv
+    (:func:`jobs_csv`)."""
     from coordinator.outputs import json_safe, new_run_dir, write_json, write_text
     from coordinator.provenance import code_version
 
@@ -249,4 +405,6 @@ def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
     write_json(d / "metrics.json", json_safe(out), sort_keys=False)
     write_text(d / "metrics.csv", "metric,live,sim\n" + "".join(
         f"{k},{out['live'][k]},{out['sim'][k]}\n" for k in out["live"]))
+    if jobs is not None:
+        write_text(d / "jobs.csv", jobs)
     return d

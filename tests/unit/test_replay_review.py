@@ -1,0 +1,168 @@
+"""``vcemu replay`` after a user review: a live run cut off by ``--timeout`` says so and is scored up to the cut-off
+beside the simulation of the whole segment; jobs.csv; the start-up overhead warning; the ``trace`` argument's errors;
+Ctrl-C before the cluster starts; ``--help``. The live runs here have one agent registered at an address that answers
+nothing (as in test_replay_inputs): no job makes progress, so every such run is cut off by its ``--timeout``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator.metrics import History, Transition
+from coordinator.model import JobSpec, JobState
+from coordinator.replay import _parse, _replay_live, replay_main, score
+from tests.unit.test_cli_errors import run
+
+JOB = {"submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.1, "work": 60}
+
+
+@pytest.fixture
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    import coordinator.cli
+
+    def started(*_a, **_k):
+        raise AssertionError("the cluster was started")
+
+    monkeypatch.setattr(coordinator.cli, "start_local_cluster", started)
+
+
+def _live(tmp_path: Path, specs: list[JobSpec], *args: str) -> tuple[int, Path]:
+    """(exit status, results folder) of a live replay of ``specs`` on a coordinator whose one agent never
+    answers, cut off by ``--timeout``."""
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+    from tests.unit.test_service import register
+    from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+
+    a = _parse(["t.jsonl", "--policy", "greedy", "--json", "--out", str(tmp_path), *args])
+    server = CoordinatorServer(get_policy("greedy"), port=0, compression=a.compress).start()
+    d = tmp_path / "run"
+    d.mkdir()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            register(pb_grpc.CoordinatorStub(channel))
+        code = _replay_live(a, specs, 0, server, [], d, time.monotonic())
+    finally:
+        server.stop()
+    return code, d
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_out_replay_says_so_and_simulates_the_whole_segment(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: a replay cut off by --timeout printed its table as if finished (exit 1, empty stderr), and the
+    simulated column had only the jobs that had arrived live ("jobs 6 6" of 8)."""
+    specs = [JobSpec("a", 0.0, 1, 1.0, 0.1, 600.0), JobSpec("b", 5000.0, 1, 1.0, 0.1, 600.0)]
+    code, d = _live(tmp_path, specs, "--compress", "10", "--timeout", "2")
+    cap = capsys.readouterr()
+    assert code == 1
+    assert ("vcemu replay: the live run timed out after 2 s (--timeout): 0 of 2 jobs completed (1 arrived)"
+            in cap.err), cap.err
+    out = json.loads(cap.out.strip().splitlines()[-1])
+    assert out["timed_out"] is True and out["jobs"] == 2 and out["arrived"] == 1
+    assert out["sim"]["jobs"] == out["sim"]["completed"] == 2  # the whole segment
+    assert out["live"]["jobs"] == 2 and out["live"]["completed"] == 0
+    assert 0.0 <= out["live"]["utilisation"] <= 1.0
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert metrics["sim"]["jobs"] == 2
+    rows = list(csv.DictReader((d / "jobs.csv").open()))
+    assert [r["job"] for r in rows] == ["a", "b"]
+    assert rows[1]["live_state"] == "not arrived" and rows[1]["live_end"] == ""
+    assert rows[0]["live_end"] == "" and float(rows[0]["live_submit"]) == pytest.approx(0.0, abs=1e-6)
+    assert rows[1]["sim_state"] == "done" and float(rows[1]["sim_submit"]) == 5000.0
+    assert float(rows[1]["sim_end"]) == pytest.approx(5600.0)
+
+
+@pytest.mark.timeout(60)
+def test_a_large_start_up_overhead_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: at a high --compress the live run was up to 15x off its simulation without a word: each task's
+    start-up (about a second of real time) costs K seconds of the trace. With no job to measure it on (none
+    finished here) it is estimated as K x 1 s: 30 s of 60 s jobs."""
+    specs = [JobSpec("a", 0.0, 1, 1.0, 0.1, 60.0), JobSpec("b", 90000.0, 1, 1.0, 0.1, 60.0)]
+    code, _ = _live(tmp_path, specs, "--compress", "30", "--timeout", "1.5")
+    err = capsys.readouterr().err
+    assert code == 1
+    warning = [line for line in err.splitlines() if "start-up overhead" in line]
+    assert len(warning) == 1, err
+    assert "30 trace s per job (estimated as 30 x 1 s" in warning[0] and "50% of the jobs' median work" in warning[0]
+    assert "--compress 6 or less" in warning[0], warning[0]
+
+
+def test_no_overhead_warning_when_start_up_is_small_next_to_the_work() -> None:
+    from coordinator.replay import overhead_warning
+
+    specs = [JobSpec("a", 0.0, 1, 1.0, 0.1, 3600.0)]
+    assert overhead_warning(60.0, "estimated", specs, 60.0) is None
+    assert overhead_warning(600.0, "estimated", specs, 60.0) is not None
+
+
+def test_the_live_score_is_cut_off_with_its_span_and_utilisation_at_most_1() -> None:
+    """The review's utilisation 1.157: the span ended at the last completion while the jobs still running at the
+    cut-off added used time after it. Scored up to the cut-off, used time and span cover the same interval."""
+    from coordinator.replay import close_at
+
+    specs = {s.id: s for s in (JobSpec("a", 0.0, 1, 1.0, 0.1, 10.0), JobSpec("b", 20.0, 1, 1.0, 0.1, 1000.0),
+                               JobSpec("c", 60.0, 1, 1.0, 0.1, 1000.0))}
+    r = JobState.RUNNING
+    history = History(specs, [
+        Transition(0.0, "a", None, JobState.PENDING), Transition(0.0, "a", JobState.PENDING, r, ("h0",), 1.0),
+        Transition(10.0, "a", r, JobState.DONE, ("h0",), 1.0),
+        Transition(20.0, "b", None, JobState.PENDING), Transition(20.0, "b", JobState.PENDING, r, ("h0",), 1.0),
+        Transition(60.0, "c", None, JobState.PENDING), Transition(60.0, "b", r, r, ("h0",), 0.5),
+        Transition(60.0, "c", JobState.PENDING, r, ("h0",), 0.5),
+    ])
+    m = score(close_at(history, 100.0), 1.0, 8.0)
+    assert m["span_s"] == 100.0 and m["completed"] == 1 and m["jobs"] == 3
+    assert m["utilisation"] == pytest.approx((10 + 40 + 40) / 100)  # idle 10..20
+    assert score(history, 1.0, 8.0)["utilisation"] > 1.0  # what metrics.summarize/utilisation give it uncut
+
+
+def test_a_missing_trace_is_named_as_the_trace_argument(tmp_path: Path, no_cluster: None,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: "[Errno 2] No such file or directory: 'missing.jsonl'" did not name the argument."""
+    missing = tmp_path / "missing.jsonl"
+    code, _, err = run([str(missing), "--policy", "greedy", "--out", str(tmp_path / "out")], capsys, replay_main)
+    assert code == 2 and err == f"vcemu replay: error: trace: no such file {missing}\n", err
+    code, _, err = run([str(tmp_path), "--policy", "greedy", "--out", str(tmp_path / "out")], capsys, replay_main)
+    assert code == 2 and err == f"vcemu replay: error: trace: is a directory {tmp_path}\n", err
+    assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_while_the_trace_is_read_is_one_line(tmp_path: Path, no_cluster: None,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: Ctrl-C in the first seconds (numpy/numba importing, the trace being read) printed a KeyboardInterrupt
+    traceback, not the one "interrupted" line (exit 130) it prints once the cluster is up."""
+    import coordinator.replay
+
+    def interrupted(_a):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+        raise AssertionError("SIGINT did not interrupt")
+
+    monkeypatch.setattr(coordinator.replay, "load_segment", interrupted)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({**JOB, "id": "a"}) + "\n")
+    try:
+        code = replay_main([str(trace), "--policy", "greedy", "--out", str(tmp_path / "out")])
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped replay_main (a traceback)")
+    err = capsys.readouterr().err
+    assert code == 130
+    assert err == "vcemu replay: interrupted; the coordinator and the agents it started are stopped\n", err
+
+
+def test_help_says_what_the_default_cpus_per_host_is_and_the_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: "default: 60% of the box" -- it is 60% of the machine shared out across the hosts, as up says."""
+    code, out, _ = run(["--help"], capsys, replay_main)
+    text = " ".join(out.split())
+    assert code == 0
+    assert "60% of the machine shared out" in text and "of the box" not in text
+    assert "exit status: 0 every job" in text and "1 the live run timed out" in text and "130 interrupted" in text
