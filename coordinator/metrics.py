@@ -224,10 +224,15 @@ def trace_span(history: History) -> float:
     trace's duration is the natural one."""
     if not history.specs:
         return 0.0
+    first, last = _span_bounds(history)
+    return max(0.0, last - first)
+
+
+def _span_bounds(history: History) -> tuple[float, float]:
+    """The first submission and the last completion (the last transition if none finished) of a history with jobs."""
     first = min(s.submit_time for s in history.specs.values())
     ends = [t.time for t in history.transitions if t.dst.finished]
-    last = max(ends, default=max((t.time for t in history.transitions), default=first))
-    return max(0.0, last - first)
+    return first, max(ends, default=max((t.time for t in history.transitions), default=first))
 
 
 @dataclass(frozen=True)
@@ -328,14 +333,17 @@ def utilisation(history: History, capacity: float) -> Utilisation:
     starved_jobs: set[str] = set()
     used = under = 0.0
     now = events[0][0] if events else 0.0
+    # Up to the span's end only: a run cut off before every job finished (a replay's --timeout) has jobs that
+    # still hold CPU after its last completion, and counting that time over the span gave utilisation above 1.
+    end = _span_bounds(history)[1]
     for time_, _, job, alloc, starved in events:
-        dt = time_ - now
+        dt = min(time_, end) - now
         if dt > 0:
             total = min(capacity, sum(alloc_of.values()))
             used += total * dt
             if starved_jobs:
                 under += (capacity - total) * dt
-            now = time_
+            now = min(time_, end)
         alloc_of[job] = alloc
         if starved:
             starved_jobs.add(job)

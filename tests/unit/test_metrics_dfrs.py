@@ -63,6 +63,20 @@ def test_utilisation_and_underutilisation_over_the_trace_span():
         utilisation(h, 0.0)
 
 
+def test_utilisation_of_a_run_cut_off_with_a_job_still_running_is_over_the_span_only():
+    """a finishes at 50 s; b still runs when the run is cut off (a replay's --timeout) and its last change is at 100 s.
+    The span ends at the last completion (50 s), and the CPU b held after it counted over that span: 1.5."""
+    a, b = JobSpec("a", 0.0, 1, 1.0, 0.1, 50.0), JobSpec("b", 0.0, 1, 1.0, 0.1, 500.0)
+    h = _history([a, b], [
+        Transition(0.0, "a", None, P), Transition(0.0, "b", None, P),
+        Transition(0.0, "a", P, R, ("h0",), 1.0), Transition(0.0, "b", P, R, ("h1",), 1.0),
+        Transition(50.0, "a", R, D, ("h0",), 1.0),
+        Transition(100.0, "b", R, R, ("h1",), 0.5, "share"),
+    ])
+    assert trace_span(h) == 50.0
+    assert utilisation(h, capacity=2.0).used == pytest.approx(1.0)  # both hosts busy over the 50 s
+
+
 def test_rescheduling_costs_count_and_size_every_preemption_and_migration():
     """c (2 tasks x 25% memory = 4 GB at 8 GB/node) is paused at 10 s and resumed in place at 20 s (a
     preemption), paused at 30 s and resumed elsewhere at 40 s (a preemption: 001 counts no migration when
