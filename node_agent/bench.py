@@ -287,9 +287,12 @@ def summarize(results: list[TaskResult], delays: list[float]) -> dict:
             notes[key] = (f"not measured: the fit gave {out[key]:.2f}% (capped tasks did more units per CPU-second "
                           "than the reference), below this machine's measurement noise")
             out[key] = None
-    if not delays or min(delays) < 0:
-        notes["cap_change_s"] = ("not measured: a fitted delay is negative (" + ", ".join(f"{d:.3f}" for d in delays)
-                                 + " s), the new rate showing before the SetShare call: below the fit's resolution")
+    # The figure is the slower of the two changes. A negative fit (the new rate showing before the SetShare call)
+    # is below the fit's resolution: with the other one positive, that one is the figure; with both, none is.
+    if not delays or max(delays) < 0:
+        fits = ", ".join(f"{d:.3f}" for d in delays)
+        notes["cap_change_s"] = (f"not measured: every fitted delay is negative ({fits} s), the new rate showing "
+                                 "before the SetShare call: below the fit's resolution")
         out["cap_change_s"] = None
     verdicts = {}
     for key, target in TARGETS.items():

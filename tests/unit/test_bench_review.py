@@ -118,6 +118,10 @@ def test_cpu_share_says_when_it_misses_its_targets(monkeypatch: pytest.MonkeyPat
     out = json.loads(capsys.readouterr().out)
     assert out["verdicts"] == {"avg_error_pct": "MISSED", "max_error_pct": "MISSED", "cap_change_s": "MET"}
     assert out["cap_change_s"] == pytest.approx(0.1)
+    _fake_run(monkeypatch, 0.023, 95.0, [-0.041, 0.037])  # one fit below resolution: the other is the figure
+    assert bench.cpu_share_main(["--quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cap_change_s"] == pytest.approx(0.037) and out["verdicts"]["cap_change_s"] == "MET"
     assert bench.cpu_share_main(["--quick"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "(pp)" in lines[0] and not any(line.rstrip().endswith("%") for line in lines[1:12]), lines
