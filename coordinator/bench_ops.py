@@ -270,7 +270,8 @@ def bench_scale_main(argv: list[str]) -> int:
     p.add_argument("--hosts", type=_int_at_least(1), default=1000)
     p.add_argument("--agents", type=_int_at_least(1), default=4,
                    help="agent processes sharing the hosts (at most --hosts)")
-    p.add_argument("--jobs", type=_int_at_least(0), default=None, help="default: one per two hosts")
+    p.add_argument("--jobs", type=_int_at_least(1), default=None,
+                   help="jobs to place, >= 1 (default: one per two hosts, at least one): with none, no cycle runs")
     p.add_argument("--period", type=_positive_seconds, default=5.0, help="DYNMCB8-PER period, seconds")
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle")
@@ -286,6 +287,11 @@ def bench_scale_main(argv: list[str]) -> int:
             return interrupted("vcemu bench scale: interrupted")
 
 
+def scale_jobs(hosts: int, jobs: int | None) -> int:
+    """``--jobs``, or one job per two hosts and at least one: with none, no control cycle would ever run."""
+    return jobs if jobs is not None else max(1, hosts // 2)
+
+
 def _bench_scale(args: argparse.Namespace) -> int:
     import psutil
 
@@ -293,7 +299,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
     from coordinator.policies.dynmcb import dynmcb8_per
     from coordinator.service import CoordinatorServer
 
-    jobs = args.jobs if args.jobs is not None else args.hosts // 2
+    jobs = scale_jobs(args.hosts, args.jobs)
     server = CoordinatorServer(dynmcb8_per(args.period), port=0, heartbeat_s=30).start()
     engine = server.engine
     cycles: list[float] = []

@@ -42,6 +42,8 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     (bench_ops.bench_scale_main, ["--agents", "5", "--hosts", "2"],
      "vcemu bench scale: error: argument --agents: must be <= --hosts (2)"),
     (bench_ops.bench_scale_main, ["--cycles", "0"], "vcemu bench scale: error: argument --cycles: must be >= 1"),
+    # no job: no control cycle ever came, and the bench waited about 10 min for one (diff review)
+    (bench_ops.bench_scale_main, ["--jobs", "0"], "vcemu bench scale: error: argument --jobs: must be >= 1"),
     (bench.cpu_share_main, ["--seconds", "0"], "vcemu bench cpu-share: error: argument --seconds: must be > 0"),
     (bench.cpu_share_main, ["--seconds", "-1"], "vcemu bench cpu-share: error: argument --seconds: must be > 0"),
 ])
@@ -148,3 +150,10 @@ def test_cpu_share_reports_negative_fits_as_not_measured(monkeypatch: pytest.Mon
     change = next(line for line in text.splitlines() if line.startswith("cap change (s)"))
     assert "n/a" in change and change.split()[-2:] == ["NOT", "MEASURED"], change
     assert "cap_change_s: not measured" in text
+
+
+
+def test_scale_places_at_least_one_job() -> None:
+    """``--hosts 1`` without ``--jobs`` gave hosts // 2 = 0 jobs, and the bench waited ~10 min for a cycle."""
+    assert [bench_ops.scale_jobs(h, None) for h in (1, 2, 3, 1000)] == [1, 1, 1, 500]
+    assert bench_ops.scale_jobs(10, 7) == 7
