@@ -93,23 +93,26 @@ def greedy_placement(
     capacity (001's cluster) that is the host of lowest load now; on unequal ones it does not put a task
     on an idle small host, at a load of need / capacity, beside an idle large host that was listed later.
     """
-    # A heap keyed on (relative load with the task, host index): only the chosen host's key changes at each
-    # step, so popping it and pushing it back with its new load picks exactly what a scan for the minimum would.
+    # A heap keyed on (relative load with the task, relative load, host index): only the chosen host's key changes
+    # at each step, so popping it and pushing it back with its new load picks exactly what a scan for the minimum
+    # would. The relative load now breaks the ties that adding the need can make of loads that differed by a
+    # rounding (0.1 + 0.2 against 0.3): on equal hosts the choice is then exactly the one of the load alone.
     need = spec.cpu_need
     load = [use[h.name].load for h in hosts]
     free_mem = [h.mem - use[h.name].mem for h in hosts]
-    heap = [((load[i] + need) / h.cpu, i) for i, h in enumerate(hosts) if free_mem[i] + EPS >= spec.mem]
+    heap = [((load[i] + need) / h.cpu, load[i] / h.cpu, i) for i, h in enumerate(hosts)
+            if free_mem[i] + EPS >= spec.mem]
     heapq.heapify(heap)
     placed: list[str] = []
     for _ in range(spec.tasks):
         if not heap:
             return None
-        _, best = heapq.heappop(heap)
+        *_, best = heapq.heappop(heap)
         placed.append(hosts[best].name)
         load[best] += spec.cpu_need
         free_mem[best] -= spec.mem
         if free_mem[best] + EPS >= spec.mem:
-            heapq.heappush(heap, ((load[best] + need) / hosts[best].cpu, best))
+            heapq.heappush(heap, ((load[best] + need) / hosts[best].cpu, load[best] / hosts[best].cpu, best))
     return tuple(placed)
 
 

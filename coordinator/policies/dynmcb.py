@@ -403,23 +403,24 @@ class DynMcb8:
 
 def _greedy_hosts(spec: JobSpec, info: _HostInfo, load: list[float], used: list[float]) -> list[int] | None:
     """:func:`coordinator.policies.base.greedy_placement` on host positions: among hosts with memory for
-    one more task, the lowest relative CPU load with the task (first listed on a tie) takes it. ``load``
-    gains the placed tasks' needs (the caller's max-min loads); None if some task does not fit."""
+    one more task, the lowest relative CPU load with the task (then without it, then the first listed) takes
+    it. ``load`` gains the placed tasks' needs (the caller's max-min loads); None if some task does not fit."""
     cpu, mem = info.cpu, info.mem
     free_mem = [m - u for m, u in zip(mem, used, strict=True)]
     need = spec.cpu_need
-    heap = [((load[i] + need) / cpu[i], i) for i in range(len(cpu)) if free_mem[i] + EPS >= spec.mem]
+    heap = [((load[i] + need) / cpu[i], load[i] / cpu[i], i) for i in range(len(cpu))
+            if free_mem[i] + EPS >= spec.mem]
     heapq.heapify(heap)
     placed: list[int] = []
     for _ in range(spec.tasks):
         if not heap:
             return None
-        _, best = heapq.heappop(heap)
+        *_, best = heapq.heappop(heap)
         placed.append(best)
         load[best] += spec.cpu_need
         free_mem[best] -= spec.mem
         if free_mem[best] + EPS >= spec.mem:
-            heapq.heappush(heap, ((load[best] + need) / cpu[best], best))
+            heapq.heappush(heap, ((load[best] + need) / cpu[best], load[best] / cpu[best], best))
     return placed
 
 

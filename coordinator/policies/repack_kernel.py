@@ -113,8 +113,8 @@ else:
         on hosts loaded by the running jobs (job ``j``: ``counts[j]`` tasks on hosts ``at``, each needing
         ``needs[j]`` CPU and ``mems[j]`` memory), as ``dynmcb._greedy_hosts`` computes it on the loads
         ``np.bincount`` sums (the same additions, in the same order): among hosts with memory for one more
-        task, the lowest (load + need) / capacity, the first host on a tie (what popping a heap of (key, host)
-        gives).
+        task, the lowest (load + need) / capacity, then load / capacity, then the first host (what popping a heap
+        of (key, key2, host) gives).
         Writes the hosts to ``placed``; returns (mapped, the largest load / capacity with the new job: Λ)."""
         n = capc.shape[0]
         load, used = _host_sums(at, needs, mems, counts, n)
@@ -126,12 +126,15 @@ else:
         for t in range(tasks):
             best = -1
             key = 0.0
+            key2 = 0.0
             for i in range(n):
                 if ok[i]:
                     q = (load[i] + need) / capc[i]
-                    if best < 0 or q < key:
+                    q2 = load[i] / capc[i]
+                    if best < 0 or q < key or (q == key and q2 < key2):
                         best = i
                         key = q
+                        key2 = q2
             if best < 0:
                 return False, 0.0
             placed[t] = best

@@ -142,3 +142,19 @@ def test_greedy_mapping_on_unequal_hosts_puts_a_task_where_its_load_is_lowest_on
     busy = running(spec("b", need=0.5), ("h0",), 0.5)
     plan = get_policy(policy).decide(snap(0.0, two, busy, pending(spec("a", need=0.5))), Submit("a"))
     assert [a.hosts for a in plan.actions if isinstance(a, Start)] == [("h1",)]
+
+
+@pytest.mark.parametrize("policy", ["greedy", "dynmcb8-asap-per"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_greedy_mapping_on_equal_hosts_is_the_lowest_load_even_where_adding_the_need_rounds_to_a_tie(
+        policy: str, compiled: bool, monkeypatch) -> None:
+    """Loads 0.1 + 0.2 (0.30000000000000004) and 0.3, a need of 0.7: both loads with the need are 1.0, and the tie
+    went to the first host, where the load alone picks the second (diff review). The load alone breaks such ties."""
+    from coordinator.policies import dynmcb
+
+    if not compiled:
+        monkeypatch.setattr(dynmcb, "greedy_admission", None)
+    jobs = [running(spec("x", need=0.1), ("h0",), 0.1), running(spec("y", need=0.2), ("h0",), 0.2),
+            running(spec("z", need=0.3), ("h1",), 0.3), pending(spec("a", need=0.7))]
+    plan = get_policy(policy).decide(snap(0.0, hosts(2), *jobs), Submit("a"))
+    assert [a.hosts for a in plan.actions if isinstance(a, Start)] == [("h1",)]
