@@ -1068,11 +1068,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:
-        # The reader went away (``vcemu jobs | head``): as a Unix filter does, stop quietly. Python flushes
-        # stdout once more at exit, which would fail and print a traceback: point it at /dev/null first.
+        # The reader of our output went away (``vcemu jobs | head``): as a Unix filter does, stop quietly. Python
+        # flushes stdout once more at exit, which would fail and print a traceback: point it at /dev/null first.
+        # Only for our own stdout or stderr: a broken pipe of anything else is an error to report.
+        gone = [fd for fd in (_fd(sys.stdout), _fd(sys.stderr)) if fd is not None and _pipe_gone(fd)]
+        if not gone:
+            raise
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        for fd in gone:
+            os.dup2(devnull, fd)
         return 128 + signal.SIGPIPE
+
+
+def _fd(stream: object) -> int | None:
+    try:
+        return stream.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # no stream, or one with no descriptor (a test's StringIO)
+        return None
+
+
+def _pipe_gone(fd: int) -> bool:
+    """Whether ``fd`` is a pipe or socket whose reader has gone (poll says POLLERR or POLLHUP for writing)."""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

@@ -243,7 +243,10 @@ class LiveBackend:
         """Take the largest of ``hosts`` (most cores, then most memory; the first such) as the reference, before
         their agents register, unless a reference is set (restored from the store): ``vcemu up`` knows every host
         it starts, and with unequal hosts the one that registered first would make a job's need mean another
-        amount of CPU from one run to the next. So a need of 1 is the largest host, and no host is above 1."""
+        amount of CPU from one run to the next. So a need of 1 is the largest host, and no host's CPU is above 1
+        (its memory may be: the largest in cores is taken, not in memory; a reference restored from the store may
+        be smaller than a host added since). Agents started by hand (``vcemu coordinator``) still make the first
+        host to register the reference."""
         if hosts:
             self.restore_reference(max(hosts, key=lambda h: (h.cpu_cores, h.memory_bytes)))
 

@@ -674,3 +674,16 @@ def test_a_reader_that_goes_away_stops_the_command_quietly(tmp_path: Path) -> No
     finally:
         os.close(w)
     assert (p.returncode, p.stderr) == (128 + signal.SIGPIPE, "")
+
+
+def test_a_broken_pipe_that_is_not_our_output_is_still_an_error(monkeypatch) -> None:
+    """Only a reader of vcemu's own stdout or stderr going away ends a command quietly (diff review): a broken pipe
+    to anything else (a child's pipe, a socket) must not pass for one."""
+    import coordinator.cli as cli
+
+    def broken(_argv):  # noqa: ANN001, ANN202
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "_main", broken)
+    with pytest.raises(BrokenPipeError):
+        cli.main([])
