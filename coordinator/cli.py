@@ -731,9 +731,9 @@ def signals_deferred() -> Iterator[None]:
 def signals_set(stop: threading.Event) -> None:
     """From now on SIGINT and SIGTERM set ``stop`` (a running coordinator's clean shutdown), except one the caller
     ignores, which stays ignored (see :func:`signals_interrupt`)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, lambda *_: stop.set())
+    from node_agent.signals import set_on_signals  # a second signal cannot hang it (see there)
+
+    set_on_signals(stop, keep_ignored=True)
 
 
 def interrupted(what: str) -> int:

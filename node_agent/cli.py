@@ -11,6 +11,9 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
+
+from node_agent.signals import set_on_signals
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 #: Kubernetes quantity conventions: K/M/G/T (and KB...) are powers of 1000, Ki/Mi/... (KiB...) of 1024.
@@ -193,17 +196,16 @@ def _stop_when_orphaned(parent: int, stop: threading.Event) -> None:
 
 class _signals_set:
     """SIGTERM and SIGINT set ``stop`` (only possible from the main thread; elsewhere the caller must
-    arrange shutdown itself)."""
+    arrange shutdown itself), through :func:`node_agent.signals.set_on_signals`: safe against a second signal."""
 
     def __init__(self, stop: threading.Event) -> None:
         self._stop = stop
-        self._old: dict[int, object] = {}
+        self._restore: Callable[[], None] | None = None
 
     def __enter__(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._old[sig] = signal.signal(sig, lambda *_: self._stop.set())
+            self._restore = set_on_signals(self._stop, (signal.SIGTERM, signal.SIGINT))
 
     def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)  # type: ignore[arg-type]
+        if self._restore is not None:
+            self._restore()

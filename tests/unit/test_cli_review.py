@@ -152,7 +152,7 @@ def test_jobs_table_shows_a_yield_for_running_jobs_only() -> None:
     from coordinator.cli import _job_table
     from vcemu.v1 import coordinator_pb2 as pb
 
-    spec = pb.JobSpec(name="a", tasks=1, cpu_need=0.5, memory=0.1, work_seconds=30)
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=30)  # no name: no NAME column
     running = pb.Job(job_id="job-1", spec=spec, state="running", cpu_share=0.25, virtual_time=3, hosts=["h0"],
                      **{"yield": 0.5})
     done = pb.Job(job_id="job-2", spec=spec, state="done", submit_time=0, end_time=60, virtual_time=30, stretch=2.0)
