@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import multiprocessing
 import os
 import shutil
@@ -34,7 +33,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cli import interrupted, signals_deferred, signals_interrupt, spawn_agent, stop_processes
+from coordinator.cli import _positive, interrupted, signals_deferred, signals_interrupt, spawn_agent, stop_processes
 from coordinator.policy_names import POLICY_NAMES
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
@@ -55,17 +54,6 @@ def _int_at_least(low: int):  # type: ignore[no-untyped-def]
         return value
 
     return parse
-
-
-def _positive_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
 
 
 def _policy(text: str) -> str:
@@ -272,7 +260,7 @@ def bench_scale_main(argv: list[str]) -> int:
                    help="agent processes sharing the hosts (at most --hosts)")
     p.add_argument("--jobs", type=_int_at_least(1), default=None,
                    help="jobs to place, >= 1 (default: one per two hosts, at least one): with none, no cycle runs")
-    p.add_argument("--period", type=_positive_seconds, default=5.0, help="DYNMCB8-PER period, seconds")
+    p.add_argument("--period", type=_positive("--period"), default=5.0, help="DYNMCB8-PER period, seconds")
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle")
     p.add_argument("--out", default="results/bench-scale")

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -44,7 +43,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from coordinator.cli import INTERRUPTED, signals_deferred, signals_interrupt
+from coordinator.cli import INTERRUPTED, _positive, signals_deferred, signals_interrupt
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from workloads import progress
 from workloads.registry import child_env, command
@@ -368,27 +367,17 @@ def _table(out: dict) -> str:
     return "\n".join(lines)
 
 
-def _seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0 (argparse names the flag)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text}")
-    return value
-
-
 def cpu_share_main(argv: list[str]) -> int:
     """``vcemu bench cpu-share [--json] [--quick]``; returns the exit status."""
     p = argparse.ArgumentParser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
-    p.add_argument("--seconds", type=_seconds, default=None,
+    p.add_argument("--seconds", type=_positive("--seconds"), default=None,
                    help="measurement window per configuration (default 12 s; 2 s with --quick)")
-    p.add_argument("--task-window", type=_seconds, default=TASK_WINDOW_S,
+    p.add_argument("--task-window", type=_positive("--task-window"), default=TASK_WINDOW_S,
                    help="seconds the tasks run between two reference windows")
-    p.add_argument("--ref-window", type=_seconds, default=RAW_WINDOW_S, help="seconds of each reference window")
+    p.add_argument("--ref-window", type=_positive("--ref-window"), default=RAW_WINDOW_S,
+                   help="seconds of each reference window")
     p.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="CPU to pin tasks to")
     args = p.parse_args(argv)
     if args.cpu not in os.sched_getaffinity(0):
