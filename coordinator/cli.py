@@ -596,7 +596,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     with _Client(args, "status") as client:
         s = client.rpc("ClusterStatus", pb.ClusterStatusRequest())
-    print(f"policy {s.policy}  t={s.now:.1f}s  min yield {s.min_yield:.2f}  avg yield {s.avg_yield:.2f}")
+    if s.jobs_by_state.get("running", 0):
+        yields = f"min yield {s.min_yield:.2f}  avg yield {s.avg_yield:.2f}"
+    else:  # the yields are of running jobs: with none there are none (the reply's 0.0 read as starved jobs)
+        yields = "min yield -  avg yield -"
+    print(f"policy {s.policy}  t={s.now:.1f}s  {yields}")
     print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(s.jobs_by_state.items()) if v) or "none"))
     rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
     for h in s.hosts:

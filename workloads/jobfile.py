@@ -285,7 +285,9 @@ def _iter_csv(
             header = [c.strip() for c in row]
             unknown = [c for c in header if c not in FIELDS]
             if unknown:
-                raise JobFileError(path, lineno, unknown[0], f"unknown column (known: {', '.join(FIELDS)})")
+                other = next((sep for sep in (";", "\t", "|") if len(header) == 1 and sep in header[0]), None)
+                hint = f"; columns are separated by commas, not {other!r}" if other else ""
+                raise JobFileError(path, lineno, unknown[0], f"unknown column (known: {', '.join(FIELDS)}){hint}")
             missing = [c for c in FIELDS if c in _REQUIRED and c not in header]
             if missing:
                 raise JobFileError(path, lineno, missing[0], "missing column")

@@ -115,6 +115,7 @@ def test_a_refused_submission_takes_no_job_id(server: CoordinatorServer) -> None
 def test_status_says_when_there_are_no_jobs(server: CoordinatorServer, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["status", "--coordinator", server.address], capsys)
     assert code == 0 and "jobs: none" in out.splitlines()[1], out
+    assert out.splitlines()[0].endswith("min yield -  avg yield -"), out  # not 0.00: no job runs, none starves
 
 
 def test_cancel_of_a_finished_job_says_nothing_was_cancelled(server: CoordinatorServer,

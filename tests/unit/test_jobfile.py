@@ -122,7 +122,11 @@ def test_csv_errors(tmp_path: Path) -> None:
     with pytest.raises(JobFileError, match=":1: work: missing column"):
         read_jobs(path)
     path.write_text("id,submit_time,tasks,cpu_need,memory,work,colour\n")
-    with pytest.raises(JobFileError, match="colour: unknown column"):
+    with pytest.raises(JobFileError, match="colour: unknown column") as info:
+        read_jobs(path)
+    assert "separated" not in str(info.value)
+    path.write_text("id;submit_time;tasks;cpu_need;memory;work\na;0;1;1;0.1;10\n")  # a spreadsheet's export
+    with pytest.raises(JobFileError, match="unknown column .*; columns are separated by commas, not ';'$"):
         read_jobs(path)
     path.write_text("id,submit_time,tasks,cpu_need,memory,work\na,0,1,0.25,0.1\n")
     with pytest.raises(JobFileError, match=":2: expected 6 columns"):
