@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -45,26 +46,34 @@ def shm_left(pattern: str) -> list[str]:
     return glob.glob(f"/dev/shm/{pattern}")
 
 
+def stop_once_started(proc: subprocess.Popen, sig: signal.Signals, err_path: Path,
+                      started: Callable[[dict[int, bytes]], bool], what: str, settle: float, line: str) -> None:
+    """Once ``started`` holds of the bench's processes (and ``settle`` seconds more), :func:`interrupt` it with
+    ``sig`` and ``line``: every process it had started has ended; whatever fails, none is left behind."""
+    spawned: dict[int, bytes] = {}
+    try:
+        def up() -> bool:
+            nonlocal spawned
+            spawned = descendants(proc.pid)
+            return started(spawned)
+
+        wait_for(what, up, 60, err_path)
+        time.sleep(settle)
+        spawned = descendants(proc.pid)
+        interrupt(proc, sig, err_path, line)
+        assert_all_gone(spawned, 10)
+    finally:
+        kill_leftovers(spawned, proc)
+
+
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_bench_scale_stopped_by_a_signal_stops_its_agents(sig: signal.Signals, tmp_path: Path) -> None:
     proc, err_path = start_bench(tmp_path, "scale", "--hosts", "2", "--agents", "2", "--period", "60", "--cycles",
                                  "3", "--json", "--out", str(tmp_path / "out"))
-    spawned: dict[int, bytes] = {}
-    try:
-        def agents_up() -> bool:
-            nonlocal spawned
-            spawned = descendants(proc.pid)
-            return sum(b"\0agent\0" in argv for argv in spawned.values()) == 2
-
-        wait_for("bench scale never started its agents", agents_up, 60, err_path)
-        time.sleep(1.0)
-        spawned = descendants(proc.pid)
-        interrupt(proc, sig, err_path,
-                  "vcemu bench scale: interrupted; the coordinator and the agents it started are stopped")
-        assert_all_gone(spawned, 10)
-        assert not shm_left(f"vcemu-agent-bench-scale-{proc.pid}-*")
-    finally:
-        kill_leftovers(spawned, proc)
+    stop_once_started(proc, sig, err_path, lambda spawned: sum(b"\0agent\0" in a for a in spawned.values()) == 2,
+                      "bench scale never started its agents", 1.0,
+                      "vcemu bench scale: interrupted; the coordinator and the agents it started are stopped")
+    assert not shm_left(f"vcemu-agent-bench-scale-{proc.pid}-*")
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -72,43 +81,23 @@ def test_bench_load_stopped_by_a_signal_stops_its_clients_and_removes_its_agent_
         sig: signal.Signals, tmp_path: Path) -> None:
     proc, err_path = start_bench(tmp_path, "load", "--jobs", "1000000", "--clients", "1", "--hosts", "1", "--batch",
                                  "1", "--json", "--out", str(tmp_path / "out"))
-    spawned: dict[int, bytes] = {}
-    try:
-        def clients_up() -> bool:
-            nonlocal spawned
-            spawned = descendants(proc.pid)
-            return bool(shm_left(f"vcemu-agent-bench-load-{proc.pid}-*")) and any(
-                b"multiprocessing" in argv and b"resource_tracker" not in argv for argv in spawned.values())
 
-        wait_for("bench load never started its client", clients_up, 60, err_path)
-        time.sleep(1.0)
-        spawned = descendants(proc.pid)
-        interrupt(proc, sig, err_path,
-                  "vcemu bench load: interrupted; the coordinator and the agents it started are stopped")
-        assert_all_gone(spawned, 10)
-        assert not shm_left(f"vcemu-agent-bench-load-{proc.pid}-*")
-    finally:
-        kill_leftovers(spawned, proc)
+    def clients_up(spawned: dict[int, bytes]) -> bool:
+        return bool(shm_left(f"vcemu-agent-bench-load-{proc.pid}-*")) and any(
+            b"multiprocessing" in argv and b"resource_tracker" not in argv for argv in spawned.values())
+
+    stop_once_started(proc, sig, err_path, clients_up, "bench load never started its client", 1.0,
+                      "vcemu bench load: interrupted; the coordinator and the agents it started are stopped")
+    assert not shm_left(f"vcemu-agent-bench-load-{proc.pid}-*")
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_bench_cpu_share_stopped_by_a_signal_leaves_no_task_cgroup_or_directory(
         cgroups_required: None, sig: signal.Signals, tmp_path: Path) -> None:
     proc, err_path = start_bench(tmp_path, "cpu-share", "--quick", "--json")
-    spawned: dict[int, bytes] = {}
-    try:
-        def reference_up() -> bool:
-            nonlocal spawned
-            spawned = descendants(proc.pid)
-            return any(b"bench-reference" in argv for argv in spawned.values())
-
-        wait_for("bench cpu-share never started its reference task", reference_up, 60, err_path)
-        time.sleep(1.5)  # the reference is frozen between its windows
-        spawned = descendants(proc.pid)
-        interrupt(proc, sig, err_path,
-                  "vcemu bench cpu-share: interrupted; its tasks, their cgroups and work directories are removed")
-        assert_all_gone(spawned, 10)
-        assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-bench-{proc.pid}*")
-        assert not shm_left(f"vcemu-agent-bench-{proc.pid}-*")
-    finally:
-        kill_leftovers(spawned, proc)
+    stop_once_started(proc, sig, err_path, lambda spawned: any(b"bench-reference" in a for a in spawned.values()),
+                      "bench cpu-share never started its reference task",
+                      1.5,  # the reference is frozen between its windows
+                      "vcemu bench cpu-share: interrupted; its tasks, their cgroups and work directories are removed")
+    assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-bench-{proc.pid}*")
+    assert not shm_left(f"vcemu-agent-bench-{proc.pid}-*")
