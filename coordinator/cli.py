@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from coordinator.model import JobSpec
     from coordinator.service import CoordinatorServer
     from node_agent.tls import TlsFiles
+    from vcemu.v1 import agent_pb2
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 
@@ -433,6 +434,23 @@ def _refuse(message: str) -> NoReturn:
     """A refused setting: one line on stderr, exit status 2 (as argparse's own refusals)."""
     print(message, file=sys.stderr)
     raise SystemExit(2)
+
+
+def _reference_host(text: str) -> agent_pb2.HostInfo:
+    """``--reference-host CORES[,SIZE]``: a host of CORES cores and SIZE of memory (default 1GiB, an agent's)."""
+    from node_agent.cli import parse_size
+    from vcemu.v1 import agent_pb2
+
+    cores_text, _, size_text = text.partition(",")
+    try:
+        cores = float(cores_text)
+        memory = parse_size(size_text) if size_text else 1 << 30
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if "parse" in str(exc) else f"not a number of cores: {cores_text!r}"
+                                         ) from None
+    if not (math.isfinite(cores) and cores > 0) or memory <= 0:
+        raise argparse.ArgumentTypeError(f"cores and memory must be > 0, got {text!r}")
+    return agent_pb2.HostInfo(name="reference", cpu_cores=cores, memory_bytes=memory)
 
 
 def _server_options(args: argparse.Namespace) -> dict:
@@ -912,7 +930,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         return 2
     try:
         server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
-                                   metrics_port=args.metrics_port, **_server_options(args)).start()
+                                   metrics_port=args.metrics_port, reference=args.reference_host,
+                                   **_server_options(args)).start()
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu coordinator: error: {e}", file=sys.stderr)
         return 2
@@ -989,6 +1008,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--bind", default="127.0.0.1", help="address to listen on (default %(default)s)")
     sp.add_argument("--metrics-port", type=_port, default=None,
                     help="serve Prometheus metrics on this port (0 picks a free one; default: none)")
+    sp.add_argument("--reference-host", type=_reference_host, metavar="CORES[,SIZE]", default=None,
+                    help="the host a job's needs are fractions of: a need of 1 is CORES cores, a memory of 0.5 is "
+                    "half of SIZE (default 1GiB). Default: the first host to register, which with agents of "
+                    "unequal hosts makes a need another amount of CPU from one run to the next")
     _reliability_flags(sp)
     sp.set_defaults(func=cmd_coordinator)
 

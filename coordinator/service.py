@@ -380,7 +380,12 @@ class CoordinatorServer:
         tls: TlsFiles | None = None,
         rpc_timeout: float = 5.0,
         stop_tasks_on_exit: bool = True,
+        reference: agent_pb2.HostInfo | None = None,
     ) -> None:
+        """``reference``: the host a job's needs are fractions of (``vcemu coordinator --reference-host``), set
+        before any agent can register. Without it, agents started by hand make the first host to register the
+        reference, so with unequal hosts a need of 1 is another amount of CPU from one run to the next. A state file
+        whose jobs were made with another reference is refused (ValueError): their needs would change meaning."""
         if not heartbeat_s > 0 or heartbeat_misses < 1:
             raise ValueError(f"heartbeat: interval must be > 0 and misses >= 1, got {heartbeat_s}, {heartbeat_misses}")
         # Both ports, before the store is opened, and without gRPC's own error line: one line naming the flag.
@@ -434,6 +439,8 @@ class CoordinatorServer:
             self.intake: dict[str, JobRecord] = {}
             if loaded is not None:
                 self._restore(loaded)
+            if reference is not None:
+                self._set_reference(reference)
             if self.store is not None:
                 self.engine.listeners.append(self._persist)
                 self.backend.journal = self.store.put_tasks
@@ -595,6 +602,18 @@ class CoordinatorServer:
             self.store.put_job(rec.spec, rec.state, rec.hosts, rec.cpu, rec.vt, rec.attempts, rec.first_start,
                                rec.end, rec.message)
             self.store.add_transition(t)
+
+    def _set_reference(self, reference: agent_pb2.HostInfo) -> None:
+        """Take ``reference`` as the reference host (see :meth:`__init__`), unless the state file has one of
+        another size: refused then, as its jobs' needs are fractions of that one."""
+        stored = self.backend.reference
+        if stored is not None and (stored.cpu_cores, stored.memory_bytes) != (reference.cpu_cores,
+                                                                               reference.memory_bytes):
+            raise ValueError(
+                f"reference host: the state file's jobs have needs in units of a host of {stored.cpu_cores:g} cores "
+                f"and {stored.memory_bytes} bytes of memory, not {reference.cpu_cores:g} cores and "
+                f"{reference.memory_bytes} bytes; give that host, or no reference host")
+        self.backend.restore_reference(reference)
 
     def _restore(self, loaded) -> None:  # type: ignore[no-untyped-def]
         """Reload jobs, agents and tasks from the store (a restart after a crash, or a clean stop)."""

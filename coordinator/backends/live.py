@@ -245,8 +245,8 @@ class LiveBackend:
         it starts, and with unequal hosts the one that registered first would make a job's need mean another
         amount of CPU from one run to the next. So a need of 1 is the largest host, and no host's CPU is above 1
         (its memory may be: the largest in cores is taken, not in memory; a reference restored from the store may
-        be smaller than a host added since). Agents started by hand (``vcemu coordinator``) still make the first
-        host to register the reference."""
+        be smaller than a host added since). Agents started by hand (``vcemu coordinator``) make the first
+        host to register the reference, unless ``--reference-host`` names one."""
         if hosts:
             self.restore_reference(max(hosts, key=lambda h: (h.cpu_cores, h.memory_bytes)))
 

@@ -523,3 +523,45 @@ def test_a_submitted_jobs_name_is_kept_beside_its_id(stub):
     table = _job_table(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs).splitlines()
     assert table[0].split()[:2] == ["JOB", "NAME"]
     assert [line.split()[1] for line in table[1:]] == ["j0", "-"]
+
+
+def test_a_named_reference_host_sets_the_units_whichever_host_registers_first(tmp_path):
+    """``vcemu coordinator --reference-host 2``: a 1-core host that registers first is half a host, not the unit
+    (before, agents started by hand always made the first host to register the reference). A restart on the
+    state file with another reference is refused, naming it, and lets go of the state file."""
+    from coordinator.cli import build_parser
+
+    ref = build_parser().parse_args(["coordinator", "--reference-host", "2,2GiB"]).reference_host
+    assert (ref.cpu_cores, ref.memory_bytes) == (2.0, 2 << 30)
+    state = str(tmp_path / "run.db")
+    desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name="a0-h0", cpu_cores=1.0, memory_bytes=1 << 30)])
+    first = CoordinatorServer(get_policy("greedy"), port=0, state=state, reference=ref).start()
+    try:
+        with grpc.insecure_channel(first.address) as ch:
+            pb_grpc.CoordinatorStub(ch).RegisterAgent(
+                pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+        assert [(h.name, h.cpu, h.mem) for h in first.engine.hosts] == [("a0-h0", 0.5, 0.5)]
+    finally:
+        first.stop()
+    other = agent_pb2.HostInfo(name="reference", cpu_cores=1.0, memory_bytes=1 << 30)
+    with pytest.raises(ValueError, match="reference host: the state file's jobs have needs in units of a host of 2 "):
+        CoordinatorServer(get_policy("greedy"), port=0, state=state, reference=other)
+    again = CoordinatorServer(get_policy("greedy"), port=0, state=state, reference=ref).start()  # same: accepted
+    try:
+        assert [(h.name, h.cpu, h.mem) for h in again.engine.hosts] == [("a0-h0", 0.5, 0.5)]
+    finally:
+        again.stop()
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("0", "cores and memory must be > 0"), ("-1", "cores and memory must be > 0"),
+    ("nan", "cores and memory must be > 0"), ("1,0", "cores and memory must be > 0"),
+    ("x", "not a number of cores: 'x'"), ("1,lots", "cannot parse memory size 'lots'")])
+def test_a_bad_reference_host_is_refused_naming_the_flag(text, why, capsys):
+    from coordinator.cli import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["coordinator", "--reference-host", text])
+    assert exc.value.code == 2
+    assert f"argument --reference-host: {why}" in capsys.readouterr().err
