@@ -56,6 +56,10 @@ log = logging.getLogger("vcemu.coordinator")
 SERVICE_NAME = "vcemu.v1.Coordinator"
 #: Exceptions of the engine loop kept as text (:attr:`CoordinatorServer.loop_errors`).
 LOOP_ERRORS_KEPT = 20
+#: Agents declared lost that keep a down series (``vcemu_agent_up`` 0) until they register again: the latest ones.
+#: An agent restarted under a new id each time (the default id holds its pid) would otherwise add a series, and
+#: an entry here, per restart for as long as the coordinator runs.
+LOST_KEPT = 256
 MAX_BATCH = 1_000  # submissions per SubmitBatch call (with MAX_MESSAGE_BYTES, bounds one call's work)
 #: Threads serving the gRPC API (users' calls and the agents' RegisterAgent and Heartbeat).
 API_THREADS = 16
@@ -716,7 +720,10 @@ class CoordinatorServer:
             if handle is not None:
                 # (a restored agent's heartbeat stamp is a grace in the future, not a sign of life: not its age)
                 beat = self.heartbeats.get(agent_id, -math.inf) if handle.heard else -math.inf
+                self.lost.pop(agent_id, None)  # (to the end: the latest lost last)
                 self.lost[agent_id] = (handle.mode, max(beat, handle.last_seen if handle.heard else -math.inf))
+                while len(self.lost) > LOST_KEPT:
+                    del self.lost[next(iter(self.lost))]
             self.registered.discard(agent_id)
             hosts = self.backend.remove_agent(agent_id)
             self.heartbeats.pop(agent_id, None)

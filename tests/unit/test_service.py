@@ -565,3 +565,18 @@ def test_a_bad_reference_host_is_refused_naming_the_flag(text, why, capsys):
         build_parser().parse_args(["coordinator", "--reference-host", text])
     assert exc.value.code == 2
     assert f"argument --reference-host: {why}" in capsys.readouterr().err
+
+
+def test_only_the_latest_lost_agents_keep_a_down_series(server, stub, monkeypatch):
+    """A lost agent keeps a ``vcemu_agent_up`` 0 series until it registers again, but an agent restarted under a
+    new id each time (the default id holds its pid) added one per restart for as long as the coordinator ran."""
+    import coordinator.service as service
+
+    monkeypatch.setattr(service, "LOST_KEPT", 2)
+    for k in range(3):
+        desc = agent_pb2.DescribeReply(agent_id=f"gone{k}", mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name=f"gone{k}-h0", cpu_cores=1.0, memory_bytes=1 << 30)])
+        stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+        server.lose_agent(f"gone{k}", "test: agent gone")
+    assert list(server.lost) == ["gone1", "gone2"]
+    assert sorted((h.agent, h.lost) for h in server.agent_health()) == [("gone1", True), ("gone2", True)]
