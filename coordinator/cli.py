@@ -758,10 +758,12 @@ def signals_set(stop: threading.Event) -> None:
     set_on_signals(stop, keep_ignored=True)
 
 
-def interrupted(what: str) -> int:
+def interrupted(what: str, cluster: bool = True) -> int:
     """The one line of a command stopped by Ctrl-C or SIGTERM (``what``: "vcemu up: interrupted while starting")
-    once it has stopped its cluster, in place of a traceback; returns :data:`INTERRUPTED`."""
-    print(f"{what}; the coordinator and the agents it started are stopped", file=sys.stderr, flush=True)
+    once it has stopped its cluster (``cluster``: it had begun to start one), in place of a traceback; returns
+    :data:`INTERRUPTED`."""
+    done = "the coordinator and the agents it started are stopped" if cluster else "no agent was started"
+    print(f"{what}; {done}", file=sys.stderr, flush=True)
     return INTERRUPTED
 
 

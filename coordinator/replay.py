@@ -160,12 +160,13 @@ def replay_main(argv: Sequence[str]) -> int:
     started, is stopped first (by start_local_cluster, or the finally around the live run)."""
     from coordinator.cli import interrupted, signals_interrupt
 
+    stage: dict[str, bool] = {"cluster": False}
     try:
         a = _parse(argv)
         with signals_interrupt():
-            return _replay(a)
+            return _replay(a, stage)
     except KeyboardInterrupt:
-        return interrupted("vcemu replay: interrupted")
+        return interrupted("vcemu replay: interrupted", cluster=stage["cluster"])
 
 
 def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
@@ -179,7 +180,8 @@ def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
     return f"vcemu replay: error: trace: {why} {a.trace}"
 
 
-def _replay(a: argparse.Namespace) -> int:
+def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
+    """The replay; ``stage["cluster"]`` is set once its cluster begins to start (for the interrupted line)."""
     from coordinator.cli import live_run_dir, start_local_cluster
     from coordinator.policies import UnknownPolicy, get_policy
     from workloads.jobfile import JobFileError
@@ -201,6 +203,7 @@ def _replay(a: argparse.Namespace) -> int:
     if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
         print(f"vcemu replay: {a.trace}: {note}", file=sys.stderr)
     with agent_log:
+        stage["cluster"] = True
         try:
             server, procs = start_local_cluster(
                 a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
