@@ -38,7 +38,7 @@ system-packages:
 	fi
 
 test: lint system-packages
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25  # the slowest tests, to keep the suite under 15 minutes
 
 clean:
 	rm -rf $(VENV) build *.egg-info vcemu/v1/*_pb2*.py vcemu/v1/*_pb2*.pyi
