@@ -223,7 +223,9 @@ class CoordinatorMetrics:
             registry=self.registry,
         )
         self.transitions = Counter(
-            "vcemu_job_transitions_total", "Job state transitions", ["to_state", "policy"], registry=self.registry
+            "vcemu_job_transitions_total",
+            "Job state changes, by the state entered (a running job's new share or host is not one)",
+            ["to_state", "policy"], registry=self.registry,
         )
         self.agents_lost = Counter(
             "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
@@ -245,7 +247,8 @@ class CoordinatorMetrics:
         self.moves.next_decision()
 
     def _on_transition(self, t: Transition) -> None:
-        self.transitions.labels(t.dst.value, self.policy).inc()
+        if t.src is not t.dst:  # (a share change or a move of a running job is recorded as running -> running)
+            self.transitions.labels(t.dst.value, self.policy).inc()
         self.moves.observe(t)
         if t.dst is JobState.DONE:
             spec = self.engine.history.specs[t.job]

@@ -239,3 +239,14 @@ def test_every_dashboard_panel_returns_data(live_run: tuple[str, int, float], pr
     print(f"\nrun+scrape {time.monotonic() - t_start:.1f} s, range {range_s} s, {scrapes:.0f} scrapes; per panel "
           "target:\n" + "\n".join(rows))
     assert not empty, f"panel queries without data: {empty}"
+
+    # What the stretch panels read (operator review): every job here has a bounded stretch of at least 1, and
+    # histogram_quantile alone put the median of 4 jobs at exactly 1 at 0.5; increase() made 3.02 jobs of 3.
+    panels = {p["title"]: p for p in json.loads(DASHBOARD.read_text())["panels"]}
+    for t in panels["Bounded stretch: median, p95 and mean"]["targets"]:
+        for s in query(prometheus, substitute(t["expr"], range_s), t0, end, instant=True):
+            assert float(s["value"][1]) >= 1, (t["expr"], s)
+    (counts,) = panels["Bounded stretch of completed jobs"]["targets"]
+    got = query(prometheus, substitute(counts["expr"], range_s), t0, end, instant=True)
+    assert all(float(s["value"][1]).is_integer() for s in got), got
+    assert max(float(s["value"][1]) for s in got) == len(jobs)  # the +Inf bucket holds every job

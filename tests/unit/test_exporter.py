@@ -78,6 +78,12 @@ def test_preemption_and_migration_counters_agree_with_the_results(policy: str):
     assert (s.preemptions, s.migrations) == expected
     assert sample(m, "vcemu_preemptions_total", policy=policy) == s.preemptions
     assert sample(m, "vcemu_migrations_total", policy=policy) == s.migrations
+    # state changes only: each job is submitted, started and done once; A is paused and resumed once. A share
+    # change or a move (running -> running) is not counted: it read 424 "running" for 54 jobs and 1 resume.
+    changes = [t for t in history.transitions if t.src is not t.dst]
+    assert sample(m, "vcemu_job_transitions_total", to_state="running", policy=policy) == 4 == sum(
+        t.dst.value == "running" for t in changes)
+    assert sample(m, "vcemu_job_transitions_total", to_state="paused", policy=policy) == 1
 
 
 def test_a_lost_agent_stays_down_until_it_registers_again():
