@@ -132,8 +132,6 @@ def describe(core: AgentCore) -> agent_pb2.DescribeReply:
 class AgentCollector(Collector):
     """Reads the agent's state at scrape time (no gauges to keep in sync)."""
 
-    MODES = ("cgroup-v1", "cgroup-v2", "duty-cycle")
-
     def __init__(self, core: AgentCore) -> None:
         self.core = core
 
@@ -167,10 +165,18 @@ class AgentCollector(Collector):
         for s in State:
             g.add_metric([s.name.lower()], float(sum(t.state is s for t in tasks)))
         yield g
-        g = GaugeMetricFamily("vcemu_agent_cgroup_mode_info", "How the agent enforces CPU shares",
+        g = GaugeMetricFamily("vcemu_agent_cgroup_mode_info", "How the agent enforces CPU shares (one series, 1)",
                               labels=["mode"])
-        for m in self.MODES:
-            g.add_metric([m], 1.0 if m == self.core.mode else 0.0)
+        g.add_metric([self.core.mode], 1.0)  # (an _info metric: the modes not in use are not series of 0)
+        yield g
+        # What tells an operator that the coordinator is gone before any task is fenced: without it, an idle
+        # agent's metrics were the same before and after its coordinator was killed.
+        g = GaugeMetricFamily("vcemu_agent_lease_remaining_seconds", "Seconds until the lease the coordinator "
+                              "last renewed runs out (0: it has, and running tasks are frozen); no sample while the "
+                              "agent holds no lease")
+        left = self.core.lease_left()
+        if left >= 0:
+            g.add_metric([], left)
         yield g
 
 
