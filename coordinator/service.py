@@ -36,7 +36,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.backends.base import BackendError
-from coordinator.backends.live import LiveBackend
+from coordinator.backends.live import SILENT_AFTER_S, LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, request_bounds
@@ -419,7 +419,9 @@ class CoordinatorServer:
                                        epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
                                        channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
             self.engine = Engine(policy, self.backend)
-            self.metrics = CoordinatorMetrics(self.engine, policy.name, self.backend.host_status, self.agent_health)
+            self.metrics = CoordinatorMetrics(self.engine, policy.name,
+                                              lambda: self.backend.host_status(max_age=SILENT_AFTER_S),
+                                              self.agent_health)
             self.backend.unfence_listeners.append(lambda _task: self.metrics.tasks_unfenced.inc())
             self.ids = itertools.count(1)
             self.requests: dict[str, str] = {}

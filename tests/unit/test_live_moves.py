@@ -84,3 +84,22 @@ def test_the_reference_host_is_the_largest_host_chosen_before_registration_not_t
         backend.close()
         for server, _ in servers:
             server.stop(0)
+
+
+def test_the_metrics_leave_out_the_last_status_of_an_agent_that_stopped_answering(
+    cluster: tuple[LiveBackend, TableAgent],
+) -> None:
+    """Operator review: a SIGSTOPped agent's host kept exporting the measured CPU of its last answer, unchanged
+    scrape after scrape, until the agent was declared lost. ``vcemu status`` still shows the last figures."""
+    import time
+
+    from vcemu.v1 import agent_pb2
+
+    backend, _agent = cluster
+    (handle,) = backend.agents.values()
+    handle.last_status = agent_pb2.StatusReply(hosts=[agent_pb2.HostStatus(name="h0", cpu_measured=0.4)])
+    handle.last_seen = time.monotonic()  # as a poll that got this answer sets them
+    assert list(backend.host_status(max_age=2.0)) == list(backend.host_status()) == ["h0"]
+    handle.last_seen -= 2.5  # its last answered Status, 2.5 s ago
+    assert backend.host_status(max_age=2.0) == {}
+    assert list(backend.host_status()) == ["h0"]
