@@ -3,7 +3,8 @@
 Subcommands: ``up`` (a local cluster: coordinator + agents on 127.0.0.1), ``coordinator`` and ``agent``
 (one process each, for real testbeds), ``submit``/``jobs``/``cancel``/``status`` (clients of a running
 coordinator), ``simulate`` (a job file through a policy in virtual time), ``demo`` (the README's main
-command), ``vcsched`` (seed 002's static placement experiments) and ``bench``.
+command), ``replay`` (a trace on live agents beside its simulation), ``sweep`` (seed 001's experiments on Ray),
+``vcsched``, ``apc`` and ``oppcost`` (seeds 002, 003 and 004's experiments) and ``bench``.
 """
 
 from __future__ import annotations

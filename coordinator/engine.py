@@ -5,8 +5,11 @@ stimulus the engine builds an immutable Snapshot, asks the policy for a Plan, ch
 every host within its CPU and memory capacity, applies it to the backend in a safe order (releases
 before acquisitions, so a live agent never sees a host over-subscribed) and records every transition.
 
-Threading: ``arrive`` and ``cancel`` may be called from other threads (the gRPC service); everything
-that touches the backend runs in the thread that calls ``step``/``run``.
+Threading: the engine loop (``step``/``run``) is one thread, but not the only one to reach the backend. In a
+live run the gRPC service calls ``arrive``, ``cancel`` (which stops a job's tasks) and ``refresh_vt`` (which reads
+progress), and the agent watch calls ``lose_hosts``/``requeue`` (progress, and stops), all from their own threads.
+Every one of them holds :attr:`Engine.lock` (an RLock) for the whole change, and the live backend has a lock of its
+own: that, not the thread, is what keeps a decision and a cancel from interleaving.
 """
 
 from __future__ import annotations
@@ -581,7 +584,9 @@ class Engine:
                 shown = current.value if current else "unknown"
                 raise PolicyError(f"{self.policy.name}: {a} on job in state {shown}")
             state[job] = after[kind]
-            if kind is Migrate:  # the commonest action first (need[kind] admits the six action types only)
+            # (Migrate: one task of a job. No policy here emits it, DYNMCB8 emits Move; need[kind] admits only the
+            # seven action types.)
+            if kind is Migrate:
                 h, c, s = placed[job]
                 if a.dst not in hosts or not 0 <= a.task < len(h):
                     raise PolicyError(f"{self.policy.name}: {a} names an unknown task or host")

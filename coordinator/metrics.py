@@ -68,9 +68,6 @@ class History:
     transitions: list[Transition] = field(default_factory=list)
     decision_seconds: list[float] = field(default_factory=list)
 
-    def of(self, job: str) -> list[Transition]:
-        return [t for t in self.transitions if t.job == job]
-
 
 @dataclass(frozen=True)
 class JobResult:
@@ -189,8 +186,9 @@ def relative_difference(a: float, b: float) -> float:
 
 # ---- trace-level metrics of seed 001 Sec. V (Table I, Figure 1, Table II) ------------------------------
 
-#: 001 Sec. IV-A, footnote 1: "a 128-task job with 1 TB total memory, or 8 GB per task" -- the node
-#: memory 001 assumes when it turns memory requirements (fractions of a node) into bytes for Table II.
+#: Bytes of a node's memory, to turn memory requirements (fractions of a node) into the bytes Table II's bandwidth
+#: counts. 001 never states a node memory for Table II; we take the 8 GB per task of its Sec. IV-A footnote 1 ("a
+#: 128-task job with 1 TB total memory, or 8 GB per task", there to argue the 5-minute penalty) as a node's.
 HOST_MEMORY_GB = 8.0
 
 
@@ -299,7 +297,7 @@ class Utilisation:
     """CPU use over the trace span, as fractions of the cluster's CPU capacity x span.
 
     - ``used``: allocated CPU (tasks x per-task share of every running job), integrated over time.
-    - ``under``: 001 Sec. II-B.3 observes that "resources may not be fully utilized once the minimum
+    - ``under``: 001 Sec. II-B.2 observes that "resources may not be fully utilized once the minimum
       yield has been maximized" while jobs want more; 001 gives no formula, so we define
       underutilisation as the idle CPU capacity integrated over the times when at least one submitted,
       unfinished job is below yield 1 (pending, paused, or running on less than its need), i.e. CPU

@@ -29,7 +29,9 @@ MAX_SECONDS = 1e12
 
 
 class JobState(StrEnum):
-    """pending -> running <-> paused -> done / failed / cancelled (DESIGN.md, the engine's state machine)."""
+    """pending -> running <-> paused -> done / failed / cancelled (DESIGN.md, the engine's state machine), and
+    running or paused -> pending when a live job's host is lost (:meth:`Engine.requeue`: its vt and first start
+    are kept, so a policy sees a pending job that has run)."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -106,10 +108,6 @@ class JobSpec:
                     f"{self.tasks} tasks of memory {self.mem} can never fit: the cluster holds at most {capacity}",
                 )
 
-    @property
-    def total_need(self) -> float:
-        return self.tasks * self.cpu_need
-
 
 @dataclass(frozen=True)
 class JobView:
@@ -153,12 +151,6 @@ class Snapshot:
         if not isinstance(self.jobs, MappingProxyType):
             object.__setattr__(self, "jobs", MappingProxyType(dict(self.jobs)))
 
-    def host(self, name: str) -> Host:
-        for h in self.hosts:
-            if h.name == name:
-                return h
-        raise KeyError(name)
-
     def in_state(self, *states: JobState) -> list[JobView]:
         """Jobs in the given states, in submission order (ties broken by id)."""
         return sorted(
@@ -194,14 +186,11 @@ class Complete:
 
 @dataclass(frozen=True)
 class Tick:
-    """A timer: a periodic scheduling event, or the end of a job's backoff (``job`` set)."""
+    """"Decide on the state as it is": a policy's period elapsed, or (for a policy without one) hosts were added
+    (:meth:`Engine.add_hosts`); with ``job`` set, the end of that job's backoff. A host lost in a live run reaches
+    the policy as a ``Submit`` of each job it held, requeued (:meth:`Engine.lose_hosts`)."""
 
     job: str | None = None
 
 
-@dataclass(frozen=True)
-class HostLost:
-    host: str
-
-
-Stimulus = Submit | Complete | Tick | HostLost
+Stimulus = Submit | Complete | Tick

@@ -826,13 +826,3 @@ class CoordinatorServer:
         self.backend.close()
         if self.store is not None:
             self.store.close()
-
-    def wait_idle(self, timeout: float = math.inf) -> bool:
-        """Block until every accepted job is finished (for the demo and tests)."""
-        deadline = self.backend.now() + timeout * self.backend.compression
-        while self.backend.now() < deadline:
-            with self.engine.lock:
-                if self.engine.jobs and self.engine.unfinished == 0 and not self.intake:
-                    return True
-            self._stop.wait(0.1)
-        return False

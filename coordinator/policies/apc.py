@@ -8,7 +8,9 @@ keep improving the others) while preferring fewer placement changes.
 Our reading of the placement loop (003 Sec. 3.2 "Algorithm outline", after [18]):
 
 * **Nodes** are visited one at a time, those with the most free memory first (ties by id). For each
-  node, the best configuration found is committed before the next node is visited.
+  node, the best configuration found is committed before the next node is visited. (A departure: 003 says
+  the order of nodes, instances and applications "is driven by relative performance functions"; for nodes it
+  gives no rule, and memory is what decides whether an instance fits at all.)
 * **Instances to remove**: the instances on the node are ordered by relative performance, most
   satisfied first (for jobs, u_max now; for transactional apps, their RP at the current allocation);
   configuration k removes the first k of them, k = 0 .. (number of instances): linear cardinality.
@@ -38,7 +40,8 @@ Our reading of the placement loop (003 Sec. 3.2 "Algorithm outline", after [18])
   that does not exist. In Experiment Two it took the changes at a 150 s inter-arrival time from 98
   (50 migrations) to 6, at 50 s from 628 to 466, with the share of jobs meeting their goal unchanged.
 * **Comparison**: candidate A beats B if, scanning both sorted vectors from the lowest value, the first
-  entry that differs by more than ``tolerance`` (default 0.01) is higher in A. The incumbent (the
+  entry that differs by more than ``tolerance`` (default 0.01) is higher in A, and if none does, A's sum
+  must exceed B's by ``tolerance`` (:func:`better`). The incumbent (the
   current placement) is replaced only by a strictly better candidate, so among equally good ones the
   one with fewer changes wins; and a candidate that suspends or migrates ``k`` more jobs than the
   incumbent must be better by ``(1 + k) * tolerance`` (our reading of "APC employs heuristics that aim
@@ -586,7 +589,3 @@ def fcfs_place(state: ApcState) -> Decision:
         cpu[nid] -= s.max_speed
     return _baseline_decision(state, placement)
 
-
-def max_rp_vector(values: Mapping[str, float]) -> float:
-    """Smallest relative performance in a decision (the max-min objective's first entry)."""
-    return min(values.values(), default=math.inf)

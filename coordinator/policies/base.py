@@ -24,8 +24,8 @@ POSITIONS_KEPT = 4096
 def host_positions(cache: dict[tuple[str, ...], np.ndarray], index: Mapping[str, int],
                    hosts: tuple[str, ...]) -> np.ndarray:
     """The positions of ``hosts`` in a host list (``index``: name -> position), as int64, kept in ``cache``
-    while the same tuple is seen again: a job keeps its hosts across most decisions, and both the engine's
-    capacity check and DYNMCB8's admission would otherwise look up every task's host at every event."""
+    while the same tuple is seen again: a job keeps its hosts across most decisions, and DYNMCB8's admission
+    would otherwise look up every task's host at every event (the engine's capacity check does its own pass)."""
     got = cache.get(hosts)
     if got is None:
         if len(cache) >= POSITIONS_KEPT:

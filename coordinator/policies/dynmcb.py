@@ -3,8 +3,8 @@
 All repack every job in the system (running, paused and waiting) with MCB8 and its binary search on
 the yield (seed 002 Sec. 3.4, :mod:`coordinator.policies.packing`). When no packing exists however small
 the yield, the job with the lowest priority (max(30, flow time)/vt², 001 Sec. III-A) is removed from
-consideration — paused if it was running — and MCB8 runs again (001 Sec. III-B: jobs are never
-rejected).
+consideration — paused if it was running — and MCB8 runs again (001 Sec. III-B; jobs are never rejected,
+001 Sec. II-B.2).
 
 - DYNMCB8 repacks at every submission and completion.
 - DYNMCB8-PER repacks only every ``period`` seconds (600 s by default, 001 Sec. III-B); new jobs wait.
@@ -21,9 +21,9 @@ rejected).
 MCB8 fills hosts in index order, so its host numbers are labels: hosts of equal capacity are
 interchangeable, and we map the packing's hosts onto the real ones so as to keep the most tasks where
 they are (an assignment problem per group of identical hosts). Without this, a repacking that changes
-nothing but the labels would migrate everything. A running job that still ends up elsewhere is moved
-task by task (``Migrate``) keeping every task
-whose host is still among the job's new hosts; a paused job is resumed wherever MCB8 put it.
+nothing but the labels would migrate everything. A running job that still ends up elsewhere is moved with
+one ``Move`` (its tasks' new hosts at once), keeping every task whose host is still among the job's new
+hosts; a paused job is resumed wherever MCB8 put it.
 
 Preemption counts (issue 4 investigation; 1,000-job Lublin traces, 128 hosts, DYNMCB8-ASAP-PER): with
 no penalty, load 0.9, seed 0 gives 6.7 preemptions and 9.9 migrations per job (001 Table II: 7.33 and
