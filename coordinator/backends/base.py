@@ -37,6 +37,19 @@ class Report:
 
 
 class Backend(Protocol):
+    """What the engine calls on a cluster: :class:`~coordinator.backends.sim.SimBackend` (virtual clock) or
+    :class:`~coordinator.backends.live.LiveBackend` (agents, real clock).
+
+    A backend may also define, and the engine looks each up with ``getattr`` (absent: the default):
+
+    - ``paused_progress_fixed = True``: a paused job's progress cannot change, so snapshots need not read it
+      (the simulator; default False: a live agent may report a paused job's progress late);
+    - ``flush() -> [(job, BackendError)]``: start the tasks a plan's moves stopped, after the whole plan is
+      applied (live: checkpoint and stop first, restart after, so that a host is never over-subscribed);
+    - ``abandon_moves()``: a plan failed part way (not a BackendError): forget the moves not yet flushed;
+    - ``retry_after`` (model seconds, default 0): how long to wait before offering again a job whose Start
+      could not reach its agent."""
+
     def now(self) -> float: ...
 
     def start(self, spec: JobSpec, hosts: Sequence[str], cpu: float, progress: float = 0.0) -> None: ...

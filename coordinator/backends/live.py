@@ -413,8 +413,7 @@ class LiveBackend:
             # orphans, or answers again): an agent that answers and refuses the Stop would have the job
             # offered again at every turn for ever, so then the refusal fails it, naming the cause. A Stop
             # not tried now (the rate limit) refused nothing yet.
-            silent = all(self._unanswered(t) or (t.retried < tried and t.refused_since == math.inf)
-                         for t in self._orphans if t.host == host)
+            silent = all(self._may_get_through(t, tried) for t in self._orphans if t.host == host)
             raise BackendError(f"{method} on {host}: {_rpc_text(refusal)}; tasks stopped on {host} earlier still "
                                "hold it (their Stop did not get through)" + (", will retry" if silent else ""),
                                unreachable=silent)
@@ -461,6 +460,12 @@ class LiveBackend:
         return handle is None or handle.lost or (
             handle.silent and time.monotonic() - orphan.refused_since < UNSTOPPABLE_AFTER_S)
 
+    def _may_get_through(self, orphan: _Task, tried: float) -> bool:
+        """Is a refusal that ``orphan`` causes transient (the caller's BackendError ``unreachable``)? While its
+        agent does not answer (:meth:`_unanswered`), and for a Stop not tried at ``tried`` (tried less than a
+        poll interval before, see :meth:`_stop_orphans`) that no poll has seen fail on an agent that answered."""
+        return self._unanswered(orphan) or (orphan.retried < tried and orphan.refused_since == math.inf)
+
     def _hold(self, job: str) -> None:
         """Refuse to start a task of ``job`` while an earlier copy of it may still run: an orphan of the job
         (a task whose Stop did not get through, as when a move's Stop failed and the job was requeued; or a
@@ -477,9 +482,7 @@ class LiveBackend:
         if not any(copy(t) for t in self._orphans) or self._stop_orphans(copy, placement=True):
             return
         t = next(t for t in self._orphans if copy(t))
-        # Transient while its agent does not answer, and for a Stop not tried now (tried less than a poll
-        # interval ago, see :meth:`_stop_orphans`) that no poll has seen fail on an agent that answered.
-        silent = self._unanswered(t) or (t.retried < tried and t.refused_since == math.inf)
+        silent = self._may_get_through(t, tried)
         raise BackendError(f"job {job} not started again: its task {t.task_id} on {t.host}, stopped earlier, may "
                            "still run (its Stop did not get through)" + (", will retry" if silent else ""),
                            unreachable=silent)
