@@ -319,9 +319,24 @@ class Engine:
         with self.lock:
             # Every finished job leaves the state before the policy hears of any: two jobs may end at
             # the same instant, and a plan for the first must not act on the second.
-            completed = [r.job for r in reports if self._on_report(r)]
+            # Each report is handled whatever another's recording raises (a listener's store write): the backend
+            # has forgotten the jobs it reports, so a report dropped here would leave its job running for good.
+            # The first error is raised once every completion has been handled.
+            completed: list[str] = []
+            errors: list[Exception] = []
+            for r in reports:
+                try:
+                    if self._on_report(r):
+                        completed.append(r.job)
+                except Exception as exc:
+                    errors.append(exc)
+                    rec = self.jobs.get(r.job)
+                    if rec is not None and rec.state.finished:  # recorded in memory, only its listeners failed
+                        completed.append(r.job)
             for job in completed:
                 self.handle(Complete(job))
+            if errors:
+                raise errors[0]
             now = self.backend.now()
             while self._timers and self._timers[0].time <= now + 1e-9:
                 timer = heapq.heappop(self._timers)

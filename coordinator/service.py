@@ -26,6 +26,7 @@ import itertools
 import logging
 import math
 import queue
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -166,8 +167,18 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def __init__(self, server: CoordinatorServer) -> None:
         self.s = server
 
+    def _accept(self, requests: list[pb.SubmitRequest], context: grpc.ServicerContext) -> list[pb.SubmitResult]:
+        """:meth:`CoordinatorServer.accept`, and a state file that cannot be written (a full disk) as one clear
+        UNAVAILABLE: gRPC's own "Exception calling application" (UNKNOWN) named neither the cause nor the fix."""
+        try:
+            return self.s.accept(requests)
+        except (sqlite3.Error, OSError) as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator cannot write its state file ({exc}): "
+                          "nothing was accepted; submit again once it can")
+            raise  # (abort raises)
+
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.Job:
-        (result,) = self.s.accept([request])
+        (result,) = self._accept([request], context)
         if result.code != grpc.StatusCode.OK.value[0]:
             context.abort(_CODES[result.code], result.error)
         self.s.engine.backend.wake()
@@ -179,7 +190,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if len(request.requests) > MAX_BATCH:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"requests: at most {MAX_BATCH} per batch, got {len(request.requests)}")
-        results = self.s.accept(list(request.requests))
+        results = self._accept(list(request.requests), context)
         self.s.engine.backend.wake()
         return pb.SubmitBatchReply(results=results)
 
@@ -443,6 +454,9 @@ class CoordinatorServer:
             # for the engine loop, which may be busy deciding; the loop drains this before every step.
             self.intake_lock = threading.Lock()
             self.intake: dict[str, JobRecord] = {}
+            #: Transitions the store could not take yet, per job (:meth:`_persist`), and whether writing fails now.
+            self.unsaved: dict[str, list[Transition]] = {}
+            self.unsaved_failing = False
             if loaded is not None:
                 self._restore(loaded)
             if reference is not None:
@@ -599,15 +613,45 @@ class CoordinatorServer:
 
     def _persist(self, t: Transition) -> None:
         """Engine listener: the job's row and the transition, committed (with the caller's transaction).
-        A job's first transition was written when it was accepted."""
+        A job's first transition was written when it was accepted.
+
+        Never raises. A write that fails (a full disk, a file made read-only) keeps the transition, with every
+        other one not yet written, in :attr:`unsaved`, and each later transition and loop turn tries again
+        (:meth:`save_unsaved`). Raised into the engine, the failure cut short the handling of the reports it
+        was recording: of four jobs that ended together, the three after the first were never marked done
+        (their tasks were already forgotten), and stayed running for good (fault-injection review)."""
         assert self.store is not None
         if t.src is None:
             return
-        rec = self.engine.jobs[t.job]
-        with self.store.transaction():
-            self.store.put_job(rec.spec, rec.state, rec.hosts, rec.cpu, rec.vt, rec.attempts, rec.first_start,
-                               rec.end, rec.message)
-            self.store.add_transition(t)
+        self.unsaved.setdefault(t.job, []).append(t)
+        self.save_unsaved()
+
+    def save_unsaved(self) -> bool:
+        """Write the jobs' rows and transitions :meth:`_persist` could not; True once none is left. Logged once
+        when writing starts to fail, and once when it works again."""
+        if not self.unsaved or self.store is None:
+            return True
+        try:
+            with self.store.transaction():
+                for job, transitions in self.unsaved.items():
+                    rec = self.engine.jobs[job]
+                    self.store.put_job(rec.spec, rec.state, rec.hosts, rec.cpu, rec.vt, rec.attempts,
+                                       rec.first_start, rec.end, rec.message)
+                    for t in transitions:
+                        self.store.add_transition(t)
+        except Exception as exc:  # sqlite3.Error, OSError: kept, and tried again
+            if not self.unsaved_failing:
+                self.unsaved_failing = True
+                log.error("the state file cannot be written (%s: %s): job changes are kept in memory and written "
+                          "as soon as it can be; a coordinator stopped before then loses them, and runs those jobs "
+                          "again after a restart", type(exc).__name__, exc)
+            return False
+        if self.unsaved_failing:
+            self.unsaved_failing = False
+            log.warning("the state file is written again: %d jobs' changes saved",
+                        len(self.unsaved))
+        self.unsaved.clear()
+        return True
 
     def _set_reference(self, reference: agent_pb2.HostInfo) -> None:
         """Take ``reference`` as the reference host (see :meth:`__init__`), unless the state file has one of
@@ -776,6 +820,9 @@ class CoordinatorServer:
                 busy = time.thread_time()
                 self.drain()
                 self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression)
+                if self.unsaved:  # (under the engine's lock: a record is read whole)
+                    with self.engine.lock:
+                        self.save_unsaved()
                 # A turn that computed for c seconds waits 3c before the next: with a long queue the loop
                 # keeps at most a quarter of the CPU, and the API threads the rest (waiting is not counted).
                 window = max(BATCH_WINDOW_S, 3 * (time.thread_time() - busy))
@@ -825,4 +872,12 @@ class CoordinatorServer:
         self.grpc.stop(grace).wait()
         self.backend.close()
         if self.store is not None:
+            if self.engine.lock.acquire(timeout=5):  # (a loop that did not stop in time may hold it)
+                try:
+                    if not self.save_unsaved():
+                        log.error("stopping with %d jobs' changes not written to the state file (it cannot be "
+                                  "written): a restart on it runs those jobs again from their last saved state",
+                                  len(self.unsaved))
+                finally:
+                    self.engine.lock.release()
             self.store.close()

@@ -157,6 +157,7 @@ class LiveBackend:
         #: Groups the journal writes of one poll into one commit (the store's ``transaction``): with an
         #: fsync per commit, a write per running job every second would cost a sync each.
         self.journal_batch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+        self._journal_failing = False  # the last journal of the tasks' progress failed (said once, see poll)
         self._journal_at = 0.0
         self._wake = threading.Event()
         self._polled = -math.inf  # monotonic time of the last Status round
@@ -846,8 +847,16 @@ class LiveBackend:
                     with self.journal_batch():
                         for job in self._tasks:
                             self._persist(job)
-                except Exception:  # checkpoints only: written again a second later, and the reports still go out
-                    log.warning("journal of the tasks' progress failed", exc_info=True)
+                except Exception as exc:  # checkpoints only: written again a second later, and the reports still go
+                    # out. Said once until it works again (a full disk logged a 12-line traceback every second).
+                    if not self._journal_failing:
+                        log.warning("journal of the tasks' progress failed (%s: %s); tried again every %g s",
+                                    type(exc).__name__, exc, JOURNAL_PROGRESS_S)
+                    self._journal_failing = True
+                else:
+                    if self._journal_failing:
+                        log.warning("journal of the tasks' progress written again")
+                    self._journal_failing = False
             return reports
 
     def _unfence(self, t: _Task) -> str:

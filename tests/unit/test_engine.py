@@ -289,3 +289,37 @@ def test_a_listener_reads_each_job_record_as_it_is_after_the_transition():
     assert rows[-1] == ("a", "done", ("h0",), 0.0)
     last = engine.history.transitions[-1]
     assert (last.dst, last.cpu) == (JobState.DONE, 1.0)
+
+
+def test_jobs_that_end_together_are_all_done_when_recording_the_first_fails():
+    """Fault-injection review: a listener (the state file, full) raised on the first of four jobs that ended at
+    the same instant, and the other three, already forgotten by the backend, stayed running for good. Each report
+    is now handled; the error comes out once every completion has been."""
+    from coordinator.model import Complete
+
+    told = []
+
+    class Listening:  # GREEDY, and the stimuli it is given
+        name, period = "greedy", None
+
+        def decide(self, snap, stim):
+            told.append(stim)
+            return greedy.decide(snap, stim)
+
+    greedy = get_policy("greedy")
+    engine = Engine(Listening(), SimBackend(), hosts(2))
+    failures = []
+
+    def full_disk(t):  # the first transition to done fails, as a store write would
+        if t.dst is JobState.DONE and not failures:
+            failures.append(t.job)
+            raise OSError("database or disk is full")
+
+    engine.listeners.append(full_disk)
+    for s in (spec("a", work=10.0), spec("b", work=10.0)):
+        engine.arrive(s)
+    with pytest.raises(OSError, match="disk is full"):
+        while engine.step():
+            pass
+    assert {j: r.state for j, r in engine.jobs.items()} == {"a": JobState.DONE, "b": JobState.DONE}
+    assert [s for s in told if isinstance(s, Complete)] == [Complete("a"), Complete("b")]

@@ -580,3 +580,68 @@ def test_only_the_latest_lost_agents_keep_a_down_series(server, stub, monkeypatc
         server.lose_agent(f"gone{k}", "test: agent gone")
     assert list(server.lost) == ["gone1", "gone2"]
     assert sorted((h.agent, h.lost) for h in server.agent_health()) == [("gone1", True), ("gone2", True)]
+
+
+def test_a_job_change_the_state_file_cannot_take_is_written_once_it_can(tmp_path, monkeypatch, caplog):
+    """Fault-injection review: a full disk made the store listener raise into the engine, and the changes it
+    was recording were lost (jobs shown done were run again after a restart). They are now kept and written as
+    soon as the file takes writes again, with one line when writing starts to fail."""
+    import logging
+    import sqlite3
+
+    from coordinator.engine import JobRecord
+    from coordinator.metrics import Transition
+    from coordinator.model import JobSpec
+
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "run.db"))
+    try:
+        spec = JobSpec("job-00001", 0.0, 1, 1.0, 0.1, 5.0)
+        server.store.put_job(spec, JobState.RUNNING, ("h0",), 1.0, 0.0, 1, 0.0, None, "")
+        rec = JobRecord(spec, JobState.DONE, ("h0",), 0.0, 5.0, 1, 0.0, 7.0, "completed")
+        server.engine.jobs[spec.id] = rec
+        real = server.store.put_job
+
+        def full(*_a, **_k):
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(server.store, "put_job", full)
+        with caplog.at_level(logging.ERROR):
+            for _ in range(3):  # the transition, then two loop turns: one line, not one per try
+                server._persist(Transition(7.0, spec.id, JobState.RUNNING, JobState.DONE, ("h0",), 1.0, "completed"))
+                assert server.save_unsaved() is False
+        assert [r.getMessage().startswith("the state file cannot be written (OperationalError: database or disk "
+                                          "is full)") for r in caplog.records] == [True]
+        monkeypatch.setattr(server.store, "put_job", real)
+        assert server.save_unsaved() is True and server.unsaved == {}
+        (stored,) = server.store.load().jobs
+        assert (stored.state, stored.vt, stored.end) == (JobState.DONE, 5.0, 7.0)
+    finally:
+        server.stop()
+
+
+def test_a_submission_the_state_file_cannot_take_is_refused_in_one_clear_line(tmp_path, monkeypatch):
+    """Fault-injection review: on a full disk ``vcemu submit`` got "UNKNOWN: Exception calling application:
+    database or disk is full" (gRPC's word for an unhandled server error). Nothing is accepted, and it says so."""
+    import sqlite3
+
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "run.db")).start()
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            register(api, hosts=1)
+
+            def full(*_a, **_k):
+                raise sqlite3.OperationalError("database or disk is full")
+
+            monkeypatch.setattr(server.store, "put_job", full)
+            for call in (lambda: submit(api),
+                         lambda: api.SubmitBatch(pb.SubmitBatchRequest(requests=[pb.SubmitRequest(spec=pb.JobSpec(
+                             tasks=1, cpu_need=0.5, memory=0.1, work_seconds=10.0, workload="dgemm"))]), timeout=5)):
+                with pytest.raises(grpc.RpcError) as err:
+                    call()
+                assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert err.value.details() == ("the coordinator cannot write its state file (database or disk is "
+                                               "full): nothing was accepted; submit again once it can")
+            assert server.engine.jobs == {} and server.intake == {}
+    finally:
+        server.stop()
