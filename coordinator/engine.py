@@ -195,14 +195,21 @@ class Engine:
         running one to end). A ``Tick()``, the stimulus every policy takes as "decide on the state as it is":
         FCFS and EASY start what now fits, GREEDY-PMTN(-MIGR) resume paused jobs where there is room, GREEDY
         starts the pending jobs that now fit (the others keep their backoff), DYNMCB8 without a period repacks.
-        Not for a policy with a period: its periodic Ticks are its schedule, and it sees the hosts at the next
-        one."""
+        Not a Tick for a policy with a period: its periodic Ticks are its schedule, and it sees the hosts at the
+        next one. Each pending job is offered again instead (a ``Submit``), as if it arrived now: DYNMCB8-ASAP-PER
+        starts at once the ones that fit, where the jobs requeued while no host was left (every agent lost) waited
+        for the next period, up to 600 s, on idle hosts (fault-injection review); the other periodic policies
+        let a Submit wait for the period, as ever."""
         with self.lock:
             known = {h.name for h in self.hosts}
             added = [h for h in hosts if h.name not in known]
             self.hosts.extend(added)
             if added and self._live and not self.policy.period:
                 self._push(self.backend.now(), "stim", Tick())
+            elif added:
+                for job, rec in self._live.items():
+                    if rec.state is JobState.PENDING:
+                        self._push(self.backend.now(), "stim", Submit(job))
         if added:
             self.backend.wake()
 

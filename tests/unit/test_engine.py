@@ -323,3 +323,20 @@ def test_jobs_that_end_together_are_all_done_when_recording_the_first_fails():
             pass
     assert {j: r.state for j, r in engine.jobs.items()} == {"a": JobState.DONE, "b": JobState.DONE}
     assert [s for s in told if isinstance(s, Complete)] == [Complete("a"), Complete("b")]
+
+
+def test_a_job_requeued_with_no_host_left_starts_when_a_host_returns_not_at_the_next_period():
+    """Fault-injection review: under DYNMCB8-ASAP-PER, jobs requeued while every agent was lost stayed pending
+    after the agents came back, until the next period (600 s) repacked them, with every host idle."""
+    engine = Engine(get_policy("dynmcb8-asap-per"), SimBackend(), hosts(1))
+    engine.arrive(spec("a", work=100.0))
+    while engine.jobs["a"].state is not JobState.RUNNING:
+        engine.step()
+    engine.step(until=10.0)
+    assert engine.lose_hosts(["h0"], "agent lost") == ["a"]
+    engine.step(until=20.0)  # its Submit finds no host: nothing to start
+    assert engine.jobs["a"].state is JobState.PENDING
+    engine.add_hosts(hosts(1))  # the agent is back at t=20
+    engine.step(until=21.0)
+    assert engine.jobs["a"].state is JobState.RUNNING
+    assert engine.backend.now() < 21.0
