@@ -723,21 +723,45 @@ class CoordinatorServer:
         answered Status poll counts as a sign of life too (an agent registered by hand, without a
         registrar, is alive as long as it answers). Such an agent is declared lost only when the engine
         loop's last poll of it went unanswered as well: if the loop itself was held up (a long decision),
-        the coordinator was not listening, and the silence says nothing about the agent."""
-        while not self._stop.wait(self.heartbeat_s / 4):
-            deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
-            for agent_id, last in list(self.heartbeats.items()):
-                handle = self.backend.agents.get(agent_id)
-                # Silence counts only if the coordinator was listening: heartbeats are received by the
-                # gRPC threads, but an agent without them is heard only through the engine loop's polls,
-                # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
-                listening = agent_id in self.beating or (handle is not None and handle.silent)
-                if handle is not None and listening and max(last, handle.last_seen) < deadline:
-                    try:
-                        self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
-                                        f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
-                    except Exception:  # the watch must outlive any one loss: the next agent to die needs it
-                        log.exception("declaring agent %s lost failed", agent_id)
+        the coordinator was not listening, and the silence says nothing about the agent. Nor when this whole
+        process did not run (:meth:`_excuse_stall`)."""
+        interval = self.heartbeat_s / 4
+        woke = time.monotonic()
+        while not self._stop.wait(interval):
+            now = time.monotonic()
+            self._excuse_stall(now - woke - interval)
+            woke = now
+            self._check_agents()
+
+    def _excuse_stall(self, stalled: float) -> None:
+        """This watch woke ``stalled`` seconds later than it asked to. Past one heartbeat interval, the process
+        itself did not run (SIGSTOP, a paused VM, swapping): it heard no heartbeat meanwhile, whoever sent one, so
+        every agent's silence is counted from ``stalled`` seconds later. Only a delay: an agent that is really gone
+        is still declared lost, a few seconds later, and one whose lease ran out meanwhile has frozen its tasks.
+        Before, a coordinator stopped for 8 s declared a healthy agent lost the moment it ran again, and requeued
+        its jobs (fault-injection review)."""
+        if stalled <= self.heartbeat_s:
+            return
+        for agent_id, last in list(self.heartbeats.items()):
+            self.heartbeats[agent_id] = last + stalled
+        log.warning("the coordinator did not run for %.1f s: the agents' silence over that time is not counted "
+                    "against them", stalled)
+
+    def _check_agents(self) -> None:
+        """One look at every agent's last sign of life (see :meth:`_watch_agents`)."""
+        deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
+        for agent_id, last in list(self.heartbeats.items()):
+            handle = self.backend.agents.get(agent_id)
+            # Silence counts only if the coordinator was listening: heartbeats are received by the
+            # gRPC threads, but an agent without them is heard only through the engine loop's polls,
+            # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
+            listening = agent_id in self.beating or (handle is not None and handle.silent)
+            if handle is not None and listening and max(last, handle.last_seen) < deadline:
+                try:
+                    self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
+                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
+                except Exception:  # the watch must outlive any one loss: the next agent to die needs it
+                    log.exception("declaring agent %s lost failed", agent_id)
 
     def grant(self, agent_id: str) -> float:
         """The lease to grant an agent now (:attr:`lease_s`), recorded in the store first if it is not the one the

@@ -645,3 +645,28 @@ def test_a_submission_the_state_file_cannot_take_is_refused_in_one_clear_line(tm
             assert server.engine.jobs == {} and server.intake == {}
     finally:
         server.stop()
+
+
+def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the_agents():
+    """Fault-injection review: a coordinator SIGSTOPped for 8 s declared a healthy agent lost as soon as it ran
+    again (no heartbeat had been heard: none could be), and requeued its jobs. A watch that wakes more than a
+    heartbeat interval late excuses that time; an agent silent for longer is still lost."""
+    import time
+
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0).start()  # (its watch sleeps 25 s)
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            register(api, hosts=1)
+            api.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
+        server.heartbeats["a0"] = time.monotonic() - 400.0  # silent for 4 intervals: lost at 3
+        server._excuse_stall(50.0)  # woke late by less than an interval: no excuse
+        assert server.heartbeats["a0"] < time.monotonic() - 300.0
+        server._excuse_stall(200.0)  # the process did not run for 200 s
+        server._check_agents()
+        assert "a0" in server.backend.agents and not server.lost
+        server.heartbeats["a0"] = time.monotonic() - 400.0  # and silent for as long after that: lost
+        server._check_agents()
+        assert "a0" not in server.backend.agents and list(server.lost) == ["a0"]
+    finally:
+        server.stop()
