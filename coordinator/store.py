@@ -179,6 +179,16 @@ def _spec_json(spec: JobSpec) -> str:
     return json.dumps(fields)
 
 
+def _cannot(exc: sqlite3.DatabaseError) -> str:
+    """Why a state file cannot be used, from SQLite's error: the file's fault (damaged, not SQLite) or the
+    machine's (a full disk or a read-only file system, where "not a usable vcemu state file" blamed the file)."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and any(
+            why in text for why in ("disk is full", "readonly", "read-only", "disk I/O error", "unable to open")):
+        return f"cannot be written here: {text}"
+    return f"not a usable vcemu state file: {text}"
+
+
 class Store:
     """One SQLite file; thread-safe (one connection behind a lock)."""
 
@@ -220,7 +230,7 @@ class Store:
             self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"--state {path}: not a usable vcemu state file: {exc}") from None
+            raise StoreError(f"--state {path}: {_cannot(exc)}") from None
 
     # ---- transactions ------------------------------------------------------------------------------
 
@@ -324,7 +334,17 @@ class Store:
     # ---- reads -------------------------------------------------------------------------------------
 
     def load(self) -> Loaded:
-        """Everything a restarting coordinator needs, in submission order."""
+        """Everything a restarting coordinator needs, in submission order. A file damaged inside (a page
+        overwritten, a row no vcemu wrote) is refused in one line naming it (StoreError), not a traceback."""
+        try:
+            return self._load()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"--state {self.path}: {_cannot(exc)}") from None
+        except (ValueError, TypeError, KeyError, IndexError) as exc:  # (json.JSONDecodeError is a ValueError)
+            raise StoreError(f"--state {self.path}: not a usable vcemu state file: a row no vcemu wrote "
+                             f"({type(exc).__name__}: {exc})") from None
+
+    def _load(self) -> Loaded:
         with self._lock:
             out = Loaded(epoch=self.epoch())
             for row in self._db.execute("SELECT spec, request_id, state, hosts, cpu, vt, attempts, first_start, "
