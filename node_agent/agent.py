@@ -42,6 +42,8 @@ import math
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -52,6 +54,7 @@ import psutil
 
 from node_agent import cgroups
 from node_agent.cgroups import CgroupDriver, CgroupError
+from node_agent.fencer import write_lease
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
@@ -145,8 +148,46 @@ class AgentCore:
         self._lease_until: float | None = None
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         self._workdir = tempfile.mkdtemp(prefix=f"vcemu-agent-{agent_id}-", dir=shm)
+        #: The lease's deadline for the fencer (:mod:`node_agent.fencer`), which freezes the tasks when it has
+        #: passed even if this process does not run (SIGSTOP); None where the driver has no freezer.
+        self._lease_file = os.path.join(self._workdir, "lease")
+        self._fencer: subprocess.Popen[bytes] | None = self._start_fencer()
         self._monitor = threading.Thread(target=self._monitor_loop, name="agent-monitor", daemon=True)
         self._monitor.start()
+
+    def _start_fencer(self) -> subprocess.Popen[bytes] | None:
+        """Start :mod:`node_agent.fencer` for a driver with a freezer (in a session of its own: a terminal's stop
+        of the agent's group must not stop it too). None without a freezer, or if it cannot start (logged: the
+        agent then fences from its monitor only, as it did before the fencer)."""
+        args = self.driver.fencer_args()
+        if args is None:
+            return None
+        try:
+            write_lease(self._lease_file, None)
+            return subprocess.Popen(
+                [sys.executable, "-m", "node_agent.fencer", "--lease", self._lease_file, "--agent-pid",
+                 str(os.getpid()), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True)
+        except OSError as e:
+            log.error("cannot start the fencer (%s): a task of this agent runs on while the agent itself does "
+                      "not run (stopped), past its lease", e)
+            return None
+
+    def _stop_fencer(self, why: str = "") -> None:
+        """Stop the fencer (at shutdown; or when its lease file cannot be kept current, where it would freeze
+        tasks on a stale deadline)."""
+        fencer, self._fencer = self._fencer, None
+        if fencer is None:
+            return
+        if why:
+            log.error("stopping the fencer: %s; a task of this agent now runs on while the agent itself does not "
+                      "run (stopped), past its lease", why)
+        fencer.terminate()
+        try:
+            fencer.wait(2.0)
+        except subprocess.TimeoutExpired:
+            fencer.kill()
+            fencer.wait()
 
     # ------------------------------------------------------------------ requests
     def start_task(self, task_id: str, host: str, workload: str, cpu_share: float, cpu_need: float,
@@ -282,15 +323,28 @@ class AgentCore:
         side from a point the other's count cannot precede, and the agent's monitor freezes every task that runs
         (:func:`~node_agent.runner.fence`) once the lease has run out: before the coordinator can start a second
         copy. Frozen, not killed: if the coordinator comes back in time (or restarts and adopts the tasks), its
-        next poll resumes them, and nothing of their work is lost; if it declared the agent lost, it stops them."""
+        next poll resumes them, and nothing of their work is lost; if it declared the agent lost, it stops them.
+        The deadline also goes to the fencer (:mod:`node_agent.fencer`), which freezes them if this process itself
+        does not run then."""
         with self._lease_lock:
             if lease_s <= 0:
                 self._lease_s, self._lease_until = 0.0, None
+                self._publish_lease()
                 return
             until = since + lease_s
             if self._lease_until is not None and lease_s == self._lease_s:
                 until = max(until, self._lease_until)  # (renewals from two threads may arrive out of order)
             self._lease_s, self._lease_until = lease_s, until
+            self._publish_lease()
+
+    def _publish_lease(self) -> None:
+        """(Under the lease lock.) The lease's deadline for the fencer, before any reply says the lease holds."""
+        if self._fencer is None:
+            return
+        try:
+            write_lease(self._lease_file, self._lease_until)
+        except OSError as e:
+            self._stop_fencer(f"its lease file {self._lease_file} cannot be written ({e.strerror})")
 
     def stop(self, task_id: str) -> TaskView:
         """Stop and forget a task (its id may then be reused, e.g. when a job migrates back). Its processes are
@@ -362,6 +416,7 @@ class AgentCore:
             return
         self._stop.set()  # (under the lock from here on, StartTask refuses)
         self._monitor.join(timeout=2.0)
+        self._stop_fencer()  # (it would freeze what the shutdown is killing)
 
         def ours() -> list[tuple[str, Task | ModeledTask, _Ending]]:
             """Mark every task not already ending as ending, for the shutdown (under the lock)."""
@@ -520,6 +575,7 @@ class AgentCore:
     def _monitor_loop(self) -> None:
         while not self._stop.wait(POLL_INTERVAL_S):
             with self._lock:
+                self._adopt_fences()
                 self._fence_if_expired()  # first: the lease's deadline must not wait for the polls of every task
                 for task_id, task in list(self._tasks.items()):
                     if task_id in self._ending:
@@ -540,6 +596,28 @@ class AgentCore:
             if self._lease_until is None:
                 return -1.0
             return max(0.0, self._lease_until - time.monotonic())
+
+    def _adopt_fences(self) -> None:
+        """(Under the lock.) A task that runs, as far as this agent knows, but whose group is frozen was frozen by
+        the fencer while this process did not run (:mod:`node_agent.fencer`): it is fenced, as if by
+        :meth:`_fence_if_expired`, and only the coordinator's Resume thaws it. Looked at every round, whatever the
+        lease says now: the fencer may have frozen it just before a renewal."""
+        if self._fencer is None:
+            return
+        why = "fenced: the agent did not run while its lease ran out (its fencer froze it); a Resume thaws it"
+        adopted = []
+        for task_id, task in self._tasks.items():
+            if (task_id in self._ending or not isinstance(task, Task)
+                    or task.state not in (State.STARTING, State.RUNNING) or not self.driver.is_frozen(task.cgroup)):
+                continue
+            try:
+                if fence(task, why):
+                    adopted.append(task_id)
+            except (CgroupError, OSError) as e:
+                log.error("task %s was frozen by the fencer and cannot be marked fenced: %s; trying again", task_id, e)
+        if adopted:
+            log.warning("the fencer froze %d task(s) while this agent did not run, its lease having run out: %s",
+                        len(adopted), ", ".join(adopted))
 
     def _fence_if_expired(self) -> None:
         """(Under the lock.) Once the lease has run out, freeze every task that runs (see :meth:`renew_lease`); a

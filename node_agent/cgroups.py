@@ -406,6 +406,14 @@ class CgroupDriver(ABC):
     def close(self) -> None:
         """Release the driver's own resources (threads); cgroups are removed by :meth:`cleanup`."""
 
+    def fencer_args(self) -> list[str] | None:
+        """The flags that tell :mod:`node_agent.fencer` where this driver's freezer is; None without one."""
+        return None
+
+    def is_frozen(self, name: str) -> bool:
+        """Whether the group is frozen (or freezing): by the agent, or by its fencer (:mod:`node_agent.fencer`)."""
+        return False
+
     def oom_kills(self, name: str) -> int | None:
         """How many of the group's processes the kernel's OOM killer has killed at its memory limit, or
         None where that is not known (no memory controller). Read before :meth:`remove`: a task killed by
@@ -494,6 +502,15 @@ class CgroupV1Driver(CgroupDriver):
     def freeze(self, name: str) -> None:
         self._freezer(name, "FROZEN")
 
+    def fencer_args(self) -> list[str] | None:
+        return ["--v1-freezer", self._parents["freezer"]]
+
+    def is_frozen(self, name: str) -> bool:
+        try:
+            return _read(os.path.join(self._dir("freezer", name), "freezer.state")).strip() != "THAWED"
+        except CgroupError:
+            return False
+
     def thaw(self, name: str) -> None:
         if os.path.isdir(self._dir("freezer", name)):
             self._freezer(name, "THAWED")
@@ -570,6 +587,15 @@ class CgroupV2Driver(CgroupDriver):
 
     def freeze(self, name: str) -> None:
         self._freeze(name, True)
+
+    def fencer_args(self) -> list[str] | None:
+        return ["--v2", self._parent]
+
+    def is_frozen(self, name: str) -> bool:
+        try:
+            return _read(self._file(name, "cgroup.freeze")).strip() == "1"
+        except CgroupError:
+            return False
 
     def thaw(self, name: str) -> None:
         if os.path.isdir(os.path.join(self._parent, name)):

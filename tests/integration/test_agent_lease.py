@@ -464,3 +464,35 @@ def test_a_coordinator_that_grants_no_lease_drops_the_expired_one_of_an_agent_it
             backend.stop("j")
         backend.close()
         agent.stop()
+
+
+@pytest.mark.timeout(60)
+def test_an_agent_that_does_not_run_has_its_tasks_frozen_by_its_fencer_when_its_lease_runs_out(
+        cgroups_required: None) -> None:
+    """Fault-injection review: an agent SIGSTOPped past its lease could not fence (its monitor thread was stopped
+    too), and the coordinator, hearing nothing, started its jobs elsewhere: two copies ran at once, for seconds.
+    Its fencer, a process of its own, freezes the task when the lease runs out; the agent, running again, reports
+    the task fenced, and only a Resume thaws it. Here the agent "does not run" as the test holds its lock, which
+    its monitor waits for (a stopped agent's monitor does nothing either)."""
+    core = open_core(f"pytest-fencer-{os.getpid()}", [HostSpec("f0", 1.0, GIB)])
+    try:
+        core.start_task("t/0", "f0", "dgemm", 0.5, 0.5, 600.0, 16 << 20)
+        wait_until("the task to run", lambda: core.task("t/0").state is State.RUNNING)
+        cgroup = core._tasks["t/0"].cgroup
+        with core._lock:  # the agent stops here: no monitor round, no fence of its own
+            core.renew_lease(0.5, time.monotonic())
+            time.sleep(1.2)
+            assert core.driver.is_frozen(cgroup), "the fencer did not freeze the task of an agent that did not run"
+            assert core._tasks["t/0"].state is State.RUNNING  # as the stopped agent last knew it
+        wait_until("the agent to report the task fenced", lambda: core.task("t/0").fenced, timeout=5)
+        view = core.task("t/0")
+        assert view.state is State.PAUSED and "fencer froze it" in view.message
+        core.renew_lease(60.0, time.monotonic())  # the coordinator is heard again: nothing thaws by itself
+        time.sleep(0.5)
+        assert core.task("t/0").fenced and core.driver.is_frozen(cgroup)
+        assert core.resume("t/0").state is State.RUNNING  # the coordinator's Resume
+        time.sleep(0.5)
+        assert not core.driver.is_frozen(cgroup) and not core.task("t/0").fenced
+    finally:
+        core.shutdown()
+    assert core._fencer is None
