@@ -360,7 +360,8 @@ def test_sigterm_kills_tasks_and_removes_cgroups_and_startup_removes_leftovers(c
             wait_state(stub, a, S.TASK_STATE_RUNNING)
             stub.Pause(pb.TaskRef(task_id=b))
         children = psutil.Process(agent.pid).children()
-        assert len(children) == 2
+        fencers = [c for c in children if "node_agent.fencer" in " ".join(c.cmdline())]
+        assert len(children) == 3 and len(fencers) == 1  # the two tasks, and the agent's fencer (gone with it too)
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=15) == 0
     finally:
