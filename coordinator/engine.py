@@ -6,10 +6,11 @@ every host within its CPU and memory capacity, applies it to the backend in a sa
 before acquisitions, so a live agent never sees a host over-subscribed) and records every transition.
 
 Threading: the engine loop (``step``/``run``) is one thread, but not the only one to reach the backend. In a
-live run the gRPC service calls ``arrive``, ``cancel`` (which stops a job's tasks) and ``refresh_vt`` (which reads
-progress), and the agent watch calls ``lose_hosts``/``requeue`` (progress, and stops), all from their own threads.
-Every one of them holds :attr:`Engine.lock` (an RLock) for the whole change, and the live backend has a lock of its
-own: that, not the thread, is what keeps a decision and a cancel from interleaving.
+live run the gRPC service calls ``arrive``, ``cancel`` (which stops a job's tasks), ``refresh_vt`` (which reads
+progress) and, for a registration, ``add_hosts`` and ``lose_hosts``; the agent watch calls ``lose_hosts``/
+``requeue`` (progress, and stops); all from their own threads, each holding :attr:`Engine.lock` (an RLock) for the
+whole change. ``LiveBackend.cut_off``, ClusterStatus and the metrics read the backend without it, under the live
+backend's own lock. The locks, not the thread, keep a decision and a cancel from interleaving.
 """
 
 from __future__ import annotations
@@ -196,17 +197,17 @@ class Engine:
         FCFS and EASY start what now fits, GREEDY-PMTN(-MIGR) resume paused jobs where there is room, GREEDY
         starts the pending jobs that now fit (the others keep their backoff), DYNMCB8 without a period repacks.
         Not a Tick for a policy with a period: its periodic Ticks are its schedule, and it sees the hosts at the
-        next one. Each pending job is offered again instead (a ``Submit``), as if it arrived now: DYNMCB8-ASAP-PER
-        starts at once the ones that fit, where the jobs requeued while no host was left (every agent lost) waited
-        for the next period, up to 600 s, on idle hosts (fault-injection review); the other periodic policies
-        let a Submit wait for the period, as ever."""
+        next one. A policy that admits jobs between periods (``admits_on_submit``: DYNMCB8-ASAP-PER) is offered
+        each pending job again instead (a ``Submit``), as if it arrived now, and starts at once the ones that fit:
+        the jobs requeued while no host was left (every agent lost) waited for the next period, up to 600 s, on
+        idle hosts (fault-injection review)."""
         with self.lock:
             known = {h.name for h in self.hosts}
             added = [h for h in hosts if h.name not in known]
             self.hosts.extend(added)
             if added and self._live and not self.policy.period:
                 self._push(self.backend.now(), "stim", Tick())
-            elif added:
+            elif added and getattr(self.policy, "admits_on_submit", False):
                 for job, rec in self._live.items():
                     if rec.state is JobState.PENDING:
                         self._push(self.backend.now(), "stim", Submit(job))
@@ -341,7 +342,10 @@ class Engine:
                     if rec is not None and rec.state.finished:  # recorded in memory, only its listeners failed
                         completed.append(r.job)
             for job in completed:
-                self.handle(Complete(job))
+                try:
+                    self.handle(Complete(job))
+                except Exception as exc:  # (its plan's journal write, say: the next completion is still told)
+                    errors.append(exc)
             if errors:
                 raise errors[0]
             now = self.backend.now()

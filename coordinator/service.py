@@ -34,17 +34,18 @@ from collections.abc import Callable, Collection, Iterator
 from concurrent import futures
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.backends.base import BackendError
-from coordinator.backends.live import SILENT_AFTER_S, LiveBackend
+from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, request_bounds
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
-from coordinator.store import Store
+from coordinator.store import Store, StoreError
 from coordinator.warmup import warm_kernels
 from node_agent.ports import cannot_bind, ports_refusal
 from node_agent.tls import TlsFiles
@@ -57,6 +58,8 @@ log = logging.getLogger("vcemu.coordinator")
 SERVICE_NAME = "vcemu.v1.Coordinator"
 #: Exceptions of the engine loop kept as text (:attr:`CoordinatorServer.loop_errors`).
 LOOP_ERRORS_KEPT = 20
+#: Seconds between two tries at writing the job changes the state file could not take (:meth:`_persist`).
+UNSAVED_RETRY_S = 1.0
 #: Agents declared lost that keep a down series (``vcemu_agent_up`` 0) until they register again: the latest ones.
 #: An agent restarted under a new id each time (the default id holds its pid) would otherwise add a series, and
 #: an entry here, per restart for as long as the coordinator runs.
@@ -326,7 +329,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 log.warning("agent %s re-registered without host(s) %s as they were: %d jobs requeued",
                             d.agent_id, ", ".join(changed), len(jobs))
             self.s.engine.add_hosts(hosts)
-            self.s.heartbeats[d.agent_id] = time.monotonic()
+            self.s.beat(d.agent_id)
             self.s.registered.add(d.agent_id)
             self.s.lost.pop(d.agent_id, None)
             if self.s.store is not None:
@@ -342,12 +345,22 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         known = request.agent_id in self.s.backend.agents
         if not known:
             return pb.HeartbeatReply(known=False)
-        self.s.heartbeats[request.agent_id] = time.monotonic()
+        self.s.beat(request.agent_id)
         self.s.beating.add(request.agent_id)
         handle = self.s.backend.agents.get(request.agent_id)
         if handle is not None:
             handle.heard = True  # a restored agent that heartbeats is the one at its stored address
         return pb.HeartbeatReply(known=True, lease_s=self.s.grant(request.agent_id))
+
+
+def _decoded(kind, data: bytes, store: Store | None):  # type: ignore[no-untyped-def]
+    """A message the store kept (an agent's description, the reference host); a damaged one is refused in one
+    line naming the state file (StoreError), not a protobuf DecodeError traceback."""
+    try:
+        return kind.FromString(data)
+    except DecodeError:
+        where = store.path if store is not None else "?"
+        raise StoreError(f"--state {where}: not a usable vcemu state file: a damaged {kind.__name__} row") from None
 
 
 def wait_registered(server: CoordinatorServer, agent_ids: Collection[str], timeout_s: float, *,
@@ -431,12 +444,15 @@ class CoordinatorServer:
                                        channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
             self.engine = Engine(policy, self.backend)
             self.metrics = CoordinatorMetrics(self.engine, policy.name,
-                                              lambda: self.backend.host_status(max_age=SILENT_AFTER_S),
+                                              lambda: self.backend.host_status(answering=True),
                                               self.agent_health)
             self.backend.unfence_listeners.append(lambda _task: self.metrics.tasks_unfenced.inc())
             self.ids = itertools.count(1)
             self.requests: dict[str, str] = {}
             self.heartbeats: dict[str, float] = {}
+            #: Taken by whatever writes a stamp in ``heartbeats`` while the watch may shift it (:meth:`beat`,
+            #: :meth:`_excuse_stall`): a stamp is never lowered.
+            self.heartbeats_lock = threading.Lock()
             #: The lease the store says each agent was last granted (:meth:`grant`).
             self.granted: dict[str, float] = {}
             #: agents that send heartbeats (a registrar): their silence is heard by the gRPC threads, whatever
@@ -457,10 +473,12 @@ class CoordinatorServer:
             #: Transitions the store could not take yet, per job (:meth:`_persist`), and whether writing fails now.
             self.unsaved: dict[str, list[Transition]] = {}
             self.unsaved_failing = False
+            self.unsaved_retry_at = -math.inf
+            self.closing = False  # (the store is being closed: nothing is written to it any more)
+            if reference is not None:  # before the stored agents are added: the first of them is no reference
+                self._set_reference(reference, loaded.reference if loaded is not None else None)
             if loaded is not None:
                 self._restore(loaded)
-            if reference is not None:
-                self._set_reference(reference)
             if self.store is not None:
                 self.engine.listeners.append(self._persist)
                 self.backend.journal = self.store.put_tasks
@@ -602,10 +620,8 @@ class CoordinatorServer:
                     # Its end is a transition like any other: in the history, the store and the event stream.
                     failed = Transition(rec.end, rec.spec.id, JobState.PENDING, JobState.FAILED, (), 0.0, rec.message)
                     self.engine.restore([rec], [failed])
-                    if self.store is not None:
-                        with self.store.transaction():
-                            self.store.put_job(rec.spec, rec.state, (), 0.0, 0.0, 0, None, rec.end, rec.message)
-                            self.store.add_transition(failed)
+                    if self.store is not None:  # (kept and written later if the file cannot take it now)
+                        self._persist(failed)
                     self._broadcast(failed)
         with self.intake_lock:
             for rec in batch:
@@ -624,39 +640,47 @@ class CoordinatorServer:
         if t.src is None:
             return
         self.unsaved.setdefault(t.job, []).append(t)
-        self.save_unsaved()
+        if not self.unsaved_failing:  # (while it fails, the loop tries again, once a second: not every change)
+            self.save_unsaved()
 
     def save_unsaved(self) -> bool:
-        """Write the jobs' rows and transitions :meth:`_persist` could not; True once none is left. Logged once
-        when writing starts to fail, and once when it works again."""
-        if not self.unsaved or self.store is None:
+        """(Under the engine's lock.) Write the jobs' rows and transitions :meth:`_persist` could not, one job per
+        transaction; True once none is left. A file that cannot take writes now (``sqlite3.OperationalError``: a
+        full disk, a read-only file; ``OSError``) keeps them all, to be tried again, logged once when that starts
+        and once when it ends. Any other error is the one job's (a value SQLite refuses): logged, and that job's
+        change is dropped, so that it cannot hold every other job's back for good."""
+        if not self.unsaved or self.store is None or self.closing:
             return True
-        try:
-            with self.store.transaction():
-                for job, transitions in self.unsaved.items():
-                    rec = self.engine.jobs[job]
+        saved = 0
+        for job in list(self.unsaved):
+            rec = self.engine.jobs[job]
+            try:
+                with self.store.transaction():
                     self.store.put_job(rec.spec, rec.state, rec.hosts, rec.cpu, rec.vt, rec.attempts,
                                        rec.first_start, rec.end, rec.message)
-                    for t in transitions:
+                    for t in self.unsaved[job]:
                         self.store.add_transition(t)
-        except Exception as exc:  # sqlite3.Error, OSError: kept, and tried again
-            if not self.unsaved_failing:
-                self.unsaved_failing = True
-                log.error("the state file cannot be written (%s: %s): job changes are kept in memory and written "
-                          "as soon as it can be; a coordinator stopped before then loses them, and runs those jobs "
-                          "again after a restart", type(exc).__name__, exc)
-            return False
+            except (sqlite3.OperationalError, OSError) as exc:
+                if not self.unsaved_failing:
+                    self.unsaved_failing = True
+                    log.error("the state file cannot be written (%s: %s): job changes are kept in memory and "
+                              "written as soon as it can be; a coordinator stopped before then loses them, and runs "
+                              "those jobs again after a restart", type(exc).__name__, exc)
+                self.unsaved_retry_at = time.monotonic() + UNSAVED_RETRY_S
+                return False
+            except Exception:
+                log.exception("the change of job %s cannot be recorded in the state file; dropped", job)
+            del self.unsaved[job]
+            saved += 1
         if self.unsaved_failing:
             self.unsaved_failing = False
-            log.warning("the state file is written again: %d jobs' changes saved",
-                        len(self.unsaved))
-        self.unsaved.clear()
+            log.warning("the state file is written again: %d jobs' changes saved", saved)
         return True
 
-    def _set_reference(self, reference: agent_pb2.HostInfo) -> None:
-        """Take ``reference`` as the reference host (see :meth:`__init__`), unless the state file has one of
-        another size: refused then, as its jobs' needs are fractions of that one."""
-        stored = self.backend.reference
+    def _set_reference(self, reference: agent_pb2.HostInfo, kept: bytes | None) -> None:
+        """Take ``reference`` as the reference host (see :meth:`__init__`), unless the state file has one (``kept``)
+        of another size: refused then, as its jobs' needs are fractions of that one."""
+        stored = _decoded(agent_pb2.HostInfo, kept, self.store) if kept is not None else None
         if stored is not None and (stored.cpu_cores, stored.memory_bytes) != (reference.cpu_cores,
                                                                                reference.memory_bytes):
             raise ValueError(
@@ -675,12 +699,13 @@ class CoordinatorServer:
         now = time.monotonic()
         lost_after, slack = self.heartbeat_misses * self.heartbeat_s, fence_slack(self.heartbeat_s)
         if loaded.reference is not None:
-            self.backend.restore_reference(agent_pb2.HostInfo.FromString(loaded.reference))
+            self.backend.restore_reference(_decoded(agent_pb2.HostInfo, loaded.reference, self.store))
         for agent_id, address, desc in loaded.agents:
             try:
                 # Not heard from yet: it may be gone for good (a restarted ``vcemu up``'s agents were its own),
                 # and no task is started on it until it answers (a poll) or registers anew.
-                hosts = self.backend.add_agent(address, agent_pb2.DescribeReply.FromString(desc), restored=True)
+                hosts = self.backend.add_agent(address, _decoded(agent_pb2.DescribeReply, desc, self.store),
+                                               restored=True)
             except BackendError as exc:
                 log.warning("agent %s from the store: %s", agent_id, exc)
                 continue
@@ -726,24 +751,35 @@ class CoordinatorServer:
         the coordinator was not listening, and the silence says nothing about the agent. Nor when this whole
         process did not run (:meth:`_excuse_stall`)."""
         interval = self.heartbeat_s / 4
-        woke = time.monotonic()
-        while not self._stop.wait(interval):
-            now = time.monotonic()
-            self._excuse_stall(now - woke - interval)
-            woke = now
+        while True:
+            slept = time.monotonic()
+            if self._stop.wait(interval):
+                break
+            # (the sleep's overrun only: time spent checking, waiting for the engine's lock, is not a stall)
+            self._excuse_stall(slept + interval, time.monotonic() - slept - interval)
             self._check_agents()
 
-    def _excuse_stall(self, stalled: float) -> None:
-        """This watch woke ``stalled`` seconds later than it asked to. Past one heartbeat interval, the process
-        itself did not run (SIGSTOP, a paused VM, swapping): it heard no heartbeat meanwhile, whoever sent one, so
-        every agent's silence is counted from ``stalled`` seconds later. Only a delay: an agent that is really gone
-        is still declared lost, a few seconds later, and one whose lease ran out meanwhile has frozen its tasks.
-        Before, a coordinator stopped for 8 s declared a healthy agent lost the moment it ran again, and requeued
-        its jobs (fault-injection review)."""
+    def beat(self, agent_id: str) -> None:
+        """A sign of life from the agent, received now (a heartbeat or a registration)."""
+        with self.heartbeats_lock:
+            self.heartbeats[agent_id] = time.monotonic()
+
+    def _excuse_stall(self, since: float, stalled: float) -> None:
+        """This watch woke ``stalled`` seconds later than it asked to, at ``since``. Past one heartbeat interval,
+        the process itself did not run (SIGSTOP, a paused VM, swapping): it heard no heartbeat meanwhile, whoever
+        sent one, so the silence of every agent last heard before ``since`` is counted from ``stalled`` seconds
+        later, and from no later than now. A stamp written since (a heartbeat received after the process ran
+        again) is left alone, and none is lowered. Only a delay, of at most the stall, and once: an agent that is
+        really gone is still declared lost, that much later, and one whose lease ran out meanwhile has frozen its
+        tasks. Before, a coordinator stopped for 8 s declared a healthy agent lost the moment it ran again, and
+        requeued its jobs (fault-injection review)."""
         if stalled <= self.heartbeat_s:
             return
-        for agent_id, last in list(self.heartbeats.items()):
-            self.heartbeats[agent_id] = last + stalled
+        now = time.monotonic()
+        with self.heartbeats_lock:
+            for agent_id, last in list(self.heartbeats.items()):
+                if last < since and agent_id in self.heartbeats:
+                    self.heartbeats[agent_id] = min(last + stalled, now)
         log.warning("the coordinator did not run for %.1f s: the agents' silence over that time is not counted "
                     "against them", stalled)
 
@@ -796,7 +832,8 @@ class CoordinatorServer:
                     del self.lost[next(iter(self.lost))]
             self.registered.discard(agent_id)
             hosts = self.backend.remove_agent(agent_id)
-            self.heartbeats.pop(agent_id, None)
+            with self.heartbeats_lock:
+                self.heartbeats.pop(agent_id, None)
             self.beating.discard(agent_id)
             self.granted.pop(agent_id, None)  # (the store drops its record with the agent)
             jobs = self.engine.lose_hosts(hosts, reason)  # a failure to record one is logged, not raised
@@ -844,8 +881,8 @@ class CoordinatorServer:
                 busy = time.thread_time()
                 self.drain()
                 self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression)
-                if self.unsaved:  # (under the engine's lock: a record is read whole)
-                    with self.engine.lock:
+                if self.unsaved and time.monotonic() >= self.unsaved_retry_at:
+                    with self.engine.lock:  # (a record is read whole)
                         self.save_unsaved()
                 # A turn that computed for c seconds waits 3c before the next: with a long queue the loop
                 # keeps at most a quarter of the CPU, and the API threads the rest (waiting is not counted).
@@ -898,10 +935,14 @@ class CoordinatorServer:
         if self.store is not None:
             if self.engine.lock.acquire(timeout=5):  # (a loop that did not stop in time may hold it)
                 try:
-                    if not self.save_unsaved():
-                        log.error("stopping with %d jobs' changes not written to the state file (it cannot be "
-                                  "written): a restart on it runs those jobs again from their last saved state",
-                                  len(self.unsaved))
+                    self.save_unsaved()
+                    self.closing = True
                 finally:
                     self.engine.lock.release()
+            else:
+                self.closing = True
+            if self.unsaved:
+                log.error("stopping with %d jobs' changes not written to the state file (it cannot be written, or "
+                          "the engine loop did not stop): a restart on it runs those jobs again from their last "
+                          "saved state", len(self.unsaved))
             self.store.close()

@@ -922,15 +922,15 @@ class LiveBackend:
                 self._wake.clear()
                 return []
 
-    def host_status(self, max_age: float | None = None) -> dict[str, agent_pb2.HostStatus]:
-        """The latest status of every host, as its agent reported it; with ``max_age``, only of agents that
-        answered a Status in the last ``max_age`` seconds (the metrics: a stopped agent's last figures, exported
-        on, read as current until it was declared lost)."""
-        now = time.monotonic()
+    def host_status(self, answering: bool = False) -> dict[str, agent_pb2.HostStatus]:
+        """The latest status of every host, as its agent reported it; with ``answering``, only of agents whose
+        last poll was answered (the metrics: a stopped agent's last figures, exported on, read as current until it
+        was declared lost). Not an age: a poll that is late because the engine loop is busy says nothing against
+        the agent."""
         with self._lock:
             out: dict[str, agent_pb2.HostStatus] = {}
             for handle in self.agents.values():
-                if max_age is not None and now - handle.last_seen > max_age:
+                if answering and (handle.silent or handle.lost):
                     continue
                 if handle.last_status is not None:
                     for hs in handle.last_status.hosts:

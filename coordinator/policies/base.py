@@ -51,7 +51,9 @@ class Policy(Protocol):
     A policy may also define ``refuse(spec, hosts) -> (field, reason) | None`` to turn away, at
     submission, jobs it could never run (batch schedulers: more tasks than whole nodes), and
     ``decides_on_state = True`` when its plan depends on the snapshot alone, not on which job a Submit
-    names: the engine then decides once for submissions that are due together (``Engine._merged``).
+    names: the engine then decides once for submissions that are due together (``Engine._merged``), and
+    ``admits_on_submit = True`` when, having a period, it may still start a job at its Submit (DYNMCB8-ASAP-PER):
+    the engine then offers pending jobs again when hosts are added.
     """
 
     name: str

@@ -102,6 +102,12 @@ class DynMcb8:
     def period(self) -> float | None:
         return self.period_s
 
+    @property
+    def admits_on_submit(self) -> bool:
+        """Whether a ``Submit`` between periods may start the job (ASAP): the engine then offers pending jobs
+        again when hosts are added (:meth:`coordinator.engine.Engine.add_hosts`)."""
+        return self.period_s is not None and self.asap
+
     def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
         if self.period_s is None:
             # A Tick() with no job is "decide on the state as it is": the live engine queues one when hosts are

@@ -4,6 +4,7 @@ The registered agent here is only a description (its address answers nothing), s
 the API's validation and bookkeeping; tests/integration runs jobs on real agents.
 """
 
+import dataclasses
 import queue
 
 import grpc
@@ -659,14 +660,106 @@ def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the
             api = pb_grpc.CoordinatorStub(ch)
             register(api, hosts=1)
             api.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
-        server.heartbeats["a0"] = time.monotonic() - 400.0  # silent for 4 intervals: lost at 3
-        server._excuse_stall(50.0)  # woke late by less than an interval: no excuse
-        assert server.heartbeats["a0"] < time.monotonic() - 300.0
-        server._excuse_stall(200.0)  # the process did not run for 200 s
+        now = time.monotonic()
+        server.heartbeats["a0"] = now - 400.0  # silent for 4 intervals: lost at 3
+        server._excuse_stall(now - 50.0, 50.0)  # woke late by less than an interval: no excuse
+        assert server.heartbeats["a0"] == now - 400.0
+        server._excuse_stall(now - 200.0, 200.0)  # the process did not run for the last 200 s
+        assert server.heartbeats["a0"] == now - 200.0
         server._check_agents()
         assert "a0" in server.backend.agents and not server.lost
+        server.beat("a0")  # a heartbeat received once it ran again is left alone, and a shift never passes now
+        fresh = server.heartbeats["a0"]
+        server._excuse_stall(fresh - 1.0, 3600.0)
+        assert server.heartbeats["a0"] == fresh
+        server.heartbeats["a0"] = time.monotonic() - 400.0
+        server._excuse_stall(time.monotonic(), 3600.0)
+        assert server.heartbeats["a0"] <= time.monotonic()
         server.heartbeats["a0"] = time.monotonic() - 400.0  # and silent for as long after that: lost
         server._check_agents()
         assert "a0" not in server.backend.agents and list(server.lost) == ["a0"]
+    finally:
+        server.stop()
+
+
+def test_job_changes_the_state_file_refuses_for_good_do_not_hold_back_the_others(tmp_path, monkeypatch, caplog):
+    """Diff review: every unsaved change was written in one transaction, tried again at every later change (4,000
+    transitions took 120 s under the engine's lock on a full disk), and a value SQLite refuses for good (not a
+    full disk) kept every other job's change out of the file for ever. Now: one job per transaction, a full disk
+    tried again once a second from the loop, and a job whose own row cannot be written is dropped, logged."""
+    import logging
+    import sqlite3
+
+    from coordinator.engine import JobRecord
+    from coordinator.metrics import Transition
+    from coordinator.model import JobSpec
+
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "run.db"))
+    try:
+        real, calls = server.store.put_job, []
+        for name in ("bad", "good"):
+            spec = JobSpec(name, 0.0, 1, 1.0, 0.1, 5.0)
+            real(spec, JobState.RUNNING, ("h0",), 1.0, 0.0, 1, 0.0, None, "")
+            server.engine.jobs[name] = JobRecord(spec, JobState.DONE, ("h0",), 0.0, 5.0, 1, 0.0, 7.0, "completed")
+
+        def full(*args, **_k):
+            calls.append(args[0].id)
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(server.store, "put_job", full)
+        done = Transition(7.0, "bad", JobState.RUNNING, JobState.DONE, ("h0",), 1.0, "completed")
+        server._persist(done)
+        for _ in range(50):  # while it fails, a change is kept without another try
+            server._persist(dataclasses.replace(done, job="good"))
+        assert calls == ["bad"] and server.unsaved_failing
+
+        def refuses_bad(spec, *args, **kwargs):
+            if spec.id == "bad":
+                raise sqlite3.IntegrityError("NOT NULL constraint failed: jobs.vt")
+            return real(spec, *args, **kwargs)
+
+        monkeypatch.setattr(server.store, "put_job", refuses_bad)
+        with caplog.at_level(logging.ERROR):
+            assert server.save_unsaved() is True
+        assert "the change of job bad cannot be recorded" in caplog.text
+        assert {j.spec.id: j.state for j in server.store.load().jobs} == {"bad": JobState.RUNNING,
+                                                                           "good": JobState.DONE}
+    finally:
+        server.stop()
+
+
+def test_a_damaged_agent_row_is_refused_in_one_line_naming_the_state_file(tmp_path):
+    """Diff review: an agent's stored description that does not parse gave a protobuf DecodeError traceback."""
+    import sqlite3
+
+    from coordinator.store import StoreError
+
+    state = str(tmp_path / "run.db")
+    first = CoordinatorServer(get_policy("greedy"), port=0, state=state).start()
+    try:
+        with grpc.insecure_channel(first.address) as ch:
+            register(pb_grpc.CoordinatorStub(ch), hosts=1)
+    finally:
+        first.stop()
+    with sqlite3.connect(state) as db:
+        db.execute("UPDATE agents SET description=?", (b"\xff\xff\xff",))
+    with pytest.raises(StoreError, match=rf"^--state {state}: not a usable vcemu state file: a damaged DescribeReply"):
+        CoordinatorServer(get_policy("greedy"), port=0, state=state)
+
+
+def test_a_named_reference_host_is_taken_before_the_stored_agents_come_back(tmp_path):
+    """Diff review: with agents but no reference in the state file, the first restored agent became the reference
+    before --reference-host was looked at, and the flag was refused for a reference the file never had."""
+    from coordinator.store import Store
+
+    state = str(tmp_path / "run.db")
+    store = Store(state)
+    store.put_agent("a0", "127.0.0.1:1", agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name="a0-h0", cpu_cores=1.0, memory_bytes=1 << 30)]).SerializeToString())
+    store.close()
+    ref = agent_pb2.HostInfo(name="reference", cpu_cores=2.0, memory_bytes=2 << 30)
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=state, reference=ref)
+    try:
+        assert [(h.name, h.cpu, h.mem) for h in server.engine.hosts] == [("a0-h0", 0.5, 0.5)]
     finally:
         server.stop()
