@@ -9,8 +9,9 @@ Threading: the engine loop (``step``/``run``) is one thread, but not the only on
 live run the gRPC service calls ``arrive``, ``cancel`` (which stops a job's tasks), ``refresh_vt`` (which reads
 progress) and, for a registration, ``add_hosts`` and ``lose_hosts``; the agent watch calls ``lose_hosts``/
 ``requeue`` (progress, and stops); all from their own threads, each holding :attr:`Engine.lock` (an RLock) for the
-whole change. ``LiveBackend.cut_off``, ClusterStatus and the metrics read the backend without it, under the live
-backend's own lock. The locks, not the thread, keep a decision and a cancel from interleaving.
+whole change. ClusterStatus and the metrics read the backend without it, under the live backend's own lock, and
+``LiveBackend.cut_off`` marks an agent lost with no lock at all (so that a loop blocked on that agent's call lets
+go). The locks, not the thread, keep a decision and a cancel from interleaving.
 """
 
 from __future__ import annotations

@@ -58,6 +58,8 @@ log = logging.getLogger("vcemu.coordinator")
 SERVICE_NAME = "vcemu.v1.Coordinator"
 #: Exceptions of the engine loop kept as text (:attr:`CoordinatorServer.loop_errors`).
 LOOP_ERRORS_KEPT = 20
+#: Seconds between two notes of the stall ticker (:meth:`CoordinatorServer._tick`).
+STALL_TICK_S = 0.05
 #: Seconds between two tries at writing the job changes the state file could not take (:meth:`_persist`).
 UNSAVED_RETRY_S = 1.0
 #: Agents declared lost that keep a down series (``vcemu_agent_up`` 0) until they register again: the latest ones.
@@ -450,9 +452,11 @@ class CoordinatorServer:
             self.ids = itertools.count(1)
             self.requests: dict[str, str] = {}
             self.heartbeats: dict[str, float] = {}
-            #: Taken by whatever writes a stamp in ``heartbeats`` while the watch may shift it (:meth:`beat`,
-            #: :meth:`_excuse_stall`): a stamp is never lowered.
+            #: Taken by whatever writes a stamp in ``heartbeats`` while it may be shifted (:meth:`beat`,
+            #: :meth:`_note_running`, which never lowers one; a heartbeat may lower a restored agent's grace).
             self.heartbeats_lock = threading.Lock()
+            #: When the process was last noted running (:meth:`_note_running`).
+            self._ran_at = time.monotonic()
             #: The lease the store says each agent was last granted (:meth:`grant`).
             self.granted: dict[str, float] = {}
             #: agents that send heartbeats (a registrar): their silence is heard by the gRPC threads, whatever
@@ -520,6 +524,7 @@ class CoordinatorServer:
                 raise OSError(f"--metrics-port: cannot listen on {bind}:{metrics_port}: {why}") from None
             self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)
             self._watch = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
+            self._ticker = threading.Thread(target=self._tick, name="stall-ticker", daemon=True)
         except BaseException:
             if self.store is not None:
                 self.store.close()
@@ -632,10 +637,11 @@ class CoordinatorServer:
         A job's first transition was written when it was accepted.
 
         Never raises. A write that fails (a full disk, a file made read-only) keeps the transition, with every
-        other one not yet written, in :attr:`unsaved`, and each later transition and loop turn tries again
-        (:meth:`save_unsaved`). Raised into the engine, the failure cut short the handling of the reports it
-        was recording: of four jobs that ended together, the three after the first were never marked done
-        (their tasks were already forgotten), and stayed running for good (fault-injection review)."""
+        other one not yet written, in :attr:`unsaved`; the engine loop tries again once a second
+        (:data:`UNSAVED_RETRY_S`, :meth:`save_unsaved`), and so does the next transition once writing works.
+        Raised into the engine, the failure cut short the handling of the reports it was recording: of four jobs
+        that ended together, the three after the first were never marked done (their tasks were already
+        forgotten), and stayed running for good (fault-injection review)."""
         assert self.store is not None
         if t.src is None:
             return
@@ -645,10 +651,10 @@ class CoordinatorServer:
 
     def save_unsaved(self) -> bool:
         """(Under the engine's lock.) Write the jobs' rows and transitions :meth:`_persist` could not, one job per
-        transaction; True once none is left. A file that cannot take writes now (``sqlite3.OperationalError``: a
-        full disk, a read-only file; ``OSError``) keeps them all, to be tried again, logged once when that starts
-        and once when it ends. Any other error is the one job's (a value SQLite refuses): logged, and that job's
-        change is dropped, so that it cannot hold every other job's back for good."""
+        transaction; True once none is left. A value SQLite refuses for the one job (a constraint, a type) is
+        logged, and that job's change dropped, so that it cannot hold every other job's back for good. Any other
+        error is the file's or the machine's (a full disk, a read-only or damaged file, no memory): every change is
+        kept, to be tried again, logged once when that starts and once when it ends."""
         if not self.unsaved or self.store is None or self.closing:
             return True
         saved = 0
@@ -660,7 +666,9 @@ class CoordinatorServer:
                                        rec.first_start, rec.end, rec.message)
                     for t in self.unsaved[job]:
                         self.store.add_transition(t)
-            except (sqlite3.OperationalError, OSError) as exc:
+            except (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError, TypeError, ValueError):
+                log.exception("the change of job %s cannot be recorded in the state file; dropped", job)
+            except Exception as exc:  # the file's (full, read-only, damaged) or the machine's: kept for later
                 if not self.unsaved_failing:
                     self.unsaved_failing = True
                     log.error("the state file cannot be written (%s: %s): job changes are kept in memory and "
@@ -668,8 +676,6 @@ class CoordinatorServer:
                               "those jobs again after a restart", type(exc).__name__, exc)
                 self.unsaved_retry_at = time.monotonic() + UNSAVED_RETRY_S
                 return False
-            except Exception:
-                log.exception("the change of job %s cannot be recorded in the state file; dropped", job)
             del self.unsaved[job]
             saved += 1
         if self.unsaved_failing:
@@ -749,42 +755,46 @@ class CoordinatorServer:
         registrar, is alive as long as it answers). Such an agent is declared lost only when the engine
         loop's last poll of it went unanswered as well: if the loop itself was held up (a long decision),
         the coordinator was not listening, and the silence says nothing about the agent. Nor when this whole
-        process did not run (:meth:`_excuse_stall`)."""
-        interval = self.heartbeat_s / 4
-        while True:
-            slept = time.monotonic()
-            if self._stop.wait(interval):
-                break
-            # (the sleep's overrun only: time spent checking, waiting for the engine's lock, is not a stall)
-            self._excuse_stall(slept + interval, time.monotonic() - slept - interval)
+        process did not run (:meth:`_note_running`)."""
+        while not self._stop.wait(self.heartbeat_s / 4):
             self._check_agents()
+
+    def _tick(self) -> None:
+        """The stall ticker: a thread that only notes, every :data:`STALL_TICK_S`, that the process runs
+        (:meth:`_note_running`). It waits for no lock but the stamps', so a gap in its notes is the process not
+        running, not a thread waiting for the engine (a long decision) or an agent call."""
+        while not self._stop.wait(STALL_TICK_S):
+            self._note_running()
 
     def beat(self, agent_id: str) -> None:
         """A sign of life from the agent, received now (a heartbeat or a registration)."""
         with self.heartbeats_lock:
             self.heartbeats[agent_id] = time.monotonic()
 
-    def _excuse_stall(self, since: float, stalled: float) -> None:
-        """This watch woke ``stalled`` seconds later than it asked to, at ``since``. Past one heartbeat interval,
-        the process itself did not run (SIGSTOP, a paused VM, swapping): it heard no heartbeat meanwhile, whoever
-        sent one, so the silence of every agent last heard before ``since`` is counted from ``stalled`` seconds
-        later, and from no later than now. A stamp written since (a heartbeat received after the process ran
-        again) is left alone, and none is lowered. Only a delay, of at most the stall, and once: an agent that is
-        really gone is still declared lost, that much later, and one whose lease ran out meanwhile has frozen its
-        tasks. Before, a coordinator stopped for 8 s declared a healthy agent lost the moment it ran again, and
-        requeued its jobs (fault-injection review)."""
-        if stalled <= self.heartbeat_s:
-            return
-        now = time.monotonic()
+    def _note_running(self) -> None:
+        """Note that the process runs now (the ticker, and the watch before each look). If it was last noted more
+        than a heartbeat interval (plus a tick) ago, it did not run in between (SIGSTOP, a paused VM, swapping):
+        it heard no heartbeat, whoever sent one, so the silence of every agent last heard before that gap is
+        counted from the gap's length later, and from no later than now. A stamp written since (a heartbeat
+        received once the process ran again) is left alone, and none is lowered. Only a delay, of at most the
+        gap, and once: an agent that is really gone is still declared lost, that much later, and one whose lease
+        ran out meanwhile has frozen its tasks. Before, a coordinator stopped for 8 s declared a healthy agent lost
+        the moment it ran again, and requeued its jobs (fault-injection review)."""
         with self.heartbeats_lock:
+            now = time.monotonic()
+            stalled, self._ran_at = now - self._ran_at - STALL_TICK_S, now
+            if stalled <= self.heartbeat_s:
+                return
             for agent_id, last in list(self.heartbeats.items()):
-                if last < since and agent_id in self.heartbeats:
+                if last < now - stalled:
                     self.heartbeats[agent_id] = min(last + stalled, now)
         log.warning("the coordinator did not run for %.1f s: the agents' silence over that time is not counted "
                     "against them", stalled)
 
     def _check_agents(self) -> None:
-        """One look at every agent's last sign of life (see :meth:`_watch_agents`)."""
+        """One look at every agent's last sign of life (see :meth:`_watch_agents`), after a gap in the process's
+        running is excused (whichever of this watch and the ticker runs first once it runs again)."""
+        self._note_running()
         deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
         for agent_id, last in list(self.heartbeats.items()):
             handle = self.backend.agents.get(agent_id)
@@ -902,6 +912,8 @@ class CoordinatorServer:
                 log.info("policy kernels compiled in %.1f s", took)
             self.grpc.start()
             self._loop.start()
+            self._ran_at = time.monotonic()
+            self._ticker.start()
             self._watch.start()
         except BaseException:
             self.stop(grace=0)
@@ -915,7 +927,7 @@ class CoordinatorServer:
         self.health.enter_graceful_shutdown()
         self._stop.set()
         self.backend.wake()
-        for thread in (self._loop, self._watch):
+        for thread in (self._loop, self._watch, self._ticker):
             if thread.is_alive():  # (not started, if start() failed before it)
                 thread.join(timeout=5)
         if self.stop_tasks_on_exit and self.store is None:  # with a store, a restart adopts them instead

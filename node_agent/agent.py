@@ -59,7 +59,7 @@ from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fenc
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
 from workloads import modeled
-from workloads.registry import PROGRAMS
+from workloads.registry import PROGRAMS, child_env
 
 log = logging.getLogger("vcemu.agent")
 SHARE_EPS = 1e-6
@@ -151,6 +151,9 @@ class AgentCore:
         #: The lease's deadline for the fencer (:mod:`node_agent.fencer`), which freezes the tasks when it has
         #: passed even if this process does not run (SIGSTOP); None where the driver has no freezer.
         self._lease_file = os.path.join(self._workdir, "lease")
+        #: The driver has a freezer, so tasks may be frozen by a fencer (this agent's, or an earlier one's).
+        self._freezer = driver.fencer_args() is not None
+        self._fencer_starts = 0
         self._fencer: subprocess.Popen[bytes] | None = self._start_fencer()
         self._monitor = threading.Thread(target=self._monitor_loop, name="agent-monitor", daemon=True)
         self._monitor.start()
@@ -160,34 +163,51 @@ class AgentCore:
         of the agent's group must not stop it too). None without a freezer, or if it cannot start (logged: the
         agent then fences from its monitor only, as it did before the fencer)."""
         args = self.driver.fencer_args()
-        if args is None:
+        if args is None or self._fencer_starts >= FENCER_STARTS:
             return None
+        self._fencer_starts += 1
         try:
-            write_lease(self._lease_file, None)
+            with self._lease_lock:
+                write_lease(self._lease_file, self._lease_until)
+            # (child_env: the import path that finds this package wherever the agent was started from)
             return subprocess.Popen(
                 [sys.executable, "-m", "node_agent.fencer", "--lease", self._lease_file, "--agent-pid",
                  str(os.getpid()), *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True)
+                env=child_env(), start_new_session=True, close_fds=True)
         except OSError as e:
             log.error("cannot start the fencer (%s): a task of this agent runs on while the agent itself does "
                       "not run (stopped), past its lease", e)
             return None
 
     def _stop_fencer(self, why: str = "") -> None:
-        """Stop the fencer (at shutdown; or when its lease file cannot be kept current, where it would freeze
-        tasks on a stale deadline)."""
+        """Stop the fencer: at shutdown, waiting for it; or, with ``why``, when its lease file cannot be kept
+        current (it would freeze tasks on a stale deadline), without waiting: this runs under the lease lock,
+        which every renewal needs. For good: it is not started again."""
         fencer, self._fencer = self._fencer, None
         if fencer is None:
             return
+        self._fencer_starts = FENCER_STARTS
+        fencer.terminate()
         if why:
             log.error("stopping the fencer: %s; a task of this agent now runs on while the agent itself does not "
                       "run (stopped), past its lease", why)
-        fencer.terminate()
-        try:
-            fencer.wait(2.0)
-        except subprocess.TimeoutExpired:
-            fencer.kill()
-            fencer.wait()
+            threading.Thread(target=_reap, args=(fencer,), name="fencer-reap", daemon=True).start()
+            return
+        _reap(fencer)
+
+    def _watch_fencer(self) -> None:
+        """(Monitor.) A fencer that exited by itself (it could not start, or was killed) is said, and started
+        again, up to :data:`FENCER_STARTS` times in all: the agent must not believe itself fenced when it is not."""
+        fencer = self._fencer
+        if fencer is None or fencer.poll() is None:
+            return
+        self._fencer = None
+        again = self._fencer_starts < FENCER_STARTS
+        log.error("the fencer exited with status %s; %s", fencer.returncode,
+                  "starting it again" if again else "not again: a task of this agent now runs on while the agent "
+                  "itself does not run (stopped), past its lease")
+        if again:
+            self._fencer = self._start_fencer()
 
     # ------------------------------------------------------------------ requests
     def start_task(self, task_id: str, host: str, workload: str, cpu_share: float, cpu_need: float,
@@ -575,8 +595,9 @@ class AgentCore:
     def _monitor_loop(self) -> None:
         while not self._stop.wait(POLL_INTERVAL_S):
             with self._lock:
-                self._adopt_fences()
                 self._fence_if_expired()  # first: the lease's deadline must not wait for the polls of every task
+                self._adopt_fences()  # (after: a task the agent fences itself is not put down to the fencer)
+                self._watch_fencer()
                 for task_id, task in list(self._tasks.items()):
                     if task_id in self._ending:
                         continue  # another thread is killing it
@@ -602,7 +623,7 @@ class AgentCore:
         the fencer while this process did not run (:mod:`node_agent.fencer`): it is fenced, as if by
         :meth:`_fence_if_expired`, and only the coordinator's Resume thaws it. Looked at every round, whatever the
         lease says now: the fencer may have frozen it just before a renewal."""
-        if self._fencer is None:
+        if not self._freezer:
             return
         why = "fenced: the agent did not run while its lease ran out (its fencer froze it); a Resume thaws it"
         adopted = []
@@ -780,6 +801,19 @@ def _sweep_cgroups(agent_id: str, strict: bool) -> None:
         finally:
             if claim is not None:
                 claim.close()
+
+
+#: How many times an agent starts its fencer (:mod:`node_agent.fencer`) before it gives up on it.
+FENCER_STARTS = 3
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    """Wait for a process asked to end (SIGTERM), killing it after 2 s."""
+    try:
+        process.wait(2.0)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _remove_old_workdirs(agent_id: str) -> None:

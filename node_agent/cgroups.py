@@ -411,7 +411,8 @@ class CgroupDriver(ABC):
         return None
 
     def is_frozen(self, name: str) -> bool:
-        """Whether the group is frozen (or freezing): by the agent, or by its fencer (:mod:`node_agent.fencer`)."""
+        """Whether the group itself is frozen (or freezing), not through an ancestor: by the agent, or by its
+        fencer (:mod:`node_agent.fencer`)."""
         return False
 
     def oom_kills(self, name: str) -> int | None:
@@ -506,8 +507,9 @@ class CgroupV1Driver(CgroupDriver):
         return ["--v1-freezer", self._parents["freezer"]]
 
     def is_frozen(self, name: str) -> bool:
+        # (self_freezing, not freezer.state, which also reads FROZEN while an ancestor is: a paused container)
         try:
-            return _read(os.path.join(self._dir("freezer", name), "freezer.state")).strip() != "THAWED"
+            return _read(os.path.join(self._dir("freezer", name), "freezer.self_freezing")).strip() == "1"
         except CgroupError:
             return False
 

@@ -7,14 +7,19 @@ copies of a task ran at once, and one stale copy finished its whole task (fault-
 
 So the agent also writes its lease's deadline (``time.monotonic()``, the system-wide CLOCK_MONOTONIC) to a file at
 each renewal (:func:`write_lease`), and this process, started by the agent, reads it every :data:`INTERVAL_S` and
-freezes every task group under the agent's freezer parent once the deadline has passed: the same moment the
-agent's own monitor would, with the same margin before the coordinator may declare the agent lost. It never thaws
-anything. The agent, once it runs again, takes a task it finds frozen while it believes the task runs as fenced
-(:meth:`~node_agent.agent.AgentCore._adopt_fences`), and only the coordinator's Resume thaws it, as for a fence
-of its own. Each group is frozen once per expiry, so that a kill in progress (which thaws as it goes) is not fought.
+freezes every task group under the agent's freezer parent that is not frozen, at every look while the deadline
+has passed: from the same moment the agent's own monitor would, with the same margin before the coordinator may
+declare the agent lost, and again should anything thaw one meanwhile (a Resume that reached a slow agent). It never
+thaws anything while the agent lives. The agent, once it runs again, takes a task it finds frozen while it believes
+the task runs as fenced (:meth:`~node_agent.agent.AgentCore._adopt_fences`), and only the coordinator's Resume
+thaws it, as for a fence of its own. A kill in progress thaws as it goes and wins: its SIGKILL is delivered the
+moment the group is thawed, and it thaws every 10 ms.
 
-It exits when the agent's process is gone (its tasks end with it), or when asked (SIGTERM, at the agent's shutdown).
-Cgroup modes only: without cgroups (duty cycling) the agent's own throttling thread owns the tasks' stop signals.
+It exits when asked (SIGTERM, at the agent's shutdown), or when the agent's process is gone (its pid, with the start
+time it had, as :class:`node_agent.cgroups.Owner` checks). Then it kills the processes of every group it froze and
+thaws them so that the kill lands: a task frozen there would never run its own check of its parent, and would hold
+its memory until another agent's start-up swept it. Cgroup modes only: without cgroups (duty cycling) the agent's
+own throttling thread owns the tasks' stop signals.
 
     python -m node_agent.fencer --lease FILE --agent-pid PID (--v1-freezer DIR | --v2 DIR)
 """
@@ -29,7 +34,7 @@ import signal
 import sys
 import time
 
-from node_agent.cgroups import OWNER_PREFIX
+from node_agent.cgroups import OWNER_PREFIX, _kill_and_thaw, _proc_stat
 
 #: Seconds between two looks at the lease: the agent's monitor's own interval.
 INTERVAL_S = 0.1
@@ -66,22 +71,34 @@ def task_groups(parent: str) -> list[str]:
     return []
 
 
-def freeze_file(parent: str, name: str, v2: bool) -> tuple[str, str]:
-    """The file that freezes group ``name``, and what to write to it."""
-    return (os.path.join(parent, name, "cgroup.freeze"), "1") if v2 else (
-        os.path.join(parent, name, "freezer.state"), "FROZEN")
+def _frozen_file(parent: str, name: str, v2: bool) -> tuple[str, str, str]:
+    """The file that freezes group ``name``, what to write to it, and what it reads while the group itself
+    (not an ancestor) is frozen: v1's ``freezer.self_freezing``, v2's ``cgroup.freeze``."""
+    d = os.path.join(parent, name)
+    if v2:
+        return os.path.join(d, "cgroup.freeze"), "1", os.path.join(d, "cgroup.freeze")
+    return os.path.join(d, "freezer.state"), "FROZEN", os.path.join(d, "freezer.self_freezing")
+
+
+def _self_frozen(path: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
 
 
 def step(lease: str, parent: str, v2: bool, frozen: set[str], now: float) -> set[str]:
-    """One look: freeze, once, every task group not yet frozen since the lease ran out; returns the groups frozen
-    in this expiry so far (empty while the lease holds: a later expiry freezes them again)."""
+    """One look: while the lease has run out, freeze every task group that is not frozen itself; returns the
+    groups frozen since the lease ran out (empty while it holds), for :func:`release` should the agent die."""
     if now <= read_lease(lease):
         return set()
     done = set(frozen)
     for name in task_groups(parent):
-        if name in done:
+        path, value, check = _frozen_file(parent, name, v2)
+        if _self_frozen(check):
+            done.add(name)
             continue
-        path, value = freeze_file(parent, name, v2)
         try:
             with open(path, "w") as f:
                 f.write(value)
@@ -91,14 +108,20 @@ def step(lease: str, parent: str, v2: bool, frozen: set[str], now: float) -> set
     return done
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def release(parent: str, frozen: set[str]) -> None:
+    """The agent is gone: kill the processes of the groups this fencer froze, thawing them so that the kill
+    lands (the groups themselves are left for the next agent's start-up to remove)."""
+    dirs = [os.path.join(parent, n) for n in frozen if os.path.isdir(os.path.join(parent, n))]
+    for _ in range(100):  # (each round SIGKILLs what is left and thaws; a second at most)
+        if not _kill_and_thaw(dirs):
+            return
+        time.sleep(0.01)
+
+
+def _same_process(pid: int, start: int | None) -> bool:
+    """Whether ``pid`` is still the process that started at ``start`` (its /proc start time), not a zombie."""
+    stat = _proc_stat(pid)
+    return stat is not None and stat[1] == start and stat[0] not in ("Z", "X")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     parent, v2 = (args.v2, True) if args.v2 else (args.v1_freezer, False)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C is the agent's to handle)
+    stat = _proc_stat(args.agent_pid)
+    start = stat[1] if stat is not None else None
     frozen: set[str] = set()
-    while _alive(args.agent_pid):
+    while _same_process(args.agent_pid, start):
         frozen = step(args.lease, parent, v2, frozen, time.monotonic())
         time.sleep(INTERVAL_S)
+    release(parent, frozen)
     return 0
 
 

@@ -10,7 +10,7 @@ import psutil
 
 from node_agent.agent import AgentCore, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
-from node_agent.runner import State
+from node_agent.runner import State, Task
 from workloads import modeled
 
 
@@ -67,3 +67,62 @@ def test_a_task_aborted_for_a_raising_poll_leaves_no_process() -> None:
         assert core.stop("t/0").state is State.FAILED
     finally:
         core.shutdown()
+
+
+class _FakeFreezer(DutyCycleDriver):
+    """A driver with a freezer that is a set (and a tree on disk for the fencer to look at)."""
+
+    def __init__(self, parent: str) -> None:
+        super().__init__()
+        self.parent, self.frozen = parent, set()
+
+    def fencer_args(self) -> list[str]:
+        return ["--v2", self.parent]
+
+    def is_frozen(self, name: str) -> bool:
+        return name in self.frozen
+
+    def freeze(self, name: str) -> None:
+        self.frozen.add(name)
+
+    def thaw(self, name: str) -> None:
+        self.frozen.discard(name)
+
+
+def test_a_task_frozen_by_a_fencer_is_fenced_even_once_that_fencer_is_gone(tmp_path) -> None:
+    """Review: once the fencer had been stopped (its lease file could not be written), a task it had frozen stayed
+    frozen for good, reported running, with nothing to say why."""
+    driver = _FakeFreezer(str(tmp_path))
+    core = AgentCore("pytest-adopt", [HostSpec("h", 1.0, 1 << 30)], driver, {"dgemm": 1000.0})
+    try:
+        core._stop_fencer()
+        with core._lock:
+            task = core._new_task("t/0", "h", "dgemm", 0.5, 0.5, 60.0, 0, 0.0, None)
+            assert isinstance(task, Task)
+            task.state = State.RUNNING
+            core._tasks["t/0"] = task
+            driver.frozen.add(task.cgroup)  # what a fencer did while the agent did not run
+        assert _wait(lambda: core.task("t/0").fenced), core.task("t/0")
+        assert core.task("t/0").state is State.PAUSED
+        with core._lock:
+            task.state = State.DONE  # (never started: nothing to stop)
+    finally:
+        core.shutdown()
+
+
+def test_a_fencer_that_exits_is_said_and_started_again(tmp_path, caplog) -> None:
+    """Review: a fencer that died (or could not start) left the agent believing itself fenced, and said nothing."""
+    import logging
+
+    core = AgentCore("pytest-refence", [HostSpec("h", 1.0, 1 << 30)], _FakeFreezer(str(tmp_path)), {})
+    try:
+        first = core._fencer
+        assert first is not None and first.poll() is None
+        with caplog.at_level(logging.ERROR):
+            first.kill()
+            assert _wait(lambda: core._fencer is not None and core._fencer is not first), "not started again"
+        assert "the fencer exited with status -9; starting it again" in caplog.text
+        assert core._fencer.poll() is None
+    finally:
+        core.shutdown()
+    assert core._fencer is None

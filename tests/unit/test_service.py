@@ -650,11 +650,15 @@ def test_a_submission_the_state_file_cannot_take_is_refused_in_one_clear_line(tm
 
 def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the_agents():
     """Fault-injection review: a coordinator SIGSTOPped for 8 s declared a healthy agent lost as soon as it ran
-    again (no heartbeat had been heard: none could be), and requeued its jobs. A watch that wakes more than a
-    heartbeat interval late excuses that time; an agent silent for longer is still lost."""
+    again (no heartbeat had been heard: none could be), and requeued its jobs. A gap in the process's running
+    (the stall ticker's notes) longer than a heartbeat interval is excused; an agent silent for longer is still
+    lost, a heartbeat received since is left alone, and no stamp is moved past now."""
+    import threading
     import time
 
-    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0).start()  # (its watch sleeps 25 s)
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0)  # (its watch sleeps 25 s)
+    server._ticker = threading.Thread(target=lambda: None)  # the test notes the running itself
+    server.start()
     try:
         with grpc.insecure_channel(server.address) as ch:
             api = pb_grpc.CoordinatorStub(ch)
@@ -662,25 +666,27 @@ def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the
             api.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
         now = time.monotonic()
         server.heartbeats["a0"] = now - 400.0  # silent for 4 intervals: lost at 3
-        server._excuse_stall(now - 50.0, 50.0)  # woke late by less than an interval: no excuse
+        server._ran_at = now - 50.0  # last noted running 50 s ago: less than an interval, no excuse
+        server._note_running()
         assert server.heartbeats["a0"] == now - 400.0
-        server._excuse_stall(now - 200.0, 200.0)  # the process did not run for the last 200 s
-        assert server.heartbeats["a0"] == now - 200.0
-        server._check_agents()
+        server._ran_at = time.monotonic() - 200.0  # the process did not run for the last 200 s
+        server._check_agents()  # (which notes the running first)
+        assert time.monotonic() - 201.0 < server.heartbeats["a0"] < time.monotonic() - 199.0
         assert "a0" in server.backend.agents and not server.lost
-        server.beat("a0")  # a heartbeat received once it ran again is left alone, and a shift never passes now
+        server.beat("a0")  # a heartbeat received once it ran again is left alone
         fresh = server.heartbeats["a0"]
-        server._excuse_stall(fresh - 1.0, 3600.0)
+        server._ran_at = time.monotonic() - 3600.0
+        server._note_running()
         assert server.heartbeats["a0"] == fresh
-        server.heartbeats["a0"] = time.monotonic() - 400.0
-        server._excuse_stall(time.monotonic(), 3600.0)
+        server.heartbeats["a0"] = time.monotonic() - 400.0  # a shift never passes now
+        server._ran_at = time.monotonic() - 3600.0
+        server._note_running()
         assert server.heartbeats["a0"] <= time.monotonic()
         server.heartbeats["a0"] = time.monotonic() - 400.0  # and silent for as long after that: lost
         server._check_agents()
         assert "a0" not in server.backend.agents and list(server.lost) == ["a0"]
     finally:
         server.stop()
-
 
 def test_job_changes_the_state_file_refuses_for_good_do_not_hold_back_the_others(tmp_path, monkeypatch, caplog):
     """Diff review: every unsaved change was written in one transaction, tried again at every later change (4,000
