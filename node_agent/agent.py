@@ -625,17 +625,10 @@ class AgentCore:
         lease says now: the fencer may have frozen it just before a renewal."""
         if not self._freezer:
             return
-        why = "fenced: the agent did not run while its lease ran out (its fencer froze it); a Resume thaws it"
-        adopted = []
-        for task_id, task in self._tasks.items():
-            if (task_id in self._ending or not isinstance(task, Task)
-                    or task.state not in (State.STARTING, State.RUNNING) or not self.driver.is_frozen(task.cgroup)):
-                continue
-            try:
-                if fence(task, why):
-                    adopted.append(task_id)
-            except (CgroupError, OSError) as e:
-                log.error("task %s was frozen by the fencer and cannot be marked fenced: %s; trying again", task_id, e)
+        adopted = self._fence_tasks(
+            "fenced: the agent did not run while its lease ran out (its fencer froze it); a Resume thaws it",
+            lambda task: (isinstance(task, Task) and task.state in (State.STARTING, State.RUNNING)
+                          and self.driver.is_frozen(task.cgroup)))
         if adopted:
             log.warning("the fencer froze %d task(s) while this agent did not run, its lease having run out: %s",
                         len(adopted), ", ".join(adopted))
@@ -647,20 +640,25 @@ class AgentCore:
             lease_s, until = self._lease_s, self._lease_until
         if until is None or time.monotonic() <= until:
             return
-        why = f"fenced: the agent's lease ran out ({lease_s:g} s without word from its coordinator); a Resume thaws it"
+        fenced = self._fence_tasks(
+            f"fenced: the agent's lease ran out ({lease_s:g} s without word from its coordinator); a Resume thaws it")
+        if fenced:
+            log.warning("lease ran out (%g s without word from the coordinator): froze %d task(s) until it resumes "
+                        "them: %s", lease_s, len(fenced), ", ".join(fenced))
 
+    def _fence_tasks(self, why: str, which: Callable[[Task | ModeledTask], bool] = lambda _task: True) -> list[str]:
+        """(Under the lock.) :func:`~node_agent.runner.fence` each task (``which`` of them) that is not ending, with
+        ``why``; returns the ids of those it froze. One whose freeze fails is logged, and tried again next round."""
         fenced = []
         for task_id, task in self._tasks.items():
-            if task_id in self._ending:
+            if task_id in self._ending or not which(task):
                 continue
             try:
                 if fence(task, why):
                     fenced.append(task_id)
             except (CgroupError, OSError) as e:
-                log.error("the lease ran out, and task %s cannot be frozen: %s; trying again", task_id, e)
-        if fenced:
-            log.warning("lease ran out (%g s without word from the coordinator): froze %d task(s) until it resumes "
-                        "them: %s", lease_s, len(fenced), ", ".join(fenced))
+                log.error("task %s cannot be fenced (%s): %s; trying again", task_id, why.split(";")[0], e)
+        return fenced
 
     def _update_rates(self) -> None:
         """Keep each workload's units per CPU-second current from the running tasks themselves.
