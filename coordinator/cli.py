@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, NoReturn
@@ -29,6 +28,7 @@ from typing import IO, TYPE_CHECKING, NoReturn
 from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_TASKS, request_bounds
 from coordinator.model import JobState
 from coordinator.policy_names import POLICY_NAMES
+from node_agent.processes import stop_processes  # (re-exported: demo, replay and the benchmarks take it from here)
 
 if TYPE_CHECKING:
     import grpc
@@ -671,19 +671,6 @@ def _log_tail(path: str, lines: int = 5) -> str:
     except OSError as exc:
         return f" (agents' log {path}: {exc.strerror or exc})"
     return f"; agents' log {path}" + ("".join(f"\n  {line}" for line in tail) if tail else " (empty)")
-
-
-def stop_processes(procs: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def default_cpus_per_host(hosts: int) -> float:

@@ -55,6 +55,7 @@ import psutil
 from node_agent import cgroups
 from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.fencer import write_lease
+from node_agent.processes import stop_processes
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
@@ -187,13 +188,12 @@ class AgentCore:
         if fencer is None:
             return
         self._fencer_starts = FENCER_STARTS
-        fencer.terminate()
         if why:
             log.error("stopping the fencer: %s; a task of this agent now runs on while the agent itself does not "
                       "run (stopped), past its lease", why)
-            threading.Thread(target=_reap, args=(fencer,), name="fencer-reap", daemon=True).start()
+            threading.Thread(target=stop_processes, args=([fencer], 2.0), name="fencer-stop", daemon=True).start()
             return
-        _reap(fencer)
+        stop_processes([fencer], 2.0)
 
     def _watch_fencer(self) -> None:
         """(Monitor.) A fencer that exited by itself (it could not start, or was killed) is said, and started
@@ -803,15 +803,6 @@ def _sweep_cgroups(agent_id: str, strict: bool) -> None:
 
 #: How many times an agent starts its fencer (:mod:`node_agent.fencer`) before it gives up on it.
 FENCER_STARTS = 3
-
-
-def _reap(process: subprocess.Popen[bytes]) -> None:
-    """Wait for a process asked to end (SIGTERM), killing it after 2 s."""
-    try:
-        process.wait(2.0)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _remove_old_workdirs(agent_id: str) -> None:
