@@ -359,6 +359,23 @@ def _mark_owner(parents: Iterable[str]) -> None:
             raise CgroupError(f"cannot create {os.path.join(d, marker)}: {e.strerror}") from e
 
 
+def freeze_control(group: str, v2: bool) -> tuple[str, str, str]:
+    """The freezer of cgroup directory ``group``: the file that freezes it, what to write there, and the file that
+    reads ``1`` while the group itself (not an ancestor: a paused container) is frozen or freezing. v1:
+    ``freezer.state``/``FROZEN`` and ``freezer.self_freezing``; v2: ``cgroup.freeze``/``1`` for both."""
+    if v2:
+        return os.path.join(group, "cgroup.freeze"), "1", os.path.join(group, "cgroup.freeze")
+    return os.path.join(group, "freezer.state"), "FROZEN", os.path.join(group, "freezer.self_freezing")
+
+
+def self_frozen(group: str, v2: bool) -> bool:
+    """Whether cgroup directory ``group`` is itself frozen (see :func:`freeze_control`); False if unreadable."""
+    try:
+        return _read(freeze_control(group, v2)[2]).strip() == "1"
+    except CgroupError:
+        return False
+
+
 # --------------------------------------------------------------------------------------- interface
 class CgroupDriver(ABC):
     """What the runner needs from a cgroup implementation. ``name`` is a task's cgroup name."""
@@ -507,11 +524,7 @@ class CgroupV1Driver(CgroupDriver):
         return ["--v1-freezer", self._parents["freezer"]]
 
     def is_frozen(self, name: str) -> bool:
-        # (self_freezing, not freezer.state, which also reads FROZEN while an ancestor is: a paused container)
-        try:
-            return _read(os.path.join(self._dir("freezer", name), "freezer.self_freezing")).strip() == "1"
-        except CgroupError:
-            return False
+        return self_frozen(self._dir("freezer", name), v2=False)
 
     def thaw(self, name: str) -> None:
         if os.path.isdir(self._dir("freezer", name)):
@@ -594,10 +607,7 @@ class CgroupV2Driver(CgroupDriver):
         return ["--v2", self._parent]
 
     def is_frozen(self, name: str) -> bool:
-        try:
-            return _read(self._file(name, "cgroup.freeze")).strip() == "1"
-        except CgroupError:
-            return False
+        return self_frozen(os.path.join(self._parent, name), v2=True)
 
     def thaw(self, name: str) -> None:
         if os.path.isdir(os.path.join(self._parent, name)):

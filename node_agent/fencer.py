@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 
-from node_agent.cgroups import OWNER_PREFIX, _kill_and_thaw, _proc_stat
+from node_agent.cgroups import OWNER_PREFIX, _kill_and_thaw, _proc_stat, freeze_control, self_frozen
 
 #: Seconds between two looks at the lease: the agent's monitor's own interval.
 INTERVAL_S = 0.1
@@ -71,23 +71,6 @@ def task_groups(parent: str) -> list[str]:
     return []
 
 
-def _frozen_file(parent: str, name: str, v2: bool) -> tuple[str, str, str]:
-    """The file that freezes group ``name``, what to write to it, and what it reads while the group itself
-    (not an ancestor) is frozen: v1's ``freezer.self_freezing``, v2's ``cgroup.freeze``."""
-    d = os.path.join(parent, name)
-    if v2:
-        return os.path.join(d, "cgroup.freeze"), "1", os.path.join(d, "cgroup.freeze")
-    return os.path.join(d, "freezer.state"), "FROZEN", os.path.join(d, "freezer.self_freezing")
-
-
-def _self_frozen(path: str) -> bool:
-    try:
-        with open(path) as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
-
-
 def step(lease: str, parent: str, v2: bool, frozen: set[str], now: float) -> set[str]:
     """One look: while the lease has run out, freeze every task group that is not frozen itself; returns the
     groups frozen since the lease ran out (empty while it holds), for :func:`release` should the agent die."""
@@ -95,10 +78,11 @@ def step(lease: str, parent: str, v2: bool, frozen: set[str], now: float) -> set
         return set()
     done = set(frozen)
     for name in task_groups(parent):
-        path, value, check = _frozen_file(parent, name, v2)
-        if _self_frozen(check):
+        group = os.path.join(parent, name)
+        if self_frozen(group, v2):
             done.add(name)
             continue
+        path, value, _ = freeze_control(group, v2)
         try:
             with open(path, "w") as f:
                 f.write(value)
