@@ -152,7 +152,9 @@ class AgentCore:
         #: The lease's deadline for the fencer (:mod:`node_agent.fencer`), which freezes the tasks when it has
         #: passed even if this process does not run (SIGSTOP); None where the driver has no freezer.
         self._lease_file = os.path.join(self._workdir, "lease")
-        #: The driver has a freezer, so tasks may be frozen by a fencer (this agent's, or an earlier one's).
+        driver.attach_workdir(self._workdir)
+        #: The driver has a freezer (or a stand-in for one: :mod:`node_agent.dutycycle`), so tasks may be frozen by
+        #: a fencer (this agent's, or an earlier one's).
         self._freezer = driver.fencer_args() is not None
         self._fencer_starts = 0
         self._fencer: subprocess.Popen[bytes] | None = self._start_fencer()

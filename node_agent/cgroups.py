@@ -423,6 +423,11 @@ class CgroupDriver(ABC):
     def close(self) -> None:
         """Release the driver's own resources (threads); cgroups are removed by :meth:`cleanup`."""
 
+    def attach_workdir(self, workdir: str) -> None:
+        """The agent's work directory, where a driver without a freezer of the kernel's keeps what its fencer needs
+        (:mod:`node_agent.dutycycle`); the cgroup drivers need nothing there."""
+        return None
+
     def fencer_args(self) -> list[str] | None:
         """The flags that tell :mod:`node_agent.fencer` where this driver's freezer is; None without one."""
         return None

@@ -18,10 +18,18 @@ moment the group is thawed, and it thaws every 10 ms.
 It exits when asked (SIGTERM, at the agent's shutdown), or when the agent's process is gone (its pid, with the start
 time it had, as :class:`node_agent.cgroups.Owner` checks). Then it kills the processes of every group it froze and
 thaws them so that the kill lands: a task frozen there would never run its own check of its parent, and would hold
-its memory until another agent's start-up swept it. Cgroup modes only: without cgroups (duty cycling) the agent's
-own throttling thread owns the tasks' stop signals.
+its memory until another agent's start-up swept it.
 
-    python -m node_agent.fencer --lease FILE --agent-pid PID (--v1-freezer DIR | --v2 DIR)
+Without cgroups (``--no-cgroups``, duty cycling: :mod:`node_agent.dutycycle`) there is no freezer to share, so the
+driver keeps a stand-in for one in the agent's work directory (``--duty DIR``): a directory per task group holding
+its processes (:data:`PIDS`: pid and start time, so a reused pid is never signalled), where this process, while the
+lease has run out, first marks the group (:data:`FENCED`), then stops its processes with SIGSTOP, at every look.
+The mark is the group's frozen state: the driver's throttling thread keeps a marked group stopped (it would
+otherwise continue it at its next period), the agent takes a running task whose group is marked as fenced, and
+only a thaw (the coordinator's Resume) removes the mark. Once the agent is gone, the processes of the groups marked
+here are killed (SIGKILL ends a stopped process).
+
+    python -m node_agent.fencer --lease FILE --agent-pid PID (--v1-freezer DIR | --v2 DIR | --duty DIR)
 """
 
 from __future__ import annotations
@@ -33,11 +41,16 @@ import os
 import signal
 import sys
 import time
+from functools import partial
 
 from node_agent.cgroups import OWNER_PREFIX, _kill_and_thaw, _proc_stat, freeze_control, self_frozen
 
 #: Seconds between two looks at the lease: the agent's monitor's own interval.
 INTERVAL_S = 0.1
+#: In a duty-cycle group's directory: its processes, a "pid start-time" line each (written by the driver).
+PIDS = "pids"
+#: In a duty-cycle group's directory: present while the group is fenced (made here, removed by the driver's thaw).
+FENCED = "fenced"
 
 
 def write_lease(path: str, until: float | None) -> None:
@@ -92,6 +105,53 @@ def step(lease: str, parent: str, v2: bool, frozen: set[str], now: float) -> set
     return done
 
 
+def write_pids(group: str, pids: dict[int, int]) -> None:
+    """Record a duty-cycle group's processes (pid -> start time) for the fencer, atomically."""
+    tmp = os.path.join(group, f".{PIDS}.tmp")
+    with open(tmp, "w") as f:
+        f.write("".join(f"{pid} {start}\n" for pid, start in sorted(pids.items())))
+    os.replace(tmp, os.path.join(group, PIDS))
+
+
+def read_pids(group: str) -> list[int]:
+    """The processes of a duty-cycle group that are still the ones recorded (same start time, not zombies)."""
+    try:
+        with open(os.path.join(group, PIDS)) as f:
+            rows = [line.split() for line in f]
+    except OSError:
+        return []
+    return [int(row[0]) for row in rows if len(row) == 2 and _same_process(int(row[0]), int(row[1]))]
+
+
+def duty_step(lease: str, parent: str, frozen: set[str], now: float) -> set[str]:
+    """:func:`step` for duty-cycle groups (see the module docstring): while the lease has run out, mark every
+    group fenced, then SIGSTOP its processes, at every look (the agent's throttling thread may have continued one
+    between its look at the mark and the mark); returns the groups marked since the lease ran out."""
+    if now <= read_lease(lease):
+        return set()
+    done = set(frozen)
+    for name in task_groups(parent):
+        group = os.path.join(parent, name)
+        try:
+            with open(os.path.join(group, FENCED), "a"):
+                pass
+        except OSError:
+            continue  # removed meanwhile (its task stopped)
+        for pid in read_pids(group):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        done.add(name)
+    return done
+
+
+def duty_release(parent: str, frozen: set[str]) -> None:
+    """The agent is gone: kill the processes of the duty-cycle groups this fencer marked."""
+    for name in frozen:
+        for pid in read_pids(os.path.join(parent, name)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def release(parent: str, frozen: set[str]) -> None:
     """The agent is gone: kill the processes of the groups this fencer froze, thawing them so that the kill
     lands (the groups themselves are left for the next agent's start-up to remove)."""
@@ -115,17 +175,22 @@ def main(argv: list[str] | None = None) -> int:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--v1-freezer")
     where.add_argument("--v2")
+    where.add_argument("--duty")
     args = p.parse_args(argv)
-    parent, v2 = (args.v2, True) if args.v2 else (args.v1_freezer, False)
+    if args.duty:
+        look, end = partial(duty_step, args.lease, args.duty), partial(duty_release, args.duty)
+    else:
+        parent, v2 = (args.v2, True) if args.v2 else (args.v1_freezer, False)
+        look, end = partial(step, args.lease, parent, v2), partial(release, parent)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C is the agent's to handle)
     stat = _proc_stat(args.agent_pid)
     start = stat[1] if stat is not None else None
     frozen: set[str] = set()
     while _same_process(args.agent_pid, start):
-        frozen = step(args.lease, parent, v2, frozen, time.monotonic())
+        frozen = look(frozen, time.monotonic())
         time.sleep(INTERVAL_S)
-    release(parent, frozen)
+    end(frozen)
     return 0
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import psutil
 import pytest
 
 from coordinator.backends.live import LiveBackend
@@ -495,6 +496,41 @@ def test_an_agent_that_does_not_run_has_its_tasks_frozen_by_its_fencer_when_its_
         assert core.resume("t/0").state is State.RUNNING  # the coordinator's Resume
         time.sleep(0.5)
         assert not core.driver.is_frozen(cgroup) and not core.task("t/0").fenced
+    finally:
+        core.shutdown()
+    assert core._fencer is None
+
+
+@pytest.mark.timeout(60)
+def test_without_cgroups_an_agent_that_does_not_run_has_its_tasks_stopped_by_its_fencer() -> None:
+    """--no-cgroups (duty cycling) had no fencer, as there is no freezer to share: a task of an agent that did not
+    run ran on past the lease, beside its job's restarted copy. The fencer now marks its group and stops its
+    process; the agent's throttling thread, which runs here (only the monitor waits for the lock), keeps a marked
+    group stopped rather than continue it at its next period. A full share: the duty cycle never stops it itself."""
+    core = open_core(f"pytest-dutyfencer-{os.getpid()}", [HostSpec("f0", 1.0, GIB)], no_cgroups=True)
+    try:
+        core.start_task("t/0", "f0", "dgemm", 1.0, 1.0, 600.0, 16 << 20)
+        wait_until("the task to run", lambda: core.task("t/0").state is State.RUNNING)
+        cgroup = core._tasks["t/0"].cgroup
+        (pid,) = core.driver.pids(cgroup)
+        proc = psutil.Process(pid)
+        with core._lock:  # the agent's monitor stops here: no fence of its own
+            core.renew_lease(0.5, time.monotonic())
+            time.sleep(1.2)
+            assert core.driver.is_frozen(cgroup), "the fencer did not mark the task of an agent that did not run"
+            cpu = sum(proc.cpu_times()[:2])
+            time.sleep(0.5)
+            assert proc.status() == psutil.STATUS_STOPPED and sum(proc.cpu_times()[:2]) - cpu < 0.02
+            assert core._tasks["t/0"].state is State.RUNNING  # as the stopped agent last knew it
+            core.renew_lease(60.0, time.monotonic())  # a renewal before the monitor's next round
+        wait_until("the agent to report the task fenced", lambda: core.task("t/0").fenced, timeout=5)
+        assert core.task("t/0").state is State.PAUSED
+        time.sleep(0.5)  # the coordinator is heard again: nothing continues it by itself
+        assert proc.status() == psutil.STATUS_STOPPED and core.task("t/0").fenced
+        assert core.resume("t/0").state is State.RUNNING  # the coordinator's Resume
+        cpu = sum(proc.cpu_times()[:2])
+        time.sleep(0.5)
+        assert not core.driver.is_frozen(cgroup) and sum(proc.cpu_times()[:2]) - cpu > 0.2
     finally:
         core.shutdown()
     assert core._fencer is None

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import psutil
 import pytest
 
 from vcemu.v1 import coordinator_pb2 as pb
@@ -64,11 +65,12 @@ class Run:
         line = self.coord.stdout.readline().decode()
         assert "listening on" in line, line
 
-    def start_agent(self, name: str, hosts: int = 2) -> None:
+    def start_agent(self, name: str, hosts: int = 2, cpus: float = 0.25, no_cgroups: bool = False) -> None:
         path = self.tmp / f"{name}-{len(self.logs[name])}.log"
         self.logs[name].append(path)
-        cmd = [sys.executable, "-m", "coordinator.cli", "agent", "--hosts", str(hosts), "--cpus-per-host", "0.25",
-               "--mem-per-host", "256MiB", "--agent-id", f"{self.tag}-{name}", "--coordinator", self.address]
+        cmd = [sys.executable, "-m", "coordinator.cli", "agent", "--hosts", str(hosts), "--cpus-per-host", str(cpus),
+               "--mem-per-host", "256MiB", "--agent-id", f"{self.tag}-{name}", "--coordinator", self.address,
+               *(["--no-cgroups"] if no_cgroups else [])]
         self.agents[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(path, "wb"),  # noqa: SIM115
                                              start_new_session=True)
 
@@ -240,3 +242,26 @@ def test_agent_sigstop_past_the_deadline_is_lost_and_fenced_when_it_returns(run:
     # fenced (stopped, its result ignored) when the agent returns. At most that one extra end per job:
     assert all(run.ends[f"{j}/0"] <= 2 for j in submitted), run.ends
     print("agent-side ends per job:", dict(run.ends))
+
+
+def test_a_no_cgroups_agent_sigstopped_past_its_lease_has_its_tasks_stopped_by_its_fencer(run: Run) -> None:
+    """--no-cgroups agents had no fencer: stopped past the deadline, the agent's tasks ran on beside their jobs'
+    restarted copies. Hosts of a whole core each, so that the duty cycle itself never stops a task: a task found
+    stopped, its CPU time still, was stopped by the fencer."""
+    run.start_agent("a", cpus=1.0, no_cgroups=True)
+    run.start_agent("b")
+    run.wait_hosts(4)
+    submitted = run.submit(4, work=5.0)
+    run.wait(lambda js: run.running_on("a"), "a job running on agent a")
+    agent = psutil.Process(run.agents["a"].pid)
+    tasks = [p for p in agent.children() if "node_agent.fencer" not in p.cmdline()]
+    assert tasks, "agent a runs no task process"
+    os.kill(agent.pid, signal.SIGSTOP)
+    time.sleep(3.0)  # > 3 heartbeats of 0.4 s: agent a is lost, and its lease has run out
+    cpu = sum(sum(p.cpu_times()[:2]) for p in tasks)
+    time.sleep(0.5)
+    assert all(p.status() == psutil.STATUS_STOPPED for p in tasks), [p.status() for p in tasks]
+    assert sum(sum(p.cpu_times()[:2]) for p in tasks) - cpu < 0.05
+    os.kill(agent.pid, signal.SIGCONT)
+    run.check_exactly_once(submitted)
+    assert lost_total(run) >= 1.0

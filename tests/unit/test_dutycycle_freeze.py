@@ -47,3 +47,38 @@ def test_a_freeze_racing_the_periods_sigcont_stays_frozen(monkeypatch) -> None: 
         driver.close()
         proc.kill()
         proc.wait()
+
+
+def test_a_group_its_fencer_marked_is_kept_stopped_until_thawed_and_its_processes_are_recorded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The fencer of a --no-cgroups agent (node_agent.fencer.duty_step) marks a group and stops its processes
+    while the agent does not run; the agent's throttling thread, running again, would have continued them at its
+    next period. A full share (never stopped by the duty cycle itself) shows that only the mark stops it."""
+    from node_agent.fencer import FENCED, read_pids
+
+    proc = subprocess.Popen(["sleep", "30"])
+    driver = DutyCycleDriver()
+    try:
+        driver.attach_workdir(str(tmp_path))
+        assert driver.fencer_args() == ["--duty", str(tmp_path / "fence")]
+        driver.create("g")
+        driver.add_pid("g", proc.pid)
+        driver.set_cpu("g", 1.0)
+        group = tmp_path / "fence" / "g"
+        assert read_pids(str(group)) == [proc.pid]
+        assert not driver.is_frozen("g")
+        (group / FENCED).touch()  # the fencer: mark, then stop
+        proc.send_signal(signal.SIGSTOP)
+        proc.send_signal(signal.SIGCONT)  # and the agent's thread continuing it between its look and the mark
+        time.sleep(0.3)  # three periods
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, "the fenced group was continued"
+        assert driver.is_frozen("g")
+        driver.thaw("g")  # the coordinator's Resume
+        time.sleep(0.3)
+        assert not (group / FENCED).exists() and not driver.is_frozen("g")
+        assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+        driver.remove("g")
+        assert not group.exists()
+    finally:
+        driver.close()
+        proc.kill()
+        proc.wait()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from node_agent.fencer import read_lease, release, step, write_lease
+from node_agent.fencer import FENCED, duty_release, duty_step, read_lease, release, step, write_lease, write_pids
 
 
 @pytest.mark.parametrize(("v2", "name", "frozen", "thawed"), [(False, "freezer.state", "FROZEN", "THAWED"),
@@ -65,3 +67,39 @@ def test_once_the_agent_is_gone_the_processes_of_the_groups_it_froze_are_killed(
         assert (parent / "t-0" / "freezer.state").read_text() == "THAWED"  # (so that a real SIGKILL lands)
     finally:
         sleeper.kill()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_without_cgroups_the_fencer_marks_and_stops_the_recorded_processes_and_kills_them_once_the_agent_is_gone(
+        tmp_path: Path) -> None:
+    """--no-cgroups agents had no fencer: a stopped agent's tasks ran on past its lease. The duty-cycle driver
+    records each group's processes (pid and start time) for it; a pid recorded with another start time is a reused
+    pid, never signalled."""
+    parent, lease = tmp_path / "fence", str(tmp_path / "lease")
+    task, stranger = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
+    try:
+        start = int(Path(f"/proc/{task.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        for group, pids in (("t-0", {task.pid: start}), ("t-1", {stranger.pid: start + 12345})):
+            (parent / group).mkdir(parents=True)
+            write_pids(str(parent / group), pids)
+        write_lease(lease, 100.0)
+        assert duty_step(lease, str(parent), set(), 99.0) == set()  # the lease holds: nothing
+        assert not (parent / "t-0" / FENCED).exists() and _state(task.pid) == "S"
+        done = duty_step(lease, str(parent), set(), 100.5)  # run out: marked, then stopped
+        assert done == {"t-0", "t-1"} and (parent / "t-0" / FENCED).exists()
+        assert _state(task.pid) == "T" and _state(stranger.pid) == "S"
+        os.kill(task.pid, signal.SIGCONT)  # continued by the agent's throttling thread just before the mark
+        assert duty_step(lease, str(parent), done, 100.6) == done and _state(task.pid) == "T"  # stopped again
+        write_lease(lease, 200.0)  # renewed: the mark stays (only the agent's thaw removes it), none is released
+        assert duty_step(lease, str(parent), done, 150.0) == set() and (parent / "t-0" / FENCED).exists()
+        duty_release(str(parent), done)  # the agent is gone: a stopped process takes SIGKILL
+        assert task.wait(timeout=5) == -9
+        assert stranger.poll() is None
+    finally:
+        for p in (task, stranger):
+            p.kill()
+            p.wait()
