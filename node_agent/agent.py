@@ -299,7 +299,7 @@ class AgentCore:
                         cpu_share=cpu_share, cpu_need=cpu_need, work_seconds=work_seconds,
                         memory_bytes=memory_bytes, start_progress=start_progress)
         if workload == modeled.NAME:  # computed, no process (workloads/modeled.py)
-            return ModeledTask(spec)
+            return ModeledTask(spec, self._lease_ran_out)
         task: Task
         if transactional is not None:  # a request server and its load generator
             task = TransactionalTask(spec, self.driver, self._workdir, transactional)
@@ -612,6 +612,12 @@ class AgentCore:
                         acc[0] += units
                         acc[1] += cpu
                 self._update_rates()
+
+    def _lease_ran_out(self) -> float | None:
+        """The time.monotonic() the lease ran out at, or None while it holds or there is none (read without the
+        lease lock: one attribute read, taken by tasks under the agent's lock)."""
+        until = self._lease_until
+        return until if until is not None and time.monotonic() > until else None
 
     def lease_left(self) -> float:
         """Seconds until the lease runs out (0 if it has), or -1 if the agent holds none."""

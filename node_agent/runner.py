@@ -548,10 +548,16 @@ class Task:
 class ModeledTask:
     """A ``modeled`` task (see :mod:`workloads.modeled`): progress from share x elapsed time, no process.
 
-    Same interface as :class:`Task`, so the agent's capacity checks, pause/resume and status are shared."""
+    Same interface as :class:`Task`, so the agent's capacity checks, pause/resume and status are shared.
 
-    def __init__(self, spec: TaskSpec) -> None:
+    ``lease_ran_out`` gives the time.monotonic() the agent's lease ran out at, or None while it holds (or there is
+    none): no progress is credited past it. A process task is frozen then, by the agent or by its fencer; a modeled
+    one has nothing to freeze, and an agent that did not run for a while credited it with the whole while once it
+    ran again (fault-injection review)."""
+
+    def __init__(self, spec: TaskSpec, lease_ran_out: Callable[[], float | None] = lambda: None) -> None:
         self.spec = spec
+        self._lease_ran_out = lease_ran_out
         self.cpu_share = spec.cpu_share
         self.state = State.RUNNING
         self.cgroup = ""
@@ -570,8 +576,9 @@ class ModeledTask:
     def _integrate(self) -> None:
         now = time.monotonic()
         if self.state is State.RUNNING:
+            end = now if (ran_out := self._lease_ran_out()) is None else max(self._t, min(now, ran_out))
             self._progress = modeled.advance(self._progress, self.cpu_share, self.spec.cpu_need,
-                                             self.spec.work_seconds, now - self._t)
+                                             self.spec.work_seconds, end - self._t)
             if self._progress >= 1.0:
                 self.state = State.DONE
         self._t = now

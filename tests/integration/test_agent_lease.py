@@ -205,6 +205,25 @@ def test_an_agent_never_fenced_without_a_lease_and_fenced_tasks_thaw_only_on_res
         core.shutdown()
 
 
+def test_a_modeled_task_of_an_agent_that_did_not_run_makes_no_progress_past_its_lease() -> None:
+    """A modeled task has no process for a fencer to freeze, and its progress is share x elapsed time: an agent that
+    did not run for a while (its monitor waits for the lock here) credited it, once fenced, with the whole while,
+    work a real task's frozen process never did. Its progress now stops when the lease ran out."""
+    core = open_core(f"pytest-lease-modeled-{os.getpid()}", [HostSpec("l0", 1.0, GIB)], no_cgroups=True)
+    try:
+        core.start_task("m", "l0", "modeled", 1.0, 1.0, 10.0, 0)  # 10 s of work at full share: 0.1 a second
+        with core._lock:  # the agent's monitor stops here
+            started = core._tasks["m"]._t
+            core.renew_lease(0.3, started)
+            time.sleep(1.5)
+        wait_until("the task to be fenced", lambda: core.task("m").fenced, timeout=5)
+        view = core.task("m")
+        assert view.state is State.PAUSED
+        assert view.progress == pytest.approx(0.03, abs=0.005), "progress past the lease's end was credited"
+    finally:
+        core.shutdown()
+
+
 def test_a_renewal_does_not_wait_for_the_agents_lock() -> None:
     """Calls hold the agent's lock while they start a program or wait on a freezer (up to seconds); the registrar
     renews the lease after each heartbeat, and must not wait that long, or its next heartbeat would be late and the
