@@ -183,10 +183,10 @@ class AgentCollector(Collector):
         # agent's metrics were the same before and after its coordinator was killed.
         g = GaugeMetricFamily("vcemu_agent_lease_remaining_seconds", "Seconds until the lease the coordinator "
                               "last renewed runs out (0: it has, and running tasks are frozen); no sample while the "
-                              "agent holds no lease")
+                              "agent holds no lease", labels=["agent"])  # (its id, as vcemu_agent_up{agent} names it)
         left = self.core.lease_left()
         if left >= 0:
-            g.add_metric([], left)
+            g.add_metric([self.core.agent_id], left)
         yield g
 
 
