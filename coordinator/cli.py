@@ -121,6 +121,15 @@ def _port(text: str) -> int:
     return value
 
 
+def _first_port(text: str) -> int:
+    """The first of a range of ports (``up --agent-metrics-port``): 1..65535, not 0, which would give every agent
+    a free port of its own choosing that ``up`` could not name."""
+    value = _port(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be in 1..65535 (agent i serves on BASE + i), got 0")
+    return value
+
+
 def _tasks(text: str) -> int:
     """``submit --tasks``: 1 to the coordinator's :data:`~coordinator.limits.MAX_TASKS` (a bigger number does not
     even fit the request's 32-bit field: protobuf's ValueError, with a traceback)."""
@@ -755,16 +764,40 @@ def interrupted(what: str, cluster: bool = True) -> int:
     return INTERRUPTED
 
 
+def agent_metrics_refusal(base: int, count: int, port: int, metrics_port: int | None) -> str | None:
+    """Why the agents' metrics ports ``base`` .. ``base + count - 1`` (agent i on ``base + i``) cannot be listened
+    on 127.0.0.1, one line naming ``--agent-metrics-port``, or None. Asked before anything starts, as
+    :func:`~node_agent.ports.ports_refusal` is: otherwise an agent would exit on it, and ``up`` could only say that
+    its cluster did not come up."""
+    from node_agent.ports import cannot_listen, denied, port_denied, port_in_use
+
+    flag = "--agent-metrics-port"
+    if base + count - 1 > 65535:
+        return (f"{flag}: {base} puts agent {count - 1} on port {base + count - 1}, above 65535 (agent i serves "
+                f"on {base} + i); give at most {65536 - count}")
+    for p in range(base, base + count):
+        for other, taken in (("--port", port), ("--metrics-port", metrics_port)):
+            if p == taken:
+                return f"{flag}: port {p} (agent {p - base}'s) is also the coordinator's {other}"
+        if port_in_use("127.0.0.1", p):
+            return cannot_listen("127.0.0.1", p, flag)
+        if port_denied("127.0.0.1", p):
+            return denied("127.0.0.1", p, flag)
+    return None
+
+
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
-                        **options):
+                        agent_metrics_port: int | None = None, **options):
     """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
     and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
     The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ...; their logs go to ``agent_log``
     (an open binary file) if given, else to this process's stderr: a run that draws a progress bar (demo,
-    replay) keeps its terminal for that, and its results folder keeps the agents' log. ``options``: more
-    CoordinatorServer arguments (state, heartbeat_s, token, tls, compression)."""
+    replay) keeps its terminal for that, and its results folder keeps the agents' log. With
+    ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
+    if one cannot be listened on). ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
+    compression)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
     from node_agent.agent import free_agent_id
@@ -775,13 +808,15 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
                     else default_cpus_per_host(hosts), hosts)
     mems = per_host("--mem-per-host", mem_per_host, hosts)
+    split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
     refusal = ports_refusal("127.0.0.1", port, metrics_port)  # before the coordinator opens its state file
+    if refusal is None and agent_metrics_port is not None:
+        refusal = agent_metrics_refusal(agent_metrics_port, sum(1 for n in split if n), port, metrics_port)
     if refusal is not None:
         raise OSError(refusal)
     server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
     tls = options.get("tls")
     tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
-    split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
     first = [sum(split[:i]) for i in range(agents)]
     procs: list[subprocess.Popen] = []
     ids: list[str] = []
@@ -796,9 +831,10 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
             for i, agent_id in agent_of.items() for k in range(first[i], first[i] + split[i])])
         for i, agent_id in agent_of.items():
             n = split[i]
+            metrics = [] if agent_metrics_port is None else ["--metrics-port", str(agent_metrics_port + i)]
             procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
                                      ",".join(mems[first[i]:first[i] + n]), agent_id,
-                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags, agent_log))
+                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics, agent_log))
 
         def exited() -> str | None:
             dead = [p for p in procs if p.poll() is not None]
@@ -829,6 +865,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray (the Ray agent actors have no TLS)",
                   file=sys.stderr)
             return 2
+        if args.agent_metrics_port is not None:
+            print("vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)",
+                  file=sys.stderr)
+            return 2
         if args.agents != 1:  # each host is an agent actor of its own
             print("vcemu up: --agents: not with --ray (each emulated host is its own agent actor)", file=sys.stderr)
             return 2
@@ -850,7 +890,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     try:
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
-            args.metrics_port, args.no_cgroups, **options,
+            args.metrics_port, args.no_cgroups, agent_metrics_port=args.agent_metrics_port, **options,
         )
         signals_set(stop)
     except KeyboardInterrupt:
@@ -859,6 +899,10 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         print(f"vcemu up: error: {e}", file=sys.stderr)
         return 2
     try:  # whatever happens here (a print to a pipe whose reader is gone: `vcemu up | tee` at Ctrl-C), stop all
+        for p in procs:
+            if (port := _agent_arg(p, "--metrics-port")) is not None:
+                print(f"vcemu up: agent {_agent_arg(p, '--agent-id')}: metrics on http://127.0.0.1:{port}/metrics",
+                      flush=True)
         metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
         print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. "
               "Ctrl-C stops.", flush=True)
@@ -888,8 +932,7 @@ def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: boo
     operator testing fault tolerance). The run goes on: the coordinator declares the agent's hosts lost when its
     heartbeats stop and requeues their jobs on the other agents, as a testbed's coordinator would. For the
     ``last`` agent there is nothing to requeue on, and ``up`` stops."""
-    argv = [str(a) for a in proc.args] if isinstance(proc.args, list | tuple) else []
-    agent = argv[argv.index("--agent-id") + 1] if "--agent-id" in argv[:-1] else "?"
+    agent = _agent_arg(proc, "--agent-id") or "?"
     code = proc.returncode
     if code is not None and code < 0:
         try:
@@ -906,6 +949,12 @@ def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: boo
     return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; its hosts{' ' + ', '.join(hosts) if hosts else ''} "
             f"will be declared lost after {silence:g} s without heartbeats, and their jobs requeued on the other "
             "agents")
+
+
+def _agent_arg(proc: subprocess.Popen, flag: str) -> str | None:
+    """The value of ``flag`` on the command line :func:`spawn_agent` gave an agent process, or None."""
+    argv = [str(a) for a in proc.args] if isinstance(proc.args, list | tuple) else []
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
@@ -982,6 +1031,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=_port, default=50051, help="the coordinator's gRPC port (default %(default)s)")
     sp.add_argument("--metrics-port", type=_port, default=None,
                     help="serve Prometheus metrics on this port (0 picks a free one; default: none)")
+    sp.add_argument("--agent-metrics-port", type=_first_port, default=None, metavar="BASE",
+                    help="agent i serves its own Prometheus metrics on port BASE+i (default: none)")
     sp.add_argument("--no-cgroups", action="store_true",
                     help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")
     sp.add_argument("--ray", metavar="ADDRESS", default=None,

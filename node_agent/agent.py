@@ -138,6 +138,11 @@ class AgentCore:
         self.started = time.monotonic()
         self._tasks: dict[str, Task | ModeledTask] = {}
         self._ending: dict[str, _Ending] = {}
+        #: Started tasks that have ended, by the state they ended in (the agent forgets a task at its Stop, so the
+        #: tasks it knows cannot tell how many ended), and the ids of the started tasks not counted there yet:
+        #: each is counted once, the first time the agent sees it finished (:meth:`_count_end`).
+        self._ended = {s: 0 for s in State if s.finished}
+        self._unended: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
@@ -256,6 +261,7 @@ class AgentCore:
                         failure = e
                         break
                     self._tasks[task_id] = task
+                    self._unended.add(task_id)
                     log.info("task start %s host=%s workload=%s progress=%.4f", task_id, host, workload,
                              start_progress)
                     return task.view()
@@ -390,6 +396,7 @@ class AgentCore:
         finally:
             with self._lock:
                 self._ending.pop(task_id, None)
+                self._count_end(task_id, task)
                 if forget:
                     self._tasks.pop(task_id, None)  # (gone already if the agent shut down meanwhile)
             ending.done.set()
@@ -464,6 +471,7 @@ class AgentCore:
         self._stop_at_shutdown(left)
         with self._lock:
             self._tasks.clear()
+            self._unended.clear()
         try:  # (no task left to act on: outside the lock too)
             self.driver.cleanup(remove_parent=True)
         except (CgroupError, OSError) as e:  # the next agent to start removes them (their owner has ended)
@@ -488,6 +496,8 @@ class AgentCore:
             finally:
                 with self._lock:
                     self._ending.pop(task_id, None)
+                    self._count_end(task_id, task)
+                    self._unended.discard(task_id)  # (a stop that failed: forgotten all the same)
                     self._tasks.pop(task_id, None)
                 ending.done.set()
 
@@ -545,6 +555,20 @@ class AgentCore:
             self._end_outside(task_id, task, lambda: task.abort(why))
         elif task.end_pending:
             self._end_outside(task_id, task, task.end)
+        self._count_end(task_id, task)
+
+    def _count_end(self, task_id: str, task: Task | ModeledTask) -> None:
+        """(Under the lock.) Count a started task that is finished, once. Called by every poll (the monitor's
+        polls every task not ending each round, so a task finished by any request is counted within a round) and
+        as a Stop or the shutdown ends one, before it is forgotten. A finished state is final."""
+        if task.state.finished and task_id in self._unended:
+            self._unended.discard(task_id)
+            self._ended[task.state] += 1
+
+    def tasks_ended(self) -> dict[State, int]:
+        """How many started tasks have ended, by the state they ended in (DONE, FAILED, STOPPED)."""
+        with self._lock:
+            return dict(self._ended)
 
     def _end_outside(self, task_id: str, task: Task | ModeledTask, kill: Callable[[], None]) -> None:
         """Mark a finished task as ending (reported as it is now) and ``kill`` it in a thread of its own, outside

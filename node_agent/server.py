@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
@@ -135,7 +135,7 @@ class AgentCollector(Collector):
     def __init__(self, core: AgentCore) -> None:
         self.core = core
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         hosts, tasks = self.core.status()
         specs = [
             ("vcemu_agent_host_cpu_allocated_ratio", "Sum of the CPU shares of running tasks, fraction of "
@@ -161,10 +161,20 @@ class AgentCollector(Collector):
         for h in hosts:
             g.add_metric([h.name], float(sum(1 for t in tasks if t.host == h.name and t.fenced)))
         yield g
-        g = GaugeMetricFamily("vcemu_agent_tasks", "Tasks known to the agent, by state", labels=["state"])
+        # Unfinished states only: the agent forgets a task at its Stop, so a gauge of finished ones read 0 almost
+        # always whatever had ended; the counter below says how many did.
+        g = GaugeMetricFamily("vcemu_agent_tasks", "Unfinished tasks the agent knows, by state (starting, "
+                              "running, paused); ended ones are in vcemu_agent_tasks_ended_total", labels=["state"])
         for s in State:
-            g.add_metric([s.name.lower()], float(sum(t.state is s for t in tasks)))
+            if not s.finished:
+                g.add_metric([s.name.lower()], float(sum(t.state is s for t in tasks)))
         yield g
+        c = CounterMetricFamily("vcemu_agent_tasks_ended", "Tasks this agent started that have ended, by the "
+                                "state they ended in (a StartTask that failed is not counted: its caller got the "
+                                "error)", labels=["state"])
+        for s, n in self.core.tasks_ended().items():
+            c.add_metric([s.name.lower()], float(n))
+        yield c
         g = GaugeMetricFamily("vcemu_agent_cgroup_mode_info", "How the agent enforces CPU shares (one series, 1)",
                               labels=["mode"])
         g.add_metric([self.core.mode], 1.0)  # (an _info metric: the modes not in use are not series of 0)
@@ -173,10 +183,10 @@ class AgentCollector(Collector):
         # agent's metrics were the same before and after its coordinator was killed.
         g = GaugeMetricFamily("vcemu_agent_lease_remaining_seconds", "Seconds until the lease the coordinator "
                               "last renewed runs out (0: it has, and running tasks are frozen); no sample while the "
-                              "agent holds no lease")
+                              "agent holds no lease", labels=["agent"])  # (its id, as vcemu_agent_up{agent} names it)
         left = self.core.lease_left()
         if left >= 0:
-            g.add_metric([], left)
+            g.add_metric([self.core.agent_id], left)
         yield g
 
 

@@ -2,7 +2,8 @@
 
 A real ``vcemu up`` (coordinator + agent processes, real cgroups) runs greedy-pmtn-migr on 2 hosts with
 a job mix that forces a preemption and a migration; the Debian ``prometheus`` server scrapes its
-coordinator every second from its own temporary storage on an ephemeral port; then each panel target
+coordinator and its agent (``--agent-metrics-port``, at the address ``up`` prints) every second from its own
+temporary storage on an ephemeral port; then each panel target
 of k8s/grafana/vcemu-dashboard.json is evaluated through Prometheus' HTTP API (range queries over the
 run, or instant queries for instant targets), with the template variables replaced by a regex that
 matches everything, as Grafana's "All" does.
@@ -82,7 +83,11 @@ def test_the_dashboard_covers_what_issue_6_asks_for():
     for metric in ("vcemu_yield_min_ratio", "vcemu_yield_avg_ratio", "vcemu_job_bounded_stretch_bucket",
                    "vcemu_host_cpu_allocated_ratio", "vcemu_host_cpu_measured_ratio", "vcemu_host_memory_used_bytes",
                    "vcemu_jobs", "vcemu_preemptions_total", "vcemu_migrations_total",
-                   "vcemu_decision_latency_seconds_bucket", "vcemu_agent_up"):
+                   "vcemu_decision_latency_seconds_bucket", "vcemu_agent_up",
+                   # the agents' own (operator review: no panel read them)
+                   "vcemu_agent_host_cpu_allocated_ratio", "vcemu_agent_host_cpu_measured_ratio",
+                   "vcemu_agent_lease_remaining_seconds", "vcemu_agent_host_fenced_tasks",
+                   "vcemu_agent_host_unkilled_tasks", "vcemu_agent_tasks_ended_total"):
         assert metric in exprs, metric
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
@@ -92,25 +97,32 @@ def test_the_dashboard_covers_what_issue_6_asks_for():
 
 
 @pytest.fixture
-def live_run(tmp_path: Path) -> Iterator[tuple[str, int, float]]:
-    """``vcemu up`` with a metrics port: (coordinator address, metrics port, start time)."""
+def live_run(tmp_path: Path) -> Iterator[tuple[str, list[str], float]]:
+    """``vcemu up`` with metrics ports for its coordinator and its agent: (coordinator address, the
+    ``HOST:PORT`` of each metrics endpoint, the coordinator's first, start time)."""
     reason = cgroups_unusable()
     if reason:
         pytest.skip(reason)
-    port, metrics = free_port(), free_port()
+    port, metrics, agent_metrics = free_port(), free_port(), free_port()
     log = (tmp_path / "up.log").open("w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--policy", "greedy-pmtn-migr",
-         "--port", str(port), "--metrics-port", str(metrics), "--cpus-per-host", "0.3", "--mem-per-host", "256MiB"],
+         "--port", str(port), "--metrics-port", str(metrics), "--agent-metrics-port", str(agent_metrics),
+         "--cpus-per-host", "0.3", "--mem-per-host", "256MiB"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT,
     )
+    def text() -> str:
+        return (tmp_path / "up.log").read_text()
+
     try:
         deadline = time.monotonic() + 60
-        while "vcemu up: coordinator on" not in (tmp_path / "up.log").read_text():
-            assert proc.poll() is None, f"vcemu up exited {proc.returncode}: {(tmp_path / 'up.log').read_text()}"
+        while "vcemu up: coordinator on" not in text():
+            assert proc.poll() is None, f"vcemu up exited {proc.returncode}: {text()}"
             assert time.monotonic() < deadline, "vcemu up did not come up in 60 s"
             time.sleep(0.2)
-        yield f"127.0.0.1:{port}", metrics, time.time()
+        agents = re.findall(r"^vcemu up: agent \S+: metrics on http://(\S+)/metrics$", text(), re.M)
+        assert agents == [f"127.0.0.1:{agent_metrics}"], text()
+        yield f"127.0.0.1:{port}", [f"127.0.0.1:{metrics}", *agents], time.time()
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -122,19 +134,19 @@ def live_run(tmp_path: Path) -> Iterator[tuple[str, int, float]]:
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path, live_run: tuple[str, int, float]) -> Iterator[str]:
-    """A real Prometheus scraping the run's coordinator at 1 s; yields its base URL; always stopped."""
+def prometheus(tmp_path: Path, live_run: tuple[str, list[str], float]) -> Iterator[str]:
+    """A real Prometheus scraping the run's coordinator and agent at 1 s; yields its base URL; always stopped."""
     if PROMETHEUS is None:
         pytest.skip("prometheus not found (make test installs the Debian package `prometheus` when run as root "
                     "with apt-get; or: apt-get install prometheus)")
-    _, metrics, _ = live_run
+    _, (coordinator, *agents), _ = live_run
     port = free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: vcemu-coordinator\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{metrics}']\n"
-    )
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n" + "".join(
+            f"  - job_name: {job}\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n"
+            f"    static_configs:\n      - targets: {targets}\n"
+            for job, targets in (("vcemu-coordinator", [coordinator]), ("vcemu-agent", agents))))
     log = (tmp_path / "prometheus.log").open("w+")
     proc = subprocess.Popen(
         [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
@@ -154,11 +166,11 @@ def prometheus(tmp_path: Path, live_run: tuple[str, int, float]) -> Iterator[str
                 pass
             assert time.monotonic() < deadline, "prometheus not ready in 30 s"
             time.sleep(0.2)
-        while True:  # the run is watched from its first job on: wait for a successful scrape
+        while True:  # the run is watched from its first job on: wait for a successful scrape of each target
             result = http_json(f"{url}/api/v1/query?query=up")["data"]["result"]
-            if result and result[0]["value"][1] == "1":
+            if len(result) == 1 + len(agents) and all(r["value"][1] == "1" for r in result):
                 break
-            assert time.monotonic() < deadline, f"prometheus never scraped the coordinator: {result}"
+            assert time.monotonic() < deadline, f"prometheus never scraped the coordinator and agent: {result}"
             time.sleep(0.2)
         yield url
     finally:
@@ -198,7 +210,7 @@ def scalar(url: str, expr: str) -> float:
     return float(s["value"][1])
 
 
-def test_every_dashboard_panel_returns_data(live_run: tuple[str, int, float], prometheus: str):
+def test_every_dashboard_panel_returns_data(live_run: tuple[str, list[str], float], prometheus: str):
     address, _, t0 = live_run
     t_start = time.monotonic()
     with grpc.insecure_channel(address) as ch:
@@ -226,6 +238,14 @@ def test_every_dashboard_panel_returns_data(live_run: tuple[str, int, float], pr
     assert scalar(prometheus, "sum(vcemu_preemptions_total)") >= 1
     assert scalar(prometheus, "sum(vcemu_migrations_total)") >= 1
     assert scalar(prometheus, "sum(vcemu_job_bounded_stretch_count)") == len(jobs)
+    # The agent's own series: each job's one task ended done once, and none failed (a move or a pause stops a
+    # task); the CPU panel saw a host's whole share allocated and charged by its cgroup; the lease held throughout.
+    assert scalar(prometheus, 'sum(vcemu_agent_tasks_ended_total{state="done"})') == len(jobs)
+    assert scalar(prometheus, 'sum(vcemu_agent_tasks_ended_total{state="failed"})') == 0
+    assert scalar(prometheus, 'sum(vcemu_agent_tasks_ended_total{state="stopped"})') >= 1
+    assert scalar(prometheus, f"max(max_over_time(vcemu_agent_host_cpu_allocated_ratio[{range_s}s]))") >= 0.99
+    assert scalar(prometheus, f"max(max_over_time(vcemu_agent_host_cpu_measured_ratio[{range_s}s]))") > 0.5
+    assert scalar(prometheus, f"min(min_over_time(vcemu_agent_lease_remaining_seconds[{range_s}s]))") > 0
 
     empty, rows = [], []
     for title, expr, instant in panel_targets():
@@ -235,7 +255,7 @@ def test_every_dashboard_panel_returns_data(live_run: tuple[str, int, float], pr
         rows.append(f"{len(series):3d} series {n_finite:4d} finite  [{title}] {q}")
         if not series or n_finite == 0:
             empty.append((title, q))
-    scrapes = scalar(prometheus, f"count_over_time(up[{range_s}s])")
+    scrapes = scalar(prometheus, f'count_over_time(up{{job="vcemu-coordinator"}}[{range_s}s])')
     print(f"\nrun+scrape {time.monotonic() - t_start:.1f} s, range {range_s} s, {scrapes:.0f} scrapes; per panel "
           "target:\n" + "\n".join(rows))
     assert not empty, f"panel queries without data: {empty}"

@@ -393,6 +393,37 @@ def test_up_metrics_port_in_use_starts_no_agent(tmp_path: Path, monkeypatch, cap
     assert not state.exists()
 
 
+@pytest.mark.parametrize("case", ["beyond 65535", "in use", "the coordinator's", "with --ray", "zero"])
+def test_up_refuses_agent_metrics_ports_it_cannot_have_before_starting_anything(
+        case: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """``up --agent-metrics-port BASE`` gives agent i port BASE+i: a BASE that runs past 65535, or a port of the
+    range in use or taken by the coordinator, is refused with one line naming the flag, before the state file or
+    any agent is made (an agent refusing it itself would only tell ``up`` that its cluster did not come up)."""
+    import coordinator.cli
+
+    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    state = tmp_path / "run.db"
+    up = ["up", "--hosts", "3", "--agents", "2", "--port", "0", "--state", str(state)]
+    free = _closed_port()
+    with _listening() as s:
+        busy = s.getsockname()[1]
+        argv, expected = {
+            "beyond 65535": (["--agent-metrics-port", "65535"], "vcemu up: error: --agent-metrics-port: 65535 puts "
+                             "agent 1 on port 65536, above 65535 (agent i serves on 65535 + i); give at most 65534"),
+            "in use": (["--agent-metrics-port", str(busy - 1)],
+                       f"vcemu up: error: --agent-metrics-port: cannot listen on 127.0.0.1:{busy}"),
+            "the coordinator's": (["--agent-metrics-port", str(free), "--metrics-port", str(free)],
+                                  f"vcemu up: error: --agent-metrics-port: port {free} (agent 0's) is also the "
+                                  "coordinator's --metrics-port"),
+            "with --ray": (["--ray", "127.0.0.1:6379", "--agent-metrics-port", "40000"],
+                           "vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)"),
+            "zero": (["--agent-metrics-port", "0"], "argument --agent-metrics-port: must be in 1..65535"),
+        }[case]
+        code, _, err = run(up + argv, capsys)
+    refused(code, err, expected)
+    assert not state.exists()
+
+
 def test_an_unreadable_token_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
     code, _, err = run(["coordinator", "--port", "0", "--token-file", str(tmp_path / "none")], capsys)
     refused(code, err, "--token-file")
