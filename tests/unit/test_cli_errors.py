@@ -410,7 +410,7 @@ def test_up_refuses_agent_metrics_ports_it_cannot_have_before_starting_anything(
         argv, expected = {
             "beyond 65535": (["--agent-metrics-port", "65535"], "vcemu up: error: --agent-metrics-port: 65535 puts "
                              "agent 1 on port 65536, above 65535 (agent i serves on 65535 + i); give at most 65534"),
-            "in use": (["--agent-metrics-port", str(busy - 1)],
+            "in use": (["--agent-metrics-port", str(busy)],
                        f"vcemu up: error: --agent-metrics-port: cannot listen on 127.0.0.1:{busy}"),
             "the coordinator's": (["--agent-metrics-port", str(free), "--metrics-port", str(free)],
                                   f"vcemu up: error: --agent-metrics-port: port {free} (agent 0's) is also the "
