@@ -16,9 +16,10 @@ thaws it, as for a fence of its own. A kill in progress thaws as it goes and win
 moment the group is thawed, and it thaws every 10 ms.
 
 It exits when asked (SIGTERM, at the agent's shutdown), or when the agent's process is gone (its pid, with the start
-time it had, as :class:`node_agent.cgroups.Owner` checks). Then it kills the processes of every group it froze and
-thaws them so that the kill lands: a task frozen there would never run its own check of its parent, and would hold
-its memory until another agent's start-up swept it.
+time it had, as :class:`node_agent.cgroups.Owner` checks). Then it kills the processes of every group it froze or
+that is frozen then (adopted by the agent as fenced after a renewal, or paused) and thaws them so that the kill
+lands: a task frozen there would never run its own check of its parent, and would hold its memory until another
+agent's start-up swept it.
 
 Without cgroups (``--no-cgroups``, duty cycling: :mod:`node_agent.dutycycle`) there is no freezer to share, so the
 driver keeps a stand-in for one in the agent's work directory (``--duty DIR``): a directory per task group holding
@@ -26,8 +27,8 @@ its processes (:data:`PIDS`: pid and start time, so a reused pid is never signal
 lease has run out, first marks the group (:data:`FENCED`), then stops its processes with SIGSTOP, at every look.
 The mark is the group's frozen state: the driver's throttling thread keeps a marked group stopped (it would
 otherwise continue it at its next period), the agent takes a running task whose group is marked as fenced, and
-only a thaw (the coordinator's Resume) removes the mark. Once the agent is gone, the processes of the groups marked
-here are killed (SIGKILL ends a stopped process).
+only a thaw (the coordinator's Resume) removes the mark. Once the agent is gone, the processes of every group are
+killed (SIGKILL ends a stopped process; one stopped by a fence, a pause or the duty cycle never checks its parent).
 
     python -m node_agent.fencer --lease FILE --agent-pid PID (--v1-freezer DIR | --v2 DIR | --duty DIR)
 """
@@ -113,14 +114,37 @@ def write_pids(group: str, pids: dict[int, int]) -> None:
     os.replace(tmp, os.path.join(group, PIDS))
 
 
-def read_pids(group: str) -> list[int]:
-    """The processes of a duty-cycle group that are still the ones recorded (same start time, not zombies)."""
+def _recorded(group: str) -> list[tuple[int, int]]:
+    """The processes recorded for a duty-cycle group: (pid, start time) rows."""
     try:
         with open(os.path.join(group, PIDS)) as f:
             rows = [line.split() for line in f]
     except OSError:
         return []
-    return [int(row[0]) for row in rows if len(row) == 2 and _same_process(int(row[0]), int(row[1]))]
+    return [(int(row[0]), int(row[1])) for row in rows if len(row) == 2]
+
+
+def read_pids(group: str) -> list[int]:
+    """The processes of a duty-cycle group that are still the ones recorded (same start time, not zombies)."""
+    return [pid for pid, start in _recorded(group) if _same_process(pid, start)]
+
+
+def _signal_recorded(group: str, sig: signal.Signals) -> None:
+    """Signal each process recorded for a duty-cycle group that is still the one recorded, through a pidfd opened
+    before its start time is checked: a pid freed and reused after the check (once the agent is gone, nothing holds
+    its children's pids as zombies) is never signalled, as the pidfd still refers to the process checked."""
+    for pid, start in _recorded(group):
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue  # gone
+        try:
+            if _same_process(pid, start):
+                signal.pidfd_send_signal(fd, sig)
+        except OSError:
+            pass  # ended meanwhile
+        finally:
+            os.close(fd)
 
 
 def duty_step(lease: str, parent: str, frozen: set[str], now: float) -> set[str]:
@@ -137,25 +161,25 @@ def duty_step(lease: str, parent: str, frozen: set[str], now: float) -> set[str]
                 pass
         except OSError:
             continue  # removed meanwhile (its task stopped)
-        for pid in read_pids(group):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
+        _signal_recorded(group, signal.SIGSTOP)
         done.add(name)
     return done
 
 
 def duty_release(parent: str, frozen: set[str]) -> None:
-    """The agent is gone: kill the processes of the duty-cycle groups this fencer marked."""
-    for name in frozen:
-        for pid in read_pids(os.path.join(parent, name)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    """The agent is gone: kill the processes of every duty-cycle group it had. A task stopped then (fenced, whether
+    still in ``frozen`` or adopted by the agent after a renewal; paused; or stopped by the duty cycle between two
+    periods) never runs its own check of its parent; the others would end by it, a little later."""
+    for name in set(task_groups(parent)) | frozen:
+        _signal_recorded(os.path.join(parent, name), signal.SIGKILL)
 
 
-def release(parent: str, frozen: set[str]) -> None:
-    """The agent is gone: kill the processes of the groups this fencer froze, thawing them so that the kill
-    lands (the groups themselves are left for the next agent's start-up to remove)."""
-    dirs = [os.path.join(parent, n) for n in frozen if os.path.isdir(os.path.join(parent, n))]
+def release(parent: str, v2: bool, frozen: set[str]) -> None:
+    """The agent is gone: kill the processes of the groups this fencer froze and of every group frozen now (one the
+    agent adopted as fenced after a renewal, or paused), thawing them so that the kill lands: a frozen task never
+    runs its own check of its parent. The groups themselves are left for the next agent's start-up to remove."""
+    names = frozen | {n for n in task_groups(parent) if self_frozen(os.path.join(parent, n), v2)}
+    dirs = [os.path.join(parent, n) for n in names if os.path.isdir(os.path.join(parent, n))]
     for _ in range(100):  # (each round SIGKILLs what is left and thaws; a second at most)
         if not _kill_and_thaw(dirs):
             return
@@ -181,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         look, end = partial(duty_step, args.lease, args.duty), partial(duty_release, args.duty)
     else:
         parent, v2 = (args.v2, True) if args.v2 else (args.v1_freezer, False)
-        look, end = partial(step, args.lease, parent, v2), partial(release, parent)
+        look, end = partial(step, args.lease, parent, v2), partial(release, parent, v2)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C is the agent's to handle)
     stat = _proc_stat(args.agent_pid)

@@ -46,7 +46,7 @@ neither so nor by its heartbeats for that long has frozen its tasks (fencing,
 reconciliation if that agent comes back; a fenced task that a job here still owns (the coordinator was the one
 silent) is resumed by a poll once the agent's lease holds again: the second poll after a restart, since a poll
 renews the lease from the agent's previous reply (:meth:`_unfence`). An agent process that is itself stopped is
-fenced by its fencer (:mod:`node_agent.fencer`), with cgroups; without them its copy runs on until it returns.
+fenced by its fencer (:mod:`node_agent.fencer`): frozen with cgroups, stopped (SIGSTOP) without them.
 
 With a ``journal`` (the coordinator's store) every change of where a job's tasks run is written, and a new
 task's id is reserved *before* its StartTask, so that a restarted coordinator can :meth:`adopt` the tasks

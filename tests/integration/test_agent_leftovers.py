@@ -151,10 +151,19 @@ def _start_core(monkeypatch, agent_id: str, no_cgroups: bool = False):  # type: 
     return open_core(agent_id, [HostSpec("h0", 1.0, 1 << 30)], no_cgroups=no_cgroups)
 
 
+def _fencer(agent: Agent) -> psutil.Process:
+    (fencer,) = [p for p in psutil.Process(agent.proc.pid).children() if "node_agent.fencer" in p.cmdline()]
+    return fencer
+
+
 def _killed(agent: Agent) -> None:
-    """SIGKILL the agent; its frozen task stays behind (the precondition of these tests)."""
+    """SIGKILL the agent and its fencer (which kills a dead agent's frozen tasks itself: both may die, killed by
+    the OOM killer, say); its frozen task stays behind (the precondition of these tests)."""
+    fencer = _fencer(agent)
+    fencer.suspend()  # (stopped first: one killed first would be started again by its agent)
     agent.proc.kill()
     _until("the killed agent never ended", lambda: psutil.Process(agent.proc.pid).status() == psutil.STATUS_ZOMBIE)
+    fencer.kill()
     time.sleep(0.3)  # time for the task to notice its agent's death, were it not frozen
     assert _alive(agent.task_pid) and agent.freezer_state() == "FROZEN", "nothing left behind to test"
 
@@ -197,3 +206,15 @@ def test_a_no_cgroups_agent_removes_its_own_ids_cgroup_leftovers_and_a_dead_agen
         assert not any(os.path.exists(d) for d in left), "cgroups of the killed agents are still there"
     finally:
         core.shutdown()
+
+
+def test_the_fencer_of_a_killed_agent_kills_its_frozen_task(start_agent) -> None:
+    """A paused task is frozen, and a frozen task never runs its own check of its parent: a killed agent's paused
+    tasks held their memory until the next agent started on the machine. The agent's fencer, which outlives it,
+    kills them (the cgroups are left for the next agent's start-up, as before)."""
+    agent = start_agent("fenced")
+    fencer = _fencer(agent)
+    agent.proc.kill()
+    agent.proc.wait()
+    _until("the killed agent's frozen task is still alive", lambda: not _alive(agent.task_pid), 5.0)
+    _until("the fencer did not end once its agent was gone", lambda: not _alive(fencer.pid), 5.0)

@@ -6,6 +6,7 @@ import math
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -52,21 +53,28 @@ def test_no_lease_and_an_unreadable_file_never_freeze(tmp_path: Path) -> None:
     assert read_lease(str(lease)) == 12.5
 
 
-def test_once_the_agent_is_gone_the_processes_of_the_groups_it_froze_are_killed(tmp_path: Path) -> None:
+def test_once_the_agent_is_gone_the_processes_of_every_frozen_group_are_killed(tmp_path: Path) -> None:
     """Review: an agent stopped, fenced by its fencer, then killed, left its tasks frozen for good (a frozen task
-    never runs its own check of its parent), holding their memory until another agent's start-up swept them."""
+    never runs its own check of its parent), holding their memory until another agent's start-up swept them. So
+    are a group frozen now that the fencer no longer counts as its own (the agent adopted it as fenced after a
+    renewal) and a paused one; a group that is not frozen is left to end by its own check."""
     parent = tmp_path / "vcemu-a0"
-    sleeper = subprocess.Popen(["sleep", "600"])
+    fenced, adopted, running = (subprocess.Popen(["sleep", "600"]) for _ in range(3))
     try:
-        for group, pids in (("t-0", f"{sleeper.pid}\n"), ("t-1", "")):
+        for group, proc, frozen in (("t-0", fenced, "1"), ("t-1", None, "1"), ("t-2", adopted, "1"),
+                                    ("t-3", running, "0")):
             (parent / group).mkdir(parents=True)
-            (parent / group / "cgroup.procs").write_text(pids)
-            (parent / group / "freezer.state").write_text("FROZEN")
-        release(str(parent), {"t-0", "t-1"})
-        assert sleeper.wait(timeout=5) == -9
+            (parent / group / "cgroup.procs").write_text(f"{proc.pid}\n" if proc else "")
+            (parent / group / "freezer.state").write_text("FROZEN" if frozen == "1" else "THAWED")
+            (parent / group / "freezer.self_freezing").write_text(frozen)
+        release(str(parent), False, {"t-0", "t-1"})
+        assert fenced.wait(timeout=5) == -9 and adopted.wait(timeout=5) == -9
         assert (parent / "t-0" / "freezer.state").read_text() == "THAWED"  # (so that a real SIGKILL lands)
+        assert running.poll() is None
     finally:
-        sleeper.kill()
+        for p in (fenced, adopted, running):
+            p.kill()
+            p.wait()
 
 
 def _state(pid: int) -> str:
@@ -74,32 +82,52 @@ def _state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+def _reaches(pid: int, state: str) -> bool:
+    """Whether the process is in ``state`` within 5 s (a signal is delivered after kill() returns, and a new
+    process runs a while before it sleeps)."""
+    deadline = time.monotonic() + 5
+    while _state(pid) != state:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def test_without_cgroups_the_fencer_marks_and_stops_the_recorded_processes_and_kills_them_once_the_agent_is_gone(
         tmp_path: Path) -> None:
     """--no-cgroups agents had no fencer: a stopped agent's tasks ran on past its lease. The duty-cycle driver
     records each group's processes (pid and start time) for it; a pid recorded with another start time is a reused
-    pid, never signalled."""
+    pid, never signalled. Once the agent is gone, every group's processes are killed, including those stopped when
+    the lease was renewed (the agent then adopted them as fenced) and no longer the fencer's own."""
     parent, lease = tmp_path / "fence", str(tmp_path / "lease")
-    task, stranger = subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sleep", "600"])
+    task, stranger, other = (subprocess.Popen(["sleep", "600"]) for _ in range(3))
     try:
         start = int(Path(f"/proc/{task.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        for group, pids in (("t-0", {task.pid: start}), ("t-1", {stranger.pid: start + 12345})):
+        other_start = int(Path(f"/proc/{other.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        for group, pids in (("t-0", {task.pid: start}), ("t-1", {stranger.pid: start + 12345}),
+                            ("t-2", {other.pid: other_start})):
             (parent / group).mkdir(parents=True)
             write_pids(str(parent / group), pids)
+        assert all(_reaches(p.pid, "S") for p in (task, stranger, other))
         write_lease(lease, 100.0)
         assert duty_step(lease, str(parent), set(), 99.0) == set()  # the lease holds: nothing
         assert not (parent / "t-0" / FENCED).exists() and _state(task.pid) == "S"
         done = duty_step(lease, str(parent), set(), 100.5)  # run out: marked, then stopped
-        assert done == {"t-0", "t-1"} and (parent / "t-0" / FENCED).exists()
-        assert _state(task.pid) == "T" and _state(stranger.pid) == "S"
+        assert done == {"t-0", "t-1", "t-2"} and (parent / "t-0" / FENCED).exists()
+        assert _reaches(task.pid, "T")
+        time.sleep(0.05)
+        assert _state(stranger.pid) == "S"  # a reused pid: never signalled
         os.kill(task.pid, signal.SIGCONT)  # continued by the agent's throttling thread just before the mark
-        assert duty_step(lease, str(parent), done, 100.6) == done and _state(task.pid) == "T"  # stopped again
-        write_lease(lease, 200.0)  # renewed: the mark stays (only the agent's thaw removes it), none is released
-        assert duty_step(lease, str(parent), done, 150.0) == set() and (parent / "t-0" / FENCED).exists()
-        duty_release(str(parent), done)  # the agent is gone: a stopped process takes SIGKILL
-        assert task.wait(timeout=5) == -9
+        assert _reaches(task.pid, "S")
+        assert duty_step(lease, str(parent), done, 100.6) == done and _reaches(task.pid, "T")  # stopped again
+        # Renewed: the mark stays (only the agent's thaw removes it), and no group is the fencer's own any more.
+        write_lease(lease, 200.0)
+        done = duty_step(lease, str(parent), done, 150.0)
+        assert done == set() and (parent / "t-0" / FENCED).exists()
+        duty_release(str(parent), done)  # the agent is gone: every group's processes (a stopped one too)
+        assert task.wait(timeout=5) == -9 and other.wait(timeout=5) == -9
         assert stranger.poll() is None
     finally:
-        for p in (task, stranger):
+        for p in (task, stranger, other):
             p.kill()
             p.wait()
