@@ -9,6 +9,17 @@ the caller has no (or the wrong) token for takes 20 s and ends in a generic ``Co
 unreachable address is found by a TCP probe within ``timeout_s``, the GCS wait is bounded by the same
 budget, and an authentication failure is named as such.
 
+Ray's messages stay out of this process's output: :func:`connect` passes ``log_to_driver=False`` (no
+forwarding of the workers' stdout and stderr), but that does not cover the messages the raylets publish to
+every driver (``(raylet) A worker died or was killed ...`` when an agent actor's process dies), which a
+thread that ``ray.init`` starts in every driver prints to ``sys.stdout``, between ``vcemu up --ray``'s own
+lines. Neither ``logging_level`` (the ``ray`` Python logger) nor the deduplication variables
+(``RAY_DEDUP_LOGS*``, which a user may turn off) stop that print; Ray's own switch for it (the one
+``ray.util.rpdb`` flips while a debugger holds the terminal) does, and :func:`connect` turns it off while
+the driver prints nothing of Ray's. The messages are not lost: each raylet writes them to its node's
+session log directory (``<temp dir>/session_latest/logs/events/event_RAYLET.log``, the workers'
+``worker-*.err``/``python-core-worker-*.log`` beside it).
+
 Token authentication (Ray >= 2.52): the cluster runs with ``RAY_AUTH_MODE=token``; every process that
 joins it, this driver included, needs the cluster's token, given as ``RAY_AUTH_TOKEN`` (the token
 itself), ``RAY_AUTH_TOKEN_PATH`` (a file) or ``~/.ray/auth_token``, and ``RAY_AUTH_MODE=token`` in its
@@ -57,6 +68,8 @@ class RayContext:
     auth_mode: str
     ray_version: str
     _owned: bool = field(default=True, repr=False)
+    #: The driver's Ray-message switch before :func:`connect` turned it off (None: not touched), put back on close.
+    _messages_before: bool | None = field(default=None, repr=False)
 
     def nodes(self) -> list[RayNode]:
         """The cluster's alive nodes, in a stable order (by node id)."""
@@ -71,7 +84,10 @@ class RayContext:
         import ray
 
         if self._owned and ray.is_initialized():
-            ray.shutdown()
+            ray.shutdown()  # prints what Ray held back for deduplication: still silenced here
+        if self._messages_before is not None:
+            _set_ray_messages(self._messages_before)
+            self._messages_before = None
 
     def __enter__(self) -> RayContext:
         return self
@@ -122,34 +138,59 @@ def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
                           _owned=False)
     kwargs: dict[str, Any] = {"namespace": namespace, "logging_level": "ERROR", "log_to_driver": False}
     kwargs.update(init_kwargs)
+    # Before ray.init: its message thread starts inside it. Put back if it fails (or on close).
+    before = None if kwargs["log_to_driver"] else _set_ray_messages(False)
+    try:
+        info = _init(ray, address, timeout_s, setting, kwargs)
+    except BaseException:
+        if before is not None:
+            _set_ray_messages(before)
+        raise
+    gcs = getattr(info, "address_info", {}).get("gcs_address") or ray.get_runtime_context().gcs_address
+    return RayContext(address, gcs, ray.util.get_node_ip_address(), _auth_mode(), ray.__version__,
+                      _messages_before=before)
+
+
+def _init(ray: Any, address: str | None, timeout_s: float, setting: str, kwargs: dict[str, Any]) -> Any:
+    """``ray.init`` for :func:`connect`: a local Ray, or the cluster at ``address`` within ``timeout_s``."""
     if address is None:
         kwargs.setdefault("include_dashboard", False)
-        info = ray.init(**kwargs)
-    else:
-        probe(address, timeout_s, setting)
-        set_wait = GCS_WAIT_ENV not in os.environ
+        return ray.init(**kwargs)
+    probe(address, timeout_s, setting)
+    set_wait = GCS_WAIT_ENV not in os.environ
+    if set_wait:
+        os.environ[GCS_WAIT_ENV] = str(max(1, int(timeout_s)))
+    try:
+        with _stderr_kept_unless_failed():
+            info = ray.init(address=address.strip(), **kwargs)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        if _auth_failure(exc):
+            why = ("RAY_AUTH_MODE=token but no token was found" if "no authentication token" in str(exc)
+                   else "it requires token authentication and refused ours (missing or wrong)")
+            # Without RAY_AUTH_MODE=token, Ray sends no token at all, whatever RAY_AUTH_TOKEN holds.
+            mode = "" if _auth_mode() == "token" else "set RAY_AUTH_MODE=token and "
+            raise RayUnavailable(f"{setting}: cannot join the Ray cluster at {address}: {why}; {mode}give the "
+                                 "cluster's token in RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)") from None
+        raise RayUnavailable(f"{setting}: cannot connect to the Ray cluster at {address} "
+                             f"({type(exc).__name__}); {AUTH_HINT}") from None
+    finally:
         if set_wait:
-            os.environ[GCS_WAIT_ENV] = str(max(1, int(timeout_s)))
-        try:
-            with _stderr_kept_unless_failed():
-                info = ray.init(address=address.strip(), **kwargs)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-            if _auth_failure(exc):
-                why = ("RAY_AUTH_MODE=token but no token was found" if "no authentication token" in str(exc)
-                       else "it requires token authentication and refused ours (missing or wrong)")
-                # Without RAY_AUTH_MODE=token, Ray sends no token at all, whatever RAY_AUTH_TOKEN holds.
-                mode = "" if _auth_mode() == "token" else "set RAY_AUTH_MODE=token and "
-                raise RayUnavailable(f"{setting}: cannot join the Ray cluster at {address}: {why}; {mode}give the "
-                                     "cluster's token in RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)") from None
-            raise RayUnavailable(f"{setting}: cannot connect to the Ray cluster at {address} "
-                                 f"({type(exc).__name__}); {AUTH_HINT}") from None
-        finally:
-            if set_wait:
-                os.environ.pop(GCS_WAIT_ENV, None)
-    gcs = getattr(info, "address_info", {}).get("gcs_address") or ray.get_runtime_context().gcs_address
-    return RayContext(address, gcs, ray.util.get_node_ip_address(), _auth_mode(), ray.__version__)
+            os.environ.pop(GCS_WAIT_ENV, None)
+    return info
+
+
+def _set_ray_messages(on: bool) -> bool | None:
+    """Turn this driver's printing of Ray's published messages (``(raylet) ...`` lines) and forwarded worker
+    output on or off; return what it was (None: this Ray has no such switch, nothing changed). See the module
+    docstring for why the documented options do not reach these lines."""
+    from ray._private import worker
+
+    before = getattr(worker, "_worker_logs_enabled", None)
+    if before is not None:
+        worker._worker_logs_enabled = on
+    return before
 
 
 @contextlib.contextmanager

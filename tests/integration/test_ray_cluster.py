@@ -243,6 +243,37 @@ def test_a_wildcard_bind_listens_everywhere_but_advertises_dialable_addresses(ra
     assert [h.name for h in status.hosts] == ["ray0-h0"]
 
 
+@pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node
+def test_a_dying_actor_worker_puts_no_ray_line_on_up_stdout_and_ray_keeps_it_in_its_logs(ray_cluster: LocalRayCluster):
+    """An agent actor's worker killed (as the OOM killer would): the raylet publishes ``(raylet) A worker died or was
+    killed ...`` to every driver, and Ray printed it on ``vcemu up --ray``'s stdout despite ``log_to_driver=False``.
+    Its stdout must hold only vcemu's own lines, while the message stays in the session's logs."""
+    up = VcemuUp(ray_cluster.address, ray_cluster.env, "--hosts", "1", "--cpus-per-host", str(CORES),
+                 "--mem-per-host", "256MiB")
+    events = ray_cluster.tmp / "ray" / "session_latest" / "logs" / "events" / "event_RAYLET.log"
+    try:
+        up.wait_for(r"coordinator on \S+ ", timeout_s=90)
+        agent_id = up.wait_for(r"^ray0-h0\s+\S+\s+(\S+) ", timeout_s=5).group(1)
+        pid_of = ("import ray, sys; ray.init(address=sys.argv[1], namespace='vcemu', log_to_driver=False); "
+                  "print(ray.get(ray.get_actor(sys.argv[2]).info.remote())['pid'])")
+        pid = int(subprocess.run([sys.executable, "-c", pid_of, ray_cluster.address, f"vcemu-agent-{agent_id}"],
+                                 env=ray_cluster.env, check=True, capture_output=True, text=True,
+                                 timeout=60).stdout.split()[-1])
+        os.kill(pid, signal.SIGKILL)  # a worker of this test's own cluster; Ray restarts the actor
+        deadline = time.monotonic() + 60
+        while f"Worker PID: {pid} " not in (events.read_text(errors="replace") if events.exists() else ""):
+            assert time.monotonic() < deadline, f"the raylet never logged the death of worker {pid} in {events}"
+            time.sleep(0.2)
+        time.sleep(5.0)  # the message reaches the driver within about a second of the raylet's log of it
+    finally:
+        rc = up.stop()
+    err = up.proc.stderr.read()
+    assert rc == 0, err
+    own = re.compile(r"^(vcemu up: |HOST +CORES +AGENT |ray\d+-h\d+ )")
+    assert [ln for ln in up.lines if not own.match(ln)] == [], up.lines
+    assert "(raylet)" not in err and "A worker died" not in err, err
+
+
 @pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)  # only a token cluster can refuse a token
 def test_joining_without_the_clusters_token_fails_fast_naming_ray(ray_cluster: LocalRayCluster):
     assert ray_cluster.auth == "token"
@@ -301,6 +332,8 @@ def test_stopping_after_one_actor_died_still_stops_the_others_cleanly(cgroups_re
 
     root = str(Path(__file__).resolve().parents[2])
     ctx = connect(None, num_cpus=1, runtime_env={"env_vars": {"PYTHONPATH": root}})
+    # connect() silences Ray's messages to this driver (``(raylet) ...`` lines) while it is connected, no longer.
+    assert ray._private.worker._worker_logs_enabled is False
     try:
         placements = place_hosts(ctx.nodes(), 2, 0.1, 64 << 20, tag=f"stop{os.getpid()}-")
         # No coordinator listens there: the agents keep trying to register, which stopping must end.
@@ -322,6 +355,7 @@ def test_stopping_after_one_actor_died_still_stops_the_others_cleanly(cgroups_re
     finally:
         ctx.close()
     assert dead != alive
+    assert ray._private.worker._worker_logs_enabled is True
 
 
 @pytest.mark.parametrize("ray_cluster", ["disabled"], indirect=True)  # one node is enough

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from coordinator.backends.ray.placement import place_hosts
+from coordinator.backends.ray.placement import host_counts, place_hosts
 from coordinator.raycluster import RayNode, RayUnavailable, parse_address, probe
 
 MIB = 1 << 20
@@ -28,10 +28,49 @@ def test_hosts_are_dealt_round_robin_in_node_id_order_and_pinned_by_node_label()
 
 
 def test_default_cores_share_out_part_of_each_nodes_cpus_and_nodes_without_cpus_get_nothing():
-    placements = place_hosts([node("head", cpus=0), node("w1", cpus=2.0), node("w2", cpus=8.0)], hosts=4,
+    placements = place_hosts([node("head", cpus=0), node("w1", cpus=2.0), node("w2", cpus=4.0)], hosts=6,
                              cpus_per_host=None, memory_bytes=MIB)
-    assert [p.node.node_id for p in placements] == ["w1", "w1", "w2", "w2"]
-    assert [p.hosts[0]["cpu_cores"] for p in placements] == [0.6, 0.6, 1.0, 1.0]  # 0.6 * 2 CPUs / 2; capped at 1
+    assert [p.node.node_id for p in placements] == ["w1"] * 2 + ["w2"] * 4  # 6 x 2/6 and 6 x 4/6
+    assert [p.hosts[0]["cpu_cores"] for p in placements] == [0.6] * 6  # 0.6 x 2 CPUs / 2 hosts, 0.6 x 4 / 4
+    capped = place_hosts([node("w1", cpus=2.0), node("w2", cpus=4.0)], hosts=2, cpus_per_host=None, memory_bytes=MIB)
+    assert [p.hosts[0]["cpu_cores"] for p in capped] == [1.0, 1.0]  # 1.2 and 2.4, capped at one core
+
+
+def test_unequal_nodes_get_hosts_in_proportion_to_their_cpus_so_the_hosts_come_out_equal():
+    """The reported case: ``up --ray --hosts 3`` on a 1-CPU node (first in node-id order) and a 2-CPU node gave the
+    1-CPU node two hosts of 0.3 cores and the 2-CPU node one of 1 core (round-robin by node)."""
+    placements = place_hosts([node("b", cpus=2.0), node("a", cpus=1.0)], hosts=3, cpus_per_host=None, memory_bytes=MIB)
+    assert [(p.node.node_id, p.hosts[0]["name"], p.hosts[0]["cpu_cores"]) for p in placements] == [
+        ("a", "ray0-h0", 0.6), ("b", "ray1-h0", 0.6), ("b", "ray1-h1", 0.6)]
+
+
+@pytest.mark.parametrize(("cpus", "hosts", "counts"), [
+    ([1, 2], 3, [1, 2]),  # quotas 1 and 2, exact
+    ([2, 8], 4, [1, 3]),  # quotas 0.8 and 3.2: floors 0 and 3, the one left to the larger fraction (0.8)
+    ([2, 1], 2, [1, 1]),  # quotas 4/3 and 2/3: floors 1 and 0, the one left to 2/3
+    ([2, 1], 4, [3, 1]),  # quotas 8/3 and 4/3: floors 2 and 1, the one left to 2/3
+    ([3, 1], 2, [2, 0]),  # quotas 1.5 and 0.5 tie: the extra host gets 3/2 CPUs on the first, 1/1 on the second
+    ([1, 1, 2], 2, [1, 0, 1]),  # quotas 0.5, 0.5, 1: the tie between equal nodes goes to the earlier one
+    ([1.5, 0.5], 4, [3, 1]),  # fractional CPUs: quotas 3 and 1
+    ([8, 1, 1], 5, [4, 1, 0]),  # quotas 4, 0.5, 0.5: floors 4, 0, 0, the one left to the earlier of the tie
+    ([2, 1], 0, [0, 0]),
+])
+def test_host_counts_by_largest_remainder(cpus, hosts, counts):
+    assert host_counts(cpus, hosts) == counts
+
+
+@pytest.mark.parametrize("cpus", [1.0, 4.0, 0.1, 1.5])
+def test_on_equal_nodes_host_counts_are_the_round_robin_of_before(cpus):
+    """Equal nodes keep today's placement exactly: ceil(N/K) on the first N mod K nodes, floor(N/K) on the rest
+    (0.1 CPUs: quotas must tie exactly, which float arithmetic would not guarantee)."""
+    for k in range(1, 6):
+        for n in range(0, 13):
+            assert host_counts([cpus] * k, n) == [n // k + (1 if i < n % k else 0) for i in range(k)], (k, n)
+
+
+def test_host_counts_refuses_a_node_without_cpus():
+    with pytest.raises(ValueError, match="CPUs > 0"):
+        host_counts([1.0, 0.0], 2)
 
 
 def test_fewer_hosts_than_nodes_leave_nodes_empty():
