@@ -193,11 +193,13 @@ def _alive(pid: int) -> bool:
     return False
 
 
-def test_no_cgroups_agent_restarted_after_kill_9_kills_the_stopped_tasks_it_left(monkeypatch) -> None:
+@pytest.mark.parametrize("fencer_dies_too", [True, False])
+def test_no_cgroups_agent_restarted_after_kill_9_kills_the_stopped_tasks_it_left(monkeypatch,
+                                                                                  fencer_dies_too: bool) -> None:
     """Without cgroups a paused task, and a running one in the off part of its duty cycle, is SIGSTOPped:
     when its agent is killed it cannot notice (its orphan check does not run), so it stays stopped, with
-    its memory, for ever. An agent started again with the same id kills it, as it kills what a crashed
-    agent left in cgroups."""
+    its memory, for ever. The agent's fencer, which outlives it, kills them; should it die too, an agent
+    started again with the same id kills them, as it kills what a crashed agent left in cgroups."""
     from node_agent.agent import HostSpec, open_core
 
     agent_id = f"pytest-dc-{os.getpid()}"
@@ -214,8 +216,17 @@ def test_no_cgroups_agent_restarted_after_kill_9_kills_the_stopped_tasks_it_left
         paused = pids[0]
         _until("the paused task was never stopped",  # SIGSTOP takes effect when the task next runs
                lambda: psutil.Process(paused).status() == psutil.STATUS_STOPPED, 5.0)
+        (fencer,) = [p for p in psutil.Process(crashed.pid).children() if "node_agent.fencer" in p.cmdline()]
+        if not fencer_dies_too:
+            crashed.kill()
+            crashed.wait()
+            _until("a task the killed agent left stopped is still there", lambda: not any(map(_alive, pids)), 5.0)
+            return
+        # Both may die (the OOM killer, say). The fencer is stopped first: one killed first would be started again.
+        fencer.suspend()
         crashed.kill()
         crashed.wait()
+        fencer.kill()
         time.sleep(0.5)  # time for a running task to notice and exit, had it not been stopped
         assert _alive(paused), "the paused task died with its agent: nothing left to test"
 
