@@ -83,11 +83,13 @@ class RayContext:
     def close(self) -> None:
         import ray
 
-        if self._owned and ray.is_initialized():
-            ray.shutdown()  # prints what Ray held back for deduplication: still silenced here
-        if self._messages_before is not None:
-            _set_ray_messages(self._messages_before)
-            self._messages_before = None
+        try:
+            if self._owned and ray.is_initialized():
+                ray.shutdown()  # prints what Ray held back for deduplication: still silenced here
+        finally:
+            if self._messages_before is not None:
+                _set_ray_messages(self._messages_before)
+                self._messages_before = None
 
     def __enter__(self) -> RayContext:
         return self
@@ -142,13 +144,18 @@ def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
     before = None if kwargs["log_to_driver"] else _set_ray_messages(False)
     try:
         info = _init(ray, address, timeout_s, setting, kwargs)
+        try:
+            gcs = getattr(info, "address_info", {}).get("gcs_address") or ray.get_runtime_context().gcs_address
+            return RayContext(address, gcs, ray.util.get_node_ip_address(), _auth_mode(), ray.__version__,
+                              _messages_before=before)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # (no context to close it: the caller got none)
+            raise
     except BaseException:
         if before is not None:
             _set_ray_messages(before)
         raise
-    gcs = getattr(info, "address_info", {}).get("gcs_address") or ray.get_runtime_context().gcs_address
-    return RayContext(address, gcs, ray.util.get_node_ip_address(), _auth_mode(), ray.__version__,
-                      _messages_before=before)
 
 
 def _init(ray: Any, address: str | None, timeout_s: float, setting: str, kwargs: dict[str, Any]) -> Any:
@@ -185,8 +192,10 @@ def _set_ray_messages(on: bool) -> bool | None:
     """Turn this driver's printing of Ray's published messages (``(raylet) ...`` lines) and forwarded worker
     output on or off; return what it was (None: this Ray has no such switch, nothing changed). See the module
     docstring for why the documented options do not reach these lines."""
-    from ray._private import worker
-
+    try:
+        from ray._private import worker
+    except ImportError:  # a Ray that moved it: its messages print as Ray prints them
+        return None
     before = getattr(worker, "_worker_logs_enabled", None)
     if before is not None:
         worker._worker_logs_enabled = on

@@ -152,12 +152,6 @@ class AgentCore:
         self._lease_lock = threading.Lock()
         self._lease_s = 0.0
         self._lease_until: float | None = None
-        #: When a lease that a renewal found run out had run out (None: none since the monitor last looked). The
-        #: monitor may not have run meanwhile (the agent was stopped in a call holding its lock): it fences the
-        #: modeled tasks from this, which no fencer could freeze (:meth:`_fence_if_expired`).
-        self._lapsed: float | None = None
-        #: The deadline the monitor last fenced for (its lapse is handled: not recorded again at the renewal).
-        self._fenced_for: float | None = None
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         self._workdir = tempfile.mkdtemp(prefix=f"vcemu-agent-{agent_id}-", dir=shm)
         #: The lease's deadline for the fencer (:mod:`node_agent.fencer`), which freezes the tasks when it has
@@ -361,9 +355,6 @@ class AgentCore:
         The deadline also goes to the fencer (:mod:`node_agent.fencer`), which freezes them if this process itself
         does not run then."""
         with self._lease_lock:
-            old = self._lease_until
-            if old is not None and time.monotonic() > old and old != self._fenced_for:
-                self._lapsed = min(old, self._lapsed or math.inf)
             if lease_s <= 0:
                 self._lease_s, self._lease_until = 0.0, None
                 self._publish_lease()
@@ -647,11 +638,8 @@ class AgentCore:
                 self._update_rates()
 
     def _lease_ran_out(self) -> float | None:
-        """The time.monotonic() the lease ran out at, or None while it holds or there is none, nor had run out when
-        last renewed since the monitor's last round (read without the lease lock: attribute reads, taken by tasks
-        under the agent's lock)."""
-        if (lapsed := self._lapsed) is not None:
-            return lapsed
+        """The time.monotonic() the lease ran out at, or None while it holds or there is none (read without the
+        lease lock: one attribute read, taken by tasks under the agent's lock)."""
         until = self._lease_until
         return until if until is not None and time.monotonic() > until else None
 
@@ -681,22 +669,11 @@ class AgentCore:
         """(Under the lock.) Once the lease has run out, freeze every task that runs (see :meth:`renew_lease`); a
         task whose freeze fails is tried again at the next round."""
         with self._lease_lock:
-            lease_s, until, lapsed = self._lease_s, self._lease_until, self._lapsed
-        why = f"fenced: the agent's lease ran out ({lease_s:g} s without word from its coordinator); a Resume thaws it"
-        if until is not None and time.monotonic() > until:
-            fenced = self._fence_tasks(why)
-            with self._lease_lock:
-                self._fenced_for = until
-        elif lapsed is not None:
-            # Renewed before this round: a process task was frozen by the fencer meanwhile (adopted next); a modeled
-            # one running since before the lapse was not, and gets no progress past it (ModeledTask) until resumed.
-            fenced = self._fence_tasks(why, lambda task: isinstance(task, ModeledTask) and task.started < lapsed)
-        else:
+            lease_s, until = self._lease_s, self._lease_until
+        if until is None or time.monotonic() <= until:
             return
-        if lapsed is not None:
-            with self._lease_lock:
-                if self._lapsed == lapsed:
-                    self._lapsed = None
+        fenced = self._fence_tasks(
+            f"fenced: the agent's lease ran out ({lease_s:g} s without word from its coordinator); a Resume thaws it")
         if fenced:
             log.warning("lease ran out (%g s without word from the coordinator): froze %d task(s) until it resumes "
                         "them: %s", lease_s, len(fenced), ", ".join(fenced))

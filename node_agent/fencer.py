@@ -39,9 +39,11 @@ import argparse
 import contextlib
 import math
 import os
+import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 
 from node_agent.cgroups import OWNER_PREFIX, _kill_and_thaw, _proc_stat, freeze_control, self_frozen
@@ -136,8 +138,13 @@ def _signal_recorded(group: str, sig: signal.Signals) -> None:
     for pid, start in _recorded(group):
         try:
             fd = os.pidfd_open(pid)
-        except OSError:
+        except ProcessLookupError:
             continue  # gone
+        except OSError:  # no pidfds here (a kernel before 5.3: ENOSYS; a seccomp profile: EPERM): by pid
+            with contextlib.suppress(ProcessLookupError):
+                if _same_process(pid, start):
+                    os.kill(pid, sig)
+            continue
         try:
             if _same_process(pid, start):
                 signal.pidfd_send_signal(fd, sig)
@@ -186,6 +193,33 @@ def release(parent: str, v2: bool, frozen: set[str]) -> None:
         time.sleep(0.01)
 
 
+def _agent_gone(pid: int) -> Callable[[], bool]:
+    """A check of whether the agent's process has ended: its pidfd turns readable then (checked against its start
+    time once, when opened). Without pidfds, its /proc entry with its start time; a read that fails for another
+    reason than the process being gone (ENFILE, say) does not count: once the agent is gone, its tasks are killed."""
+    stat = _proc_stat(pid)
+    start = stat[1] if stat is not None else None
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return lambda: True
+    except OSError:
+        def by_proc() -> bool:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    f.read()
+            except (FileNotFoundError, ProcessLookupError):
+                return True
+            except OSError:
+                return False  # unreadable now: looked at again next time
+            return not _same_process(pid, start)
+        return by_proc
+    if not _same_process(pid, start):  # ended (or another process) before the pidfd was opened
+        os.close(fd)
+        return lambda: True
+    return lambda: bool(select.select([fd], [], [], 0)[0])
+
+
 def _same_process(pid: int, start: int | None) -> bool:
     """Whether ``pid`` is still the process that started at ``start`` (its /proc start time), not a zombie."""
     stat = _proc_stat(pid)
@@ -208,10 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         look, end = partial(step, args.lease, parent, v2), partial(release, parent, v2)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a terminal's Ctrl-C is the agent's to handle)
-    stat = _proc_stat(args.agent_pid)
-    start = stat[1] if stat is not None else None
+    gone = _agent_gone(args.agent_pid)
     frozen: set[str] = set()
-    while _same_process(args.agent_pid, start):
+    while not gone():
         frozen = look(frozen, time.monotonic())
         time.sleep(INTERVAL_S)
     end(frozen)

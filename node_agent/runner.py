@@ -568,16 +568,15 @@ class ModeledTask:
         self.kill_failed = ""  # (never set)
         self.fenced = ""  # see :func:`fence`
         self._progress = spec.start_progress
-        self._t = self.started = time.monotonic()
+        self._t = time.monotonic()
 
     def start(self) -> None:
-        self._t = self.started = time.monotonic()
+        self._t = time.monotonic()
 
     def _integrate(self) -> None:
         now = time.monotonic()
         if self.state is State.RUNNING:
-            ran_out = self._lease_ran_out()
-            end = now if ran_out is None or ran_out < self.started else max(self._t, min(now, ran_out))
+            end = now if (ran_out := self._lease_ran_out()) is None else max(self._t, min(now, ran_out))
             self._progress = modeled.advance(self._progress, self.cpu_share, self.spec.cpu_need,
                                              self.spec.work_seconds, end - self._t)
             if self._progress >= 1.0:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,55 @@ def test_without_cgroups_the_fencer_marks_and_stops_the_recorded_processes_and_k
         for p in (task, stranger, other):
             p.kill()
             p.wait()
+
+
+def _refused(code: int) -> Callable[[int], int]:
+    def pidfd_open(_pid: int) -> int:
+        raise OSError(code, os.strerror(code))
+    return pidfd_open
+
+
+def test_the_agent_is_gone_only_once_its_process_has_ended_with_or_without_pidfds(monkeypatch) -> None:
+    """Review: any failed read of the agent's /proc entry (ENFILE, say) counted as the agent gone, and the fencer
+    then killed a live agent's tasks. It now waits on the agent's pidfd; without pidfds, only a missing entry (or
+    another process under the pid) counts."""
+    from node_agent import fencer
+
+    for pidfds in (True, False):
+        if not pidfds:
+            monkeypatch.setattr(os, "pidfd_open", _refused(errno.ENOSYS))
+        agent = subprocess.Popen(["sleep", "600"])
+        try:
+            gone = fencer._agent_gone(agent.pid)
+            assert not gone()
+            agent.send_signal(signal.SIGSTOP)  # an agent that does not run is not gone
+            assert not gone()
+            if not pidfds:  # nor one whose /proc entry cannot be read just now
+                def no_files(*_args: object, **_kw: object) -> None:
+                    raise OSError(errno.ENFILE, os.strerror(errno.ENFILE))
+                monkeypatch.setattr(fencer, "open", no_files, raising=False)
+                assert not gone()
+                monkeypatch.delattr(fencer, "open")
+        finally:
+            agent.kill()
+            agent.wait()
+        assert gone()
+
+
+def test_without_pidfds_the_fencer_still_stops_the_recorded_processes(tmp_path: Path, monkeypatch) -> None:
+    """Review: a refused pidfd_open (a kernel before 5.3, a seccomp profile) was taken for a process gone: the
+    fencer marked the group and stopped nothing."""
+    monkeypatch.setattr(os, "pidfd_open", _refused(errno.EPERM))
+    group, lease = tmp_path / "fence" / "t-0", str(tmp_path / "lease")
+    task = subprocess.Popen(["sleep", "600"])
+    try:
+        start = int(Path(f"/proc/{task.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        group.mkdir(parents=True)
+        write_pids(str(group), {task.pid: start})
+        write_lease(lease, 100.0)
+        assert duty_step(lease, str(group.parent), set(), 100.5) == {"t-0"} and _reaches(task.pid, "T")
+        duty_release(str(group.parent), set())
+        assert task.wait(timeout=5) == -9
+    finally:
+        task.kill()
+        task.wait()
