@@ -22,6 +22,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import psutil
@@ -34,16 +35,16 @@ PERIOD_S = 0.1
 
 @dataclass
 class _Group:
-    pids: set[int] = field(default_factory=set)
-    #: The pids' start times, for the fencer (which must never signal a reused pid).
-    starts: dict[int, int] = field(default_factory=dict)
+    #: The group's processes, each with its start time (0: unread) for the fencer, which must never signal a
+    #: reused pid.
+    pids: dict[int, int] = field(default_factory=dict)
     cores: float = 1.0
     frozen: bool = False
     memory_limit: int = 0
     last_cpu_s: float = 0.0
 
 
-def _signal(pids: set[int], sig: signal.Signals) -> None:
+def _signal(pids: Iterable[int], sig: signal.Signals) -> None:
     for pid in list(pids):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
@@ -82,7 +83,7 @@ class DutyCycleDriver(CgroupDriver):
         """(Under the lock.) The group's processes, for the fencer."""
         if (d := self._group_dir(name)) is not None:
             os.makedirs(d, exist_ok=True)
-            write_pids(d, g.starts)
+            write_pids(d, g.pids)
 
     def _fenced(self, name: str) -> bool:
         """Whether the fencer has marked the group (its lease ran out while the agent did not run)."""
@@ -128,9 +129,7 @@ class DutyCycleDriver(CgroupDriver):
     def add_pid(self, name: str, pid: int) -> None:
         with self._lock:
             g = self._groups[name]
-            g.pids.add(pid)
-            if (stat := _proc_stat(pid)) is not None:
-                g.starts[pid] = stat[1]
+            g.pids[pid] = stat[1] if (stat := _proc_stat(pid)) is not None else 0
             self._publish(name, g)
 
     def set_cpu(self, name: str, cores: float) -> None:

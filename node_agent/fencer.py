@@ -126,11 +126,6 @@ def _recorded(group: str) -> list[tuple[int, int]]:
     return [(int(row[0]), int(row[1])) for row in rows if len(row) == 2]
 
 
-def read_pids(group: str) -> list[int]:
-    """The processes of a duty-cycle group that are still the ones recorded (same start time, not zombies)."""
-    return [pid for pid, start in _recorded(group) if _same_process(pid, start)]
-
-
 def _signal_recorded(group: str, sig: signal.Signals) -> None:
     """Signal each process recorded for a duty-cycle group that is still the one recorded, through a pidfd opened
     before its start time is checked: a pid freed and reused after the check (once the agent is gone, nothing holds
@@ -173,11 +168,11 @@ def duty_step(lease: str, parent: str, frozen: set[str], now: float) -> set[str]
     return done
 
 
-def duty_release(parent: str, frozen: set[str]) -> None:
-    """The agent is gone: kill the processes of every duty-cycle group it had. A task stopped then (fenced, whether
-    still in ``frozen`` or adopted by the agent after a renewal; paused; or stopped by the duty cycle between two
-    periods) never runs its own check of its parent; the others would end by it, a little later."""
-    for name in set(task_groups(parent)) | frozen:
+def duty_release(parent: str) -> None:
+    """The agent is gone: kill the processes of every duty-cycle group it had. A task stopped then (fenced, by this
+    fencer or adopted by the agent after a renewal; paused; or stopped by the duty cycle between two periods) never
+    runs its own check of its parent; the others would end by it, a little later."""
+    for name in task_groups(parent):
         _signal_recorded(os.path.join(parent, name), signal.SIGKILL)
 
 
@@ -236,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--duty")
     args = p.parse_args(argv)
     if args.duty:
-        look, end = partial(duty_step, args.lease, args.duty), partial(duty_release, args.duty)
+        look = partial(duty_step, args.lease, args.duty)
+
+        def end(_frozen: set[str]) -> None:  # (every group, not only those marked: see duty_release)
+            duty_release(args.duty)
     else:
         parent, v2 = (args.v2, True) if args.v2 else (args.v1_freezer, False)
         look, end = partial(step, args.lease, parent, v2), partial(release, parent, v2)

@@ -53,7 +53,7 @@ def test_a_group_its_fencer_marked_is_kept_stopped_until_thawed_and_its_processe
     """The fencer of a --no-cgroups agent (node_agent.fencer.duty_step) marks a group and stops its processes
     while the agent does not run; the agent's throttling thread, running again, would have continued them at its
     next period. A full share (never stopped by the duty cycle itself) shows that only the mark stops it."""
-    from node_agent.fencer import FENCED, read_pids
+    from node_agent.fencer import FENCED, _recorded
 
     proc = subprocess.Popen(["sleep", "30"])
     driver = DutyCycleDriver()
@@ -64,7 +64,7 @@ def test_a_group_its_fencer_marked_is_kept_stopped_until_thawed_and_its_processe
         driver.add_pid("g", proc.pid)
         driver.set_cpu("g", 1.0)
         group = tmp_path / "fence" / "g"
-        assert read_pids(str(group)) == [proc.pid]
+        assert [pid for pid, _start in _recorded(str(group))] == [proc.pid]
         assert not driver.is_frozen("g")
         (group / FENCED).touch()  # the fencer: mark, then stop
         proc.send_signal(signal.SIGSTOP)

@@ -126,7 +126,7 @@ def test_without_cgroups_the_fencer_marks_and_stops_the_recorded_processes_and_k
         write_lease(lease, 200.0)
         done = duty_step(lease, str(parent), done, 150.0)
         assert done == set() and (parent / "t-0" / FENCED).exists()
-        duty_release(str(parent), done)  # the agent is gone: every group's processes (a stopped one too)
+        duty_release(str(parent))  # the agent is gone: every group's processes (a stopped one too)
         assert task.wait(timeout=5) == -9 and other.wait(timeout=5) == -9
         assert stranger.poll() is None
     finally:
@@ -180,7 +180,7 @@ def test_without_pidfds_the_fencer_still_stops_the_recorded_processes(tmp_path: 
         write_pids(str(group), {task.pid: start})
         write_lease(lease, 100.0)
         assert duty_step(lease, str(group.parent), set(), 100.5) == {"t-0"} and _reaches(task.pid, "T")
-        duty_release(str(group.parent), set())
+        duty_release(str(group.parent))
         assert task.wait(timeout=5) == -9
     finally:
         task.kill()
