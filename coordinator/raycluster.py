@@ -101,7 +101,7 @@ class RayContext:
 def parse_address(address: str, setting: str = "--ray") -> tuple[str, int]:
     """``host:port`` -> (host, port); RayUnavailable naming ``setting`` otherwise."""
     host, sep, port_text = address.strip().rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not sep or not host or "://" in host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise RayUnavailable(f"{setting}: {address!r} is not a Ray address; give the head's GCS address as "
                              "HOST:PORT (e.g. 10.0.0.5:6379)")
     return host.strip("[]"), int(port_text)
@@ -128,10 +128,14 @@ def _auth_failure(exc: BaseException) -> bool:
 
 
 def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
-            namespace: str = "vcemu", **init_kwargs: Any) -> RayContext:
+            namespace: str = "vcemu", ray_forms: bool = False, **init_kwargs: Any) -> RayContext:
     """Connect this process to the Ray cluster at ``address`` (``HOST:PORT`` of the head's GCS), or start
     a local single-node Ray when ``address`` is None. Raises :class:`RayUnavailable` within about
-    ``timeout_s`` (twice it at worst) if the cluster cannot be reached or refuses our credentials."""
+    ``timeout_s`` (twice it at worst) if the cluster cannot be reached or refuses our credentials.
+
+    ``ray_forms``: also take Ray's own address forms (``auto``, ``ray://HOST:PORT`` of a Ray client server) as
+    given, to ``ray.init`` without the fail-fast probe (Ray's own retries and errors then apply): ``vcemu sweep
+    --address`` accepts them; ``vcemu up --ray`` does not."""
     import ray
 
     if ray.is_initialized():
@@ -143,7 +147,7 @@ def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
     # Before ray.init: its message thread starts inside it. Put back if it fails (or on close).
     before = None if kwargs["log_to_driver"] else _set_ray_messages(False)
     try:
-        info = _init(ray, address, timeout_s, setting, kwargs)
+        info = _init(ray, address, timeout_s, setting, kwargs, ray_forms)
         try:
             gcs = getattr(info, "address_info", {}).get("gcs_address") or ray.get_runtime_context().gcs_address
             return RayContext(address, gcs, ray.util.get_node_ip_address(), _auth_mode(), ray.__version__,
@@ -158,11 +162,21 @@ def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
         raise
 
 
-def _init(ray: Any, address: str | None, timeout_s: float, setting: str, kwargs: dict[str, Any]) -> Any:
+def _init(ray: Any, address: str | None, timeout_s: float, setting: str, kwargs: dict[str, Any],
+          ray_forms: bool = False) -> Any:
     """``ray.init`` for :func:`connect`: a local Ray, or the cluster at ``address`` within ``timeout_s``."""
     if address is None:
         kwargs.setdefault("include_dashboard", False)
         return ray.init(**kwargs)
+    if ray_forms and (address.strip() == "auto" or "://" in address):
+        try:
+            return ray.init(address=address.strip(), **kwargs)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            detail = str(exc).strip().splitlines()
+            raise RayUnavailable(f"{setting}: cannot connect to the Ray cluster at {address} ({type(exc).__name__}"
+                                 + (f": {detail[0]}" if detail else "") + ")") from None
     probe(address, timeout_s, setting)
     set_wait = GCS_WAIT_ENV not in os.environ
     if set_wait:

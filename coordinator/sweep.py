@@ -87,11 +87,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES
+
+if TYPE_CHECKING:
+    from coordinator.raycluster import RayContext
 
 ALGORITHMS = POLICY_NAMES
 DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -283,25 +286,22 @@ def _remote_run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, h
     return run_cell(specs, algorithm, penalty, hosts, timeout_s=timeout_s, host_memory_gb=host_memory_gb)
 
 
-def ray_init(address: str | None, workers: int) -> None:
-    """A local Ray with ``workers`` CPUs, or the existing cluster at ``address``."""
+def ray_init(address: str | None, workers: int) -> RayContext | None:
+    """A local Ray with ``workers`` CPUs, or the existing cluster at ``address``; None if this process is
+    already connected. Through :func:`coordinator.raycluster.connect`, which keeps Ray's ``(raylet) ...`` lines
+    (a worker killed by a cell's timeout, say) out of the progress bar until the context is closed."""
     import ray
 
-    if ray.is_initialized():
-        return
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
-    if address and "://" not in address and address != "auto":  # a head's HOST:PORT: fail fast, in one line
-        from coordinator.raycluster import RayUnavailable, connect
+    from coordinator.raycluster import RayUnavailable, connect
 
-        try:
-            connect(address, setting="--address", runtime_env=env)
-        except RayUnavailable as exc:
-            raise SystemExit(f"vcemu sweep: {exc}") from None
-    elif address:
-        ray.init(address=address, runtime_env=env, log_to_driver=False)
-    else:
-        ray.init(num_cpus=workers, include_dashboard=False, runtime_env=env, log_to_driver=False,
-                 logging_level="ERROR")
+    if ray.is_initialized():
+        return None
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+    kwargs: dict[str, Any] = {"runtime_env": env} if address else {"runtime_env": env, "num_cpus": workers}
+    try:  # a head's HOST:PORT fails fast, in one line; Ray's own forms (auto, ray://) go to ray.init as given
+        return connect(address, setting="--address", ray_forms=True, **kwargs)
+    except RayUnavailable as exc:
+        raise SystemExit(f"vcemu sweep: {exc}") from None
 
 
 class CellNotStored(RuntimeError):
@@ -680,6 +680,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
     ran: list[dict[str, Any]] = []
     code = ""
     ray_started = False
+    ray_ctx: RayContext | None = None
     try:
         with contextlib.ExitStack() as stack:
             if cfg_path.exists():
@@ -711,7 +712,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
             run = bool(todo) and not a.report_only
             if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
                 ray_started = True
-                ray_init(a.address, a.workers)
+                ray_ctx = ray_init(a.address, a.workers)
                 stack.enter_context(signals_interrupt())  # again: ray.init makes SIGTERM end the process at once
             # This run writes the reports again at its end: until then there are none, so that a run killed
             # before it leaves cells and config, never an older run's tables beside them.
@@ -765,7 +766,11 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
         if ray_started:
             import ray
 
-            ray.shutdown()
+            try:
+                if ray_ctx is not None:
+                    ray_ctx.close()  # shuts Ray down with its messages still silenced, then turns them back on
+            finally:
+                ray.shutdown()  # (a Ray this process had started before the sweep: as before, shut down too)
 
 
 def _stored_keys(ran: Sequence[dict[str, Any]], code: str) -> set[str]:
