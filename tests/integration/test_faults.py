@@ -249,7 +249,7 @@ def test_a_no_cgroups_agent_sigstopped_past_its_lease_has_its_tasks_stopped_by_i
     restarted copies. Hosts of a whole core each, so that the duty cycle itself never stops a task: a task found
     stopped, its CPU time still, was stopped by the fencer."""
     run.start_agent("a", cpus=1.0, no_cgroups=True)
-    run.start_agent("b")
+    run.start_agent("b", cpus=0.5)  # (0.25, the default, left a's jobs 40 s of work at 1/8 core each on b)
     run.wait_hosts(4)
     submitted = run.submit(4, work=5.0)
     run.wait(lambda js: run.running_on("a"), "a job running on agent a")
