@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.backends.sim import SimBackend
-from coordinator.engine import Engine
+from coordinator.engine import Engine, Stalled
 from coordinator.metrics import History, JobResult, Summary, job_results, summarize
 from coordinator.model import Host, JobSpec
 from coordinator.policies import get_policy
@@ -125,6 +125,9 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
                   f"{folder}", file=sys.stderr)
         if isinstance(exc, KeyboardInterrupt):
             return 130
+        if isinstance(exc, Stalled):  # jobs left that nothing will ever run: said, as a refused input is
+            print(f"vcemu simulate: {policy} on {path}: {exc}", file=sys.stderr)
+            return 1
         raise
     written = True
     if folder is not None:

@@ -108,6 +108,28 @@ class DynMcb8:
         again when hosts are added (:meth:`coordinator.engine.Engine.add_hosts`)."""
         return self.period_s is not None and self.asap
 
+    def refuse(self, spec: JobSpec, hosts: tuple[Host, ...]) -> tuple[str, str] | None:
+        """(field, reason) for a job that no repacking could ever place: alone on the idle cluster, MCB8 finds
+        no packing of it even at the smallest yield the search tries (``accuracy``; STRETCH-PER's 0.01 floor).
+        Such a job is the lowest-priority one set aside at every repacking (001 Sec. III-B), so it would wait
+        for ever: under DYNMCB8 the run stalled, under the periodic variants it never ended. Refused at
+        submission instead, as the batch schedulers refuse a job wider than the machine. 001's jobs are
+        "never rejected" (Sec. II-B.2) on its own workloads, where no job comes near this (a Lublin job at the
+        floor needs at most 1.28 cores on 128 hosts). Memory alone is ``JobSpec.validate``'s check, made before.
+        """
+        if not hosts:
+            return None  # (live, before any agent registered: the service refuses the job itself)
+        floor = MIN_STRETCH_YIELD if self.stretch else self.accuracy
+        need = spec.cpu_need * floor
+        info = _host_info(hosts)
+        if spec.tasks * need <= float(info.capc.min()):
+            return None  # every task on the smallest host would fit its CPU: CPU never binds (the common case)
+        if _fits(np.full(spec.tasks, need), np.full(spec.tasks, float(spec.mem)), info.capc, info.capm, info.limits):
+            return None
+        return "tasks", (f"{spec.tasks} tasks of CPU need {spec.cpu_need:g} and memory {spec.mem:g} do not fit on the "
+                         f"{len(hosts)} hosts even at the smallest yield {self.name} tries ({floor:g}): the job "
+                         "could never run")
+
     def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
         if self.period_s is None:
             # A Tick() with no job is "decide on the state as it is": the live engine queues one when hosts are
