@@ -173,7 +173,8 @@ def test_an_swf_job_too_wide_for_the_given_hosts_is_refused_not_dropped(tmp_path
                      parse_record("2 200 0 50 6 -1 800000 6 60 -1 1 1 1 -1 -1 1 -1 -1")], [" MaxNodes: 240"])
     two, three = (Host("h0"), Host("h1")), (Host("h0"), Host("h1"), Host("h2"))
     with pytest.raises(JobFileError, match="tasks: 1 of the 2 jobs of week 0 do not fit on the given 2 hosts "
-                       r"\(the trace's machine had 120 nodes\); the first, SWF job 2: "):
+                       r"\(SWF traces are converted by HPC2N's rules, 001 Sec. IV-C, for its machine of 120 nodes\); "
+                       r"the first, SWF job 2: "):
         read_jobs(path, hosts=two, segment=0)
     with pytest.raises(JobFileError, match="1 of the 2 jobs of the trace do not fit"):
         read_jobs(path, hosts=two)
