@@ -637,6 +637,10 @@ def apc_main(argv: list[str]) -> int:
     if bad:
         print(f"vcemu apc: --experiments: unknown {', '.join(bad)}; known: one, two, three", file=sys.stderr)
         return 2
+    if not exps and not args.live:  # (with --live alone, the live experiment runs)
+        print(f"vcemu apc: --experiments: nothing to run, got {args.experiments!r}; give a comma-separated subset of "
+              "one,two,three (or --live)", file=sys.stderr)
+        return 2
     try:
         iats = tuple(float(x) for x in args.exp2_iats.split(","))
     except ValueError:
@@ -647,12 +651,14 @@ def apc_main(argv: list[str]) -> int:
         print(f"vcemu apc: --exp2-algorithms: expected a subset of {','.join(ALGOS)}, got {args.exp2_algorithms!r}",
               file=sys.stderr)
         return 2
-    if args.cycle <= 0 or args.exp1_jobs < 1 or args.exp2_jobs < 1 or any(i <= 0 for i in iats):
-        print("vcemu apc: --cycle, --exp1-jobs, --exp2-jobs and --exp2-iats must be positive", file=sys.stderr)
-        return 2
-    # Everything is refused here, before the first experiment: not by a traceback (or an empty result) later.
-    checks = [("--cycle", args.cycle, math.isfinite(args.cycle), "must be a finite number > 0"),
-              ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) for i in iats), "must be finite numbers > 0")]
+    # Everything is refused here, before anything is written in --out: not by a traceback (or an empty result) later.
+    checks = [  # numpy's SeedSequence, which seeds the job streams, takes only non-negative entropy
+              ("--seed", args.seed, args.seed >= 0, "must be >= 0"),
+              ("--cycle", args.cycle, math.isfinite(args.cycle) and args.cycle > 0, "must be a finite number > 0"),
+              ("--exp1-jobs", args.exp1_jobs, args.exp1_jobs >= 1, "must be >= 1"),
+              ("--exp2-jobs", args.exp2_jobs, args.exp2_jobs >= 1, "must be >= 1"),
+              ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) and i > 0 for i in iats),
+               "must be finite numbers > 0")]
     if "three" in exps:
         checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
                        "must be a finite number > 0 (simulated seconds)"))
