@@ -5,8 +5,9 @@ Written to ``--out`` (default ``results/apc``):
 * ``exp1_cycles.csv``, ``exp1_jobs.csv``, ``fig2_exp1.png`` - average hypothetical RP over time and the
   actual RP of each job at completion (Fig. 2), with the 0.63 maximum;
 * ``exp2_jobs.csv``, ``exp2_summary.csv``, ``fig3_met.png``, ``fig4_changes.png``, ``fig5_distance.png`` -
-  per inter-arrival time and algorithm (APC, EDF, FCFS): share of jobs meeting their goal (Fig. 3), jobs
-  suspended, resumed or migrated (Fig. 4), distance to the goal at completion by goal factor (Fig. 5);
+  per inter-arrival time and algorithm (``--exp2-algorithms``, by default all four: apc, edf, fcfs and
+  edf-repack, EDF placing every job anew each cycle): share of jobs meeting their goal (Fig. 3), jobs suspended,
+  resumed or migrated (Fig. 4), distance to the goal at completion by goal factor (Fig. 5);
 * ``exp3_cycles.csv``, ``fig6_rp.png``, ``fig7_cpu.png`` - dynamic sharing vs static partitions of 9 and
   6 transactional nodes: RP (transactional actual, batch hypothetical) and CPU per workload (Figs. 6, 7);
 * ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
@@ -746,9 +747,7 @@ def _simulations(out: Path, args: argparse.Namespace, exps: list[str], iats: tup
     if "two" in exps:
         summary["two"] = s = experiment_two(out, args.seed, args.exp2_jobs, iats, args.cycle, algos, units)
         print(f"Experiment Two (each run ends with the control cycle that brings it to {args.exp2_jobs} completions):")
-        print(f"  {'iat [s]':>8} {'algo':>5} {'met %':>6} {'changes':>8}")
-        for r in s["rows"]:
-            print(f"  {r['inter_arrival_s']:>8g} {r['algorithm']:>5} {r['met_pct']:>6.1f} {r['placement_changes']:>8}")
+        print("\n".join(exp2_table(s["rows"])))
     if "three" in exps:
         summary["three"] = s = experiment_three(out, args.seed, args.cycle, args.exp3_horizon, units)
         print("Experiment Three (means over the run):")
@@ -757,6 +756,19 @@ def _simulations(out: Path, args: argparse.Namespace, exps: list[str], iats: tup
             print(f"  {name:<24} transactional RP {_num(v['ta_rp_mean'], '.3f')}  batch hypothetical RP "
                   f"{_num(v['batch_hyp_rp_mean'], '.3f')}  min of both {_num(v['min_of_both_mean'], '.3f')}  jobs "
                   f"met {met}")
+
+
+def exp2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lines of Experiment Two's table (its summary rows, :func:`experiment_two`), each column as wide as its
+    widest entry: numbers right-aligned, the algorithm left-aligned (``edf-repack`` overflowed a fixed width)."""
+    columns = (("iat [s]", ">", lambda r: f"{r['inter_arrival_s']:g}"), ("algo", "<", lambda r: r["algorithm"]),
+               ("met %", ">", lambda r: _num(r["met_pct"], ".1f")),
+               ("changes", ">", lambda r: str(r["placement_changes"])))
+    cells = [[head for head, _, _ in columns]] + [[cell(r) for _, _, cell in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return ["  " + " ".join(f"{text:{align}{width}}" for text, (_, align, _), width in zip(line, columns, widths,
+                                                                                         strict=True)).rstrip()
+            for line in cells]
 
 
 def _ms(seconds: float) -> str:

@@ -3,6 +3,7 @@ written in ``--out``) and the Experiment Two table it prints."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,37 @@ def test_a_refused_seed_leaves_an_earlier_run_in_out_as_it_was(tmp_path: Path,
     capsys.readouterr()
     assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "5", "--out", str(out)]) == 0
     assert "starting over" not in capsys.readouterr().err
+
+
+def _spans(line: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(r"\S+", line)]
+
+
+def test_the_experiment_two_table_sizes_its_columns_to_their_contents(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``200 edf-repack   87.8 61``: the algorithm overflowed its 5-character column and pushed the row's numbers
+    out of theirs. Every row's numbers now end where their heading does, and the algorithms start in one column."""
+    rows = [{"inter_arrival_s": iat, "algorithm": algo, "met_pct": met, "placement_changes": changes}
+            for iat in (50.0, 200.0) for algo, met, changes in
+            (("apc", 87.8, 61), ("edf", 55.0, 3), ("fcfs", 100.0, 0), ("edf-repack", 87.8, 1234))]
+    monkeypatch.setattr(apc, "experiment_two", lambda *a, **k: {"rows": rows})
+    assert apc.apc_main(["--experiments", "two", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index(next(line for line in out if "iat [s]" in line))
+    head, body = out[start], out[start + 1:start + 1 + len(rows)]
+    ends = [head.index(h) + len(h) for h in ("iat [s]", "met %", "changes")]
+    for line, r in zip(body, rows, strict=True):
+        spans = _spans(line)
+        assert [line[a:b] for a, b in spans] == [f"{r['inter_arrival_s']:g}", r["algorithm"], f"{r['met_pct']:.1f}",
+                                                 str(r["placement_changes"])], line
+        assert [spans[0][1], spans[2][1], spans[3][1]] == ends, (head, line)
+        assert spans[1][0] == head.index("algo"), (head, line)
+
+
+def test_the_help_names_every_algorithm_experiment_two_runs_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """The description said "(APC, EDF, FCFS)" while the default --exp2-algorithms runs edf-repack too."""
+    with pytest.raises(SystemExit):
+        apc.apc_main(["--help"])
+    text = capsys.readouterr().out
+    described = text[text.index("exp2_summary.csv"):text.index("exp3_cycles.csv")]
+    assert all(algo in described for algo in apc.ALGOS), described
