@@ -483,6 +483,49 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
             all_jobs += [{"inter_arrival_s": iat, "algorithm": algo, **j} for j in res.jobs]
     _write_csv(out / "exp2_summary.csv", summary)
     _write_csv(out / "exp2_jobs.csv", all_jobs)
+    plot_exp2(out, summary, all_jobs, iats, algos)
+    return {"rows": summary}
+
+
+#: Fig. 5's distances are on a symlog axis, linear within +-this many seconds.
+SYMLOG_LINTHRESH = 1000.0
+
+
+def _symlog_margins(ax: Any, ys: Sequence[float], linthresh: float, margin: float = 0.06) -> None:
+    """Put ``ax``'s y axis on a symlog scale with limits ``margin`` (of the axis height) beyond ``ys``' extremes in
+    the scale's own coordinates, so that no point sits on an edge, half cut off (the scale's autoscaling put the
+    largest distances right on the top edge), and major ticks at 0, half the linear range and the powers of ten
+    outside it (the scale's own, at +-100, crowded 0's label)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    ax.set_yscale("symlog", linthresh=linthresh)
+    finite = [float(y) for y in ys if math.isfinite(float(y))]
+    if not finite:
+        return
+    tr = ax.yaxis.get_transform()
+    lo, hi = tr.transform(np.array([[min(finite + [0.0])], [max(finite + [0.0])]]))[:, 0]
+    pad = margin * ((hi - lo) or 1.0)
+    bottom, top = tr.inverted().transform(np.array([[lo - pad], [hi + pad]]))[:, 0]
+    ax.set_ylim(bottom, top)
+    decades = range(int(math.log10(linthresh)), int(math.log10(max(abs(bottom), abs(top), linthresh))) + 1)
+    ticks = sorted({0.0, linthresh / 2, -linthresh / 2, *(s * 10.0 ** k for k in decades for s in (1, -1))})
+    ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if bottom <= t <= top]))
+
+    def label(y: float, _pos: int | None = None) -> str:  # 10^k as the scale's own labels; others plain
+        if y == 0:
+            return "0"
+        sign, k = "\N{MINUS SIGN}" if y < 0 else "", round(math.log10(abs(y)))
+        if abs(y) >= linthresh and math.isclose(abs(y), 10.0 ** k):
+            return f"$\\mathdefault{{{sign}10^{{{k}}}}}$"
+        return f"{sign}{abs(y):g}"
+
+    ax.yaxis.set_major_formatter(FuncFormatter(label))
+
+
+def plot_exp2(out: Path, summary: Sequence[Mapping[str, Any]], all_jobs: Sequence[Mapping[str, Any]],
+              iats: Sequence[float], algos: Sequence[str]) -> None:
+    """Figs. 3-5 from Experiment Two's summary rows and per-job rows (as written to ``exp2_summary.csv`` and
+    ``exp2_jobs.csv``)."""
     import matplotlib.pyplot as plt
 
     for key, fname, ylabel, title in (
@@ -503,7 +546,7 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         save_figure(fig, out / fname, dpi=120)
         plt.close(fig)
     shown = [i for i in (200.0, 50.0) if i in iats] or list(iats[:2])
-    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown) + 1.2, 4.5), squeeze=False)
     offsets = {"apc": -0.3, "edf": -0.1, "fcfs": 0.1, "edf-repack": 0.3}
     factors = sorted({j["goal_factor"] for j in all_jobs})
     for ax, iat in zip(axes[0], shown, strict=True):
@@ -517,13 +560,13 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         ax.set_xticks(range(len(factors)), [f"{f:g}" for f in factors])
         ax.set_xlabel("relative goal factor")
         ax.set_ylabel("distance to goal at completion [s] (> 0: early)")
-        ax.set_yscale("symlog", linthresh=1000)
+        _symlog_margins(ax, [j["distance"] for j in all_jobs if j["inter_arrival_s"] == iat], SYMLOG_LINTHRESH)
         ax.set_title(f"Experiment Two, mean inter-arrival {iat:g} s")
-        ax.legend(markerscale=3)
+    # one legend for both panels, beside them: inside, it covered the goal-factor-4 points
+    axes[0][-1].legend(markerscale=3, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     save_figure(fig, out / "fig5_distance.png", dpi=120)
     plt.close(fig)
-    return {"rows": summary}
 
 
 # --------------------------------------------------------------------------- Experiment Three
@@ -589,7 +632,8 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
             if fname == "fig6_rp.png":
                 low = min(float(c[k]) for c in cycles for k, _ in series if math.isfinite(float(c[k])))
                 ax.set_ylim(max(-3.0, low - 0.1), 0.8)
-        axes[0].legend(loc="lower left", fontsize=8)
+        # beside the first panel: inside, it covered the start of the long-running line
+        axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=8)
         axes[-1].set_xlabel("time [s]")
         fig.suptitle(title)
         fig.tight_layout()
