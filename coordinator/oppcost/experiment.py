@@ -349,7 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=DEFAULT_BETA,
                    help=f"thrashing slowdown factor, >= 1 (default {DEFAULT_BETA:g})")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help=f"nodes a Mosix node hears from per interval (default {DEFAULT_WINDOW})")
+                   help=f"nodes a Mosix node hears from per interval, 1 to {len(CLUSTER) - 1} (default "
+                   f"{DEFAULT_WINDOW})")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help=f"Mosix relative-load threshold (default {DEFAULT_THRESHOLD:g})")
     p.add_argument("--interval", type=float, default=1.0,
@@ -392,7 +393,11 @@ def oppcost_main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     checks = [("--executions", args.executions >= 1, ">= 1"), ("--jobs", args.jobs >= 1, ">= 1"),
-              ("--beta", args.beta >= 1, ">= 1"), ("--window", args.window >= 1, ">= 1"),
+              ("--beta", args.beta >= 1, ">= 1"),
+              # (a larger window was taken as all the others, while config.json recorded the value given)
+              ("--window", 1 <= args.window <= len(CLUSTER) - 1,
+               f">= 1 and <= {len(CLUSTER) - 1} (each of the {len(CLUSTER)} machines hears from the "
+               f"{len(CLUSTER) - 1} others at most)"),
               ("--threshold", args.threshold >= 0, ">= 0"), ("--interval", args.interval > 0, "> 0"),
               ("--migration-fixed", args.migration_fixed >= 0, ">= 0"),
               ("--migration-per-mb", args.migration_per_mb >= 0, ">= 0"),

@@ -190,3 +190,17 @@ class _InlinePool:
 
     def shutdown(self, *_, **__) -> None:
         pass
+
+
+@pytest.mark.parametrize("window", ["6", "99", "0"])
+def test_a_window_beyond_the_other_machines_is_refused_naming_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], window: str) -> None:
+    """Each of the 6 machines hears from 5 others at most: --window 99 ran as --window 5 while config.json
+    recorded 99. 5 is the largest accepted (see the --window 5 run below)."""
+    out = tmp_path / "out"
+    assert oc.oppcost_main([*QUICK, "--window", window, "--out", str(out)]) == 2
+    _one_line(capsys.readouterr().err, f"vcemu oppcost: --window: must be a finite number >= 1 and <= 5 (each of "
+                                       f"the 6 machines hears from the 5 others at most), got {window}")
+    assert not out.exists()
+    assert oc.oppcost_main([*QUICK, "--window", "5", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["window"] == 5
