@@ -5,8 +5,9 @@ Written to ``--out`` (default ``results/apc``):
 * ``exp1_cycles.csv``, ``exp1_jobs.csv``, ``fig2_exp1.png`` - average hypothetical RP over time and the
   actual RP of each job at completion (Fig. 2), with the 0.63 maximum;
 * ``exp2_jobs.csv``, ``exp2_summary.csv``, ``fig3_met.png``, ``fig4_changes.png``, ``fig5_distance.png`` -
-  per inter-arrival time and algorithm (APC, EDF, FCFS): share of jobs meeting their goal (Fig. 3), jobs
-  suspended, resumed or migrated (Fig. 4), distance to the goal at completion by goal factor (Fig. 5);
+  per inter-arrival time and algorithm (``--exp2-algorithms``, by default all four: apc, edf, fcfs and
+  edf-repack, EDF placing every job anew each cycle): share of jobs meeting their goal (Fig. 3), jobs suspended,
+  resumed or migrated (Fig. 4), distance to the goal at completion by goal factor (Fig. 5);
 * ``exp3_cycles.csv``, ``fig6_rp.png``, ``fig7_cpu.png`` - dynamic sharing vs static partitions of 9 and
   6 transactional nodes: RP (transactional actual, batch hypothetical) and CPU per workload (Figs. 6, 7);
 * ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
@@ -482,6 +483,49 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
             all_jobs += [{"inter_arrival_s": iat, "algorithm": algo, **j} for j in res.jobs]
     _write_csv(out / "exp2_summary.csv", summary)
     _write_csv(out / "exp2_jobs.csv", all_jobs)
+    plot_exp2(out, summary, all_jobs, iats, algos)
+    return {"rows": summary}
+
+
+#: Fig. 5's distances are on a symlog axis, linear within +-this many seconds.
+SYMLOG_LINTHRESH = 1000.0
+
+
+def _symlog_margins(ax: Any, ys: Sequence[float], linthresh: float, margin: float = 0.06) -> None:
+    """Put ``ax``'s y axis on a symlog scale with limits ``margin`` (of the axis height) beyond ``ys``' extremes in
+    the scale's own coordinates, so that no point sits on an edge, half cut off (the scale's autoscaling put the
+    largest distances right on the top edge), and major ticks at 0, half the linear range and the powers of ten
+    outside it (the scale's own, at +-100, crowded 0's label)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    ax.set_yscale("symlog", linthresh=linthresh)
+    finite = [float(y) for y in ys if math.isfinite(float(y))]
+    if not finite:
+        return
+    tr = ax.yaxis.get_transform()
+    lo, hi = tr.transform(np.array([[min(finite + [0.0])], [max(finite + [0.0])]]))[:, 0]
+    pad = margin * ((hi - lo) or 1.0)
+    bottom, top = tr.inverted().transform(np.array([[lo - pad], [hi + pad]]))[:, 0]
+    ax.set_ylim(bottom, top)
+    decades = range(int(math.log10(linthresh)), int(math.log10(max(abs(bottom), abs(top), linthresh))) + 1)
+    ticks = sorted({0.0, linthresh / 2, -linthresh / 2, *(s * 10.0 ** k for k in decades for s in (1, -1))})
+    ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if bottom <= t <= top]))
+
+    def label(y: float, _pos: int | None = None) -> str:  # 10^k as the scale's own labels; others plain
+        if y == 0:
+            return "0"
+        sign, k = "\N{MINUS SIGN}" if y < 0 else "", round(math.log10(abs(y)))
+        if abs(y) >= linthresh and math.isclose(abs(y), 10.0 ** k):
+            return f"$\\mathdefault{{{sign}10^{{{k}}}}}$"
+        return f"{sign}{abs(y):g}"
+
+    ax.yaxis.set_major_formatter(FuncFormatter(label))
+
+
+def plot_exp2(out: Path, summary: Sequence[Mapping[str, Any]], all_jobs: Sequence[Mapping[str, Any]],
+              iats: Sequence[float], algos: Sequence[str]) -> None:
+    """Figs. 3-5 from Experiment Two's summary rows and per-job rows (as written to ``exp2_summary.csv`` and
+    ``exp2_jobs.csv``)."""
     import matplotlib.pyplot as plt
 
     for key, fname, ylabel, title in (
@@ -502,7 +546,7 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         save_figure(fig, out / fname, dpi=120)
         plt.close(fig)
     shown = [i for i in (200.0, 50.0) if i in iats] or list(iats[:2])
-    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown) + 1.2, 4.5), squeeze=False)
     offsets = {"apc": -0.3, "edf": -0.1, "fcfs": 0.1, "edf-repack": 0.3}
     factors = sorted({j["goal_factor"] for j in all_jobs})
     for ax, iat in zip(axes[0], shown, strict=True):
@@ -516,13 +560,13 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         ax.set_xticks(range(len(factors)), [f"{f:g}" for f in factors])
         ax.set_xlabel("relative goal factor")
         ax.set_ylabel("distance to goal at completion [s] (> 0: early)")
-        ax.set_yscale("symlog", linthresh=1000)
+        _symlog_margins(ax, [j["distance"] for j in all_jobs if j["inter_arrival_s"] == iat], SYMLOG_LINTHRESH)
         ax.set_title(f"Experiment Two, mean inter-arrival {iat:g} s")
-        ax.legend(markerscale=3)
+    # one legend for both panels, beside them: inside, it covered the goal-factor-4 points
+    axes[0][-1].legend(markerscale=3, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     save_figure(fig, out / "fig5_distance.png", dpi=120)
     plt.close(fig)
-    return {"rows": summary}
 
 
 # --------------------------------------------------------------------------- Experiment Three
@@ -588,7 +632,8 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
             if fname == "fig6_rp.png":
                 low = min(float(c[k]) for c in cycles for k, _ in series if math.isfinite(float(c[k])))
                 ax.set_ylim(max(-3.0, low - 0.1), 0.8)
-        axes[0].legend(loc="lower left", fontsize=8)
+        # beside the first panel: inside, it covered the start of the long-running line
+        axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=8)
         axes[-1].set_xlabel("time [s]")
         fig.suptitle(title)
         fig.tight_layout()
@@ -637,6 +682,10 @@ def apc_main(argv: list[str]) -> int:
     if bad:
         print(f"vcemu apc: --experiments: unknown {', '.join(bad)}; known: one, two, three", file=sys.stderr)
         return 2
+    if not exps and not args.live:  # (with --live alone, the live experiment runs)
+        print(f"vcemu apc: --experiments: nothing to run, got {args.experiments!r}; give a comma-separated subset of "
+              "one,two,three (or --live)", file=sys.stderr)
+        return 2
     try:
         iats = tuple(float(x) for x in args.exp2_iats.split(","))
     except ValueError:
@@ -647,12 +696,14 @@ def apc_main(argv: list[str]) -> int:
         print(f"vcemu apc: --exp2-algorithms: expected a subset of {','.join(ALGOS)}, got {args.exp2_algorithms!r}",
               file=sys.stderr)
         return 2
-    if args.cycle <= 0 or args.exp1_jobs < 1 or args.exp2_jobs < 1 or any(i <= 0 for i in iats):
-        print("vcemu apc: --cycle, --exp1-jobs, --exp2-jobs and --exp2-iats must be positive", file=sys.stderr)
-        return 2
-    # Everything is refused here, before the first experiment: not by a traceback (or an empty result) later.
-    checks = [("--cycle", args.cycle, math.isfinite(args.cycle), "must be a finite number > 0"),
-              ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) for i in iats), "must be finite numbers > 0")]
+    # Everything is refused here, before anything is written in --out: not by a traceback (or an empty result) later.
+    checks = [  # numpy's SeedSequence, which seeds the job streams, takes only non-negative entropy
+              ("--seed", args.seed, args.seed >= 0, "must be >= 0"),
+              ("--cycle", args.cycle, math.isfinite(args.cycle) and args.cycle > 0, "must be a finite number > 0"),
+              ("--exp1-jobs", args.exp1_jobs, args.exp1_jobs >= 1, "must be >= 1"),
+              ("--exp2-jobs", args.exp2_jobs, args.exp2_jobs >= 1, "must be >= 1"),
+              ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) and i > 0 for i in iats),
+               "must be finite numbers > 0")]
     if "three" in exps:
         checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
                        "must be a finite number > 0 (simulated seconds)"))
@@ -740,9 +791,7 @@ def _simulations(out: Path, args: argparse.Namespace, exps: list[str], iats: tup
     if "two" in exps:
         summary["two"] = s = experiment_two(out, args.seed, args.exp2_jobs, iats, args.cycle, algos, units)
         print(f"Experiment Two (each run ends with the control cycle that brings it to {args.exp2_jobs} completions):")
-        print(f"  {'iat [s]':>8} {'algo':>5} {'met %':>6} {'changes':>8}")
-        for r in s["rows"]:
-            print(f"  {r['inter_arrival_s']:>8g} {r['algorithm']:>5} {r['met_pct']:>6.1f} {r['placement_changes']:>8}")
+        print("\n".join(exp2_table(s["rows"])))
     if "three" in exps:
         summary["three"] = s = experiment_three(out, args.seed, args.cycle, args.exp3_horizon, units)
         print("Experiment Three (means over the run):")
@@ -751,6 +800,19 @@ def _simulations(out: Path, args: argparse.Namespace, exps: list[str], iats: tup
             print(f"  {name:<24} transactional RP {_num(v['ta_rp_mean'], '.3f')}  batch hypothetical RP "
                   f"{_num(v['batch_hyp_rp_mean'], '.3f')}  min of both {_num(v['min_of_both_mean'], '.3f')}  jobs "
                   f"met {met}")
+
+
+def exp2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lines of Experiment Two's table (its summary rows, :func:`experiment_two`), each column as wide as its
+    widest entry: numbers right-aligned, the algorithm left-aligned (``edf-repack`` overflowed a fixed width)."""
+    columns = (("iat [s]", ">", lambda r: f"{r['inter_arrival_s']:g}"), ("algo", "<", lambda r: r["algorithm"]),
+               ("met %", ">", lambda r: _num(r["met_pct"], ".1f")),
+               ("changes", ">", lambda r: str(r["placement_changes"])))
+    cells = [[head for head, _, _ in columns]] + [[cell(r) for _, _, cell in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return ["  " + " ".join(f"{text:{align}{width}}" for text, (_, align, _), width in zip(line, columns, widths,
+                                                                                         strict=True)).rstrip()
+            for line in cells]
 
 
 def _ms(seconds: float) -> str:

@@ -22,6 +22,11 @@ on ``seed + k`` alone): only the new ones run. If the settings differ from the s
 ``--jobs`` and ``--executions``), or the code does (its source fingerprint), it says so and starts over.
 Interrupted before any execution finished, it says so and exits 130 too.
 
+``summary.json``'s ``wall_seconds`` is the wall-clock time spent on its executions, whichever runs ran them: a
+resumed run adds its own time to the figure the run it resumes recorded in ``summary.json`` (all of it, or the
+kept executions' share of it, by count, when it kept fewer than that run had), and says so. A run killed before it
+wrote ``summary.json`` recorded no time: the executions kept from it are not counted, and the command says how many.
+
 An execution whose stream has no job (arrivals are uniform in [0, 20) s apart, so a ``--duration`` of a few tens of
 seconds leaves some streams empty) has no average slowdown: it is kept in ``executions.csv`` (``jobs`` 0, means
 ``nan``) but left out of every per-execution statistic (the averages and median by execution, migrations per
@@ -44,6 +49,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import math
 import os
 import statistics
@@ -313,6 +319,54 @@ def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] 
     return [rows[k] for k in sorted(rows)]
 
 
+@dataclass(frozen=True)
+class EarlierWall:
+    """What the run a resumed run keeps executions of recorded of its wall-clock time (:func:`earlier_wall`):
+    ``seconds`` attributed to the ``known`` kept executions (its ``wall_seconds`` for its ``of`` executions, or
+    their share by count when fewer are kept), and how many kept executions' time is ``unknown``."""
+
+    seconds: float = 0.0
+    known: int = 0
+    of: int = 0
+    unknown: int = 0
+
+    def describe(self, now: float | None) -> str:
+        """The wall time said at the end of a run that took ``now`` seconds itself (None: it ran no execution)."""
+        if not (self.known or self.unknown):
+            return f"wall {now or 0.0:.1f} s"
+        parts = []
+        if self.known:
+            share = "" if self.known == self.of else f", their share of the {self.of} it had"
+            parts.append(f"{self.seconds:.1f} s recorded by the earlier run for the {self.known} executions kept"
+                         f"{share}")
+        parts.append("no execution ran this time" if now is None else f"{now:.1f} s this run")
+        text = f"wall {self.seconds + (now or 0.0):.1f} s ({'; '.join(parts)})"
+        if self.unknown:
+            text += (f", not counting the {self.unknown} executions kept whose time no summary.json recorded (a run "
+                     "killed before writing it)")
+        return text
+
+
+def earlier_wall(out: Path, kept: int) -> EarlierWall:
+    """The wall-clock time the run in ``out`` spent on the ``kept`` executions a resumed run takes from it: its
+    ``summary.json`` (written by a finished or interrupted run; a run removes it when it starts, so it is the last
+    run's) records ``wall_seconds`` for its ``executions``. None recorded (a killed run, or an unreadable file):
+    every kept execution's time is unknown."""
+    if not kept:
+        return EarlierWall()
+    try:
+        old = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return EarlierWall(unknown=kept)
+    seconds = old.get("wall_seconds") if isinstance(old, dict) else None
+    count = old.get("executions") if isinstance(old, dict) else None
+    if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf
+            or isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        return EarlierWall(unknown=kept)
+    known = min(kept, count)
+    return EarlierWall(seconds * known / count, known, count, kept - known)
+
+
 def _csv_text(header: list[str], rows: list[list]) -> str:
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
@@ -349,7 +403,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=float, default=DEFAULT_BETA,
                    help=f"thrashing slowdown factor, >= 1 (default {DEFAULT_BETA:g})")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW,
-                   help=f"nodes a Mosix node hears from per interval (default {DEFAULT_WINDOW})")
+                   help=f"nodes a Mosix node hears from per interval, 1 to {len(CLUSTER) - 1} (default "
+                   f"{DEFAULT_WINDOW})")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help=f"Mosix relative-load threshold (default {DEFAULT_THRESHOLD:g})")
     p.add_argument("--interval", type=float, default=1.0,
@@ -392,7 +447,11 @@ def oppcost_main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     checks = [("--executions", args.executions >= 1, ">= 1"), ("--jobs", args.jobs >= 1, ">= 1"),
-              ("--beta", args.beta >= 1, ">= 1"), ("--window", args.window >= 1, ">= 1"),
+              ("--beta", args.beta >= 1, ">= 1"),
+              # (a larger window was taken as all the others, while config.json recorded the value given)
+              ("--window", 1 <= args.window <= len(CLUSTER) - 1,
+               f">= 1 and <= {len(CLUSTER) - 1} (each of the {len(CLUSTER)} machines hears from the "
+               f"{len(CLUSTER) - 1} others at most)"),
               ("--threshold", args.threshold >= 0, ">= 0"), ("--interval", args.interval > 0, "> 0"),
               ("--migration-fixed", args.migration_fixed >= 0, ">= 0"),
               ("--migration-per-mb", args.migration_per_mb >= 0, ">= 0"),
@@ -431,6 +490,7 @@ def oppcost_main(argv: list[str]) -> int:
 
     config = config_json(cfg, argv)
     kept = resume_rows(out, config, cfg)
+    before = earlier_wall(out, len(kept or []))  # (read before summary.json is removed)
     clear_outputs(out, [n for n in OUTPUTS if n != JOURNAL or kept is None])
     write_json(out / "config.json", config)
     t0 = time.monotonic()
@@ -471,7 +531,9 @@ def oppcost_main(argv: list[str]) -> int:
         return 1
     if not rows:
         return 130
-    wall = time.monotonic() - t0
+    # (a run that ran no execution, all kept, adds nothing: its summary has the earlier run's figure, not one that
+    # grows by a fraction of a second every time the command is run again)
+    wall = time.monotonic() - t0 if todo else None
     rows.sort(key=lambda r: r["execution"])
     write_text(out / "executions.csv", _csv_text(list(FIELDS), [[r[f] for f in FIELDS] for r in rows]))
     table = summarize(rows)
@@ -483,7 +545,7 @@ def oppcost_main(argv: list[str]) -> int:
           f"{t['migrations_per_execution']:.1f}"] for name, t in ((n, table[n]) for n in METHODS)]))
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
                "executions_without_jobs": len(rows) - len(counted),
-               "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(wall, 1),
+               "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(before.seconds + (wall or 0.0), 1),
                "table2": table, "wins": wins(rows), "code": config["code"]}
     write_json(out / "summary.json", json_safe(summary), sort_keys=False)
     figs = plot(rows, out, cfg.plot_first)
@@ -502,6 +564,6 @@ def oppcost_main(argv: list[str]) -> int:
     if not interrupted:  # the run is finished: say so, then drop the journal it no longer needs
         write_json(out / "config.json", config_json(cfg, argv, complete=True))
         (out / JOURNAL).unlink(missing_ok=True)
-    print(f"{len(rows)} executions, {summary['jobs']} jobs, wall {wall:.1f} s; wrote {out}/executions.csv, "
+    print(f"{len(rows)} executions, {summary['jobs']} jobs, {before.describe(wall)}; wrote {out}/executions.csv, "
           f"table2.csv, summary.json, config.json, {', '.join(p.name for p in figs)}")
     return 130 if interrupted else 0

@@ -190,3 +190,60 @@ class _InlinePool:
 
     def shutdown(self, *_, **__) -> None:
         pass
+
+
+@pytest.mark.parametrize("window", ["6", "99", "0"])
+def test_a_window_beyond_the_other_machines_is_refused_naming_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], window: str) -> None:
+    """Each of the 6 machines hears from 5 others at most: --window 99 ran as --window 5 while config.json
+    recorded 99. 5 is the largest accepted (see the --window 5 run below)."""
+    out = tmp_path / "out"
+    assert oc.oppcost_main([*QUICK, "--window", window, "--out", str(out)]) == 2
+    _one_line(capsys.readouterr().err, f"vcemu oppcost: --window: must be a finite number >= 1 and <= 5 (each of "
+                                       f"the 6 machines hears from the 5 others at most), got {window}")
+    assert not out.exists()
+    assert oc.oppcost_main([*QUICK, "--window", "5", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["window"] == 5
+
+
+def test_a_resumed_run_keeps_the_wall_time_of_the_executions_it_keeps(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Rerunning a finished run printed 'wall 0.0 s' and wrote wall_seconds 0.0 over the 7.5 s it had measured. Now
+    a rerun that runs nothing keeps the earlier figure; one that runs more adds its own time to it; one that keeps
+    fewer executions keeps their share (by count); one whose earlier run left no summary.json (killed) counts only
+    its own time and says how many executions that leaves out. Each says what its figure is made of."""
+    out = tmp_path / "out"
+    args = ["--jobs", "1", "--duration", "30", "--out", str(out)]
+
+    def earlier(seconds: float) -> None:  # as if the run in out had taken that long
+        summary = json.loads((out / "summary.json").read_text())
+        (out / "summary.json").write_text(json.dumps({**summary, "wall_seconds": seconds}))
+
+    def wall() -> float:
+        return json.loads((out / "summary.json").read_text())["wall_seconds"]
+
+    assert oc.oppcost_main(["--executions", "3", *args]) == 0
+    earlier(7.5)
+    capsys.readouterr()
+    assert oc.oppcost_main(["--executions", "3", *args]) == 0
+    assert wall() == 7.5
+    assert ("wall 7.5 s (7.5 s recorded by the earlier run for the 3 executions kept; no execution ran this time)"
+            in capsys.readouterr().out)
+    assert oc.oppcost_main(["--executions", "3", *args]) == 0  # and again: it does not creep
+    assert wall() == 7.5
+
+    assert oc.oppcost_main(["--executions", "4", *args]) == 0
+    assert wall() >= 7.5
+    assert "(7.5 s recorded by the earlier run for the 3 executions kept; " in capsys.readouterr().out
+
+    earlier(8.0)
+    assert oc.oppcost_main(["--executions", "2", *args]) == 0
+    assert wall() == 4.0
+    assert ("wall 4.0 s (4.0 s recorded by the earlier run for the 2 executions kept, their share of the 4 it had; "
+            "no execution ran this time)" in capsys.readouterr().out)
+
+    (out / "summary.json").unlink()  # as a killed run leaves it
+    assert oc.oppcost_main(["--executions", "3", *args]) == 0
+    assert wall() < 4.0  # (this run's own: one execution)
+    assert ("not counting the 2 executions kept whose time no summary.json recorded (a run killed before writing "
+            "it)" in capsys.readouterr().out)

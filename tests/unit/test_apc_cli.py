@@ -1,0 +1,90 @@
+"""``vcemu apc``'s command line at its edges: the flags it refuses (each named on its own, before anything is
+written in ``--out``) and the Experiment Two table it prints."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from coordinator.apc import experiment as apc
+
+FLAGS = ("--seed", "--cycle", "--exp1-jobs", "--exp2-jobs", "--exp2-iats", "--exp3-horizon", "--experiments")
+
+
+def _one_line(err: str, start: str) -> str:
+    err = err.strip()
+    assert err.startswith(start) and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(("argv", "start"), [
+    # numpy's SeedSequence refused it with a traceback, after config.json had recorded seed -1
+    (["--seed", "-1"], "vcemu apc: --seed: must be >= 0, got -1"),
+    (["--cycle", "0"], "vcemu apc: --cycle: must be a finite number > 0, got 0.0"),
+    (["--cycle", "-5"], "vcemu apc: --cycle: must be a finite number > 0, got -5.0"),
+    (["--exp1-jobs", "0"], "vcemu apc: --exp1-jobs: must be >= 1, got 0"),
+    (["--exp2-jobs", "-3"], "vcemu apc: --exp2-jobs: must be >= 1, got -3"),
+    (["--exp2-iats", "50,0"], "vcemu apc: --exp2-iats: must be finite numbers > 0, got 50,0"),
+    # nothing to run: it wrote config.json and a summary.json of only the code record, and said "written to"
+    (["--experiments", ""], "vcemu apc: --experiments: nothing to run, got ''"),
+    (["--experiments", " , "], "vcemu apc: --experiments: nothing to run, got ' , '"),
+])
+def test_a_bad_flag_is_refused_in_one_line_naming_it_alone_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], start: str) -> None:
+    """Each bad value gets its own line naming its flag and the value (one line named four flags together), exit 2,
+    and --out is left as it was."""
+    out = tmp_path / "out"
+    assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "5", *argv, "--out", str(out)]) == 2
+    err = _one_line(capsys.readouterr().err, start)
+    flag = argv[0]
+    assert [f for f in FLAGS if f in err] == [flag], err
+    assert not out.exists()
+
+
+def test_a_refused_seed_leaves_an_earlier_run_in_out_as_it_was(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A refused --seed must not replace config.json (the next run there started over, 'other settings (seed)')."""
+    out = tmp_path / "out"
+    assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "5", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "5", "--seed", "-1", "--out", str(out)]) == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    capsys.readouterr()
+    assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "5", "--out", str(out)]) == 0
+    assert "starting over" not in capsys.readouterr().err
+
+
+def _spans(line: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(r"\S+", line)]
+
+
+def test_the_experiment_two_table_sizes_its_columns_to_their_contents(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``200 edf-repack   87.8 61``: the algorithm overflowed its 5-character column and pushed the row's numbers
+    out of theirs. Every row's numbers now end where their heading does, and the algorithms start in one column."""
+    rows = [{"inter_arrival_s": iat, "algorithm": algo, "met_pct": met, "placement_changes": changes}
+            for iat in (50.0, 200.0) for algo, met, changes in
+            (("apc", 87.8, 61), ("edf", 55.0, 3), ("fcfs", 100.0, 0), ("edf-repack", 87.8, 1234))]
+    monkeypatch.setattr(apc, "experiment_two", lambda *a, **k: {"rows": rows})
+    assert apc.apc_main(["--experiments", "two", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index(next(line for line in out if "iat [s]" in line))
+    head, body = out[start], out[start + 1:start + 1 + len(rows)]
+    ends = [head.index(h) + len(h) for h in ("iat [s]", "met %", "changes")]
+    for line, r in zip(body, rows, strict=True):
+        spans = _spans(line)
+        assert [line[a:b] for a, b in spans] == [f"{r['inter_arrival_s']:g}", r["algorithm"], f"{r['met_pct']:.1f}",
+                                                 str(r["placement_changes"])], line
+        assert [spans[0][1], spans[2][1], spans[3][1]] == ends, (head, line)
+        assert spans[1][0] == head.index("algo"), (head, line)
+
+
+def test_the_help_names_every_algorithm_experiment_two_runs_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """The description said "(APC, EDF, FCFS)" while the default --exp2-algorithms runs edf-repack too."""
+    with pytest.raises(SystemExit):
+        apc.apc_main(["--help"])
+    text = capsys.readouterr().out
+    described = text[text.index("exp2_summary.csv"):text.index("exp3_cycles.csv")]
+    assert all(algo in described for algo in apc.ALGOS), described
