@@ -1160,9 +1160,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("apc", help="seed 003 APC experiments One-Three (see vcemu apc --help)", add_help=False)
     sub.add_parser("sweep", help="seed 001 Sec. V experiments on Ray (see vcemu sweep --help)", add_help=False)
     sub.add_parser("replay", help="replay a trace segment on live agents beside its simulation", add_help=False)
-    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, dfrs, load, scale")
-    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale"])
+    sp = sub.add_parser("bench", help="benchmarks: cpu-share, load, scale (live); packing, dfrs (simulation only)",
+                        description=BENCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale"],
+                    help="the benchmark (see above); vcemu bench NAME --help gives its flags")
     return p
+
+
+#: ``vcemu bench --help``: each benchmark, and what it needs of the machine.
+BENCH_HELP = """\
+Benchmarks, each with its own flags (vcemu bench NAME --help).
+
+Live: they run agents on this machine (load and scale, a coordinator too).
+  cpu-share  seed 002 Sec. 7's CPU-cap accuracy: dgemm tasks under CPU quotas in an
+             in-process agent. Needs cgroups (a cgroup v2 or v1 CPU controller the user
+             may write to, usually root)
+  load       submissions per second the coordinator accepts durably over gRPC, with an
+             in-process agent running modeled jobs (no cgroups needed)
+  scale      DYNMCB8-PER's control cycle on 1,000 emulated hosts spread over agent
+             processes, modeled jobs, agents run with --no-cgroups (no cgroups needed)
+
+Simulation only: no agent, no cgroups.
+  packing    MCB8's packing speed on generated instances (seed 002)
+  dfrs       DFRS simulation speed and decision p99 (seed 001); its sweep speedup part
+             starts a local Ray of 1, then 2 CPUs (--no-sweep skips it)
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

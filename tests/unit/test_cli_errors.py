@@ -746,3 +746,19 @@ def test_a_broken_pipe_that_is_not_our_output_is_still_an_error(monkeypatch) -> 
     monkeypatch.setattr(cli, "_main", broken)
     with pytest.raises(BrokenPipeError):
         cli.main([])
+
+
+def test_bench_help_describes_each_benchmark_and_what_it_needs(capsys) -> None:
+    """``vcemu bench --help`` listed the names alone: not what each measures, nor which need cgroups or agents
+    (cpu-share, load, scale) and which are simulation only (packing, dfrs)."""
+    code, out, _ = run(["bench", "--help"], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    live, _, simulated = text.partition("Simulation only: no agent, no cgroups.")
+    assert simulated, out
+    assert "Live: they run agents" in live
+    for name in ("cpu-share", "load", "scale"):
+        assert f" {name} " in live, out
+    assert "Needs cgroups" in live
+    for name in ("packing", "dfrs"):
+        assert f" {name} " in simulated.split("positional arguments")[0], out
