@@ -18,6 +18,10 @@
   change in the code from a change in the machine. The ratio divides the run's CPU time (``sim_cpu_s``) by it,
   like by like.
 
+``policy`` names the simulated policy, ``sweep_policies`` the sweep's. ``decisions`` counts the run's decisions,
+``decisions_le_100_unfinished_jobs`` those taken with at most 100 unfinished jobs in the system, over which
+``decision_p99_ms`` (and its mean and max) is taken: every decision of a run of at most 100 jobs.
+
 With ``--jobs N`` other than 1,000 the simulation's keys say N (``sim_200jobs_s``), and its targets (the run's
 time and decision p99), set for the 1,000-job run, are not judged. ``met`` says, for each target judged, whether it
 was met.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -69,9 +74,9 @@ def bench_sim(jobs: int = 1000, seed: int = 1, load: float = 0.9, hosts: int = 1
     the timing). The issue names no rescheduling penalty: ``sim_1000jobs_s`` and ``decision_p99_ms`` are
     for the simulator's default (none), and the same run with the 5-minute penalty of 001's Table I is
     reported beside them with a ``_penalty300`` suffix (a longer run: jobs pile up while they pay it)."""
-    from coordinator.perf_dfrs import time_sim_1000
+    from coordinator.perf_dfrs import POLICY, time_sim_1000
 
-    out: dict[str, Any] = {"python_ref_s": reference_seconds()}
+    out: dict[str, Any] = {"policy": POLICY, "python_ref_s": reference_seconds()}
     for penalty in penalties:
         suffix = "" if penalty == 0 else f"_penalty{penalty:g}"
         run = time_sim_1000(seed, n_jobs=jobs, hosts=hosts, load=load, penalty=penalty)  # timing and decisions
@@ -83,7 +88,7 @@ def bench_sim(jobs: int = 1000, seed: int = 1, load: float = 0.9, hosts: int = 1
         out[f"gc{suffix}_s"] = run["gc_s"]  # the max is a full collection's (perf_dfrs._Collections)
         out[f"gc_max{suffix}_ms"] = run["gc_max_ms"]
         out[f"decisions{suffix}"] = run["decisions"]
-        out[f"decisions_upto_100_jobs{suffix}"] = run["decisions_le_max_jobs"]
+        out[f"decisions_le_{run['max_jobs']}_unfinished_jobs{suffix}"] = run["decisions_le_max_jobs"]
     return out
 
 
@@ -128,32 +133,40 @@ def bench_dfrs_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="vcemu bench dfrs", description=doc_text(__doc__.split("\n\n")[0]))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--jobs", type=int, default=1000, help="jobs in the simulated trace (default 1000)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="seed of the simulated trace, >= 0 (default 1)")
     p.add_argument("--no-sweep", action="store_true", help="skip the Ray speedup measurement")
     p.add_argument("--no-sim", action="store_true", help="skip the simulation of --jobs jobs")
     a = p.parse_args(list(argv))
-    if a.jobs < 2:
-        p.error("--jobs: must be >= 2")
+    # refused here, in one line naming the flag, before any work: numpy takes no negative seed (its traceback,
+    # "expected non-negative integer", came once the bench had begun)
+    for flag, value, ok, rule in (("--jobs", a.jobs, a.jobs >= 2, "must be >= 2"),
+                                  ("--seed", a.seed, a.seed >= 0, "must be >= 0")):
+        if not ok:
+            print(f"vcemu bench dfrs: {flag}: {rule}, got {value}", file=sys.stderr)
+            return 2
     out: dict[str, Any] = {"jobs": a.jobs, "seed": a.seed}
     if not a.no_sim:
         out.update(bench_sim(a.jobs, a.seed))
     if not a.no_sweep:
         w1 = _sweep_wall(1, a.seed)
         w2 = _sweep_wall(2, a.seed)
-        out.update(sweep_1worker_s=w1, sweep_2workers_s=w2, sweep_speedup_2cores=w1 / w2)
+        out.update(sweep_policies=",".join(BENCH_ALGS), sweep_1worker_s=w1, sweep_2workers_s=w2,
+                   sweep_speedup_2cores=w1 / w2)
     out["targets"] = {key: f"{op} {limit:g}" for key, (op, limit) in TARGETS.items()}
     out["met"] = judged(out) if a.jobs == 1000 else {k: v for k, v in judged(out).items() if k not in SIM_TARGETS}
     if a.json:
         print(json.dumps(out))
     else:
-        for k, v in out.items():
-            if k not in ("targets", "met"):
-                print(f"{k:>26}: {v:.4g}" if isinstance(v, float) else f"{k:>26}: {v}")
+        shown = [k for k in out if k not in ("targets", "met")]
+        width = max(len(k) for k in [*shown, "target"])  # the longest key sets the column (was a fixed 26)
+        for k in shown:
+            v = out[k]
+            print(f"{k:>{width}}: {v:.4g}" if isinstance(v, float) else f"{k:>{width}}: {v}")
         for key, target in out["targets"].items():
             why = f"not judged (--jobs {a.jobs}, not 1000)" if key in SIM_TARGETS and a.jobs != 1000 and not a.no_sim \
                 else "not measured"
             verdict = {True: "MET", False: "MISSED"}.get(out["met"].get(key), why)
-            print(f"{'target':>26}: {key} {target}: {verdict}")
+            print(f"{'target':>{width}}: {key} {target}: {verdict}")
     return 0
 
 

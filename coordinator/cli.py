@@ -474,11 +474,42 @@ def _server_options(args: argparse.Namespace) -> dict:
     return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls}
 
 
+#: The submit flag of each field :func:`submit_refusal` may name.
+SUBMIT_FLAGS = {"tasks": "--tasks", "cpu_need": "--cpu-need", "memory": "--memory", "work_seconds": "--work",
+                "workload": "--workload", "request_id": "--request-id"}
+
+
+def submit_refusal(spec: JobSpec, request_id: str) -> tuple[str, str] | None:
+    """Why the coordinator would refuse to submit ``spec`` under ``request_id`` whatever hosts it has, as (field,
+    why), or None: :meth:`JobSpec.validate` without hosts (the ranges ``submit --help`` states), then the
+    coordinator's own bounds (:func:`~coordinator.limits.request_bounds`). ``submit`` asks this before it connects,
+    of the job of its flags as of every job of ``--file``; what depends on the hosts (a memory no host has) only
+    the coordinator can say."""
+    from coordinator.model import InvalidJob
+
+    try:
+        spec.validate()
+    except InvalidJob as exc:
+        return exc.field, str(exc).partition(": ")[2]
+    why = request_bounds(request_id, spec.name, spec.tasks, spec.work)
+    if why is not None:
+        field, _, rule = why.partition(": ")
+        return field, f"{rule} (the coordinator's bound)"
+    return None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    from coordinator.model import JobSpec
     from vcemu.v1 import coordinator_pb2 as pb
 
     if args.file:
         return _submit_file(args)
+    # every job flag checked here, before connecting (as --tasks is by argparse and --file's jobs are): an
+    # unreachable coordinator's "is the coordinator running" hid a --cpu-need 2 the coordinator would refuse
+    why = submit_refusal(JobSpec("", 0.0, args.tasks, args.cpu_need, args.memory, args.work, args.workload),
+                         args.request_id or "")
+    if why is not None:
+        _refuse(f"vcemu submit: {SUBMIT_FLAGS.get(why[0], why[0])}: {why[1]}")
     request = pb.SubmitRequest(
         spec=pb.JobSpec(
             tasks=args.tasks, cpu_need=args.cpu_need, memory=args.memory,
@@ -504,6 +535,8 @@ def _submit_file(args: argparse.Namespace) -> int:
     ``--request-id P`` makes each job's request id ``P:<id>`` instead. Submit times in the file are ignored. A
     file that cannot be read, has a bad line or no job is refused before connecting (exit status 2, as simulate
     refuses it)."""
+    import dataclasses
+
     from vcemu.v1 import coordinator_pb2 as pb
     from workloads.jobfile import JobFileError, is_swf, load_jobs
 
@@ -518,11 +551,11 @@ def _submit_file(args: argparse.Namespace) -> int:
     if not specs:  # "0 accepted" and exit status 0 read as if the file had been submitted
         _refuse(f"vcemu submit: no jobs in {args.file}")
     request_ids = [f"{args.request_id}:{s.id}" if args.request_id else _job_request_id(s) for s in specs]
-    for s, rid in zip(specs, request_ids, strict=True):  # the coordinator's own bounds, before connecting (a
-        # simulation of the file takes more work, say)
-        why = request_bounds(rid, s.id, s.tasks, s.work)
+    for s, rid in zip(specs, request_ids, strict=True):  # what the coordinator refuses, before connecting (its
+        # bounds are below what a simulation of the file takes: more work, say)
+        why = submit_refusal(dataclasses.replace(s, name=s.id), rid)
         if why is not None:
-            _refuse(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {s.id}: {why} (the coordinator's bound)")
+            _refuse(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {s.id}: {why[0]}: {why[1]}")
     client, accepted, refused, known, told = _Client(args, "submit"), 0, 0, 0, 0
     with client:
         for k in range(0, len(specs), 1000):
@@ -1066,7 +1099,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--cpu-need", type=float, default=1.0, help="per task, fraction of a host, (0, 1] (default 1.0)")
     sp.add_argument("--memory", type=float, default=0.1,
                     help="per task, fraction of a host's memory, (0, 1] (default 0.1)")
-    sp.add_argument("--work", type=float, default=30.0, help="seconds at full speed (default 30)")
+    sp.add_argument("--work", type=float, default=30.0, help="seconds at full speed, > 0 (default 30)")
     sp.add_argument("--workload", default="dgemm",
                     help="what each task runs: dgemm (default), arraycycle or modeled")
     sp.add_argument("--request-id", default=None,
@@ -1127,9 +1160,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("apc", help="seed 003 APC experiments One-Three (see vcemu apc --help)", add_help=False)
     sub.add_parser("sweep", help="seed 001 Sec. V experiments on Ray (see vcemu sweep --help)", add_help=False)
     sub.add_parser("replay", help="replay a trace segment on live agents beside its simulation", add_help=False)
-    sp = sub.add_parser("bench", help="benchmarks: cpu-share, packing, dfrs, load, scale")
-    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale"])
+    sp = sub.add_parser("bench", help="benchmarks: cpu-share, load, scale (live); packing, dfrs (simulation only)",
+                        description=BENCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale"],
+                    help="the benchmark (see above); vcemu bench NAME --help gives its flags")
     return p
+
+
+#: ``vcemu bench --help``: each benchmark, and what it needs of the machine.
+BENCH_HELP = """\
+Benchmarks, each with its own flags (vcemu bench NAME --help).
+
+Live: they run agents on this machine (load and scale, a coordinator too).
+  cpu-share  seed 002 Sec. 7's CPU-cap accuracy: dgemm tasks under CPU quotas in an
+             in-process agent. Needs cgroups (a cgroup v2 or v1 CPU controller the user
+             may write to, usually root)
+  load       submissions per second the coordinator accepts durably over gRPC, with an
+             in-process agent running modeled jobs (no cgroups needed)
+  scale      DYNMCB8-PER's control cycle on 1,000 emulated hosts spread over agent
+             processes, modeled jobs, agents run with --no-cgroups (no cgroups needed)
+
+Simulation only: no agent, no cgroups.
+  packing    MCB8's packing speed on generated instances (seed 002)
+  dfrs       DFRS simulation speed and decision p99 (seed 001); its sweep speedup part
+             starts a local Ray of 1, then 2 CPUs (--no-sweep skips it)
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

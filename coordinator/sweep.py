@@ -67,10 +67,11 @@ is an HPC2N week named twice.
 Outputs in OUT: ``config.json`` (with ``code``, :func:`coordinator.provenance.code_version`; not written by
 ``--report-only``), ``.lock``, ``cells/*.json``, ``cells.csv`` (every cell with its metrics), ``degradation.csv``
 (001's degradation factor per cell: max stretch / best max stretch of the same trace and penalty),
-``table1_p<penalty>.csv/.png``, ``table1_vs_paper_p300.csv`` (Table I at 300 s beside 001's, with ranks),
-``fig1_p<penalty>.csv`` and ``fig1.png`` (average degradation factor vs. load, one panel per penalty; with
-``--traces`` > 0), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, scaled traces, load >= 0.7; only
-when such cells exist). A plot with nothing to show is not drawn (see :mod:`coordinator.sweep_report`).
+``table1_p<penalty>.csv/.png``, ``table1_vs_paper_p300.csv`` (Table I at 300 s beside 001's, with ranks; tied
+averages share a rank, "1224"), ``fig1_p<penalty>.csv`` and ``fig1.png`` (average degradation factor vs. load, one
+panel per penalty; with ``--traces`` > 0), ``table2_p<penalty>.csv/.png`` (preemption/migration costs, scaled
+traces, load >= 0.7; only when such cells exist). A plot with nothing to show is not drawn
+(see :mod:`coordinator.sweep_report`).
 """
 
 from __future__ import annotations
@@ -479,11 +480,12 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="divide every Lublin job's work and inter-arrival time by K (same load, K times the jobs "
                         "per hour; the penalty weighs K times more)")
     p.add_argument("--cell-timeout", type=float, default=600.0,
-                   help="seconds before a cell is abandoned (stored as a timeout, with its limit; a rerun with "
-                        "a larger limit runs it again)")
+                   help="seconds (finite, > 0) before a cell is abandoned (stored as a timeout, with its limit; a "
+                        "rerun with a larger limit runs it again)")
     p.add_argument("--host-memory-gb", type=float, default=8.0,
-                   help="node memory for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
-    p.add_argument("--seed", type=int, default=1, help="first seed of the Lublin traces (default %(default)s)")
+                   help="node memory (> 0) for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="first seed of the Lublin traces, >= 0 (default %(default)s)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="CPUs of the local Ray")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster: its head's HOST:PORT (as `ray start --head --port` gave it; an "
@@ -523,24 +525,59 @@ def _weeks(text: str) -> list[int]:
     return out
 
 
+def _refuse_empty_grid(a: argparse.Namespace, algs: Sequence[str], pens: Sequence[float], loads: Sequence[float],
+                       weeks: Sequence[int]) -> None:
+    """Refuse settings that give no cell, naming the flags that make it so: such a run reported "0 cells", wrote
+    tables of nan and exited 0, as if it had run a sweep."""
+    if not algs:
+        raise SystemExit(f"vcemu sweep: --algorithms: no algorithm in {a.algorithms!r}; nothing to run")
+    if not pens:
+        raise SystemExit(f"vcemu sweep: --penalties: no penalty in {a.penalties!r}; nothing to run")
+    if (a.traces and loads) or a.unscaled or weeks:
+        return
+    lublin = f"--traces {a.traces}" if not a.traces else f"--loads {a.loads!r} (no load)"
+    raise SystemExit(f"vcemu sweep: no trace to run: {lublin}, --unscaled {a.unscaled} and --hpc2n-weeks "
+                     f"{a.hpc2n_weeks!r} give none; give --traces N (Lublin traces per load), --unscaled N or "
+                     "--hpc2n-weeks W")
+
+
 def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
     algs = [x.strip().lower() for x in a.algorithms.split(",") if x.strip()]
     for alg in algs:
         if alg not in POLICY_NAMES:
             raise SystemExit(f"vcemu sweep: --algorithms: unknown {alg!r}; known: {', '.join(POLICY_NAMES)}")
     loads = _parse_floats(a.loads, "--loads")
-    if any(not x > 0 for x in loads):
-        raise SystemExit("vcemu sweep: --loads: every load must be > 0")
+    if bad := [x for x in loads if not (math.isfinite(x) and x > 0)]:
+        raise SystemExit(f"vcemu sweep: --loads: every load must be a finite number > 0, got {bad[0]}")
     _refuse_shared_ids(loads, _load_id, "--loads", "l")
     pens = _parse_floats(a.penalties, "--penalties")
-    if any(x < 0 for x in pens):
-        raise SystemExit("vcemu sweep: --penalties: must be >= 0")
+    if bad := [x for x in pens if not (math.isfinite(x) and x >= 0)]:
+        raise SystemExit(f"vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds), "
+                         f"got {bad[0]}")
     _refuse_shared_ids(pens, _penalty_id, "--penalties", "p")
-    for name in ("traces", "unscaled"):
-        if getattr(a, name) < 0:
-            raise SystemExit(f"vcemu sweep: --{name}: must be >= 0")
-    if a.jobs < 2 or a.hosts < 1 or a.workers < 1 or a.cell_timeout <= 0:
-        raise SystemExit("vcemu sweep: --jobs >= 2, --hosts >= 1, --workers >= 1, --cell-timeout > 0 required")
+    checks = (  # each refused on its own line, with the value given (not a list of every rule at once)
+        ("--traces", a.traces, a.traces >= 0, "must be >= 0"),
+        ("--unscaled", a.unscaled, a.unscaled >= 0, "must be >= 0"),
+        ("--jobs", a.jobs, a.jobs >= 2, "must be >= 2"),
+        ("--hosts", a.hosts, a.hosts >= 1, "must be >= 1"),
+        ("--workers", a.workers, a.workers >= 1, "must be >= 1"),
+        # written to config.json and every cell (strict JSON has no NaN or Infinity); for practically no limit,
+        # a large number does
+        ("--cell-timeout", a.cell_timeout, math.isfinite(a.cell_timeout) and a.cell_timeout > 0,
+         "must be a finite number of seconds > 0"),
+        ("--host-memory-gb", a.host_memory_gb, math.isfinite(a.host_memory_gb) and a.host_memory_gb > 0,
+         "must be a finite number > 0"),
+        # numpy seeds the Lublin traces, and takes no negative seed
+        ("--seed", a.seed, a.seed >= 0, "must be >= 0"),
+        ("--max-jobs", a.max_jobs, a.max_jobs is None or a.max_jobs >= 2, "must be >= 2"),
+        ("--job-scale", a.job_scale, math.isfinite(a.job_scale) and a.job_scale > 0, "must be a finite number > 0"),
+    )
+    for flag, value, ok, rule in checks:
+        if not ok:
+            raise SystemExit(f"vcemu sweep: {flag}: {rule}, got {value}")
+    weeks = _weeks(a.hpc2n_weeks)
+    if not a.report_only:  # (--report-only takes the stored sweep's settings)
+        _refuse_empty_grid(a, algs, pens, loads, weeks)
     if a.traces or a.unscaled:  # the Lublin model's size distribution needs a big enough machine
         from workloads.lublin import LublinParams
 
@@ -548,14 +585,10 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
             LublinParams(nodes=a.hosts)
         except ValueError as exc:
             raise SystemExit(f"vcemu sweep: --hosts: {exc}") from None
-    if a.max_jobs is not None and a.max_jobs < 2:
-        raise SystemExit("vcemu sweep: --max-jobs: must be >= 2")
-    if not (math.isfinite(a.job_scale) and a.job_scale > 0):
-        raise SystemExit(f"vcemu sweep: --job-scale: must be a number > 0, got {a.job_scale}")
     return {
         "algorithms": algs, "penalties": pens, "traces": a.traces, "jobs": a.jobs, "loads": loads,
         "unscaled": a.unscaled, "hosts": a.hosts, "hpc2n": os.path.abspath(a.hpc2n),
-        "hpc2n_weeks": _weeks(a.hpc2n_weeks), "max_jobs": a.max_jobs, "job_scale": a.job_scale,
+        "hpc2n_weeks": weeks, "max_jobs": a.max_jobs, "job_scale": a.job_scale,
         "cell_timeout": a.cell_timeout, "host_memory_gb": a.host_memory_gb, "seed": a.seed, "workers": a.workers,
         "offered_load": "sum_j tasks_j*work_j / (hosts * (last submit - first submit)); levels by scaling "
                         "all inter-arrival times by one constant (workloads.annotate.scale_to_load)",
@@ -699,6 +732,9 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                 traces = build_traces(cfg)
             except (OSError, ValueError) as exc:
                 raise SystemExit(f"vcemu sweep: {exc}") from None
+            if not traces and not a.report_only:  # the flags named some (config_from_args): HPC2N weeks, all skipped
+                raise SystemExit(f"vcemu sweep: no trace to run: every week of --hpc2n-weeks {a.hpc2n_weeks!r} was "
+                                 "skipped (fewer than 2 jobs), and --traces and --unscaled give none")
             code = source_fingerprint()
             grid = [(cell_key(tr.id, alg, pen), tr, alg, pen)
                     for tr in traces for pen in cfg["penalties"] for alg in cfg["algorithms"]]

@@ -73,8 +73,19 @@ PAPER_TABLE1_P300: dict[str, dict[str, tuple[float, float, float]]] = {
 }
 
 
+def competition_ranks(values: dict[str, float]) -> dict[str, int]:
+    """Rank by value, lowest first, ties sharing a rank ("1224" competition ranking: each value ranks one above the
+    number of values below it). Values are compared as the reports write them (6 significant digits), so that two
+    averages that print alike do not get two ranks; a NaN gets no rank."""
+    shown = {k: float(f"{v:.6g}") for k, v in values.items() if not math.isnan(v)}
+    return {k: 1 + sum(1 for w in shown.values() if w < v) for k, v in shown.items()}
+
+
 def table1_vs_paper(t1: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Our Table I (5-minute penalty) beside the paper's, with each algorithm's rank by average in both."""
+    """Our Table I (5-minute penalty) beside the paper's, with each algorithm's rank by average in both
+    (``<group>_avg_rank``, ``<group>_paper_avg_rank``): 1 for the lowest average, tied averages sharing the best
+    of their ranks and the next rank skipped ("1224" competition ranking, :func:`competition_ranks`; e.g. six
+    algorithms all at 1.0 are all 1), none where there is no average."""
     out = []
     for r in t1:
         row: dict[str, Any] = {"algorithm": r["algorithm"]}
@@ -85,9 +96,10 @@ def table1_vs_paper(t1: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(row)
     for g, _ in GROUPS:
         for key in ("avg", "paper_avg"):
-            ranked = sorted((x for x in out if not math.isnan(x[f"{g}_{key}"])), key=lambda x: x[f"{g}_{key}"])
-            for i, x in enumerate(ranked, 1):
-                x[f"{g}_{key}_rank"] = i
+            ranks = competition_ranks({x["algorithm"]: x[f"{g}_{key}"] for x in out})
+            for x in out:
+                if x["algorithm"] in ranks:
+                    x[f"{g}_{key}_rank"] = ranks[x["algorithm"]]
     return out
 
 

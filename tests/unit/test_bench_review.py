@@ -157,3 +157,64 @@ def test_scale_places_at_least_one_job() -> None:
     """``--hosts 1`` without ``--jobs`` gave hosts // 2 = 0 jobs, and the bench waited ~10 min for a cycle."""
     assert [bench_ops.scale_jobs(h, None) for h in (1, 2, 3, 1000)] == [1, 1, 1, 500]
     assert bench_ops.scale_jobs(10, 7) == 7
+
+
+# ---- bench dfrs and bench packing (simulation only), as a new-user review found them ------------------------------
+
+
+@pytest.fixture
+def no_bench(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench dfrs or packing that gets past its argument checks fails at once (no simulation, no Ray)."""
+    import coordinator.bench_dfrs as dfrs
+    import coordinator.vcsched.bench as packing
+
+    def refuse(*_a: object, **_k: object) -> None:
+        raise Ran("the bench ran with these arguments")
+
+    monkeypatch.setattr(dfrs, "bench_sim", refuse)
+    monkeypatch.setattr(dfrs, "_sweep_wall", refuse)
+    monkeypatch.setattr(packing, "generate", refuse)
+
+
+@pytest.mark.parametrize(("bench_name", "argv", "line"), [
+    # numpy's "ValueError: expected non-negative integer" traceback, exit status 1
+    ("dfrs", ["--jobs", "20", "--seed", "-1", "--no-sweep"], "vcemu bench dfrs: --seed: must be >= 0, got -1"),
+    ("dfrs", ["--jobs", "1"], "vcemu bench dfrs: --jobs: must be >= 2, got 1"),
+    ("packing", ["--seed", "-1"], "vcemu bench packing: --seed: must be >= 0, got -1"),
+    # no run per instance: "mcb8_500x64_ms inf", exit status 0
+    ("packing", ["--repeat", "0"], "vcemu bench packing: --repeat: must be >= 1, got 0"),
+    ("packing", ["--repeat", "-1"], "vcemu bench packing: --repeat: must be >= 1, got -1"),
+])
+def test_simulation_benches_refuse_bad_arguments_in_one_line_before_any_work(
+        no_bench: None, capsys: pytest.CaptureFixture, bench_name: str, argv: list[str], line: str) -> None:
+    from coordinator.cli import main
+
+    assert main(["bench", bench_name, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == line, err
+
+
+def test_bench_dfrs_names_its_policy_and_lines_its_keys_up(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """The text output's keys were right-aligned to 26 characters, which sim_100jobs_penalty300_per_ref and
+    decisions_upto_100_jobs_penalty300 overran; the simulated policy was named nowhere; and
+    decisions_upto_100_jobs (the decisions taken with at most 100 unfinished jobs, over which decision_p99_ms is
+    taken) read, in a 50-job run, as a count of a 100-job run's."""
+    import coordinator.bench_dfrs as dfrs
+    import coordinator.perf_dfrs as perf
+
+    def run(seed: int, *, n_jobs: int, hosts: int, load: float, penalty: float) -> dict:
+        return {"sim_1000jobs_s": 0.05, "sim_cpu_s": 0.05, "decision_p99_ms": 1.0, "decision_max_ms": 2.0,
+                "gc_s": 0.0, "gc_max_ms": 0.0, "decisions": 70, "decisions_le_max_jobs": 70, "max_jobs": 100}
+
+    monkeypatch.setattr(perf, "time_sim_1000", run)
+    monkeypatch.setattr(dfrs, "reference_seconds", lambda: 0.1)
+    assert dfrs.bench_dfrs_main(["--jobs", "50", "--no-sweep"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len({line.index(": ") for line in lines}) == 1, "\n".join(lines)  # one column of keys
+    keys = {line.partition(": ")[0].strip(): line.partition(": ")[2] for line in lines}
+    assert keys["policy"] == "dynmcb8-asap-per"
+    assert keys["decisions_le_100_unfinished_jobs"] == "70" and "decisions_upto_100_jobs" not in keys
+    assert "sim_50jobs_penalty300_per_ref" in keys
+    assert dfrs.bench_dfrs_main(["--jobs", "50", "--no-sweep", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"] == "dynmcb8-asap-per"

@@ -164,6 +164,26 @@ def test_submit_file_refuses_a_bad_file_before_connecting(tmp_path: Path, name: 
     assert out == ""
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    # each printed UNAVAILABLE "is the coordinator running?" at an address where none listens, or, where one did,
+    # went to it to be refused: only --tasks (argparse) and --file were checked before connecting
+    (["--cpu-need", "2"], "vcemu submit: --cpu-need: must be in (0, 1] (a fraction of one host), got 2.0"),
+    (["--cpu-need", "nan"], "vcemu submit: --cpu-need: must be in (0, 1] (a fraction of one host), got nan"),
+    (["--memory", "0"], "vcemu submit: --memory: must be in (0, 1] (a fraction of one host's memory), got 0.0"),
+    (["--work", "-1"], "vcemu submit: --work: must be a finite number > 0, got -1.0"),
+    (["--work", "inf"], "vcemu submit: --work: must be a finite number > 0, got inf"),
+    (["--work", "2e9"], "vcemu submit: --work: at most 1e+09, got 2e+09 (the coordinator's bound)"),
+    (["--workload", "foo"], "vcemu submit: --workload: unknown workload 'foo'; known: dgemm, arraycycle, modeled"),
+    (["--request-id", "r" * 300], "vcemu submit: --request-id: at most 256 characters, got 300 (the coordinator's "
+                                  "bound)"),
+])
+def test_submit_refuses_a_bad_job_flag_before_connecting(argv: list[str], line: str, no_connection: None,
+                                                         capsys) -> None:
+    code, out, err = run(["submit", "--coordinator", "127.0.0.1:1", *argv], capsys)
+    refused(code, err)
+    assert err.strip() == line and out == ""
+
+
 def test_submit_help_says_the_files_submit_times_are_ignored(capsys) -> None:
     code, out, _ = run(["submit", "--help"], capsys)
     assert code == 0
@@ -439,22 +459,30 @@ def test_work_must_be_finite_and_positive(work: float) -> None:
 
 
 def test_submit_work_inf_says_finite(capsys) -> None:
-    """``vcemu submit --work inf``: the coordinator's refusal names the rule inf breaks (finite), not "> 0"."""
+    """``vcemu submit --work inf``: the refusal names the rule inf breaks (finite), not "> 0". Said before connecting
+    now (test_submit_refuses_a_bad_job_flag_before_connecting), as the coordinator says it to another client."""
     import grpc
 
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
     from tests.unit.test_service import register
+    from vcemu.v1 import coordinator_pb2 as pb
     from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
     server = CoordinatorServer(get_policy("greedy"), port=0).start()
     try:
         with grpc.insecure_channel(server.address) as channel:
-            register(pb_grpc.CoordinatorStub(channel))
+            stub = pb_grpc.CoordinatorStub(channel)
+            register(stub)
+            with pytest.raises(grpc.RpcError) as exc:
+                stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1,
+                                                             work_seconds=math.inf)), timeout=10)
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "work_seconds: must be a finite number > 0, got inf" in exc.value.details()
         code, _, err = run(["submit", "--coordinator", server.address, "--work", "inf"], capsys)
     finally:
         server.stop()
-    refused(code, err, "INVALID_ARGUMENT", "work_seconds: must be a finite number > 0, got inf")
+    refused(code, err, "vcemu submit: --work: must be a finite number > 0, got inf")
 
 
 def test_doc_text_strips_rest_markup() -> None:
@@ -718,3 +746,19 @@ def test_a_broken_pipe_that_is_not_our_output_is_still_an_error(monkeypatch) -> 
     monkeypatch.setattr(cli, "_main", broken)
     with pytest.raises(BrokenPipeError):
         cli.main([])
+
+
+def test_bench_help_describes_each_benchmark_and_what_it_needs(capsys) -> None:
+    """``vcemu bench --help`` listed the names alone: not what each measures, nor which need cgroups or agents
+    (cpu-share, load, scale) and which are simulation only (packing, dfrs)."""
+    code, out, _ = run(["bench", "--help"], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    live, _, simulated = text.partition("Simulation only: no agent, no cgroups.")
+    assert simulated, out
+    assert "Live: they run agents" in live
+    for name in ("cpu-share", "load", "scale"):
+        assert f" {name} " in live, out
+    assert "Needs cgroups" in live
+    for name in ("packing", "dfrs"):
+        assert f" {name} " in simulated.split("positional arguments")[0], out

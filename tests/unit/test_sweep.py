@@ -188,3 +188,75 @@ def test_a_cell_whose_jobs_did_not_all_complete_stores_no_max_stretch(monkeypatc
     assert r["status"] == "error" and r["error"] == "1 jobs did not complete"
     assert math.isnan(r["max_stretch"]) and math.isnan(r["mean_stretch"]) and math.isnan(r["max_plain_stretch"])
     assert r["completed_max_stretch"] == pytest.approx((150 - 10) / 50)  # kept apart, for a look
+
+
+# ---- settings refused before any work, each flag on its own line with its value (new-user review) ---------------
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    # numpy's "expected non-negative integer", which named no flag
+    (["--traces", "1", "--jobs", "5", "--seed", "-1"], "vcemu sweep: --seed: must be >= 0, got -1"),
+    # NaN passed `cell_timeout <= 0` and went into config.json as NaN (not strict JSON); -3 GB nodes were taken
+    (["--cell-timeout", "nan"], "vcemu sweep: --cell-timeout: must be a finite number of seconds > 0, got nan"),
+    (["--cell-timeout", "inf"], "vcemu sweep: --cell-timeout: must be a finite number of seconds > 0, got inf"),
+    (["--host-memory-gb", "-3"], "vcemu sweep: --host-memory-gb: must be a finite number > 0, got -3.0"),
+    (["--host-memory-gb", "nan"], "vcemu sweep: --host-memory-gb: must be a finite number > 0, got nan"),
+    (["--penalties", "0,nan"],
+     "vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds), got nan"),
+    (["--loads", "0.5,inf"], "vcemu sweep: --loads: every load must be a finite number > 0, got inf"),
+    # one flag per line, with its value: was "--jobs >= 2, --hosts >= 1, --workers >= 1, --cell-timeout > 0 required"
+    (["--jobs", "1"], "vcemu sweep: --jobs: must be >= 2, got 1"),
+    (["--hosts", "0"], "vcemu sweep: --hosts: must be >= 1, got 0"),
+    (["--workers", "0"], "vcemu sweep: --workers: must be >= 1, got 0"),
+    (["--cell-timeout", "0"], "vcemu sweep: --cell-timeout: must be a finite number of seconds > 0, got 0.0"),
+    # an empty grid: "0 cells ... in 0.0 s", a table of nan, exit status 0
+    (["--traces", "0"], "vcemu sweep: no trace to run: --traces 0, --unscaled 0 and --hpc2n-weeks '' give none"),
+    (["--loads", ","], "vcemu sweep: no trace to run: --loads ',' (no load), --unscaled 0 and --hpc2n-weeks ''"),
+    (["--algorithms", ","], "vcemu sweep: --algorithms: no algorithm in ','; nothing to run"),
+    (["--penalties", ""], "vcemu sweep: --penalties: no penalty in ''; nothing to run"),
+])
+def test_bad_settings_are_refused_one_flag_per_line_before_anything_is_made(tmp_path, capsys, monkeypatch, argv,
+                                                                           line):
+    import coordinator.sweep as sweep
+    from coordinator.sweep import sweep_main
+
+    def ran(*_a, **_k):
+        raise AssertionError("the sweep went past its settings checks")
+
+    monkeypatch.setattr(sweep, "build_traces", ran)  # no trace built, no Ray started for settings to refuse
+    monkeypatch.setattr(sweep, "ray_init", ran)
+    out = tmp_path / "out"
+    assert sweep_main(["--out", str(out), "--hpc2n-weeks", "", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()  # refused before the folder, config.json or Ray
+
+
+def test_an_empty_grid_is_refused_only_when_nothing_names_a_trace():
+    from coordinator.sweep import _parse_args, config_from_args
+
+    assert config_from_args(_parse_args(["--traces", "0", "--unscaled", "1", "--hpc2n-weeks", ""]))["unscaled"] == 1
+    assert config_from_args(_parse_args(["--traces", "0", "--hpc2n-weeks", "3"]))["hpc2n_weeks"] == [3]
+    # --report-only takes the stored sweep's settings: its own flags need name no trace
+    assert config_from_args(_parse_args(["--traces", "0", "--report-only"]))["traces"] == 0
+
+
+def test_tied_averages_share_a_rank():
+    """HPC2N weeks where six algorithms all had degradation 1.0 were ranked 1 to 6 in table1_vs_paper_p300.csv, by
+    the order of the rows: ties now share the best of their ranks ("1224"), in our columns and the paper's."""
+    from coordinator.sweep_report import table1_vs_paper
+
+    avgs = {"fcfs": 1.0, "easy": 1.0, "greedy": 1.0 + 1e-12, "greedy-pmtn": 1.5, "dynmcb8": float("nan"),
+            "dynmcb8-asap-per": 3.0}
+    t1 = [{"algorithm": a, **{f"{g}_{k}": v if g == "hpc2n" else float("nan") for g in ("scaled", "unscaled", "hpc2n")
+                              for k in ("avg", "max")},
+           **{f"{g}_n": 1 for g in ("scaled", "unscaled", "hpc2n")}} for a, v in avgs.items()]
+    out = {r["algorithm"]: r for r in table1_vs_paper(t1)}
+    # 1 + 1e-12 prints as 1 in the CSV: tied with the 1.0s, not ranked below them
+    assert {a: out[a].get("hpc2n_avg_rank") for a in avgs} == {
+        "fcfs": 1, "easy": 1, "greedy": 1, "greedy-pmtn": 4, "dynmcb8": None, "dynmcb8-asap-per": 5}
+    # the paper's unscaled column has a tie too: GREEDY-PMTN and DYNMCB8-ASAP-PER both 3.28
+    assert out["greedy-pmtn"]["unscaled_paper_avg_rank"] == out["dynmcb8-asap-per"]["unscaled_paper_avg_rank"] == 1
+    from coordinator.sweep_report import competition_ranks
+
+    assert competition_ranks({"a": 2.0, "b": 1.0, "c": 2.0, "d": 3.0}) == {"a": 2, "b": 1, "c": 2, "d": 4}

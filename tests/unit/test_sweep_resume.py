@@ -228,6 +228,24 @@ def test_another_hpc2n_file_is_refused_the_same_file_elsewhere_is_not(tmp_path, 
     assert "1 stored, 0 to run" in capsys.readouterr().err
 
 
+def test_hpc2n_weeks_that_are_all_skipped_leave_no_trace_and_are_refused(tmp_path, capsys, fake_ray):
+    """Weeks with fewer than 2 jobs are skipped: when every week named is, the grid is empty, which ran as a sweep
+    of "0 cells ... in 0.0 s" with tables of nan, exit status 0."""
+    swf = tmp_path / "sparse.swf"
+    write_swf(swf, [parse_record(f"{i} {t} 0 50 2 -1 -1 2 60 -1 1 1 1 -1 -1 1 -1 -1")
+                    for i, t in ((1, 100), (2, 1_300_000), (3, 1_300_100))], [" MaxNodes: 240"])  # weeks: 1, 0, 2 jobs
+    out = tmp_path / "sweep"
+    fake_ray()
+    argv = ["--out", str(out), "--algorithms", "fcfs", "--penalties", "0", "--traces", "0", "--hpc2n", str(swf),
+            "--no-progress"]
+    assert sweep_main([*argv, "--hpc2n-weeks", "0,1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("vcemu sweep: no trace to run: every week of --hpc2n-weeks '0,1' was skipped (fewer than 2 "
+                       "jobs), and --traces and --unscaled give none"), err
+    assert not (out / "config.json").exists() and not list(out.glob("*.csv"))
+    assert sweep_main([*argv, "--hpc2n-weeks", "0-2"]) == 0  # week 2 has two jobs
+
+
 # ---- 3. config.json ------------------------------------------------------------------------------------
 
 
