@@ -456,8 +456,8 @@ def _load_swf(
     result = JobFile(p, abspath, digest, jobs, by_id, conv.records, dict(conv.dropped))
     if hosts is not None:
         what = f"of week {segment}" if segment is not None else "of the trace"
-        check_jobs(result, jobs, hosts, refuse, what=what, machine=f" (SWF traces are converted by HPC2N's rules, 001 Sec. IV-C, "
-                   f"for its machine of {HPC2N_NODES} nodes)")
+        machine = f" (SWF traces are converted by HPC2N's rules, 001 Sec. IV-C, for its machine of {HPC2N_NODES} nodes)"
+        check_jobs(result, jobs, hosts, refuse, what=what, machine=machine)
     return result
 
 
