@@ -33,7 +33,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cli import _positive, interrupted, signals_deferred, signals_interrupt, spawn_agent, stop_processes
+from coordinator.cli import _positive, interrupted, signals_deferred, signals_interrupt, spawn_agent, stop_agents
 from coordinator.policy_names import POLICY_NAMES
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
@@ -334,7 +334,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
         rss = sum(psutil.Process(p.pid).memory_info().rss for p in procs)
     finally:
         server.stop()
-        stop_processes(procs, timeout=20)
+        stop_agents(procs, timeout=20)
     result = {"hosts": args.hosts, "agents": args.agents, "jobs": jobs, "running": running,
               **cycle_stats(cycles[:args.cycles + 1], decide[:args.cycles + 1]),
               "agent_rss_mb_per_host": round(rss / args.hosts / 2**20, 3)}

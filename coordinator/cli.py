@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -28,7 +29,7 @@ from typing import IO, TYPE_CHECKING, NoReturn
 from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_TASKS, request_bounds
 from coordinator.model import JobState
 from coordinator.policy_names import POLICY_NAMES
-from node_agent.processes import stop_processes  # (re-exported: demo, replay and the benchmarks take it from here)
+from node_agent.processes import stop_processes
 
 if TYPE_CHECKING:
     import grpc
@@ -875,7 +876,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 
         why = wait_registered(server, ids, wait_s, hosts=hosts, failed=exited)
         if why is not None:
-            stop_processes(procs)
+            stop_agents(procs)
             server.stop()
             stopped = True
             if agent_log is not None:  # the agents' own words are in their log, not on the terminal
@@ -883,7 +884,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
             raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
     except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt) while starting, a failed spawn
         if not stopped:
-            stop_processes(procs)
+            stop_agents(procs)
             server.stop()
         raise
     return server, procs
@@ -957,7 +958,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         return 0
     finally:
         server.stop()
-        stop_processes(procs)
+        stop_agents(procs)
 
 
 def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False) -> str:
@@ -982,6 +983,23 @@ def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: boo
     return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; its hosts{' ' + ', '.join(hosts) if hosts else ''} "
             f"will be declared lost after {silence:g} s without heartbeats, and their jobs requeued on the other "
             "agents")
+
+
+def stop_agents(procs: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
+    """Stop the agent processes :func:`spawn_agent` started (:func:`stop_processes`), then remove what any of them
+    left because it had been killed (its tasks' cgroups and work directory): ``vcemu up``'s Ctrl-C after an
+    agent's kill -9 left them until the next agent of that id started (live review). Never raises: a failure is
+    logged, and the next agent of that id removes what is left."""
+    stop_processes(procs, timeout)
+    ids = [a for p in procs if (a := _agent_arg(p, "--agent-id")) is not None]
+    if not ids:
+        return
+    try:
+        from node_agent.agent import remove_dead_agents_leftovers
+
+        remove_dead_agents_leftovers(ids)
+    except Exception:
+        logging.getLogger("vcemu").exception("removing what the stopped agents left failed")
 
 
 def _agent_arg(proc: subprocess.Popen, flag: str) -> str | None:

@@ -32,7 +32,7 @@ from coordinator.cli import (
     signals_deferred,
     signals_interrupt,
     start_local_cluster,
-    stop_processes,
+    stop_agents,
 )
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
@@ -96,7 +96,7 @@ def _demo(args: argparse.Namespace) -> int:
         finally:
             with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
                 server.stop()
-                stop_processes(procs)
+                stop_agents(procs)
     return _compare(args, mix, server, live, ids, errors, mode, out, wall0)
 
 

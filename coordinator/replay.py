@@ -276,7 +276,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     config.json records of the trace, :meth:`workloads.jobfile.JobFile.provenance`)."""
     from tqdm import tqdm
 
-    from coordinator.cli import signals_deferred, stop_processes
+    from coordinator.cli import signals_deferred, stop_agents
     from coordinator.experiments import follow_jobs, simulate
     from coordinator.metrics import job_results
 
@@ -300,7 +300,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
             server.stop()
-            stop_processes(procs)
+            stop_agents(procs)
     if server.loop_error_count > seen:
         new = server.loop_error_count - seen
         errors = list(server.loop_errors)

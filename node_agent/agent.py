@@ -47,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 import psutil
@@ -786,7 +786,28 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
 CGROUPS_CLAIM_WAIT_S = 60.0
 
 
-def _sweep_cgroups(agent_id: str, strict: bool) -> None:
+def remove_dead_agents_leftovers(agent_ids: Iterable[str]) -> None:
+    """Remove what agents of these ids left if they are gone: their cgroup subtrees (processes killed, frozen
+    ones thawed first) and their work directories (and the workload processes using them). For ``vcemu up``,
+    ``demo`` and ``replay`` once their agents have stopped: an agent killed mid-run (kill -9, the OOM killer) left
+    its tasks' cgroups and work directory until the next agent of its id started. An id whose agent lives (it
+    holds the id's cgroups claim for good) is left alone, as :func:`_sweep_cgroups` leaves it; every failure is
+    logged."""
+    ids = set(agent_ids)
+    _sweep_cgroups(None, strict=False, only=ids)
+    for agent_id in sorted(ids):  # an agent without cgroups (--no-cgroups) leaves its work directory alone
+        claim = _try_claim(f"vcemu-cgroups-{agent_id}")
+        if claim is None:
+            continue
+        try:
+            _remove_old_workdirs(agent_id)
+        except OSError as e:
+            log.warning("cannot remove the work directories agent %s left: %s", agent_id, e)
+        finally:
+            claim.close()
+
+
+def _sweep_cgroups(agent_id: str | None, strict: bool, only: Collection[str] | None = None) -> None:
     """Remove the cgroup subtrees (their processes killed, frozen ones thawed first) of this agent id and of
     every agent whose owner process is dead, beside this agent's own in each hierarchy, and their work
     directories; leave live agents' alone.
@@ -800,10 +821,12 @@ def _sweep_cgroups(agent_id: str, strict: bool) -> None:
     id's leftovers are removed whoever made them: it holds the id.
 
     ``strict``: a failure on this agent's own id's leftovers raises (a cgroup-mode agent would reuse them);
-    otherwise every failure is logged and the agent starts."""
+    otherwise every failure is logged and the agent starts. ``only``: the ids to look at (default: every one)."""
     from node_agent.cgroups import agent_parents, owners, remove_groups
 
     for other, parents in agent_parents().items():
+        if only is not None and other not in only:
+            continue
         mine = other == agent_id
         claim = None if mine else _try_claim(f"vcemu-cgroups-{other}")
         if not mine and claim is None:

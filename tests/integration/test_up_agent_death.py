@@ -120,3 +120,58 @@ def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_p
         if up.poll() is None:
             up.kill()
             up.wait()
+
+
+@pytest.mark.parametrize("no_cgroups", [False, True], ids=["cgroups", "no-cgroups"])
+def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, no_cgroups: bool) -> None:
+    """Live review: after ``kill -9`` of an agent running a task, ``up``'s Ctrl-C left that agent's cgroups (its
+    task's group inside) and its work directory in /dev/shm until the next agent of its id started."""
+    from node_agent.cgroups import agent_parents
+
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--agents", "2",
+                               "--port", "0", "--heartbeat", "0.5", *(["--no-cgroups"] if no_cgroups else [])],
+                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    agents: dict[str, int] = {}
+    channel = None
+    try:
+        def text() -> str:
+            return log_path.read_text(errors="replace")
+
+        ready = wait_for("vcemu up never came up", lambda: re.search(r"coordinator on (\S+) ", text()), 90, log_path)
+        channel = grpc.insecure_channel(ready.group(1))  # type: ignore[union-attr]
+        stub = pb_grpc.CoordinatorStub(channel)
+        agents = {agent_id_of(pid): pid for pid in children(up.pid)}
+        spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=300, workload="dgemm")
+        job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=10).job_id
+
+        def placed() -> str | None:
+            j = stub.GetJob(pb.JobRef(job_id=job), timeout=5)
+            return j.hosts[0] if j.state == "running" and j.hosts else None
+
+        host = str(wait_for(f"{job} never ran", placed, log=log_path))
+        victim = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}[host]
+
+        def workdirs() -> list[str]:
+            return [n for n in os.listdir("/dev/shm") if n.startswith(f"vcemu-agent-{victim}-")]
+
+        assert workdirs(), "the agent has no work directory in /dev/shm"
+        if not no_cgroups:
+            assert victim in agent_parents(), "the agent has no cgroups"
+        os.kill(agents[victim], signal.SIGKILL)
+        wait_for(f"no line about {victim}'s death", lambda: f"agent {victim} (pid" in text(), 10, log_path)
+        os.killpg(up.pid, signal.SIGINT)  # Ctrl-C
+        assert up.wait(30) == 0, text()
+        assert workdirs() == [], text()
+        assert victim not in agent_parents(), text()
+    finally:
+        if channel is not None:
+            channel.close()
+        for agent, pid in agents.items():
+            with contextlib.suppress(OSError, ValueError):
+                if agent_id_of(pid) == agent:
+                    os.kill(pid, signal.SIGKILL)
+        if up.poll() is None:
+            up.kill()
+            up.wait()
