@@ -111,24 +111,28 @@ class DynMcb8:
     def refuse(self, spec: JobSpec, hosts: tuple[Host, ...]) -> tuple[str, str] | None:
         """(field, reason) for a job that no repacking could ever place: alone on the idle cluster, MCB8 finds
         no packing of it even at the smallest yield the search tries (``accuracy``; STRETCH-PER's 0.01 floor).
-        Such a job is the lowest-priority one set aside at every repacking (001 Sec. III-B), so it would wait
-        for ever: under DYNMCB8 the run stalled, under the periodic variants it never ended. Refused at
-        submission instead, as the batch schedulers refuse a job wider than the machine. 001's jobs are
-        "never rejected" (Sec. II-B.2) on its own workloads, where no job comes near this (a Lublin job at the
-        floor needs at most 1.28 cores on 128 hosts). Memory alone is ``JobSpec.validate``'s check, made before.
-        """
+        Every repacking sets such a job aside as the lowest-priority one (001 Sec. III-B) and it waits for ever:
+        under DYNMCB8 the run stalled, under the periodic variants it never ended. Refused at submission
+        instead, as the batch schedulers refuse a job wider than the machine. (ASAP-PER's admission could start
+        it between periods, over-committing CPU; it finishes only if its work is done before the next repacking
+        pauses it for good, which depends on where its arrival falls in the period: refused too.) 001's jobs
+        are "never rejected" (Sec. II-B.2) on its own workloads, where no job comes near this (a Lublin job at
+        the floor needs at most 1.28 cores on 128 hosts)."""
         if not hosts:
             return None  # (live, before any agent registered: the service refuses the job itself)
         floor = MIN_STRETCH_YIELD if self.stretch else self.accuracy
         need = spec.cpu_need * floor
         info = _host_info(hosts)
-        if spec.tasks * need <= float(info.capc.min()):
-            return None  # every task on the smallest host would fit its CPU: CPU never binds (the common case)
-        if _fits(np.full(spec.tasks, need), np.full(spec.tasks, float(spec.mem)), info.capc, info.capm, info.limits):
+        # The common case, without the packing pass: the whole job fits the smallest host (CPU at the floor
+        # yield, memory), with a margin far above the packing's tolerances, so MCB8 surely packs it.
+        tasks = spec.tasks
+        if tasks * need <= float(info.capc.min()) * 0.999 and tasks * spec.mem <= float(info.capm.min()) * 0.999:
             return None
-        return "tasks", (f"{spec.tasks} tasks of CPU need {spec.cpu_need:g} and memory {spec.mem:g} do not fit on the "
-                         f"{len(hosts)} hosts even at the smallest yield {self.name} tries ({floor:g}): the job "
-                         "could never run")
+        if _fits(np.full(tasks, need), np.full(tasks, float(spec.mem)), info.capc, info.capm, info.limits):
+            return None
+        return "tasks", (f"{tasks} tasks of CPU need {spec.cpu_need:g} and memory {spec.mem:g} do not fit on the "
+                         f"{len(hosts)} hosts even at the smallest yield {self.name} tries ({floor:g}): every "
+                         "repacking would set the job aside, so it could never run to its end")
 
     def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
         if self.period_s is None:
