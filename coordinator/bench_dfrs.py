@@ -109,7 +109,7 @@ def _sweep_wall(workers: int, seed: int) -> float:
     from coordinator.sweep import _remote_run_cell, ray_init
     from workloads.annotate import synthetic_trace
 
-    ray_init(None, workers)
+    ctx = ray_init(None, workers)
     try:
         warm = ray.remote(num_cpus=1)(_warm_up)
         ray.get([warm.remote() for _ in range(workers * 2)])  # every worker started, imported and compiled
@@ -124,7 +124,11 @@ def _sweep_wall(workers: int, seed: int) -> float:
             raise RuntimeError(f"bench sweep: {len(bad)} cells failed: {bad[0].get('error')}")
         return wall
     finally:
-        ray.shutdown()
+        try:
+            if ctx is not None:
+                ctx.close()  # shuts Ray down and turns its messages back on (ray_init silenced them)
+        finally:
+            ray.shutdown()
 
 
 def bench_dfrs_main(argv: Sequence[str]) -> int:

@@ -507,7 +507,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _submit_file(args)
     # every job flag checked here, before connecting (as --tasks is by argparse and --file's jobs are): an
     # unreachable coordinator's "is the coordinator running" hid a --cpu-need 2 the coordinator would refuse
-    why = submit_refusal(JobSpec("", 0.0, args.tasks, args.cpu_need, args.memory, args.work, args.workload),
+    # (an empty --workload is the coordinator's default, dgemm, as the service reads it)
+    why = submit_refusal(JobSpec("", 0.0, args.tasks, args.cpu_need, args.memory, args.work, args.workload or "dgemm"),
                          args.request_id or "")
     if why is not None:
         _refuse(f"vcemu submit: {SUBMIT_FLAGS.get(why[0], why[0])}: {why[1]}")

@@ -297,6 +297,7 @@ def ray_init(address: str | None, workers: int) -> RayContext | None:
 
     if ray.is_initialized():
         return None
+    address = address or None  # (--address '' is a local Ray, as it was before connect())
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
     kwargs: dict[str, Any] = {"runtime_env": env} if address else {"runtime_env": env, "num_cpus": workers}
     try:  # a head's HOST:PORT fails fast, in one line; Ray's own forms (auto, ray://) go to ray.init as given

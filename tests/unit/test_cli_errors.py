@@ -184,6 +184,22 @@ def test_submit_refuses_a_bad_job_flag_before_connecting(argv: list[str], line: 
     assert err.strip() == line and out == ""
 
 
+def test_submit_an_empty_workload_is_the_coordinators_default(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """``--workload ''`` is dgemm to the coordinator (the service reads an empty workload so): not refused
+    before connecting (diff review: the local check refused it as an unknown workload)."""
+    import coordinator.cli
+
+    class Reached(Exception):
+        pass
+
+    def connects(*_a, **_k):
+        raise Reached
+
+    monkeypatch.setattr(coordinator.cli, "_Client", connects)
+    with pytest.raises(Reached):
+        main(["submit", "--coordinator", "127.0.0.1:1", "--workload", ""])
+
+
 def test_submit_help_says_the_files_submit_times_are_ignored(capsys) -> None:
     code, out, _ = run(["submit", "--help"], capsys)
     assert code == 0

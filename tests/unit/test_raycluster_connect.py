@@ -19,7 +19,8 @@ def init_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
 
     def fake_init(**kwargs: Any) -> None:
-        calls.append(kwargs)
+        # with the state of the switch that silences Ray's messages, while ray.init runs
+        calls.append({**kwargs, "messages_on": raycluster._set_ray_messages(False)})
         raise ConnectionError("ray client connection timeout\nsecond line")
 
     monkeypatch.setattr(ray, "init", fake_init)
@@ -38,6 +39,7 @@ def test_ray_forms_go_to_ray_init_as_given_and_fail_in_one_line(address: str, in
                                   "(ConnectionError: ray client connection timeout)")
         assert [c["address"] for c in init_calls] == [address]
         assert init_calls[0]["log_to_driver"] is False
+        assert init_calls[0]["messages_on"] is False  # silenced for the attempt
         # The switch that silences Ray's messages was turned off for the attempt and is back on after it failed.
         assert raycluster._set_ray_messages(True) is True
     finally:
@@ -51,3 +53,15 @@ def test_without_ray_forms_only_host_port_is_an_address(address: str, init_calls
     with pytest.raises(RayUnavailable, match=r"^--ray: .* is not a Ray address; give the head's GCS address"):
         connect(address)
     assert init_calls == []
+
+
+def test_sweep_address_empty_is_a_local_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vcemu sweep --address ''`` started a local Ray before the sweep went through connect(); it still does."""
+    import coordinator.raycluster
+    from coordinator.sweep import ray_init
+
+    got: list[object] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(coordinator.raycluster, "connect", lambda address, **kw: got.append((address, kw)))
+    ray_init("", 3)
+    assert got[0][0] is None and got[0][1]["num_cpus"] == 3
