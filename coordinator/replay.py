@@ -96,7 +96,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p = _Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]), epilog=EXIT_STATUS)
     p.add_argument("trace", help="job file (JSON lines / CSV) or SWF trace (.swf, .swf.gz)")
     p.add_argument("--policy", default="dynmcb8-asap-per", help=POLICY_HELP)
-    p.add_argument("--compress", type=_positive("--compress"), default=60.0, help="time compression factor K (> 0; default %(default)g: an hour of the trace in a minute)")
+    p.add_argument("--compress", type=_positive("--compress"), default=60.0,
+                   help="time compression factor K (> 0; default %(default)g: an hour of the trace in a minute)")
     p.add_argument("--segment", type=int, default=None, help="SWF only: the 1-week segment to replay")
     p.add_argument("--max-jobs", type=_positive("--max-jobs", int), default=20,
                    help="replay only the first N jobs (default 20)")

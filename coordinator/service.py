@@ -81,6 +81,18 @@ MIN_FENCE_SLACK_S = 0.3
 BATCH_WINDOW_S = 0.02
 
 
+
+def _host_changes(before: dict[str, agent_pb2.HostInfo], now: dict[str, tuple[float, int]], changed: list[str]) -> str:
+    """What changed in a re-registering agent's hosts, for a person: the ones it no longer has, and the ones
+    whose size changed with the sizes (live review: "without host(s) h0, h1 as they were" listed hosts that were
+    still there, and did not say what had changed)."""
+    gone = [n for n in changed if n not in now]
+    resized = [f"{n} ({before[n].cpu_cores:g} -> {now[n][0]:g} cores, {before[n].memory_bytes >> 20} -> "
+               f"{now[n][1] >> 20} MiB)" for n in changed if n in now]
+    parts = ([f"host{'s' if len(resized) > 1 else ''} resized: {', '.join(resized)}"] if resized else []) + (
+        [f"host{'s' if len(gone) > 1 else ''} gone: {', '.join(gone)}"] if gone else [])
+    return "; ".join(parts)
+
 class TokenInterceptor(grpc.ServerInterceptor):
     """Refuse user API calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED). The agents'
     RegisterAgent/Heartbeat are left to mutual TLS."""
@@ -326,10 +338,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             now = {h.name: (h.cpu_cores, h.memory_bytes) for h in d.hosts}
             changed = [n for n, info in before.items() if now.get(n) != (info.cpu_cores, info.memory_bytes)]
             if changed:
-                jobs = self.s.engine.lose_hosts(changed, f"agent {d.agent_id} came back without host(s) "
-                                                f"{', '.join(changed)} as they were")
-                log.warning("agent %s re-registered without host(s) %s as they were: %d jobs requeued",
-                            d.agent_id, ", ".join(changed), len(jobs))
+                what = _host_changes(before, now, changed)
+                jobs = self.s.engine.lose_hosts(changed, f"agent {d.agent_id} came back with {what}")
+                log.warning("agent %s re-registered with %s: %d job%s requeued", d.agent_id, what, len(jobs),
+                            "" if len(jobs) == 1 else "s")
             self.s.engine.add_hosts(hosts)
             self.s.beat(d.agent_id)
             self.s.registered.add(d.agent_id)

@@ -60,7 +60,8 @@ def test_a_task_on_a_host_smaller_than_its_need_is_given_the_same_cpu_work_as_on
         assert got == [("big", 1.0, 0.25, 100.0), ("small", 1.0, 1.0, 400.0), ("small", 0.8, 0.8, 100.0)]
 
 
-def test_the_reference_host_is_the_largest_host_chosen_before_registration_not_the_first_to_register() -> None:
+def test_the_reference_host_is_the_largest_host_chosen_before_registration_not_the_first_to_register(
+        caplog: pytest.LogCaptureFixture) -> None:
     """``vcemu up`` (local and ``--ray``) names its hosts before their agents register: the largest is the model's
     unit, whichever agent registers first. Before, the first to register was, so a need of 1 was a quarter core in
     one run and a whole core in the next (the Ray review: 1.67x the CPU work between identical runs)."""
@@ -78,8 +79,16 @@ def test_the_reference_host_is_the_largest_host_chosen_before_registration_not_t
         got = backend.add_agent(servers[0][1]) + backend.add_agent(servers[1][1])  # the small host registers first
         assert [(h.name, h.cpu) for h in got] == [("small", 0.25), ("big", 1.0)]
         # a reference already set (restored from the store: the units of its jobs) is kept
-        backend.choose_reference([agent_pb2.HostInfo(name="huge", cpu_cores=4.0, memory_bytes=1 << 32)])
+        with caplog.at_level("WARNING", logger="vcemu.live"):
+            backend.choose_reference([agent_pb2.HostInfo(name="huge", cpu_cores=4.0, memory_bytes=1 << 32)])
         assert backend.reference is not None and backend.reference.name == "big"
+        # and said (live review: restarted with larger hosts, a need-1 job got a quarter of its host, unexplained)
+        assert caplog.messages == ["the reference host of the state file (1 cores, 1024 MiB) is kept, not this run's "
+                                   "largest host (4 cores, 4096 MiB): a need of 1 stays 1 cores, so that the jobs the "
+                                   "state holds keep their meaning"]
+        caplog.clear()
+        backend.choose_reference([agent_pb2.HostInfo(name="same", cpu_cores=1.0, memory_bytes=1 << 30)])
+        assert caplog.messages == []
     finally:
         backend.close()
         for server, _ in servers:
