@@ -941,6 +941,13 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
         print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. "
               "Ctrl-C stops.", flush=True)
+        waiting = server.engine.waiting_for_hosts()  # jobs of the state file that these hosts cannot hold
+        for job, why in waiting[:10]:
+            print(f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` "
+                  "drops it", file=sys.stderr, flush=True)
+        if len(waiting) > 10:
+            print(f"vcemu up: and {len(waiting) - 10} more jobs of the state file these hosts can never hold",
+                  file=sys.stderr, flush=True)
         exited: set[int] = set()
         while not stop.is_set():
             for p in procs:

@@ -212,8 +212,51 @@ class Engine:
                 for job, rec in self._live.items():
                     if rec.state is JobState.PENDING:
                         self._push(self.backend.now(), "stim", Submit(job))
+            if added:
+                self._judge_pending(say=False)
         if added:
             self.backend.wake()
+
+    #: The start of a pending job's message while the hosts registered cannot hold it (:meth:`_judge_pending`).
+    WAITS = "waits for hosts that can hold it: "
+
+    def waiting_for_hosts(self) -> list[tuple[str, str]]:
+        """(job, why) of each pending job the hosts registered cannot hold (:meth:`_judge_pending`)."""
+        with self.lock:
+            return [(job, rec.message.removeprefix(self.WAITS)) for job, rec in self._live.items()
+                    if rec.state is JobState.PENDING and rec.message.startswith(self.WAITS)]
+
+    def _judge_pending(self, say: bool = True) -> None:
+        """Say, in its message and once in the log, of each pending job that the hosts now registered could never
+        run (too wide, too much memory: what a submission would be refused for), and clear that when they can.
+        Such a job was accepted on other hosts (a restart on the state file with fewer or smaller hosts, an agent
+        lost): it is kept, as more hosts may register, but it no longer waits in silence (live review: a restored
+        job that no longer fit stayed pending for the whole session with no word, while submitting it again was
+        refused). Live runs only: the simulator's hosts never change. ``say``: log the change (not while agents
+        register one after another, when a job may wait only for the next one: ``vcemu up`` says what still waits
+        once all have, :meth:`waiting_for_hosts`)."""
+        hosts = tuple(self.hosts)
+        if not hosts:
+            return  # (every agent lost: nothing can be judged, and everything waits)
+        refuse = getattr(self.policy, "refuse", None)
+        for job, rec in self._live.items():
+            if rec.state is not JobState.PENDING:
+                continue
+            why = None
+            try:
+                rec.spec.validate(hosts)
+            except InvalidJob as exc:
+                why = str(exc)
+            if why is None and refuse is not None and (r := refuse(rec.spec, hosts)) is not None:
+                why = f"{r[0]}: {r[1]}"
+            if why is not None:
+                note = self.WAITS + why
+                if rec.message != note:
+                    rec.message = note
+                    if say:
+                        log.warning("%s %s", job, note)
+            elif rec.message.startswith(self.WAITS):
+                rec.message = ""
 
     def schedule_arrivals(self, specs: Iterable[JobSpec]) -> None:
         """Jobs that arrive at their ``submit_time`` (a trace replay)."""
@@ -309,6 +352,7 @@ class Engine:
                     self.requeue(job, reason)  # its state changes, and its Submit is due, before it is recorded
                 except Exception:
                     log.exception("%s requeued (%s), but recording that failed", job, reason)
+            self._judge_pending()
             return hit
 
     # ---- the loop ---------------------------------------------------------------------------------
@@ -579,6 +623,8 @@ class Engine:
             self.backend.start(rec.spec, action.hosts, action.cpu, progress)
             rec.state, rec.hosts, rec.cpu = running, action.hosts, action.cpu
             rec.first_start = now if rec.first_start is None else rec.first_start
+            if rec.message:  # (a pending job's note that it waits for hosts: it no longer does)
+                rec.message = ""
             if self._retrying:  # it started: a later refusal is a new one, logged again
                 self._retrying.pop(job, None)
             self._record(job, JobState.PENDING, running, rec.hosts, rec.cpu, "start")

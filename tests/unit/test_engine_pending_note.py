@@ -1,0 +1,64 @@
+"""A pending job that the hosts now registered could never run says so (its message, one warning), and stops
+saying so once hosts that can hold it are back (live review: restarted on its state file with fewer hosts, a
+restored job stayed pending for the whole session with no word, while submitting it again was refused)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from coordinator.backends.sim import SimBackend
+from coordinator.engine import Engine
+from coordinator.model import Host, JobSpec, JobState
+from coordinator.policies import get_policy
+
+HOSTS = [Host(f"h{i}") for i in range(4)]
+WIDE = JobSpec(id="wide", submit_time=0.0, tasks=4, cpu_need=1.0, mem=0.7, work=10.0)
+
+
+def test_a_pending_job_the_hosts_cannot_hold_says_so_until_they_can(caplog: pytest.LogCaptureFixture) -> None:
+    engine = Engine(get_policy("greedy"), SimBackend(), HOSTS)
+    engine.arrive(WIDE)  # accepted on 4 hosts; not started yet (no step)
+    with caplog.at_level(logging.WARNING, logger="vcemu.engine"):
+        engine.lose_hosts(["h2", "h3"], "agent lost")
+        engine.lose_hosts(["h1"], "agent lost")  # judged again: same reason with one host less, said again
+    rec = engine.jobs["wide"]
+    assert rec.state is JobState.PENDING
+    assert rec.message == ("waits for hosts that can hold it: tasks: 4 tasks of memory 0.7 can never fit: the "
+                           "cluster holds at most 1")
+    said = "wide waits for hosts that can hold it: tasks: 4 tasks of memory 0.7 can never fit: the cluster holds at"
+    assert caplog.messages == [f"{said} most 2", f"{said} most 1"]
+    assert engine.waiting_for_hosts() == [("wide", "tasks: 4 tasks of memory 0.7 can never fit: the cluster holds at "
+                                                   "most 1")]
+    engine.add_hosts(HOSTS[1:])
+    assert rec.message == "" and engine.waiting_for_hosts() == []
+    engine.run()
+    assert rec.state is JobState.DONE
+
+
+def test_the_policys_own_refusal_counts_too() -> None:
+    """FCFS runs one task per whole node: 4 tasks on 3 hosts never run, memory or not."""
+    narrow = JobSpec(id="n", submit_time=0.0, tasks=4, cpu_need=1.0, mem=0.1, work=10.0)
+    engine = Engine(get_policy("fcfs"), SimBackend(), HOSTS)
+    engine.arrive(narrow)
+    engine.lose_hosts(["h3"], "agent lost")
+    assert engine.jobs["n"].message == ("waits for hosts that can hold it: tasks: 4 tasks need 4 whole nodes; the "
+                                        "cluster has 3")
+
+
+def test_registrations_set_the_note_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """A restart on the state file: the jobs are restored before any agent registers, and agents register one
+    after another, so a job may wait only for the next one: noted, not logged (``vcemu up`` says what still waits
+    once all have registered, from :meth:`Engine.waiting_for_hosts`)."""
+    from coordinator.engine import JobRecord
+
+    engine = Engine(get_policy("greedy"), SimBackend(), [])
+    engine.restore([JobRecord(WIDE)])
+    with caplog.at_level(logging.WARNING, logger="vcemu.engine"):
+        engine.add_hosts(HOSTS[:2])
+        assert engine.waiting_for_hosts() == [("wide", "tasks: 4 tasks of memory 0.7 can never fit: the cluster "
+                                                       "holds at most 2")]
+        engine.add_hosts(HOSTS[2:])
+    assert caplog.messages == []
+    assert engine.waiting_for_hosts() == []
