@@ -592,7 +592,8 @@ def _job_request_id(spec: JobSpec) -> str:
 
 
 def _job_table(jobs) -> str:
-    # STRETCH: flow time over work; B.STRETCH: the same bounded at 30 s (the reply's ``stretch``), done jobs only.
+    # STRETCH: flow time over work; B.STRETCH: the same bounded at 30 s (the reply's ``bounded_stretch``), done jobs
+    # only. (STRETCH from the times, which a coordinator before the reply's ``stretch`` field sends too.)
     # YIELD: the share now over the need, running jobs only (a job that is not running has none: not 0.00).
     # NAME: the user's name for the job (a job file's id), when some job has one.
     jobs = list(jobs)
@@ -607,7 +608,8 @@ def _job_table(jobs) -> str:
             j.job_id, *name, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",
             f"{j.spec.work_seconds:.0f}", f"{getattr(j, 'yield'):.2f}" if j.state == "running" else "-",
             f"{j.virtual_time:.1f}",
-            ",".join(j.hosts) or "-", f"{stretch:.2f}" if done else "-", f"{j.stretch:.2f}" if j.stretch else "-",
+            ",".join(j.hosts) or "-", f"{stretch:.2f}" if done else "-",
+            f"{j.bounded_stretch:.2f}" if j.bounded_stretch else "-",
         ))
     return format_table(rows)
 
@@ -636,7 +638,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if args.json:
         from google.protobuf.json_format import MessageToDict
 
-        print(json.dumps([MessageToDict(j) for j in jobs]))
+        # Every field, zeros included (a running job at virtual time 0 had no virtualTime; live review).
+        print(json.dumps([MessageToDict(j, always_print_fields_with_no_presence=True) for j in jobs]))
     else:
         print(_job_table(jobs) if jobs else "no jobs")
     return 0

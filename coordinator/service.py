@@ -42,7 +42,7 @@ from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, request_bounds
-from coordinator.metrics import Transition, bounded_stretch
+from coordinator.metrics import Transition, bounded_stretch, stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
 from coordinator.store import Store, StoreError
@@ -136,6 +136,11 @@ def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
     return request_bounds(request_id, spec.name, spec.tasks, spec.work_seconds)
 
 
+def _flow(rec: JobRecord, done: bool) -> float | None:
+    """A done job's flow time (end - submit), else None."""
+    return rec.end - rec.spec.submit_time if done and rec.end is not None else None
+
+
 def job_message(rec: JobRecord) -> pb.Job:
     spec = rec.spec
     done = rec.state is JobState.DONE and rec.end is not None
@@ -152,7 +157,9 @@ def job_message(rec: JobRecord) -> pb.Job:
         hosts=list(rec.hosts),
         cpu_share=rec.cpu,
         virtual_time=rec.vt,
-        stretch=bounded_stretch(rec.end - spec.submit_time, spec.work) if done else 0.0,  # type: ignore[operator]
+        # (flow: rec.end is set when done)
+        bounded_stretch=bounded_stretch(flow, spec.work) if (flow := _flow(rec, done)) is not None else 0.0,
+        stretch=stretch(flow, spec.work) if flow is not None else 0.0,
         message=rec.message,
         **{"yield": rec.cpu / spec.cpu_need if rec.state is JobState.RUNNING else 0.0},
     )

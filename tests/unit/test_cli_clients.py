@@ -302,3 +302,37 @@ def test_with_tls_a_failed_handshake_says_what_to_check(certs: TlsFiles, env: py
     assert code == 2
     assert (f"with TLS: check that the coordinator at {server.address} was started with --tls-* and that its "
             f"certificate is signed by {certs.ca} and names 127.0.0.1") in one_line(err), err
+
+
+def test_jobs_json_has_both_stretches_and_every_field(env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """Live review: ``jobs --json`` had one ``stretch``, the bounded one, where the table's STRETCH is the plain one,
+    and left out zero fields (a running job at virtual time 0 had no ``virtualTime``). Now ``stretch`` (flow / work)
+    and ``boundedStretch`` (30-s bound), as the table's STRETCH and B.STRETCH, and every field."""
+    import json
+
+    from coordinator.engine import JobRecord
+    from coordinator.model import JobSpec, JobState
+    from coordinator.service import job_message
+
+    env.delenv("VCEMU_TOKEN_FILE")
+    spec = JobSpec(id="job-1", submit_time=10.0, tasks=1, cpu_need=0.5, mem=0.1, work=20.0)
+    done = job_message(JobRecord(spec, JobState.DONE, ("h0",), 0.0, 20.0, 0, 12.0, 50.0, "completed"))
+    assert (done.stretch, done.bounded_stretch) == (2.0, 40 / 30)
+    running = job_message(JobRecord(JobSpec(id="job-2", submit_time=11.0, tasks=1, cpu_need=0.5, mem=0.1, work=20.0),
+                                    JobState.RUNNING, ("h0",), 0.5, 0.0, 0, 11.0))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_CoordinatorServicer_to_server(BigListJobs(pb.ListJobsReply(jobs=[done, running])), server)
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        code, out, err = run(["jobs", "--coordinator", address, "--json"], capsys)
+        assert code == 0, err
+        got = json.loads(out)
+        assert (got[0]["stretch"], got[0]["boundedStretch"]) == (2.0, 40 / 30)
+        assert got[1]["virtualTime"] == 0.0 and got[1]["stretch"] == 0.0 and got[1]["endTime"] == -1.0
+        code, out, err = run(["jobs", "--coordinator", address], capsys)
+        row = out.splitlines()[1].split()
+        assert row[-2:] == ["2.00", "1.33"]  # STRETCH, B.STRETCH
+    finally:
+        server.stop(0)
