@@ -60,22 +60,45 @@ def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0,
         time.sleep(0.1)
 
 
+def start_up(log_path: Path, *flags: str) -> subprocess.Popen:
+    """``vcemu up`` with two agents on two hosts and 0.5 s heartbeats, its output in ``log_path``."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--agents", "2",
+                                 "--port", "0", "--heartbeat", "0.5", *flags],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def connect_up(up: subprocess.Popen, log_path: Path) -> tuple[grpc.Channel, pb_grpc.CoordinatorStub, dict[str, int]]:
+    """Once ``up`` says where its coordinator is: a channel, a stub and its agents (id -> pid)."""
+    ready = wait_for("vcemu up never came up", lambda: re.search(r"coordinator on (\S+) ", log_path.read_text(
+        errors="replace")), 90, log_path)
+    channel = grpc.insecure_channel(ready.group(1))  # type: ignore[union-attr]
+    return channel, pb_grpc.CoordinatorStub(channel), {agent_id_of(pid): pid for pid in children(up.pid)}
+
+
+def stop_up(up: subprocess.Popen, channel: grpc.Channel | None, agents: dict[str, int]) -> None:
+    """Whatever a test left: the channel, an agent its ``vcemu up`` started that is still there, ``up`` itself."""
+    if channel is not None:
+        channel.close()
+    for agent, pid in agents.items():
+        with contextlib.suppress(OSError, ValueError):
+            if agent_id_of(pid) == agent:
+                os.kill(pid, signal.SIGKILL)
+    if up.poll() is None:
+        up.kill()
+        up.wait()
+
+
 def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_path: Path) -> None:
     log_path = tmp_path / "up.log"
-    with log_path.open("wb") as log:
-        up = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--agents", "2",
-                               "--no-cgroups", "--port", "0", "--heartbeat", "0.5"],
-                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    up = start_up(log_path, "--no-cgroups")
     agents: dict[str, int] = {}
     channel = None
     try:
         def text() -> str:
             return log_path.read_text(errors="replace")
 
-        ready = wait_for("vcemu up never came up", lambda: re.search(r"coordinator on (\S+) ", text()), 90, log_path)
-        channel = grpc.insecure_channel(ready.group(1))  # type: ignore[union-attr]
-        stub = pb_grpc.CoordinatorStub(channel)
-        agents = {agent_id_of(pid): pid for pid in children(up.pid)}
+        channel, stub, agents = connect_up(up, log_path)
         assert len(agents) == 2, agents
         spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=300, workload="modeled")
         job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=10).job_id
@@ -111,15 +134,7 @@ def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_p
         after = out[out.index("every agent process has exited"):].splitlines()[1:]
         assert not [x for x in after if "Stop " in x or "will retry" in x], out
     finally:
-        if channel is not None:
-            channel.close()
-        for agent, pid in agents.items():  # an agent this test's `vcemu up` started and that is still there
-            with contextlib.suppress(OSError, ValueError):
-                if agent_id_of(pid) == agent:
-                    os.kill(pid, signal.SIGKILL)
-        if up.poll() is None:
-            up.kill()
-            up.wait()
+        stop_up(up, channel, agents)
 
 
 @pytest.mark.parametrize("no_cgroups", [False, True], ids=["cgroups", "no-cgroups"])
@@ -129,20 +144,14 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
     from node_agent.cgroups import agent_parents
 
     log_path = tmp_path / "up.log"
-    with log_path.open("wb") as log:
-        up = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "up", "--hosts", "2", "--agents", "2",
-                               "--port", "0", "--heartbeat", "0.5", *(["--no-cgroups"] if no_cgroups else [])],
-                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    up = start_up(log_path, *(["--no-cgroups"] if no_cgroups else []))
     agents: dict[str, int] = {}
     channel = None
     try:
         def text() -> str:
             return log_path.read_text(errors="replace")
 
-        ready = wait_for("vcemu up never came up", lambda: re.search(r"coordinator on (\S+) ", text()), 90, log_path)
-        channel = grpc.insecure_channel(ready.group(1))  # type: ignore[union-attr]
-        stub = pb_grpc.CoordinatorStub(channel)
-        agents = {agent_id_of(pid): pid for pid in children(up.pid)}
+        channel, stub, agents = connect_up(up, log_path)
         spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=300, workload="dgemm")
         job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=10).job_id
 
@@ -166,12 +175,4 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
         assert workdirs() == [], text()
         assert victim not in agent_parents(), text()
     finally:
-        if channel is not None:
-            channel.close()
-        for agent, pid in agents.items():
-            with contextlib.suppress(OSError, ValueError):
-                if agent_id_of(pid) == agent:
-                    os.kill(pid, signal.SIGKILL)
-        if up.poll() is None:
-            up.kill()
-            up.wait()
+        stop_up(up, channel, agents)
