@@ -36,6 +36,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator.flagcheck import first_refusal
+
 BENCH_ALGS = ("greedy-pmtn", "dynmcb8-asap-per")
 SWEEP_JOBS = 1000
 
@@ -143,11 +145,11 @@ def bench_dfrs_main(argv: Sequence[str]) -> int:
     a = p.parse_args(list(argv))
     # refused here, in one line naming the flag, before any work: numpy takes no negative seed (its traceback,
     # "expected non-negative integer", came once the bench had begun)
-    for flag, value, ok, rule in (("--jobs", a.jobs, a.jobs >= 2, "must be >= 2"),
-                                  ("--seed", a.seed, a.seed >= 0, "must be >= 0")):
-        if not ok:
-            print(f"vcemu bench dfrs: {flag}: {rule}, got {value}", file=sys.stderr)
-            return 2
+    line = first_refusal("vcemu bench dfrs", (("--jobs", a.jobs, a.jobs >= 2, "must be >= 2"),
+                                               ("--seed", a.seed, a.seed >= 0, "must be >= 0")))
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2
     out: dict[str, Any] = {"jobs": a.jobs, "seed": a.seed}
     if not a.no_sim:
         out.update(bench_sim(a.jobs, a.seed))

@@ -90,6 +90,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES
@@ -573,9 +574,9 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
         ("--max-jobs", a.max_jobs, a.max_jobs is None or a.max_jobs >= 2, "must be >= 2"),
         ("--job-scale", a.job_scale, math.isfinite(a.job_scale) and a.job_scale > 0, "must be a finite number > 0"),
     )
-    for flag, value, ok, rule in checks:
-        if not ok:
-            raise SystemExit(f"vcemu sweep: {flag}: {rule}, got {value}")
+    line = first_refusal("vcemu sweep", checks)
+    if line is not None:
+        raise SystemExit(line)
     weeks = _weeks(a.hpc2n_weeks)
     if not a.report_only:  # (--report-only takes the stored sweep's settings)
         _refuse_empty_grid(a, algs, pens, loads, weeks)

@@ -79,6 +79,7 @@ from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
 from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
+from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
@@ -714,10 +715,10 @@ def apc_main(argv: list[str]) -> int:
         checks.append(("--live-seconds", args.live_seconds,
                        math.isfinite(args.live_seconds) and args.live_seconds >= cycle,
                        f"must be a finite number >= {cycle:g} (one control cycle of the live run)"))
-    for flag, value, ok, rule in checks:
-        if not ok:
-            print(f"vcemu apc: {flag}: {rule}, got {value}", file=sys.stderr)
-            return 2
+    line = first_refusal("vcemu apc", checks)
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2
     if args.live and args.live_agent is not None:
         from coordinator.apc.live import LiveAgentError, check_agent
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.flagcheck import first_refusal
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack, placement_min_yield
 from coordinator.vcsched.generator import InstanceSpec, generate
 
@@ -80,11 +81,11 @@ def bench_packing_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     # refused in one line naming the flag, before any work: numpy takes no negative seed (its traceback), and no
     # run per instance left the best time at inf, reported as the figure ("mcb8_500x64_ms inf", exit status 0)
-    for flag, value, ok, rule in (("--seed", args.seed, args.seed >= 0, "must be >= 0"),
-                                  ("--repeat", args.repeat, args.repeat >= 1, "must be >= 1")):
-        if not ok:
-            print(f"vcemu bench packing: {flag}: {rule}, got {value}", file=sys.stderr)
-            return 2
+    line = first_refusal("vcemu bench packing", (("--seed", args.seed, args.seed >= 0, "must be >= 0"),
+                                                  ("--repeat", args.repeat, args.repeat >= 1, "must be >= 1")))
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2
     rng = np.random.default_rng(args.seed)
     small = [
         generate(InstanceSpec(64, 500, s, cm, cc), rng)

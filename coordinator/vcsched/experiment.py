@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, PackJob, PackProblem, lp_bound, mcb_search
@@ -715,10 +716,10 @@ def vcsched_main(argv: list[str]) -> int:
         ("--milp-time-limit", args.milp_time_limit, math.isfinite(args.milp_time_limit) and args.milp_time_limit > 0,
          "must be a finite number > 0"),
     )
-    for flag, value, ok, rule in checks:
-        if not ok:
-            print(f"vcemu vcsched: {flag}: {rule}, got {value}", file=sys.stderr)
-            return 2
+    line = first_refusal("vcemu vcsched", checks)
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2
     cfg = ExperimentConfig(
         sets=("small", "large") if args.set == "both" else (args.set,),
         instances=args.instances,
