@@ -491,7 +491,7 @@ def submit_refusal(spec: JobSpec, request_id: str) -> tuple[str, str] | None:
     try:
         spec.validate()
     except InvalidJob as exc:
-        return exc.field, str(exc).partition(": ")[2]
+        return exc.field, exc.reason
     why = request_bounds(request_id, spec.name, spec.tasks, spec.work)
     if why is not None:
         field, _, rule = why.partition(": ")

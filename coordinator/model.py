@@ -51,6 +51,7 @@ class InvalidJob(ValueError):
     def __init__(self, field_name: str, message: str) -> None:
         super().__init__(f"{field_name}: {message}")
         self.field = field_name
+        self.reason = message  # what is wrong, without the field's name
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ def _refusal(job: JobSpec, hosts: tuple[Host, ...] | None, refuse: Refuse | None
     try:
         job.validate(hosts)
     except InvalidJob as exc:
-        return _FIELD_FROM_MODEL.get(exc.field, exc.field), str(exc).partition(": ")[2] or str(exc)
+        return _FIELD_FROM_MODEL.get(exc.field, exc.field), exc.reason
     why = refuse(job, hosts) if refuse is not None and hosts is not None else None
     return None if why is None else (_FIELD_FROM_MODEL.get(why[0], why[0]), why[1])
 
