@@ -649,9 +649,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
     with _Client(args, "cancel") as client:
+        # Cancel's reply is the job after the call, the same whether this call cancelled it or one before did (the
+        # reply has nothing that tells them apart): the job as it was just before says which.
+        before = client.rpc("GetJob", pb.JobRef(job_id=args.job_id))
         job = client.rpc("Cancel", pb.JobRef(job_id=args.job_id))
     if job.state in ("done", "failed"):  # finished before the call: Cancel leaves such a job as it is
         print(f"{job.job_id} {job.state}: it had finished already, nothing was cancelled")
+    elif job.state == "cancelled" and before.state == "cancelled":
+        print(f"{job.job_id} cancelled: it had been cancelled already, nothing was cancelled")
     else:
         print(f"{job.job_id} {job.state}")
     return 0
@@ -1145,12 +1150,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.set_defaults(func=cmd_jobs)
 
-    sp = sub.add_parser("cancel", help="cancel a job")
+    sp = sub.add_parser("cancel", help="cancel a job", description=(
+        "Cancel a job: prints the job and its state. A job that had finished or had been cancelled already is left "
+        "as it is, and the line says that nothing was cancelled (exit status 0 all the same)."))
     client(sp)
     sp.add_argument("job_id")
     sp.set_defaults(func=cmd_cancel)
 
-    sp = sub.add_parser("status", help="cluster status")
+    sp = sub.add_parser("status", help="cluster status", description=(
+        "Cluster status: the policy, the yields of the running jobs, the jobs by state and each host's CPU and "
+        "memory. Its job counts are of the jobs the scheduler has taken in: jobs just accepted by a submit are "
+        "taken in at the scheduler's next turn, which may come seconds later while it is busy deciding for a long "
+        "queue (after 'submit --file' of thousands of jobs, status may show fewer jobs than were accepted for a "
+        "few seconds); 'vcemu jobs' lists every accepted job at once."))
     client(sp)
     sp.set_defaults(func=cmd_status)
 

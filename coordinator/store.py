@@ -110,6 +110,17 @@ def lock_path(path: str) -> str:
     return f"{os.path.realpath(path)}.lock"  # (one lock whatever path, or symlink, names the file)
 
 
+def _check_place(path: str) -> None:
+    """Refuse a ``--state`` that cannot be a file, naming the actual problem: a directory, or a file in a directory
+    that does not exist (where SQLite says "unable to open database file" and the lock "No such file")."""
+    if os.path.isdir(path):
+        raise StoreError(f"--state {path}: is a directory; give a file path (a new file is created)")
+    parent = os.path.dirname(os.path.realpath(path))
+    if not os.path.isdir(parent):
+        what = "is not a directory" if os.path.lexists(parent) else "does not exist"
+        raise StoreError(f"--state {path}: directory {parent} {what}")
+
+
 def lock_state(path: str) -> int:
     """Claim the state file ``path`` for this process: an exclusive ``flock`` on :func:`lock_path`, held until
     the returned descriptor is closed, or the process ends (the kernel drops the lock of a killed process, so a
@@ -200,17 +211,39 @@ class Store:
         self.path = path
         self._lock = threading.RLock()
         self._depth = 0
-        self._claim = lock_state(path) if exclusive else None
+        _check_place(path)
+        #: The lock file, if this store created it (it did not exist before the claim): removed again if the state
+        #: file is refused (:meth:`_release`), so that a refused ``--state notes.txt`` leaves no ``notes.txt.lock``.
+        self._created: str | None = None
+        self._refused = False
+        self._claim: int | None = None
+        if exclusive:
+            where = lock_path(path)
+            fresh = not os.path.lexists(where)
+            self._claim = lock_state(path)
+            self._created = where if fresh else None
         try:
             self._open(path, synchronous)
         except BaseException:
+            self._refused = True
             self._release()
             raise
 
     def _release(self) -> None:
         if self._claim is not None:
+            if self._refused and self._created is not None:
+                self._drop_lock_file(self._claim, self._created)
             os.close(self._claim)  # drops the flock
             self._claim = None
+
+    @staticmethod
+    def _drop_lock_file(fd: int, where: str) -> None:
+        """Remove the lock file this store created, while it still holds its flock (so no other process holds
+        it), and only if ``where`` is still that very file."""
+        with contextlib.suppress(OSError):
+            mine, there = os.fstat(fd), os.stat(where)
+            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                os.unlink(where)
 
     def _open(self, path: str, synchronous: str) -> None:
         try:
@@ -339,8 +372,10 @@ class Store:
         try:
             return self._load()
         except sqlite3.DatabaseError as exc:
+            self._refused = True  # (its lock file, if this store created it, goes at close)
             raise StoreError(f"--state {self.path}: {_cannot(exc)}") from None
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # (json.JSONDecodeError is a ValueError)
+            self._refused = True
             raise StoreError(f"--state {self.path}: not a usable vcemu state file: a row no vcemu wrote "
                              f"({type(exc).__name__}: {exc})") from None
 

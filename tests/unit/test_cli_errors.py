@@ -214,7 +214,7 @@ def test_positive_flags_refuse_nan_and_inf(capsys) -> None:
 
 def test_coordinator_refuses_an_unusable_state_file(tmp_path: Path, capsys) -> None:
     code, _, err = run(["coordinator", "--port", "0", "--state", str(tmp_path / "no" / "x.db")], capsys)
-    refused(code, err, "vcemu coordinator: error: --state", "not a usable vcemu state file")
+    refused(code, err, "vcemu coordinator: error: --state", f"directory {tmp_path / 'no'} does not exist")
 
 
 @pytest.mark.parametrize("kind", ["missing dir", "text file"])
@@ -228,7 +228,9 @@ def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path
         state = tmp_path / "notdb.db"
         state.write_text("not a database\n" * 100)
     code, _, err = run(["up", "--port", "0", "--hosts", "1", "--state", str(state)], capsys)
-    refused(code, err, "vcemu up: error: --state", "not a usable vcemu state file")
+    refused(code, err, "vcemu up: error: --state",
+            "does not exist" if kind == "missing dir" else "not a usable vcemu state file")
+    assert not Path(f"{state}.lock").exists()  # (live review: a refused file kept a lock file beside it)
 
 
 @pytest.mark.parametrize("command", ["coordinator", "up", "agent"])
@@ -326,7 +328,7 @@ def test_up_ray_keeps_state_heartbeat_and_token(tmp_path: Path, fake_ray: dict[s
 def test_up_ray_refuses_an_unusable_state_file(tmp_path: Path, fake_ray: dict[str, object], capsys) -> None:
     code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", "0", "--state", str(tmp_path / "no" / "x.db")],
                        capsys)
-    refused(code, err, "vcemu up: error: --state", "not a usable vcemu state file")
+    refused(code, err, "vcemu up: error: --state", "does not exist")
 
 
 @pytest.mark.parametrize(("extra", "fragment"), [
