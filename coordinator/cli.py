@@ -1158,11 +1158,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_cancel)
 
     sp = sub.add_parser("status", help="cluster status", description=(
-        "Cluster status: the policy, the yields of the running jobs, the jobs by state and each host's CPU and "
-        "memory. Its job counts are of the jobs the scheduler has taken in: jobs just accepted by a submit are "
-        "taken in at the scheduler's next turn, which may come seconds later while it is busy deciding for a long "
-        "queue (after 'submit --file' of thousands of jobs, status may show fewer jobs than were accepted for a "
-        "few seconds); 'vcemu jobs' lists every accepted job at once."))
+        "Cluster status: the policy, the yields of the running jobs, the jobs by state (every accepted job) and "
+        "each host's CPU and memory."))
     client(sp)
     sp.set_defaults(func=cmd_status)
 
