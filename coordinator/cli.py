@@ -639,7 +639,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         from google.protobuf.json_format import MessageToDict
 
         # Every field, zeros included (a running job at virtual time 0 had no virtualTime; live review).
-        print(json.dumps([MessageToDict(j, always_print_fields_with_no_presence=True) for j in jobs]))
+        out = [MessageToDict(j, always_print_fields_with_no_presence=True) for j in jobs]
+        for d, j in zip(out, jobs, strict=True):  # a coordinator before the reply's stretch field sends 0 for it
+            if j.bounded_stretch and not j.stretch and j.spec.work_seconds > 0:
+                d["stretch"] = (j.end_time - j.submit_time) / j.spec.work_seconds
+        print(json.dumps(out))
     else:
         print(_job_table(jobs) if jobs else "no jobs")
     return 0

@@ -212,8 +212,9 @@ class Engine:
                 for job, rec in self._live.items():
                     if rec.state is JobState.PENDING:
                         self._push(self.backend.now(), "stim", Submit(job))
-            if added:
-                self._judge_pending(say=False)
+            if added:  # more hosts hold more: only the jobs noted as waiting can change (all, if there were none)
+                self._judge_pending(say=False, recs=None if not known else [
+                    r for r in self._live.values() if r.state is JobState.PENDING and r.message.startswith(self.WAITS)])
         if added:
             self.backend.wake()
 
@@ -226,7 +227,13 @@ class Engine:
             return [(job, rec.message.removeprefix(self.WAITS)) for job, rec in self._live.items()
                     if rec.state is JobState.PENDING and rec.message.startswith(self.WAITS)]
 
-    def _judge_pending(self, say: bool = True) -> None:
+    def judge_pending(self) -> None:
+        """:meth:`_judge_pending` of every pending job, said: for the coordinator, once an agent's resized hosts
+        are back (a host may now hold less)."""
+        with self.lock:
+            self._judge_pending()
+
+    def _judge_pending(self, say: bool = True, recs: Iterable[JobRecord] | None = None) -> None:
         """Say, in its message and once in the log, of each pending job that the hosts now registered could never
         run (too wide, too much memory: what a submission would be refused for), and clear that when they can.
         Such a job was accepted on other hosts (a restart on the state file with fewer or smaller hosts, an agent
@@ -234,21 +241,28 @@ class Engine:
         job that no longer fit stayed pending for the whole session with no word, while submitting it again was
         refused). Live runs only: the simulator's hosts never change. ``say``: log the change (not while agents
         register one after another, when a job may wait only for the next one: ``vcemu up`` says what still waits
-        once all have, :meth:`waiting_for_hosts`)."""
+        once all have, :meth:`waiting_for_hosts`). ``recs``: only these jobs (default: every pending one). Jobs of
+        one shape (tasks, need, memory) are judged once per call: a restart may hold thousands of pending jobs."""
         hosts = tuple(self.hosts)
         if not hosts:
             return  # (every agent lost: nothing can be judged, and everything waits)
         refuse = getattr(self.policy, "refuse", None)
-        for job, rec in self._live.items():
+        seen: dict[tuple[int, float, float], str | None] = {}
+        for rec in self._live.values() if recs is None else recs:
             if rec.state is not JobState.PENDING:
                 continue
-            why = None
-            try:
-                rec.spec.validate(hosts)
-            except InvalidJob as exc:
-                why = str(exc)
-            if why is None and refuse is not None and (r := refuse(rec.spec, hosts)) is not None:
-                why = f"{r[0]}: {r[1]}"
+            job, spec = rec.spec.id, rec.spec
+            shape = (spec.tasks, spec.cpu_need, spec.mem)  # (the rest of a spec was validated at its submission)
+            if shape not in seen:
+                why = None
+                try:
+                    spec.validate(hosts)
+                except InvalidJob as exc:
+                    why = str(exc)
+                if why is None and refuse is not None and (r := refuse(spec, hosts)) is not None:
+                    why = f"{r[0]}: {r[1]}"
+                seen[shape] = why
+            why = seen[shape]
             if why is not None:
                 note = self.WAITS + why
                 if rec.message != note:
@@ -302,6 +316,7 @@ class Engine:
         """Take back the jobs of an earlier run of this coordinator (from its store). Pending jobs are
         offered to the policy again; placed ones are expected to have been adopted by the backend."""
         with self.lock:
+            pending = []
             for rec in records:
                 self.jobs[rec.spec.id] = rec
                 self.history.specs[rec.spec.id] = rec.spec
@@ -309,8 +324,11 @@ class Engine:
                     self._live[rec.spec.id] = rec
                 if rec.state is JobState.PENDING:
                     self._push(self.backend.now(), "stim", Submit(rec.spec.id))
+                    pending.append(rec)
             self.history.transitions.extend(transitions)
             self._ensure_tick()
+            # (the coordinator adds the restored agents' hosts before it restores the jobs: judged here too)
+            self._judge_pending(say=False, recs=pending)
         self.backend.wake()
 
     def requeue(self, job: str, reason: str) -> None:
@@ -335,8 +353,10 @@ class Engine:
             self._record(job, src, JobState.PENDING, hosts, 0.0, reason)
         self.backend.wake()
 
-    def lose_hosts(self, names: Iterable[str], reason: str) -> list[str]:
+    def lose_hosts(self, names: Iterable[str], reason: str, judge: bool = True) -> list[str]:
         """Remove hosts (their agent is gone) and requeue every job with a task on one; returns those jobs.
+        ``judge``: say which pending jobs the hosts left can never hold (:meth:`_judge_pending`); not for hosts
+        that are added back at once (an agent re-registering with resized hosts), which the caller judges after.
 
         Every such job is requeued even if recording one fails (a listener's store write on a full disk): that
         failure is logged, and the others go on, so that no job is left placed on a host that is gone. The
@@ -352,7 +372,8 @@ class Engine:
                     self.requeue(job, reason)  # its state changes, and its Submit is due, before it is recorded
                 except Exception:
                     log.exception("%s requeued (%s), but recording that failed", job, reason)
-            self._judge_pending()
+            if judge:
+                self._judge_pending()
             return hit
 
     # ---- the loop ---------------------------------------------------------------------------------

@@ -81,7 +81,6 @@ MIN_FENCE_SLACK_S = 0.3
 BATCH_WINDOW_S = 0.02
 
 
-
 def _host_changes(before: dict[str, agent_pb2.HostInfo], now: dict[str, tuple[float, int]], changed: list[str]) -> str:
     """What changed in a re-registering agent's hosts, for a person: the ones it no longer has, and the ones
     whose size changed with the sizes (live review: "without host(s) h0, h1 as they were" listed hosts that were
@@ -92,6 +91,7 @@ def _host_changes(before: dict[str, agent_pb2.HostInfo], now: dict[str, tuple[fl
     parts = ([f"host{'s' if len(resized) > 1 else ''} resized: {', '.join(resized)}"] if resized else []) + (
         [f"host{'s' if len(gone) > 1 else ''} gone: {', '.join(gone)}"] if gone else [])
     return "; ".join(parts)
+
 
 class TokenInterceptor(grpc.ServerInterceptor):
     """Refuse user API calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED). The agents'
@@ -347,10 +347,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             changed = [n for n, info in before.items() if now.get(n) != (info.cpu_cores, info.memory_bytes)]
             if changed:
                 what = _host_changes(before, now, changed)
-                jobs = self.s.engine.lose_hosts(changed, f"agent {d.agent_id} came back with {what}")
+                jobs = self.s.engine.lose_hosts(changed, f"agent {d.agent_id} came back with {what}", judge=False)
                 log.warning("agent %s re-registered with %s: %d job%s requeued", d.agent_id, what, len(jobs),
                             "" if len(jobs) == 1 else "s")
             self.s.engine.add_hosts(hosts)
+            if changed:  # (a resized host may hold less: judged once it is back, not in between)
+                self.s.engine.judge_pending()
             self.s.beat(d.agent_id)
             self.s.registered.add(d.agent_id)
             self.s.lost.pop(d.agent_id, None)

@@ -254,10 +254,10 @@ class LiveBackend:
         kept = self._reference
         if kept is not None and (kept.cpu_cores, kept.memory_bytes) != (largest.cpu_cores, largest.memory_bytes):
             # (live review: restarted with other host sizes, a need-1 job got part of its host, unexplained)
-            log.warning("the reference host of the state file (%g cores, %d MiB) is kept, not this run's largest "
-                        "host (%g cores, %d MiB): a need of 1 stays %g cores, so that the jobs the state holds keep "
-                        "their meaning", kept.cpu_cores, kept.memory_bytes >> 20, largest.cpu_cores,
-                        largest.memory_bytes >> 20, kept.cpu_cores)
+            log.warning("the reference host restored from the state (%g cores, %d MiB) is kept, not this run's "
+                        "largest host (%g cores, %d MiB): a job's needs stay fractions of the kept one, so that the "
+                        "jobs the state holds keep their meaning", kept.cpu_cores, kept.memory_bytes >> 20,
+                        largest.cpu_cores, largest.memory_bytes >> 20)
         self.restore_reference(largest)
 
     def restore_reference(self, info: agent_pb2.HostInfo) -> None:

@@ -62,3 +62,21 @@ def test_registrations_set_the_note_without_a_warning(caplog: pytest.LogCaptureF
         engine.add_hosts(HOSTS[2:])
     assert caplog.messages == []
     assert engine.waiting_for_hosts() == []
+
+
+def test_jobs_restored_after_the_hosts_are_judged_and_a_re_registration_says_nothing_in_between(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Diff review: the coordinator adds the restored agents' hosts before it restores the jobs (so add_hosts never
+    judged them), and an agent re-registering with resized hosts loses them and adds them back (so the loss warned
+    of jobs that the bigger hosts hold)."""
+    from coordinator.engine import JobRecord
+
+    small = [Host(f"h{i}", 1.0, 0.5) for i in range(4)]
+    engine = Engine(get_policy("greedy"), SimBackend(), small)
+    with caplog.at_level(logging.WARNING, logger="vcemu.engine"):
+        engine.restore([JobRecord(WIDE)])
+        assert engine.waiting_for_hosts() == [("wide", "memory: 0.7 per task is more than any host has (0.5)")]
+        engine.lose_hosts([h.name for h in small], "agent came back with hosts resized", judge=False)
+        engine.add_hosts([Host(f"h{i}") for i in range(4)])
+    assert caplog.messages == []
+    assert engine.waiting_for_hosts() == []

@@ -83,9 +83,9 @@ def test_the_reference_host_is_the_largest_host_chosen_before_registration_not_t
             backend.choose_reference([agent_pb2.HostInfo(name="huge", cpu_cores=4.0, memory_bytes=1 << 32)])
         assert backend.reference is not None and backend.reference.name == "big"
         # and said (live review: restarted with larger hosts, a need-1 job got a quarter of its host, unexplained)
-        assert caplog.messages == ["the reference host of the state file (1 cores, 1024 MiB) is kept, not this run's "
-                                   "largest host (4 cores, 4096 MiB): a need of 1 stays 1 cores, so that the jobs the "
-                                   "state holds keep their meaning"]
+        assert caplog.messages == ["the reference host restored from the state (1 cores, 1024 MiB) is kept, not this "
+                                   "run's largest host (4 cores, 4096 MiB): a job's needs stay fractions of the kept "
+                                   "one, so that the jobs the state holds keep their meaning"]
         caplog.clear()
         backend.choose_reference([agent_pb2.HostInfo(name="same", cpu_cores=1.0, memory_bytes=1 << 30)])
         assert caplog.messages == []
