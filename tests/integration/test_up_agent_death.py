@@ -76,6 +76,20 @@ def connect_up(up: subprocess.Popen, log_path: Path) -> tuple[grpc.Channel, pb_g
     return channel, pb_grpc.CoordinatorStub(channel), {agent_id_of(pid): pid for pid in children(up.pid)}
 
 
+def run_one_job(stub: pb_grpc.CoordinatorStub, workload: str, log_path: Path
+                ) -> tuple[str, str, Callable[[], str | None]]:
+    """Submit a one-task job of 300 s and wait until it runs: (job, its host, a function giving its host while it
+    runs, else None)."""
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=300, workload=workload)
+    job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=10).job_id
+
+    def placed() -> str | None:
+        j = stub.GetJob(pb.JobRef(job_id=job), timeout=5)
+        return j.hosts[0] if j.state == "running" and j.hosts else None
+
+    return job, str(wait_for(f"{job} never ran", placed, log=log_path)), placed
+
+
 def stop_up(up: subprocess.Popen, channel: grpc.Channel | None, agents: dict[str, int]) -> None:
     """Whatever a test left: the channel, an agent its ``vcemu up`` started that is still there, ``up`` itself."""
     if channel is not None:
@@ -100,14 +114,7 @@ def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_p
 
         channel, stub, agents = connect_up(up, log_path)
         assert len(agents) == 2, agents
-        spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=300, workload="modeled")
-        job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=10).job_id
-
-        def placed() -> str | None:
-            j = stub.GetJob(pb.JobRef(job_id=job), timeout=5)
-            return j.hosts[0] if j.state == "running" and j.hosts else None
-
-        host = str(wait_for(f"{job} never ran", placed, log=log_path))
+        job, host, placed = run_one_job(stub, "modeled", log_path)
         owner = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
         victim = owner[host]
         survivor = next(a for a in agents if a != victim)
@@ -152,14 +159,7 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
             return log_path.read_text(errors="replace")
 
         channel, stub, agents = connect_up(up, log_path)
-        spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=300, workload="dgemm")
-        job = stub.Submit(pb.SubmitRequest(spec=spec), timeout=10).job_id
-
-        def placed() -> str | None:
-            j = stub.GetJob(pb.JobRef(job_id=job), timeout=5)
-            return j.hosts[0] if j.state == "running" and j.hosts else None
-
-        host = str(wait_for(f"{job} never ran", placed, log=log_path))
+        _, host, _ = run_one_job(stub, "dgemm", log_path)
         victim = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}[host]
 
         def workdirs() -> list[str]:

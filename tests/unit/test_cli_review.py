@@ -159,3 +159,22 @@ def test_jobs_table_shows_a_yield_for_running_jobs_only() -> None:
     done = pb.Job(job_id="job-2", spec=spec, state="done", submit_time=0, end_time=60, virtual_time=30, stretch=2.0)
     rows = [line.split() for line in _job_table([running, done]).splitlines()[1:]]
     assert rows[0][6] == "0.50" and rows[1][6] == "-"
+
+# ``vcemu cancel`` of a job cancelled already (live review): the second cancel printed ``job-02000 cancelled`` as
+# the first did; it now says nothing was cancelled, as it does for a finished job.
+
+
+def test_cancel_twice_says_the_second_cancelled_nothing(server: CoordinatorServer,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["submit", "--coordinator", server.address, "--work", "1"], capsys)
+    job = out.strip()
+    code, out, _ = run(["cancel", "--coordinator", server.address, job], capsys)
+    assert code == 0 and out.strip() == f"{job} cancelled"
+    code, out, _ = run(["cancel", "--coordinator", server.address, job], capsys)
+    assert code == 0 and out.strip() == f"{job} cancelled: it had been cancelled already, nothing was cancelled"
+
+
+def test_cancel_of_an_unknown_job_is_still_refused(server: CoordinatorServer,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["cancel", "--coordinator", server.address, "job-09999"], capsys)
+    assert code != 0 and "job-09999" in err and not out
