@@ -953,13 +953,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
         print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. "
               "Ctrl-C stops.", flush=True)
-        waiting = server.engine.waiting_for_hosts()  # jobs of the state file that these hosts cannot hold
-        for job, why in waiting[:10]:
-            print(f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` "
-                  "drops it", file=sys.stderr, flush=True)
-        if len(waiting) > 10:
-            print(f"vcemu up: and {len(waiting) - 10} more jobs of the state file these hosts can never hold",
-                  file=sys.stderr, flush=True)
+        say_waiting(server)
         exited: set[int] = set()
         while not stop.is_set():
             for p in procs:
@@ -979,6 +973,23 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     finally:
         server.stop()
         stop_agents(procs)
+
+
+def waiting_lines(server: CoordinatorServer, at_most: int = 10) -> list[str]:
+    """``vcemu up``'s lines, once its agents have registered, for the jobs of its state file that these hosts can
+    never hold (:meth:`~coordinator.engine.Engine.waiting_for_hosts`): at most ``at_most``, then a count."""
+    waiting = server.engine.waiting_for_hosts()
+    lines = [f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` drops it"
+             for job, why in waiting[:at_most]]
+    if len(waiting) > at_most:
+        lines.append(f"vcemu up: and {len(waiting) - at_most} more jobs of the state file these hosts can never hold")
+    return lines
+
+
+def say_waiting(server: CoordinatorServer) -> None:
+    """Print :func:`waiting_lines` on stderr (local ``up`` and ``up --ray``)."""
+    for line in waiting_lines(server):
+        print(line, file=sys.stderr, flush=True)
 
 
 def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False) -> str:

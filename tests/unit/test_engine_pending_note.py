@@ -80,3 +80,23 @@ def test_jobs_restored_after_the_hosts_are_judged_and_a_re_registration_says_not
         engine.add_hosts([Host(f"h{i}") for i in range(4)])
     assert caplog.messages == []
     assert engine.waiting_for_hosts() == []
+
+
+def test_up_says_each_waiting_job_then_a_count() -> None:
+    """What ``vcemu up`` (local and ``--ray``) prints once its agents have registered."""
+    from types import SimpleNamespace
+
+    from coordinator.cli import waiting_lines
+    from coordinator.engine import JobRecord
+
+    engine = Engine(get_policy("greedy"), SimBackend(), HOSTS[:2])
+    engine.restore([JobRecord(JobSpec(id=f"w{i}", submit_time=0.0, tasks=4, cpu_need=1.0, mem=0.7, work=1.0))
+                    for i in range(3)])
+    lines = waiting_lines(SimpleNamespace(engine=engine), at_most=2)  # type: ignore[arg-type]
+    assert lines == [
+        "vcemu up: w0 stays pending: these hosts can never hold it (tasks: 4 tasks of memory 0.7 can never fit: the "
+        "cluster holds at most 2); `vcemu cancel w0` drops it",
+        "vcemu up: w1 stays pending: these hosts can never hold it (tasks: 4 tasks of memory 0.7 can never fit: the "
+        "cluster holds at most 2); `vcemu cancel w1` drops it",
+        "vcemu up: and 1 more jobs of the state file these hosts can never hold",
+    ]

@@ -123,6 +123,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     """``vcemu up --ray ADDRESS``: see the module docstring. ``options``: more CoordinatorServer arguments
     (``--state``, ``--heartbeat``, ``--token-file``), as a local ``vcemu up`` passes them. Bad settings end
     it with one line naming the setting and exit status 2."""
+    from coordinator.cli import say_waiting
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
     from coordinator.store import StoreError
@@ -189,6 +190,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         print(f"vcemu up: coordinator on {coordinator} ({args.policy}), {args.hosts} hosts on "
               f"{nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
         print(placement_table(infos, placements), flush=True)
+        say_waiting(server)
         said: dict[str, str] = {}  # why each actor that does not answer was last said not to
         while True:
             time.sleep(HEALTH_INTERVAL_S)
