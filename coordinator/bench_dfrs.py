@@ -36,6 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator.cliargs import doc_text
 from coordinator.flagcheck import first_refusal
 
 BENCH_ALGS = ("greedy-pmtn", "dynmcb8-asap-per")
@@ -134,8 +135,6 @@ def _sweep_wall(workers: int, seed: int) -> float:
 
 
 def bench_dfrs_main(argv: Sequence[str]) -> int:
-    from coordinator.cli import doc_text
-
     p = argparse.ArgumentParser(prog="vcemu bench dfrs", description=doc_text(__doc__.split("\n\n")[0]))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--jobs", type=int, default=1000, help="jobs in the simulated trace (default 1000)")

@@ -33,8 +33,10 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cli import _positive, interrupted, signals_deferred, signals_interrupt, spawn_agent, stop_agents
+from coordinator.cliargs import positive
 from coordinator.policy_names import POLICY_NAMES
+from coordinator.servers import interrupted, spawn_agent, stop_agents
+from node_agent.signals import signals_deferred, signals_interrupt
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -260,7 +262,7 @@ def bench_scale_main(argv: list[str]) -> int:
                    help="agent processes sharing the hosts (at most --hosts)")
     p.add_argument("--jobs", type=_int_at_least(1), default=None,
                    help="jobs to place, >= 1 (default: one per two hosts, at least one): with none, no cycle runs")
-    p.add_argument("--period", type=_positive("--period"), default=5.0, help="DYNMCB8-PER period, seconds")
+    p.add_argument("--period", type=positive("--period"), default=5.0, help="DYNMCB8-PER period, seconds")
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle")
     p.add_argument("--out", default="results/bench-scale")

@@ -25,20 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli import (
-    format_table,
-    interrupted,
-    live_run_dir,
-    signals_deferred,
-    signals_interrupt,
-    start_local_cluster,
-    stop_agents,
-)
+from coordinator.cliargs import format_table
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, relative_difference
 from coordinator.model import JobState
 from coordinator.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
 from coordinator.provenance import code_version
+from coordinator.servers import interrupted, live_run_dir, start_local_cluster, stop_agents
+from node_agent.signals import signals_deferred, signals_interrupt
 from workloads.mixes import demo_mix
 
 DEMO_TIMEOUT_S = 170.0

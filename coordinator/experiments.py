@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.backends.sim import SimBackend
+from coordinator.cliargs import format_table
 from coordinator.engine import Engine, Stalled
 from coordinator.metrics import History, JobResult, Summary, job_results, summarize
 from coordinator.model import Host, JobSpec
@@ -75,7 +76,6 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     print when only writing them failed (exit status 1)."""
     from tqdm import tqdm
 
-    from coordinator.cli import format_table
     from workloads.jobfile import JobFileError, load_jobs
 
     cluster = homogeneous_hosts(hosts)

@@ -44,8 +44,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.cliargs import POLICY_HELP, Parser, doc_text, non_negative, positive
 from coordinator.metrics import History, JobResult, Transition
 from coordinator.model import JobSpec, JobState
+from node_agent.signals import signals_deferred, signals_interrupt
 
 if TYPE_CHECKING:
     from workloads.jobfile import JobFile
@@ -91,28 +93,26 @@ def _mem_size(text: str) -> str:
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    from coordinator.cli import POLICY_HELP, _non_negative, _Parser, _positive, doc_text
-
-    p = _Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]), epilog=EXIT_STATUS)
+    p = Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]), epilog=EXIT_STATUS)
     p.add_argument("trace", help="job file (JSON lines / CSV) or SWF trace (.swf, .swf.gz)")
     p.add_argument("--policy", default="dynmcb8-asap-per", help=POLICY_HELP)
-    p.add_argument("--compress", type=_positive("--compress"), default=60.0,
+    p.add_argument("--compress", type=positive("--compress"), default=60.0,
                    help="time compression factor K (> 0; default %(default)g: an hour of the trace in a minute)")
     p.add_argument("--segment", type=int, default=None, help="SWF only: the 1-week segment to replay")
-    p.add_argument("--max-jobs", type=_positive("--max-jobs", int), default=20,
+    p.add_argument("--max-jobs", type=positive("--max-jobs", int), default=20,
                    help="replay only the first N jobs (default 20)")
-    p.add_argument("--hosts", type=_positive("--hosts", int), default=4, help="live hosts (default 4)")
-    p.add_argument("--agents", type=_positive("--agents", int), default=1,
+    p.add_argument("--hosts", type=positive("--hosts", int), default=4, help="live hosts (default 4)")
+    p.add_argument("--agents", type=positive("--agents", int), default=1,
                    help="agent processes sharing the hosts (at most --hosts)")
-    p.add_argument("--cpus-per-host", type=_positive("--cpus-per-host"), default=None,
+    p.add_argument("--cpus-per-host", type=positive("--cpus-per-host"), default=None,
                    help="real cores per emulated host (default: 60%% of the machine shared out)")
     p.add_argument("--mem-per-host", type=_mem_size, default="512MiB",
                    help="memory per emulated host (default %(default)s)")
-    p.add_argument("--penalty", type=_non_negative, default=0.0,
+    p.add_argument("--penalty", type=non_negative, default=0.0,
                    help="rescheduling penalty of the simulation, trace seconds >= 0 (the live run pays real costs)")
-    p.add_argument("--host-memory-gb", type=_positive("--host-memory-gb"), default=8.0,
+    p.add_argument("--host-memory-gb", type=positive("--host-memory-gb"), default=8.0,
                    help="node memory for the bandwidth metric")
-    p.add_argument("--timeout", type=_positive("--timeout"), default=600.0,
+    p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
                    help="wall seconds (> 0) before the live run is abandoned")
     p.add_argument("--no-cgroups", action="store_true", help="agents use the duty-cycle fallback")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -159,7 +159,7 @@ def replay_main(argv: Sequence[str]) -> int:
     """``vcemu replay``. Ctrl-C or SIGTERM at any point, from the first import on (numpy/numba load while the
     policy is looked up, then the trace is read), ends it with one line and exit status 130: the cluster, once
     started, is stopped first (by start_local_cluster, or the finally around the live run)."""
-    from coordinator.cli import interrupted, signals_interrupt
+    from coordinator.servers import interrupted
 
     stage: dict[str, bool] = {"cluster": False}
     try:
@@ -183,8 +183,8 @@ def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
 
 def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     """The replay; ``stage["cluster"]`` is set once its cluster begins to start (for the interrupted line)."""
-    from coordinator.cli import live_run_dir, start_local_cluster
     from coordinator.policies import UnknownPolicy, get_policy
+    from coordinator.servers import live_run_dir, start_local_cluster
     from workloads.jobfile import JobFileError
 
     try:
@@ -277,9 +277,9 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     config.json records of the trace, :meth:`workloads.jobfile.JobFile.provenance`)."""
     from tqdm import tqdm
 
-    from coordinator.cli import signals_deferred, stop_agents
     from coordinator.experiments import follow_jobs, simulate
     from coordinator.metrics import job_results
+    from coordinator.servers import stop_agents
 
     seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
     hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost

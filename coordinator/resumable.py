@@ -38,7 +38,7 @@ def die_with_parent() -> None:
     On Linux the kernel sends SIGTERM (``prctl(PR_SET_PDEATHSIG)``); elsewhere, or if that call fails, a daemon
     thread polls ``os.getppid()`` once a second. SIGTERM gets its default action back, since a forked worker
     inherits its parent's Python handler (``vcemu oppcost`` turns SIGTERM into KeyboardInterrupt:
-    :func:`coordinator.cli.signals_interrupt`)."""
+    :func:`node_agent.signals.signals_interrupt`)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = os.getppid()
     if sys.platform.startswith("linux"):

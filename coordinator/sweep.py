@@ -90,10 +90,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.cliargs import doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES
+from node_agent.signals import INTERRUPTED, signals_interrupt
 
 if TYPE_CHECKING:
     from coordinator.raycluster import RayContext
@@ -448,8 +450,6 @@ def _parse_floats(text: str, name: str) -> list[float]:
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    from coordinator.cli import doc_text
-
     p = argparse.ArgumentParser(
         prog="vcemu sweep", description=doc_text(__doc__.split("\n\n")[0]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -675,7 +675,6 @@ def _holds_sweep(out: Path) -> bool:
 
 
 def _sweep(argv: Sequence[str]) -> int:
-    from coordinator.cli import signals_interrupt, usable_out_dir
     from coordinator.provenance import file_sha256
 
     a = _parse_args(argv)
@@ -702,7 +701,6 @@ def _sweep(argv: Sequence[str]) -> int:
 def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
     """The sweep in ``out``, which this process has locked (:func:`out_lock`), with SIGINT and SIGTERM raising
     KeyboardInterrupt: then one line says how many cells are stored, Ray is shut down, and the status is 130."""
-    from coordinator.cli import INTERRUPTED, signals_interrupt
     from coordinator.outputs import clear_outputs, write_json
     from coordinator.provenance import code_version, source_fingerprint
     from coordinator.sweep_report import REPORT_PATTERNS, write_reports

@@ -43,8 +43,9 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from coordinator.cli import INTERRUPTED, _positive, signals_deferred, signals_interrupt
+from coordinator.cliargs import positive
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
+from node_agent.signals import INTERRUPTED, signals_deferred, signals_interrupt
 from workloads import progress
 from workloads.registry import child_env, command
 
@@ -372,11 +373,11 @@ def cpu_share_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
-    p.add_argument("--seconds", type=_positive("--seconds"), default=None,
+    p.add_argument("--seconds", type=positive("--seconds"), default=None,
                    help="measurement window per configuration (default 12 s; 2 s with --quick)")
-    p.add_argument("--task-window", type=_positive("--task-window"), default=TASK_WINDOW_S,
+    p.add_argument("--task-window", type=positive("--task-window"), default=TASK_WINDOW_S,
                    help="seconds the tasks run between two reference windows")
-    p.add_argument("--ref-window", type=_positive("--ref-window"), default=RAW_WINDOW_S,
+    p.add_argument("--ref-window", type=positive("--ref-window"), default=RAW_WINDOW_S,
                    help="seconds of each reference window")
     p.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)), help="CPU to pin tasks to")
     args = p.parse_args(argv)

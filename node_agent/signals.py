@@ -1,4 +1,5 @@
-"""Signals that set a :class:`threading.Event`, safely against a second signal.
+"""Signals: a relay that sets a :class:`threading.Event`, safely against a second signal (:func:`set_on_signals`),
+and the commands' Ctrl-C and SIGTERM handling (:func:`signals_interrupt`, :func:`signals_deferred`).
 
 Why not ``signal.signal(SIGTERM, lambda *_: stop.set())``: Python runs a handler in the main thread between two
 bytecodes, so it can run *inside* another handler's ``Event.set``, which holds the Event's lock (not reentrant)
@@ -14,9 +15,9 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
-__all__ = ["set_on_signals"]
+__all__ = ["INTERRUPTED", "set_on_signals", "signals_deferred", "signals_interrupt"]
 
 
 def set_on_signals(event: threading.Event, signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM),
@@ -51,3 +52,58 @@ def set_on_signals(event: threading.Event, signals: Iterable[int] = (signal.SIGI
             os.close(w)
 
     return restore
+
+
+#: The exit status of a command stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT, for either signal).
+INTERRUPTED = 130
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, and the handlers are given back
+    after (for a caller in this process, such as a test). A command that spawns agents needs SIGTERM as well as
+    Ctrl-C to unwind through its ``finally`` blocks: the agents run in sessions of their own, so the default
+    SIGTERM, ending the process at once, would leave them retrying a dead coordinator for ever. (They also stop
+    on their own once this process is gone: ``vcemu agent --parent-pid``.) A signal the caller ignores stays
+    ignored: a shell starts a background job (``vcemu up &``) with SIGINT ignored, so that a Ctrl-C meant for the
+    command in the foreground does not reach it.
+
+    Only in this process: a process forked from it (a pool's worker, before its initializer has set its own
+    handlers) that gets one of these signals exits at once (status 128 + the signal) instead. Raised there, the
+    KeyboardInterrupt could unwind out of multiprocessing's child code into this command's own, and the worker
+    would run the rest of the command as a second copy of it."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    owner = os.getpid()
+
+    def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != owner:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt
+
+    for sig, handler in handlers.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM are held, then raised as KeyboardInterrupt on the way out, for work that must
+    finish once begun (stopping the agents: a user's second Ctrl-C would otherwise leave them running). A signal
+    the caller ignores stays ignored, as in :func:`signals_interrupt`."""
+    caught: list[int] = []
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, handler in handlers.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, lambda signum, _frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt

@@ -79,6 +79,7 @@ from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
 from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
+from coordinator.cliargs import doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
@@ -646,8 +647,6 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from coordinator.cli import doc_text
-
     p = argparse.ArgumentParser(prog="vcemu apc", description=doc_text(__doc__),
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three", help="comma-separated subset of one,two,three")
@@ -727,7 +726,6 @@ def apc_main(argv: list[str]) -> int:
         except LiveAgentError as exc:
             print(f"vcemu apc: {exc}", file=sys.stderr)
             return 2
-    from coordinator.cli import usable_out_dir
 
     try:
         out = usable_out_dir(args.out)

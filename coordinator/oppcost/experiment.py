@@ -59,6 +59,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from coordinator.cliargs import usable_out_dir
 from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
@@ -75,6 +76,7 @@ from coordinator.policies.opportunity_cost import (
 )
 from coordinator.provenance import code_version
 from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
+from node_agent.signals import signals_interrupt
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
 #: Figs. 3-6 of 004: (x method, y method).
@@ -443,7 +445,6 @@ def _too_long(exc: SimulationTooLong, what: str, cfg: Config) -> str:
 def oppcost_main(argv: list[str]) -> int:
     """Entry point of ``vcemu oppcost``; returns an exit code (2 for bad arguments, 1 for a simulation that cannot
     finish, 130 when interrupted)."""
-    from coordinator.cli import signals_interrupt, usable_out_dir
 
     args = _parser().parse_args(argv)
     checks = [("--executions", args.executions >= 1, ">= 1"), ("--jobs", args.jobs >= 1, ">= 1"),

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.cliargs import doc_text
 from coordinator.flagcheck import first_refusal
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack, placement_min_yield
 from coordinator.vcsched.generator import InstanceSpec, generate
@@ -71,7 +72,6 @@ def _generic_allocate(jobs: list[PackJob], hosts: int) -> object:
 
 def bench_packing_main(argv: list[str]) -> int:
     """Entry point of ``vcemu bench packing [--json]``."""
-    from coordinator.cli import doc_text
 
     p = argparse.ArgumentParser(prog="vcemu bench packing", description=doc_text(__doc__.splitlines()[0]))
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from coordinator.cliargs import usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
@@ -679,7 +680,6 @@ def _replot(out: Path) -> int:
 
 def vcsched_main(argv: list[str]) -> int:
     """Entry point of ``vcemu vcsched``. Returns a process exit code."""
-    from coordinator.cli import usable_out_dir
 
     args = _parser().parse_args(argv)
     if args.replot:

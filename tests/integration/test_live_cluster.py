@@ -170,7 +170,7 @@ def test_a_stalled_engine_loop_does_not_declare_a_live_agent_lost(cgroups_requir
 
 def test_a_local_cluster_that_does_not_come_up_says_what_its_agent_said(tmp_path):
     """With the agents' log in a file (demo, replay), the reason an agent gave for exiting is in the error."""
-    from coordinator.cli import start_local_cluster
+    from coordinator.servers import start_local_cluster
 
     log_path = tmp_path / "agents.log"
     with log_path.open("ab") as log, pytest.raises(SystemExit) as stop:

@@ -221,11 +221,11 @@ def test_jobs_pages_through_a_long_list_and_submit_says_a_request_id_was_seen_be
     """``vcemu jobs`` asks for pages (so that no reply nears the message limit however long the run) and lists
     every job once, in submission order; ``vcemu submit --request-id`` run twice prints the same job and says
     the second time that nothing new was submitted (Submit's trailing metadata)."""
-    import coordinator.cli
+    import coordinator.client
     import coordinator.service
 
     env.delenv("VCEMU_TOKEN_FILE")
-    env.setattr(coordinator.cli, "JOBS_PAGE", 10)
+    env.setattr(coordinator.client, "JOBS_PAGE", 10)
     asked: list[tuple[int, str]] = []
     real = coordinator.service.CoordinatorServicer.ListJobs
 

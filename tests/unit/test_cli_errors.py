@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import main
+from coordinator.cliargs import doc_text, version
 from coordinator.model import InvalidJob, JobSpec
 from coordinator.store import Store
 
@@ -65,12 +66,13 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_a, **_k):
         raise AssertionError("a live coordinator or agent was started before the arguments were checked")
 
-    import coordinator.cli
+    import coordinator.client
     import coordinator.demo
+    import coordinator.servers
     import coordinator.service
 
     monkeypatch.setattr(coordinator.service, "CoordinatorServer", started)
-    monkeypatch.setattr(coordinator.cli, "spawn_agent", started)
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", started)
     monkeypatch.setattr(coordinator.demo, "start_local_cluster", started)
 
 
@@ -127,12 +129,13 @@ def test_simulate_out_that_is_a_file_says_so(jobs: Path, tmp_path: Path, capsys)
 @pytest.fixture
 def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if a client command connects to a coordinator."""
-    import coordinator.cli
+    import coordinator.client
+    import coordinator.servers
 
     def connects(*_a, **_k):
         raise AssertionError("the command connected before the job file was checked")
 
-    monkeypatch.setattr(coordinator.cli, "_Client", connects)
+    monkeypatch.setattr(coordinator.client, "Connection", connects)
 
 
 @pytest.mark.parametrize(("name", "data", "fragment"), [
@@ -187,7 +190,8 @@ def test_submit_refuses_a_bad_job_flag_before_connecting(argv: list[str], line: 
 def test_submit_an_empty_workload_is_the_coordinators_default(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """``--workload ''`` is dgemm to the coordinator (the service reads an empty workload so): not refused
     before connecting (diff review: the local check refused it as an unknown workload)."""
-    import coordinator.cli
+    import coordinator.client
+    import coordinator.servers
 
     class Reached(Exception):
         pass
@@ -195,7 +199,7 @@ def test_submit_an_empty_workload_is_the_coordinators_default(monkeypatch: pytes
     def connects(*_a, **_k):
         raise Reached
 
-    monkeypatch.setattr(coordinator.cli, "_Client", connects)
+    monkeypatch.setattr(coordinator.client, "Connection", connects)
     with pytest.raises(Reached):
         main(["submit", "--coordinator", "127.0.0.1:1", "--workload", ""])
 
@@ -220,9 +224,10 @@ def test_coordinator_refuses_an_unusable_state_file(tmp_path: Path, capsys) -> N
 @pytest.mark.parametrize("kind", ["missing dir", "text file"])
 def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path, kind: str, monkeypatch,
                                                                   capsys) -> None:
-    import coordinator.cli
+    import coordinator.client
+    import coordinator.servers
 
-    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
     state = tmp_path / "nonexistent" / "x.db"
     if kind == "text file":
         state = tmp_path / "notdb.db"
@@ -235,10 +240,11 @@ def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path
 
 @pytest.mark.parametrize("command", ["coordinator", "up", "agent"])
 def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys) -> None:
-    import coordinator.cli
+    import coordinator.client
+    import coordinator.servers
     import node_agent.server
 
-    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
     monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -419,9 +425,10 @@ def test_coordinator_metrics_port_in_use_is_refused_before_the_state_file_is_ope
 
 
 def test_up_metrics_port_in_use_starts_no_agent(tmp_path: Path, monkeypatch, capsys) -> None:
-    import coordinator.cli
+    import coordinator.client
+    import coordinator.servers
 
-    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
     state = tmp_path / "run.db"
     with _listening() as s:
         port = s.getsockname()[1]
@@ -437,9 +444,10 @@ def test_up_refuses_agent_metrics_ports_it_cannot_have_before_starting_anything(
     """``up --agent-metrics-port BASE`` gives agent i port BASE+i: a BASE that runs past 65535, or a port of the
     range in use or taken by the coordinator, is refused with one line naming the flag, before the state file or
     any agent is made (an agent refusing it itself would only tell ``up`` that its cluster did not come up)."""
-    import coordinator.cli
+    import coordinator.client
+    import coordinator.servers
 
-    monkeypatch.setattr(coordinator.cli, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
     state = tmp_path / "run.db"
     up = ["up", "--hosts", "3", "--agents", "2", "--port", "0", "--state", str(state)]
     free = _closed_port()
@@ -504,15 +512,11 @@ def test_submit_work_inf_says_finite(capsys) -> None:
 
 
 def test_doc_text_strips_rest_markup() -> None:
-    from coordinator.cli import doc_text
-
     assert doc_text("The ``vcemu`` CLI, see :mod:`coordinator.apc.live` and :func:`x <a.b>`.") == \
         "The vcemu CLI, see coordinator.apc.live and x."
 
 
 def test_version(capsys) -> None:
-    from coordinator.cli import version
-
     code, out, _ = run(["--version"], capsys)
     assert code == 0
     assert out.strip() == f"vcemu {version()}"

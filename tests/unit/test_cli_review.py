@@ -150,7 +150,7 @@ def test_coordinator_prints_its_metrics_url() -> None:
 def test_jobs_table_shows_a_yield_for_running_jobs_only() -> None:
     """A finished job's YIELD read 0.00 in ``vcemu jobs`` (the README calls it the share it ran with over its need;
     the reply has no share for a job that is not running): now ``-``, as for STRETCH of a job not done."""
-    from coordinator.cli import _job_table
+    from coordinator.client import _job_table
     from vcemu.v1 import coordinator_pb2 as pb
 
     spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=30)  # no name: no NAME column

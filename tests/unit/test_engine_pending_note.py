@@ -86,8 +86,8 @@ def test_up_says_each_waiting_job_then_a_count() -> None:
     """What ``vcemu up`` (local and ``--ray``) prints once its agents have registered."""
     from types import SimpleNamespace
 
-    from coordinator.cli import waiting_lines
     from coordinator.engine import JobRecord
+    from coordinator.servers import waiting_lines
 
     engine = Engine(get_policy("greedy"), SimBackend(), HOSTS[:2])
     engine.restore([JobRecord(JobSpec(id=f"w{i}", submit_time=0.0, tasks=4, cpu_need=1.0, mem=0.7, work=1.0))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import cli
+from coordinator import servers
 from coordinator.backends.live import LiveBackend
 from coordinator.model import JobSpec, JobState
 from coordinator.plan import Plan, Start
@@ -214,7 +214,7 @@ def test_up_waits_for_its_own_agents_not_for_those_restored_from_the_state(tmp_p
         spawned.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]))
         return spawned[-1]
 
-    monkeypatch.setattr(cli, "spawn_agent", stand_in)
+    monkeypatch.setattr(servers, "spawn_agent", stand_in)
     with pytest.raises(SystemExit, match="did not come up"):
-        cli.start_local_cluster("fcfs", 2, 1, None, "1GiB", 0, None, True, wait_s=1.0, state=state)
+        servers.start_local_cluster("fcfs", 2, 1, None, "1GiB", 0, None, True, wait_s=1.0, state=state)
     assert spawned and all(p.poll() is not None for p in spawned)  # stopped on the way out

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.oppcost import experiment as oc
+from node_agent.signals import signals_interrupt
 from workloads.oppcost_mix import MixConfig, generate
 
 QUICK = ["--executions", "1", "--jobs", "1", "--duration", "100"]
@@ -122,7 +123,6 @@ def test_sigterm_in_a_just_forked_worker_ends_it_instead_of_running_the_commands
     command terminates its workers when interrupted, possibly right after forking them: the handler must end such a
     worker (exit 128 + SIGTERM), not raise KeyboardInterrupt, which could unwind into the command's own code and run
     the rest of it (seen once here: a second copy of pytest finishing the test session)."""
-    from coordinator.cli import signals_interrupt
 
     with signals_interrupt():  # what oppcost_main runs its pool under
         handler = signal.getsignal(signal.SIGTERM)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.cli import build_parser, main, per_host
+from coordinator.cli import build_parser, main
+from coordinator.cliargs import per_host
 from node_agent.cli import _hosts
 from node_agent.cli import build_parser as agent_parser
 from tests.unit.test_cli_errors import run

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import outputs
+from coordinator.cliargs import usable_out_dir
 
 
 def test_a_write_that_fails_before_the_rename_leaves_the_old_file_and_no_temporary(
@@ -103,7 +104,6 @@ def test_a_run_folder_under_a_file_says_it_is_a_file(tmp_path: Path) -> None:
 
 def test_usable_out_dir_says_an_out_that_is_a_file_is_a_file(tmp_path: Path) -> None:
     """vcsched, oppcost, apc and sweep check --out with it; for a file it said "File exists" (review)."""
-    from coordinator.cli import usable_out_dir
 
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ValueError, match="--out .*afile: cannot write results there: it is a file, not a directory"):

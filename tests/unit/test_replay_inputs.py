@@ -64,12 +64,12 @@ def test_replay_applies_the_policys_refusals_before_the_cluster_starts(tmp_path:
 
 @pytest.fixture
 def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    import coordinator.cli
+    import coordinator.servers
 
     def started(*_a, **_k):
         raise AssertionError("the cluster was started")
 
-    monkeypatch.setattr(coordinator.cli, "start_local_cluster", started)
+    monkeypatch.setattr(coordinator.servers, "start_local_cluster", started)
 
 
 @pytest.mark.timeout(60)
@@ -104,14 +104,14 @@ def test_an_exception_in_the_engine_loop_ends_the_replay(tmp_path: Path, capsys:
 def test_replay_says_what_the_swf_conversion_dropped_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """Dropped records went without a word, and config.json had neither the trace's hash nor its drops."""
-    import coordinator.cli
+    import coordinator.servers
     from coordinator.replay import _write
     from workloads.jobfile import load_jobs
 
     def no_cluster(*_a, **_k):
         raise SystemExit("no cluster in this test")
 
-    monkeypatch.setattr(coordinator.cli, "start_local_cluster", no_cluster)
+    monkeypatch.setattr(coordinator.servers, "start_local_cluster", no_cluster)
     trace = tmp_path / "t.swf"
     trace.write_text("1 0 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n2 -1 0 50 1 -1 -1 1 50 -1 1 1 1 -1 -1 1 -1 -1\n")
     code, _, err = run([str(trace), "--policy", "greedy", "--out", str(tmp_path / "out")], capsys, replay_main)

@@ -25,12 +25,12 @@ JOB = {"submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.1, "work": 60}
 
 @pytest.fixture
 def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    import coordinator.cli
+    import coordinator.servers
 
     def started(*_a, **_k):
         raise AssertionError("the cluster was started")
 
-    monkeypatch.setattr(coordinator.cli, "start_local_cluster", started)
+    monkeypatch.setattr(coordinator.servers, "start_local_cluster", started)
 
 
 def _live(tmp_path: Path, specs: list[JobSpec], *args: str) -> tuple[int, Path]:

@@ -269,13 +269,14 @@ def test_cli_submit_file_from_an_older_coordinator_does_not_guess_new(tmp_path, 
     import json
 
     import coordinator.cli
+    import coordinator.client
 
     class OldStub:
         def SubmitBatch(self, request, timeout, metadata):  # noqa: N802 (the RPC's name)
             return pb.SubmitBatchReply(results=[pb.SubmitResult(job=pb.Job(job_id=f"job-{i}"), code=0)
                                                 for i in range(len(request.requests))])
 
-    monkeypatch.setattr(coordinator.cli, "_stub", lambda address: OldStub())
+    monkeypatch.setattr(coordinator.client, "_stub", lambda address: OldStub())
     path = tmp_path / "jobs.jsonl"
     path.write_text("".join(json.dumps({"id": f"t{i}", "submit_time": 0, "tasks": 1, "cpu_need": 0.5,
                                         "memory": 0.1, "work": 5}) + "\n" for i in range(2)))
@@ -519,7 +520,7 @@ def test_a_submitted_jobs_name_is_kept_beside_its_id(stub):
     assert (named.spec.name, plain.spec.name) == ("j0", plain.job_id)  # no name: the id, as before
     listed = {j.job_id: j.spec.name for j in stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs}
     assert listed == {named.job_id: "j0", plain.job_id: plain.job_id}
-    from coordinator.cli import _job_table
+    from coordinator.client import _job_table
 
     table = _job_table(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs).splitlines()
     assert table[0].split()[:2] == ["JOB", "NAME"]

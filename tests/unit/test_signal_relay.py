@@ -26,7 +26,7 @@ print("ok")
 
 @pytest.mark.parametrize("setup", [
     "from node_agent.cli import _signals_set\nstop = threading.Event()\n_signals_set(stop).__enter__()",
-    "from coordinator.cli import signals_set\nstop = threading.Event()\nsignals_set(stop)",
+    "from coordinator.servers import signals_set\nstop = threading.Event()\nsignals_set(stop)",
 ], ids=["agent", "coordinator"])
 def test_a_signal_that_comes_while_the_event_is_being_set_does_not_hang(setup: str) -> None:
     try:

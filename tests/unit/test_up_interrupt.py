@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-import coordinator.cli
+import coordinator.servers
+import node_agent.signals
 from tests.unit.test_cli_errors import run
 
 
@@ -27,7 +28,7 @@ def test_up_interrupted_while_starting_stops_its_agents_without_a_traceback(
         threading.Timer(0.5, os.kill, (os.getpid(), sig)).start()  # while `up` waits for it to register
         return proc
 
-    monkeypatch.setattr(coordinator.cli, "spawn_agent", spawn_agent)
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", spawn_agent)
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         code, printed, err = run(["up", "--hosts", "1", "--port", "0", "--no-cgroups"], capsys)
@@ -50,18 +51,18 @@ def test_a_signal_the_caller_ignores_stays_ignored() -> None:
     reach the background one; ``signals_interrupt`` turned it back into a KeyboardInterrupt (found by review)."""
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with coordinator.cli.signals_interrupt():
+        with node_agent.signals.signals_interrupt():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             term_handler = signal.getsignal(signal.SIGTERM)  # SIGTERM raises KeyboardInterrupt here
             assert callable(term_handler)
             with pytest.raises(KeyboardInterrupt):
                 term_handler(signal.SIGTERM, None)
-            with coordinator.cli.signals_deferred():
+            with node_agent.signals.signals_deferred():
                 assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         term = signal.getsignal(signal.SIGTERM)
         try:  # and once up is running (signals_set: the clean stop), as the review found it was not
-            coordinator.cli.signals_set(threading.Event())
+            coordinator.servers.signals_set(threading.Event())
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) not in (term, signal.SIG_IGN)
         finally:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from coordinator.backends.ray.placement import HostPlacement, place_hosts
+from coordinator.cliargs import format_table
 from coordinator.raycluster import RayContext, RayUnavailable, connect
 
 log = logging.getLogger("vcemu.ray")
@@ -110,8 +111,6 @@ def _last_line(exc: BaseException) -> str:
 
 
 def placement_table(infos: list[dict[str, Any]], placements: list[HostPlacement]) -> str:
-    from coordinator.cli import format_table
-
     rows = [("HOST", "CORES", "AGENT", "AGENT ADDRESS", "RAY NODE")]
     for info, p in zip(infos, placements, strict=True):
         for h in p.hosts:
@@ -123,8 +122,8 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     """``vcemu up --ray ADDRESS``: see the module docstring. ``options``: more CoordinatorServer arguments
     (``--state``, ``--heartbeat``, ``--token-file``), as a local ``vcemu up`` passes them. Bad settings end
     it with one line naming the setting and exit status 2."""
-    from coordinator.cli import say_waiting
     from coordinator.policies import get_policy
+    from coordinator.servers import say_waiting
     from coordinator.service import CoordinatorServer, wait_registered
     from coordinator.store import StoreError
     from node_agent.cli import parse_size

@@ -1,0 +1,159 @@
+"""Argument types and helpers that every ``vcemu`` command shares.
+
+Each type refuses a bad value with one line that argparse prefixes with the flag's name (a bad setting stops a
+command before it starts anything); :class:`Parser` makes argparse's own refusals one line too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from coordinator.policy_names import POLICY_NAMES
+
+
+def positive(name: str, kind=float):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0 (a penalty, a delay): float() alone would take -10, nan and inf."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """Create the output directory ``path`` now and check that a file can be written in it, so that a long run
+    never ends by failing to write its results. ValueError naming ``flag`` otherwise."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():  # (mkdir's "File exists" reads as if the directory were there)
+        raise ValueError(f"{flag} {path}: cannot write results there: it is a file, not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".vcemu-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot write results there: {exc.strerror or exc}") from None
+    return out
+
+
+_ROLE = re.compile(r":[\w:.-]+:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")
+
+
+def doc_text(doc: str | None) -> str:
+    """A docstring as plain text for ``--help``: reST markup (````x````, ``:mod:`x```) removed."""
+    return _ROLE.sub(r"\1", doc or "").replace("``", "")
+
+
+def version() -> str:
+    from coordinator.provenance import package_version
+
+    return package_version() or "unknown (not installed)"
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port, 0 meaning "pick a free one"; gRPC would silently wrap 99999 round to 34463."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
+    return value
+
+
+def first_port(text: str) -> int:
+    """The first of a range of ports (``up --agent-metrics-port``): 1..65535, not 0, which would give every agent
+    a free port of its own choosing that ``up`` could not name."""
+    value = tcp_port(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be in 1..65535 (agent i serves on BASE + i), got 0")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Bad configuration stops start-up with one clear line naming the setting (exit status 2)."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def memory_size(text: str) -> int:
+    from node_agent.cli import parse_size
+
+    return parse_size(text)
+
+
+def per_host_values(conv):  # type: ignore[no-untyped-def]
+    """``--x VALUE`` or ``--x V1,V2,...`` (one per host): a list of the comma-separated texts, each checked by
+    ``conv`` (which must return a number > 0). The count is checked against ``--hosts`` by :func:`per_host`.
+    A refusal does not name the flag: argparse puts "argument --x: " before it."""
+
+    def parse(text: str) -> list[str]:
+        parts = [x.strip() for x in text.split(",")]
+        where = f" in {text!r}" if len(parts) > 1 else ""  # which of the values, when there are several
+        for x in parts:
+            try:
+                value = conv(x)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"cannot parse {x!r}{where}") from None
+            if not value > 0:
+                raise argparse.ArgumentTypeError(f"must be > 0, got {x!r}{where}")
+        return parts
+
+    return parse
+
+
+def per_host(flag: str, values: str | float | Sequence[str | float], hosts: int) -> list[str]:
+    """One value per host from one value (every host) or a list of exactly ``hosts`` values; ValueError naming
+    ``flag`` otherwise."""
+    items = [str(v) for v in values] if isinstance(values, list | tuple) else [str(values)]
+    if len(items) == 1:
+        return items * hosts
+    if len(items) != hosts:
+        raise ValueError(f"argument {flag}: give one value or {hosts} (one per host), got {len(items)}")
+    return items
+
+
+def policy_name(text: str) -> str:
+    if text.lower() not in POLICY_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown policy {text!r}; known: {', '.join(sorted(POLICY_NAMES))}")
+    return text.lower()
+
+
+#: ``--policy``'s help: the names without importing the policies (numba, scipy), which ``--help`` need not wait for.
+POLICY_HELP = f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)"
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def refuse(message: str) -> NoReturn:
+    """A refused setting: one line on stderr, exit status 2 (as argparse's own refusals)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)

@@ -1,0 +1,450 @@
+"""The commands that run servers: ``vcemu up`` (a coordinator in this process and agent processes on 127.0.0.1,
+or agent actors on a Ray cluster) and ``vcemu coordinator`` (the coordinator alone, for a real testbed); and the
+local cluster that ``demo``, ``replay`` and the live benchmarks start and stop the same way
+(:func:`start_local_cluster`, :func:`stop_agents`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from coordinator.cliargs import (
+    POLICY_HELP,
+    first_port,
+    memory_size,
+    per_host,
+    per_host_values,
+    policy_name,
+    positive,
+    refuse,
+    tcp_port,
+)
+from node_agent.processes import stop_processes
+from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
+
+if TYPE_CHECKING:
+    from coordinator.service import CoordinatorServer
+    from vcemu.v1 import agent_pb2
+
+
+def read_token(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as exc:
+        refuse(f"vcemu: --token-file {path}: {exc.strerror}")
+    if not token:
+        refuse(f"vcemu: --token-file {path}: the file is empty")
+    return token
+
+
+def _reference_host(text: str) -> agent_pb2.HostInfo:
+    """``--reference-host CORES[,SIZE]``: a host of CORES cores and SIZE of memory (default 1GiB, an agent's)."""
+    from node_agent.cli import parse_size
+    from vcemu.v1 import agent_pb2
+
+    cores_text, _, size_text = text.partition(",")
+    try:
+        cores = float(cores_text)
+        memory = parse_size(size_text) if size_text else 1 << 30
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if "parse" in str(exc) else f"not a number of cores: {cores_text!r}"
+                                         ) from None
+    if not (math.isfinite(cores) and cores > 0) or memory <= 0:
+        raise argparse.ArgumentTypeError(f"cores and memory must be > 0, got {text!r}")
+    return agent_pb2.HostInfo(name="reference", cpu_cores=cores, memory_bytes=memory)
+
+
+def _server_options(args: argparse.Namespace) -> dict:
+    """Reliability and security options shared by ``up`` and ``coordinator`` (issue 7)."""
+    from node_agent.tls import from_args
+
+    try:
+        tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
+    except ValueError as exc:
+        refuse(f"vcemu: {exc}")
+    return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls}
+
+
+def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_per_host: str, agent_id: str,
+                extra: Sequence[str] = (), log: IO[bytes] | None = None) -> subprocess.Popen:
+    """Start one ``vcemu agent`` process that registers with ``coordinator``. The per-host values may be
+    comma-separated lists, one value per host of this agent. Its log (stderr) goes to ``log`` if given, else to
+    this process's stderr."""
+    cmd = [
+        sys.executable, "-m", "coordinator.cli", "agent", "--hosts", str(hosts),
+        "--cpus-per-host", str(cpus_per_host), "--mem-per-host", mem_per_host, "--port", "0",
+        "--agent-id", agent_id, "--coordinator", coordinator, "--parent-pid", str(os.getpid()), *extra,
+    ]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+
+
+#: The agents' log in a live run's results folder (demo, replay).
+AGENT_LOG = "agents.log"
+
+
+def live_run_dir(parent: str, name: str, started: float, flag: str = "--out") -> tuple[Path, IO[bytes]]:
+    """A live run's results folder, made at its start (:func:`coordinator.outputs.new_run_dir`), and its agents'
+    log opened there (:data:`AGENT_LOG`): the log is written as the run goes (the terminal keeps the progress
+    bar) and stays, whole as far as it got, if the run dies. Making both is the check that the run's results
+    will have somewhere to go (what :func:`usable_out_dir` checks for other commands): ValueError naming
+    ``flag`` otherwise, before the cluster starts."""
+    from coordinator.outputs import new_run_dir
+
+    try:
+        out = new_run_dir(parent, name, started)
+        return out, (out / AGENT_LOG).open("ab")
+    except OSError as exc:
+        raise ValueError(f"{flag} {parent}: cannot write results there: {exc.strerror or exc}") from None
+
+
+def _log_tail(path: str, lines: int = 5) -> str:
+    """The last ``lines`` lines of the agents' log at ``path``, for an error message that names it."""
+    try:
+        tail = Path(path).read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        return f" (agents' log {path}: {exc.strerror or exc})"
+    return f"; agents' log {path}" + ("".join(f"\n  {line}" for line in tail) if tail else " (empty)")
+
+
+def default_cpus_per_host(hosts: int) -> float:
+    """Give the emulated hosts 60% of the machine's cores.
+
+    The rest is for the coordinator and agents (status polling is Python), and headroom matters: CFS
+    quotas are caps, not guarantees, and on a saturated machine tasks fall below their shares and run
+    slower per CPU-second than the agent's calibration (cores share caches and memory bandwidth).
+    """
+    return round(min(1.0, 0.6 * (os.cpu_count() or 1) / hosts), 3)
+
+
+def signals_set(stop: threading.Event) -> None:
+    """From now on SIGINT and SIGTERM set ``stop`` (a running coordinator's clean shutdown), except one the caller
+    ignores, which stays ignored (see :func:`~node_agent.signals.signals_interrupt`); a second signal cannot hang
+    it (:func:`~node_agent.signals.set_on_signals`)."""
+    set_on_signals(stop, keep_ignored=True)
+
+
+def interrupted(what: str, cluster: bool = True) -> int:
+    """The one line of a command stopped by Ctrl-C or SIGTERM (``what``: "vcemu up: interrupted while starting")
+    once it has stopped its cluster (``cluster``: it had begun to start one), in place of a traceback; returns
+    :data:`INTERRUPTED`."""
+    done = "the coordinator and the agents it started are stopped" if cluster else "no agent was started"
+    print(f"{what}; {done}", file=sys.stderr, flush=True)
+    return INTERRUPTED
+
+
+def agent_metrics_refusal(base: int, count: int, port: int, metrics_port: int | None) -> str | None:
+    """Why the agents' metrics ports ``base`` .. ``base + count - 1`` (agent i on ``base + i``) cannot be listened
+    on 127.0.0.1, one line naming ``--agent-metrics-port``, or None. Asked before anything starts, as
+    :func:`~node_agent.ports.ports_refusal` is: otherwise an agent would exit on it, and ``up`` could only say that
+    its cluster did not come up."""
+    from node_agent.ports import cannot_listen, denied, port_denied, port_in_use
+
+    flag = "--agent-metrics-port"
+    if base + count - 1 > 65535:
+        return (f"{flag}: {base} puts agent {count - 1} on port {base + count - 1}, above 65535 (agent i serves "
+                f"on {base} + i); give at most {65536 - count}")
+    for p in range(base, base + count):
+        for other, taken in (("--port", port), ("--metrics-port", metrics_port)):
+            if p == taken:
+                return f"{flag}: port {p} (agent {p - base}'s) is also the coordinator's {other}"
+        if port_in_use("127.0.0.1", p):
+            return cannot_listen("127.0.0.1", p, flag)
+        if port_denied("127.0.0.1", p):
+            return denied("127.0.0.1", p, flag)
+    return None
+
+
+def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
+                        mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
+                        wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
+                        agent_metrics_port: int | None = None, **options):
+    """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
+    and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
+    The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ...; their logs go to ``agent_log``
+    (an open binary file) if given, else to this process's stderr: a run that draws a progress bar (demo,
+    replay) keeps its terminal for that, and its results folder keeps the agents' log. With
+    ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
+    if one cannot be listened on). ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
+    compression)."""
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer, wait_registered
+    from node_agent.agent import free_agent_id
+    from node_agent.cli import parse_size
+    from node_agent.ports import ports_refusal
+    from vcemu.v1 import agent_pb2
+
+    cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
+                    else default_cpus_per_host(hosts), hosts)
+    mems = per_host("--mem-per-host", mem_per_host, hosts)
+    split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
+    refusal = ports_refusal("127.0.0.1", port, metrics_port)  # before the coordinator opens its state file
+    if refusal is None and agent_metrics_port is not None:
+        refusal = agent_metrics_refusal(agent_metrics_port, sum(1 for n in split if n), port, metrics_port)
+    if refusal is not None:
+        raise OSError(refusal)
+    server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
+    tls = options.get("tls")
+    tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
+    first = [sum(split[:i]) for i in range(agents)]
+    procs: list[subprocess.Popen] = []
+    ids: list[str] = []
+    stopped = False
+
+    try:  # the agents are in sessions of their own: a Ctrl-C here must take them down, or they outlive us
+        agent_of = {i: free_agent_id(f"{agent_prefix}{i}") for i, n in enumerate(split) if n}
+        ids += agent_of.values()
+        server.backend.choose_reference([
+            agent_pb2.HostInfo(name=f"{agent_id}-h{k - first[i]}", cpu_cores=float(cpus[k]),
+                               memory_bytes=parse_size(mems[k]))
+            for i, agent_id in agent_of.items() for k in range(first[i], first[i] + split[i])])
+        for i, agent_id in agent_of.items():
+            n = split[i]
+            metrics = [] if agent_metrics_port is None else ["--metrics-port", str(agent_metrics_port + i)]
+            procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
+                                     ",".join(mems[first[i]:first[i] + n]), agent_id,
+                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics, agent_log))
+
+        def exited() -> str | None:
+            dead = [p for p in procs if p.poll() is not None]
+            return f"agent exited with code {dead[0].returncode}" if dead else None
+
+        why = wait_registered(server, ids, wait_s, hosts=hosts, failed=exited)
+        if why is not None:
+            stop_agents(procs)
+            server.stop()
+            stopped = True
+            if agent_log is not None:  # the agents' own words are in their log, not on the terminal
+                why += _log_tail(agent_log.name)
+            raise SystemExit(f"vcemu: the local cluster did not come up: {why}")
+    except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt) while starting, a failed spawn
+        if not stopped:
+            stop_agents(procs)
+            server.stop()
+        raise
+    return server, procs
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    options = _server_options(args)
+    if args.ray is not None:
+        from coordinator.backends.ray import run_up
+
+        if options["tls"] is not None:  # the actors get no certificates: they could not talk to a TLS coordinator
+            print("vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray (the Ray agent actors have no TLS)",
+                  file=sys.stderr)
+            return 2
+        if args.agent_metrics_port is not None:
+            print("vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)",
+                  file=sys.stderr)
+            return 2
+        if args.agents != 1:  # each host is an agent actor of its own
+            print("vcemu up: --agents: not with --ray (each emulated host is its own agent actor)", file=sys.stderr)
+            return 2
+        return run_up(args, options)
+    if args.bind is not None:
+        print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
+        return 2
+    with signals_interrupt():
+        return _run_local_up(args, options)
+
+
+def _run_local_up(args: argparse.Namespace, options: dict) -> int:
+    """``vcemu up`` without ``--ray``: start the local cluster, then wait for Ctrl-C or SIGTERM (a clean stop,
+    exit status 0) or for every agent process to have exited (status 1). Called within :func:`signals_interrupt`:
+    while starting, Ctrl-C and SIGTERM stop at once, and start_local_cluster takes down what it started."""
+    from coordinator.store import StoreError
+
+    stop = threading.Event()
+    try:
+        server, procs = start_local_cluster(
+            args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
+            args.metrics_port, args.no_cgroups, agent_metrics_port=args.agent_metrics_port, **options,
+        )
+        signals_set(stop)
+    except KeyboardInterrupt:
+        return interrupted("vcemu up: interrupted while starting")
+    except (ValueError, OSError, StoreError) as e:
+        print(f"vcemu up: error: {e}", file=sys.stderr)
+        return 2
+    try:  # whatever happens here (a print to a pipe whose reader is gone: `vcemu up | tee` at Ctrl-C), stop all
+        for p in procs:
+            if (port := _agent_arg(p, "--metrics-port")) is not None:
+                print(f"vcemu up: agent {_agent_arg(p, '--agent-id')}: metrics on http://127.0.0.1:{port}/metrics",
+                      flush=True)
+        metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
+        print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. "
+              "Ctrl-C stops.", flush=True)
+        say_waiting(server)
+        exited: set[int] = set()
+        while not stop.is_set():
+            for p in procs:
+                if p.pid not in exited and p.poll() is not None:
+                    exited.add(p.pid)
+                    print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
+            if len(exited) == len(procs):
+                # No agent is left to take a Stop for the tasks it ran (they ended with it): each would only fail,
+                # after its retries' backoff, and be logged at exit (LiveBackend.closing).
+                server.stop_tasks_on_exit = False
+                print("vcemu up: every agent process has exited; stopping the coordinator", file=sys.stderr,
+                      flush=True)
+                return 1
+            stop.wait(0.5)
+        print("vcemu up: stopping", flush=True)
+        return 0
+    finally:
+        server.stop()
+        stop_agents(procs)
+
+
+def waiting_lines(server: CoordinatorServer, at_most: int = 10) -> list[str]:
+    """``vcemu up``'s lines, once its agents have registered, for the jobs of its state file that these hosts can
+    never hold (:meth:`~coordinator.engine.Engine.waiting_for_hosts`): at most ``at_most``, then a count."""
+    waiting = server.engine.waiting_for_hosts()
+    lines = [f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` drops it"
+             for job, why in waiting[:at_most]]
+    if len(waiting) > at_most:
+        lines.append(f"vcemu up: and {len(waiting) - at_most} more jobs of the state file these hosts can never hold")
+    return lines
+
+
+def say_waiting(server: CoordinatorServer) -> None:
+    """Print :func:`waiting_lines` on stderr (local ``up`` and ``up --ray``)."""
+    for line in waiting_lines(server):
+        print(line, file=sys.stderr, flush=True)
+
+
+def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False) -> str:
+    """One line for ``vcemu up`` when one of its agent processes has exited (a crash, the OOM killer, an
+    operator testing fault tolerance). The run goes on: the coordinator declares the agent's hosts lost when its
+    heartbeats stop and requeues their jobs on the other agents, as a testbed's coordinator would. For the
+    ``last`` agent there is nothing to requeue on, and ``up`` stops."""
+    agent = _agent_arg(proc, "--agent-id") or "?"
+    code = proc.returncode
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    if last:
+        return f"vcemu up: agent {agent} (pid {proc.pid}) {how}"
+    with server.engine.lock:
+        hosts = sorted(h for h, a in server.backend.host_agent.items() if a == agent)
+    silence = server.heartbeat_misses * server.heartbeat_s
+    return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; its hosts{' ' + ', '.join(hosts) if hosts else ''} "
+            f"will be declared lost after {silence:g} s without heartbeats, and their jobs requeued on the other "
+            "agents")
+
+
+def stop_agents(procs: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
+    """Stop the agent processes :func:`spawn_agent` started (:func:`stop_processes`), then remove what any of them
+    left because it had been killed (its tasks' cgroups and work directory): ``vcemu up``'s Ctrl-C after an
+    agent's kill -9 left them until the next agent of that id started (live review). Never raises: a failure is
+    logged, and the next agent of that id removes what is left."""
+    stop_processes(procs, timeout)
+    ids = [a for p in procs if (a := _agent_arg(p, "--agent-id")) is not None]
+    if not ids:
+        return
+    try:
+        from node_agent.agent import remove_dead_agents_leftovers
+
+        remove_dead_agents_leftovers(ids)
+    except Exception:
+        logging.getLogger("vcemu").exception("removing what the stopped agents left failed")
+
+
+def _agent_arg(proc: subprocess.Popen, flag: str) -> str | None:
+    """The value of ``flag`` on the command line :func:`spawn_agent` gave an agent process, or None."""
+    argv = [str(a) for a in proc.args] if isinstance(proc.args, list | tuple) else []
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+    from coordinator.store import StoreError
+    from node_agent.ports import ports_refusal
+
+    refusal = ports_refusal(args.bind, args.port, args.metrics_port)  # before the state file is opened
+    if refusal is not None:
+        print(f"vcemu coordinator: error: {refusal}", file=sys.stderr)
+        return 2
+    try:
+        server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=args.bind,
+                                   metrics_port=args.metrics_port, reference=args.reference_host,
+                                   **_server_options(args)).start()
+    except (ValueError, OSError, StoreError) as e:
+        print(f"vcemu coordinator: error: {e}", file=sys.stderr)
+        return 2
+    metrics = f", metrics on http://{args.bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
+    print(f"vcemu coordinator listening on {server.address}{metrics}", flush=True)
+    stop = threading.Event()
+    signals_set(stop)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+def _reliability_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--state", default=None, metavar="DB",
+                    help="SQLite file for durable state: a restart with the same file carries on the run")
+    sp.add_argument("--heartbeat", type=positive("--heartbeat"), default=2.0, metavar="S",
+                    help="agent heartbeat interval; an agent silent for 3 intervals is lost (default 2)")
+    sp.add_argument("--token-file", default=None, help="require this bearer token on the user API "
+                    "(clients: set $VCEMU_TOKEN_FILE)")
+    sp.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS with the agents")
+    sp.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
+    sp.add_argument("--tls-ca", default=None, help="PEM CA certificate of the cluster")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """``up``'s and ``coordinator``'s parsers."""
+    sp = sub.add_parser("up", help="run a local cluster: coordinator and agents on 127.0.0.1")
+    sp.add_argument("--hosts", type=positive("--hosts", int), default=4, help="emulated hosts (default 4)")
+    sp.add_argument("--agents", type=positive("--agents", int), default=1, help="agent processes sharing the hosts")
+    sp.add_argument("--cpus-per-host", type=per_host_values(float), default=None,
+                    metavar="CORES[,CORES...]", help="real cores per emulated host, or one value per host "
+                    "(default: 60%% of the machine shared out)")
+    sp.add_argument("--mem-per-host", type=per_host_values(memory_size), default=["1GiB"],
+                    metavar="SIZE[,SIZE...]", help="memory per emulated host, or one value per host (default 1GiB)")
+    sp.add_argument("--policy", type=policy_name, default="greedy", help=POLICY_HELP)
+    sp.add_argument("--port", type=tcp_port, default=50051, help="the coordinator's gRPC port (default %(default)s)")
+    sp.add_argument("--metrics-port", type=tcp_port, default=None,
+                    help="serve Prometheus metrics on this port (0 picks a free one; default: none)")
+    sp.add_argument("--agent-metrics-port", type=first_port, default=None, metavar="BASE",
+                    help="agent i serves its own Prometheus metrics on port BASE+i (default: none)")
+    sp.add_argument("--no-cgroups", action="store_true",
+                    help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")
+    sp.add_argument("--ray", metavar="ADDRESS", default=None,
+                    help="place the hosts on the nodes of the Ray cluster at ADDRESS (HOST:PORT of its head), "
+                    "one agent actor per host; token auth: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
+    sp.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
+                    "(default: each node's IP as Ray reports it)")
+    _reliability_flags(sp)
+    sp.set_defaults(func=cmd_up)
+
+    sp = sub.add_parser("coordinator", help="run the coordinator alone (agents register with it)")
+    sp.add_argument("--policy", type=policy_name, default="greedy", help=POLICY_HELP)
+    sp.add_argument("--port", type=tcp_port, default=50051, help="gRPC port (default %(default)s)")
+    sp.add_argument("--bind", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    sp.add_argument("--metrics-port", type=tcp_port, default=None,
+                    help="serve Prometheus metrics on this port (0 picks a free one; default: none)")
+    sp.add_argument("--reference-host", type=_reference_host, metavar="CORES[,SIZE]", default=None,
+                    help="the host a job's needs are fractions of: a need of 1 is CORES cores, a memory of 0.5 is "
+                    "half of SIZE (default 1GiB). Default: the first host to register, which with agents of "
+                    "unequal hosts makes a need another amount of CPU from one run to the next")
+    _reliability_flags(sp)
+    sp.set_defaults(func=cmd_coordinator)
