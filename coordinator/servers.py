@@ -98,8 +98,8 @@ def live_run_dir(parent: str, name: str, started: float, flag: str = "--out") ->
     """A live run's results folder, made at its start (:func:`coordinator.outputs.new_run_dir`), and its agents'
     log opened there (:data:`AGENT_LOG`): the log is written as the run goes (the terminal keeps the progress
     bar) and stays, whole as far as it got, if the run dies. Making both is the check that the run's results
-    will have somewhere to go (what :func:`usable_out_dir` checks for other commands): ValueError naming
-    ``flag`` otherwise, before the cluster starts."""
+    will have somewhere to go (what :func:`~coordinator.cliargs.usable_out_dir` checks for other commands):
+    ValueError naming ``flag`` otherwise, before the cluster starts."""
     from coordinator.outputs import new_run_dir
 
     try:
@@ -262,8 +262,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     """``vcemu up`` without ``--ray``: start the local cluster, then wait for Ctrl-C or SIGTERM (a clean stop,
-    exit status 0) or for every agent process to have exited (status 1). Called within :func:`signals_interrupt`:
-    while starting, Ctrl-C and SIGTERM stop at once, and start_local_cluster takes down what it started."""
+    exit status 0) or for every agent process to have exited (status 1). Called within
+    :func:`~node_agent.signals.signals_interrupt`: while starting, Ctrl-C and SIGTERM stop at once, and
+    start_local_cluster takes down what it started."""
     from coordinator.store import StoreError
 
     stop = threading.Event()
