@@ -26,7 +26,8 @@ Worker processes end when the command is killed (:func:`coordinator.resumable.di
 Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])`` (``set`` 0 for
 small, 1 for large; slack and CVs by value, in millionths: :func:`seed_key`), so a run is reproducible whatever
 ``--jobs`` is, and a run of a subset of ``--slacks`` (or of ``--set``, or fewer ``--instances``) gives the same
-instances, and rows, as the full run at those settings. (Before, the slack's *position* in ``--slacks`` keyed its
+instances, and rows, as the full run at those settings. RRND and RRNZ draw from streams of their own spawned from it,
+so neither's rows depend on whether the other runs. (Before, the slack's *position* in ``--slacks`` keyed its
 instances, so ``--slacks 0.7`` and ``--slacks 0.3,0.7`` differed at 0.7; a journal written then carries another
 source fingerprint and is not resumed.) Each slack may be given once.
 
@@ -201,7 +202,9 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
     set_idx = ("small", "large").index(u.set_name)
     ss = np.random.SeedSequence([cfg.seed, set_idx, u.tasks, seed_key(cfg.slacks[u.slack_i]), seed_key(CVS[u.cvm_i]),
                                  seed_key(CVS[u.cvc_i]), u.k])
-    gen_rng, rr_rng = (np.random.default_rng(s) for s in ss.spawn(2))
+    # One stream per randomized rounding (children 1 and 2; child 1 is the stream RRND always had): RRNZ drew from
+    # wherever RRND had left a shared stream, so its rows changed with whether RRND ran too (reproducibility review)
+    gen_rng, rrnd_rng, rrnz_rng = (np.random.default_rng(s) for s in ss.spawn(3))
     spec = InstanceSpec(u.hosts, u.tasks, cfg.slacks[u.slack_i], CVS[u.cvm_i], CVS[u.cvc_i], parallel=cfg.parallel_jobs)
     inst = generate(spec, gen_rng)
     prob = inst.problem()
@@ -234,7 +237,7 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
         lp_secs = time.process_time() - t
         for name in rr:
             t = time.process_time()
-            a = rrnd(prob, rr_rng, relax) if name == "RRND" else rrnz(prob, rr_rng, relax, cfg.rr_eps)
+            a = rrnd(prob, rrnd_rng, relax) if name == "RRND" else rrnz(prob, rrnz_rng, relax, cfg.rr_eps)
             rows.append(_row(u, cfg, name, a, lp_secs + time.process_time() - t, relax.status))
     if "MILP" in algos:
         from coordinator.vcsched.exact import solve_milp
