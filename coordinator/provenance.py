@@ -2,7 +2,9 @@
 compared by the resumable commands before they reuse a journal.
 
 :func:`code_version` is the record: the installed package's version, the git commit and whether the work tree
-had uncommitted changes (when the code runs from a git checkout of vcemu), and always :func:`source_fingerprint`,
+had uncommitted changes (when the code runs from a git checkout of vcemu), the Python version and the versions of the
+libraries a result's numbers come from (numpy's generators draw the workloads, scipy's HiGHS solves the LPs, numba
+compiles the packing kernels; :data:`LIBRARIES`), and always :func:`source_fingerprint`,
 a sha256 over the ``.py`` files of the ``coordinator``, ``workloads`` and ``node_agent`` packages as imported. The
 fingerprint needs no git (it works from an installed wheel or a Docker image), and it is what a resume compares:
 another fingerprint means other code, whatever the commit says (a commit that changes no source keeps it; an
@@ -25,6 +27,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -39,6 +42,9 @@ __all__ = ["PACKAGES", "cache_path", "code_version", "fingerprint_of", "fingerpr
 #: The packages whose source decides a result (``vcemu/``'s generated gRPC code is built from ``proto/`` and
 #: carries no logic of its own).
 PACKAGES = ("coordinator", "workloads", "node_agent")
+#: The installed distributions whose versions :func:`code_version` records (recorded, not compared: a resume compares
+#: the source fingerprint only).
+LIBRARIES = ("numpy", "scipy", "numba", "ray", "grpcio", "protobuf")
 #: The key of :func:`code_version`'s record in ``config.json`` and ``summary.json``.
 KEY = "code"
 
@@ -211,10 +217,25 @@ def package_version() -> str | None:
         return None
 
 
+def _library_versions() -> dict[str, str | None]:
+    """The installed version of each of :data:`LIBRARIES` (None if it is not installed), read from the package
+    metadata without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 @functools.cache
 def _version_record() -> tuple[tuple[str, Any], ...]:
     commit, dirty = _git_state()
     return (("version", package_version()), ("git_commit", commit), ("git_dirty", dirty),
+            ("python", platform.python_version()), ("libraries", _library_versions()),
             ("source_sha256", source_fingerprint()))
 
 
@@ -230,9 +251,10 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 def code_version() -> dict[str, Any]:
     """The code that runs: ``version`` (the installed package's, None if not installed), ``git_commit`` and
-    ``git_dirty`` (None outside a git checkout of vcemu), ``source_sha256`` (:func:`source_fingerprint`).
-    Computed once per process; a fresh dict each call."""
-    return dict(_version_record())
+    ``git_dirty`` (None outside a git checkout of vcemu), ``python`` (its version), ``libraries`` (each of
+    :data:`LIBRARIES`' versions), ``source_sha256`` (:func:`source_fingerprint`). Computed once per process; a fresh
+    dict each call."""
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in _version_record()}
 
 
 def fingerprint_of(record: Mapping[str, Any]) -> str | None:

@@ -126,3 +126,20 @@ def test_replay_records_the_code_in_config(tmp_path: Path) -> None:
     args = argparse.Namespace(out=str(tmp_path), policy="greedy", compress=5.0)
     out = _write(args, {"live": {"jobs": 1}, "sim": {"jobs": 1}})
     _assert_records_this_code(out / "config.json")
+
+
+def test_the_record_names_the_python_and_library_versions() -> None:
+    """The numbers of a result come from numpy's generators, scipy's solvers and numba's kernels too: the record names
+    their versions and Python's (it named vcemu's version, commit and source alone; reproducibility review)."""
+    import platform
+
+    import numpy
+    import scipy
+
+    record = code_version()
+    assert record["python"] == platform.python_version()
+    assert record["libraries"]["numpy"] == numpy.__version__
+    assert record["libraries"]["scipy"] == scipy.__version__
+    assert set(record["libraries"]) == {"numpy", "scipy", "numba", "ray", "grpcio", "protobuf"}
+    record["libraries"]["numpy"] = "changed"  # a fresh record each call: a caller's edit reaches no other
+    assert code_version()["libraries"]["numpy"] == numpy.__version__
