@@ -41,8 +41,11 @@ def exp1_jobs(n: int, seed: int, mean_iat: float = 260.0) -> list[Job]:
 
 
 def exp2_jobs(n: int, seed: int, mean_iat: float) -> list[Job]:
-    """``n`` arrivals (the run stops once enough have completed; generate generously)."""
-    rng = np.random.default_rng([seed, 2, int(mean_iat)])
+    """``n`` arrivals (the run stops once enough have completed; generate generously). Each mean inter-arrival time
+    has its own stream: a whole number keys it as it always has, any other by its exact ratio (the stream was keyed by
+    ``int(mean_iat)``, so 400 and 400.5 drew the same jobs, the one's arrival times the other's scaled)."""
+    num, den = float(mean_iat).as_integer_ratio()
+    rng = np.random.default_rng([seed, 2, num] if den == 1 else [seed, 2, num, den, 1])
     times = np.cumsum(rng.exponential(mean_iat, n))
     fi = rng.choice(len(EXP2_FACTORS), size=n, p=[p for _, p in EXP2_FACTORS])
     pi = rng.choice(len(EXP2_PROFILES), size=n, p=[p for _, p in EXP2_PROFILES])

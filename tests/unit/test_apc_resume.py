@@ -352,3 +352,15 @@ def test_a_checkpoint_that_does_not_fit_its_simulation_is_discarded_and_the_simu
     assert not (out / apc.CHECKPOINT).exists()
     assert (out / "exp3_cycles.csv").read_bytes() == (uninterrupted / "exp3_cycles.csv").read_bytes()
     assert _journal_without_wall_times(out) == _journal_without_wall_times(uninterrupted)
+
+
+def test_exp2_inter_arrival_times_with_one_whole_part_draw_different_jobs() -> None:
+    """400 and 400.5 s give other job streams, not one stream scaled (the stream was keyed by ``int(mean_iat)``:
+    the jobs at 400.5 were those at 400 with every arrival time x 400.5/400; reproducibility review), while a whole
+    number keeps the stream the published runs drew (the first arrival at 50 s below)."""
+    at = {iat: exp2_jobs(30, 0, iat) for iat in (400.0, 400.5, 401.0)}
+    scaled = [round(j.submit / 400.5, 9) for j in at[400.5]]
+    assert scaled != [round(j.submit / 400.0, 9) for j in at[400.0]]
+    assert [j.goal - j.submit for j in at[400.5]] != [j.goal - j.submit for j in at[400.0]]
+    assert exp2_jobs(30, 0, 400) == at[400.0]  # an int and a float of one value: one stream
+    assert exp2_jobs(3, 0, 50.0)[0].submit == 51.456546761214724  # (the code before this change drew it too)
