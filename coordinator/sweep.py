@@ -47,7 +47,9 @@ One sweep at a time uses an ``--out``: a run holds an exclusive lock on ``OUT/.l
 before it reads ``config.json`` to its end, and a second is refused. A rerun into an ``--out`` that holds a sweep
 takes the union of its algorithms and penalties with the command's and runs every algorithm at every penalty (and
 says so when that is more than the command names): each table then compares the same algorithms, where running
-only the cells named would leave, say, FCFS alone and so "best" at a new penalty.
+only the cells named would leave, say, FCFS alone and so "best" at a new penalty. So too for its traces (``--traces``,
+``--unscaled``, ``--loads``: each trace depends on its seed and load alone), so that a sweep is extended by more
+traces; every other setting that changes results must match (``--hpc2n-weeks`` in any order).
 
 A cell that cannot be stored (a full disk, an immutable ``cells/``) stops the run: the cells still running are
 cancelled, those stored stay, and one line names the file and the error. Ctrl-C or SIGTERM stops the run with one
@@ -601,6 +603,11 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
 #: HPC2N file's content (None without weeks): another file under the same path gives other results.
 _RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "max_jobs", "host_memory_gb", "seed",
                 "job_scale", "hpc2n_sha256")
+#: Result keys a rerun extends rather than matches: each trace depends on its own seed and load alone (traces are
+#: ``seed + i`` at each load, :func:`build_traces`), so a stored sweep's traces are this run's too, and a rerun with
+#: more ``--traces``, ``--unscaled`` or ``--loads`` runs the new traces beside them (the union, as for algorithms and
+#: penalties). A finished sweep could only be extended into another ``--out`` (reproducibility review).
+_EXTENDED = ("traces", "unscaled", "loads")
 #: The value of a result key in a sweep stored before that key existed.
 _RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
 
@@ -613,6 +620,47 @@ def _stored_setting(old: dict[str, Any], key: str, cfg: dict[str, Any]) -> Any:
     if key == "hpc2n_sha256":
         return cfg[key] if not old.get("hpc2n_weeks") or old.get("hpc2n") == cfg["hpc2n"] else None
     return _RESULT_DEFAULTS.get(key)
+
+
+def _same_setting(key: str, value: Any) -> Any:
+    """A result key's value as two sweeps compare it: the HPC2N weeks as a set (their order changes no cell)."""
+    return sorted(set(value)) if key == "hpc2n_weeks" and isinstance(value, list) else value
+
+
+def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
+    """Make ``cfg`` cover the stored sweep ``old``'s traces too (:data:`_EXTENDED`), and say so when that is more than
+    the command names. Only when every other result key matches: otherwise the run is refused, naming those keys."""
+    if any(_same_setting(k, _stored_setting(old, k, cfg)) != _same_setting(k, cfg.get(k))
+           for k in _RESULT_KEYS if k not in _EXTENDED):
+        return
+    was = {k: cfg[k] for k in _EXTENDED}
+    cfg["traces"] = max(cfg["traces"], int(old.get("traces", 0)))
+    cfg["unscaled"] = max(cfg["unscaled"], int(old.get("unscaled", 0)))
+    cfg["loads"] = sorted(set(cfg["loads"]) | set(old.get("loads", ())))
+    more = [k for k in _EXTENDED if cfg[k] != was[k]]
+    if more:
+        print(f"vcemu sweep: the stored sweep has more {', '.join(f'--{k}' for k in more)} than this command names: "
+              f"this run covers their union (--traces {cfg['traces']}, --unscaled {cfg['unscaled']}, --loads "
+              f"{','.join(f'{x:g}' for x in cfg['loads'])})", file=sys.stderr)
+
+
+def _stale_hpc2n(old: dict[str, Any]) -> str | None:
+    """Why the HPC2N file a stored sweep ran is no longer at its path (another file, or none), or None:
+    ``--report-only`` reports the stored cells all the same, and says so (it reported them in silence)."""
+    from coordinator.provenance import file_sha256
+
+    path, digest = old.get("hpc2n"), old.get("hpc2n_sha256")
+    if not old.get("hpc2n_weeks") or not isinstance(path, str) or not isinstance(digest, str):
+        return None
+    try:
+        now = file_sha256(path)
+    except OSError as exc:
+        return (f"the HPC2N file the stored cells ran, {path}, cannot be read now ({exc.strerror or exc}); the "
+                "reports are of the stored cells")
+    if now == digest:
+        return None
+    return (f"{path} is not the HPC2N file the stored cells ran (sha256 {now[:12]}, they ran {digest[:12]}); the "
+            "reports are of the stored cells, and a rerun without --report-only is refused")
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -719,9 +767,14 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
             if cfg_path.exists():
                 old = _read_config(cfg_path)
                 if a.report_only:  # the stored sweep's reports, whatever settings flags came with the command
+                    if (stale := _stale_hpc2n(old)) is not None:
+                        print(f"vcemu sweep: warning: {stale}", file=sys.stderr)
                     cfg.update({k: _stored_setting(old, k, cfg) for k in _RESULT_KEYS})
                     cfg.update({k: old[k] for k in ("hpc2n", "algorithms", "penalties", "cell_timeout") if k in old})
-                diff = [k for k in _RESULT_KEYS if _stored_setting(old, k, cfg) != cfg.get(k)]
+                else:
+                    _extend(cfg, old)
+                diff = [k for k in _RESULT_KEYS if k not in _EXTENDED and _same_setting(k, _stored_setting(old, k, cfg))
+                        != _same_setting(k, cfg.get(k))]
                 if diff:
                     raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
                                      "use another --out")

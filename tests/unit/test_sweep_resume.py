@@ -629,6 +629,47 @@ def test_a_resume_with_fewer_algorithms_says_it_runs_the_union(tmp_path, capsys,
     assert "holds a sweep of more" not in capsys.readouterr().err  # the command names all of it
 
 
+def test_a_finished_sweep_is_extended_by_more_traces_or_loads_and_reordered_loads_are_the_same(
+        tmp_path, capsys, fake_ray, no_reports):
+    """Traces depend on their seed and load alone: a rerun with more --traces or --loads runs the new ones beside the
+    stored (the union, as for algorithms), where it was refused as "other settings (traces)"; and --loads 0.7,0.5 is
+    the sweep of 0.5,0.7 (refused as "(loads)"; reproducibility review)."""
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0  # 1 trace at load 0.5, 2 algorithms: 2 cells
+    capsys.readouterr()
+    assert sweep_main(_argv(out, "--traces", "2", "--loads", "0.5,0.7")) == 0
+    assert "= 8 cells; 2 stored, 6 to run" in capsys.readouterr().err
+    assert sweep_main(_argv(out, "--loads", "0.7,0.5", "--traces", "2")) == 0
+    assert "= 8 cells; 8 stored, 0 to run" in capsys.readouterr().err
+    assert sweep_main(_argv(out)) == 0  # the first command again: the union, said, and nothing to run
+    err = capsys.readouterr().err
+    assert "the stored sweep has more --traces, --loads than this command names: this run covers their union " \
+           "(--traces 2, --unscaled 0, --loads 0.5,0.7)" in err and "8 stored, 0 to run" in err, err
+    assert json.loads((out / "config.json").read_text())["loads"] == [0.5, 0.7]
+    assert sweep_main(_argv(out, "--jobs", "7")) == 2  # what changes every trace still refuses
+    assert "other settings (jobs)" in capsys.readouterr().err
+
+
+def test_report_only_warns_when_the_hpc2n_file_is_not_the_one_the_cells_ran(tmp_path, capsys, fake_ray, no_reports):
+    """A sweep whose HPC2N file has changed since: --report-only reports the stored cells, and now says the file at
+    that path is another (it said nothing; a rerun is refused by the file's digest)."""
+    trace = _swf(tmp_path / "a.swf", 50)
+    out = tmp_path / "sweep"
+    argv = ["--out", str(out), "--algorithms", "fcfs", "--penalties", "0", "--traces", "0", "--hpc2n-weeks", "0",
+            "--hpc2n", str(trace), "--no-progress"]
+    fake_ray()
+    assert sweep_main(argv) == 0
+    assert sweep_main(["--out", str(out), "--report-only", "--no-progress"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    _swf(trace, 70)
+    assert sweep_main(["--out", str(out), "--report-only", "--no-progress"]) == 0
+    assert f"warning: {trace} is not the HPC2N file the stored cells ran" in capsys.readouterr().err
+    trace.unlink()
+    sweep_main(["--out", str(out), "--report-only", "--no-progress"])
+    assert "cannot be read now" in capsys.readouterr().err
+
+
 def test_a_sweep_whose_cells_all_time_out_still_reports_and_hints(tmp_path, capsys, fake_ray, monkeypatch):
     """--cell-timeout 0.001 on every cell: the reports that have data, the summary and the --retry-failed hint are
     written, no traceback; --report-only too."""
