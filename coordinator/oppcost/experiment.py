@@ -6,7 +6,10 @@ methods' random choices, so any execution can be rerun alone. Executions run in 
 which end if the command is killed (:func:`coordinator.resumable.die_with_parent`).
 
 Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
-sum and migrations), ``table2.csv`` / ``summary.json`` (average slowdown by execution and by job, as Table 2, and
+sum and migrations; a "job" in these counts and averages is one process: each component of a parallel job counts
+as a job of its own, our reading of Sec. 5.1's "average slowdown over all of the jobs", as the simulations score
+each process; ``--explain`` says how many processes came of how many submitted jobs), ``table2.csv`` /
+``summary.json`` (average slowdown by execution and by job, as Table 2, and
 the median over executions; ``summary.json`` also counts, for each pair of Figs. 3-6, the executions each method
 wins), ``config.json`` (everything needed to reproduce the run, and the code that ran it: ``"code"``, as
 :func:`coordinator.provenance.code_version` records it, also in ``summary.json``), ``fig3..fig6_*.png``.
