@@ -5,14 +5,14 @@ the API's validation and bookkeeping; tests/integration runs jobs on real agents
 """
 
 import dataclasses
-import queue
+import time
 
 import grpc
 import pytest
 
 from coordinator.model import JobState
 from coordinator.policies import get_policy
-from coordinator.service import CoordinatorServer
+from coordinator.service import CoordinatorServer, EventQueue
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -326,7 +326,7 @@ def test_a_job_accepted_then_unplaceable_ends_with_a_transition_stored_and_strea
     server = CoordinatorServer(get_policy("greedy"), port=0, state=path)  # not started: no engine loop
     try:
         server.engine.add_hosts([Host("h0", 1.0, 1.0)])
-        events = queue.Queue()
+        events = EventQueue()
         server.watchers.append(events)
         spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=10.0, workload="dgemm")
         (result,) = server.accept([pb.SubmitRequest(spec=spec)])
@@ -770,3 +770,61 @@ def test_a_named_reference_host_is_taken_before_the_stored_agents_come_back(tmp_
         assert [(h.name, h.cpu, h.mem) for h in server.engine.hosts] == [("a0-h0", 0.5, 0.5)]
     finally:
         server.stop()
+
+
+def test_an_event_stream_that_falls_behind_ends_with_resource_exhausted_after_what_it_holds(server, monkeypatch):
+    """A watcher more than WATCH_QUEUE events behind gets the events it was sent before the gap, then
+    RESOURCE_EXHAUSTED naming when the gap began: events were dropped in silence and the stream went on (26 to 125
+    of 31,500 in a 10,500-job burst; scale review)."""
+    import threading
+
+    import coordinator.service as service
+    from coordinator.metrics import Transition
+    from coordinator.service import CoordinatorServicer
+
+    monkeypatch.setattr(service, "WATCH_QUEUE", 3)
+
+    class Ended(Exception):
+        pass
+
+    class Context:
+        def is_active(self) -> bool:
+            return True
+
+        def add_callback(self, _cb) -> None:
+            pass
+
+        def abort(self, code, details):
+            raise Ended(code, details)
+
+    got: list[str] = []
+    ended: list[Ended] = []
+    release = threading.Event()
+
+    def consume() -> None:
+        try:
+            for ev in CoordinatorServicer(server).WatchEvents(pb.WatchEventsRequest(), Context()):
+                got.append(ev.job_id)
+                release.wait(10)  # a slow consumer: it takes the next event only once released
+        except Ended as exc:
+            ended.append(exc)
+
+    def event(k: int) -> Transition:
+        return Transition(float(k), f"j{k}", None, JobState.PENDING, (), 0.0, "submitted")
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    while not server.watchers:
+        time.sleep(0.01)
+    server._broadcast(event(0))  # taken at once: the consumer then waits
+    while not got:
+        time.sleep(0.01)
+    for k in range(1, 10):  # 1, 2 and 3 fill the queue; 4 on are missed
+        server._broadcast(event(k))
+    release.set()
+    consumer.join(10)
+    assert got == ["j0", "j1", "j2", "j3"]
+    (exc,) = ended
+    assert exc.args[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "fell 3 events behind: events from t=4.000 s on were not sent" in exc.args[1]
+    assert not server.watchers  # the stream's queue is gone with it
