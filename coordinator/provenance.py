@@ -27,7 +27,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -235,7 +234,7 @@ def _library_versions() -> dict[str, str | None]:
 def _version_record() -> tuple[tuple[str, Any], ...]:
     commit, dirty = _git_state()
     return (("version", package_version()), ("git_commit", commit), ("git_dirty", dirty),
-            ("python", platform.python_version()), ("libraries", _library_versions()),
+            ("python", "{}.{}.{}".format(*sys.version_info[:3])), ("libraries", _library_versions()),
             ("source_sha256", source_fingerprint()))
 
 

@@ -634,10 +634,17 @@ def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
            for k in _RESULT_KEYS if k not in _EXTENDED):
         return
     was = {k: cfg[k] for k in _EXTENDED}
-    cfg["traces"] = max(cfg["traces"], int(old.get("traces", 0)))
+    stored_traces = int(old.get("traces", 0))
+    # A sweep's loads are those of its Lublin traces: one without any (--traces 0: HPC2N or unscaled traces only)
+    # adds none to the union, though its config lists the default nine (diff review).
+    loads = (set(old.get("loads", ())) if stored_traces else set()) | (set(cfg["loads"]) if cfg["traces"] else set())
+    cfg["traces"] = max(cfg["traces"], stored_traces)
     cfg["unscaled"] = max(cfg["unscaled"], int(old.get("unscaled", 0)))
-    cfg["loads"] = sorted(set(cfg["loads"]) | set(old.get("loads", ())))
-    more = [k for k in _EXTENDED if cfg[k] != was[k]]
+    if loads:
+        cfg["loads"] = sorted(loads)
+    # two loads of one id (0.5 and 0.501 are both l0.50) would write each other's cells (diff review)
+    _refuse_shared_ids(cfg["loads"], _load_id, "--loads (with the stored sweep's)", "l")
+    more = [k for k in _EXTENDED if (set(cfg[k]) != set(was[k]) if k == "loads" else cfg[k] != was[k])]
     if more:
         print(f"vcemu sweep: the stored sweep has more {', '.join(f'--{k}' for k in more)} than this command names: "
               f"this run covers their union (--traces {cfg['traces']}, --unscaled {cfg['unscaled']}, --loads "
@@ -655,8 +662,7 @@ def _stale_hpc2n(old: dict[str, Any]) -> str | None:
     try:
         now = file_sha256(path)
     except OSError as exc:
-        return (f"the HPC2N file the stored cells ran, {path}, cannot be read now ({exc.strerror or exc}); the "
-                "reports are of the stored cells")
+        return f"the HPC2N file the stored cells ran, {path}, cannot be read now ({exc.strerror or exc})"
     if now == digest:
         return None
     return (f"{path} is not the HPC2N file the stored cells ran (sha256 {now[:12]}, they ran {digest[:12]}); the "

@@ -113,8 +113,8 @@ def bench_packing_main(argv: list[str]) -> int:
         g_big = [best_of(lambda i=i: _generic_allocate(list(i.jobs), 1000), 1) for i in big[1:2]]
         out["mcb8_500x64_ms_generic"] = round(1000 * statistics.median(g_small), 3)
         out["mcb8_10000x1000_s_generic"] = round(statistics.median(g_big), 4)
-    out["seed"] = args.seed  # what the instances were generated from, and how many runs each figure is the best of
-    out["repeat"] = args.repeat
+    out["seed"] = args.seed  # what the instances were generated from, and how many runs the mcb8_500x64_ms figures
+    out["repeat"] = args.repeat  # take the best of (the 10000x1000, generic and wall figures: one run each)
     out["python"] = platform.python_version()
     out["machine"] = platform.machine()
     if args.json:

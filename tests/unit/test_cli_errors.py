@@ -66,7 +66,6 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*_a, **_k):
         raise AssertionError("a live coordinator or agent was started before the arguments were checked")
 
-    import coordinator.client
     import coordinator.demo
     import coordinator.servers
     import coordinator.service
@@ -129,7 +128,6 @@ def test_simulate_out_that_is_a_file_says_so(jobs: Path, tmp_path: Path, capsys)
 @pytest.fixture
 def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if a client command connects to a coordinator."""
-    import coordinator.client
     import coordinator.servers
 
     def connects(*_a, **_k):
@@ -190,7 +188,6 @@ def test_submit_refuses_a_bad_job_flag_before_connecting(argv: list[str], line: 
 def test_submit_an_empty_workload_is_the_coordinators_default(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """``--workload ''`` is dgemm to the coordinator (the service reads an empty workload so): not refused
     before connecting (diff review: the local check refused it as an unknown workload)."""
-    import coordinator.client
     import coordinator.servers
 
     class Reached(Exception):
@@ -224,7 +221,6 @@ def test_coordinator_refuses_an_unusable_state_file(tmp_path: Path, capsys) -> N
 @pytest.mark.parametrize("kind", ["missing dir", "text file"])
 def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path, kind: str, monkeypatch,
                                                                   capsys) -> None:
-    import coordinator.client
     import coordinator.servers
 
     monkeypatch.setattr(coordinator.servers, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
@@ -240,7 +236,6 @@ def test_up_refuses_an_unusable_state_file_before_starting_agents(tmp_path: Path
 
 @pytest.mark.parametrize("command", ["coordinator", "up", "agent"])
 def test_a_port_in_use_is_one_line_naming_port(command: str, monkeypatch, capsys) -> None:
-    import coordinator.client
     import coordinator.servers
     import node_agent.server
 
@@ -425,7 +420,6 @@ def test_coordinator_metrics_port_in_use_is_refused_before_the_state_file_is_ope
 
 
 def test_up_metrics_port_in_use_starts_no_agent(tmp_path: Path, monkeypatch, capsys) -> None:
-    import coordinator.client
     import coordinator.servers
 
     monkeypatch.setattr(coordinator.servers, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))
@@ -444,7 +438,6 @@ def test_up_refuses_agent_metrics_ports_it_cannot_have_before_starting_anything(
     """``up --agent-metrics-port BASE`` gives agent i port BASE+i: a BASE that runs past 65535, or a port of the
     range in use or taken by the coordinator, is refused with one line naming the flag, before the state file or
     any agent is made (an agent refusing it itself would only tell ``up`` that its cluster did not come up)."""
-    import coordinator.client
     import coordinator.servers
 
     monkeypatch.setattr(coordinator.servers, "spawn_agent", lambda *a, **k: pytest.fail("agent started"))

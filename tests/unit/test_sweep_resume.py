@@ -651,6 +651,31 @@ def test_a_finished_sweep_is_extended_by_more_traces_or_loads_and_reordered_load
     assert "other settings (jobs)" in capsys.readouterr().err
 
 
+def test_extending_a_sweep_keeps_its_cells_apart_and_adds_only_loads_of_lublin_traces(
+        tmp_path, capsys, fake_ray, no_reports):
+    """Diff review of the union: a load sharing a cell id with a stored one (0.501 and 0.5 are both l0.50) is refused
+    (its cells overwrote the stored ones and were reported twice); a sweep of no Lublin trace adds none of the nine
+    default loads its config lists; loads in another order are not "more"."""
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    capsys.readouterr()
+    assert sweep_main(_argv(out, "--loads", "0.501")) == 2
+    assert "--loads (with the stored sweep's): 0.5 and 0.501 are both l0.50 in cell ids" in capsys.readouterr().err
+    unscaled = tmp_path / "unscaled"
+    assert sweep_main(_argv(unscaled, "--traces", "0", "--unscaled", "1")) == 0
+    capsys.readouterr()
+    assert sweep_main(_argv(unscaled, "--unscaled", "1")) == 0  # 1 Lublin trace at 0.5 beside the unscaled one
+    err = capsys.readouterr().err
+    assert "2 traces x 2 algorithms x 1 penalties = 4 cells; 2 stored, 2 to run" in err, err
+    both = tmp_path / "both"
+    assert sweep_main(_argv(both, "--loads", "0.5,0.7")) == 0
+    capsys.readouterr()
+    assert sweep_main(_argv(both, "--loads", "0.7,0.5")) == 0
+    err = capsys.readouterr().err
+    assert "has more" not in err and "4 stored, 0 to run" in err, err
+
+
 def test_report_only_warns_when_the_hpc2n_file_is_not_the_one_the_cells_ran(tmp_path, capsys, fake_ray, no_reports):
     """A sweep whose HPC2N file has changed since: --report-only reports the stored cells, and now says the file at
     that path is another (it said nothing; a rerun is refused by the file's digest)."""
@@ -666,8 +691,9 @@ def test_report_only_warns_when_the_hpc2n_file_is_not_the_one_the_cells_ran(tmp_
     assert sweep_main(["--out", str(out), "--report-only", "--no-progress"]) == 0
     assert f"warning: {trace} is not the HPC2N file the stored cells ran" in capsys.readouterr().err
     trace.unlink()
-    sweep_main(["--out", str(out), "--report-only", "--no-progress"])
-    assert "cannot be read now" in capsys.readouterr().err
+    assert sweep_main(["--out", str(out), "--report-only", "--no-progress"]) == 2  # no trace to report on
+    err = capsys.readouterr().err
+    assert "cannot be read now" in err and "the reports are of" not in err, err
 
 
 def test_a_sweep_whose_cells_all_time_out_still_reports_and_hints(tmp_path, capsys, fake_ray, monkeypatch):
