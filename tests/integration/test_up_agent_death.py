@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -103,16 +103,27 @@ def stop_up(up: subprocess.Popen, channel: grpc.Channel | None, agents: dict[str
         up.wait()
 
 
-def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def up_running(tmp_path: Path, *flags: str) -> Iterator[tuple[subprocess.Popen, pb_grpc.CoordinatorStub,
+                                                                dict[str, int], Path]]:
+    """``vcemu up`` with ``flags`` (two agents), connected: (the process, a coordinator stub, agent id -> pid, the log
+    path), everything it started killed on the way out (:func:`stop_up`)."""
     log_path = tmp_path / "up.log"
-    up = start_up(log_path, "--no-cgroups")
+    up = start_up(log_path, *flags)
     agents: dict[str, int] = {}
     channel = None
     try:
+        channel, stub, agents = connect_up(up, log_path)
+        yield up, stub, agents, log_path
+    finally:
+        stop_up(up, channel, agents)
+
+
+def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_path: Path) -> None:
+    with up_running(tmp_path, "--no-cgroups") as (up, stub, agents, log_path):
         def text() -> str:
             return log_path.read_text(errors="replace")
 
-        channel, stub, agents = connect_up(up, log_path)
         assert len(agents) == 2, agents
         job, host, placed = run_one_job(stub, "modeled", log_path)
         owner = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
@@ -140,8 +151,6 @@ def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_p
         # (e672a91); this checks what the user sees, not which of them acted.
         after = out[out.index("every agent process has exited"):].splitlines()[1:]
         assert not [x for x in after if "Stop " in x or "will retry" in x], out
-    finally:
-        stop_up(up, channel, agents)
 
 
 @pytest.mark.parametrize("no_cgroups", [False, True], ids=["cgroups", "no-cgroups"])
@@ -150,15 +159,10 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
     task's group inside) and its work directory in /dev/shm until the next agent of its id started."""
     from node_agent.cgroups import agent_parents
 
-    log_path = tmp_path / "up.log"
-    up = start_up(log_path, *(["--no-cgroups"] if no_cgroups else []))
-    agents: dict[str, int] = {}
-    channel = None
-    try:
+    with up_running(tmp_path, *(["--no-cgroups"] if no_cgroups else [])) as (up, stub, agents, log_path):
         def text() -> str:
             return log_path.read_text(errors="replace")
 
-        channel, stub, agents = connect_up(up, log_path)
         _, host, _ = run_one_job(stub, "dgemm", log_path)
         victim = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}[host]
 
@@ -174,5 +178,3 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
         assert up.wait(30) == 0, text()
         assert workdirs() == [], text()
         assert victim not in agent_parents(), text()
-    finally:
-        stop_up(up, channel, agents)
