@@ -6,12 +6,14 @@ every host within its CPU and memory capacity, applies it to the backend in a sa
 before acquisitions, so a live agent never sees a host over-subscribed) and records every transition.
 
 Threading: the engine loop (``step``/``run``) is one thread, but not the only one to reach the backend. In a
-live run the gRPC service calls ``arrive``, ``cancel`` (which stops a job's tasks), ``refresh_vt`` (which reads
-progress) and, for a registration, ``add_hosts`` and ``lose_hosts``; the agent watch calls ``lose_hosts``/
-``requeue`` (progress, and stops); all from their own threads, each holding :attr:`Engine.lock` (an RLock) for the
-whole change. ClusterStatus and the metrics read the backend without it, under the live backend's own lock, and
+live run the gRPC service calls ``arrive``, ``cancel`` (which stops a job's tasks) and, for a registration,
+``add_hosts`` and ``lose_hosts``; the agent watch calls ``lose_hosts``/``requeue`` (progress, and stops); all from
+their own threads, each holding :attr:`Engine.lock` (an RLock) for the whole change. The locks, not the thread, keep
+a decision and a cancel from interleaving. The read-only calls (GetJob, ListJobs, ClusterStatus) and the metrics do
+not take it, as the loop holds it for a whole turn: they read the jobs from a ``coordinator.jobboard.JobBoard``,
+which the engine updates at each change (``job_listeners``), and the backend under the live backend's own lock.
 ``LiveBackend.cut_off`` marks an agent lost with no lock at all (so that a loop blocked on that agent's call lets
-go). The locks, not the thread, keep a decision and a cancel from interleaving.
+go).
 """
 
 from __future__ import annotations
@@ -173,6 +175,13 @@ class Engine:
         self._live: dict[str, JobRecord] = {}
         self.listeners: list[Listener] = []
         self.decision_listeners: list[Callable[[float], None]] = []
+        #: Called with a job's record, under :attr:`lock`, whenever it changes in a way a reader of the job shows:
+        #: each of its transitions (after the record took it, before the transition listeners run), a pending
+        #: job's note (:meth:`_judge_pending`), a restore. What ``coordinator.jobboard.JobBoard`` copies, so that
+        #: the service's read-only calls never wait for the loop's turn. Empty in a simulation: no cost there.
+        self.job_listeners: list[Callable[[JobRecord], None]] = []
+        #: Called, under :attr:`lock`, once a plan with actions has been carried out (or cut short by an error).
+        self.plan_listeners: list[Callable[[], None]] = []
         self.lock = threading.RLock()
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
@@ -205,7 +214,9 @@ class Engine:
         with self.lock:
             known = {h.name for h in self.hosts}
             added = [h for h in hosts if h.name not in known]
-            self.hosts.extend(added)
+            # A new list, never the old one extended: readers that do not take the lock (ClusterStatus, the
+            # metrics) read ``self.hosts`` once, and the list they get is never changed under them.
+            self.hosts = [*self.hosts, *added]
             if added and self._live and not self.policy.period:
                 self._push(self.backend.now(), "stim", Tick())
             elif added and getattr(self.policy, "admits_on_submit", False):
@@ -267,10 +278,12 @@ class Engine:
                 note = self.WAITS + why
                 if rec.message != note:
                     rec.message = note
+                    self._changed(rec)
                     if say:
                         log.warning("%s %s", job, note)
             elif rec.message.startswith(self.WAITS):
                 rec.message = ""
+                self._changed(rec)
 
     def schedule_arrivals(self, specs: Iterable[JobSpec]) -> None:
         """Jobs that arrive at their ``submit_time`` (a trace replay)."""
@@ -319,6 +332,7 @@ class Engine:
             pending = []
             for rec in records:
                 self.jobs[rec.spec.id] = rec
+                self._changed(rec)
                 self.history.specs[rec.spec.id] = rec.spec
                 if not rec.state.finished:
                     self._live[rec.spec.id] = rec
@@ -465,15 +479,6 @@ class Engine:
     def snapshot(self) -> Snapshot:
         return self._snapshot()[0]
 
-    def refresh_vt(self, job: str | None = None) -> None:
-        """Bring the virtual time of a running job (``job``, or every one) to the backend's progress now.
-        Only snapshots do that otherwise, at decisions: for what a user reads between them (the service)."""
-        with self.lock:
-            recs = self._live.values() if job is None else [r for r in (self._live.get(job),) if r is not None]
-            for rec in recs:
-                if rec.state is JobState.RUNNING:
-                    rec.vt = self.backend.progress(rec.spec.id) * rec.spec.work
-
     def _snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
         """The snapshot, and the running jobs' records in ``_live`` order (what :meth:`_check` starts from:
         :meth:`handle` passes them on, the state being the snapshot's until its plan is applied)."""
@@ -547,6 +552,8 @@ class Engine:
                 raise
             finally:
                 self._stamp = None
+                for done in self.plan_listeners:
+                    done()
 
     def _ordered(self, plan: Plan) -> list[Action]:
         jobs = self.jobs
@@ -803,8 +810,14 @@ class Engine:
     ) -> None:
         t = _transition(self.backend.now() if self._stamp is None else self._stamp, job, src, dst, hosts, cpu, reason)
         self.history.transitions.append(t)
+        if self.job_listeners:
+            self._changed(self.jobs[job])
         for listener in self.listeners:
             listener(t)
+
+    def _changed(self, rec: JobRecord) -> None:
+        for listener in self.job_listeners:
+            listener(rec)
 
     def _push(self, at: float, kind: str, payload: JobSpec | Stimulus) -> None:
         heapq.heappush(self._timers, _Timer(at, next(self._seq), kind, payload))

@@ -1,7 +1,8 @@
 """Prometheus metrics of the coordinator (prometheus-client, served on /metrics).
 
-Gauges that describe the current state are computed at scrape time from the engine (a custom
-collector), so they can never drift from it; counters and histograms are fed by engine listeners.
+Gauges that describe the current state are computed at scrape time from the engine's job board and host list (a
+custom collector), so they can never drift from them; counters and histograms are fed by engine listeners. A scrape
+takes no engine lock: it never waits for the engine loop's turn, however long a plan takes to carry out.
 Names follow Prometheus conventions (DESIGN.md): ``vcemu_`` prefix, base units, ``_total`` on counters,
 no job-id labels.
 """
@@ -19,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.engine import Engine
+from coordinator.jobboard import JobBoard, hosts_used
 from coordinator.metrics import Transition, bounded_stretch
 from coordinator.model import JobState
 
@@ -79,22 +81,24 @@ class _AgentCollector(Collector):
 
 
 class _StateCollector(Collector):
-    def __init__(self, engine: Engine, host_status: Callable[[], dict] | None, policy: str) -> None:
+    """The jobs and hosts now, read from the job board and the engine's host list: a scrape never waits for the
+    engine loop's turn (coordinator.jobboard)."""
+
+    def __init__(self, engine: Engine, board: JobBoard, host_status: Callable[[], dict] | None, policy: str) -> None:
         self.engine = engine
+        self.board = board
         self.host_status = host_status
         self.policy = policy
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        engine = self.engine
-        with engine.lock:
-            jobs = list(engine.jobs.values())
-            hosts = list(engine.hosts)
+        counts = self.board.counts()
+        running = self.board.running()
+        hosts = self.engine.hosts  # (a list the engine replaces, never changes: see Engine.add_hosts)
         by_state = GaugeMetricFamily("vcemu_jobs", "Jobs by state", labels=["state", "policy"])
         for state in JobState:
-            by_state.add_metric([state.value, self.policy], sum(1 for j in jobs if j.state is state))
+            by_state.add_metric([state.value, self.policy], counts[state])
         yield by_state
 
-        running = [j for j in jobs if j.state is JobState.RUNNING]
         yields = [j.cpu / j.spec.cpu_need for j in running]
         y_min = GaugeMetricFamily("vcemu_yield_min_ratio", "Minimum yield of running jobs", labels=["policy"])
         y_avg = GaugeMetricFamily("vcemu_yield_avg_ratio", "Average yield of running jobs", labels=["policy"])
@@ -112,16 +116,9 @@ class _StateCollector(Collector):
             "Memory allocated on a host, fraction of its capacity",
             labels=["host"],
         )
-        cap = {h.name: h for h in hosts}
-        cpu_by_host = dict.fromkeys(cap, 0.0)
-        mem_by_host = dict.fromkeys(cap, 0.0)
-        for j in running:
-            for h in j.hosts:
-                cpu_by_host[h] += j.cpu
-                mem_by_host[h] += j.spec.mem
-        for name, host in cap.items():
-            alloc.add_metric([name], cpu_by_host[name] / host.cpu)
-            mem.add_metric([name], mem_by_host[name] / host.mem)
+        for name, (cpu, memory) in hosts_used(running, hosts).items():
+            alloc.add_metric([name], cpu)
+            mem.add_metric([name], memory)
         yield alloc
         yield mem
 
@@ -146,9 +143,10 @@ class _MoveCounter(Collector):
     "this amounts to a job migration"; not a preemption). A job resumed elsewhere by a later decision was
     preempted, not migrated.
 
-    Fed by engine listeners, which run under the engine's lock while a plan is applied; :meth:`collect`
-    takes the same lock, so a scrape never sees such a pause before its resume, and the counts it sees
-    only grow.
+    Fed by engine listeners while a plan is carried out. A pause may yet turn into a migration (its resume
+    elsewhere, later in the same plan), so :meth:`collect` leaves the pauses of the plan under way out of the
+    preemptions until the plan is done (:meth:`plan_done`): the counts a scrape sees only grow, and a scrape
+    takes this counter's lock only, never the engine's (it used to, and waited out the whole plan).
     """
 
     def __init__(self, policy: str) -> None:
@@ -157,10 +155,17 @@ class _MoveCounter(Collector):
         self.migrations = 0
         self._decision = 0
         self._paused: dict[str, tuple[int, tuple[str, ...]]] = {}  # job -> (decision, hosts when paused)
-        self.lock: threading.RLock = threading.RLock()
+        self._open = 0  # pauses counted in ``preemptions`` whose plan is still being carried out
+        self.lock = threading.Lock()
 
     def next_decision(self) -> None:
-        self._decision += 1
+        with self.lock:
+            self._decision += 1
+            self._open = 0
+
+    def plan_done(self) -> None:
+        with self.lock:
+            self._open = 0
 
     def observe(self, t: Transition) -> None:
         with self.lock:
@@ -169,16 +174,18 @@ class _MoveCounter(Collector):
             if t.src is JobState.RUNNING and t.dst is JobState.PAUSED:
                 self._paused[t.job] = (self._decision, t.hosts)
                 self.preemptions += 1
+                self._open += 1
             elif t.src is JobState.PAUSED:
                 paused = self._paused.pop(t.job, None)
                 if (t.dst is JobState.RUNNING and paused is not None and paused[0] == self._decision
                         and Multiset(paused[1]) != Multiset(t.hosts)):
                     self.migrations += 1
                     self.preemptions -= 1
+                    self._open -= 1
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         with self.lock:
-            pre, mig = self.preemptions, self.migrations
+            pre, mig = self.preemptions - self._open, self.migrations
         c = CounterMetricFamily("vcemu_preemptions", "Jobs paused to make room", labels=["policy"])
         c.add_metric([self.policy], pre)
         yield c
@@ -200,9 +207,12 @@ class CoordinatorMetrics:
         policy: str,
         host_status: Callable[[], dict] | None = None,
         agent_health: Callable[[], list[AgentHealth]] | None = None,
+        board: JobBoard | None = None,
     ) -> None:
+        """``board``: the engine's job board, if it has one already (the coordinator's); else one is made."""
         self.registry = CollectorRegistry()
-        self.registry.register(_StateCollector(engine, host_status, policy))
+        board = board if board is not None else JobBoard.of(engine)  # (an empty board is falsy: no `or`)
+        self.registry.register(_StateCollector(engine, board, host_status, policy))
         if agent_health is not None:
             self.registry.register(_AgentCollector(agent_health))
         self.decisions = Histogram(
@@ -213,7 +223,7 @@ class CoordinatorMetrics:
             registry=self.registry,
         )
         self.moves = _MoveCounter(policy)
-        self.moves.lock = engine.lock  # see _MoveCounter: pause and resume of one plan are seen together
+        engine.plan_listeners.append(self.moves.plan_done)
         self.registry.register(self.moves)
         self.stretch = Histogram(
             "vcemu_job_bounded_stretch",

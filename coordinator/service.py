@@ -41,6 +41,7 @@ from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
+from coordinator.jobboard import JobBoard, JobRow, hosts_used
 from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, request_bounds
 from coordinator.metrics import Transition, bounded_stretch, stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
@@ -144,7 +145,9 @@ def _flow(rec: JobRecord, done: bool) -> float | None:
     return rec.end - rec.spec.submit_time if done and rec.end is not None else None
 
 
-def job_message(rec: JobRecord) -> pb.Job:
+def job_message(rec: JobRecord | JobRow, vt: float | None = None) -> pb.Job:
+    """The API's view of a job; ``vt``: its virtual time now, if not the record's (a running job's progress moves
+    between its transitions)."""
     spec = rec.spec
     done = rec.state is JobState.DONE and rec.end is not None
     return pb.Job(
@@ -159,7 +162,7 @@ def job_message(rec: JobRecord) -> pb.Job:
         end_time=-1.0 if rec.end is None else rec.end,
         hosts=list(rec.hosts),
         cpu_share=rec.cpu,
-        virtual_time=rec.vt,
+        virtual_time=rec.vt if vt is None else vt,
         # (flow: rec.end is set when done)
         bounded_stretch=bounded_stretch(flow, spec.work) if (flow := _flow(rec, done)) is not None else 0.0,
         stretch=stretch(flow, spec.work) if flow is not None else 0.0,
@@ -171,19 +174,16 @@ def job_message(rec: JobRecord) -> pb.Job:
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
-def _after_token(token: str, jobs: dict[str, JobRecord]) -> tuple[int, Iterator[tuple[str, JobRecord]]] | None:
-    """Where the page after ``token`` starts in ``jobs`` (in submission order; jobs are never removed, so a
-    position stays valid), and the jobs from there on; None when the token is not one of this job list's. A token
-    is the number of jobs already scanned and the id of the last of them, which must still be there: a restarted
-    coordinator may list its jobs in another order."""
+def _page_start(token: str) -> tuple[int, str] | None:
+    """Where the page after ``token`` starts: the number of jobs already scanned and the id of the last of them
+    (:meth:`JobBoard.page` checks that it is still there: a restarted coordinator may list its jobs in another
+    order); None for a token that is no page token at all. The first page's token is empty."""
     if not token:
-        return 0, iter(jobs.items())
+        return 0, ""
     count, _, last = token.partition(":")
-    if not (count.isascii() and count.isdigit()) or not 0 < int(count) <= len(jobs):  # ("²".isdigit(): int fails)
+    if not (count.isascii() and count.isdigit()) or int(count) == 0:  # ("²".isdigit(): int fails)
         return None
-    start = int(count)
-    rest = itertools.islice(jobs.items(), start - 1, None)  # one walk to the page: the token's last job, then on
-    return (start, rest) if next(rest)[0] == last else None
+    return int(count), last
 
 
 class EventQueue(queue.Queue):
@@ -253,10 +253,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self._record(request.job_id, context)
             return job_message(self.s.engine.cancel(request.job_id))
 
+    # The read-only calls read the job board and the backend, never waiting for the engine loop's turn
+    # (coordinator.jobboard). A job accepted and not yet taken in by the loop is on the board already.
+
     def GetJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
-        with self.s.engine.lock:
-            self.s.engine.refresh_vt(request.job_id)  # as of the agents' last Status, not of the last decision
-            return job_message(self._record(request.job_id, context))
+        row = self.s.board.get(request.job_id)
+        if row is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {request.job_id!r}")
+        assert row is not None
+        # A running job's virtual time as of the agents' last Status, not of its last transition
+        vt = self.s.backend.progress(row.spec.id) * row.spec.work if row.state is JobState.RUNNING else None
+        return job_message(row, vt)
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
         if request.state and request.state not in {s.value for s in JobState}:
@@ -264,27 +271,20 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                           f"{', '.join(s.value for s in JobState)}")
         if request.page_size < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size: must be >= 0, got {request.page_size}")
-        self.s.drain()
-        with self.s.engine.lock:
-            jobs = self.s.engine.jobs
-            page = _after_token(request.page_token, jobs)
-            if page is None:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              f"page_token: {request.page_token!r} is not a page of this coordinator's job list "
-                              "(from another coordinator, or from before a restart): list again from the first page")
-            self.s.engine.refresh_vt()  # as in GetJob
-            limit = request.page_size or len(jobs)
-            recs: list[JobRecord] = []
-            end, rest = page
-            last = ""
-            for job_id, rec in rest:
-                if len(recs) == limit:
-                    break
-                end, last = end + 1, job_id
-                if not request.state or rec.state.value == request.state:
-                    recs.append(rec)
-            token = f"{end}:{last}" if end < len(jobs) else ""
-            return pb.ListJobsReply(jobs=[job_message(r) for r in recs], next_page_token=token)
+        start = _page_start(request.page_token)
+        try:
+            if start is None:
+                raise ValueError("not a page token")
+            rows, end, last, more = self.s.board.page(*start, request.page_size or None,
+                                                      JobState(request.state) if request.state else None)
+        except ValueError:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"page_token: {request.page_token!r} is not a page of this coordinator's job list "
+                          "(from another coordinator, or from before a restart): list again from the first page")
+        progress = self.s.backend.progresses() if any(r.state is JobState.RUNNING for r in rows) else {}
+        jobs = [job_message(r, progress.get(r.spec.id, 0.0) * r.spec.work if r.state is JobState.RUNNING else None)
+                for r in rows]
+        return pb.ListJobsReply(jobs=jobs, next_page_token=f"{end}:{last}" if more else "")
 
     def WatchEvents(self, request: pb.WatchEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
         q = EventQueue(maxsize=WATCH_QUEUE)
@@ -317,34 +317,32 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 self.s.watchers.remove(q)
 
     def ClusterStatus(self, request: pb.ClusterStatusRequest, context: grpc.ServicerContext) -> pb.ClusterStatusReply:
-        engine = self.s.engine
-        self.s.drain()  # every accepted job counted, as ListJobs does (3,000 just accepted showed as 1,000)
-        measured = self.s.backend.host_status()
-        with engine.lock:
-            running = [r for r in engine.jobs.values() if r.state is JobState.RUNNING]
-            reply = pb.ClusterStatusReply(policy=engine.policy.name, now=engine.backend.now())
-            for h in engine.hosts:
-                on = [r for r in running for x in r.hosts if x == h.name]
-                info = self.s.backend.host_info.get(h.name)
-                reply.hosts.append(
-                    pb.HostView(
-                        name=h.name,
-                        agent=self.s.backend.host_agent.get(h.name, ""),
-                        # Fractions of this host's capacity, as cpu_measured and the exporter's ratios are (a
-                        # job's cpu and mem are in units of the reference host: Host.cpu and Host.mem).
-                        cpu_allocated=sum(r.cpu for r in on) / h.cpu,
-                        memory_allocated=sum(r.spec.mem for r in on) / h.mem,
-                        cpu_measured=measured[h.name].cpu_measured if h.name in measured else 0.0,
-                        cpu_cores=info.cpu_cores if info else 0.0,
-                        memory_bytes=info.memory_bytes if info else 0,
-                    )
+        engine, backend, board = self.s.engine, self.s.backend, self.s.board
+        measured = backend.host_status()
+        hosts = engine.hosts  # (a list the engine replaces, never changes: see Engine.add_hosts)
+        running = board.running()
+        used = hosts_used(running, hosts)
+        reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now())
+        for h in hosts:
+            info = backend.host_info.get(h.name)
+            reply.hosts.append(
+                pb.HostView(
+                    name=h.name,
+                    agent=backend.host_agent.get(h.name, ""),
+                    # Fractions of this host's capacity, as cpu_measured and the exporter's ratios are
+                    cpu_allocated=used[h.name][0],
+                    memory_allocated=used[h.name][1],
+                    cpu_measured=measured[h.name].cpu_measured if h.name in measured else 0.0,
+                    cpu_cores=info.cpu_cores if info else 0.0,
+                    memory_bytes=info.memory_bytes if info else 0,
                 )
-            for state in JobState:
-                reply.jobs_by_state[state.value] = sum(1 for r in engine.jobs.values() if r.state is state)
-            yields = [r.cpu / r.spec.cpu_need for r in running]
-            reply.min_yield = min(yields, default=0.0)
-            reply.avg_yield = sum(yields) / len(yields) if yields else 0.0
-            return reply
+            )
+        for state, count in board.counts().items():  # (accepted jobs not yet taken in by the loop included)
+            reply.jobs_by_state[state.value] = count
+        yields = [r.cpu / r.spec.cpu_need for r in running]
+        reply.min_yield = min(yields, default=0.0)
+        reply.avg_yield = sum(yields) / len(yields) if yields else 0.0
+        return reply
 
     def RegisterAgent(self, request: pb.RegisterAgentRequest, context: grpc.ServicerContext) -> pb.RegisterAgentReply:
         d = request.description
@@ -494,9 +492,11 @@ class CoordinatorServer:
                                        epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
                                        channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
             self.engine = Engine(policy, self.backend)
+            #: the jobs as the read-only calls and the metrics show them, without the engine's lock
+            self.board = JobBoard.of(self.engine)
             self.metrics = CoordinatorMetrics(self.engine, policy.name,
                                               lambda: self.backend.host_status(answering=True),
-                                              self.agent_health)
+                                              self.agent_health, board=self.board)
             self.backend.unfence_listeners.append(lambda _task: self.metrics.tasks_unfenced.inc())
             self.ids = itertools.count(1)
             self.requests: dict[str, str] = {}
@@ -599,6 +599,7 @@ class CoordinatorServer:
             self._accept_into(requests, results, accepted, requests_seen)
             self.intake.update(accepted)
             self.requests.update(requests_seen)
+            self.board.put_all(accepted.values())  # readers see it now, before the loop takes it in
         return results
 
     def _accept_into(self, requests: list[pb.SubmitRequest], results: list[pb.SubmitResult],

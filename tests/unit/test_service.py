@@ -416,8 +416,8 @@ def test_cluster_status_gives_allocations_as_fractions_of_each_host(server, stub
     stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
     assert {h.name: (h.cpu, h.mem) for h in server.engine.hosts} == {"small": (1.0, 1.0), "big": (2.0, 2.0)}
     job = JobSpec("job-x", 0.0, tasks=1, cpu_need=1.0, mem=0.8, work=100.0)
-    with server.engine.lock:  # a job placed on big with a share of 1.0 reference host: half of big's CPU
-        server.engine.jobs["job-x"] = JobRecord(job, JobState.RUNNING, ("big",), cpu=1.0)
+    # a job placed on big with a share of 1.0 reference host, as ClusterStatus reads jobs: half of big's CPU
+    server.board.put(JobRecord(job, JobState.RUNNING, ("big",), cpu=1.0))
     views = {h.name: h for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
     assert (views["big"].cpu_allocated, views["big"].memory_allocated) == pytest.approx((0.5, 0.4))
     assert (views["small"].cpu_allocated, views["small"].memory_allocated) == (0.0, 0.0)
