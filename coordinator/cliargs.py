@@ -35,6 +35,26 @@ def positive(name: str, kind=float):
     return parse
 
 
+#: The longest agent heartbeat interval ``up`` and ``coordinator`` take: at 1e308 s the deadlines computed from it
+#: overflowed, and the coordinator's agent watch and the agents' registrars died (input review).
+MAX_HEARTBEAT_S = 3600.0
+
+
+def heartbeat_interval(text: str) -> float:
+    value = positive("--heartbeat")(text)
+    if value > MAX_HEARTBEAT_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_HEARTBEAT_S:g} s, got {text}")
+    return value
+
+
+def state_path(text: str) -> str:
+    """A state file's path: not empty (``--state "$UNSET"`` ran with no state at all, and lost every job at a
+    restart, without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be the path of the state file, got an empty one")
+    return text
+
+
 def non_negative(text: str) -> float:
     """A finite number >= 0 (a penalty, a delay): float() alone would take -10, nan and inf."""
     try:

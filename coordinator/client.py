@@ -280,14 +280,16 @@ def submit_refusal(spec: JobSpec, request_id: str) -> tuple[str, str] | None:
     the coordinator can say."""
     from coordinator.model import InvalidJob
 
-    try:
-        spec.validate()
-    except InvalidJob as exc:
-        return exc.field, exc.reason
+    # The coordinator's bounds first: a work of 1e12 s was refused as "below 1e+12 s" (the model's bound, for
+    # simulations) and one of 5e9 s as "at most 1e+09" (the coordinator's), two bounds for one flag (input review).
     why = request_bounds(request_id, spec.name, spec.tasks, spec.work)
     if why is not None:
         field, _, rule = why.partition(": ")
         return field, f"{rule} (the coordinator's bound)"
+    try:
+        spec.validate()
+    except InvalidJob as exc:
+        return exc.field, exc.reason
     return None
 
 

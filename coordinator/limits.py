@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["KNOWN_METADATA", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_TASKS",
-           "MAX_WORK_S", "request_bounds"]
+           "MAX_WORK_S", "request_bounds", "shown"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -30,13 +30,35 @@ MAX_NAME = 256
 MAX_REQUEST_ID = 256
 
 
+#: The most characters of a value an error message quotes (:func:`shown`).
+SHOWN = 60
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for an error message, cut to its first :data:`SHOWN` characters when longer (with its length).
+    gRPC sends a refusal's message as metadata, which a client takes up to 8 KiB and a server 16 KiB: a message that
+    quoted a 100,000-character job id in full came back as RESOURCE_EXHAUSTED "Stream removed" (input review)."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return f"{text[:SHOWN]!r}... ({len(text):,} characters)"
+
+
+def _printable(text: str) -> bool:
+    return text.isprintable()  # (no newline, tab, NUL or other control or separator character; any letter)
+
+
 def request_bounds(request_id: str, name: str, tasks: int, work_s: float) -> str | None:
     """The first of these bounds a submission breaks, as ``field: why``, or None: what the coordinator refuses
-    (``service.check_spec``) and what ``vcemu submit --file`` checks before connecting."""
+    (``service.check_spec``) and what ``vcemu submit --file`` checks before connecting. Names are printable: a
+    newline in one split its row of ``vcemu jobs`` and of ``submit --file``'s tab-separated output."""
     if len(request_id) > MAX_REQUEST_ID:
         return f"request_id: at most {MAX_REQUEST_ID} characters, got {len(request_id)}"
+    if not _printable(request_id):
+        return f"request_id: must be printable (no newline, tab or other control character), got {shown(request_id)}"
     if len(name) > MAX_NAME:
         return f"spec.name: at most {MAX_NAME} characters, got {len(name)}"
+    if not _printable(name):
+        return f"spec.name: must be printable (no newline, tab or other control character), got {shown(name)}"
     if tasks > MAX_TASKS:
         return f"tasks: at most {MAX_TASKS}, got {tasks}"
     if math.isfinite(work_s) and work_s > MAX_WORK_S:

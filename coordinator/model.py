@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from coordinator.limits import shown
+
 #: Bound on flow time and run time used by bounded stretch and by the priority (001 Sec. II-B.2, III-A).
 STRETCH_BOUND_S = 30.0
 
@@ -26,6 +28,12 @@ KNOWN_WORKLOADS = ("dgemm", "arraycycle", "modeled")
 #: clock of that size no longer moves when a second is added, so the simulator never finishes. Below
 #: 1e12 s the clock still resolves 0.2 ms. Job files (:mod:`workloads.jobfile`) and the gRPC API alike.
 MAX_SECONDS = 1e12
+#: The smallest CPU need and memory a task may have (fractions of a host), and the least work a job may have (s).
+#: Any number above 0 is not enough: at 5e-324 a host's memory over a task's is infinite (the capacity check
+#: raised OverflowError, answered as UNKNOWN and taking a whole batch with it), and a job's stretch over such a
+#: work is infinite. No real job comes near: a byte of a 1 GiB host is 9.3e-10 of it.
+MIN_FRACTION = 1e-9
+MIN_WORK_S = 1e-6
 
 
 class JobState(StrEnum):
@@ -88,21 +96,29 @@ class JobSpec:
             0.0 < self.cpu_need <= 1.0
         ):
             raise InvalidJob("cpu_need", f"must be in (0, 1] (a fraction of one host), got {self.cpu_need!r}")
+        if self.cpu_need < MIN_FRACTION:
+            raise InvalidJob("cpu_need", f"must be at least {MIN_FRACTION:g} of a host, got {self.cpu_need!r}")
         if not (isinstance(self.mem, (int, float)) and math.isfinite(self.mem)) or not (0.0 < self.mem <= 1.0):
             raise InvalidJob("memory", f"must be in (0, 1] (a fraction of one host's memory), got {self.mem!r}")
+        if self.mem < MIN_FRACTION:
+            raise InvalidJob("memory", f"must be at least {MIN_FRACTION:g} of a host's memory, got {self.mem!r}")
         if not (isinstance(self.work, (int, float)) and math.isfinite(self.work)) or self.work <= 0.0:
             raise InvalidJob("work_seconds", f"must be a finite number > 0, got {self.work!r}")
+        if self.work < MIN_WORK_S:
+            raise InvalidJob("work_seconds", f"must be at least {MIN_WORK_S:g} s, got {self.work!r}")
         if self.work >= MAX_SECONDS:
             raise InvalidJob("work_seconds", f"must be below {MAX_SECONDS:g} s (about 31,700 years), got {self.work!r}")
         if not self.submit_time < MAX_SECONDS:
             raise InvalidJob("submit_time", f"must be below {MAX_SECONDS:g} s, got {self.submit_time!r}")
         if self.workload not in KNOWN_WORKLOADS:
-            raise InvalidJob("workload", f"unknown workload {self.workload!r}; known: {', '.join(KNOWN_WORKLOADS)}")
+            known = ", ".join(KNOWN_WORKLOADS)
+            raise InvalidJob("workload", f"unknown workload {shown(self.workload)}; known: {known}")
         if hosts is not None:
             biggest = max((h.mem for h in hosts), default=0.0)
             if self.mem > biggest + 1e-12:
                 raise InvalidJob("memory", f"{self.mem} per task is more than any host has ({biggest})")
-            capacity = sum(math.floor(h.mem / self.mem + 1e-9) for h in hosts)
+            # (tasks per host capped at the job's: a host's count is a float first, and floor() of a huge one is slow)
+            capacity = sum(min(math.floor(min(h.mem / self.mem + 1e-9, 1e18)), self.tasks) for h in hosts)
             if self.tasks > capacity:
                 raise InvalidJob(
                     "tasks",

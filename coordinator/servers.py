@@ -18,14 +18,17 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from coordinator.cliargs import (
+    MAX_HEARTBEAT_S,
     POLICY_HELP,
     first_port,
+    heartbeat_interval,
     memory_size,
     per_host,
     per_host_values,
     policy_name,
     positive,
     refuse,
+    state_path,
     tcp_port,
 )
 from node_agent.processes import stop_processes
@@ -256,6 +259,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.bind is not None:
         print("vcemu up: --bind: only with --ray (a local cluster listens on 127.0.0.1)", file=sys.stderr)
         return 2
+    if args.agents > args.hosts:  # (as replay and bench refuse it: it ran one agent per host, without a word)
+        print(f"vcemu up: --agents: at most --hosts ({args.hosts}), got {args.agents}", file=sys.stderr)
+        return 2
     with signals_interrupt():
         return _run_local_up(args, options)
 
@@ -400,10 +406,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def _reliability_flags(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--state", default=None, metavar="DB",
+    sp.add_argument("--state", type=state_path, default=None, metavar="DB",
                     help="SQLite file for durable state: a restart with the same file carries on the run")
-    sp.add_argument("--heartbeat", type=positive("--heartbeat"), default=2.0, metavar="S",
-                    help="agent heartbeat interval; an agent silent for 3 intervals is lost (default 2)")
+    sp.add_argument("--heartbeat", type=heartbeat_interval, default=2.0, metavar="S",
+                    help=f"agent heartbeat interval, at most {MAX_HEARTBEAT_S:g} s; an agent silent for 3 intervals "
+                    "is lost (default 2)")
     sp.add_argument("--token-file", default=None, help="require this bearer token on the user API "
                     "(clients: set $VCEMU_TOKEN_FILE)")
     sp.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS with the agents")

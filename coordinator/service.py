@@ -42,7 +42,7 @@ from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.jobboard import JobBoard, JobRow, hosts_used
-from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_REPLY_BYTES, request_bounds
+from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_NAME, MAX_REPLY_BYTES, request_bounds, shown
 from coordinator.metrics import Transition, bounded_stretch, stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -138,6 +138,55 @@ def lease_for(heartbeat_s: float, misses: int) -> float:
 def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
     """The first bound a request breaks, as ``field: why``, or None (:func:`coordinator.limits.request_bounds`)."""
     return request_bounds(request_id, spec.name, spec.tasks, spec.work_seconds)
+
+
+#: Bounds on an agent's registration (:func:`check_agent`): a host's cores and memory, and the hosts of one agent.
+MAX_HOST_CORES = 1e6
+MAX_HOST_MEMORY = 1 << 60
+MAX_AGENT_HOSTS = 10_000
+
+
+def _name_refusal(field: str, name: str) -> str | None:
+    if not name:
+        return f"{field}: required"
+    if len(name) > MAX_NAME:
+        return f"{field}: at most {MAX_NAME} characters, got {len(name):,}"
+    if not name.isprintable() or any(c.isspace() for c in name):
+        return f"{field}: must be printable, with no space or control character, got {shown(name)}"
+    return None
+
+
+def check_agent(request: pb.RegisterAgentRequest) -> str | None:
+    """The first thing wrong with an agent's registration, as ``field: why``, or None. Its host names label jobs,
+    logs, tables and metrics, and its capacities become the engine's: registrations with 1e308 cores, two hosts of
+    one name, 20,000 hosts, a name with a newline or an address with no port were taken, and jobs then failed on
+    them (input review)."""
+    d = request.description
+    address = request.address
+    host, _, port = address.rpartition(":")
+    if not (host and port.isascii() and port.isdigit() and 0 < int(port) < 65536) or len(address) > MAX_NAME:
+        return f"address: must be HOST:PORT, got {shown(address)}"
+    why = _name_refusal("description.agent_id", d.agent_id)
+    if why is not None:
+        return why
+    if not d.hosts:
+        return "description.hosts: required"
+    if len(d.hosts) > MAX_AGENT_HOSTS:
+        return f"description.hosts: at most {MAX_AGENT_HOSTS:,} per agent, got {len(d.hosts):,}"
+    seen: set[str] = set()
+    for h in d.hosts:
+        why = _name_refusal("description.hosts.name", h.name)
+        if why is not None:
+            return why
+        if h.name in seen:
+            return f"description.hosts: two hosts named {shown(h.name)}"
+        seen.add(h.name)
+        where = f"description.hosts: host {shown(h.name)}"
+        if not (math.isfinite(h.cpu_cores) and 0 < h.cpu_cores <= MAX_HOST_CORES):
+            return f"{where}: cpu_cores must be in (0, {MAX_HOST_CORES:g}], got {h.cpu_cores}"
+        if not 0 < h.memory_bytes <= MAX_HOST_MEMORY:
+            return f"{where}: memory_bytes must be in (0, 2^60], got {h.memory_bytes}"
+    return None
 
 
 def _flow(rec: JobRecord, done: bool) -> float | None:
@@ -245,7 +294,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.s.drain()
         rec = self.s.engine.jobs.get(job_id)
         if rec is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {job_id!r}")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(job_id)}")
         return rec  # type: ignore[return-value]
 
     def Cancel(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
@@ -259,7 +308,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
         row = self.s.board.get(request.job_id)
         if row is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {request.job_id!r}")
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(request.job_id)}")
         assert row is not None
         # A running job's virtual time as of the agents' last Status, not of its last transition
         vt = self.s.backend.progress(row.spec.id) * row.spec.work if row.state is JobState.RUNNING else None
@@ -267,7 +316,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
         if request.state and request.state not in {s.value for s in JobState}:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {request.state!r}; known: "
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"state: unknown state {shown(request.state)}; known: "
                           f"{', '.join(s.value for s in JobState)}")
         if request.page_size < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size: must be >= 0, got {request.page_size}")
@@ -279,7 +328,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                                       JobState(request.state) if request.state else None)
         except ValueError:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"page_token: {request.page_token!r} is not a page of this coordinator's job list "
+                          f"page_token: {shown(request.page_token)} is not a page of this coordinator's job list "
                           "(from another coordinator, or from before a restart): list again from the first page")
         progress = self.s.backend.progresses() if any(r.state is JobState.RUNNING for r in rows) else {}
         jobs = [job_message(r, progress.get(r.spec.id, 0.0) * r.spec.work if r.state is JobState.RUNNING else None)
@@ -346,19 +395,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def RegisterAgent(self, request: pb.RegisterAgentRequest, context: grpc.ServicerContext) -> pb.RegisterAgentReply:
         d = request.description
-        if not request.address or not d.hosts or not d.agent_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          "address, description.agent_id and description.hosts are required")
-        for h in d.hosts:
-            if not h.name or not (math.isfinite(h.cpu_cores) and h.cpu_cores > 0) or h.memory_bytes <= 0:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"description.hosts: host {h.name!r} needs a "
-                              "name, cpu_cores > 0 and memory_bytes > 0")
+        why = check_agent(request)
+        if why is not None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
         with self.s.engine.lock:
             taken = {n: a for n, a in self.s.backend.host_agent.items() if a != d.agent_id}
             clash = [h.name for h in d.hosts if h.name in taken]
             if clash:
-                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"description.hosts: host {clash[0]!r} is already "
-                              f"emulated by agent {taken[clash[0]]!r}")
+                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"description.hosts: host {shown(clash[0])} is already "
+                              f"emulated by agent {shown(taken[clash[0]])}")
             before = {n: self.s.backend.host_info[n] for n in self.s.backend.host_agent
                       if self.s.backend.host_agent[n] == d.agent_id and n in self.s.backend.host_info}
             try:
@@ -643,6 +688,11 @@ class CoordinatorServer:
                         raise InvalidJob(*why_not)
                 except InvalidJob as exc:
                     results.append(_refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {exc}"))
+                    continue
+                except ArithmeticError as exc:  # a check's arithmetic on extreme numbers: this request alone fails
+                    log.exception("the checks of a submitted job failed")
+                    why = f"its numbers cannot be checked ({type(exc).__name__}: {exc})"
+                    results.append(_refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {why}"))
                     continue
                 spec = dataclasses.replace(spec, id=f"job-{next(self.ids):05d}")
                 rec = JobRecord(spec)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -95,6 +96,16 @@ def _foreign_tables(db: sqlite3.Connection) -> str:
     if clash or (not marked and any(n not in theirs for n in _LEGACY_TABLES)):
         return ", ".join(clash or theirs)
     return ""
+
+
+def _missing_tables(db: sqlite3.Connection) -> str:
+    """The first of :data:`_LEGACY_TABLES` (which every vcemu state file has had) missing from a vcemu state file
+    that has tables, or "" (a new file). It was created anew, empty, and a coordinator started on a file whose
+    ``jobs`` table was gone with no job and no word (input review)."""
+    theirs = _columns(db)
+    if not theirs or db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+        return ""
+    return next((n for n in _LEGACY_TABLES if n not in theirs), "")
 
 
 #: See the module docstring (durability).
@@ -200,6 +211,47 @@ def _cannot(exc: sqlite3.DatabaseError) -> str:
     return f"not a usable vcemu state file: {text}"
 
 
+def _number(value: object, column: str, low: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= low):
+        raise ValueError(f"{column}: must be a finite number >= {low:g}, got {value!r}")
+    return float(value)
+
+
+def _stored_job(row: tuple) -> StoredJob:
+    """A ``jobs`` row as a StoredJob, each column checked as a submission is (:meth:`JobSpec.validate`): a row edited
+    by hand or damaged (a spec of -3 tasks or a NaN need, a cpu of 'abc') was loaded, and the engine loop then failed
+    at every turn, or ``vcemu jobs`` answered UNKNOWN (input review). ValueError naming the job and the column."""
+    job, spec_text, request_id, state, hosts_text, cpu, vt, attempts, first_start, end, message = row
+    try:
+        spec = JobSpec(**json.loads(spec_text))
+        try:
+            spec.validate()
+        except ValueError as exc:
+            raise ValueError(f"spec.{exc}") from None
+        if spec.id != job:
+            raise ValueError(f"spec.id: {spec.id!r}, not the row's id")
+        state = JobState(state)
+        hosts = json.loads(hosts_text)
+        if not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
+            raise ValueError(f"hosts: must be a list of host names, got {hosts_text!r}")
+        if state in (JobState.RUNNING, JobState.PAUSED) and len(hosts) != spec.tasks:
+            raise ValueError(f"hosts: a {state.value} job has one per task ({spec.tasks}), got {len(hosts)}")
+        if _number(cpu, "cpu") > spec.cpu_need + 1e-9:
+            raise ValueError(f"cpu: at most the job's need ({spec.cpu_need:g}), got {cpu!r}")
+        _number(vt, "vt")
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+            raise ValueError(f"attempts: must be a whole number >= 0, got {attempts!r}")
+        for value, column in ((first_start, "first_start"), (end, "end_time")):
+            if value is not None:
+                _number(value, column, -math.inf)
+        if not isinstance(message, str):
+            raise ValueError(f"message: must be text, got {message!r}")
+    except (ValueError, TypeError) as exc:  # (json.JSONDecodeError is a ValueError)
+        raise ValueError(f"jobs row of {job!r}: {exc}") from None
+    return StoredJob(spec, request_id, state, tuple(hosts), float(cpu), float(vt), attempts, first_start, end,
+                     message)
+
+
 class Store:
     """One SQLite file; thread-safe (one connection behind a lock)."""
 
@@ -255,6 +307,11 @@ class Store:
                 self._db.close()
                 raise StoreError(f"--state {path}: not a vcemu state file (it has other tables: {foreign}); "
                                  "give a new file or one an earlier vcemu run wrote")
+            missing = _missing_tables(self._db)
+            if missing:
+                self._db.close()
+                raise StoreError(f"--state {path}: a damaged vcemu state file: it has no table {missing} (a new "
+                                 "one would be an empty run, every job of this one lost); restore it from a copy")
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise StoreError(f"--state {path}: cannot use WAL journaling (got {mode!r})")
@@ -382,10 +439,9 @@ class Store:
     def _load(self) -> Loaded:
         with self._lock:
             out = Loaded(epoch=self.epoch())
-            for row in self._db.execute("SELECT spec, request_id, state, hosts, cpu, vt, attempts, first_start, "
+            for row in self._db.execute("SELECT id, spec, request_id, state, hosts, cpu, vt, attempts, first_start, "
                                         "end_time, message FROM jobs ORDER BY seq"):
-                out.jobs.append(StoredJob(JobSpec(**json.loads(row[0])), row[1], JobState(row[2]),
-                                          tuple(json.loads(row[3])), row[4], row[5], row[6], row[7], row[8], row[9]))
+                out.jobs.append(_stored_job(row))
             for row in self._db.execute("SELECT time, job, src, dst, hosts, cpu, reason FROM transitions ORDER BY seq"):
                 out.transitions.append(Transition(row[0], row[1], JobState(row[2]) if row[2] else None,
                                                   JobState(row[3]), tuple(json.loads(row[4])), row[5], row[6]))

@@ -210,7 +210,7 @@ def _job_from_mapping(
         raise JobFileError(path, line, "tasks", f"must be at most {MAX_TASKS} (what the wire's int32 holds), got "
                            f"{tasks}")
     workload = row.get("workload")
-    if workload is None or (from_text and workload == ""):
+    if workload is None or workload == "":  # absent, null or empty: the default (as the API and submit take "")
         workload = _DEFAULT_WORKLOAD
     if not isinstance(workload, str):
         raise JobFileError(path, line, "workload", f"must be a string, got {workload!r}")

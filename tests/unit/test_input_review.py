@@ -1,0 +1,187 @@
+"""Bad input the input review found taken, or refused in a way that named nothing: each is now refused in one line
+naming the field (or the flag, or the state file's job and column), and nothing accepted beside it is lost."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator.engine import JobRecord
+from coordinator.limits import SHOWN, request_bounds, shown
+from coordinator.model import Host, InvalidJob, JobSpec, JobState
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer, check_agent
+from coordinator.store import Store, StoreError
+from tests.unit.test_cli_errors import refused, run
+from vcemu.v1 import agent_pb2
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+from workloads.jobfile import read_jobs
+
+
+@pytest.mark.parametrize(("field", "values"), [("memory", {"mem": 5e-324}), ("memory", {"mem": 1e-320}),
+                                               ("cpu_need", {"cpu_need": 5e-324}), ("work_seconds", {"work": 5e-324})])
+def test_a_vanishing_need_memory_or_work_is_refused_naming_it(field: str, values: dict) -> None:
+    """At memory 5e-324 a host's memory over a task's is infinite: the capacity check raised OverflowError, which the
+    API answered as UNKNOWN and `simulate` as a traceback; a work of 5e-324 s made an infinite stretch."""
+    spec = JobSpec(**{"id": "j", "submit_time": 0.0, "tasks": 1, "cpu_need": 1.0, "mem": 0.1, "work": 10.0, **values})
+    with pytest.raises(InvalidJob) as info:
+        spec.validate((Host("h0"), Host("h1")))
+    assert info.value.field == field
+
+
+def test_the_capacity_check_takes_a_tiny_memory_on_many_hosts() -> None:
+    JobSpec("j", 0.0, 10_000, 1.0, 1e-9, 10.0).validate(tuple(Host(f"h{i}", 1.0, 1e6) for i in range(100)))
+    with pytest.raises(InvalidJob, match="holds at most 4"):
+        JobSpec("j", 0.0, 5, 1.0, 0.5, 10.0).validate((Host("h0"), Host("h1")))
+
+
+def test_a_bad_job_in_a_batch_refuses_itself_only_and_takes_no_id() -> None:
+    server = CoordinatorServer(get_policy("fcfs"), port=0)
+    try:
+        desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+        server.backend.add_agent("127.0.0.1:1", desc)
+        server.engine.add_hosts([Host("a0-h0")])
+        good = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5, workload="modeled")
+        bad = pb.JobSpec(tasks=1, cpu_need=0.5, memory=5e-324, work_seconds=5, workload="modeled")
+        results = server.accept([pb.SubmitRequest(spec=s) for s in (good, bad, good)])
+        assert [r.code for r in results] == [0, grpc.StatusCode.INVALID_ARGUMENT.value[0], 0]
+        assert results[1].error.startswith("invalid job: memory: must be at least 1e-09")
+        assert [results[0].job.job_id, results[2].job.job_id] == ["job-00001", "job-00002"]
+    finally:
+        server.stop()
+
+
+def test_an_error_message_quotes_a_long_value_cut_short() -> None:
+    """The whole value went into the message, which gRPC sends as metadata: beyond 8 or 16 KiB the client saw
+    RESOURCE_EXHAUSTED "Stream removed" instead of NOT_FOUND naming the field."""
+    assert shown("job-1") == "'job-1'"
+    cut = shown("j" * 100_000)
+    assert cut.endswith("... (100,000 characters)") and len(cut) < SHOWN + 40
+    server = CoordinatorServer(get_policy("fcfs"), port=0).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.CoordinatorStub(channel)
+            for call, request, code in (
+                    (stub.GetJob, pb.JobRef(job_id="j" * 100_000), grpc.StatusCode.NOT_FOUND),
+                    (stub.Cancel, pb.JobRef(job_id="j" * 100_000), grpc.StatusCode.NOT_FOUND),
+                    (stub.ListJobs, pb.ListJobsRequest(state="s" * 50_000), grpc.StatusCode.INVALID_ARGUMENT),
+                    (stub.ListJobs, pb.ListJobsRequest(page_token="1:" + "x" * 50_000),
+                     grpc.StatusCode.INVALID_ARGUMENT)):
+                with pytest.raises(grpc.RpcError) as info:
+                    call(request, timeout=10)
+                assert info.value.code() == code, info.value.details()
+                assert len(info.value.details()) < 300
+    finally:
+        server.stop()
+
+
+def test_names_with_control_characters_are_refused() -> None:
+    """A newline in a job's name split its row of `vcemu jobs` and of `submit --file`'s output."""
+    assert request_bounds("", "a\nb", 1, 1.0) == r"spec.name: must be printable (no newline, tab or other control " \
+        r"character), got 'a\nb'"
+    assert request_bounds("r\x00", "", 1, 1.0).startswith("request_id: must be printable")
+    assert request_bounds("", "dé☃ one", 1, 1.0) is None
+
+
+def _agent(address: str = "127.0.0.1:5000", **host: object) -> pb.RegisterAgentRequest:
+    hosts = host.pop("hosts", None) or [agent_pb2.HostInfo(**{"name": "h0", "cpu_cores": 1.0,
+                                                              "memory_bytes": 1 << 30, **host})]
+    return pb.RegisterAgentRequest(address=address, description=agent_pb2.DescribeReply(agent_id="a0", hosts=hosts))
+
+
+@pytest.mark.parametrize(("request_", "why"), [
+    (_agent("not an address"), "address: must be HOST:PORT"),
+    (_agent("127.0.0.1:99999"), "address: must be HOST:PORT"),
+    (_agent(cpu_cores=1e308), "cpu_cores must be in (0, 1e+06]"),
+    (_agent(memory_bytes=1 << 62), "memory_bytes must be in (0, 2^60]"),
+    (_agent(name="x/../y z\n"), "description.hosts.name: must be printable"),
+    (_agent(name="h" * 300), "description.hosts.name: at most 256 characters"),
+    (_agent(hosts=[agent_pb2.HostInfo(name="d", cpu_cores=1.0, memory_bytes=1)] * 2),
+     "description.hosts: two hosts named 'd'"),
+    (_agent(hosts=[agent_pb2.HostInfo(name=f"h{i}", cpu_cores=1.0, memory_bytes=1) for i in range(10_001)]),
+     "description.hosts: at most 10,000 per agent"),
+])
+def test_an_agent_registration_is_checked(request_: pb.RegisterAgentRequest, why: str) -> None:
+    """Registrations with 1e308 cores, two hosts of one name, 20,000 hosts, a name with a newline or an address
+    with no port were taken, and jobs then failed on them."""
+    got = check_agent(request_)
+    assert got is not None and why in got, got
+
+
+def test_a_good_agent_registration_passes() -> None:
+    assert check_agent(_agent("[::1]:5000")) is None
+
+
+def _stored(tmp_path: Path, edit: str, *args: object) -> str:
+    path = str(tmp_path / "state.db")
+    store = Store(path)
+    spec = JobSpec("job-00001", 0.0, 2, 0.5, 0.1, 30.0, "modeled")
+    rec = JobRecord(spec, JobState.RUNNING, ("h0", "h1"), 0.5, 3.0)
+    store.put_job(rec.spec, rec.state, rec.hosts, rec.cpu, rec.vt, 0, 1.0, None, "")
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute(edit, args)
+    db.commit()
+    db.close()
+    return path
+
+
+@pytest.mark.parametrize(("edit", "args", "why"), [
+    ("UPDATE jobs SET cpu='abc'", (), "cpu: must be a finite number"),
+    ("UPDATE jobs SET spec=?", (json.dumps({"id": "job-00001", "submit_time": 0, "tasks": -3, "cpu_need": 0.5,
+                                            "mem": 0.1, "work": 30, "workload": "modeled"}),), "spec.tasks"),
+    ("UPDATE jobs SET spec=?", ('{"id": "job-00001", "submit_time": 0, "tasks": 2, "cpu_need": NaN, "mem": 0.1, '
+                                '"work": 30, "workload": "modeled"}',), "spec.cpu_need"),
+    ("UPDATE jobs SET spec=?", (json.dumps({"id": "job-00099", "submit_time": 0, "tasks": 2, "cpu_need": 0.5,
+                                            "mem": 0.1, "work": 30, "workload": "modeled"}),), "spec.id"),
+    ("UPDATE jobs SET vt=-5", (), "vt: must be a finite number >= 0"),
+    ("UPDATE jobs SET hosts='[\"h0\"]'", (), "hosts: a running job has one per task (2), got 1"),
+])
+def test_a_state_file_row_edited_by_hand_is_refused_naming_the_job_and_column(tmp_path: Path, edit: str,
+                                                                              args: tuple, why: str) -> None:
+    """Such rows were loaded, and the engine loop then failed at every turn or `vcemu jobs` answered UNKNOWN."""
+    path = _stored(tmp_path, edit, *args)
+    store = Store(path)
+    try:
+        with pytest.raises(StoreError) as info:
+            store.load()
+    finally:
+        store.close()
+    assert "jobs row of 'job-00001'" in str(info.value) and why in str(info.value), str(info.value)
+
+
+def test_a_state_file_without_its_jobs_table_is_refused(tmp_path: Path) -> None:
+    """It was created anew, empty: the coordinator started with none of the run's jobs, and said nothing."""
+    path = _stored(tmp_path, "DROP TABLE jobs")
+    with pytest.raises(StoreError, match="damaged vcemu state file: it has no table jobs"):
+        Store(path)
+    assert Store(str(tmp_path / "new.db")).load().jobs == []  # a new file is still a new run
+
+
+@pytest.mark.parametrize(("argv", "fragments"), [
+    (["up", "--state", ""], ("--state", "empty")),
+    (["coordinator", "--state", ""], ("--state", "empty")),
+    (["up", "--heartbeat", "1e308"], ("--heartbeat", "at most 3600 s")),
+    (["up", "--hosts", "2", "--agents", "3"], ("--agents: at most --hosts (2), got 3",)),
+    (["submit", "--work", "1e12"], ("--work", "at most 1e+09", "the coordinator's bound")),
+])
+def test_start_up_and_submit_flags_are_refused_naming_the_flag(argv: list[str], fragments: tuple[str, ...],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`--state ""` ran with no state (every job lost at a restart, without a word); a heartbeat of 1e308 s killed
+    the agent watch; three agents for two hosts started two; a work of 1e12 s and one of 5e9 s were refused under
+    two different bounds."""
+    refused(*run(argv, capsys)[::2], *fragments)
+
+
+def test_an_empty_workload_in_a_json_job_file_is_the_default(tmp_path: Path) -> None:
+    """As it is in a CSV file, for `submit --workload ''` and in the API; a JSON file's "" was refused."""
+    path = tmp_path / "j.jsonl"
+    path.write_text(json.dumps({"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 5,
+                                "workload": ""}) + "\n")
+    assert read_jobs(path)[0].workload == "dgemm"
