@@ -86,6 +86,7 @@ from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
 from coordinator.provenance import code_version, fingerprint_of
 from coordinator.resumable import Journal, say_resumed, unfinished_rows
+from node_agent.signals import signals_interrupt
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
         "application placement (seed 003), Sec. 5"
@@ -459,7 +460,11 @@ def experiment_one(out: Path, seed: int, jobs: int, T: float, units: Units | Non
     return {"jobs_completed": len(res.jobs), "max_rp": max(rps), "mean_rp": float(np.mean(rps)),
             "min_rp": min(rps), "placement_changes": res.job_changes, "changes": dict(res.changes),
             "max_queued": max(c["queued"] for c in res.cycles),
-            "hyp_rp_when_empty_queue": max(c["hyp_rp_mean"] for c in res.cycles)}
+            # 003 Sec. 5.1: "when no jobs are queued, the hypothetical relative performance is 0.63". Over the cycles
+            # with an empty queue and jobs running (the first cycles have none: their NaN made max() NaN, written null)
+            "hyp_rp_when_empty_queue": max((c["hyp_rp_mean"] for c in res.cycles
+                                            if c["queued"] == 0 and not math.isnan(c["hyp_rp_mean"])),
+                                           default=math.nan)}
 
 
 # --------------------------------------------------------------------------- Experiment Two
@@ -535,10 +540,13 @@ def plot_exp2(out: Path, summary: Sequence[Mapping[str, Any]], all_jobs: Sequenc
             ("placement_changes", "fig4_changes.png", "jobs suspended + resumed + migrated",
              "Experiment Two: placement changes")):
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for algo in algos:
+        # Each algorithm its own marker and dash, drawn wider first: lines with the same values (EDF and EDF-REPACK
+        # meet the same goals at every rate) showed as one, the first hidden under the last (APC review).
+        styles = ("o-", "s--", "^-.", "D:")
+        for k, algo in enumerate(algos):
             rows = [r for r in summary if r["algorithm"] == algo]
-            ax.plot([r["inter_arrival_s"] for r in rows], [r[key] for r in rows], "o-", c=COLORS[algo],
-                    label=algo.upper())
+            ax.plot([r["inter_arrival_s"] for r in rows], [r[key] for r in rows], styles[k % len(styles)],
+                    c=COLORS[algo], label=algo.upper(), lw=2.6 - 0.5 * k, ms=8 - 1.5 * k, alpha=0.85)
         ax.set_xlabel("mean inter-arrival time [s]")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
@@ -696,6 +704,15 @@ def apc_main(argv: list[str]) -> int:
         print(f"vcemu apc: --exp2-algorithms: expected a subset of {','.join(ALGOS)}, got {args.exp2_algorithms!r}",
               file=sys.stderr)
         return 2
+    # A value given twice ran twice, and its rows came twice into exp2_summary.csv and exp2_jobs.csv (review)
+    for flag, values in (("--experiments", exps), ("--exp2-iats", iats), ("--exp2-algorithms", algos)):
+        twice = sorted({f"{v:g}" if isinstance(v, float) else v for v in values if values.count(v) > 1})
+        if twice:
+            print(f"vcemu apc: {flag}: each value once, got {', '.join(twice)} more than once", file=sys.stderr)
+            return 2
+    if not args.out.strip():  # (Path("") is the current directory: the results went there)
+        print("vcemu apc: --out: must be a folder's path, got an empty one", file=sys.stderr)
+        return 2
     # Everything is refused here, before anything is written in --out: not by a traceback (or an empty result) later.
     checks = [  # numpy's SeedSequence, which seeds the job streams, takes only non-negative entropy
               ("--seed", args.seed, args.seed >= 0, "must be >= 0"),
@@ -704,16 +721,15 @@ def apc_main(argv: list[str]) -> int:
               ("--exp2-jobs", args.exp2_jobs, args.exp2_jobs >= 1, "must be >= 1"),
               ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) and i > 0 for i in iats),
                "must be finite numbers > 0")]
-    if "three" in exps:
-        checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
-                       "must be a finite number > 0 (simulated seconds)"))
-    if args.live:
-        from coordinator.apc.live import LiveConfig
+    # (checked whether or not they are used: a --live-seconds of -1 without --live was taken without a word)
+    checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
+                   "must be a finite number > 0 (simulated seconds)"))
+    from coordinator.apc.live import LiveConfig
 
-        cycle = LiveConfig().T
-        checks.append(("--live-seconds", args.live_seconds,
-                       math.isfinite(args.live_seconds) and args.live_seconds >= cycle,
-                       f"must be a finite number >= {cycle:g} (one control cycle of the live run)"))
+    cycle = LiveConfig().T
+    checks.append(("--live-seconds", args.live_seconds,
+                   math.isfinite(args.live_seconds) and args.live_seconds >= cycle,
+                   f"must be a finite number >= {cycle:g} (one control cycle of the live run)"))
     line = first_refusal("vcemu apc", checks)
     if line is not None:
         print(line, file=sys.stderr)
@@ -743,6 +759,16 @@ def apc_main(argv: list[str]) -> int:
     clear_outputs(out / "live", LIVE_OUTPUTS)
     write_json(out / "config.json", config, indent=1, sort_keys=False)
     summary: dict[str, Any] = {"code": config["code"]}
+    # SIGTERM as Ctrl-C (a KeyboardInterrupt): the simulations say what they keep, and the live part stops its agent
+    # and tasks. Killed at once, it left its cgroups and its /dev/shm files to the next live run's sweep (review).
+    with signals_interrupt():
+        return _run(out, args, exps, iats, algos, config, settings, stored, summary)
+
+
+def _run(out: Path, args: argparse.Namespace, exps: list[str], iats: tuple[float, ...], algos: tuple[str, ...],
+         config: dict[str, Any], settings: dict[str, dict[str, Any]], stored: Journalled | None,
+         summary: dict[str, Any]) -> int:
+    """:func:`apc_main` once its arguments are checked and --out is ready: the simulations, then the live part."""
     units: Units | None = None
     try:
         with Journal(out / JOURNAL, FIELDS, stored.rows() if stored else []) as journal:
@@ -773,6 +799,12 @@ def apc_main(argv: list[str]) -> int:
                   "command again reuses the simulations and runs only the live part)")
             return 1
         print("\n".join(live_summary(summary["live"])))
+        if summary["live"].get("interrupted"):
+            write_json(out / "summary.json", json_safe(summary), indent=1, sort_keys=False, default=_json_default)
+            print(f"vcemu apc: interrupted in the live part; the simulations' results and the live cycles measured so "
+                  f"far are written to {out}/ (config.json stays \"complete\": false; the same command again reuses "
+                  "the simulations and runs the live part in full)", file=sys.stderr)
+            return 130
     write_json(out / "summary.json", json_safe(summary), indent=1, sort_keys=False, default=_json_default)
     write_json(out / "config.json", {**config, "complete": True}, indent=1, sort_keys=False)
     print(f"written to {out}/")  # (the journal stays: later runs reuse its simulations)
@@ -839,8 +871,9 @@ def live_summary(live: dict[str, Any]) -> list[str]:
     rp = [r["app_rp_measured"] for r in rows if "app_rp_measured" in r] or [math.nan]
     given = [r["app_cores"] for r in rows]
     used = sum(r["app_cpu_measured_cores"] for r in rows) / len(rows)
+    tput = weight / len(served) if served else math.nan
     lines.append(f"  transactional: response time {_ms(mean_rt)} mean (goal {_ms(live['goal_s'])}), worst cycle's "
-                 f"p95 {_ms(p95)}, RP "
+                 f"p95 {_ms(p95)}, throughput {_num(tput, '.1f')} req/s mean, RP "
                  f"{_num(sum(rp) / len(rp), '.2f')} mean (min {_num(min(rp), '.2f')})")
     lines.append(f"  transactional CPU: given {min(given):.2f}-{max(given):.2f} cores by APC, used {used:.2f} on "
                  "average")

@@ -223,7 +223,7 @@ class LiveApc:
         node = Node(self.host, cfg.cores * MHZ_PER_CORE, 1e9)
         t0 = time.monotonic()
         specs = {f"job{k}": (w, g) for k, (w, g) in enumerate(cfg.jobs)}
-        rows: list[dict[str, Any]] = []
+        rows = self.cfg.rows = []  # (kept as they come: an interrupted run keeps the cycles it measured)
         for cycle in range(int(cfg.duration / cfg.T)):
             time.sleep(max(0.0, t0 + (cycle + 1) * cfg.T - time.monotonic()))
             now = time.monotonic() - t0
@@ -258,7 +258,6 @@ class LiveApc:
             if rate != self.rate:
                 self.set_rate(rate)
             rows.append(row)
-        self.cfg.rows = rows
         return rows
 
 
@@ -270,9 +269,13 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     out.mkdir(parents=True, exist_ok=True)
     cfg = LiveConfig(cores=cores, duration=seconds, rates=((0.0, 20.0), (seconds / 3, 60.0), (2 * seconds / 3, 20.0)),
                      jobs=((seconds, 4 * seconds), (seconds, 8 * seconds)), initial_app_share=0.5, agent=agent)
+    interrupted = False
     try:
         with LiveApc(cfg) as live:
-            rows = live.run()
+            try:
+                rows = live.run()
+            except KeyboardInterrupt:  # (Ctrl-C or SIGTERM: the agent and its tasks are stopped as the with ends)
+                rows, interrupted = cfg.rows, True
             host = live.host
     except (CgroupUnavailable, PermissionError) as e:
         print(f"vcemu apc --live: skipped: {e}", file=sys.stderr)
@@ -281,6 +284,9 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
         if agent is None:  # the in-process agent: not the user's input
             raise
         raise _agent_error(agent, e) from None
+    if not rows:
+        return {"cycles": 0, "seconds": seconds, "cycle_s": cfg.T, "goal_s": cfg.tau, "host": host,
+                "cores": cfg.cores, "rows": rows, "interrupted": interrupted}
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys]
@@ -297,7 +303,13 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     a1.plot(ts, [r.get("job0_rp_predicted", math.nan) for r in rows], label="job0 (hypothetical)")
     a1.plot(ts, [r.get("job1_rp_predicted", math.nan) for r in rows], label="job1 (hypothetical)")
     a1.set_ylabel("relative performance")
-    a1.set_ylim(-1.5, 1.05)
+    floor = -1.5
+    a1.set_ylim(floor, 1.05)
+    # A measured RP below the axis (a saturated app: -19.5 in one run) is marked at its foot, not cut off silently
+    low = [(t, r["app_rp_measured"]) for t, r in zip(ts, rows, strict=True) if r.get("app_rp_measured", 0.0) < floor]
+    if low:
+        a1.plot([t for t, _ in low], [floor + 0.05] * len(low), "v", c="tab:blue", ms=7,
+                label=f"transactional below {floor:g} (lowest {min(v for _, v in low):.1f})")
     a1.legend(fontsize=8)
     a2.plot(ts, [r["app_cores"] for r in rows], label="transactional cores")
     a2b = a2.twinx()
@@ -305,7 +317,8 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     a2.set_ylabel("CPU [cores]")
     a2b.set_ylabel("requests/s")
     a2.set_xlabel("time [s]")
-    a2.legend(loc="upper left", fontsize=8)
+    handles = a2.get_legend_handles_labels()[0] + a2b.get_legend_handles_labels()[0]  # (the rate is on the twin)
+    a2.legend(handles=handles, loc="upper left", fontsize=8)
     fig.suptitle("Live Experiment Three (shortened): APC over a node agent")
     fig.tight_layout()
     save_figure(fig, out / "fig_live.png", dpi=120)
@@ -315,4 +328,4 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     write_json(out / "config.json", {**{k: v for k, v in cfg.__dict__.items() if k != "rows"}, "code": code_version()},
                indent=1, sort_keys=False)
     return {"cycles": len(rows), "seconds": seconds, "cycle_s": cfg.T, "goal_s": cfg.tau, "host": host,
-            "cores": cfg.cores, "rows": rows}
+            "cores": cfg.cores, "rows": rows, "interrupted": interrupted}

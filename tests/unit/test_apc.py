@@ -327,12 +327,54 @@ def test_vcemu_apc_live_prints_a_summary_of_the_live_run(tmp_path, fake_agent, c
     assert "Live Experiment Three (shortened) on agent host live (1 core): 3 control cycles of 2 s in 6 s, " \
            "request rate 20 -> 60 -> 20 req/s" in out
     # the mean over requests: (20 x 10 + 60 x 30 + 20 x 10) / 100 = 22 ms; the worst p95 is 2 x 30 ms
-    assert re.search(r"response time 22.0 ms mean \(goal 20.0 ms\), worst cycle's p95 60.0 ms, "
-                     r"RP -?\d\.\d\d mean \(min -?\d\.\d\d\)", out), out
+    # throughput: the mean over the cycles served, (20 + 60 + 20) / 3
+    assert re.search(r"response time 22.0 ms mean \(goal 20.0 ms\), worst cycle's p95 60.0 ms, throughput 33.3 "
+                     r"req/s mean, RP -?\d\.\d\d mean \(min -?\d\.\d\d\)", out), out
     assert re.search(r"given \d\.\d\d-\d\.\d\d cores by APC, used 0\.10 on average", out), out
     assert re.search(r"batch jobs at the last cycle: job0 RP -?\d\.\d\d \(predicted\) on \d\.\d\d cores, "
                      r"job1 RP -?\d\.\d\d \(predicted\) on \d\.\d\d cores", out), out
     assert "n/a" not in out.split("Live Experiment Three")[1], out
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_vcemu_apc_live_interrupted_keeps_what_it_measured_and_stops_its_tasks(tmp_path, fake_agent, capsys,
+                                                                             monkeypatch, how):
+    """Ctrl-C in the live part printed a traceback and lost the cycles measured and the simulations' summary; SIGTERM
+    ended the process at once, leaving its cgroups and /dev/shm files behind (APC review). Both now stop the agent's
+    tasks, write what was measured, and exit 130 with one line."""
+    import csv
+    import json
+    import os
+    import signal
+
+    from coordinator.apc.experiment import apc_main
+
+    status, stopped = fake_agent.Status, []
+
+    def interrupted(request, timeout=None):  # type: ignore[no-untyped-def]
+        if fake_agent.now >= 4.0:  # the second cycle
+            if how == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)
+            else:
+                raise KeyboardInterrupt
+        return status(request, timeout)
+
+    def stop(request, timeout=None):  # type: ignore[no-untyped-def]
+        stopped.append(request.task_id)
+        return fake_agent.pb.TaskReply()
+
+    monkeypatch.setattr(fake_agent, "Status", interrupted)
+    monkeypatch.setattr(fake_agent, "Stop", stop)
+    argv = ["--experiments", "one", "--exp1-jobs", "2", "--live", "--live-seconds", "8", "--out", str(tmp_path)]
+    assert apc_main(argv) == 130
+    err = capsys.readouterr().err
+    assert "interrupted in the live part" in err and "Traceback" not in err, err
+    with open(tmp_path / "live" / "live_cycles.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["live"]["interrupted"] is True and summary["one"]["jobs_completed"] == 2
+    assert json.loads((tmp_path / "config.json").read_text())["complete"] is False
+    assert sorted(stopped) == sorted(fake_agent.tasks) and stopped
 
 
 def test_apc_live_summary_of_a_skipped_or_empty_run(tmp_path, fake_agent, monkeypatch):

@@ -10,7 +10,8 @@ import pytest
 
 from coordinator.apc import experiment as apc
 
-FLAGS = ("--seed", "--cycle", "--exp1-jobs", "--exp2-jobs", "--exp2-iats", "--exp3-horizon", "--experiments")
+FLAGS = ("--seed", "--cycle", "--exp1-jobs", "--exp2-jobs", "--exp2-iats", "--exp2-algorithms", "--exp3-horizon",
+         "--experiments", "--live-seconds")
 
 
 def _one_line(err: str, start: str) -> str:
@@ -30,6 +31,13 @@ def _one_line(err: str, start: str) -> str:
     # nothing to run: it wrote config.json and a summary.json of only the code record, and said "written to"
     (["--experiments", ""], "vcemu apc: --experiments: nothing to run, got ''"),
     (["--experiments", " , "], "vcemu apc: --experiments: nothing to run, got ' , '"),
+    # each ran as often as given, its rows repeated in exp2_summary.csv and exp2_jobs.csv (APC review)
+    (["--exp2-iats", "400,4e2,300"], "vcemu apc: --exp2-iats: each value once, got 400 more than once"),
+    (["--exp2-algorithms", "fcfs,fcfs"], "vcemu apc: --exp2-algorithms: each value once, got fcfs more than once"),
+    (["--experiments", "one,one"], "vcemu apc: --experiments: each value once, got one more than once"),
+    # flags of a part not run were taken as they came (APC review)
+    (["--live-seconds", "-1"], "vcemu apc: --live-seconds: must be a finite number >= 2"),
+    (["--exp3-horizon", "-1"], "vcemu apc: --exp3-horizon: must be a finite number > 0"),
 ])
 def test_a_bad_flag_is_refused_in_one_line_naming_it_alone_before_anything_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], start: str) -> None:
@@ -88,3 +96,22 @@ def test_the_help_names_every_algorithm_experiment_two_runs_by_default(capsys: p
     text = capsys.readouterr().out
     described = text[text.index("exp2_summary.csv"):text.index("exp3_cycles.csv")]
     assert all(algo in described for algo in apc.ALGOS), described
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out ''`` wrote every result into the current directory (APC review)."""
+    monkeypatch.chdir(tmp_path)
+    assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "2", "--out", ""]) == 2
+    _one_line(capsys.readouterr().err, "vcemu apc: --out: must be a folder's path, got an empty one")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_experiment_one_reports_the_hypothetical_rp_of_the_cycles_with_an_empty_queue(tmp_path: Path) -> None:
+    """003 Sec. 5.1's "when no jobs are queued, the hypothetical relative performance is 0.63": it was written as
+    null (the first cycles, with no job, are NaN, and max() of a list starting with NaN is NaN)."""
+    import json
+
+    assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "4", "--out", str(tmp_path)]) == 0
+    one = json.loads((tmp_path / "summary.json").read_text())["one"]
+    assert isinstance(one["hyp_rp_when_empty_queue"], float) and 0.5 < one["hyp_rp_when_empty_queue"] <= 0.64, one
