@@ -862,8 +862,10 @@ def live_summary(live: dict[str, Any]) -> list[str]:
     rates = [r["rate_rps"] for r in rows]
     steps = [f"{x:g}" for i, x in enumerate(rates) if i == 0 or x != rates[i - 1]]
     cores = f"{live['cores']:g} core{'' if live['cores'] == 1 else 's'}"
+    length = (f"interrupted after {len(rows) * live['cycle_s']:g} of {live['seconds']:g} s" if live.get("interrupted")
+              else f"in {live['seconds']:g} s")
     lines = [f"Live Experiment Three (shortened) on agent host {live['host']} ({cores}): {len(rows)} control "
-             f"cycles of {live['cycle_s']:g} s in {live['seconds']:g} s, request rate {' -> '.join(steps)} req/s"]
+             f"cycles of {live['cycle_s']:g} s {length}, request rate {' -> '.join(steps)} req/s"]
     served = [r for r in rows if math.isfinite(r["measured_rt_s"]) and r["throughput_rps"] > 0]
     weight = sum(r["throughput_rps"] for r in served)  # the mean over requests, not over cycles
     mean_rt = sum(r["measured_rt_s"] * r["throughput_rps"] for r in served) / weight if weight else math.nan

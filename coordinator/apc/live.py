@@ -300,7 +300,8 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     ts = [r["time"] for r in rows]
     a1.plot(ts, [r.get("app_rp_measured", math.nan) for r in rows], label="transactional (measured)")
-    a1.plot(ts, [r.get("job0_rp_predicted", math.nan) for r in rows], label="job0 (hypothetical)")
+    # (wider and dashed under job1: the two jobs often have one RP, and job0's line was hidden)
+    a1.plot(ts, [r.get("job0_rp_predicted", math.nan) for r in rows], lw=3, ls="--", label="job0 (hypothetical)")
     a1.plot(ts, [r.get("job1_rp_predicted", math.nan) for r in rows], label="job1 (hypothetical)")
     a1.set_ylabel("relative performance")
     floor = -1.5

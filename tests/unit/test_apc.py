@@ -367,8 +367,9 @@ def test_vcemu_apc_live_interrupted_keeps_what_it_measured_and_stops_its_tasks(t
     monkeypatch.setattr(fake_agent, "Stop", stop)
     argv = ["--experiments", "one", "--exp1-jobs", "2", "--live", "--live-seconds", "8", "--out", str(tmp_path)]
     assert apc_main(argv) == 130
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "interrupted in the live part" in err and "Traceback" not in err, err
+    assert "1 control cycles of 2 s interrupted after 2 of 8 s" in out, out
     with open(tmp_path / "live" / "live_cycles.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == 1
     summary = json.loads((tmp_path / "summary.json").read_text())
