@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from coordinator.cliargs import format_table, refuse
-from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_TASKS, request_bounds
+from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_REQUEST_ID, MAX_TASKS, request_bounds
 from coordinator.model import JobState
 
 if TYPE_CHECKING:
@@ -369,7 +369,7 @@ def _submit_file(args: argparse.Namespace) -> int:
                     print(f"{s.id}\t{r.job.job_id}")
                 else:
                     refused += 1
-                    print(f"vcemu submit: {args.file}: job {s.id}: {r.error}", file=sys.stderr)
+                    print(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {s.id}: {r.error}", file=sys.stderr)
     # A coordinator older than SubmitResult.known does not say which jobs it already had.
     new = f" ({accepted - known} new, {known} already known)" if told == accepted else ""
     print(f"{accepted} accepted{new}, {refused} refused", file=sys.stderr)
@@ -382,7 +382,9 @@ def _job_request_id(spec: JobSpec) -> str:
     submitted before does not make every earlier job new again; and a job whose values changed is not taken
     for the one submitted before under its id."""
     what = json.dumps([spec.id, spec.tasks, spec.cpu_need, spec.mem, spec.work, spec.workload])
-    return f"{hashlib.sha256(what.encode()).hexdigest()[:16]}:{spec.id}"
+    # The id part cut to fit the coordinator's bound (the hash covers the whole id): a job id of 240 to 256
+    # characters, a valid name, was refused as "request_id: at most 256 characters" (input review).
+    return f"{hashlib.sha256(what.encode()).hexdigest()[:16]}:{spec.id}"[:MAX_REQUEST_ID]
 
 
 def _job_table(jobs) -> str:

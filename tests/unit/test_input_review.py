@@ -185,3 +185,17 @@ def test_an_empty_workload_in_a_json_job_file_is_the_default(tmp_path: Path) -> 
     path.write_text(json.dumps({"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 5,
                                 "workload": ""}) + "\n")
     assert read_jobs(path)[0].workload == "dgemm"
+
+
+def test_a_job_file_id_of_any_allowed_length_gets_a_request_id_within_the_bound() -> None:
+    """A job id of 240 to 256 characters (a name the coordinator takes) was refused as "request_id: at most 256
+    characters": the request id is a hash and the id."""
+    import dataclasses
+
+    from coordinator.client import _job_request_id, submit_refusal
+
+    spec = JobSpec("j" * 256, 0.0, 1, 0.5, 0.1, 5.0)
+    rid = _job_request_id(spec)
+    assert len(rid) == 256 and submit_refusal(dataclasses.replace(spec, name=spec.id), rid) is None
+    assert _job_request_id(dataclasses.replace(spec, work=6.0)) != rid  # (the hash covers the job's values)
+    assert _job_request_id(JobSpec("j1", 0.0, 1, 0.5, 0.1, 5.0)).endswith(":j1")  # short ids: as before

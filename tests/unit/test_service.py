@@ -222,7 +222,9 @@ def test_cli_submits_a_job_file_in_batches_and_again_creates_nothing(stub, serve
     out, err = capsys.readouterr()
     first = dict(line.split("\t") for line in out.splitlines())
     assert sorted(first) == ["t0", "t1", "t2"]
-    assert "job big: invalid job: tasks" in err and "3 accepted (3 new, 0 already known), 1 refused" in err
+    # the coordinator's refusal names the file's line, as the command's own do
+    assert "jobs.jsonl:4: job big: invalid job: tasks" in err
+    assert "3 accepted (3 new, 0 already known), 1 refused" in err
     main(["submit", "--coordinator", server.address, "--file", str(path)])
     out, err = capsys.readouterr()
     again = dict(line.split("\t") for line in out.splitlines())
