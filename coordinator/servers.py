@@ -262,6 +262,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.agents > args.hosts:  # (as replay and bench refuse it: it ran one agent per host, without a word)
         print(f"vcemu up: --agents: at most --hosts ({args.hosts}), got {args.agents}", file=sys.stderr)
         return 2
+    machine = os.cpu_count() or 1  # (the agents refuse it too, but only once the coordinator is up: say it first)
+    if args.cpus_per_host is not None and (most := max(float(c) for c in args.cpus_per_host)) > machine:
+        print(f"vcemu up: --cpus-per-host: {most:g} cores is more than this machine's {machine}", file=sys.stderr)
+        return 2
     with signals_interrupt():
         return _run_local_up(args, options)
 

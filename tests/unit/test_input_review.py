@@ -169,6 +169,7 @@ def test_a_state_file_without_its_jobs_table_is_refused(tmp_path: Path) -> None:
     (["coordinator", "--state", ""], ("--state", "empty")),
     (["up", "--heartbeat", "1e308"], ("--heartbeat", "at most 3600 s")),
     (["up", "--hosts", "2", "--agents", "3"], ("--agents: at most --hosts (2), got 3",)),
+    (["up", "--hosts", "2", "--cpus-per-host", "0.5,4096"], ("--cpus-per-host: 4096 cores is more than this machine",)),
     (["submit", "--work", "1e12"], ("--work", "at most 1e+09", "the coordinator's bound")),
 ])
 def test_start_up_and_submit_flags_are_refused_naming_the_flag(argv: list[str], fragments: tuple[str, ...],
