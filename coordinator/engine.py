@@ -176,9 +176,9 @@ class Engine:
         self.listeners: list[Listener] = []
         self.decision_listeners: list[Callable[[float], None]] = []
         #: Called with a job's record, under :attr:`lock`, whenever it changes in a way a reader of the job shows:
-        #: each of its transitions (after the record took it, before the transition listeners run), a pending
-        #: job's note (:meth:`_judge_pending`), a restore. What ``coordinator.jobboard.JobBoard`` copies, so that
-        #: the service's read-only calls never wait for the loop's turn. Empty in a simulation: no cost there.
+        #: each of its transitions (after the transition listeners have run), a pending job's note
+        #: (:meth:`_judge_pending`), a restore, a move of its tasks. What ``coordinator.jobboard.JobBoard`` copies,
+        #: so that the service's read-only calls never wait for the loop's turn. Empty in a simulation.
         self.job_listeners: list[Callable[[JobRecord], None]] = []
         #: Called, under :attr:`lock`, once a plan with actions has been carried out (or cut short by an error).
         self.plan_listeners: list[Callable[[], None]] = []
@@ -603,6 +603,7 @@ class Engine:
                     self._failed(rec, f"move failed: {exc}", exc, dropped)
                     return False
         rec.hosts = new
+        self._changed(rec)  # (its "migrate" transition comes once the plan's moves are flushed: the board now)
         return True
 
     def _apply_one(self, action: Action, rec: JobRecord) -> None:
@@ -644,6 +645,7 @@ class Engine:
             moved = list(rec.hosts)
             moved[action.task] = action.dst
             rec.hosts = tuple(moved)
+            self._changed(rec)
             return
         now = self.backend.now() if self._stamp is None else self._stamp
         if kind is Start:
@@ -810,10 +812,14 @@ class Engine:
     ) -> None:
         t = _transition(self.backend.now() if self._stamp is None else self._stamp, job, src, dst, hosts, cpu, reason)
         self.history.transitions.append(t)
-        if self.job_listeners:
-            self._changed(self.jobs[job])
-        for listener in self.listeners:
-            listener(t)
+        try:
+            for listener in self.listeners:
+                listener(t)
+        finally:
+            # After the listeners (the store's commit among them), as the event stream's: a reader of the job board
+            # never sees a change a crash could take back. In a finally: a listener's failure does not hide it.
+            if self.job_listeners:
+                self._changed(self.jobs[job])
 
     def _changed(self, rec: JobRecord) -> None:
         for listener in self.job_listeners:

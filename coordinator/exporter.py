@@ -91,8 +91,7 @@ class _StateCollector(Collector):
         self.policy = policy
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        counts = self.board.counts()
-        running = self.board.running()
+        counts, running = self.board.counts_and_running()
         hosts = self.engine.hosts  # (a list the engine replaces, never changes: see Engine.add_hosts)
         by_state = GaugeMetricFamily("vcemu_jobs", "Jobs by state", labels=["state", "policy"])
         for state in JobState:

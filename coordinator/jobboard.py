@@ -5,13 +5,14 @@ RPC and, with ``--state``, a committed transaction. A burst of share changes hel
 for 4,097 jobs; scale review), and ``vcemu status``, ``vcemu jobs`` and the Prometheus scrape, which took the same
 lock, waited that long or ran out of time. A :class:`JobBoard` is a copy of every job's record that the engine
 updates, under its lock, at each change a reader shows (``Engine.job_listeners``: a transition, a pending job's
-note, a restore), and that readers take under a lock of its own, held for a dictionary update or a copy, never
-for an RPC. Like a database replica that applies each committed change: a reader sees every job as of its last
-change, each job whole (a row is made from a record that has taken the whole change), and never waits for the
-engine's turn.
+note, a restore, a move), and that readers take under a lock of its own, held for a dictionary update or a copy,
+never for an RPC. Like a database replica that applies each committed change: a reader sees every job as of its
+last change, each job whole (a row is made from a record that has taken the whole change), and never waits for the
+engine's turn. A change reaches the board after the transition listeners have run (with ``--state``, after its
+commit), so a reader never sees a state that a crash could take back.
 
 What a row does not hold is a running job's progress, which changes between transitions: readers take it from the
-backend (``Backend.progress``) as the engine's snapshots do.
+backend (``LiveBackend.progress_seen``), as last reported by the agents.
 """
 
 from __future__ import annotations
@@ -101,6 +102,11 @@ class JobBoard:
         """The number of jobs in each state (every state present)."""
         with self._lock:
             return dict(self._counts)
+
+    def counts_and_running(self) -> tuple[dict[JobState, int], list[JobRow]]:
+        """:meth:`counts` and :meth:`running` as of one moment (ClusterStatus and the scrape show both)."""
+        with self._lock:
+            return dict(self._counts), list(self._running.values())
 
     def page(self, start: int, after: str, limit: int | None,
              state: JobState | None = None) -> tuple[list[JobRow], int, str, bool]:

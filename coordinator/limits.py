@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["KNOWN_METADATA", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_TASKS",
-           "MAX_WORK_S", "request_bounds", "shown"]
+__all__ = ["KNOWN_METADATA", "MAX_AGENT_HOSTS", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_REPLY_BYTES", "MAX_REQUEST_ID",
+           "MAX_TASKS", "MAX_WORK_S", "name_refusal", "request_bounds", "shown"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -25,7 +25,9 @@ KNOWN_METADATA = "vcemu-known"
 MAX_TASKS = 10_000
 #: Most work one job may have, in seconds (a simulation takes up to :data:`coordinator.model.MAX_SECONDS`).
 MAX_WORK_S = 1e9
-#: Longest job name (a job file's job id) and request id.
+#: Most hosts one agent may register (``vcemu agent --hosts``, RegisterAgent).
+MAX_AGENT_HOSTS = 10_000
+#: Longest job name (a job file's job id) and request id; also the longest agent id and host name.
 MAX_NAME = 256
 MAX_REQUEST_ID = 256
 
@@ -45,6 +47,19 @@ def shown(text: str) -> str:
 
 def _printable(text: str) -> bool:
     return text.isprintable()  # (no newline, tab, NUL or other control or separator character; any letter)
+
+
+def name_refusal(field: str, name: str) -> str | None:
+    """Why ``name`` cannot name an agent or a host (``field: why``), or None: required, at most :data:`MAX_NAME`
+    characters, printable, no whitespace. Host names label jobs, logs, tables and metrics. What the coordinator's
+    RegisterAgent refuses and ``vcemu agent`` checks before it registers."""
+    if not name:
+        return f"{field}: required"
+    if len(name) > MAX_NAME:
+        return f"{field}: at most {MAX_NAME} characters, got {len(name):,}"
+    if not name.isprintable() or any(c.isspace() for c in name):
+        return f"{field}: must be printable, with no space or control character, got {shown(name)}"
+    return None
 
 
 def request_bounds(request_id: str, name: str, tasks: int, work_s: float) -> str | None:

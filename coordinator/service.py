@@ -42,7 +42,16 @@ from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.jobboard import JobBoard, JobRow, hosts_used
-from coordinator.limits import KNOWN_METADATA, MAX_MESSAGE_BYTES, MAX_NAME, MAX_REPLY_BYTES, request_bounds, shown
+from coordinator.limits import (
+    KNOWN_METADATA,
+    MAX_AGENT_HOSTS,
+    MAX_MESSAGE_BYTES,
+    MAX_NAME,
+    MAX_REPLY_BYTES,
+    name_refusal,
+    request_bounds,
+    shown,
+)
 from coordinator.metrics import Transition, bounded_stretch, stretch
 from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
@@ -140,20 +149,9 @@ def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
     return request_bounds(request_id, spec.name, spec.tasks, spec.work_seconds)
 
 
-#: Bounds on an agent's registration (:func:`check_agent`): a host's cores and memory, and the hosts of one agent.
+#: Bounds on an agent's registration (:func:`check_agent`): a host's cores and memory (and ``limits.MAX_AGENT_HOSTS``).
 MAX_HOST_CORES = 1e6
 MAX_HOST_MEMORY = 1 << 60
-MAX_AGENT_HOSTS = 10_000
-
-
-def _name_refusal(field: str, name: str) -> str | None:
-    if not name:
-        return f"{field}: required"
-    if len(name) > MAX_NAME:
-        return f"{field}: at most {MAX_NAME} characters, got {len(name):,}"
-    if not name.isprintable() or any(c.isspace() for c in name):
-        return f"{field}: must be printable, with no space or control character, got {shown(name)}"
-    return None
 
 
 def check_agent(request: pb.RegisterAgentRequest) -> str | None:
@@ -166,7 +164,7 @@ def check_agent(request: pb.RegisterAgentRequest) -> str | None:
     host, _, port = address.rpartition(":")
     if not (host and port.isascii() and port.isdigit() and 0 < int(port) < 65536) or len(address) > MAX_NAME:
         return f"address: must be HOST:PORT, got {shown(address)}"
-    why = _name_refusal("description.agent_id", d.agent_id)
+    why = name_refusal("description.agent_id", d.agent_id)
     if why is not None:
         return why
     if not d.hosts:
@@ -175,7 +173,7 @@ def check_agent(request: pb.RegisterAgentRequest) -> str | None:
         return f"description.hosts: at most {MAX_AGENT_HOSTS:,} per agent, got {len(d.hosts):,}"
     seen: set[str] = set()
     for h in d.hosts:
-        why = _name_refusal("description.hosts.name", h.name)
+        why = name_refusal("description.hosts.name", h.name)
         if why is not None:
             return why
         if h.name in seen:
@@ -311,7 +309,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(request.job_id)}")
         assert row is not None
         # A running job's virtual time as of the agents' last Status, not of its last transition
-        vt = self.s.backend.progress(row.spec.id) * row.spec.work if row.state is JobState.RUNNING else None
+        running = row.state is JobState.RUNNING
+        vt = self.s.backend.progress_seen(row.spec.id).get(row.spec.id, 0.0) * row.spec.work if running else None
         return job_message(row, vt)
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
@@ -330,7 +329,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"page_token: {shown(request.page_token)} is not a page of this coordinator's job list "
                           "(from another coordinator, or from before a restart): list again from the first page")
-        progress = self.s.backend.progresses() if any(r.state is JobState.RUNNING for r in rows) else {}
+        progress = self.s.backend.progress_seen() if any(r.state is JobState.RUNNING for r in rows) else {}
         jobs = [job_message(r, progress.get(r.spec.id, 0.0) * r.spec.work if r.state is JobState.RUNNING else None)
                 for r in rows]
         return pb.ListJobsReply(jobs=jobs, next_page_token=f"{end}:{last}" if more else "")
@@ -369,7 +368,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         engine, backend, board = self.s.engine, self.s.backend, self.s.board
         measured = backend.host_status()
         hosts = engine.hosts  # (a list the engine replaces, never changes: see Engine.add_hosts)
-        running = board.running()
+        counts, running = board.counts_and_running()  # (one look: the counts and the hosts' figures agree)
         used = hosts_used(running, hosts)
         reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now())
         for h in hosts:
@@ -386,7 +385,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     memory_bytes=info.memory_bytes if info else 0,
                 )
             )
-        for state, count in board.counts().items():  # (accepted jobs not yet taken in by the loop included)
+        for state, count in counts.items():  # (accepted jobs not yet taken in by the loop included)
             reply.jobs_by_state[state.value] = count
         yields = [r.cpu / r.spec.cpu_need for r in running]
         reply.min_yield = min(yields, default=0.0)

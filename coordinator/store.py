@@ -224,13 +224,14 @@ def _stored_job(row: tuple) -> StoredJob:
     job, spec_text, request_id, state, hosts_text, cpu, vt, attempts, first_start, end, message = row
     try:
         spec = JobSpec(**json.loads(spec_text))
-        try:
-            spec.validate()
+        state = JobState(state)
+        try:  # an unfinished job's only: a finished one runs no more, and an older vcemu took specs a newer refuses
+            if not state.finished:
+                spec.validate()
         except ValueError as exc:
             raise ValueError(f"spec.{exc}") from None
         if spec.id != job:
             raise ValueError(f"spec.id: {spec.id!r}, not the row's id")
-        state = JobState(state)
         hosts = json.loads(hosts_text)
         if not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
             raise ValueError(f"hosts: must be a list of host names, got {hosts_text!r}")
@@ -425,7 +426,7 @@ class Store:
 
     def load(self) -> Loaded:
         """Everything a restarting coordinator needs, in submission order. A file damaged inside (a page
-        overwritten, a row no vcemu wrote) is refused in one line naming it (StoreError), not a traceback."""
+        overwritten, a row edited or damaged) is refused in one line naming it (StoreError), not a traceback."""
         try:
             return self._load()
         except sqlite3.DatabaseError as exc:
@@ -433,8 +434,8 @@ class Store:
             raise StoreError(f"--state {self.path}: {_cannot(exc)}") from None
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # (json.JSONDecodeError is a ValueError)
             self._refused = True
-            raise StoreError(f"--state {self.path}: not a usable vcemu state file: a row no vcemu wrote "
-                             f"({type(exc).__name__}: {exc})") from None
+            raise StoreError(f"--state {self.path}: not a usable vcemu state file: a row it cannot take, edited or "
+                             f"damaged ({type(exc).__name__}: {exc})") from None
 
     def _load(self) -> Loaded:
         with self._lock:

@@ -574,7 +574,10 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
         # numpy seeds the Lublin traces, and takes no negative seed
         ("--seed", a.seed, a.seed >= 0, "must be >= 0"),
         ("--max-jobs", a.max_jobs, a.max_jobs is None or a.max_jobs >= 2, "must be >= 2"),
-        ("--job-scale", a.job_scale, math.isfinite(a.job_scale) and a.job_scale > 0, "must be a finite number > 0"),
+        # (at most 1,000: a Lublin job's work, a second or more, stays above the model's least work, 1e-6 s; a
+        # scale of 1e7 made works of 6e-7 s that the engine refused mid-sweep; diff review)
+        ("--job-scale", a.job_scale, math.isfinite(a.job_scale) and 0 < a.job_scale <= MAX_JOB_SCALE,
+         f"must be a finite number > 0 and at most {MAX_JOB_SCALE:g}"),
     )
     line = first_refusal("vcemu sweep", checks)
     if line is not None:
@@ -610,6 +613,8 @@ _RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "
 _EXTENDED = ("traces", "unscaled", "loads")
 #: The value of a result key in a sweep stored before that key existed.
 _RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
+#: The largest ``--job-scale``.
+MAX_JOB_SCALE = 1000.0
 
 
 def _stored_setting(old: dict[str, Any], key: str, cfg: dict[str, Any]) -> Any:

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, name_refusal, shown
 from node_agent.signals import set_on_signals
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
@@ -96,6 +97,16 @@ def _hosts(args: argparse.Namespace, parser: argparse.ArgumentParser):  # type: 
     if max(cpus) > machine:
         parser.error(f"argument --cpus-per-host: {max(cpus)} cores is more than this machine's {machine}")
     prefix = args.host_prefix or args.agent_id
+    # The coordinator's rule for host names, checked here: refused there, the agent retried its registration for
+    # ever with one word, INVALID_ARGUMENT (diff review)
+    flag, longest = ("--host-prefix" if args.host_prefix else "--agent-id"), f"{prefix}-h{args.hosts - 1}"
+    why = name_refusal(flag, prefix)
+    if why is None and len(longest) > MAX_NAME:
+        why = f"{flag}: too long for host names of at most {MAX_NAME} characters ({len(longest)}: {shown(longest)})"
+    if why is not None:
+        parser.error(f"argument {why}")
+    if args.hosts > MAX_AGENT_HOSTS:
+        parser.error(f"argument --hosts: at most {MAX_AGENT_HOSTS:,} per agent, got {args.hosts}")
     return [HostSpec(name=f"{prefix}-h{i}", cpu_cores=cpus[i % len(cpus)], memory_bytes=mems[i % len(mems)])
             for i in range(args.hosts)]
 

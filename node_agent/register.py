@@ -46,6 +46,7 @@ class Registrar:
         with self._channel_factory(self._coordinator) as channel:
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
             backoff = MIN_BACKOFF_S
+            refused: str | None = None  # the coordinator's last refusal of this agent, said once
             while not self._stop.is_set():
                 timeout = min(RPC_TIMEOUT_S, max(0.5, self.interval))
                 try:
@@ -67,7 +68,14 @@ class Registrar:
                     self._agent.core.renew_lease(hb.lease_s, sent)
                     backoff, wait = MIN_BACKOFF_S, self.interval
                 except grpc.RpcError as e:
-                    if self.registered.is_set() or backoff == MIN_BACKOFF_S:
+                    if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS):
+                        # The coordinator refuses this agent's description: say why, once per reason (the bare code
+                        # was all it said, at every retry; diff review). Retried: a host name taken may come free.
+                        if e.details() != refused:
+                            refused = e.details()
+                            log.error("coordinator %s refuses this agent: %s: %s; retrying", self._coordinator,
+                                      e.code().name, refused)
+                    elif self.registered.is_set() or backoff == MIN_BACKOFF_S:
                         log.warning("coordinator %s: %s; retrying", self._coordinator, e.code().name)
                     if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                         self.registered.clear()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from coordinator.model import JobSpec
+from coordinator.model import MIN_WORK_S, JobSpec
 from workloads.lublin import DEFAULT_NODES, LublinParams, RigidJob, as_generator, generate
 from workloads.swf import SWFJob, SWFReader
 
@@ -304,7 +304,7 @@ def convert_hpc2n(
         if _processors(rec) <= 0:
             dropped["no_processors"] += 1
             continue
-        if rec.run_time <= 0:
+        if rec.run_time < MIN_WORK_S:  # (none, or under the model's least work: JobSpec.validate refuses it)
             dropped["no_run_time"] += 1
             continue
         a = _annotate_hpc2n(rec, node_memory_kb)

@@ -948,16 +948,27 @@ class LiveBackend:
         """The latest status of every host, as its agent reported it; with ``answering``, only of agents whose
         last poll was answered (the metrics: a stopped agent's last figures, exported on, read as current until it
         was declared lost). Not an age: a poll that is late because the engine loop is busy says nothing against
-        the agent."""
-        with self._lock:
-            out: dict[str, agent_pb2.HostStatus] = {}
-            for handle in self.agents.values():
-                if answering and (handle.silent or handle.lost):
-                    continue
-                if handle.last_status is not None:
-                    for hs in handle.last_status.hosts:
-                        out[hs.name] = hs
-            return out
+        the agent.
+
+        Without the backend's lock, which the engine loop holds across a whole poll and a plan's moves, agent RPCs
+        included (ClusterStatus and the scrape waited 2 s behind a 2 s poll; diff review): a poll replaces an
+        agent's ``last_status`` whole and never changes it, and ``list()`` copies the agents in one step (no Python
+        code runs in it, so no other thread can change the mapping in between)."""
+        out: dict[str, agent_pb2.HostStatus] = {}
+        for handle in list(self.agents.values()):
+            status = handle.last_status
+            if (answering and (handle.silent or handle.lost)) or status is None:
+                continue
+            for hs in status.hosts:
+                out[hs.name] = hs
+        return out
+
+    def progress_seen(self, job: str | None = None) -> dict[str, float]:
+        """:meth:`progresses` (of ``job`` alone, if given) without the backend's lock, for the read-only calls (see
+        :meth:`host_status`): each task's progress as last reported, a job's the least of its tasks'. A job whose
+        tasks are being started or moved shows those it has; the engine's own reads take the lock."""
+        tasks_of = [(job, self._tasks.get(job))] if job is not None else list(self._tasks.items())
+        return {j: min(t.progress for t in tasks) for j, tasks in tasks_of if tasks}
 
 
 def _cancellable(fn: Callable, request: object, timeout: float, handle: AgentHandle):  # type: ignore[type-arg,no-untyped-def]

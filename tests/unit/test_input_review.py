@@ -200,3 +200,106 @@ def test_a_job_file_id_of_any_allowed_length_gets_a_request_id_within_the_bound(
     assert len(rid) == 256 and submit_refusal(dataclasses.replace(spec, name=spec.id), rid) is None
     assert _job_request_id(dataclasses.replace(spec, work=6.0)) != rid  # (the hash covers the job's values)
     assert _job_request_id(JobSpec("j1", 0.0, 1, 0.5, 0.1, 5.0)).endswith(":j1")  # short ids: as before
+
+
+# ---- the diff review of the job board and of the checks above --------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["dynmcb8", "greedy-pmtn-migr"])
+def test_the_board_holds_every_other_jobs_change_at_each_transition_and_this_one_after_its_listeners(
+        policy: str) -> None:
+    """A Move reached the board only with the plan's "migrate" record, after every other action of the plan: a
+    scrape mid-plan saw a host at 200 % (diff review). And a transition reached it before its listeners, the
+    store's commit among them: a reader could see a change that a crash would take back. At each transition, every
+    other job's row is its record, and this job's row is still its state before the transition."""
+    from coordinator.backends.sim import SimBackend
+    from coordinator.engine import Engine
+    from coordinator.jobboard import JobBoard, JobRow
+
+    engine = Engine(get_policy(policy), SimBackend())
+    engine.add_hosts([Host(f"h{i}", 1.0, 1.0) for i in range(3)])
+    board = JobBoard.of(engine)
+    seen = 0
+
+    def check(t) -> None:  # type: ignore[no-untyped-def]
+        nonlocal seen
+        for job, rec in engine.jobs.items():
+            row = board.get(job)
+            if job == t.job:
+                assert t.src is None and row is None or row is not None and row.state is t.src, (t, row)
+            else:
+                want = JobRow.of(rec)
+                assert (row.state, row.hosts, row.cpu) == (want.state, want.hosts, want.cpu), (t, job)
+        seen += 1
+
+    engine.listeners.append(check)
+    engine.run([JobSpec("a", 0.0, 2, 1.0, 0.3, 60.0), JobSpec("b", 1.0, 1, 1.0, 0.6, 40.0),
+                JobSpec("c", 2.0, 3, 0.5, 0.5, 30.0), JobSpec("d", 3.0, 1, 1.0, 0.8, 5.0),
+                JobSpec("e", 4.0, 2, 1.0, 0.2, 90.0)])
+    moved = {"dynmcb8": "migrate", "greedy-pmtn-migr": "resume"}[policy]  # (Moves; pauses and resumes)
+    assert seen > 20 and any(t.reason == moved for t in engine.history.transitions)
+
+
+def test_host_status_and_progress_are_read_without_the_backends_lock() -> None:
+    """The engine loop holds the live backend's lock across a whole poll (Status calls of up to 1 s per silent
+    agent) and a plan's moves: ClusterStatus and the scrape waited 2 s behind a lock held 2 s (diff review)."""
+    import threading
+
+    from coordinator.backends.live import LiveBackend
+    from tests.unit.test_jobboard import call_within
+
+    backend = LiveBackend()
+    held, release = threading.Event(), threading.Event()
+
+    def poll_under_way() -> None:
+        with backend._lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=poll_under_way, daemon=True)
+    thread.start()
+    try:
+        assert held.wait(5)
+        assert call_within(2, backend.host_status) == {}
+        assert call_within(2, backend.progress_seen) == {}
+    finally:
+        release.set()
+        thread.join(5)
+
+
+def test_a_finished_job_an_older_vcemu_took_does_not_block_a_restart(tmp_path: Path) -> None:
+    """A done job of memory 1e-10 (taken before the floors) made the restarted coordinator refuse the whole state
+    file, as "a row no vcemu wrote"; the checks apply to jobs that are still to run."""
+    path = str(tmp_path / "state.db")
+    store = Store(path)
+    old = JobSpec("job-00001", 0.0, 1, 0.5, 1e-10, 30.0, "modeled")
+    store.put_job(old, JobState.DONE, ("h0",), 0.0, 30.0, 0, 1.0, 31.0, "completed")
+    store.close()
+    store = Store(path)
+    try:
+        assert [j.spec.mem for j in store.load().jobs] == [1e-10]
+    finally:
+        store.close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE jobs SET state='pending'")
+    db.commit()
+    db.close()
+    store = Store(path)
+    try:
+        with pytest.raises(StoreError, match="a row it cannot take, edited or damaged .*spec.memory: must be at least"):
+            store.load()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(("argv", "fragments"), [
+    (["agent", "--host-prefix", "rack 1", "--coordinator", "127.0.0.1:1"],
+     ("--host-prefix: must be printable, with no space",)),
+    (["agent", "--hosts", "20000", "--coordinator", "127.0.0.1:1"], ("--hosts: at most 10,000 per agent",)),
+    (["sweep", "--job-scale", "1e7"], ("--job-scale", "at most 1000")),
+])
+def test_agent_and_sweep_flags_the_coordinator_or_the_model_would_refuse_later(
+        argv: list[str], fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    """An agent whose host names the coordinator refuses retried its registration for ever, saying only
+    INVALID_ARGUMENT; a job scale of 1e7 made works of 6e-7 s that the engine refused mid-sweep (diff review)."""
+    refused(*run(argv, capsys)[::2], *fragments)

@@ -208,7 +208,7 @@ def test_a_row_no_vcemu_wrote_is_refused_in_one_line_naming_the_file(tmp_path: P
     with sqlite3.connect(path) as db:
         table = "tasks" if column == "tasks" else "jobs"
         db.execute(f"UPDATE {table} SET {column}=?", (value,))
-    with pytest.raises(StoreError, match=rf"^--state {path}: not a usable vcemu state file: a row no vcemu wrote"):
+    with pytest.raises(StoreError, match=rf"^--state {path}: not a usable vcemu state file: a row it cannot take"):
         Store(path).load()
 
 
