@@ -243,28 +243,13 @@ def test_the_board_holds_every_other_jobs_change_at_each_transition_and_this_one
 def test_host_status_and_progress_are_read_without_the_backends_lock() -> None:
     """The engine loop holds the live backend's lock across a whole poll (Status calls of up to 1 s per silent
     agent) and a plan's moves: ClusterStatus and the scrape waited 2 s behind a lock held 2 s (diff review)."""
-    import threading
-
     from coordinator.backends.live import LiveBackend
-    from tests.unit.test_jobboard import call_within
+    from tests.unit.test_jobboard import call_within, held_elsewhere
 
     backend = LiveBackend()
-    held, release = threading.Event(), threading.Event()
-
-    def poll_under_way() -> None:
-        with backend._lock:
-            held.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=poll_under_way, daemon=True)
-    thread.start()
-    try:
-        assert held.wait(5)
+    with held_elsewhere(backend._lock):
         assert call_within(2, backend.host_status) == {}
         assert call_within(2, backend.progress_seen) == {}
-    finally:
-        release.set()
-        thread.join(5)
 
 
 def test_a_finished_job_an_older_vcemu_took_does_not_block_a_restart(tmp_path: Path) -> None:

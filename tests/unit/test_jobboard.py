@@ -5,8 +5,9 @@ Prometheus scrape, which took it, waited that long or ran out of time (scale rev
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pytest
@@ -93,6 +94,26 @@ def test_the_board_is_the_engines_records_after_every_step(policy: str) -> None:
     assert steps > 5 and board.counts()[JobState.DONE] == len(jobs)
 
 
+@contextlib.contextmanager
+def held_elsewhere(lock: contextlib.AbstractContextManager) -> Iterator[None]:
+    """``lock`` held by another thread for the block's length: an engine loop's turn, a poll under way."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        assert held.wait(5)
+        yield
+    finally:
+        release.set()
+        thread.join(5)
+
+
 def call_within(seconds: float, fn: Callable[[], T]) -> T:
     """``fn()`` on another thread; fails if it has not returned within ``seconds``."""
     out: list[T] = []
@@ -112,17 +133,7 @@ def test_read_only_calls_and_the_scrape_answer_while_the_engine_loop_holds_its_l
     assert all(r.code == 0 for r in s.accept([pb.SubmitRequest(spec=job) for _ in range(3)]))
     s.drain()  # two of them taken in by the engine, one still in its intake
     assert s.accept([pb.SubmitRequest(spec=job)])[0].code == 0
-    held, release = threading.Event(), threading.Event()
-
-    def loop_turn() -> None:
-        with s.engine.lock:
-            held.set()
-            release.wait(30)
-
-    turn = threading.Thread(target=loop_turn, daemon=True)
-    turn.start()
-    try:
-        assert held.wait(5)
+    with held_elsewhere(s.engine.lock):
         status = call_within(2, lambda: api.ClusterStatus(pb.ClusterStatusRequest(), None))
         assert status.jobs_by_state["pending"] == 4 and [h.name for h in status.hosts] == ["a0-h0"]
         listed = call_within(2, lambda: api.ListJobs(pb.ListJobsRequest(), None))
@@ -131,9 +142,6 @@ def test_read_only_calls_and_the_scrape_answer_while_the_engine_loop_holds_its_l
         assert (got.job_id, got.state) == ("job-00004", "pending")
         scraped = call_within(2, lambda: generate_latest(s.metrics.registry))
         assert b'vcemu_jobs{policy="fcfs",state="pending"} 4.0' in scraped
-    finally:
-        release.set()
-        turn.join(5)
 
 
 def test_a_pause_counts_as_a_preemption_once_its_plan_is_done_unless_it_was_a_migration() -> None:
