@@ -93,18 +93,9 @@ class JobBoard:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def running(self) -> list[JobRow]:
-        """The running jobs, in the order they last changed."""
-        with self._lock:
-            return list(self._running.values())
-
-    def counts(self) -> dict[JobState, int]:
-        """The number of jobs in each state (every state present)."""
-        with self._lock:
-            return dict(self._counts)
-
     def counts_and_running(self) -> tuple[dict[JobState, int], list[JobRow]]:
-        """:meth:`counts` and :meth:`running` as of one moment (ClusterStatus and the scrape show both)."""
+        """The number of jobs in each state (every state present) and the running jobs (in the order they last
+        changed), as of one moment: ClusterStatus and the scrape show both."""
         with self._lock:
             return dict(self._counts), list(self._running.values())
 

@@ -45,10 +45,6 @@ def shown(text: str) -> str:
     return f"{text[:SHOWN]!r}... ({len(text):,} characters)"
 
 
-def _printable(text: str) -> bool:
-    return text.isprintable()  # (no newline, tab, NUL or other control or separator character; any letter)
-
-
 def name_refusal(field: str, name: str) -> str | None:
     """Why ``name`` cannot name an agent or a host (``field: why``), or None: required, at most :data:`MAX_NAME`
     characters, printable, no whitespace. Host names label jobs, logs, tables and metrics. What the coordinator's
@@ -68,11 +64,11 @@ def request_bounds(request_id: str, name: str, tasks: int, work_s: float) -> str
     newline in one split its row of ``vcemu jobs`` and of ``submit --file``'s tab-separated output."""
     if len(request_id) > MAX_REQUEST_ID:
         return f"request_id: at most {MAX_REQUEST_ID} characters, got {len(request_id)}"
-    if not _printable(request_id):
+    if not request_id.isprintable():  # (no newline, tab, NUL or other control character; any letter)
         return f"request_id: must be printable (no newline, tab or other control character), got {shown(request_id)}"
     if len(name) > MAX_NAME:
         return f"spec.name: at most {MAX_NAME} characters, got {len(name)}"
-    if not _printable(name):
+    if not name.isprintable():
         return f"spec.name: must be printable (no newline, tab or other control character), got {shown(name)}"
     if tasks > MAX_TASKS:
         return f"tasks: at most {MAX_TASKS}, got {tasks}"

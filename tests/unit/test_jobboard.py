@@ -38,13 +38,13 @@ def test_rows_counts_and_running_jobs_follow_each_put() -> None:
     a.state, a.hosts, a.cpu = JobState.RUNNING, ("h0",), 0.5
     board.put(a)
     assert board.get("a") == JobRow(a.spec, JobState.RUNNING, ("h0",), 0.5, 0.0, None, None, "")
-    assert [r.spec.id for r in board.running()] == ["a"]
-    counts = board.counts()
+    counts, running = board.counts_and_running()
+    assert [r.spec.id for r in running] == ["a"]
     assert (counts[JobState.RUNNING], counts[JobState.PENDING], counts[JobState.DONE]) == (1, 1, 0)
     a.state, a.end = JobState.DONE, 60.0
     board.put(a)
-    assert board.running() == []
-    assert board.counts()[JobState.DONE] == 1 and sum(board.counts().values()) == 2
+    counts, running = board.counts_and_running()
+    assert running == [] and counts[JobState.DONE] == 1 and sum(counts.values()) == 2
     assert board.get("nope") is None
 
 
@@ -91,7 +91,7 @@ def test_the_board_is_the_engines_records_after_every_step(policy: str) -> None:
                                         r.first_start, r.end, r.message) for r in (row, expected))
             assert row == expected, (steps, job)
         assert len(board) == len(engine.jobs)
-    assert steps > 5 and board.counts()[JobState.DONE] == len(jobs)
+    assert steps > 5 and board.counts_and_running()[0][JobState.DONE] == len(jobs)
 
 
 @contextlib.contextmanager
