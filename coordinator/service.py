@@ -319,8 +319,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                           f"{', '.join(s.value for s in JobState)}")
         if request.page_size < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_size: must be >= 0, got {request.page_size}")
-        start = _page_start(request.page_token)
         try:
+            start = _page_start(request.page_token)  # (int() of over 4,300 digits raises ValueError too)
             if start is None:
                 raise ValueError("not a page token")
             rows, end, last, more = self.s.board.page(*start, request.page_size or None,

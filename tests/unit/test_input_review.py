@@ -72,6 +72,8 @@ def test_an_error_message_quotes_a_long_value_cut_short() -> None:
                     (stub.Cancel, pb.JobRef(job_id="j" * 100_000), grpc.StatusCode.NOT_FOUND),
                     (stub.ListJobs, pb.ListJobsRequest(state="s" * 50_000), grpc.StatusCode.INVALID_ARGUMENT),
                     (stub.ListJobs, pb.ListJobsRequest(page_token="1:" + "x" * 50_000),
+                     grpc.StatusCode.INVALID_ARGUMENT),
+                    (stub.ListJobs, pb.ListJobsRequest(page_token="9" * 5_000 + ":x"),
                      grpc.StatusCode.INVALID_ARGUMENT)):
                 with pytest.raises(grpc.RpcError) as info:
                     call(request, timeout=10)
