@@ -151,6 +151,12 @@ class Connection:
             if exc.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in (exc.details() or ""):
                 message += (f"; nothing listens at {self.address}: is the coordinator running (vcemu up, vcemu "
                             "coordinator)? --coordinator or $VCEMU_COORDINATOR names another address")
+            elif exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # a gRPC server without this service: an agent's port?
+                message += (f"; {self.address} serves gRPC but not the coordinator's API: is it an agent's port? "
+                            "--coordinator or $VCEMU_COORDINATOR names the coordinator's address")
+            elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and not self._connects():
+                message += (f"; {self.address} took the connection but never answered: is it a gRPC server? "
+                            "--coordinator or $VCEMU_COORDINATOR names the coordinator's address")
             elif exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
                 # TLS explains a failure only on a connection that was made: not a name that does not resolve
                 why = self._no_tcp_connection()

@@ -657,7 +657,8 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vcemu apc", description=doc_text(__doc__),
                                 formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--experiments", default="one,two,three", help="comma-separated subset of one,two,three")
+    p.add_argument("--experiments", default="one,two,three",
+                   help="comma-separated subset of one,two,three (default %(default)s)")
     p.add_argument("--out", default="results/apc",
                    help="results folder; a rerun there reuses its journalled simulations (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the job streams (default %(default)s)")
@@ -667,15 +668,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--exp2-jobs", type=int, default=800,
                    help="completions per run (003: 800). A run ends with the control cycle in which that many jobs "
                    "have completed, so it may count a few more: every job of that cycle is scored")
-    p.add_argument("--exp2-iats", default="50,75,100,150,200,250,300,400", help="mean inter-arrival times [s]")
+    p.add_argument("--exp2-iats", default="50,75,100,150,200,250,300,400",
+                   help="mean inter-arrival times [s] (003: %(default)s)")
     p.add_argument("--exp2-algorithms", default="apc,edf,fcfs,edf-repack",
                    help="subset of apc,edf,fcfs,edf-repack: edf keeps running jobs on their nodes, edf-repack "
-                        "places every job first fit in deadline order every cycle")
+                        "places every job first fit in deadline order every cycle (default %(default)s)")
     p.add_argument("--exp3-horizon", type=float, default=130_000.0,
-                   help="simulated seconds of Experiment Three (> 0)")
+                   help="simulated seconds of Experiment Three (> 0; default %(default)g)")
     p.add_argument("--live", action="store_true",
                    help="also run a shortened Experiment Three live (never resumed: a rerun runs it again in full)")
-    p.add_argument("--live-seconds", type=float, default=40.0, help="length of the live run [s] (at least 2)")
+    p.add_argument("--live-seconds", type=float, default=40.0,
+                   help="length of the live run [s] (at least 2; default %(default)g)")
     p.add_argument("--live-agent", metavar="HOST:PORT", default=None,
                    help="run the live experiment on this running `vcemu agent` (its first host); "
                         "default: an in-process agent with one 1-core host")

@@ -290,3 +290,17 @@ def test_agent_and_sweep_flags_the_coordinator_or_the_model_would_refuse_later(
     """An agent whose host names the coordinator refuses retried its registration for ever, saying only
     INVALID_ARGUMENT; a job scale of 1e7 made works of 6e-7 s that the engine refused mid-sweep (diff review)."""
     refused(*run(argv, capsys)[::2], *fragments)
+
+
+def test_a_client_at_a_grpc_port_that_is_not_the_coordinators_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """`vcemu jobs` at an agent's port said "UNIMPLEMENTED: Method not found!" and nothing more (input review)."""
+    from concurrent import futures
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))  # a gRPC server of no coordinator service
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        refused(*run(["jobs", "--coordinator", f"127.0.0.1:{port}"], capsys)[::2], "UNIMPLEMENTED",
+                "serves gRPC but not the coordinator's API: is it an agent's port?")
+    finally:
+        server.stop(0)
