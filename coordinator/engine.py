@@ -11,7 +11,8 @@ live run the gRPC service calls ``arrive``, ``cancel`` (which stops a job's task
 their own threads, each holding :attr:`Engine.lock` (an RLock) for the whole change. The locks, not the thread, keep
 a decision and a cancel from interleaving. The read-only calls (GetJob, ListJobs, ClusterStatus) and the metrics do
 not take it, as the loop holds it for a whole turn: they read the jobs from a ``coordinator.jobboard.JobBoard``,
-which the engine updates at each change (``job_listeners``), and the backend under the live backend's own lock.
+which the engine updates at each change (``job_listeners``), and the agents' last reports without the live backend's
+lock either (``LiveBackend.host_status``, ``LiveBackend.progress_seen``).
 ``LiveBackend.cut_off`` marks an agent lost with no lock at all (so that a loop blocked on that agent's call lets
 go).
 """

@@ -160,7 +160,6 @@ class _MoveCounter(Collector):
     def next_decision(self) -> None:
         with self.lock:
             self._decision += 1
-            self._open = 0
 
     def plan_done(self) -> None:
         with self.lock:
