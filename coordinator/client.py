@@ -12,7 +12,14 @@ import sys
 from typing import TYPE_CHECKING
 
 from coordinator.cliargs import format_table, refuse
-from coordinator.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_REQUEST_ID, MAX_TASKS, request_bounds
+from coordinator.limits import (
+    KNOWN_METADATA,
+    MAX_REPLY_BYTES,
+    MAX_REQUEST_ID,
+    MAX_TASKS,
+    request_bounds,
+    target_refusal,
+)
 from coordinator.model import JobState
 
 if TYPE_CHECKING:
@@ -38,28 +45,10 @@ def _tasks(text: str) -> int:
 
 
 def _coordinator_address(text: str) -> str:
-    """``--coordinator`` (or $VCEMU_COORDINATOR): HOST:PORT, [IPV6]:PORT, or a gRPC target the client supports
-    as such: ``dns:[//AUTHORITY/]HOST:PORT``, ``ipv4:``/``ipv6:`` addresses, ``unix:PATH``. Checked here, in one
-    line: gRPC takes a port above 65535 modulo 65536 (its error then names another address), and a URL
-    (``http://...``) fails with a hint about TLS that has nothing to do with it."""
-    where = "(or $VCEMU_COORDINATOR)"
-    if text.startswith(("unix:", "unix-abstract:")):
-        if not text.partition(":")[2].removeprefix("//"):
-            raise argparse.ArgumentTypeError(f"{where}: no socket path in {text!r}")
-        return text
-    rest = re.sub(r"^dns:(//[^/]*/)?", "", text)
-    rest = re.sub(r"^ipv[46]:", "", rest)
-    if "://" in rest or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:(?!\d*$)", rest) and not rest.startswith("["):
-        raise argparse.ArgumentTypeError(f"{where}: give HOST:PORT, without a scheme, got {text!r}")
-    if rest.startswith("["):  # [IPv6]:port
-        host, _, port = rest[1:].partition("]")
-        port = port.removeprefix(":") if port.startswith(":") else None  # type: ignore[assignment]
-    else:
-        host, sep, port = rest.rpartition(":")
-        if not sep or ":" in host:  # no port, or an IPv6 address without brackets
-            port = None  # type: ignore[assignment]
-    if not host or port is None or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"{where}: give HOST:PORT with a port in 1..65535, got {text!r}")
+    """``--coordinator`` (or $VCEMU_COORDINATOR), checked in one line (:func:`coordinator.limits.target_refusal`)."""
+    why = target_refusal(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"(or $VCEMU_COORDINATOR): {why}")
     return text
 
 

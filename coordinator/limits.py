@@ -5,9 +5,11 @@ command 0.3 s)."""
 from __future__ import annotations
 
 import math
+import re
 
 __all__ = ["KNOWN_METADATA", "MAX_AGENT_HOSTS", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_REPLY_BYTES", "MAX_REQUEST_ID",
-           "MAX_TASKS", "MAX_WORK_S", "name_refusal", "request_bounds", "shown"]
+           "MAX_TASKS", "MAX_WORK_S", "address_refusal", "name_refusal", "request_bounds", "shown",
+           "target_refusal"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -55,6 +57,41 @@ def name_refusal(field: str, name: str) -> str | None:
         return f"{field}: at most {MAX_NAME} characters, got {len(name):,}"
     if not name.isprintable() or any(c.isspace() for c in name):
         return f"{field}: must be printable, with no space or control character, got {shown(name)}"
+    return None
+
+
+def address_refusal(field: str, address: str) -> str | None:
+    """Why ``address`` cannot be an agent's address for the coordinator to dial (``field: why``), or None: HOST:PORT
+    with a port in 1..65535, at most :data:`MAX_NAME` characters. What RegisterAgent refuses and ``vcemu agent
+    --advertise`` checks before it registers (an address with no port was taken and retried for ever)."""
+    host, _, port = address.rpartition(":")
+    if not (host and port.isascii() and port.isdigit() and 0 < int(port) < 65536) or len(address) > MAX_NAME:
+        return f"{field}: must be HOST:PORT with a port in 1..65535, got {shown(address)}"
+    return None
+
+
+def target_refusal(text: str) -> str | None:
+    """Why ``text`` is not a coordinator's gRPC address, or None. Taken: HOST:PORT, [IPV6]:PORT, or a target gRPC
+    supports as such: ``dns:[//AUTHORITY/]HOST:PORT``, ``ipv4:``/``ipv6:`` addresses, ``unix:PATH``. Checked before
+    connecting, by the client commands' and ``vcemu agent``'s ``--coordinator``: gRPC takes a port above 65535
+    modulo 65536 (its error then names another address), a URL (``http://...``) fails with a hint about TLS that has
+    nothing to do with it, and an agent given a name with no port retried its registration for ever."""
+    if text.startswith(("unix:", "unix-abstract:")):
+        return None if text.partition(":")[2].removeprefix("//") else f"no socket path in {text!r}"
+    rest = re.sub(r"^dns:(//[^/]*/)?", "", text)
+    rest = re.sub(r"^ipv[46]:", "", rest)
+    if "://" in rest or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:(?!\d*$)", rest) and not rest.startswith("["):
+        return f"give HOST:PORT, without a scheme, got {text!r}"
+    port: str | None
+    if rest.startswith("["):  # [IPv6]:port
+        host, _, after = rest[1:].partition("]")
+        port = after.removeprefix(":") if after.startswith(":") else None
+    else:
+        host, sep, port = rest.rpartition(":")
+        if not sep or ":" in host:  # no port, or an IPv6 address without brackets
+            port = None
+    if not host or port is None or not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"give HOST:PORT with a port in 1..65535, got {text!r}"
     return None
 
 

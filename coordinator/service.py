@@ -46,8 +46,8 @@ from coordinator.limits import (
     KNOWN_METADATA,
     MAX_AGENT_HOSTS,
     MAX_MESSAGE_BYTES,
-    MAX_NAME,
     MAX_REPLY_BYTES,
+    address_refusal,
     name_refusal,
     request_bounds,
     shown,
@@ -160,11 +160,7 @@ def check_agent(request: pb.RegisterAgentRequest) -> str | None:
     one name, 20,000 hosts, a name with a newline or an address with no port were taken, and jobs then failed on
     them (input review)."""
     d = request.description
-    address = request.address
-    host, _, port = address.rpartition(":")
-    if not (host and port.isascii() and port.isdigit() and 0 < int(port) < 65536) or len(address) > MAX_NAME:
-        return f"address: must be HOST:PORT, got {shown(address)}"
-    why = name_refusal("description.agent_id", d.agent_id)
+    why = address_refusal("address", request.address) or name_refusal("description.agent_id", d.agent_id)
     if why is not None:
         return why
     if not d.hosts:

@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, name_refusal, shown
+from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
 from node_agent.signals import set_on_signals
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
@@ -132,6 +132,15 @@ def agent_main(argv: list[str]) -> int:
             parser.error(f"argument --parent-pid: process {args.parent_pid} is not this agent's parent (that is "
                          f"{os.getppid()})")
         hosts = _hosts(args, parser)
+        # Checked before anything starts: the registrar retried a name with no port, or an address the coordinator
+        # refuses, for ever (input review).
+        if args.coordinator is not None and (why := target_refusal(args.coordinator)) is not None:
+            parser.error(f"argument --coordinator: {why}")
+        if args.advertise is not None:
+            if args.coordinator is None:
+                parser.error("argument --advertise: only with --coordinator (it is the address given there)")
+            if (why := address_refusal("--advertise", args.advertise)) is not None:
+                parser.error(f"argument {why}")
         from node_agent.tls import from_args
 
         try:

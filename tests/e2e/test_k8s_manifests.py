@@ -189,6 +189,7 @@ def test_pod_command_lines_parse_with_the_package_parsers(overlay: str):
     """The image's entrypoint is ``vcemu``; each container's args must be accepted by the same parser
     ``vcemu`` uses (flags exist, values valid: the policy name from the ConfigMap, sizes, ports)."""
     from coordinator.cli import build_parser
+    from coordinator.limits import address_refusal, target_refusal
     from node_agent.cli import build_parser as agent_parser
 
     commands = _vcemu_commands(overlay)
@@ -201,6 +202,9 @@ def test_pod_command_lines_parse_with_the_package_parsers(overlay: str):
             if argv[0] == "agent":
                 args = agent_parser().parse_args(argv[1:])
                 assert args.bind == "0.0.0.0" and args.coordinator and args.advertise, where
+                # What `vcemu agent` checks after parsing, before it starts (and the coordinator at registration).
+                assert target_refusal(args.coordinator) is None, (where, args.coordinator)
+                assert address_refusal("--advertise", args.advertise) is None, (where, args.advertise)
             else:
                 args = build_parser().parse_args(argv)
         except SystemExit as e:

@@ -123,6 +123,8 @@ def test_cancel_frees_the_host_for_the_others():
     engine.step(0.0)
     assert engine.jobs["a"].state is JobState.CANCELLED
     assert engine.jobs["b"].cpu == pytest.approx(1.0)
+    # A finished job keeps the hosts it last ran on, for the record (the API's Job.hosts says so), and no share.
+    assert engine.jobs["a"].hosts == ("h0",) and engine.jobs["a"].cpu == 0.0
 
 
 def test_jobs_ending_at_the_same_instant_are_all_finished_before_the_policy_reacts():

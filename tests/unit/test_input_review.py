@@ -284,11 +284,17 @@ def test_a_finished_job_an_older_vcemu_took_does_not_block_a_restart(tmp_path: P
      ("--host-prefix: must be printable, with no space",)),
     (["agent", "--hosts", "20000", "--coordinator", "127.0.0.1:1"], ("--hosts: at most 10,000 per agent",)),
     (["sweep", "--job-scale", "1e7"], ("--job-scale", "at most 1000")),
+    (["agent", "--no-cgroups", "--coordinator", "nowhere"], ("--coordinator: give HOST:PORT", "'nowhere'")),
+    (["agent", "--no-cgroups", "--coordinator", "127.0.0.1:70000"], ("--coordinator: give HOST:PORT",)),
+    (["agent", "--no-cgroups", "--coordinator", "127.0.0.1:1", "--advertise", "10.0.0.1"],
+     ("--advertise: must be HOST:PORT", "'10.0.0.1'")),
+    (["agent", "--no-cgroups", "--advertise", "10.0.0.1:5000"], ("--advertise: only with --coordinator",)),
 ])
 def test_agent_and_sweep_flags_the_coordinator_or_the_model_would_refuse_later(
         argv: list[str], fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     """An agent whose host names the coordinator refuses retried its registration for ever, saying only
-    INVALID_ARGUMENT; a job scale of 1e7 made works of 6e-7 s that the engine refused mid-sweep (diff review)."""
+    INVALID_ARGUMENT, and so did one given a coordinator with no port or an address to advertise the coordinator
+    refuses (input review, low); a job scale of 1e7 made works of 6e-7 s that the engine refused mid-sweep (diff review)."""
     refused(*run(argv, capsys)[::2], *fragments)
 
 
