@@ -83,12 +83,14 @@ def score(history: History, capacity: float, host_memory_gb: float) -> dict[str,
 
 def _mem_size(text: str) -> str:
     """``--mem-per-host``: checked here (a bad size would only stop the agents), passed on as written."""
-    from node_agent.cli import parse_size
+    from node_agent.cli import host_memory_refusal, parse_size
 
     try:
-        parse_size(text)
+        why = host_memory_refusal(parse_size(text))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
     return text
 
 

@@ -266,6 +266,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.cpus_per_host is not None and (most := max(float(c) for c in args.cpus_per_host)) > machine:
         print(f"vcemu up: --cpus-per-host: {most:g} cores is more than this machine's {machine}", file=sys.stderr)
         return 2
+    from node_agent.cli import host_memory_refusal, parse_size
+
+    for why in filter(None, (host_memory_refusal(parse_size(m)) for m in args.mem_per_host or ())):
+        print(f"vcemu up: --mem-per-host: {why}", file=sys.stderr)
+        return 2
     with signals_interrupt():
         return _run_local_up(args, options)
 

@@ -33,6 +33,22 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+#: Least memory of an emulated host: a task's process takes more than a few bytes (a host of 1 byte was taken).
+MIN_HOST_MEMORY = 1 << 20
+
+
+def host_memory_refusal(nbytes: int) -> str | None:
+    """Why an emulated host cannot have ``nbytes`` of memory, or None: at least 1 MiB, and at most this machine's
+    physical memory, since a task's arrays are real (100 TiB was taken: jobs given a tenth of it then failed to
+    allocate). Not the sum over hosts: emulated hosts share the machine, as their cores do."""
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if nbytes < MIN_HOST_MEMORY:
+        return f"less than 1MiB ({nbytes:,} B)"
+    if nbytes > machine:
+        return f"{nbytes / 2**30:,.1f} GiB is more than this machine's memory ({machine / 2**30:,.1f} GiB)"
+    return None
+
+
 def _list_of(conv, what: str):  # type: ignore[no-untyped-def]
     def parse(text: str) -> list:  # type: ignore[type-arg]
         try:
@@ -96,6 +112,8 @@ def _hosts(args: argparse.Namespace, parser: argparse.ArgumentParser):  # type: 
     machine = os.cpu_count() or 1
     if max(cpus) > machine:
         parser.error(f"argument --cpus-per-host: {max(cpus)} cores is more than this machine's {machine}")
+    for why in filter(None, map(host_memory_refusal, mems)):
+        parser.error(f"argument --mem-per-host: {why}")
     prefix = args.host_prefix or args.agent_id
     # The coordinator's rule for host names, checked here: refused there, the agent retried its registration for
     # ever with one word, INVALID_ARGUMENT (diff review)

@@ -289,12 +289,18 @@ def test_a_finished_job_an_older_vcemu_took_does_not_block_a_restart(tmp_path: P
     (["agent", "--no-cgroups", "--coordinator", "127.0.0.1:1", "--advertise", "10.0.0.1"],
      ("--advertise: must be HOST:PORT", "'10.0.0.1'")),
     (["agent", "--no-cgroups", "--advertise", "10.0.0.1:5000"], ("--advertise: only with --coordinator",)),
+    (["agent", "--no-cgroups", "--mem-per-host", "1"], ("--mem-per-host: less than 1MiB",)),
+    (["agent", "--no-cgroups", "--hosts", "2", "--mem-per-host", "1GiB,100TiB"],
+     ("--mem-per-host: 102,400.0 GiB is more than this machine's memory",)),
+    (["up", "--mem-per-host", "100TiB"], ("--mem-per-host: 102,400.0 GiB is more than this machine's memory",)),
+    (["replay", "trace.swf", "--mem-per-host", "100TiB"], ("--mem-per-host: 102,400.0 GiB is more than",)),
 ])
 def test_agent_and_sweep_flags_the_coordinator_or_the_model_would_refuse_later(
         argv: list[str], fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     """An agent whose host names the coordinator refuses retried its registration for ever, saying only
     INVALID_ARGUMENT, and so did one given a coordinator with no port or an address to advertise the coordinator
-    refuses (input review, low); a job scale of 1e7 made works of 6e-7 s that the engine refused mid-sweep (diff review)."""
+    refuses; hosts of 1 byte or 100 TiB were taken (input review, low); a job scale of 1e7 made works of 6e-7 s
+    that the engine refused mid-sweep (diff review)."""
     refused(*run(argv, capsys)[::2], *fragments)
 
 
