@@ -115,10 +115,19 @@ def first_port(text: str) -> int:
     return value
 
 
+def dash_hint(message: str) -> str:
+    """argparse's refusal ``message``, with a hint where it took a value for a flag: ``--cpu-need -inf`` says only
+    "expected one argument" (a value starting with '-' that is not a plain negative number reads as an option)."""
+    m = re.fullmatch(r"argument (--[\w-]+)(?:/[^:]*)?: expected one argument", message)
+    if m is None:
+        return message
+    return f"{message} (a value that starts with '-' goes as {m.group(1)}=VALUE)"
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         """Bad configuration stops start-up with one clear line naming the setting (exit status 2)."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {dash_hint(message)} (see {self.prog} --help)\n")
 
 
 def memory_size(text: str) -> int:

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from coordinator.cliargs import dash_hint
 from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
 from node_agent.signals import set_on_signals
 
@@ -65,7 +66,7 @@ def _list_of(conv, what: str):  # type: ignore[no-untyped-def]
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         """One clear line (no usage block), exit status 2."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {dash_hint(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

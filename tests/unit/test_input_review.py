@@ -316,3 +316,11 @@ def test_a_client_at_a_grpc_port_that_is_not_the_coordinators_says_so(capsys: py
                 "serves gRPC but not the coordinator's API: is it an agent's port?")
     finally:
         server.stop(0)
+
+
+@pytest.mark.parametrize("argv", [["submit", "--cpu-need", "-inf"], ["agent", "--metrics-port", "-x"]])
+def test_a_value_that_reads_as_a_flag_gets_the_equals_form_as_a_hint(argv: list[str],
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse said only "expected one argument" for `--cpu-need -inf` (input review, low)."""
+    refused(*run(argv, capsys)[::2], f"argument {argv[1]}: expected one argument",
+            f"a value that starts with '-' goes as {argv[1]}=VALUE")
