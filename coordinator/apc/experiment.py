@@ -78,7 +78,7 @@ import numpy as np
 from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
-from coordinator.apc.workloads import cluster, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
+from coordinator.apc.workloads import cluster, describe, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
 from coordinator.cliargs import doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
@@ -751,7 +751,8 @@ def apc_main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"vcemu apc: {exc}", file=sys.stderr)
         return 2
-    config = {**vars(args), "argv": list(argv), "paper": PAPER, "code": code_version(), "complete": False}
+    config = {**vars(args), "argv": list(argv), "paper": PAPER, "workloads": describe(), "code": code_version(),
+              "complete": False}
     keys = unit_keys(exps, iats, algos)
     settings = {k: unit_settings(k, args) for k in keys}
     stored = resume_units(out, config, keys, settings)

@@ -19,14 +19,16 @@ import numpy as np
 from coordinator.policies.apc import Node
 from coordinator.policies.apc_rpf import Job, ResponseTimeModel, Stage, TransactionalApp
 
+NODES = 25
 NODE_CPU = 4 * 3900.0
 NODE_MEMORY = 16384.0
 EXP1_SPEED, EXP1_MEMORY, EXP1_WORK, EXP1_FACTOR = 3900.0, 4320.0, 68_640_000.0, 2.7
+EXP1_MEAN_IAT = 260.0
 EXP2_FACTORS = ((1.3, 0.1), (2.5, 0.3), (4.0, 0.6))
 EXP2_PROFILES = (((9000.0, 3900.0), 0.1), ((17600.0, 1560.0), 0.4), ((600.0, 2340.0), 0.5))
 
 
-def cluster(n: int = 25) -> tuple[Node, ...]:
+def cluster(n: int = NODES) -> tuple[Node, ...]:
     return tuple(Node(f"node{i:02d}", NODE_CPU, NODE_MEMORY) for i in range(n))
 
 
@@ -34,7 +36,7 @@ def _job(name: str, t: float, work: float, speed: float, memory: float, factor: 
     return Job(name, t, t + factor * work / speed, (Stage(work, speed, memory),))
 
 
-def exp1_jobs(n: int, seed: int, mean_iat: float = 260.0) -> list[Job]:
+def exp1_jobs(n: int, seed: int, mean_iat: float = EXP1_MEAN_IAT) -> list[Job]:
     rng = np.random.default_rng([seed, 1])
     times = np.cumsum(rng.exponential(mean_iat, n))
     return [_job(f"j{k:04d}", float(t), EXP1_WORK, EXP1_SPEED, EXP1_MEMORY, EXP1_FACTOR) for k, t in enumerate(times)]
@@ -56,9 +58,15 @@ def exp2_jobs(n: int, seed: int, mean_iat: float) -> list[Job]:
     return out
 
 
-def exp3_jobs(seed: int, initial: int = 6, phases: tuple[tuple[float, float], ...] = ((60000.0, 180.0),
-                                                                                       (40000.0, 900.0))
-              ) -> list[Job]:
+#: Experiment Three's arrivals: jobs at t = 0, then (duration s, mean inter-arrival s) per phase.
+EXP3_INITIAL = 6
+EXP3_PHASES = ((60000.0, 180.0), (40000.0, 900.0))
+#: Experiment Three's app (:func:`exp3_app`): goal, offered load and saturation (MHz), response time there (s).
+EXP3_TAU, EXP3_OFFERED_MHZ, EXP3_SATURATION_MHZ, EXP3_T_AT_SATURATION = 1.0, 60_000.0, 130_000.0, 0.34
+
+
+def exp3_jobs(seed: int, initial: int = EXP3_INITIAL,
+              phases: tuple[tuple[float, float], ...] = EXP3_PHASES) -> list[Job]:
     """``initial`` jobs at t = 0, then per phase (duration, mean inter-arrival) exponential arrivals."""
     rng = np.random.default_rng([seed, 3])
     times = [0.0] * initial
@@ -79,6 +87,27 @@ def exp3_app(memory: float = 512.0) -> TransactionalApp:
     (2.52 requests/s of 23,800 Mcycles) saturating at 130,000 MHz, where t = 0.34 s and u = 0.66, the
     paper's maximum; u = 0 at 83,800 MHz (5.4 nodes), so 6 nodes give u = 0.29 and 9 nodes u = 0.66.
     An instance's 512 MB fits beside three 4,320 MB jobs (Sec. 5.3)."""
-    demand = 0.34 * (130_000.0 - 60_000.0)
-    return TransactionalApp("web", tau=1.0, model=ResponseTimeModel(demand, 60_000.0 / demand, 130_000.0),
-                            memory=memory)
+    demand = EXP3_T_AT_SATURATION * (EXP3_SATURATION_MHZ - EXP3_OFFERED_MHZ)
+    return TransactionalApp("web", tau=EXP3_TAU, model=ResponseTimeModel(demand, EXP3_OFFERED_MHZ / demand,
+                                                                         EXP3_SATURATION_MHZ), memory=memory)
+
+
+def describe() -> dict[str, object]:
+    """The workloads' parameters, for a run's ``config.json``: what the command line does not set (the cluster, each
+    experiment's jobs, Experiment Three's phases and app), so that a reader of the results need not read this
+    module (APC review)."""
+    app = exp3_app()
+    job = {"max_speed_mhz": EXP1_SPEED, "memory_mb": EXP1_MEMORY, "work_mcycles": EXP1_WORK,
+           "goal_factor": EXP1_FACTOR}
+    return {
+        "cluster": {"nodes": NODES, "node_cpu_mhz": NODE_CPU, "node_memory_mb": NODE_MEMORY},
+        "exp1": {"job": job, "mean_interarrival_s": EXP1_MEAN_IAT},
+        "exp2": {"goal_factors": [{"factor": f, "p": p} for f, p in EXP2_FACTORS],
+                 "profiles": [{"min_execution_s": ex, "max_speed_mhz": v, "p": p} for (ex, v), p in EXP2_PROFILES],
+                 "memory_mb": EXP1_MEMORY},
+        "exp3": {"job": job, "initial_jobs": EXP3_INITIAL,
+                 "phases": [{"duration_s": d, "mean_interarrival_s": iat} for d, iat in EXP3_PHASES],
+                 "app": {"name": app.id, "tau_s": app.tau, "offered_mhz": EXP3_OFFERED_MHZ,
+                         "saturation_mhz": EXP3_SATURATION_MHZ, "response_at_saturation_s": EXP3_T_AT_SATURATION,
+                         "memory_mb": app.memory, "model": "M/M/1-PS (coordinator/policies/apc_rpf.py)"}},
+    }

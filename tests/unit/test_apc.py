@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from coordinator.apc.sim import SimConfig, simulate
-from coordinator.apc.workloads import cluster, exp1_jobs, exp3_app
+from coordinator.apc.workloads import cluster, exp1_jobs, exp3_app, exp3_jobs
 from coordinator.policies.apc import (
     ApcState,
     Costs,
@@ -273,6 +274,14 @@ def test_vcemu_apc_cli(tmp_path, capsys):
     for name in ("config.json", "summary.json", "exp1_jobs.csv", "exp1_cycles.csv", "fig2_exp1.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "Experiment One: 6 jobs" in capsys.readouterr().out
+    # The workloads' parameters the command line does not set are in config.json, and they are what ran.
+    described = json.loads((tmp_path / "config.json").read_text())["workloads"]
+    assert described["cluster"] == {"nodes": len(cluster()), "node_cpu_mhz": cluster()[0].cpu,
+                                    "node_memory_mb": cluster()[0].memory}
+    app, said = exp3_app(), described["exp3"]["app"]
+    assert said["tau_s"] == app.tau and said["memory_mb"] == app.memory
+    assert app.model.response_time(said["saturation_mhz"]) == pytest.approx(said["response_at_saturation_s"])
+    assert len([j for j in exp3_jobs(0) if j.submit == 0.0]) == described["exp3"]["initial_jobs"]
 
 
 class _FakeAgent:
