@@ -875,13 +875,15 @@ def live_summary(live: dict[str, Any]) -> list[str]:
     mean_rt = sum(r["measured_rt_s"] * r["throughput_rps"] for r in served) / weight if weight else math.nan
     p95 = max((r["measured_p95_s"] for r in served if math.isfinite(r["measured_p95_s"])), default=math.nan)
     rp = [r["app_rp_measured"] for r in rows if "app_rp_measured" in r] or [math.nan]
-    given = [r["app_cores"] for r in rows]
+    given = [r["app_cores_next"] for r in rows if "app_cores_next" in r]  # APC's decisions, not the initial share
     used = sum(r["app_cpu_measured_cores"] for r in rows) / len(rows)
     tput = weight / len(served) if served else math.nan
     lines.append(f"  transactional: response time {_ms(mean_rt)} mean (goal {_ms(live['goal_s'])}), worst cycle's "
                  f"p95 {_ms(p95)}, throughput {_num(tput, '.1f')} req/s mean, RP "
                  f"{_num(sum(rp) / len(rp), '.2f')} mean (min {_num(min(rp), '.2f')})")
-    lines.append(f"  transactional CPU: given {min(given):.2f}-{max(given):.2f} cores by APC, used {used:.2f} on "
+    by_apc = (f"given {min(given):.2f}-{max(given):.2f} cores by APC" if given
+              else "APC made no decision (no cycle measured a response time)")
+    lines.append(f"  transactional CPU: {rows[0]['app_cores']:.2f} cores at the start, {by_apc}, used {used:.2f} on "
                  "average")
     jobs = sorted({k[:-len("_rp_predicted")] for r in rows for k in r if k.endswith("_rp_predicted")} - {"app"})
     last = next((r for r in reversed(rows) if "app_rp_predicted" in r), None)
