@@ -204,17 +204,21 @@ def bench_load_main(argv: list[str]) -> int:
     from coordinator.store import DEFAULT_SYNCHRONOUS, SYNCHRONOUS
 
     p = argparse.ArgumentParser(prog="vcemu bench load", description=bench_load_main.__doc__)
-    p.add_argument("--jobs", type=_int_at_least(1), default=10_000)
+    p.add_argument("--jobs", type=_int_at_least(1), default=10_000,
+                   help="submissions per round, one-task modeled jobs (default %(default)s)")
     p.add_argument("--clients", type=_int_at_least(1), default=4,
-                   help="client processes, one channel and 4 calls in flight each")
-    p.add_argument("--batch", type=int, default=100, help="submissions per SubmitBatch call (1: unary Submit only)")
-    p.add_argument("--hosts", type=_int_at_least(1), default=16)
+                   help="client processes, one channel and 4 calls in flight each (default %(default)s)")
+    p.add_argument("--batch", type=int, default=100,
+                   help="submissions per SubmitBatch call, 1..1000 (1: unary Submit only; default %(default)s)")
+    p.add_argument("--hosts", type=_int_at_least(1), default=16,
+                   help="modeled hosts of the coordinator's one agent (default %(default)s)")
     p.add_argument("--policy", type=_policy, default="fcfs",
                    help=f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)")
     p.add_argument("--synchronous", choices=SYNCHRONOUS, type=str.upper, default=DEFAULT_SYNCHRONOUS,
                    help="SQLite synchronous mode of the store (default %(default)s, the coordinator's)")
-    p.add_argument("--out", default="results/bench-load")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--out", default="results/bench-load",
+                   help="where the result and its config go, load.json and load-config.json (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     if not 1 <= args.batch <= 1000:
         p.error(f"--batch: must be 1..1000, got {args.batch}")
@@ -257,16 +261,19 @@ def bench_scale_main(argv: list[str]) -> int:
     The first cycle places the jobs and is reported alone (first_cycle_s); cycle_p50_s, cycle_p99_s and
     decide_p99_s (the policy's decision alone) are over the same --cycles cycles after it."""
     p = argparse.ArgumentParser(prog="vcemu bench scale", description=bench_scale_main.__doc__)
-    p.add_argument("--hosts", type=_int_at_least(1), default=1000)
+    p.add_argument("--hosts", type=_int_at_least(1), default=1000,
+                   help="emulated hosts, modeled (default %(default)s)")
     p.add_argument("--agents", type=_int_at_least(1), default=4,
-                   help="agent processes sharing the hosts (at most --hosts)")
+                   help="agent processes sharing the hosts (at most --hosts; default %(default)s)")
     p.add_argument("--jobs", type=_int_at_least(1), default=None,
                    help="jobs to place, >= 1 (default: one per two hosts, at least one): with none, no cycle runs")
-    p.add_argument("--period", type=positive("--period"), default=5.0, help="DYNMCB8-PER period, seconds")
+    p.add_argument("--period", type=positive("--period"), default=5.0,
+                   help="DYNMCB8-PER period, seconds (default %(default)g)")
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
-                   help="control cycles to measure after the first (placement) cycle")
-    p.add_argument("--out", default="results/bench-scale")
-    p.add_argument("--json", action="store_true")
+                   help="control cycles to measure after the first (placement) cycle (default %(default)s)")
+    p.add_argument("--out", default="results/bench-scale",
+                   help="where the result and its config go, scale.json and scale-config.json (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     if args.agents > args.hosts:
         p.error(f"argument --agents: must be <= --hosts ({args.hosts}), got {args.agents}")

@@ -329,7 +329,7 @@ def _submit_file(args: argparse.Namespace) -> int:
     import dataclasses
 
     from vcemu.v1 import coordinator_pb2 as pb
-    from workloads.jobfile import JobFileError, is_swf, load_jobs
+    from workloads.jobfile import JobFileError, is_swf, load_jobs, unreadable
 
     if is_swf(args.file):  # a trace's point is its submit times, which submit ignores: replay is the command
         refuse(f"vcemu submit: {args.file}: SWF traces are read by simulate and replay only; submit --file takes "
@@ -337,7 +337,7 @@ def _submit_file(args: argparse.Namespace) -> int:
     try:
         source = load_jobs(args.file)
     except (OSError, JobFileError) as exc:
-        refuse(f"vcemu submit: {exc}")
+        refuse(f"vcemu submit: {unreadable(args.file, exc) if isinstance(exc, OSError) else exc}")
     specs = source.jobs
     if not specs:  # "0 accepted" and exit status 0 read as if the file had been submitted
         refuse(f"vcemu submit: no jobs in {args.file}")

@@ -76,14 +76,14 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     print when only writing them failed (exit status 1)."""
     from tqdm import tqdm
 
-    from workloads.jobfile import JobFileError, load_jobs
+    from workloads.jobfile import JobFileError, load_jobs, unreadable
 
     cluster = homogeneous_hosts(hosts)
     try:  # each job checked against the hosts and the policy's refusals (FCFS/EASY: whole nodes), naming its line
         refuse = getattr(get_policy(policy), "refuse", None)
         jobs_file = load_jobs(path, hosts=tuple(cluster), segment=segment, refuse=refuse)
     except (JobFileError, OSError, ValueError) as exc:
-        print(f"vcemu simulate: {exc}", file=sys.stderr)
+        print(f"vcemu simulate: {unreadable(path, exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 2
     specs = jobs_file.jobs
     note = jobs_file.drop_note()

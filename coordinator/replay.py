@@ -105,20 +105,22 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="replay only the first N jobs (default 20)")
     p.add_argument("--hosts", type=positive("--hosts", int), default=4, help="live hosts (default 4)")
     p.add_argument("--agents", type=positive("--agents", int), default=1,
-                   help="agent processes sharing the hosts (at most --hosts)")
+                   help="agent processes sharing the hosts (at most --hosts; default %(default)s)")
     p.add_argument("--cpus-per-host", type=positive("--cpus-per-host"), default=None,
                    help="real cores per emulated host (default: 60%% of the machine shared out)")
     p.add_argument("--mem-per-host", type=_mem_size, default="512MiB",
                    help="memory per emulated host (default %(default)s)")
     p.add_argument("--penalty", type=non_negative, default=0.0,
-                   help="rescheduling penalty of the simulation, trace seconds >= 0 (the live run pays real costs)")
+                   help="rescheduling penalty of the simulation, trace seconds >= 0 (the live run pays real costs; "
+                        "default %(default)g)")
     p.add_argument("--host-memory-gb", type=positive("--host-memory-gb"), default=8.0,
-                   help="node memory for the bandwidth metric")
+                   help="node memory for the bandwidth metric (default %(default)g)")
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
-                   help="wall seconds (> 0) before the live run is abandoned")
+                   help="wall seconds (> 0) before the live run is abandoned (default %(default)g)")
     p.add_argument("--no-cgroups", action="store_true", help="agents use the duty-cycle fallback")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--out", default="results/replay", help="results go to a new directory under OUT")
+    p.add_argument("--out", default="results/replay",
+                   help="results go to a new directory under OUT (default %(default)s)")
     a = p.parse_args(list(argv))
     if a.agents > a.hosts:
         p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
@@ -174,13 +176,9 @@ def replay_main(argv: Sequence[str]) -> int:
 
 def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
     """A trace that cannot be read, named as the ``trace`` argument (as argparse names a bad option)."""
-    if isinstance(exc, FileNotFoundError):
-        why = "no such file"
-    elif isinstance(exc, IsADirectoryError):
-        why = "is a directory"
-    else:
-        why = (exc.strerror or str(exc)).lower()
-    return f"vcemu replay: error: trace: {why} {a.trace}"
+    from workloads.jobfile import unreadable
+
+    return f"vcemu replay: error: trace: {unreadable(a.trace, exc)}"
 
 
 def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:

@@ -467,30 +467,38 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                "timed out, failed or were not stored (--report-only: some missing); 2 settings refused (another\n"
                "sweep using --out, an --out that cannot be written); 130 interrupted (Ctrl-C, SIGTERM).")
     p.add_argument("--out", default="results/sweep",
-                   help="output directory (resumes if it holds a sweep; one sweep at a time uses it)")
+                   help="output directory (resumes if it holds a sweep; one sweep at a time uses it; default "
+                        "%(default)s)")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS),
                    help="comma-separated policies (default: all nine, as in 001's Table I: %(default)s)")
-    p.add_argument("--penalties", default="0,300", help="rescheduling penalties in seconds (001: 0 and 300)")
-    p.add_argument("--traces", type=int, default=20, help="Lublin traces per load level (001: 100)")
-    p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (001: 1000)")
+    p.add_argument("--penalties", default="0,300",
+                   help="rescheduling penalties in seconds (default %(default)s, as in 001)")
+    p.add_argument("--traces", type=int, default=20,
+                   help="Lublin traces per load level (default %(default)s; 001: 100)")
+    p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (default %(default)s, as in 001)")
     p.add_argument("--loads", default=",".join(f"{x:.1f}" for x in DEFAULT_LOADS),
                    help="offered loads of the scaled Lublin traces (default %(default)s)")
     p.add_argument("--unscaled", type=int, default=0, help="unscaled Lublin traces (Table I, middle column)")
-    p.add_argument("--hosts", type=int, default=128, help="nodes for the Lublin traces (001: 128)")
-    p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N), help="HPC2N SWF trace path")
+    p.add_argument("--hosts", type=int, default=128,
+                   help="nodes for the Lublin traces (default %(default)s, as in 001)")
+    p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N),
+                   help="HPC2N SWF trace path (default: the copy in shared/traces beside this clone, %(default)s)")
     p.add_argument("--hpc2n-weeks", default="", help="week indices, e.g. 10,11 or a range 0-181 ('' for none)")
-    p.add_argument("--max-jobs", type=int, default=None, help="keep only the first N jobs of every trace")
+    p.add_argument("--max-jobs", type=int, default=None,
+                   help="keep only the first N jobs of every trace (default: all)")
     p.add_argument("--job-scale", type=float, default=1.0,
                    help="divide every Lublin job's work and inter-arrival time by K (same load, K times the jobs "
-                        "per hour; the penalty weighs K times more)")
+                        "per hour; the penalty weighs K times more; default %(default)s)")
     p.add_argument("--cell-timeout", type=float, default=600.0,
                    help="seconds (finite, > 0) before a cell is abandoned (stored as a timeout, with its limit; a "
-                        "rerun with a larger limit runs it again)")
+                        "rerun with a larger limit runs it again; default %(default)s)")
     p.add_argument("--host-memory-gb", type=float, default=8.0,
-                   help="node memory (> 0) for the bandwidth of Lublin traces (001 footnote 1: 8 GB; HPC2N: 2 GB)")
+                   help="node memory (> 0) for the bandwidth of Lublin traces (default %(default)s, 001 footnote 1's "
+                        "8 GB; HPC2N: 2 GB)")
     p.add_argument("--seed", type=int, default=1,
                    help="first seed of the Lublin traces, >= 0 (default %(default)s)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="CPUs of the local Ray")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="CPUs of the local Ray (default: this machine's, %(default)s)")
     p.add_argument("--address", default=None,
                    help="an existing Ray cluster: its head's HOST:PORT (as `ray start --head --port` gave it; an "
                         "unreachable head or a refused token is said in one line), ray://HOST:PORT, or auto "

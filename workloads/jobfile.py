@@ -52,6 +52,7 @@ __all__ = [
     "job_to_dict",
     "load_jobs",
     "read_jobs",
+    "unreadable",
     "write_jobs",
 ]
 
@@ -67,6 +68,18 @@ MAX_TASKS = 2**31 - 1
 #: A policy's refusal hook (``policy.refuse``, e.g. :func:`coordinator.policies.batch.refuse_oversized`):
 #: ``(field, reason)`` for a job the policy can never run on ``hosts``, else None.
 Refuse = Callable[[JobSpec, tuple[Host, ...]], "tuple[str, str] | None"]
+
+
+def unreadable(path: str, exc: OSError) -> str:
+    """Why the job file or trace at ``path`` cannot be read, as ``path: why`` in a few words: what ``simulate``,
+    ``submit --file`` and ``replay`` say (they printed "[Errno 2] No such file or directory: 'x'")."""
+    if isinstance(exc, FileNotFoundError):
+        why = "no such file"
+    elif isinstance(exc, IsADirectoryError):
+        why = "a directory, not a job file or trace"
+    else:
+        why = (exc.strerror or str(exc)).lower()
+    return f"{path}: {why}"
 
 
 class JobFileError(ValueError):

@@ -130,10 +130,26 @@ def test_a_missing_trace_is_named_as_the_trace_argument(tmp_path: Path, no_clust
     """Review: "[Errno 2] No such file or directory: 'missing.jsonl'" did not name the argument."""
     missing = tmp_path / "missing.jsonl"
     code, _, err = run([str(missing), "--policy", "greedy", "--out", str(tmp_path / "out")], capsys, replay_main)
-    assert code == 2 and err == f"vcemu replay: error: trace: no such file {missing}\n", err
+    assert code == 2 and err == f"vcemu replay: error: trace: {missing}: no such file\n", err
     code, _, err = run([str(tmp_path), "--policy", "greedy", "--out", str(tmp_path / "out")], capsys, replay_main)
-    assert code == 2 and err == f"vcemu replay: error: trace: is a directory {tmp_path}\n", err
+    assert code == 2 and err == f"vcemu replay: error: trace: {tmp_path}: a directory, not a job file or trace\n", err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--policy", "greedy"], ["submit", "--file"]])
+def test_simulate_and_submit_name_a_missing_job_file_in_a_few_words(argv: list[str], tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Docs review: they printed "[Errno 2] No such file or directory: 'x'", where replay named the file and why."""
+    from coordinator.cli import main
+
+    missing = tmp_path / "missing.jsonl"
+    for path, why in ((missing, "no such file"), (tmp_path, "a directory, not a job file or trace")):
+        try:
+            code = main([*argv, str(path)])
+        except SystemExit as exit_:  # (submit refuses by exiting, simulate returns its status)
+            code = exit_.code  # type: ignore[assignment]
+        err = capsys.readouterr().err
+        assert code == 2 and err == f"vcemu {argv[0]}: {path}: {why}\n", err
 
 
 def test_ctrl_c_while_the_trace_is_read_is_one_line(tmp_path: Path, no_cluster: None,
