@@ -108,10 +108,13 @@ def test_oversized_request_is_refused_and_state_is_consistent(server: Coordinato
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     # After all the fuzzing: the API still answers, and the store holds exactly the engine's jobs.
     assert server.store is not None
-    for _ in range(20):  # the engine loop may be failing a last job (its agent is fake) between the reads
+    # The engine loop may be failing a last job (its agent is fake) between the reads: read again until they agree,
+    # for up to 30 s (a busy machine's loop may take a while; reads that never agree still fail).
+    deadline = time.monotonic() + 30
+    while True:
         jobs = {j.job_id: j.state for j in stub.ListJobs(pb.ListJobsRequest(), timeout=10).jobs}
         stored = {j.spec.id: j.state.value for j in Store(server.store.path).load().jobs}
-        if stored == jobs:
+        if stored == jobs or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert stored == jobs

@@ -24,6 +24,7 @@ class HungAgent(agent_pb2_grpc.AgentServicer):
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.called = threading.Event()  # a StartTask that hangs has arrived
 
     def Describe(self, request, context):  # noqa: N802
         return agent_pb2.DescribeReply(agent_id="hung", mode="cgroup-v1", hosts=[
@@ -32,25 +33,33 @@ class HungAgent(agent_pb2_grpc.AgentServicer):
     def StartTask(self, request, context):  # noqa: N802
         if request.workload == "bash":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "workload: unknown 'bash'")
+        self.called.set()
         self.release.wait(30)
         return agent_pb2.TaskReply()
 
 
 @pytest.fixture()
-def agent():
-    servicer = HungAgent()
-    with backend_on(servicer) as backend:
+def hung() -> HungAgent:
+    return HungAgent()
+
+
+@pytest.fixture()
+def agent(hung: HungAgent):
+    with backend_on(hung) as backend:
         try:
             yield backend
         finally:
-            servicer.release.set()
+            hung.release.set()
 
 
 def _spec(job: str, workload: str = "dgemm") -> JobSpec:
     return JobSpec(job, 0.0, 1, 1.0, 0.1, 10.0, workload)
 
 
-def test_cutting_off_a_hung_agent_ends_its_call_in_flight_at_once(agent: LiveBackend) -> None:
+def test_cutting_off_a_hung_agent_ends_its_call_in_flight_at_once(agent: LiveBackend, hung: HungAgent) -> None:
+    # One attempt's deadline is 30 s / 3 = 10 s: a call that was not cancelled ends only then, far past the
+    # bound below (it was 0.5 s), which leaves a busy machine seconds to end a cancelled one.
+    agent.rpc_timeout = 30.0
     errors: list[BackendError] = []
 
     def start() -> None:
@@ -61,11 +70,11 @@ def test_cutting_off_a_hung_agent_ends_its_call_in_flight_at_once(agent: LiveBac
 
     thread = threading.Thread(target=start)
     thread.start()
-    time.sleep(0.3)  # the StartTask is in flight (its deadline: 5 s / 3 attempts)
+    assert hung.called.wait(30), "the StartTask never reached the agent"  # it is in flight (10 s deadline)
     t0 = time.monotonic()
     agent.cut_off("hung")
-    thread.join(5.0)
-    assert not thread.is_alive() and time.monotonic() - t0 < 0.5
+    thread.join(8.0)
+    assert not thread.is_alive() and time.monotonic() - t0 < 3.0
     assert len(errors) == 1 and errors[0].unreachable and "hung lost" in str(errors[0])
     with pytest.raises(BackendError, match="agent hung of host 'hung-h0' is lost") as err:
         agent.start(_spec("b"), ["hung-h0"], 1.0)  # and later calls fail without a call

@@ -300,7 +300,7 @@ def test_a_running_jobs_virtual_time_is_its_progress_now_not_at_the_last_decisio
         stub.RegisterAgent(pb.RegisterAgentRequest(address=address, description=agent.Describe(None, None)),
                            timeout=5)
         job = submit(stub, work_seconds=100.0).job_id
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # (against a hang only: each wait below ends once its condition holds)
         while not agent.tasks and time.monotonic() < deadline:
             time.sleep(0.05)
         (task,) = agent.tasks
