@@ -900,7 +900,7 @@ class CoordinatorServer:
             if handle is not None and listening and max(last, handle.last_seen) < deadline:
                 try:
                     self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
-                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
+                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s", unless_stopping=True)
                 except Exception:  # the watch must outlive any one loss: the next agent to die needs it
                     log.exception("declaring agent %s lost failed", agent_id)
 
@@ -919,14 +919,21 @@ class CoordinatorServer:
             self.granted[agent_id] = self.lease_s
         return self.lease_s
 
-    def lose_agent(self, agent_id: str, reason: str) -> list[str]:
+    def lose_agent(self, agent_id: str, reason: str, unless_stopping: bool = False) -> list[str]:
         """Remove the agent, its hosts, and requeue its jobs. The state in memory is changed whole even when the
         store cannot record it (a full disk): its hosts are gone and its jobs pending, so the next agent's loss is
-        handled too, and a restart that finds the agent still stored adopts it and loses it again."""
+        handled too, and a restart that finds the agent still stored adopts it and loses it again.
+        ``unless_stopping`` (the heartbeat watch's): not once this server is stopping, when the agents stopping
+        beside it fall silent (their loss was said, and with a state file recorded, at a clean stop: the restart
+        then requeued jobs whose tasks it could have adopted)."""
+        if unless_stopping and self._stop.is_set():
+            return []
         # First, without the engine lock (the engine loop may hold it through a call to this very agent):
         # its calls fail at once, so the loop lets go and the agent's jobs are requeued now, not in seconds.
         self.backend.cut_off(agent_id)
         with self.engine.lock:
+            if unless_stopping and self._stop.is_set():  # (the stop came while the loop held the lock)
+                return []
             handle = self.backend.agents.get(agent_id)
             if handle is not None:
                 # (a restored agent's heartbeat stamp is a grace in the future, not a sign of life: not its age)
@@ -992,6 +999,11 @@ class CoordinatorServer:
                 # keeps at most a quarter of the CPU, and the API threads the rest (waiting is not counted).
                 window = max(BATCH_WINDOW_S, 3 * (time.thread_time() - busy))
             except Exception as exc:  # the loop must survive a bad event; the error is logged with its trace
+                if self._stop.is_set():
+                    # Stopping: the turn was cut short by what stop() closes (the agents' channels, once the loop
+                    # has had 5 s): said in one line, not as a failure with its traceback (torture review).
+                    log.warning("engine turn cut short by the stop: %s: %s", type(exc).__name__, exc)
+                    break
                 log.exception("engine step failed")
                 self.loop_errors.append(f"{type(exc).__name__}: {exc}")
                 self.loop_error_count += 1

@@ -691,6 +691,50 @@ def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the
     finally:
         server.stop()
 
+def test_a_stopping_coordinator_declares_no_agent_lost_and_says_a_cut_turn_in_one_line(monkeypatch, caplog):
+    """Torture review: at a clean stop, agents stopped beside the coordinator were declared lost (with a state
+    file, recorded: the restart requeued jobs it could have adopted), and an engine turn cut short by the closed
+    channels was logged as "engine step failed" with a traceback."""
+    import logging
+    import threading
+    import time
+
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0)
+    server._ticker = threading.Thread(target=lambda: None)
+    server.start()
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            register(api, hosts=1)
+            api.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
+        server.heartbeats["a0"] = time.monotonic() - 400.0  # silent for 4 intervals: lost at 3, but stopping
+        server._stop.set()
+        server._check_agents()
+        assert "a0" in server.backend.agents and not server.lost
+        assert server.lose_agent("a0", "test", unless_stopping=True) == [] and "a0" in server.backend.agents
+    finally:
+        server._stop.clear()
+        server.stop()
+
+    server = CoordinatorServer(get_policy("greedy"), port=0)
+    turns = threading.Event()
+
+    def step(until: float) -> None:  # a turn under way when the stop comes, which its closing then fails
+        turns.set()
+        if server._stop.wait(5):
+            raise ValueError("Cannot invoke RPC: Channel closed!")
+
+    monkeypatch.setattr(server.engine, "step", step)
+    server.start()
+    assert turns.wait(5)
+    with caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
+        server.stop()
+    said = [r for r in caplog.records if r.name == "vcemu.coordinator" and r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in said] == ["engine turn cut short by the stop: ValueError: Cannot invoke RPC: "
+                                              "Channel closed!"], caplog.text
+    assert not any(r.exc_info for r in said) and server.loop_error_count == 0
+
+
 def test_job_changes_the_state_file_refuses_for_good_do_not_hold_back_the_others(tmp_path, monkeypatch, caplog):
     """Diff review: every unsaved change was written in one transaction, tried again at every later change (4,000
     transitions took 120 s under the engine's lock on a full disk), and a value SQLite refuses for good (not a
