@@ -52,6 +52,10 @@ from coordinator.plan import Action, Defer, Migrate, Move, Pause, Plan, Resume, 
 from coordinator.policies.base import EPS, Policy
 
 log = logging.getLogger("vcemu.engine")
+#: One "stays pending" line per cause per this many wall seconds, later jobs held for it counted in the next: after
+#: a restart on a state file of thousands of jobs, each job placed on a host of an agent not yet heard from logged
+#: a line of its own, 4,337 in one restart (torture review).
+PENDING_SAY_S = 30.0
 
 Listener = Callable[[Transition], None]
 
@@ -197,6 +201,8 @@ class Engine:
         #: jobs whose Start the backend refused as unreachable: the message last logged, and when the Submit
         #: that offers the job again is due (``_failed``)
         self._retrying: dict[str, tuple[str, float]] = {}
+        #: per cause of those refusals: when a job was last logged for it, and how many have not been since
+        self._pending_said: dict[str, tuple[float, int]] = {}
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -780,7 +786,7 @@ class Engine:
             job, now = rec.spec.id, self.backend.now()
             logged, due = self._retrying.get(job, ("", -math.inf))
             if logged != message:
-                log.warning("%s %s; it stays pending", job, message)
+                self._say_pending(job, message)
             if due <= now:
                 due = now + getattr(self.backend, "retry_after", 0.0)
                 self._push(due, "stim", Submit(job))
@@ -788,6 +794,21 @@ class Engine:
             self._ensure_tick()
         else:
             self.requeue(rec.spec.id, f"{message}; requeued")
+
+    def _say_pending(self, job: str, message: str) -> None:
+        """Log that ``job`` stays pending for ``message``: the first job of a cause at once, then at most one line
+        per :data:`PENDING_SAY_S` for it, saying how many other jobs it held meanwhile."""
+        now = time.monotonic()
+        last, quiet = self._pending_said.get(message, (-math.inf, 0))
+        if now - last < PENDING_SAY_S:
+            self._pending_said[message] = (last, quiet + 1)
+            return
+        also = f" (and {quiet} other jobs since the last such line)" if quiet else ""
+        log.warning("%s %s; it stays pending%s", job, message, also)
+        if len(self._pending_said) >= 1000:  # (causes name hosts and agents: bounded, the oldest dropped)
+            del self._pending_said[next(iter(self._pending_said))]
+        self._pending_said.pop(message, None)
+        self._pending_said[message] = (now, 0)
 
     def _fail(self, rec: JobRecord, message: str) -> None:
         if rec.state in (JobState.RUNNING, JobState.PAUSED):

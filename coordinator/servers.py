@@ -325,10 +325,13 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
 
 
 def waiting_lines(server: CoordinatorServer, at_most: int = 10) -> list[str]:
-    """``vcemu up``'s lines, once its agents have registered, for the jobs of its state file that these hosts can
-    never hold (:meth:`~coordinator.engine.Engine.waiting_for_hosts`): at most ``at_most``, then a count."""
+    """``vcemu up``'s lines, once its agents have registered: what a restart took back from its state file, and the
+    jobs of it that these hosts can never hold (:meth:`~coordinator.engine.Engine.waiting_for_hosts`): at most
+    ``at_most``, then a count."""
     waiting = server.engine.waiting_for_hosts()
-    lines = [f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` drops it"
+    restored = getattr(server, "restored_note", None)
+    lines = [f"vcemu up: {restored}"] if restored else []
+    lines += [f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` drops it"
              for job, why in waiting[:at_most]]
     if len(waiting) > at_most:
         lines.append(f"vcemu up: and {len(waiting) - at_most} more jobs of the state file these hosts can never hold")
@@ -407,6 +410,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         return 2
     metrics = f", metrics on http://{args.bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
     print(f"vcemu coordinator listening on {server.address}{metrics}", flush=True)
+    if server.restored_note is not None:
+        print(f"vcemu coordinator: {server.restored_note}", flush=True)
     stop = threading.Event()
     signals_set(stop)
     stop.wait()

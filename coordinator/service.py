@@ -570,6 +570,9 @@ class CoordinatorServer:
             self.closing = False  # (the store is being closed: nothing is written to it any more)
             if reference is not None:  # before the stored agents are added: the first of them is no reference
                 self._set_reference(reference, loaded.reference if loaded is not None else None)
+            #: What a restart took back from the state file, in one line for the operator (``vcemu coordinator``
+            #: and ``up`` print it; it was logged at INFO only, so a restart said nothing of it), or None.
+            self.restored_note: str | None = None
             if loaded is not None:
                 self._restore(loaded)
             if self.store is not None:
@@ -837,9 +840,10 @@ class CoordinatorServer:
             records.append(rec)
         self.engine.restore(records, loaded.transitions)
         self.ids = itertools.count(top + 1)
-        log.info("restored %d jobs (%d unfinished) and %d agents from %s", len(records),
-                 sum(1 for r in records if not r.state.finished), len(loaded.agents), self.store.path if self.store
-                 else "")
+        unfinished = sum(1 for r in records if not r.state.finished)
+        self.restored_note = (f"restored {len(records):,} jobs ({unfinished:,} unfinished) and {len(loaded.agents)} "
+                              f"agents from {self.store.path if self.store else 'the state file'}")
+        log.info("%s", self.restored_note)
 
     # ---- agent health -------------------------------------------------------------------------------
 

@@ -500,6 +500,11 @@ def test_a_restart_starts_over_a_job_left_on_a_host_no_agent_has(tmp_path):
     again = CoordinatorServer(get_policy("greedy"), port=0, state=state, poll_interval=0.05).start()
     try:
         assert [(again.engine.jobs[j].state, again.engine.jobs[j].hosts) for j in ids] == [(JobState.PENDING, ())] * 2
+        # what the restart took back, in the one line `vcemu coordinator` and `up` print (it was logged at INFO only)
+        assert again.restored_note == f"restored 2 jobs (2 unfinished) and 0 agents from {state}"
+        fresh = CoordinatorServer(get_policy("greedy"), port=0)
+        assert fresh.restored_note is None  # (no state file: nothing to say)
+        fresh.stop()
         with grpc.insecure_channel(again.address) as ch:
             api = pb_grpc.CoordinatorStub(ch)
             api.RegisterAgent(pb.RegisterAgentRequest(address=y_address, description=y.Describe(None, None)),
