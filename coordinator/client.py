@@ -125,19 +125,37 @@ class Connection:
     def __exit__(self, *exc: object) -> None:
         self.channel.close()
 
-    def rpc(self, method: str, request, with_call: bool = False):  # type: ignore[no-untyped-def]
-        """Call ``method`` with a 10-s deadline; an RPC error ends the command with one line (exit status 2).
-        ``with_call``: return (reply, call), the call giving the reply's metadata."""
+    def rpc(self, method: str, request, with_call: bool = False, timeout: float = 10.0,  # type: ignore[no-untyped-def]
+            unsure: str | None = None):
+        """Call ``method`` with a ``timeout``-s deadline; an RPC error ends the command with one line (exit status
+        2). ``with_call``: return (reply, call), the call giving the reply's metadata. ``unsure``: a line to add
+        when the call may have been carried out though it failed (the connection closed during it, or its deadline
+        passed): what a submission's user needs to know then (torture review: a batch the coordinator had saved
+        was reported with a hint about a wrong address)."""
         import grpc
 
         call = getattr(self.stub, method)
         try:
             if with_call:
-                return call.with_call(request, timeout=10, metadata=_auth())
-            return call(request, timeout=10, metadata=_auth())
+                return call.with_call(request, timeout=timeout, metadata=_auth())
+            return call(request, timeout=timeout, metadata=_auth())
         except grpc.RpcError as exc:
             message = f"vcemu {self.what}: {exc.code().name}: {exc.details()}"
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in (exc.details() or ""):
+            details = exc.details() or ""
+            # A connection made, then lost during the call: the coordinator killed ("Stream removed"), or stopping
+            # ("Cancelling all calls"); not "failed to connect" (none was made: a TLS mismatch, say)
+            dropped = any(x in details for x in ("Stream removed", "Cancelling all calls")) or (
+                "Socket closed" in details and "failed to connect" not in details)
+            late = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and (dropped or self._connects())
+            if unsure is not None and (dropped or late):
+                message += f"\nvcemu {self.what}: {unsure}"
+            if dropped:
+                message += (f"\nvcemu {self.what}: the connection to {self.address} closed during the call: did the "
+                            "coordinator stop?")
+            elif late:
+                message += (f"\nvcemu {self.what}: {self.address} did not answer within {timeout:g} s: the "
+                            "coordinator is busy, or stopped")
+            elif exc.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
                 message += (f"; nothing listens at {self.address}: is the coordinator running (vcemu up, vcemu "
                             "coordinator)? --coordinator or $VCEMU_COORDINATOR names another address")
             elif exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # a gRPC server without this service: an agent's port?
@@ -308,12 +326,22 @@ def cmd_submit(args: argparse.Namespace) -> int:
         ),
         request_id=args.request_id or "",
     )
+    unsure = ("the coordinator may have taken the job before the call failed: submit again with the same "
+              "--request-id, which makes no second job" if args.request_id else
+              "the coordinator may have taken the job before the call failed (`vcemu jobs` shows it); with "
+              "--request-id, submitting again makes no second job")
     with Connection(args, "submit") as client:
-        job, call = client.rpc("Submit", request, with_call=True)
+        job, call = client.rpc("Submit", request, with_call=True, unsure=unsure)
     print(job.job_id)
     if (KNOWN_METADATA, "true") in (call.trailing_metadata() or ()):
+        differs = [f"{name} {getattr(job.spec, name):g} (not {getattr(request.spec, name):g})"
+                   for name in ("tasks", "cpu_need", "memory", "work_seconds")
+                   if getattr(job.spec, name) != getattr(request.spec, name)]
+        if job.spec.workload != (request.spec.workload or job.spec.workload):
+            differs.append(f"workload {job.spec.workload} (not {request.spec.workload})")
+        also = ("; that job's spec differs from this command's: " + ", ".join(differs)) if differs else ""
         print(f"vcemu submit: request id {args.request_id!r} was seen before: {job.job_id} is the job it made then "
-              "(nothing new was submitted)", file=sys.stderr)
+              f"(nothing new was submitted){also}", file=sys.stderr)
     return 0
 
 
@@ -355,7 +383,12 @@ def _submit_file(args: argparse.Namespace) -> int:
                                                          work_seconds=s.work, workload=s.workload, name=s.id),
                                          request_id=rid) for s, rid in zip(chunk, request_ids[k:k + 1000],
                                                                            strict=True)]
-            reply = client.rpc("SubmitBatch", pb.SubmitBatchRequest(requests=requests))
+            # (a thousand jobs, each committed with fsync, on a busy machine: more than a read's 10 s)
+            unsure = (f"the coordinator may have taken jobs {chunk[0].id} to {chunk[-1].id} (lines "
+                      f"{source.lines.get(chunk[0].id)} to {source.lines.get(chunk[-1].id)}) before the call failed; "
+                      f"{accepted:,} jobs before them were accepted. The same command again submits only the jobs "
+                      "the coordinator does not have (each job's request id)")
+            reply = client.rpc("SubmitBatch", pb.SubmitBatchRequest(requests=requests), timeout=60.0, unsure=unsure)
             for s, r in zip(chunk, reply.results, strict=True):
                 if r.code == 0:
                     accepted += 1

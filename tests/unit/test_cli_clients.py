@@ -251,6 +251,13 @@ def test_jobs_pages_through_a_long_list_and_submit_says_a_request_id_was_seen_be
         assert code == 0 and out.strip() == ids[3]
         assert one_line(err) == (f"vcemu submit: request id 'r3' was seen before: {ids[3]} is the job it made then "
                                  "(nothing new was submitted)")
+        # The same request id with another spec: the job it made is still the answer, and the difference is said
+        # (torture review: it was not).
+        code, out, err = run(["submit", *flags[:-1], "0.02", "--tasks", "2", "--request-id", "r3"], capsys)
+        assert code == 0 and out.strip() == ids[3]
+        assert one_line(err) == (f"vcemu submit: request id 'r3' was seen before: {ids[3]} is the job it made then "
+                                 "(nothing new was submitted); that job's spec differs from this command's: tasks 1 "
+                                 "(not 2), memory 0.01 (not 0.02)")
         code, out, err = run(["jobs", "--coordinator", server.address], capsys)
         assert code == 0, err
         assert [line.split()[0] for line in out.splitlines()[1:]] == ids
@@ -336,3 +343,42 @@ def test_jobs_json_has_both_stretches_and_every_field(env: pytest.MonkeyPatch, c
         assert row[-2:] == ["2.00", "1.33"]  # STRETCH, B.STRETCH
     finally:
         server.stop(0)
+
+
+def test_a_batch_cut_off_during_its_call_says_what_may_have_been_taken_and_that_again_is_safe(
+        tmp_path: Path, env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Torture review: a coordinator killed during a SubmitBatch that it had committed was reported as "cannot
+    connect to ... --coordinator names the coordinator's address", with nothing on what may have been taken or on
+    rerunning the file. A coordinator that stops during the call (here: gRPC's stop, which cancels it)."""
+    import threading
+
+    env.delenv("VCEMU_TOKEN_FILE")
+    arrived = threading.Event()
+
+    class Stopping(pb_grpc.CoordinatorServicer):
+        def SubmitBatch(self, request, context):  # type: ignore[no-untyped-def]
+            arrived.set()
+            time.sleep(5)
+            return pb.SubmitBatchReply()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_CoordinatorServicer_to_server(Stopping(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    stopper = threading.Thread(target=lambda: (arrived.wait(10), server.stop(0)))
+    stopper.start()
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(f'{{"id": "j{k}", "submit_time": 0, "tasks": 1, "cpu_need": 0.1, "memory": 0.01, '
+                            f'"work": 5}}\n' for k in range(3)))
+    try:
+        code, out, err = run(["submit", "--coordinator", f"127.0.0.1:{port}", "--file", str(jobs)], capsys)
+    finally:
+        stopper.join()
+    assert code == 2 and out == "", out
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("vcemu submit: UNAVAILABLE: "), err
+    assert lines[1:] == [
+        "vcemu submit: the coordinator may have taken jobs j0 to j2 (lines 1 to 3) before the call failed; 0 jobs "
+        "before them were accepted. The same command again submits only the jobs the coordinator does not have "
+        "(each job's request id)",
+        f"vcemu submit: the connection to 127.0.0.1:{port} closed during the call: did the coordinator stop?"], err
