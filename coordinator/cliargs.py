@@ -121,7 +121,14 @@ def dash_hint(message: str) -> str:
     m = re.fullmatch(r"argument (--[\w-]+)(?:/[^:]*)?: expected one argument", message)
     if m is None:
         return message
-    return f"{message} (a value that starts with '-' goes as {m.group(1)}=VALUE)"
+    return f"{message} (missing, or a value that starts with '-': give it as {m.group(1)}=VALUE)"
+
+
+class HintingParser(argparse.ArgumentParser):
+    """argparse's parser, its refusals with :func:`dash_hint` (the commands that keep argparse's usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(dash_hint(message))
 
 
 class Parser(argparse.ArgumentParser):

@@ -146,7 +146,8 @@ class Connection:
             # ("Cancelling all calls"); not "failed to connect" (none was made: a TLS mismatch, say)
             dropped = any(x in details for x in ("Stream removed", "Cancelling all calls")) or (
                 "Socket closed" in details and "failed to connect" not in details)
-            late = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and (dropped or self._connects())
+            connects = None if dropped or exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED else self._connects()
+            late = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and (dropped or bool(connects))
             if unsure is not None and (dropped or late):
                 message += f"\nvcemu {self.what}: {unsure}"
             if dropped:
@@ -161,7 +162,7 @@ class Connection:
             elif exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # a gRPC server without this service: an agent's port?
                 message += (f"; {self.address} serves gRPC but not the coordinator's API: is it an agent's port? "
                             "--coordinator or $VCEMU_COORDINATOR names the coordinator's address")
-            elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and not self._connects():
+            elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and connects is False:  # (asked once, above)
                 message += (f"; {self.address} took the connection but never answered: is it a gRPC server? "
                             "--coordinator or $VCEMU_COORDINATOR names the coordinator's address")
             elif exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
@@ -334,11 +335,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         job, call = client.rpc("Submit", request, with_call=True, unsure=unsure)
     print(job.job_id)
     if (KNOWN_METADATA, "true") in (call.trailing_metadata() or ()):
-        differs = [f"{name} {getattr(job.spec, name):g} (not {getattr(request.spec, name):g})"
+        differs = [f"{SUBMIT_FLAGS[name]} {getattr(job.spec, name):g} (not {getattr(request.spec, name):g})"
                    for name in ("tasks", "cpu_need", "memory", "work_seconds")
                    if getattr(job.spec, name) != getattr(request.spec, name)]
         if job.spec.workload != (request.spec.workload or job.spec.workload):
-            differs.append(f"workload {job.spec.workload} (not {request.spec.workload})")
+            differs.append(f"--workload {job.spec.workload} (not {request.spec.workload})")
         also = ("; that job's spec differs from this command's: " + ", ".join(differs)) if differs else ""
         print(f"vcemu submit: request id {args.request_id!r} was seen before: {job.job_id} is the job it made then "
               f"(nothing new was submitted){also}", file=sys.stderr)

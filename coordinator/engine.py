@@ -56,6 +56,8 @@ log = logging.getLogger("vcemu.engine")
 #: a restart on a state file of thousands of jobs, each job placed on a host of an agent not yet heard from logged
 #: a line of its own, 4,337 in one restart (torture review).
 PENDING_SAY_S = 30.0
+#: The wall clock of those lines (a name of its own, for tests to set)
+_wall = time.monotonic
 
 Listener = Callable[[Transition], None]
 
@@ -412,6 +414,8 @@ class Engine:
         horizon = min(until, self.next_timer())
         reports = self.backend.advance(horizon)
         with self.lock:
+            if self._pending_said:
+                self._say_held()
             # Every finished job leaves the state before the policy hears of any: two jobs may end at
             # the same instant, and a plan for the first must not act on the second.
             # Each report is handled whatever another's recording raises (a listener's store write): the backend
@@ -796,19 +800,33 @@ class Engine:
             self.requeue(rec.spec.id, f"{message}; requeued")
 
     def _say_pending(self, job: str, message: str) -> None:
-        """Log that ``job`` stays pending for ``message``: the first job of a cause at once, then at most one line
-        per :data:`PENDING_SAY_S` for it, saying how many other jobs it held meanwhile."""
-        now = time.monotonic()
+        """Log that ``job`` stays pending for ``message``: the first job of a cause at once; the others within
+        :data:`PENDING_SAY_S` of that line are counted, and said in one line once it has passed (:meth:`_say_held`,
+        at a later step)."""
+        now = _wall()
         last, quiet = self._pending_said.get(message, (-math.inf, 0))
         if now - last < PENDING_SAY_S:
             self._pending_said[message] = (last, quiet + 1)
             return
-        also = f" (and {quiet} other jobs since the last such line)" if quiet else ""
-        log.warning("%s %s; it stays pending%s", job, message, also)
+        if quiet:  # (counted, and no step has said them since)
+            log.warning("%d more jobs stay pending for the same cause: %s", quiet, message)
+        log.warning("%s %s; it stays pending", job, message)
         if len(self._pending_said) >= 1000:  # (causes name hosts and agents: bounded, the oldest dropped)
             del self._pending_said[next(iter(self._pending_said))]
-        self._pending_said.pop(message, None)
         self._pending_said[message] = (now, 0)
+
+    def _say_held(self) -> None:
+        """The counts :meth:`_say_pending` kept, each in one line once :data:`PENDING_SAY_S` has passed since its
+        cause's last line; a cause with nothing to say is forgotten then."""
+        now = _wall()
+        for message, (last, quiet) in list(self._pending_said.items()):
+            if now - last < PENDING_SAY_S:
+                continue
+            if quiet:
+                log.warning("%d more jobs stay pending for the same cause: %s", quiet, message)
+                self._pending_said[message] = (now, 0)
+            else:
+                del self._pending_said[message]
 
     def _fail(self, rec: JobRecord, message: str) -> None:
         if rec.state in (JobState.RUNNING, JobState.PAUSED):

@@ -240,7 +240,13 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from node_agent.cli import host_memory_refusal, parse_size
+
     options = _server_options(args)
+    here = args.ray is None  # (a Ray node's memory is not this machine's: the least only)
+    for why in filter(None, (host_memory_refusal(parse_size(m), here) for m in args.mem_per_host or ())):
+        print(f"vcemu up: --mem-per-host: {why}", file=sys.stderr)
+        return 2
     if args.ray is not None:
         from coordinator.backends.ray import run_up
 
@@ -265,11 +271,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     machine = os.cpu_count() or 1  # (the agents refuse it too, but only once the coordinator is up: say it first)
     if args.cpus_per_host is not None and (most := max(float(c) for c in args.cpus_per_host)) > machine:
         print(f"vcemu up: --cpus-per-host: {most:g} cores is more than this machine's {machine}", file=sys.stderr)
-        return 2
-    from node_agent.cli import host_memory_refusal, parse_size
-
-    for why in filter(None, (host_memory_refusal(parse_size(m)) for m in args.mem_per_host or ())):
-        print(f"vcemu up: --mem-per-host: {why}", file=sys.stderr)
         return 2
     with signals_interrupt():
         return _run_local_up(args, options)
@@ -325,13 +326,10 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
 
 
 def waiting_lines(server: CoordinatorServer, at_most: int = 10) -> list[str]:
-    """``vcemu up``'s lines, once its agents have registered: what a restart took back from its state file, and the
-    jobs of it that these hosts can never hold (:meth:`~coordinator.engine.Engine.waiting_for_hosts`): at most
-    ``at_most``, then a count."""
+    """``vcemu up``'s lines, once its agents have registered, for the jobs of its state file that these hosts can
+    never hold (:meth:`~coordinator.engine.Engine.waiting_for_hosts`): at most ``at_most``, then a count."""
     waiting = server.engine.waiting_for_hosts()
-    restored = getattr(server, "restored_note", None)
-    lines = [f"vcemu up: {restored}"] if restored else []
-    lines += [f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` drops it"
+    lines = [f"vcemu up: {job} stays pending: these hosts can never hold it ({why}); `vcemu cancel {job}` drops it"
              for job, why in waiting[:at_most]]
     if len(waiting) > at_most:
         lines.append(f"vcemu up: and {len(waiting) - at_most} more jobs of the state file these hosts can never hold")
@@ -339,7 +337,10 @@ def waiting_lines(server: CoordinatorServer, at_most: int = 10) -> list[str]:
 
 
 def say_waiting(server: CoordinatorServer) -> None:
-    """Print :func:`waiting_lines` on stderr (local ``up`` and ``up --ray``)."""
+    """After ``up``'s "coordinator on" line (local and ``--ray``): what a restart took back from its state file on
+    stdout, as ``vcemu coordinator`` says it, then :func:`waiting_lines` on stderr."""
+    if server.restored_note is not None:
+        print(f"vcemu up: {server.restored_note}", flush=True)
     for line in waiting_lines(server):
         print(line, file=sys.stderr, flush=True)
 

@@ -92,7 +92,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.cliargs import doc_text, usable_out_dir
+from coordinator.cliargs import HintingParser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
@@ -452,7 +452,7 @@ def _parse_floats(text: str, name: str) -> list[float]:
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = HintingParser(
         prog="vcemu sweep", description=doc_text(__doc__.split("\n\n")[0]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="stored cells: ok; error (the cell's own failure: deterministic); timeout (machine-dependent:\n"
@@ -865,6 +865,10 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                 return 1 if missing or not reported else 0
             return _say_outcome(ran, code) or (0 if reported else 1)
     except KeyboardInterrupt:
+        # The cells under way are abandoned: the errors of their killed workers, which nothing will read, are no news.
+        # Ray logged each as "ERROR worker.py -- Unhandled error ... The worker died unexpectedly" after the line
+        # below (it reads this variable when it would log one; CI saw it once on a busy machine).
+        os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
         kept = (f"{len(usable | _stored_keys(ran, code))} of {len(grid)}" if grid  # else: before reading them
                 else str(sum(1 for _ in cells_dir.glob("*.json"))))
         print(f"vcemu sweep: interrupted: {kept} cells stored; run the same command again to resume",

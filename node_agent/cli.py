@@ -38,14 +38,15 @@ def parse_size(text: str) -> int:
 MIN_HOST_MEMORY = 1 << 20
 
 
-def host_memory_refusal(nbytes: int) -> str | None:
+def host_memory_refusal(nbytes: int, here: bool = True) -> str | None:
     """Why an emulated host cannot have ``nbytes`` of memory, or None: at least 1 MiB, and at most this machine's
     physical memory, since a task's arrays are real (100 TiB was taken: jobs given a tenth of it then failed to
-    allocate). Not the sum over hosts: emulated hosts share the machine, as their cores do."""
+    allocate). Not the sum over hosts: emulated hosts share the machine, as their cores do. ``here`` False: a host
+    on another machine (``up --ray``), whose memory this one cannot tell: the least only."""
     machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if nbytes < MIN_HOST_MEMORY:
         return f"less than 1MiB ({nbytes:,} B)"
-    if nbytes > machine:
+    if here and nbytes > machine:
         return f"{nbytes / 2**30:,.1f} GiB is more than this machine's memory ({machine / 2**30:,.1f} GiB)"
     return None
 

@@ -79,7 +79,7 @@ from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
 from coordinator.apc.workloads import cluster, describe, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
-from coordinator.cliargs import doc_text, usable_out_dir
+from coordinator.cliargs import HintingParser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
@@ -655,7 +655,7 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vcemu apc", description=doc_text(__doc__),
+    p = HintingParser(prog="vcemu apc", description=doc_text(__doc__),
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three",
                    help="comma-separated subset of one,two,three (default %(default)s)")

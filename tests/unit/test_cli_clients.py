@@ -256,8 +256,8 @@ def test_jobs_pages_through_a_long_list_and_submit_says_a_request_id_was_seen_be
         code, out, err = run(["submit", *flags[:-1], "0.02", "--tasks", "2", "--request-id", "r3"], capsys)
         assert code == 0 and out.strip() == ids[3]
         assert one_line(err) == (f"vcemu submit: request id 'r3' was seen before: {ids[3]} is the job it made then "
-                                 "(nothing new was submitted); that job's spec differs from this command's: tasks 1 "
-                                 "(not 2), memory 0.01 (not 0.02)")
+                                 "(nothing new was submitted); that job's spec differs from this command's: --tasks 1 "
+                                 "(not 2), --memory 0.01 (not 0.02)")
         code, out, err = run(["jobs", "--coordinator", server.address], capsys)
         assert code == 0, err
         assert [line.split()[0] for line in out.splitlines()[1:]] == ids

@@ -102,6 +102,22 @@ def test_up_says_each_waiting_job_then_a_count() -> None:
     ]
 
 
+def test_up_says_what_a_restart_took_back_on_stdout_as_vcemu_coordinator_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Torture review: the restore line was logged at INFO only; then (diff review) `up` said it on stderr."""
+    from types import SimpleNamespace
+
+    from coordinator.servers import say_waiting
+
+    engine = Engine(get_policy("greedy"), SimBackend(), HOSTS)
+    say_waiting(SimpleNamespace(engine=engine, restored_note="restored 3 jobs (1 unfinished) and 2 agents from "
+                                                             "run.db"))  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert out == "vcemu up: restored 3 jobs (1 unfinished) and 2 agents from run.db\n" and err == ""
+    say_waiting(SimpleNamespace(engine=engine, restored_note=None))  # type: ignore[arg-type]
+    assert capsys.readouterr() == ("", "")
+
+
 class _Unheard(SimBackend):
     """A backend whose every Start is refused as an agent not heard from yet (a restart's restored agents)."""
 
@@ -117,21 +133,29 @@ class _Unheard(SimBackend):
 def test_jobs_held_for_one_cause_log_one_line_per_interval_with_a_count(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """Torture review: after a restart on a state file of thousands of jobs, each job placed on a host of an agent
-    not heard from yet logged a line of its own (4,337 in one restart). The first job of a cause is logged, then
-    one line per PENDING_SAY_S for it, with the count of the others."""
+    not heard from yet logged a line of its own (4,337 in one restart). The first job of a cause is logged; the
+    others within PENDING_SAY_S are counted, and the count is said once that has passed, at a later step."""
     import coordinator.engine as engine_module
 
     clock = [1000.0]
-    monkeypatch.setattr(engine_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(engine_module, "_wall", lambda: clock[0])
     engine = Engine(get_policy("greedy"), _Unheard(), [Host("h0")])
+    cause = "start failed: agent x of host 'h0' has not been heard from; will retry"
     with caplog.at_level(logging.WARNING, logger="vcemu.engine"):
         for k in range(50):
             engine.arrive(JobSpec(id=f"j{k}", submit_time=0.0, tasks=1, cpu_need=0.1, mem=0.01, work=10.0))
         engine.step(until=0.0)
         assert [j.state for j in engine.jobs.values()] == [JobState.PENDING] * 50
+        assert caplog.messages == [f"j0 {cause}; it stays pending"]
+        clock[0] += engine_module.PENDING_SAY_S - 1
+        engine.step(until=0.0)  # (within the interval: nothing more said)
+        assert len(caplog.messages) == 1
+        clock[0] += 1
+        engine.step(until=0.0)  # the interval has passed: the count, once
+        engine.step(until=0.0)
+        assert caplog.messages[1:] == [f"49 more jobs stay pending for the same cause: {cause}"]
         clock[0] += engine_module.PENDING_SAY_S
+        engine.step(until=0.0)  # nothing more held since: the cause is forgotten, and a new job is said at once
         engine.arrive(JobSpec(id="late", submit_time=0.0, tasks=1, cpu_need=0.1, mem=0.01, work=10.0))
         engine.step(until=0.0)
-    cause = "start failed: agent x of host 'h0' has not been heard from; will retry; it stays pending"
-    said = [m for m in caplog.messages if "stays pending" in m]
-    assert said == [f"j0 {cause}", f"late {cause} (and 49 other jobs since the last such line)"], said
+    assert caplog.messages[2:] == [f"late {cause}; it stays pending"]

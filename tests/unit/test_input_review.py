@@ -293,6 +293,7 @@ def test_a_finished_job_an_older_vcemu_took_does_not_block_a_restart(tmp_path: P
     (["agent", "--no-cgroups", "--hosts", "2", "--mem-per-host", "1GiB,100TiB"],
      ("--mem-per-host: 102,400.0 GiB is more than this machine's memory",)),
     (["up", "--mem-per-host", "100TiB"], ("--mem-per-host: 102,400.0 GiB is more than this machine's memory",)),
+    (["up", "--ray", "127.0.0.1:1", "--mem-per-host", "1KiB"], ("--mem-per-host: less than 1MiB (1,024 B)",)),
     (["replay", "trace.swf", "--mem-per-host", "100TiB"], ("--mem-per-host: 102,400.0 GiB is more than",)),
 ])
 def test_agent_and_sweep_flags_the_coordinator_or_the_model_would_refuse_later(
@@ -318,9 +319,14 @@ def test_a_client_at_a_grpc_port_that_is_not_the_coordinators_says_so(capsys: py
         server.stop(0)
 
 
-@pytest.mark.parametrize("argv", [["submit", "--cpu-need", "-inf"], ["agent", "--metrics-port", "-x"]])
+@pytest.mark.parametrize("argv", [["submit", "--cpu-need", "-inf"], ["agent", "--metrics-port", "-x"],
+                                  ["sweep", "--seed", "-x"], ["bench", "load", "--jobs", "-x"]])
 def test_a_value_that_reads_as_a_flag_gets_the_equals_form_as_a_hint(argv: list[str],
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    """argparse said only "expected one argument" for `--cpu-need -inf` (input review, low)."""
-    refused(*run(argv, capsys)[::2], f"argument {argv[1]}: expected one argument",
-            f"a value that starts with '-' goes as {argv[1]}=VALUE")
+    """argparse said only "expected one argument" for `--cpu-need -inf` (input review, low), in the commands with
+    a parser of their own too (diff review)."""
+    flag = argv[-2]
+    code, _, err = run(argv, capsys)
+    last = err.strip().splitlines()[-1]  # (sweep's and bench's parsers print their usage first, as argparse does)
+    refused(code, last, f"argument {flag}: expected one argument",
+            f"(missing, or a value that starts with '-': give it as {flag}=VALUE)")

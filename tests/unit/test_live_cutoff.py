@@ -71,6 +71,12 @@ def test_cutting_off_a_hung_agent_ends_its_call_in_flight_at_once(agent: LiveBac
     thread = threading.Thread(target=start)
     thread.start()
     assert hung.called.wait(30), "the StartTask never reached the agent"  # it is in flight (10 s deadline)
+    # ... and its caller is waiting for it: past the check of `lost` that would cancel it before the wait (the path
+    # under test is cut_off cancelling a call already waited on; without this the check usually did it: diff review)
+    deadline = time.monotonic() + 30
+    while not agent.agents["hung"].calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
     t0 = time.monotonic()
     agent.cut_off("hung")
     thread.join(8.0)
