@@ -656,22 +656,34 @@ def test_a_submission_the_state_file_cannot_take_is_refused_in_one_clear_line(tm
         server.stop()
 
 
-def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the_agents():
-    """Fault-injection review: a coordinator SIGSTOPped for 8 s declared a healthy agent lost as soon as it ran
-    again (no heartbeat had been heard: none could be), and requeued its jobs. A gap in the process's running
-    (the stall ticker's notes) longer than a heartbeat interval is excused; an agent silent for longer is still
-    lost, a heartbeat received since is left alone, and no stamp is moved past now."""
+def watched_with_one_agent() -> CoordinatorServer:
+    """A started coordinator whose agent watch the test drives itself (a heartbeat of 100 s: the watch sleeps 25 s;
+    no stall ticker: the test notes the running itself), with agent a0 registered and heard once."""
     import threading
-    import time
 
-    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0)  # (its watch sleeps 25 s)
-    server._ticker = threading.Thread(target=lambda: None)  # the test notes the running itself
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0)
+    server._ticker = threading.Thread(target=lambda: None)
     server.start()
     try:
         with grpc.insecure_channel(server.address) as ch:
             api = pb_grpc.CoordinatorStub(ch)
             register(api, hosts=1)
             api.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the_agents():
+    """Fault-injection review: a coordinator SIGSTOPped for 8 s declared a healthy agent lost as soon as it ran
+    again (no heartbeat had been heard: none could be), and requeued its jobs. A gap in the process's running
+    (the stall ticker's notes) longer than a heartbeat interval is excused; an agent silent for longer is still
+    lost, a heartbeat received since is left alone, and no stamp is moved past now."""
+    import time
+
+    server = watched_with_one_agent()
+    try:
         now = time.monotonic()
         server.heartbeats["a0"] = now - 400.0  # silent for 4 intervals: lost at 3
         server._ran_at = now - 50.0  # last noted running 50 s ago: less than an interval, no excuse
@@ -704,14 +716,8 @@ def test_a_stopping_coordinator_declares_no_agent_lost_and_says_a_cut_turn_in_on
     import threading
     import time
 
-    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0)
-    server._ticker = threading.Thread(target=lambda: None)
-    server.start()
+    server = watched_with_one_agent()
     try:
-        with grpc.insecure_channel(server.address) as ch:
-            api = pb_grpc.CoordinatorStub(ch)
-            register(api, hosts=1)
-            api.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
         server.heartbeats["a0"] = time.monotonic() - 400.0  # silent for 4 intervals: lost at 3, but stopping
         server._stop.set()
         server._check_agents()
