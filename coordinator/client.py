@@ -159,6 +159,11 @@ class Connection:
             elif exc.code() == grpc.StatusCode.UNAVAILABLE and "Connection refused" in details:
                 message += (f"; nothing listens at {self.address}: is the coordinator running (vcemu up, vcemu "
                             "coordinator)? --coordinator or $VCEMU_COORDINATOR names another address")
+            elif exc.code() == grpc.StatusCode.UNAUTHENTICATED:  # a coordinator started with --token-file
+                message += ("; this coordinator takes calls with its token only: set $VCEMU_TOKEN_FILE to the file "
+                            "it was given as --token-file" if not os.environ.get("VCEMU_TOKEN_FILE") else
+                            f"; $VCEMU_TOKEN_FILE ({os.environ['VCEMU_TOKEN_FILE']}) does not hold the token this "
+                            "coordinator was given as --token-file")
             elif exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # a gRPC server without this service: an agent's port?
                 message += (f"; {self.address} serves gRPC but not the coordinator's API: is it an agent's port? "
                             "--coordinator or $VCEMU_COORDINATOR names the coordinator's address")

@@ -382,3 +382,22 @@ def test_a_batch_cut_off_during_its_call_says_what_may_have_been_taken_and_that_
         "before them were accepted. The same command again submits only the jobs the coordinator does not have "
         "(each job's request id)",
         f"vcemu submit: the connection to 127.0.0.1:{port} closed during the call: did the coordinator stop?"], err
+
+
+def test_a_client_without_the_token_is_told_to_set_the_token_file(
+        tls_server: CoordinatorServer, certs: TlsFiles, env: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Docs review: "UNAUTHENTICATED: authorization: missing or wrong bearer token" said nothing of
+    $VCEMU_TOKEN_FILE, where a missing TLS setup gets a hint."""
+    argv = ["jobs", "--coordinator", tls_server.address, *tls_flags(certs)]
+    env.delenv("VCEMU_TOKEN_FILE")
+    code, _, err = run(argv, capsys)
+    assert code == 2 and one_line(err) == (
+        "vcemu jobs: UNAUTHENTICATED: authorization: missing or wrong bearer token; this coordinator takes calls with "
+        "its token only: set $VCEMU_TOKEN_FILE to the file it was given as --token-file")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-token\n")
+    env.setenv("VCEMU_TOKEN_FILE", str(wrong))
+    code, _, err = run(argv, capsys)
+    assert code == 2 and one_line(err).endswith(
+        f"; $VCEMU_TOKEN_FILE ({wrong}) does not hold the token this coordinator was given as --token-file"), err
