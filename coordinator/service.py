@@ -1007,6 +1007,7 @@ class CoordinatorServer:
                     # Stopping: the turn was cut short by what stop() closes (the agents' channels, once the loop
                     # has had 5 s): said in one line, not as a failure with its traceback (torture review).
                     log.warning("engine turn cut short by the stop: %s: %s", type(exc).__name__, exc)
+                    log.debug("the turn's traceback", exc_info=True)  # (whatever its cause: a bug's trace is kept)
                     break
                 log.exception("engine step failed")
                 self.loop_errors.append(f"{type(exc).__name__}: {exc}")

@@ -719,10 +719,19 @@ def test_a_stopping_coordinator_declares_no_agent_lost_and_says_a_cut_turn_in_on
     server = watched_with_one_agent()
     try:
         server.heartbeats["a0"] = time.monotonic() - 400.0  # silent for 4 intervals: lost at 3, but stopping
-        server._stop.set()
+        # The stop comes while the watch waits for the engine lock (the loop holds it through a turn): checked again
+        # once it has the lock.
+        losing: list[list[str]] = []
+        with server.engine.lock:
+            watch = threading.Thread(target=lambda: losing.append(server.lose_agent("a0", "test",
+                                                                                     unless_stopping=True)))
+            watch.start()
+            time.sleep(0.2)  # (it has cut the agent off and waits for the lock)
+            server._stop.set()
+        watch.join(5)
+        assert losing == [[]] and "a0" in server.backend.agents and not server.lost
         server._check_agents()
         assert "a0" in server.backend.agents and not server.lost
-        assert server.lose_agent("a0", "test", unless_stopping=True) == [] and "a0" in server.backend.agents
     finally:
         server._stop.clear()
         server.stop()
