@@ -59,6 +59,12 @@ PENDING_SAY_S = 30.0
 #: The wall clock of those lines (a name of its own, for tests to set)
 _wall = time.monotonic
 
+
+def _say_count(jobs: int, message: str) -> None:
+    """The line for ``jobs`` held for ``message`` since its cause was last said (``Engine._say_pending``)."""
+    log.warning("%d more jobs stay pending for the same cause: %s", jobs, message)
+
+
 Listener = Callable[[Transition], None]
 
 
@@ -809,7 +815,7 @@ class Engine:
             self._pending_said[message] = (last, quiet + 1)
             return
         if quiet:  # (counted, and no step has said them since)
-            log.warning("%d more jobs stay pending for the same cause: %s", quiet, message)
+            _say_count(quiet, message)
         log.warning("%s %s; it stays pending", job, message)
         if len(self._pending_said) >= 1000:  # (causes name hosts and agents: bounded, the oldest dropped)
             del self._pending_said[next(iter(self._pending_said))]
@@ -823,7 +829,7 @@ class Engine:
             if now - last < PENDING_SAY_S:
                 continue
             if quiet:
-                log.warning("%d more jobs stay pending for the same cause: %s", quiet, message)
+                _say_count(quiet, message)
                 self._pending_said[message] = (now, 0)
             else:
                 del self._pending_said[message]

@@ -904,7 +904,7 @@ class CoordinatorServer:
             if handle is not None and listening and max(last, handle.last_seen) < deadline:
                 try:
                     self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
-                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s", unless_stopping=True)
+                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
                 except Exception:  # the watch must outlive any one loss: the next agent to die needs it
                     log.exception("declaring agent %s lost failed", agent_id)
 
@@ -923,20 +923,20 @@ class CoordinatorServer:
             self.granted[agent_id] = self.lease_s
         return self.lease_s
 
-    def lose_agent(self, agent_id: str, reason: str, unless_stopping: bool = False) -> list[str]:
+    def lose_agent(self, agent_id: str, reason: str) -> list[str]:
         """Remove the agent, its hosts, and requeue its jobs. The state in memory is changed whole even when the
         store cannot record it (a full disk): its hosts are gone and its jobs pending, so the next agent's loss is
         handled too, and a restart that finds the agent still stored adopts it and loses it again.
-        ``unless_stopping`` (the heartbeat watch's): not once this server is stopping, when the agents stopping
-        beside it fall silent (their loss was said, and with a state file recorded, at a clean stop: the restart
-        then requeued jobs whose tasks it could have adopted)."""
-        if unless_stopping and self._stop.is_set():
+        Not once this server is stopping, when the agents stopping beside it fall silent (their loss was said, and
+        with a state file recorded, at a clean stop: the restart then requeued jobs whose tasks it could have
+        adopted)."""
+        if self._stop.is_set():
             return []
         # First, without the engine lock (the engine loop may hold it through a call to this very agent):
         # its calls fail at once, so the loop lets go and the agent's jobs are requeued now, not in seconds.
         self.backend.cut_off(agent_id)
         with self.engine.lock:
-            if unless_stopping and self._stop.is_set():  # (the stop came while the loop held the lock)
+            if self._stop.is_set():  # (the stop came while the loop held the lock)
                 return []
             handle = self.backend.agents.get(agent_id)
             if handle is not None:

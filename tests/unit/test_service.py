@@ -723,8 +723,7 @@ def test_a_stopping_coordinator_declares_no_agent_lost_and_says_a_cut_turn_in_on
         # once it has the lock.
         losing: list[list[str]] = []
         with server.engine.lock:
-            watch = threading.Thread(target=lambda: losing.append(server.lose_agent("a0", "test",
-                                                                                     unless_stopping=True)))
+            watch = threading.Thread(target=lambda: losing.append(server.lose_agent("a0", "test")))
             watch.start()
             time.sleep(0.2)  # (it has cut the agent off and waits for the lock)
             server._stop.set()
