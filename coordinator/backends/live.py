@@ -773,12 +773,11 @@ class LiveBackend:
 
     def progress(self, job: str) -> float:
         with self._lock:
-            tasks = self._tasks.get(job)
-            return min((t.progress for t in tasks), default=0.0) if tasks else 0.0
+            return self.progress_seen(job).get(job, 0.0)
 
     def progresses(self) -> dict[str, float]:
         with self._lock:
-            return {job: min(t.progress for t in tasks) for job, tasks in self._tasks.items() if tasks}
+            return self.progress_seen()
 
     # ---- observing --------------------------------------------------------------------------------
 
