@@ -9,7 +9,13 @@ scale: 1,000 emulated hosts across a few real agent processes (``modeled`` workl
 task), one job per two hosts, under DYNMCB8-PER; reports the control cycle (the periodic Tick: policy
 decision plus applying the plan over gRPC) p50/p99, and the agents' resident memory per emulated host.
 
-Both write JSON (and the config that produced it) under ``--out``; ``--json`` prints the JSON line. Ctrl-C or
+starts: how fast jobs start when every start re-shares its host: N one-task modeled jobs submitted at once
+to a coordinator (greedy by default) with one agent process of a few hosts; reports the seconds until all run,
+and the jobs running at each quarter of that time. A plan's share changes go to a host in one SetShares call,
+where one SetShare per task made the n-th start on a host cost n calls (and an agent's check of each a pass over
+its tasks).
+
+All three write JSON (and the config that produced it) under ``--out``; ``--json`` prints the JSON line. Ctrl-C or
 SIGTERM stops everything a bench started (coordinator, agents, their tasks and work directories, the load's
 client processes) and ends it with one line and exit status 130, as ``vcemu up`` does.
 """
@@ -353,4 +359,81 @@ def _bench_scale(args: argparse.Namespace) -> int:
         return 1
     _write(args.out, "scale", result, vars(args))
     print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
+    return 0
+
+
+def bench_starts_main(argv: list[str]) -> int:
+    """Seconds from submitting --jobs one-task modeled jobs at once until all run, on --hosts hosts of one agent
+    process (no cgroups): under greedy each start re-shares every job on its host."""
+    p = HintingParser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
+    p.add_argument("--jobs", type=_int_at_least(1), default=1000,
+                   help="jobs submitted at once, one task each, modeled (default %(default)s)")
+    p.add_argument("--hosts", type=_int_at_least(1), default=4, help="hosts of the one agent (default %(default)s)")
+    p.add_argument("--policy", type=_policy, default="greedy",
+                   help=f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)")
+    p.add_argument("--cpu-need", type=positive("--cpu-need"), default=0.25,
+                   help="each job's CPU need, a fraction of a host, at most 1 (default %(default)g)")
+    p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
+                   help="give up after this many seconds (default %(default)g)")
+    p.add_argument("--out", default="results/bench-starts",
+                   help="where the result and its config go, starts.json and starts-config.json (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    if args.cpu_need > 1:
+        p.error(f"argument --cpu-need: must be at most 1, got {args.cpu_need:g}")
+    with signals_interrupt():
+        try:
+            return _bench_starts(args)
+        except KeyboardInterrupt:
+            return interrupted("vcemu bench starts: interrupted")
+
+
+def _bench_starts(args: argparse.Namespace) -> int:
+    from coordinator.model import JobState
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+
+    server = CoordinatorServer(get_policy(args.policy), port=0, heartbeat_s=30).start()
+    procs: list[subprocess.Popen] = []
+    samples: list[tuple[float, int]] = []  # (seconds since the submission, jobs running)
+    try:  # the agent (a session of its own, --parent-pid) goes with us whatever stops the bench
+        with open(os.devnull, "wb") as devnull:
+            procs.append(spawn_agent(server.address, args.hosts, "1", "1GiB", f"bench-starts-{os.getpid()}",
+                                     ["--no-cgroups"], devnull))
+        deadline = time.monotonic() + 120
+        while len(server.backend.host_agent) < args.hosts:
+            if time.monotonic() > deadline or procs[0].poll() is not None:
+                raise SystemExit(f"vcemu bench starts: only {len(server.backend.host_agent)} hosts registered")
+            time.sleep(0.2)
+        spec = pb.JobSpec(tasks=1, cpu_need=args.cpu_need, memory=0.5 / args.jobs, work_seconds=1e6,
+                          workload="modeled")
+        requests = [pb.SubmitRequest(spec=spec, request_id=f"starts-{i}") for i in range(args.jobs)]
+        board = server.board  # (read as ``vcemu status`` reads it: a turn that starts many jobs holds the engine)
+        with grpc.insecure_channel(server.address) as ch, \
+                tqdm(total=args.jobs, desc="running", unit="job", disable=_bar_off(args), file=sys.stderr) as bar:
+            stub = pb_grpc.CoordinatorStub(ch)
+            t0 = time.perf_counter()
+            for k in range(0, args.jobs, 1000):
+                stub.SubmitBatch(pb.SubmitBatchRequest(requests=requests[k:k + 1000]), timeout=60)
+            running = 0
+            while running < args.jobs and time.perf_counter() - t0 < args.timeout:
+                time.sleep(0.1)
+                running = board.counts_and_running()[0].get(JobState.RUNNING, 0)
+                samples.append((time.perf_counter() - t0, running))
+                bar.update(running - bar.n)
+    finally:
+        server.stop()
+        stop_agents(procs, timeout=20)
+    seconds, running = samples[-1]
+    result = {"jobs": args.jobs, "hosts": args.hosts, "policy": args.policy, "running": running,
+              "seconds_to_all_running": round(seconds, 2) if running == args.jobs else None,
+              "starts_per_s": round(running / seconds, 1),
+              # jobs running at each quarter of the time: a rate that falls as hosts fill shows here
+              "running_at_quarters": [next(n for t, n in samples if t >= seconds * q / 4) for q in (1, 2, 3)]}
+    _write(args.out, "starts", result, vars(args))
+    print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
+    if running < args.jobs:
+        print(f"vcemu bench starts: error: {running} of {args.jobs} jobs running after {args.timeout:g} s",
+              file=sys.stderr)
+        return 1
     return 0

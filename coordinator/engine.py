@@ -595,9 +595,11 @@ class Engine:
                 continue
             if isinstance(action, Migrate):
                 moved[rec.spec.id] = rec
-        flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
-        for job, error in flush() if flush is not None else []:
-            self._failed(self.jobs[job], f"migrate failed: {error}", error, dropped)
+        flush = getattr(self.backend, "flush", None)  # a live backend sends shares and restarts moved tasks now
+        for job, what, error in flush() if flush is not None else []:
+            rec = jobs[job]
+            if rec.state not in _FINISHED and job not in dropped:
+                self._failed(rec, f"{what} failed: {error}", error, dropped)
         for job, rec in moved.items():  # one migration per job and event, however many tasks moved
             if rec.state is JobState.RUNNING:  # not requeued or failed by a later move or flush
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")

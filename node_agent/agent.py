@@ -531,7 +531,9 @@ class AgentCore:
                 return self._ending_reply(task_id, ending)
             if share is not None and not task.state.finished:
                 claims = task.state in _ACTIVE or share < 0  # a paused task claims CPU only on Resume
-                if claims:
+                # A cut releases CPU (checking it would only refuse a cut on a host over its capacity), and costs
+                # no pass over the host's tasks: a job started on a host of n re-shares the other n - 1 downward.
+                if claims and not (0 <= share <= task.cpu_share):
                     need = task.cpu_share if share < 0 else share
                     self._check_cpu(self.hosts[task.spec.host], need, exclude=task_id)
             action(task)

@@ -91,6 +91,22 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.set_share(
             r.task_id, r.cpu_share))))
 
+    def SetShares(self, r: agent_pb2.SetSharesRequest, context: grpc.ServicerContext) -> agent_pb2.SetSharesReply:
+        """SetShare for each request in turn, each refusal in its own result: one call for a plan's share
+        changes on a host, which one SetShare per task made O(tasks) calls per job started there."""
+        results = []
+        for s in r.shares:
+            try:
+                view = self.core.set_share(s.task_id, s.cpu_share)
+            except AgentError as e:
+                results.append(agent_pb2.SetShareResult(error_code=e.code, error=e.message))
+            except (CgroupError, OSError) as e:
+                log.exception("request failed")
+                results.append(agent_pb2.SetShareResult(error_code="INTERNAL", error=f"agent failure: {e}"))
+            else:
+                results.append(agent_pb2.SetShareResult(task=task_status(view)))
+        return agent_pb2.SetSharesReply(results=results)
+
     def Pause(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.pause(r.task_id))))
 

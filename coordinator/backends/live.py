@@ -15,6 +15,12 @@ policies that never reuse a paused job's memory should run that way.
 
 ``advance`` polls every agent's Status; a job is done when all its tasks are.
 
+A plan's share changes (``set_share``) are queued per host and sent in one SetShares call per host, before the
+next other call to that host (so the agent sees the plan's calls in their order: cuts before the start they make
+room for) and at :meth:`LiveBackend.flush`: a job started on a host of n jobs re-shares all n, which one SetShare
+per task made n calls. A change the agent refuses is sent again alone (SetShare, with :meth:`LiveBackend._call`'s
+rules); its job's failure is the engine's at the flush. An agent without SetShares gets one SetShare per task.
+
 Faults (issue 7): every RPC has a deadline (``rpc_timeout``); idempotent calls are retried with exponential
 backoff and full jitter (a StartTask retry that meets ALREADY_EXISTS found its first attempt done, since
 task ids are never reused). Each poll also reconciles: a task an agent runs that no job here owns (left by a
@@ -88,6 +94,9 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: API) for attempts x RPC_TIMEOUT_S per action before its heartbeats run out and it is declared lost.
 FAST_TIMEOUT_S = 1.0
 SILENT_AFTER_S = 2.0
+#: Largest SetShares request sent, serialized (bytes): under an agent's request limit (64 KiB,
+#: node_agent.server.MAX_MESSAGE_BYTES); more share changes for a host go in several calls.
+SHARES_BATCH_BYTES = 32 << 10
 #: Seconds an agent answers polls while an orphan's Stop there still fails, before that counts as the agent
 #: refusing it (:meth:`LiveBackend._unanswered`): longer than any kill takes.
 UNSTOPPABLE_AFTER_S = 30.0
@@ -115,6 +124,7 @@ class AgentHandle:
     #: _check_heard`), so a burst of jobs cannot each cost a call to a dead address under the engine lock.
     heard: bool = True
     calls: set[grpc.Future] = field(default_factory=set)  # its calls in flight, cancelled by cut_off
+    batches: bool = True  # it takes SetShares (an older agent answers UNIMPLEMENTED: then one SetShare per task)
 
 
 @dataclass
@@ -174,6 +184,10 @@ class LiveBackend:
         self._arrivals: list[tuple[str, int]] = []  # (job, task) moved out, to start at their new host
         #: jobs whose moves, pause or resume a plan's exception cut short: requeued at a poll
         self._interrupted: list[str] = []
+        #: A plan's share changes not sent yet: per host, a request per task in the order made (:meth:`set_share`).
+        self._shares: dict[str, dict[str, agent_pb2.SetShareRequest]] = {}
+        #: (job, error) of the share changes that failed when sent: the engine's at :meth:`flush`.
+        self._share_failures: list[tuple[str, BackendError]] = []
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -291,6 +305,7 @@ class LiveBackend:
             for h in handle.hosts:
                 if self.host_agent.get(h) == agent_id:
                     del self.host_agent[h]
+                    self._shares.pop(h, None)  # its jobs are requeued: nothing to re-share there
             # Its orphans: nothing can be stopped there any more (a poll would drop them too), and the jobs
             # they hold (:meth:`_hold`) are placeable again now.
             self._orphans = [t for t in self._orphans if self.host_agent.get(t.host) is not None]
@@ -386,6 +401,7 @@ class LiveBackend:
         raise AssertionError("unreachable")
 
     def _call(self, host: str, method: str, request: object) -> agent_pb2.TaskReply:
+        self._send_shares(host)  # the plan's share changes there come first, in the order made
         attempts: list[grpc.RpcError] = []
         try:
             return self._retry(getattr(self._stub(host), method), request, host=host, errors=attempts)
@@ -578,15 +594,61 @@ class LiveBackend:
             self._cpu[spec.id] = cpu
 
     def set_share(self, job: str, cpu: float) -> None:
+        """Queue the new share of each of the job's tasks for its host's next SetShares (:meth:`_send_shares`):
+        sent before the next other call to that host, or at :meth:`flush`; a refusal fails the job there."""
         with self._lock:
             self._cpu[job] = cpu
             for t in self._tasks[job]:
                 if not t.saved and t.state != agent_pb2.TASK_STATE_DONE:  # a moving task starts with it
-                    self._set_share(t, cpu)
+                    queued = self._shares.setdefault(t.host, {})
+                    queued.pop(t.task_id, None)  # (a later change goes where it was made)
+                    queued[t.task_id] = agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
 
     def _set_share(self, t: _Task, cpu: float) -> None:
         request = agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
         self._call(t.host, "SetShare", request)
+
+    def _send_shares(self, host: str) -> None:
+        """Send ``host``'s queued share changes in one SetShares call (more above :data:`SHARES_BATCH_BYTES`).
+        Each change the agent refused, and all of them if the call failed otherwise than unanswered or the agent
+        has no SetShares, is sent again alone through :meth:`_call`, whose rules (orphans holding the capacity, a
+        task gone) make of a refusal its job's BackendError. Unanswered, each change gets the unreachable error,
+        as its own SetShare would (the agent has its single short attempts already: no n more). The errors are
+        kept for :meth:`flush`, never raised: the caller's call comes next, and they are other jobs'."""
+        queued = self._shares.pop(host, None)
+        if not queued:
+            return
+        requests = list(queued.values())
+        handle = self.agents.get(self.host_agent.get(host, ""))
+        again = requests
+        if handle is not None and handle.batches and not handle.lost and len(requests) > 1:
+            again = []
+            for chunk in _chunks(requests):
+                try:
+                    reply = self._retry(handle.stub.SetShares, agent_pb2.SetSharesRequest(shares=chunk), host=host)
+                except BackendError as error:  # cut off meanwhile (:func:`_cancellable`)
+                    self._share_failures += [(_job_of(r.task_id), error) for r in chunk]
+                    continue
+                except grpc.RpcError as exc:
+                    if exc.code() in _RETRYABLE:
+                        error = BackendError(f"SetShares on {host}: {_rpc_text(exc)}", True)
+                        self._share_failures += [(_job_of(r.task_id), error) for r in chunk]
+                        continue
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        handle.batches = False
+                        log.info("agent %s has no SetShares (an older agent): one SetShare per task", handle.agent_id)
+                    again += chunk
+                    continue
+                results = list(reply.results)
+                if len(results) != len(chunk):  # not an answer to this request: each is sent alone
+                    again += chunk
+                    continue
+                again += [r for r, result in zip(chunk, results, strict=True) if result.error_code]
+        for request in again:
+            try:
+                self._call(host, "SetShare", request)
+            except BackendError as exc:
+                self._share_failures.append((_job_of(request.task_id), exc))
 
     def pause(self, job: str) -> None:
         with self._lock, self._requeued_if_cut_short(job):
@@ -669,10 +731,11 @@ class LiveBackend:
                     self._arrivals.append((job, task))
             self._persist(job)  # where its tasks are, whichever way it moved
 
-    def flush(self) -> list[tuple[str, BackendError]]:
-        """Second half of the plan's moves: start every moved task at its new host. Returns the
-        (job, error) of the jobs whose task could not be started."""
-        failed: list[tuple[str, BackendError]] = []
+    def flush(self) -> list[tuple[str, str, BackendError]]:
+        """The end of a plan: send the share changes still queued (:meth:`set_share`), and carry out the second
+        half of the plan's moves: start every moved task at its new host. Returns the (job, action, error) of
+        the jobs whose share change (action "setshare") or moved task ("migrate") failed, one per job."""
+        failed: list[tuple[str, str, BackendError]] = []
         with self._lock:
             while self._arrivals:
                 # One at a time, each left queued until it is done: should anything but a BackendError
@@ -685,22 +748,33 @@ class LiveBackend:
                     try:
                         tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
                     except BackendError as exc:
-                        failed.append((job, exc))
+                        failed.append((job, "migrate", exc))
                     self._persist(job)
                 self._arrivals.pop(0)
-        return failed
+            for host in list(self._shares):
+                self._send_shares(host)
+            failures, self._share_failures = self._share_failures, []
+            failed += [(job, "setshare", exc) for job, exc in failures]
+        first: dict[str, tuple[str, str, BackendError]] = {}
+        for f in failed:
+            first.setdefault(f[0], f)
+        return list(first.values())
 
     def abandon_moves(self) -> None:
         """The plan under way ended in an exception (not a BackendError: a failed journal write, say) before
         its moves were all started. Called by the engine. Their tasks are saved, with no process, and whether
         the engine recorded their new hosts depends on where the exception came from, so they are neither
         started by a later plan's :meth:`flush` nor here: the next poll requeues their jobs, which restart
-        from the checkpoints wherever they are placed next."""
+        from the checkpoints wherever they are placed next. The share changes the engine recorded before the
+        exception are sent now (their refusals are the next :meth:`flush`'s), not left until the next plan."""
         with self._lock:
             self._interrupted += [job for job, _ in self._arrivals]
             self._arrivals = []
+            for host in list(self._shares):
+                self._send_shares(host)
 
     def _checkpoint(self, task: _Task) -> float:
+        self._send_shares(task.host)  # (as :meth:`_call` does)
         try:
             reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id),
                                 host=task.host)
@@ -728,6 +802,7 @@ class LiveBackend:
         """Stop a task's process on its agent. ``strict``: raise if that fails (before a restart
         elsewhere, which must not run twice); otherwise keep it to retry at every poll, so a slow or
         unreachable agent never costs the caller the job reports it is carrying."""
+        self._send_shares(task.host)  # (as :meth:`_call` does)
         try:
             reply = self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id), host=task.host)
         except grpc.RpcError as exc:
@@ -991,6 +1066,21 @@ def _never_sent(exc: grpc.RpcError) -> bool:
     details = (exc.details() if hasattr(exc, "details") else "") or ""
     return exc.code() == grpc.StatusCode.UNAVAILABLE and (
         details.startswith("failed to connect to all addresses") or details.startswith("errors resolving"))
+
+
+def _chunks(requests: list[agent_pb2.SetShareRequest]) -> Iterator[list[agent_pb2.SetShareRequest]]:
+    """``requests`` in order, in lists of at most :data:`SHARES_BATCH_BYTES` serialized (each at least one)."""
+    chunk: list[agent_pb2.SetShareRequest] = []
+    size = 0
+    for r in requests:
+        n = r.ByteSize() + 4  # (the repeated field's tag and length)
+        if chunk and size + n > SHARES_BATCH_BYTES:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(r)
+        size += n
+    if chunk:
+        yield chunk
 
 
 def _job_of(task_id: str) -> str:

@@ -79,6 +79,11 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         # StartTask past a host's CPU (the shares of its running tasks) answers FAILED_PRECONDITION, as
         # AgentCore's capacity check does
         self.check_capacity = False
+        self.batches = True  # it has SetShares (False: UNIMPLEMENTED, as an agent from before it answers)
+        self.refuse_share: set[str] = set()  # SetShare of these task ids answers FAILED_PRECONDITION
+        #: The share calls and starts, in order: ("SetShare", (task id,)), ("SetShares", (task ids...)) or
+        #: ("StartTask", (task id,)).
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
 
     def _get(self, task_id: str, context: grpc.ServicerContext) -> agent_pb2.TaskStatus:
         if task_id not in self.tasks:
@@ -92,6 +97,7 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
 
     def StartTask(self, request, context):  # noqa: N802
         self.started.append(request)
+        self.calls.append(("StartTask", (request.task_id,)))
         if self.on_start is not None:
             self.on_start(request)
         if request.host in self.refuse_start_on:
@@ -110,7 +116,27 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         return agent_pb2.TaskReply(task=status)
 
     def SetShare(self, request, context):  # noqa: N802
-        return agent_pb2.TaskReply(task=self._get(request.task_id, context))
+        self.calls.append(("SetShare", (request.task_id,)))
+        return agent_pb2.TaskReply(task=self._set_share(request, context))
+
+    def SetShares(self, request, context):  # noqa: N802
+        self.calls.append(("SetShares", tuple(r.task_id for r in request.shares)))
+        if not self.batches:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        results = []
+        for r in request.shares:
+            try:
+                results.append(agent_pb2.SetShareResult(task=self._set_share(r, _OneRequest())))
+            except _Refused as refusal:
+                results.append(agent_pb2.SetShareResult(error_code=refusal.code.name, error=refusal.details))
+        return agent_pb2.SetSharesReply(results=results)
+
+    def _set_share(self, request, context) -> agent_pb2.TaskStatus:
+        status = self._get(request.task_id, context)
+        if request.task_id in self.refuse_share:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"cpu_share: refused for {request.task_id}")
+        status.cpu_share = request.cpu_share
+        return status
 
     def Pause(self, request, context):  # noqa: N802
         return agent_pb2.TaskReply(task=self._get(request.task_id, context))
@@ -143,3 +169,16 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
 
     def finish(self, task_id: str) -> None:
         self.set(task_id, 1.0, agent_pb2.TASK_STATE_DONE)
+
+
+class _Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class _OneRequest:
+    """The context of one request of a SetShares: a refusal becomes that request's result, not the call's."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Refused(code, details)

@@ -44,6 +44,11 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     (bench_ops.bench_scale_main, ["--cycles", "0"], "vcemu bench scale: error: argument --cycles: must be >= 1"),
     # no job: no control cycle ever came, and the bench waited about 10 min for one (diff review)
     (bench_ops.bench_scale_main, ["--jobs", "0"], "vcemu bench scale: error: argument --jobs: must be >= 1"),
+    (bench_ops.bench_starts_main, ["--jobs", "0"], "vcemu bench starts: error: argument --jobs: must be >= 1"),
+    (bench_ops.bench_starts_main, ["--hosts", "0"], "vcemu bench starts: error: argument --hosts: must be >= 1"),
+    (bench_ops.bench_starts_main, ["--cpu-need", "1.5"],
+     "vcemu bench starts: error: argument --cpu-need: must be at most 1, got 1.5"),
+    (bench_ops.bench_starts_main, ["--policy", "bogus"], "vcemu bench starts: error: argument --policy: unknown"),
     (bench.cpu_share_main, ["--seconds", "0"], "vcemu bench cpu-share: error: argument --seconds: must be > 0"),
     (bench.cpu_share_main, ["--seconds", "-1"], "vcemu bench cpu-share: error: argument --seconds: must be > 0"),
 ])
