@@ -415,8 +415,7 @@ def _bench_starts(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             for k in range(0, args.jobs, 1000):
                 stub.SubmitBatch(pb.SubmitBatchRequest(requests=requests[k:k + 1000]), timeout=60)
-            running = 0
-            while running < args.jobs and time.perf_counter() - t0 < args.timeout:
+            while not samples or (samples[-1][1] < args.jobs and samples[-1][0] < args.timeout):
                 time.sleep(0.1)
                 running = board.counts_and_running()[0].get(JobState.RUNNING, 0)
                 samples.append((time.perf_counter() - t0, running))

@@ -580,10 +580,21 @@ class Engine:
         moved: dict[str, JobRecord] = {}
         jobs = self.jobs
         dropped: set[str] = set()  # jobs failed or requeued earlier in this plan: their other actions lapse
+        # A backend that sends share changes in batches (live: one call per host) queues each SetShare; the run of
+        # them is sent before the plan's next other action, and each recorded once sent (:meth:`_shares_sent`).
+        send = getattr(self.backend, "send_shares", None)
+        held: list[tuple[JobRecord, float]] = []
         for action in self._ordered(plan) if ordered is None else ordered:
             rec = jobs[action.job]
             if rec.state in _FINISHED or action.job in dropped:
                 continue
+            if send is not None:
+                if type(action) is SetShare:
+                    self.backend.set_share(action.job, action.cpu)
+                    held.append((rec, action.cpu))
+                    continue
+                if held:
+                    self._shares_sent(send(), held, dropped)
             if type(action) is Move:
                 if self._move(rec, action.hosts, dropped):
                     moved[rec.spec.id] = rec
@@ -595,11 +606,11 @@ class Engine:
                 continue
             if isinstance(action, Migrate):
                 moved[rec.spec.id] = rec
-        flush = getattr(self.backend, "flush", None)  # a live backend sends shares and restarts moved tasks now
-        for job, what, error in flush() if flush is not None else []:
-            rec = jobs[job]
-            if rec.state not in _FINISHED and job not in dropped:
-                self._failed(rec, f"{what} failed: {error}", error, dropped)
+        if held:
+            self._shares_sent(send(), held, dropped)  # type: ignore[misc]
+        flush = getattr(self.backend, "flush", None)  # a live backend restarts moved tasks now
+        for job, error in flush() if flush is not None else []:
+            self._failed(self.jobs[job], f"migrate failed: {error}", error, dropped)
         for job, rec in moved.items():  # one migration per job and event, however many tasks moved
             if rec.state is JobState.RUNNING:  # not requeued or failed by a later move or flush
                 self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, rec.cpu, "migrate")
@@ -680,6 +691,22 @@ class Engine:
         elif kind is Defer:
             rec.attempts += 1
             self._push(action.until, "stim", Tick(action.job))
+
+    def _shares_sent(self, failures: list[tuple[str, BackendError]], held: list[tuple[JobRecord, float]],
+                     dropped: set[str]) -> None:
+        """The held SetShare actions were sent (``send_shares``): record each job's new share as :meth:`_apply_one`
+        does, after its agent took it, or fail or requeue the job whose change failed, as a SetShare refused at once
+        would (before the plan's next action: a refused cut's job is stopped before the start it made room for)."""
+        failed = dict(failures)
+        for rec, cpu in held:
+            job = rec.spec.id
+            exc = failed.get(job)
+            if exc is not None:
+                self._failed(rec, f"setshare failed: {exc}", exc, dropped)
+            else:
+                rec.cpu = cpu
+                self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, cpu, "share")
+        held.clear()
 
     def _check(self, plan: Plan, ordered: list[Action] | None = None,
                running_jobs: dict[str, JobRecord] | None = None) -> None:

@@ -44,9 +44,11 @@ class Backend(Protocol):
 
     - ``paused_progress_fixed = True``: a paused job's progress cannot change, so snapshots need not read it
       (the simulator; default False: a live agent may report a paused job's progress late);
-    - ``flush() -> [(job, action, BackendError)]``: start the tasks a plan's moves stopped, after the whole plan
-      is applied (live: checkpoint and stop first, restart after, so that a host is never over-subscribed), and
-      send what the backend deferred (live: share changes, one call per host); ``action`` names what failed;
+    - ``flush() -> [(job, BackendError)]``: start the tasks a plan's moves stopped, after the whole plan is
+      applied (live: checkpoint and stop first, restart after, so that a host is never over-subscribed);
+    - ``send_shares() -> [(job, BackendError)]``: ``set_share`` only queues the change; this sends the queued ones
+      (live: one call per host), after a run of a plan's SetShare actions and before its next other action. The
+      engine records a change once it is sent, and fails or requeues the jobs returned;
     - ``abandon_moves()``: a plan failed part way (not a BackendError): forget the moves not yet flushed;
     - ``retry_after`` (model seconds, default 0): how long to wait before offering again a job whose Start
       could not reach its agent."""

@@ -15,11 +15,13 @@ policies that never reuse a paused job's memory should run that way.
 
 ``advance`` polls every agent's Status; a job is done when all its tasks are.
 
-A plan's share changes (``set_share``) are queued per host and sent in one SetShares call per host, before the
-next other call to that host (so the agent sees the plan's calls in their order: cuts before the start they make
-room for) and at :meth:`LiveBackend.flush`: a job started on a host of n jobs re-shares all n, which one SetShare
-per task made n calls. A change the agent refuses is sent again alone (SetShare, with :meth:`LiveBackend._call`'s
-rules); its job's failure is the engine's at the flush. An agent without SetShares gets one SetShare per task.
+A plan's share changes (``set_share``) are queued, and :meth:`LiveBackend.send_shares` sends them in one SetShares
+call per host: the engine calls it after a run of a plan's SetShare actions, before the plan's next other action
+(so an agent sees a plan's calls in their order: the cuts before the start they make room for, and a refused
+cut's job failed, and stopped, before that start), and records each change only once its agent has taken it. A
+job started on a host of n jobs re-shares all n, which one SetShare per task made n calls. A change the agent
+refuses is sent again alone (SetShare, with :meth:`LiveBackend._call`'s rules), so its job fails or is requeued as
+before. An agent without SetShares gets one SetShare per task.
 
 Faults (issue 7): every RPC has a deadline (``rpc_timeout``); idempotent calls are retried with exponential
 backoff and full jitter (a StartTask retry that meets ALREADY_EXISTS found its first attempt done, since
@@ -184,10 +186,11 @@ class LiveBackend:
         self._arrivals: list[tuple[str, int]] = []  # (job, task) moved out, to start at their new host
         #: jobs whose moves, pause or resume a plan's exception cut short: requeued at a poll
         self._interrupted: list[str] = []
-        #: A plan's share changes not sent yet: per host, a request per task in the order made (:meth:`set_share`).
+        #: A plan's share changes not sent yet (:meth:`set_share`): per host, a request per task in the order made;
+        #: and each job's new share, taken as the job's once sent (:meth:`send_shares`).
         self._shares: dict[str, dict[str, agent_pb2.SetShareRequest]] = {}
-        #: (job, error) of the share changes that failed when sent: the engine's at :meth:`flush`.
-        self._share_failures: list[tuple[str, BackendError]] = []
+        self._share_cpu: dict[str, float] = {}
+        self._share_failures: list[tuple[str, BackendError]] = []  # (job, error) of the changes being sent
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -305,7 +308,7 @@ class LiveBackend:
             for h in handle.hosts:
                 if self.host_agent.get(h) == agent_id:
                     del self.host_agent[h]
-                    self._shares.pop(h, None)  # its jobs are requeued: nothing to re-share there
+                    self._shares.pop(h, None)  # (the engine removes a host between plans: nothing is queued)
             # Its orphans: nothing can be stopped there any more (a poll would drop them too), and the jobs
             # they hold (:meth:`_hold`) are placeable again now.
             self._orphans = [t for t in self._orphans if self.host_agent.get(t.host) is not None]
@@ -401,7 +404,6 @@ class LiveBackend:
         raise AssertionError("unreachable")
 
     def _call(self, host: str, method: str, request: object) -> agent_pb2.TaskReply:
-        self._send_shares(host)  # the plan's share changes there come first, in the order made
         attempts: list[grpc.RpcError] = []
         try:
             return self._retry(getattr(self._stub(host), method), request, host=host, errors=attempts)
@@ -594,10 +596,11 @@ class LiveBackend:
             self._cpu[spec.id] = cpu
 
     def set_share(self, job: str, cpu: float) -> None:
-        """Queue the new share of each of the job's tasks for its host's next SetShares (:meth:`_send_shares`):
-        sent before the next other call to that host, or at :meth:`flush`; a refusal fails the job there."""
+        """Queue the new share of each of the job's tasks for :meth:`send_shares`, which the engine calls before
+        the plan's next other action (a job with no task to re-share, all of them moving or done, takes the share
+        then too: its moved tasks start with it)."""
         with self._lock:
-            self._cpu[job] = cpu
+            self._share_cpu[job] = cpu
             for t in self._tasks[job]:
                 if not t.saved and t.state != agent_pb2.TASK_STATE_DONE:  # a moving task starts with it
                     queued = self._shares.setdefault(t.host, {})
@@ -608,13 +611,28 @@ class LiveBackend:
         request = agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
         self._call(t.host, "SetShare", request)
 
+    def send_shares(self) -> list[tuple[str, BackendError]]:
+        """Send the queued share changes, one SetShares call per host (:meth:`_send_shares`); returns the (job,
+        error) of the jobs a change of which failed, one per job. The others' shares are theirs now."""
+        with self._lock:
+            for host in list(self._shares):
+                self._send_shares(host)
+            failed: dict[str, BackendError] = {}
+            for job, exc in self._share_failures:
+                failed.setdefault(job, exc)
+            for job, cpu in self._share_cpu.items():
+                if job not in failed:
+                    self._cpu[job] = cpu
+            self._share_failures, self._share_cpu = [], {}
+            return list(failed.items())
+
     def _send_shares(self, host: str) -> None:
         """Send ``host``'s queued share changes in one SetShares call (more above :data:`SHARES_BATCH_BYTES`).
         Each change the agent refused, and all of them if the call failed otherwise than unanswered or the agent
         has no SetShares, is sent again alone through :meth:`_call`, whose rules (orphans holding the capacity, a
         task gone) make of a refusal its job's BackendError. Unanswered, each change gets the unreachable error,
-        as its own SetShare would (the agent has its single short attempts already: no n more). The errors are
-        kept for :meth:`flush`, never raised: the caller's call comes next, and they are other jobs'."""
+        as its own SetShare would (the agent has its single short attempts already: no n more). The errors go to
+        ``_share_failures``."""
         queued = self._shares.pop(host, None)
         if not queued:
             return
@@ -731,11 +749,10 @@ class LiveBackend:
                     self._arrivals.append((job, task))
             self._persist(job)  # where its tasks are, whichever way it moved
 
-    def flush(self) -> list[tuple[str, str, BackendError]]:
-        """The end of a plan: send the share changes still queued (:meth:`set_share`), and carry out the second
-        half of the plan's moves: start every moved task at its new host. Returns the (job, action, error) of
-        the jobs whose share change (action "setshare") or moved task ("migrate") failed, one per job."""
-        failed: list[tuple[str, str, BackendError]] = []
+    def flush(self) -> list[tuple[str, BackendError]]:
+        """Second half of the plan's moves: start every moved task at its new host. Returns the
+        (job, error) of the jobs whose task could not be started."""
+        failed: list[tuple[str, BackendError]] = []
         with self._lock:
             while self._arrivals:
                 # One at a time, each left queued until it is done: should anything but a BackendError
@@ -748,33 +765,24 @@ class LiveBackend:
                     try:
                         tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
                     except BackendError as exc:
-                        failed.append((job, "migrate", exc))
+                        failed.append((job, exc))
                     self._persist(job)
                 self._arrivals.pop(0)
-            for host in list(self._shares):
-                self._send_shares(host)
-            failures, self._share_failures = self._share_failures, []
-            failed += [(job, "setshare", exc) for job, exc in failures]
-        first: dict[str, tuple[str, str, BackendError]] = {}
-        for f in failed:
-            first.setdefault(f[0], f)
-        return list(first.values())
+        return failed
 
     def abandon_moves(self) -> None:
         """The plan under way ended in an exception (not a BackendError: a failed journal write, say) before
         its moves were all started. Called by the engine. Their tasks are saved, with no process, and whether
         the engine recorded their new hosts depends on where the exception came from, so they are neither
         started by a later plan's :meth:`flush` nor here: the next poll requeues their jobs, which restart
-        from the checkpoints wherever they are placed next. The share changes the engine recorded before the
-        exception are sent now (their refusals are the next :meth:`flush`'s), not left until the next plan."""
+        from the checkpoints wherever they are placed next. Share changes not sent yet are dropped: the engine
+        records a change once sent (:meth:`send_shares`), so their jobs keep the shares it has for them."""
         with self._lock:
             self._interrupted += [job for job, _ in self._arrivals]
             self._arrivals = []
-            for host in list(self._shares):
-                self._send_shares(host)
+            self._shares, self._share_cpu = {}, {}
 
     def _checkpoint(self, task: _Task) -> float:
-        self._send_shares(task.host)  # (as :meth:`_call` does)
         try:
             reply = self._retry(self._stub(task.host).Checkpoint, agent_pb2.TaskRef(task_id=task.task_id),
                                 host=task.host)
@@ -802,7 +810,6 @@ class LiveBackend:
         """Stop a task's process on its agent. ``strict``: raise if that fails (before a restart
         elsewhere, which must not run twice); otherwise keep it to retry at every poll, so a slow or
         unreachable agent never costs the caller the job reports it is carrying."""
-        self._send_shares(task.host)  # (as :meth:`_call` does)
         try:
             reply = self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id), host=task.host)
         except grpc.RpcError as exc:

@@ -62,7 +62,9 @@ def one_checked_host() -> Iterator[tuple[TableAgent, LiveBackend, Engine]]:
     """Agent x with host h0, checking capacity at StartTask as the real agent does; its backend and engine."""
     x = TableAgent("x", ("h0",))
     x.check_capacity = True
-    with backend_on(x, rpc_timeout=1.0) as backend:
+    # (no call of these tests is meant to time out: the default deadline, so that a busy machine's slow answer
+    # is not taken for a silent agent; at 1 s, 0.33 s an attempt, one failed a unit run beside other tests)
+    with backend_on(x) as backend:
         yield x, backend, engine_on(backend)
 
 

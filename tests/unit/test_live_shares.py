@@ -15,7 +15,6 @@ import pytest
 from coordinator.backends import live
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine
-from coordinator.metrics import Transition
 from coordinator.model import JobSpec, JobState
 from coordinator.plan import Plan, SetShare, Start
 from node_agent.agent import AgentCore, HostSpec
@@ -176,19 +175,39 @@ def test_the_real_agent_takes_a_cut_without_a_pass_over_its_hosts_tasks(
     assert (core.task("a").cpu_share, core.task("b").cpu_share) == (0.2, 0.8)
 
 
-def test_share_changes_of_a_plan_an_exception_ends_are_sent_at_once() -> None:
-    """The engine recorded them before the exception (a listener's store write failing on a later action):
-    the agent gets them now, not at whatever plan comes next."""
+def test_a_refused_cut_stops_its_job_before_the_start_it_made_room_for() -> None:
+    """The plan's cuts are sent, and a refused one's job failed (its task stopped), before the start: that job's
+    CPU is free for it, as when each SetShare was refused at once. (Sending the cuts before the StartTask and
+    failing the job only at the plan's end left its task at its old share, and the start was refused too.)"""
     agent = TableAgent("x", ("h0", "h1"))
+    agent.refuse_share = {"a/0"}
     with three_on_h0(agent) as (_, engine):
         engine.arrive(job("d"))
+        engine.apply(Plan((*(SetShare(name, 0.25) for name in "abc"), Start("d", ("h0",), 0.25))))
+        assert engine.jobs["a"].state is JobState.FAILED, engine.jobs["a"].message
+        assert {j: engine.jobs[j].state for j in "bcd"} == dict.fromkeys("bcd", JobState.RUNNING), \
+            engine.jobs["d"].message
+        assert agent.calls[:2] == [("SetShares", ("a/0", "b/0", "c/0")), ("SetShare", ("a/0",))]
+        assert agent.calls[-1] == ("StartTask", ("d/0",)) and "a/0" not in agent.tasks
 
-        def store_down(t: Transition) -> None:
-            if t.job == "d":
-                raise OSError("disk full")
 
-        engine.listeners.append(store_down)
-        with pytest.raises(OSError):
-            engine.apply(Plan((SetShare("a", 0.25), SetShare("b", 0.25), Start("d", ("h1",), 0.25))))
-        assert agent.calls == [("StartTask", ("d/0",)), ("SetShares", ("a/0", "b/0"))]
-        assert [agent.tasks[f"{j}/0"].cpu_share for j in "ab"] == [0.25, 0.25]
+def test_a_share_change_is_recorded_once_its_agent_took_it() -> None:
+    """The engine's record of a share (its history, the state file) follows the agent's SetShares, as it followed
+    each SetShare: a crash between the two leaves the record behind the agent, never ahead of it."""
+    agent = TableAgent("x", ("h0", "h1"))
+    with three_on_h0(agent) as (_, engine):
+        seen: list[tuple[str, float]] = []
+        engine.listeners.append(lambda t: seen.append((t.job, agent.tasks[f"{t.job}/0"].cpu_share)))
+        engine.apply(Plan(tuple(SetShare(name, 0.25) for name in "abc")))
+        assert seen == [("a", 0.25), ("b", 0.25), ("c", 0.25)]
+
+
+def test_share_changes_queued_when_an_exception_ends_the_plan_are_dropped() -> None:
+    """Not sent, so not recorded: the engine keeps the shares it has for those jobs, and so does the agent."""
+    agent = TableAgent("x", ("h0", "h1"))
+    with three_on_h0(agent) as (backend, engine):
+        backend.set_share("a", 0.25)
+        backend.abandon_moves()  # (what the engine calls when a plan ends in an exception)
+        assert backend.send_shares() == [] and agent.calls == []
+        assert agent.tasks["a/0"].cpu_share == pytest.approx(1 / 3)
+        assert engine.jobs["a"].cpu == pytest.approx(1 / 3)
