@@ -57,12 +57,14 @@ def test_agent_loss_is_still_detected_after_a_store_write_failed(tmp_path: Path)
             setattr(store, name, failing)
         registrars[0].stop()
         agents[0].stop()
-        wait_until("agent la to be declared lost", lambda: "pytest-la" not in server.backend.agents)
-        assert server._watch.is_alive(), "the agent watch died on the store's error"
         job = on["la-h0"]
         # Requeued, and (the job changes kept in memory while the file is full) placed again by GREEDY beside
-        # another job, or still pending: anywhere but on the lost host.
-        assert any((t.job, t.src, t.dst) == (job, "running", "pending") for t in server.engine.history.transitions)
+        # another job, or still pending: anywhere but on the lost host. (The agent leaves the backend before the
+        # engine requeues its jobs, both under the engine lock: waiting for the first alone raced the second.)
+        wait_until("agent la to be declared lost and its job requeued", lambda: "pytest-la" not in server.backend.agents
+                   and any((t.job, t.src, t.dst) == (job, "running", "pending")
+                           for t in list(server.engine.history.transitions)))
+        assert server._watch.is_alive(), "the agent watch died on the store's error"
         assert "la-h0" not in where()[job][1], where()
         full["on"] = False  # room again
         wait_until("the changes the full disk held back to be written", lambda: not server.unsaved)
@@ -70,7 +72,8 @@ def test_agent_loss_is_still_detected_after_a_store_write_failed(tmp_path: Path)
         # Later agent lb dies: it must be declared lost too, and its job requeued.
         registrars[1].stop()
         agents[1].stop()
-        wait_until("agent lb to be declared lost", lambda: "pytest-lb" not in server.backend.agents)
+        wait_until("agent lb to be declared lost, its host gone and the loss counted",  # (all three: see above)
+                   lambda: "pytest-lb" not in server.backend.agents and server.metrics.agents_lost._value.get() == 2)
         assert "lb-h0" not in {h.name for h in server.engine.hosts}
         assert where()[on["lb-h0"]][1] in ((), ("lc-h0",)), where()
         assert server.metrics.agents_lost._value.get() == 2
