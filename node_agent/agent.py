@@ -47,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import psutil
@@ -144,6 +144,8 @@ class AgentCore:
         self._ended = {s: 0 for s in State if s.finished}
         self._unended: set[str] = set()
         self._lock = threading.Lock()
+        #: While :meth:`set_shares` runs: the CPU share in use on each host it has checked (``_check_cpu``).
+        self._used: dict[str, float] | None = None
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
         #: The lease (see :meth:`renew_lease`): its length, and the time.monotonic() it runs out at (None: no lease).
@@ -317,6 +319,29 @@ class AgentCore:
     def set_share(self, task_id: str, cpu_share: float) -> TaskView:
         _check_fraction("cpu_share", cpu_share)
         return self._apply(task_id, lambda t: t.set_share(cpu_share), share=cpu_share)
+
+    def set_shares(self, shares: Sequence[tuple[str, float]]) -> list[TaskView | Exception]:
+        """:meth:`set_share` for each (task id, share) in turn, under one hold of the lock; each result is the task's
+        view, or the AgentError (or cgroup or OS error) that request alone would have raised. A raise is checked
+        against its host's CPU in use summed once for the batch and kept up to date as it goes: a pass over the
+        host's tasks per raise made the raises after a job ended on a host of n tasks n passes (249 raises beside
+        1,000 tasks: 93 ms)."""
+        results: list[TaskView | Exception] = []
+        with self._lock:
+            self._used = {}
+            try:
+                for task_id, share in shares:
+                    try:
+                        _check_fraction("cpu_share", share)
+                        results.append(self._apply_locked(task_id, lambda t, s=share: t.set_share(s), share=share))
+                    except AgentError as e:
+                        results.append(e)
+                    except (CgroupError, OSError) as e:
+                        self._used = {}  # (a change may have been half made: sums again)
+                        results.append(e)
+            finally:
+                self._used = None
+        return results
 
     def set_load(self, task_id: str, rate_rps: float) -> TaskView:
         """Change a transactional task's request arrival rate."""
@@ -526,18 +551,29 @@ class AgentCore:
         """Run ``action`` on a task; if it (re)claims CPU (``share``: a new share, or -1 for the task's
         current one on Resume), check the host's capacity first."""
         with self._lock:
-            task = self._task(task_id)
-            if (ending := self._ending.get(task_id)) is not None:
-                return self._ending_reply(task_id, ending)
-            if share is not None and not task.state.finished:
-                claims = task.state in _ACTIVE or share < 0  # a paused task claims CPU only on Resume
-                # A cut releases CPU (checking it would only refuse a cut on a host over its capacity), and costs
-                # no pass over the host's tasks: a job started on a host of n re-shares the other n - 1 downward.
-                if claims and not (0 <= share <= task.cpu_share):
-                    need = task.cpu_share if share < 0 else share
-                    self._check_cpu(self.hosts[task.spec.host], need, exclude=task_id)
-            action(task)
-            return task.view()
+            return self._apply_locked(task_id, action, share)
+
+    def _apply_locked(self, task_id: str, action: Callable[[Task], None], share: float | None = None) -> TaskView:
+        task = self._task(task_id)
+        if (ending := self._ending.get(task_id)) is not None:
+            return self._ending_reply(task_id, ending)
+        if share is not None and not task.state.finished:
+            claims = task.state in _ACTIVE or share < 0  # a paused task claims CPU only on Resume
+            # A cut releases CPU (checking it would only refuse a cut on a host over its capacity), and costs
+            # no pass over the host's tasks: a job started on a host of n re-shares the other n - 1 downward.
+            if claims and not (0 <= share <= task.cpu_share):
+                need = task.cpu_share if share < 0 else share
+                self._check_cpu(self.hosts[task.spec.host], need, exclude=task)
+        before = task.state, task.cpu_share
+        action(task)
+        used, host = self._used, task.spec.host
+        if used is not None and host in used:  # (a batch's sum: kept, or summed again at its next check)
+            if task.state is before[0]:
+                if task.state in _ACTIVE:
+                    used[host] += task.cpu_share - before[1]
+            else:
+                del used[host]
+        return task.view()
 
     @staticmethod
     def _ending_reply(task_id: str, ending: _Ending) -> TaskView:
@@ -595,8 +631,15 @@ class AgentCore:
 
         threading.Thread(target=end, name=f"end-{task_id}", daemon=True).start()
 
-    def _check_cpu(self, h: HostSpec, share: float, exclude: str | None) -> None:
-        used = sum(t.cpu_share for t in self._live(h.name) if t.state in _ACTIVE and t.spec.task_id != exclude)
+    def _check_cpu(self, h: HostSpec, share: float, exclude: Task | ModeledTask | None) -> None:
+        if self._used is None:
+            used = sum(t.cpu_share for t in self._live(h.name) if t.state in _ACTIVE and t is not exclude)
+        else:  # a batch (:meth:`set_shares`): the host's sum, made once
+            total = self._used.get(h.name)
+            if total is None:
+                total = self._used[h.name] = sum(t.cpu_share for t in self._live(h.name) if t.state in _ACTIVE)
+            # (the task whose request this is: unfinished and not ending, so among the host's live tasks)
+            used = total - (exclude.cpu_share if exclude is not None and exclude.state in _ACTIVE else 0.0)
         if used + share > 1.0 + SHARE_EPS:
             raise AgentError("FAILED_PRECONDITION", f"cpu_share: host {h.name} has {1.0 - used:.6g} of its "
                              f"CPU unallocated, the request needs {share:.6g}")

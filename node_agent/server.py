@@ -95,16 +95,14 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         """SetShare for each request in turn, each refusal in its own result: one call for a plan's share
         changes on a host, which one SetShare per task made O(tasks) calls per job started there."""
         results = []
-        for s in r.shares:
-            try:
-                view = self.core.set_share(s.task_id, s.cpu_share)
-            except AgentError as e:
-                results.append(agent_pb2.SetShareResult(error_code=e.code, error=e.message))
-            except (CgroupError, OSError) as e:
-                log.exception("request failed")
-                results.append(agent_pb2.SetShareResult(error_code="INTERNAL", error=f"agent failure: {e}"))
+        for outcome in self.core.set_shares([(s.task_id, s.cpu_share) for s in r.shares]):
+            if isinstance(outcome, AgentError):
+                results.append(agent_pb2.SetShareResult(error_code=outcome.code, error=outcome.message))
+            elif isinstance(outcome, Exception):  # a cgroup or OS failure, as :func:`_call` makes of one
+                log.error("request failed: %s", outcome, exc_info=outcome)
+                results.append(agent_pb2.SetShareResult(error_code="INTERNAL", error=f"agent failure: {outcome}"))
             else:
-                results.append(agent_pb2.SetShareResult(task=task_status(view)))
+                results.append(agent_pb2.SetShareResult(task=task_status(outcome)))
         return agent_pb2.SetSharesReply(results=results)
 
     def Pause(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.TaskReply:

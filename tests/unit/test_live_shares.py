@@ -211,3 +211,55 @@ def test_share_changes_queued_when_an_exception_ends_the_plan_are_dropped() -> N
         assert backend.send_shares() == [] and agent.calls == []
         assert agent.tasks["a/0"].cpu_share == pytest.approx(1 / 3)
         assert engine.jobs["a"].cpu == pytest.approx(1 / 3)
+
+
+def _core(name: str) -> AgentCore:
+    core = AgentCore(name, [HostSpec("h", 1.0, 1 << 30), HostSpec("g", 1.0, 1 << 30)], DutyCycleDriver(), {})
+    for i in range(8):
+        core.start_task(f"t{i}", "hg"[i % 2], modeled.NAME, cpu_share=0.1, cpu_need=1.0, work_seconds=3600.0,
+                        memory_bytes=0)
+    core.pause("t6")  # a paused task claims no CPU until resumed
+    return core
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_real_agents_set_shares_answers_as_its_set_share_one_by_one(seed: int) -> None:
+    """The batch keeps each host's CPU in use as a running sum (summed once): its answers and the shares it
+    leaves are those of the same requests made one at a time, refusals, a paused task and bad values included."""
+    import random
+
+    rng = random.Random(seed)
+    ids = [f"t{i}" for i in range(8)] + ["nobody"]
+    requests = [(rng.choice(ids), rng.choice([rng.uniform(0.0, 0.45), 0.0, 1.0, -0.1, float("nan")]))
+                for _ in range(40)]
+    batch, single = _core(f"pytest-batch-{seed}"), _core(f"pytest-single-{seed}")
+    try:
+        got = batch.set_shares(requests)
+        expected: list[object] = []
+        for task_id, share in requests:
+            try:
+                expected.append(single.set_share(task_id, share))
+            except Exception as e:  # noqa: BLE001 (the one-by-one answer, whatever it is)
+                expected.append(e)
+
+        def outcome(o: object) -> object:
+            return (type(o).__name__, getattr(o, "code", None)) if isinstance(o, Exception) else o.cpu_share
+
+        assert [outcome(o) for o in got] == [outcome(o) for o in expected]
+        assert [batch.task(t).cpu_share for t in ids[:-1]] == [single.task(t).cpu_share for t in ids[:-1]]
+    finally:
+        batch.shutdown()
+        single.shutdown()
+
+
+def test_the_real_agents_set_shares_sums_a_host_once_for_all_its_raises() -> None:
+    core = _core("pytest-sums")
+    try:
+        passes: list[str] = []
+        live_tasks = core._live
+        core._live = lambda host: passes.append(host) or live_tasks(host)  # type: ignore[method-assign]
+        out = core.set_shares([("t0", 0.2), ("t2", 0.2), ("t4", 0.2), ("t1", 0.3), ("t3", 0.3)])
+        assert [o.cpu_share for o in out] == [0.2, 0.2, 0.2, 0.3, 0.3]  # type: ignore[union-attr]
+        assert sorted(passes) == ["g", "h"]  # one pass a host, not one a raise
+    finally:
+        core.shutdown()
