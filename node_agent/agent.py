@@ -325,7 +325,10 @@ class AgentCore:
         view, or the AgentError (or cgroup or OS error) that request alone would have raised. A raise is checked
         against its host's CPU in use summed once for the batch and kept up to date as it goes: a pass over the
         host's tasks per raise made the raises after a job ended on a host of n tasks n passes (249 raises beside
-        1,000 tasks: 93 ms)."""
+        1,000 tasks: 93 ms). Two differences, both on the strict side and both rare (the coordinator sends a refused
+        change again alone): the running sum may differ from a fresh one in its last bit, which matters only for a
+        raise to within a rounding of the capacity's edge; and a task a Stop is ending outside the lock meanwhile is
+        still counted."""
         results: list[TaskView | Exception] = []
         with self._lock:
             self._used = {}

@@ -17,7 +17,7 @@ from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine
 from coordinator.model import JobSpec, JobState
 from coordinator.plan import Plan, SetShare, Start
-from node_agent.agent import AgentCore, HostSpec
+from node_agent.agent import AgentCore, AgentError, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
 from node_agent.server import MAX_MESSAGE_BYTES, AgentServicer
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
@@ -261,5 +261,37 @@ def test_the_real_agents_set_shares_sums_a_host_once_for_all_its_raises() -> Non
         out = core.set_shares([("t0", 0.2), ("t2", 0.2), ("t4", 0.2), ("t1", 0.3), ("t3", 0.3)])
         assert [o.cpu_share for o in out] == [0.2, 0.2, 0.2, 0.3, 0.3]  # type: ignore[union-attr]
         assert sorted(passes) == ["g", "h"]  # one pass a host, not one a raise
+    finally:
+        core.shutdown()
+
+
+def test_set_shares_sums_a_host_again_after_a_state_change_or_a_failure_and_leaves_no_sum_behind() -> None:
+    """A task that ends during its change (a modeled task finishing as its progress is brought up to date) no
+    longer holds CPU; a change that fails half made (a cgroup write) may have moved the sum: either way the host is
+    summed again at its next check. And the batch's sum is gone after it: later requests sum afresh."""
+    from node_agent.cgroups import CgroupError
+    from node_agent.runner import State
+
+    core = AgentCore("pytest-resum", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {})
+    try:
+        for task_id, share in (("ends", 0.5), ("breaks", 0.25), ("x", 0.2)):
+            core.start_task(task_id, "h", modeled.NAME, cpu_share=share, cpu_need=1.0, work_seconds=3600.0,
+                            memory_bytes=0)
+        ends, breaks = core._tasks["ends"], core._tasks["breaks"]
+
+        def finish(share: float) -> None:  # its last progress comes in as it is re-shared: done
+            ends.cpu_share, ends.state = share, State.DONE
+
+        def half_made(share: float) -> None:
+            breaks.cpu_share = 0.0  # (written before the failure)
+            raise CgroupError("simulated: cpu.cfs_quota_us: write failed")
+
+        ends.set_share, breaks.set_share = finish, half_made  # type: ignore[method-assign]
+        out = core.set_shares([("x", 0.25), ("ends", 0.4), ("x", 0.75), ("breaks", 0.2), ("x", 0.95)])
+        # "ends" done: x may take its half; "breaks" holds nothing after its failed write: x may take 0.95
+        assert [getattr(o, "cpu_share", type(o).__name__) for o in out] == [0.25, 0.4, 0.75, "CgroupError", 0.95]
+        assert core._used is None
+        with pytest.raises(AgentError, match="FAILED_PRECONDITION|unallocated"):
+            core.start_task("y", "h", modeled.NAME, cpu_share=0.1, cpu_need=1.0, work_seconds=1.0, memory_bytes=0)
     finally:
         core.shutdown()
