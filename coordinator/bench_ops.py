@@ -277,17 +277,49 @@ def bench_scale_main(argv: list[str]) -> int:
                    help="DYNMCB8-PER period, seconds (default %(default)g)")
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle (default %(default)s)")
-    p.add_argument("--out", default="results/bench-scale",
-                   help="where the result and its config go, scale.json and scale-config.json (default %(default)s)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _output_flags(p, "scale")
     args = p.parse_args(argv)
     if args.agents > args.hosts:
         p.error(f"argument --agents: must be <= --hosts ({args.hosts}), got {args.agents}")
+    return _interruptible("scale", _bench_scale, args)
+
+
+def _output_flags(p: argparse.ArgumentParser, name: str) -> None:
+    """``--out`` and ``--json`` of ``vcemu bench NAME``."""
+    p.add_argument("--out", default=f"results/bench-{name}", help=f"where the result and its config go, {name}.json "
+                   f"and {name}-config.json (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _interruptible(name: str, run, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    """``run(args)``, ended by Ctrl-C or SIGTERM with one line and exit status 130 (its own ``finally`` stops what
+    it started)."""
     with signals_interrupt():
         try:
-            return _bench_scale(args)
+            return run(args)
         except KeyboardInterrupt:
-            return interrupted("vcemu bench scale: interrupted")
+            return interrupted(f"vcemu bench {name}: interrupted")
+
+
+def _spawn_agents(server, hosts: list[int], name: str) -> list[subprocess.Popen]:  # type: ignore[no-untyped-def]
+    """One agent process (no cgroups, 1-core 1 GiB hosts) per entry of ``hosts`` (its host count), registered with
+    ``server``; returns once all their hosts are, or exits naming how many did after 120 s. Each is a session of its
+    own with ``--parent-pid``: the caller's ``finally`` stops them (:func:`stop_agents`), and so does its death."""
+    procs: list[subprocess.Popen] = []
+    try:  # (interrupted or failing half way, the ones started are stopped here: the caller has none of them yet)
+        with open(os.devnull, "wb") as devnull:
+            for i, n in enumerate(hosts):
+                procs.append(spawn_agent(server.address, n, "1", "1GiB", f"bench-{name}-{os.getpid()}-{i}",
+                                         ["--no-cgroups"], devnull))
+        deadline = time.monotonic() + 120
+        while len(server.backend.host_agent) < sum(hosts):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise SystemExit(f"vcemu bench {name}: only {len(server.backend.host_agent)} hosts registered")
+            time.sleep(0.2)
+    except BaseException:
+        stop_agents(procs, timeout=20)
+        raise
+    return procs
 
 
 def scale_jobs(hosts: int, jobs: int | None) -> int:
@@ -321,16 +353,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
     engine.handle = timed  # type: ignore[method-assign]
     split = [args.hosts // args.agents + (1 if i < args.hosts % args.agents else 0) for i in range(args.agents)]
     procs: list[subprocess.Popen] = []
-    try:  # the agents (sessions of their own, --parent-pid) go with us whatever stops the bench
-        with open(os.devnull, "wb") as devnull:
-            for i, n in enumerate(split):
-                procs.append(spawn_agent(server.address, n, "1", "1GiB", f"bench-scale-{os.getpid()}-{i}",
-                                         ["--no-cgroups"], devnull))
-        deadline = time.monotonic() + 120
-        while len(server.backend.host_agent) < args.hosts:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise SystemExit(f"vcemu bench scale: only {len(server.backend.host_agent)} hosts registered")
-            time.sleep(0.2)
+    try:  # the agents go with us whatever stops the bench
+        procs = _spawn_agents(server, split, "scale")
         spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.3, work_seconds=1e6, workload="modeled")
         with grpc.insecure_channel(server.address) as ch:
             stub = pb_grpc.CoordinatorStub(ch)
@@ -375,17 +399,11 @@ def bench_starts_main(argv: list[str]) -> int:
                    help="each job's CPU need, a fraction of a host, at most 1 (default %(default)g)")
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
                    help="give up after this many seconds (default %(default)g)")
-    p.add_argument("--out", default="results/bench-starts",
-                   help="where the result and its config go, starts.json and starts-config.json (default %(default)s)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _output_flags(p, "starts")
     args = p.parse_args(argv)
     if args.cpu_need > 1:
         p.error(f"argument --cpu-need: must be at most 1, got {args.cpu_need:g}")
-    with signals_interrupt():
-        try:
-            return _bench_starts(args)
-        except KeyboardInterrupt:
-            return interrupted("vcemu bench starts: interrupted")
+    return _interruptible("starts", _bench_starts, args)
 
 
 def _bench_starts(args: argparse.Namespace) -> int:
@@ -396,15 +414,8 @@ def _bench_starts(args: argparse.Namespace) -> int:
     server = CoordinatorServer(get_policy(args.policy), port=0, heartbeat_s=30).start()
     procs: list[subprocess.Popen] = []
     samples: list[tuple[float, int]] = []  # (seconds since the submission, jobs running)
-    try:  # the agent (a session of its own, --parent-pid) goes with us whatever stops the bench
-        with open(os.devnull, "wb") as devnull:
-            procs.append(spawn_agent(server.address, args.hosts, "1", "1GiB", f"bench-starts-{os.getpid()}",
-                                     ["--no-cgroups"], devnull))
-        deadline = time.monotonic() + 120
-        while len(server.backend.host_agent) < args.hosts:
-            if time.monotonic() > deadline or procs[0].poll() is not None:
-                raise SystemExit(f"vcemu bench starts: only {len(server.backend.host_agent)} hosts registered")
-            time.sleep(0.2)
+    try:  # the agent goes with us whatever stops the bench
+        procs = _spawn_agents(server, [args.hosts], "starts")
         spec = pb.JobSpec(tasks=1, cpu_need=args.cpu_need, memory=0.5 / args.jobs, work_seconds=1e6,
                           workload="modeled")
         requests = [pb.SubmitRequest(spec=spec, request_id=f"starts-{i}") for i in range(args.jobs)]

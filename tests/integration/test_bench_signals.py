@@ -77,6 +77,17 @@ def test_bench_scale_stopped_by_a_signal_stops_its_agents(sig: signal.Signals, t
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
+def test_bench_starts_stopped_by_a_signal_stops_its_agent(sig: signal.Signals, tmp_path: Path) -> None:
+    proc, err_path = start_bench(tmp_path, "starts", "--jobs", "20000", "--hosts", "2", "--json", "--out",
+                                 str(tmp_path / "out"))
+    stop_once_started(proc, sig, err_path, lambda spawned: sum(b"\0agent\0" in a for a in spawned.values()) == 1,
+                      "bench starts never started its agent", 2.0,
+                      "vcemu bench starts: interrupted; the coordinator and the agents it started are stopped")
+    assert not shm_left(f"vcemu-agent-bench-starts-{proc.pid}-*")
+    assert not (tmp_path / "out" / "starts.json").exists()
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
 def test_bench_load_stopped_by_a_signal_stops_its_clients_and_removes_its_agent_directory(
         sig: signal.Signals, tmp_path: Path) -> None:
     proc, err_path = start_bench(tmp_path, "load", "--jobs", "1000000", "--clients", "1", "--hosts", "1", "--batch",
