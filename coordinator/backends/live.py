@@ -308,7 +308,6 @@ class LiveBackend:
             for h in handle.hosts:
                 if self.host_agent.get(h) == agent_id:
                     del self.host_agent[h]
-                    self._shares.pop(h, None)  # (the engine removes a host between plans: nothing is queued)
             # Its orphans: nothing can be stopped there any more (a poll would drop them too), and the jobs
             # they hold (:meth:`_hold`) are placeable again now.
             self._orphans = [t for t in self._orphans if self.host_agent.get(t.host) is not None]
@@ -605,11 +604,13 @@ class LiveBackend:
                 if not t.saved and t.state != agent_pb2.TASK_STATE_DONE:  # a moving task starts with it
                     queued = self._shares.setdefault(t.host, {})
                     queued.pop(t.task_id, None)  # (a later change goes where it was made)
-                    queued[t.task_id] = agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
+                    queued[t.task_id] = self._share_request(t, cpu)
+
+    def _share_request(self, t: _Task, cpu: float) -> agent_pb2.SetShareRequest:
+        return agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
 
     def _set_share(self, t: _Task, cpu: float) -> None:
-        request = agent_pb2.SetShareRequest(task_id=t.task_id, cpu_share=self._share(t.host, cpu))
-        self._call(t.host, "SetShare", request)
+        self._call(t.host, "SetShare", self._share_request(t, cpu))
 
     def send_shares(self) -> list[tuple[str, BackendError]]:
         """Send the queued share changes, one SetShares call per host (:meth:`_send_shares`); returns the (job,
