@@ -645,11 +645,8 @@ class Engine:
         job = rec.spec.id
         running = JobState.RUNNING
         if kind is SetShare:
-            cpu = action.cpu
-            self.backend.set_share(job, cpu)
-            d["cpu"] = cpu
-            d["_view"] = None
-            self._record(job, running, running, rec.hosts, cpu, "share")
+            self.backend.set_share(job, action.cpu)
+            self._share_recorded(rec, action.cpu)
             return
         if kind is Pause:
             self.backend.pause(job)
@@ -704,9 +701,16 @@ class Engine:
             if exc is not None:
                 self._failed(rec, f"setshare failed: {exc}", exc, dropped)
             else:
-                rec.cpu = cpu
-                self._record(job, JobState.RUNNING, JobState.RUNNING, rec.hosts, cpu, "share")
+                self._share_recorded(rec, cpu)
         held.clear()
+
+    def _share_recorded(self, rec: JobRecord, cpu: float) -> None:
+        """A running job's new share, taken by its backend: set and recorded (written through the record's
+        ``__dict__``, dropping its frozen view as JobRecord.__setattr__ does: a simulation re-shares thousands)."""
+        d = rec.__dict__
+        d["cpu"] = cpu
+        d["_view"] = None
+        self._record(rec.spec.id, JobState.RUNNING, JobState.RUNNING, rec.hosts, cpu, "share")
 
     def _check(self, plan: Plan, ordered: list[Action] | None = None,
                running_jobs: dict[str, JobRecord] | None = None) -> None:

@@ -60,12 +60,19 @@ def _call(context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
     """Run a request; a refusal becomes its status code, a cgroup or OS failure becomes INTERNAL."""
     try:
         return fn()
-    except AgentError as e:
-        context.abort(getattr(grpc.StatusCode, e.code), e.message)
-    except (CgroupError, OSError) as e:
-        log.exception("request failed")
-        context.abort(grpc.StatusCode.INTERNAL, f"agent failure: {e}")
+    except (AgentError, CgroupError, OSError) as e:
+        code, message = _refusal(e)
+        context.abort(getattr(grpc.StatusCode, code), message)
     raise AssertionError("unreachable")  # context.abort raises
+
+
+def _refusal(e: Exception) -> tuple[str, str]:
+    """The status code (its name) and message a request's failure is answered with: an AgentError's own, a cgroup
+    or OS failure's INTERNAL (logged with its traceback)."""
+    if isinstance(e, AgentError):
+        return e.code, e.message
+    log.error("request failed", exc_info=e)
+    return "INTERNAL", f"agent failure: {e}"
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):
@@ -96,11 +103,9 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         changes on a host, which one SetShare per task made O(tasks) calls per job started there."""
         results = []
         for outcome in self.core.set_shares([(s.task_id, s.cpu_share) for s in r.shares]):
-            if isinstance(outcome, AgentError):
-                results.append(agent_pb2.SetShareResult(error_code=outcome.code, error=outcome.message))
-            elif isinstance(outcome, Exception):  # a cgroup or OS failure, as :func:`_call` makes of one
-                log.error("request failed: %s", outcome, exc_info=outcome)
-                results.append(agent_pb2.SetShareResult(error_code="INTERNAL", error=f"agent failure: {outcome}"))
+            if isinstance(outcome, Exception):  # answered as :func:`_call` answers a single request's failure
+                code, message = _refusal(outcome)
+                results.append(agent_pb2.SetShareResult(error_code=code, error=message))
             else:
                 results.append(agent_pb2.SetShareResult(task=task_status(outcome)))
         return agent_pb2.SetSharesReply(results=results)
