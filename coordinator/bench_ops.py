@@ -392,6 +392,8 @@ def bench_starts_main(argv: list[str]) -> int:
     p = HintingParser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
     p.add_argument("--jobs", type=_int_at_least(1), default=1000,
                    help="jobs submitted at once, one task each, modeled (default %(default)s)")
+    p.add_argument("--tasks", type=_int_at_least(1), default=1,
+                   help="tasks of each job (default %(default)s): one job of many tasks measures a large job's start")
     p.add_argument("--hosts", type=_int_at_least(1), default=4, help="hosts of the one agent (default %(default)s)")
     p.add_argument("--policy", type=_policy, default="greedy",
                    help=f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)")
@@ -416,7 +418,8 @@ def _bench_starts(args: argparse.Namespace) -> int:
     samples: list[tuple[float, int]] = []  # (seconds since the submission, jobs running)
     try:  # the agent goes with us whatever stops the bench
         procs = _spawn_agents(server, [args.hosts], "starts")
-        spec = pb.JobSpec(tasks=1, cpu_need=args.cpu_need, memory=0.5 / args.jobs, work_seconds=1e6,
+        spec = pb.JobSpec(tasks=args.tasks, cpu_need=args.cpu_need, memory=0.5 * args.hosts / (args.jobs * args.tasks),
+                          work_seconds=1e6,
                           workload="modeled")
         requests = [pb.SubmitRequest(spec=spec, request_id=f"starts-{i}") for i in range(args.jobs)]
         board = server.board  # (read as ``vcemu status`` reads it: a turn that starts many jobs holds the engine)
@@ -435,7 +438,7 @@ def _bench_starts(args: argparse.Namespace) -> int:
         server.stop()
         stop_agents(procs, timeout=20)
     seconds, running = samples[-1]
-    result = {"jobs": args.jobs, "hosts": args.hosts, "policy": args.policy, "running": running,
+    result = {"jobs": args.jobs, "tasks": args.tasks, "hosts": args.hosts, "policy": args.policy, "running": running,
               "seconds_to_all_running": round(seconds, 2) if running == args.jobs else None,
               "starts_per_s": round(running / seconds, 1),
               # jobs running at each quarter of the time: a rate that falls as hosts fill shows here

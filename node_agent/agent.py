@@ -88,6 +88,21 @@ class HostSpec:
 
 
 @dataclass(frozen=True)
+class TaskStart:
+    """One StartTask request's fields (:meth:`AgentCore.start_tasks`)."""
+
+    task_id: str
+    host: str
+    workload: str
+    cpu_share: float
+    cpu_need: float
+    work_seconds: float
+    memory_bytes: int
+    start_progress: float = 0.0
+    transactional: TransactionalParams | None = None
+
+
+@dataclass(frozen=True)
 class HostView:
     name: str
     cpu_cores: float
@@ -144,8 +159,10 @@ class AgentCore:
         self._ended = {s: 0 for s in State if s.finished}
         self._unended: set[str] = set()
         self._lock = threading.Lock()
-        #: While :meth:`set_shares` runs: the CPU share in use on each host it has checked (``_check_cpu``).
+        #: While a batch runs (:meth:`set_shares`, :meth:`start_tasks`): the CPU share in use on each host it has
+        #: checked (``_check_cpu``), and (:meth:`start_tasks`) the memory (:meth:`_memory_used`).
         self._used: dict[str, float] | None = None
+        self._memory: dict[str, int] | None = None
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
         #: The lease (see :meth:`renew_lease`): its length, and the time.monotonic() it runs out at (None: no lease).
@@ -224,50 +241,85 @@ class AgentCore:
                    transactional: TransactionalParams | None = None) -> TaskView:
         """Start a task. A ``transactional`` task runs until stopped: ``work_seconds`` and
         ``start_progress`` are ignored for it (see :mod:`node_agent.transactional`)."""
-        if not task_id:
-            raise AgentError("INVALID_ARGUMENT", "task_id: must not be empty")
-        if workload not in self.workloads:
-            raise AgentError("INVALID_ARGUMENT", f"workload: unknown workload {workload!r}; "
-                             f"this agent runs {', '.join(self.workloads)}")
-        _check_fraction("cpu_share", cpu_share)
-        _check_fraction("cpu_need", cpu_need)
-        service = workload == TRANSACTIONAL
-        if service:
-            try:
-                transactional = (transactional or TransactionalParams()).checked()
-            except ValueError as e:
-                raise AgentError("INVALID_ARGUMENT", str(e)) from None
-        elif transactional is not None:
-            raise AgentError("INVALID_ARGUMENT", f"transactional: set for workload {workload}; it applies to "
-                             f"workload {TRANSACTIONAL} only")
-        elif not (math.isfinite(work_seconds) and work_seconds > 0):
-            raise AgentError("INVALID_ARGUMENT", f"work_seconds: must be > 0, got {work_seconds}")
-        if not 0.0 <= start_progress < 1.0:
-            raise AgentError("INVALID_ARGUMENT", f"start_progress: must be in [0, 1), got {start_progress}")
-        while True:
+        outcome = self.start_tasks([TaskStart(task_id, host, workload, cpu_share, cpu_need, work_seconds,
+                                              memory_bytes, start_progress, transactional)])[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def start_tasks(self, starts: Sequence[TaskStart]) -> list[TaskView | Exception]:
+        """Start each task in turn, until one fails (a task that already exists does not stop the others: an
+        earlier attempt of the same batch started it); one result per start tried, its task's view or the error
+        that start alone would have raised (the last result, if any is). Under one hold of the lock, each start
+        checks its host's CPU and memory in use summed once for the batch and kept up to date as it goes: a
+        pass over the agent's tasks per start made a job of n tasks n passes (10,000 tasks on 4 hosts took 26 s
+        here, one at a time). The running sums add each new task's share and memory last, as a fresh sum over the
+        tasks in their order would: the same figures. The lock is let go (and the sums made again) only to wait
+        for a task of a start's id that is ending, and to kill the processes of a start that failed (its task
+        forgotten before the failure is answered, as for a single start)."""
+        results: list[TaskView | Exception] = []
+        k = 0
+        while k < len(starts):
+            wait: _Ending | None = None
+            failed: tuple[Task | ModeledTask, _Ending, BaseException] | None = None
             with self._lock:
-                if self._stop.is_set():
-                    raise AgentError("UNAVAILABLE", f"agent {self.agent_id}: {SHUTTING_DOWN}")
-                ending = self._ending.get(task_id)
-                if ending is None:
-                    task = self._new_task(task_id, host, workload, cpu_share, cpu_need, work_seconds, memory_bytes,
-                                          start_progress, transactional)
-                    try:
-                        task.start()
-                    except BaseException as e:
-                        if not task.end_pending:
-                            raise
-                        # Its process is started, and to be killed: outside the lock, holding the id meanwhile.
-                        self._tasks[task_id] = task
-                        ending = self._ending[task_id] = _Ending.finished(task.view())
-                        failure = e
-                        break
-                    self._tasks[task_id] = task
-                    self._unended.add(task_id)
-                    log.info("task start %s host=%s workload=%s progress=%.4f", task_id, host, workload,
-                             start_progress)
-                    return task.view()
-            ending.done.wait()  # a task of this id is ending: then look again
+                self._used, self._memory = {}, {}
+                try:
+                    while k < len(starts):
+                        start = starts[k]
+                        try:
+                            start = self._checked(start)
+                            if self._stop.is_set():
+                                raise AgentError("UNAVAILABLE", f"agent {self.agent_id}: {SHUTTING_DOWN}")
+                            wait = self._ending.get(start.task_id)
+                            if wait is not None:
+                                break  # a task of this id is ending: wait for it, then look again
+                            task = self._new_task(start)
+                        except AgentError as e:
+                            results.append(e)
+                            k += 1
+                            if e.code == "ALREADY_EXISTS":
+                                continue
+                            return results
+                        except Exception as e:  # (making a task's cgroup, say: that start's failure, as alone)
+                            results.append(e)
+                            return results
+                        try:
+                            task.start()
+                        except BaseException as e:
+                            if not task.end_pending:
+                                if not isinstance(e, Exception):
+                                    raise
+                                results.append(e)
+                                return results
+                            # Its process is started, and to be killed: outside the lock, holding the id meanwhile.
+                            self._tasks[start.task_id] = task
+                            ending = self._ending[start.task_id] = _Ending.finished(task.view())
+                            failed = task, ending, e
+                            break
+                        self._tasks[start.task_id] = task
+                        self._unended.add(start.task_id)
+                        self._count_in(task)
+                        log.info("task start %s host=%s workload=%s progress=%.4f", start.task_id, start.host,
+                                 start.workload, start.start_progress)
+                        results.append(task.view())
+                        k += 1
+                finally:
+                    self._used = self._memory = None
+            if wait is not None:
+                wait.done.wait()
+            elif failed is not None:
+                self._end_failed_start(starts[k].task_id, *failed)
+                if not isinstance(failed[2], Exception):
+                    raise failed[2]
+                results.append(failed[2])
+                return results
+        return results
+
+    def _end_failed_start(self, task_id: str, task: Task | ModeledTask, ending: _Ending,
+                          failure: BaseException) -> None:
+        """Kill the processes of a start that failed after its process started (outside the lock), then forget
+        its task, unless the kill failed (it stays known, failed, for a Stop)."""
         log.info("task start %s failed: %s", task_id, failure)
         killed = False
         try:
@@ -282,39 +334,81 @@ class AgentCore:
                 if killed:
                     self._tasks.pop(task_id, None)
             ending.done.set()
-        raise failure
 
-    def _new_task(self, task_id: str, host: str, workload: str, cpu_share: float, cpu_need: float,
-                  work_seconds: float, memory_bytes: int, start_progress: float,
-                  transactional: TransactionalParams | None) -> Task | ModeledTask:
-        """The checks of a StartTask that need the agent's state (under the lock), and its task, not started."""
-        h = self._host(host)
-        if task_id in self._tasks:
-            raise AgentError("ALREADY_EXISTS", f"task_id: task {task_id!r} already exists on this agent")
+    def _checked(self, start: TaskStart) -> TaskStart:
+        """The checks of a start that need no state: the start, its transactional parameters completed."""
+        if not start.task_id:
+            raise AgentError("INVALID_ARGUMENT", "task_id: must not be empty")
+        if start.workload not in self.workloads:
+            raise AgentError("INVALID_ARGUMENT", f"workload: unknown workload {start.workload!r}; "
+                             f"this agent runs {', '.join(self.workloads)}")
+        _check_fraction("cpu_share", start.cpu_share)
+        _check_fraction("cpu_need", start.cpu_need)
+        if start.workload == TRANSACTIONAL:
+            try:
+                return replace(start, transactional=(start.transactional or TransactionalParams()).checked())
+            except ValueError as e:
+                raise AgentError("INVALID_ARGUMENT", str(e)) from None
+        if start.transactional is not None:
+            raise AgentError("INVALID_ARGUMENT", f"transactional: set for workload {start.workload}; it applies to "
+                             f"workload {TRANSACTIONAL} only")
+        if not (math.isfinite(start.work_seconds) and start.work_seconds > 0):
+            raise AgentError("INVALID_ARGUMENT", f"work_seconds: must be > 0, got {start.work_seconds}")
+        if not 0.0 <= start.start_progress < 1.0:
+            raise AgentError("INVALID_ARGUMENT", f"start_progress: must be in [0, 1), got {start.start_progress}")
+        return start
+
+    def _new_task(self, start: TaskStart) -> Task | ModeledTask:
+        """The checks of a start that need the agent's state (under the lock), and its task, not started."""
+        h = self._host(start.host)
+        if start.task_id in self._tasks:
+            raise AgentError("ALREADY_EXISTS", f"task_id: task {start.task_id!r} already exists on this agent")
+        memory_bytes = start.memory_bytes
         if not 0 <= memory_bytes <= h.memory_bytes:
             raise AgentError("INVALID_ARGUMENT", f"memory_bytes: {memory_bytes} is outside "
-                             f"[0, {h.memory_bytes}] (the memory of host {host})")
-        if cpu_need * h.cpu_cores > 1.0 + SHARE_EPS and workload != modeled.NAME:
-            raise AgentError("INVALID_ARGUMENT", f"cpu_need: {cpu_need} of host {host} is "
-                             f"{cpu_need * h.cpu_cores:.3g} cores, but workload {workload} is a single "
+                             f"[0, {h.memory_bytes}] (the memory of host {h.name})")
+        if start.cpu_need * h.cpu_cores > 1.0 + SHARE_EPS and start.workload != modeled.NAME:
+            raise AgentError("INVALID_ARGUMENT", f"cpu_need: {start.cpu_need} of host {h.name} is "
+                             f"{start.cpu_need * h.cpu_cores:.3g} cores, but workload {start.workload} is a single "
                              "process and uses at most 1 core")
-        self._check_cpu(h, cpu_share, exclude=None)
-        used = sum(t.spec.memory_bytes for t in self._live(h.name))  # modeled tasks reserve memory too
+        self._check_cpu(h, start.cpu_share, exclude=None)
+        used = self._memory_used(h.name)
         if used + memory_bytes > h.memory_bytes:
-            raise AgentError("FAILED_PRECONDITION", f"memory_bytes: host {host} has "
+            raise AgentError("FAILED_PRECONDITION", f"memory_bytes: host {h.name} has "
                              f"{h.memory_bytes - used} bytes free, the task needs {memory_bytes}")
-        spec = TaskSpec(task_id=task_id, host=host, host_cores=h.cpu_cores, workload=workload,
-                        cpu_share=cpu_share, cpu_need=cpu_need, work_seconds=work_seconds,
-                        memory_bytes=memory_bytes, start_progress=start_progress)
-        if workload == modeled.NAME:  # computed, no process (workloads/modeled.py)
+        spec = TaskSpec(task_id=start.task_id, host=h.name, host_cores=h.cpu_cores, workload=start.workload,
+                        cpu_share=start.cpu_share, cpu_need=start.cpu_need, work_seconds=start.work_seconds,
+                        memory_bytes=memory_bytes, start_progress=start.start_progress)
+        if start.workload == modeled.NAME:  # computed, no process (workloads/modeled.py)
             return ModeledTask(spec, self._lease_ran_out)
         task: Task
-        if transactional is not None:  # a request server and its load generator
-            task = TransactionalTask(spec, self.driver, self._workdir, transactional)
+        if start.transactional is not None:  # a request server and its load generator
+            task = TransactionalTask(spec, self.driver, self._workdir, start.transactional)
         else:
-            task = Task(spec, self.driver, self.rates[workload], self._workdir, self.progress_by)
+            task = Task(spec, self.driver, self.rates[start.workload], self._workdir, self.progress_by)
         task.defer_kills = True  # kills that may take seconds are made outside the lock
         return task
+
+    def _memory_used(self, host: str) -> int:
+        """The memory the host's live tasks hold (modeled tasks reserve memory too): summed once per host in a
+        batch of starts (:meth:`start_tasks`)."""
+        if self._memory is None:
+            return sum(t.spec.memory_bytes for t in self._live(host))
+        used = self._memory.get(host)
+        if used is None:
+            used = self._memory[host] = sum(t.spec.memory_bytes for t in self._live(host))
+        return used
+
+    def _count_in(self, task: Task | ModeledTask) -> None:
+        """(A batch of starts.) Add a task just started to its host's running sums, or have them made again if it
+        has already finished (a fresh sum would count it only while it holds resources)."""
+        host = task.spec.host
+        for sums, value in ((self._used, task.cpu_share), (self._memory, task.spec.memory_bytes)):
+            if sums is not None and host in sums:
+                if task.state in _ACTIVE:
+                    sums[host] += value
+                else:
+                    del sums[host]
 
     def set_share(self, task_id: str, cpu_share: float) -> TaskView:
         _check_fraction("cpu_share", cpu_share)

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
+from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_core
 from node_agent.cgroups import CgroupError
 from node_agent.ports import cannot_bind, ports_refusal
 from node_agent.runner import State, TaskView
@@ -75,6 +75,18 @@ def _refusal(e: Exception) -> tuple[str, str]:
     return "INTERNAL", f"agent failure: {e}"
 
 
+def _results(outcomes: list[TaskView | Exception]) -> agent_pb2.TasksReply:
+    """A batch's outcomes, each failure answered as :func:`_call` answers a single request's."""
+    results = []
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):
+            code, message = _refusal(outcome)
+            results.append(agent_pb2.TaskResult(error_code=code, error=message))
+        else:
+            results.append(agent_pb2.TaskResult(task=task_status(outcome)))
+    return agent_pb2.TasksReply(results=results)
+
+
 class AgentServicer(agent_pb2_grpc.AgentServicer):
     """Maps ``vcemu.v1.Agent`` onto :class:`AgentCore`."""
 
@@ -90,6 +102,13 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             r.start_progress, transactional_params(r)))
         return agent_pb2.TaskReply(task=task_status(view))
 
+    def StartTasks(self, r: agent_pb2.StartTasksRequest, context: grpc.ServicerContext) -> agent_pb2.TasksReply:
+        """StartTask for each request in turn until one fails, each outcome in its own result: one call for a job's
+        tasks on this agent, which one StartTask per task made n calls (and n passes over the agent's tasks)."""
+        return _results(self.core.start_tasks([
+            TaskStart(t.task_id, t.host, t.workload, t.cpu_share, t.cpu_need, t.work_seconds, t.memory_bytes,
+                      t.start_progress, transactional_params(t)) for t in r.tasks]))
+
     def SetLoad(self, r: agent_pb2.SetLoadRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.set_load(
             r.task_id, r.rate_rps))))
@@ -98,17 +117,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.set_share(
             r.task_id, r.cpu_share))))
 
-    def SetShares(self, r: agent_pb2.SetSharesRequest, context: grpc.ServicerContext) -> agent_pb2.SetSharesReply:
+    def SetShares(self, r: agent_pb2.SetSharesRequest, context: grpc.ServicerContext) -> agent_pb2.TasksReply:
         """SetShare for each request in turn, each refusal in its own result: one call for a plan's share
         changes on a host, which one SetShare per task made O(tasks) calls per job started there."""
-        results = []
-        for outcome in self.core.set_shares([(s.task_id, s.cpu_share) for s in r.shares]):
-            if isinstance(outcome, Exception):  # answered as :func:`_call` answers a single request's failure
-                code, message = _refusal(outcome)
-                results.append(agent_pb2.SetShareResult(error_code=code, error=message))
-            else:
-                results.append(agent_pb2.SetShareResult(task=task_status(outcome)))
-        return agent_pb2.SetSharesReply(results=results)
+        return _results(self.core.set_shares([(s.task_id, s.cpu_share) for s in r.shares]))
 
     def Pause(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.pause(r.task_id))))

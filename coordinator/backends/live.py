@@ -74,6 +74,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 
@@ -96,9 +97,10 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: API) for attempts x RPC_TIMEOUT_S per action before its heartbeats run out and it is declared lost.
 FAST_TIMEOUT_S = 1.0
 SILENT_AFTER_S = 2.0
-#: Largest SetShares request sent, serialized (bytes): under an agent's request limit (64 KiB,
-#: node_agent.server.MAX_MESSAGE_BYTES); more share changes for a host go in several calls.
-SHARES_BATCH_BYTES = 32 << 10
+#: Largest SetShares or StartTasks request sent, serialized (bytes): under an agent's request limit (64 KiB,
+#: node_agent.server.MAX_MESSAGE_BYTES); more share changes, or starts, for a host go in several calls.
+BATCH_BYTES = 32 << 10
+M = TypeVar("M", agent_pb2.SetShareRequest, agent_pb2.StartTaskRequest)
 #: Seconds an agent answers polls while an orphan's Stop there still fails, before that counts as the agent
 #: refusing it (:meth:`LiveBackend._unanswered`): longer than any kill takes.
 UNSTOPPABLE_AFTER_S = 30.0
@@ -126,7 +128,9 @@ class AgentHandle:
     #: _check_heard`), so a burst of jobs cannot each cost a call to a dead address under the engine lock.
     heard: bool = True
     calls: set[grpc.Future] = field(default_factory=set)  # its calls in flight, cancelled by cut_off
-    batches: bool = True  # it takes SetShares (an older agent answers UNIMPLEMENTED: then one SetShare per task)
+    #: The batch calls it answered UNIMPLEMENTED ("SetShares", "StartTasks": an older agent), not asked again: one
+    #: SetShare, or StartTask, per task instead.
+    unbatched: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -531,18 +535,9 @@ class LiveBackend:
                                    "not been heard from since this coordinator started; will retry",
                                    unreachable=True)
 
-    def _start_task(self, spec: JobSpec, index: int, host: str, cpu: float, progress: float,
-                    count: int | None = None) -> _Task:
-        """Start one task of ``spec``. Its id takes the job's next restart count, made durable (journalled) first;
-        or ``count``, one of a block :meth:`start` made durable for all of a job's tasks at once (a journal write
-        per task rewrote the job's whole task list each time: starting 4,000 tasks took 121 s under ``--state``,
-        the API blocked for 49 s; scale review)."""
-        self._check_heard((host,))
-        self._hold(spec.id)  # never beside a copy of it that may still run
-        reserved = count is not None
-        if count is None:
-            count = self._restarts[spec.id] = self._restarts.get(spec.id, -1) + 1
-        task_id = f"{spec.id}/{index}" + (f".{count}" if count else "")
+    def _start_request(self, spec: JobSpec, index: int, host: str, cpu: float, progress: float,
+                       count: int) -> agent_pb2.StartTaskRequest:
+        """The StartTask request of task ``index`` of ``spec`` on ``host``, its id taking restart count ``count``."""
         assert self._reference is not None
         # The agent takes the need as a fraction of its own host, at most the whole host, and a task's work as
         # seconds at full speed there: its CPU work is work_seconds x need x the host's cores. A need the host
@@ -550,8 +545,8 @@ class LiveBackend:
         # proportion, so that the task does the same CPU work on any host, as the model has it (its yield there
         # is at most host/need): capping the need alone had such a task done after host/need of its work.
         need = spec.cpu_need * self._reference.cpu_cores / self.host_info[host].cpu_cores
-        request = agent_pb2.StartTaskRequest(
-            task_id=task_id,
+        return agent_pb2.StartTaskRequest(
+            task_id=f"{spec.id}/{index}" + (f".{count}" if count else ""),
             host=host,
             workload=spec.workload,
             cpu_share=self._share(host, cpu),
@@ -560,10 +555,84 @@ class LiveBackend:
             memory_bytes=int(spec.mem * self._reference.memory_bytes),
             start_progress=progress,
         )
-        if not reserved:
-            self._persist(spec.id)  # the new restart count is durable before the task can exist
+
+    def _start_task(self, spec: JobSpec, index: int, host: str, cpu: float, progress: float) -> _Task:
+        """Start one task of ``spec`` (a move's). Its id takes the job's next restart count, made durable
+        (journalled) first."""
+        self._check_heard((host,))
+        self._hold(spec.id)  # never beside a copy of it that may still run
+        count = self._restarts[spec.id] = self._restarts.get(spec.id, -1) + 1
+        request = self._start_request(spec, index, host, cpu, progress, count)
+        self._persist(spec.id)  # the new restart count is durable before the task can exist
         self._call(host, "StartTask", request)
-        return _Task(task_id, host, progress)
+        return _Task(request.task_id, host, progress)
+
+    def _start_tasks(self, spec: JobSpec, starts: Sequence[tuple[int, str]], cpu: float) -> None:
+        """Start the tasks ``starts`` (index, host) of ``spec``, each from the progress of its entry in the job's
+        task list. Their restart counts are reserved first, each entry saved (no process) under its new id, and
+        all of it journalled in one write before any can exist (a write per task rewrote the job's whole task
+        list each time: starting 4,000 tasks took 121 s under ``--state``, the API blocked for 49 s; scale
+        review). Then one StartTasks call per host (:meth:`_send_starts`); each entry becomes its task as its
+        agent confirms the start, so the list holds every task that may run when a later start fails (the caller
+        stops them)."""
+        hosts = [host for _, host in starts]
+        self._check_heard(hosts)
+        self._hold(spec.id)  # never beside a copy of it that may still run
+        tasks = self._tasks[spec.id]
+        first = self._restarts.get(spec.id, -1) + 1
+        self._restarts[spec.id] = first + len(starts) - 1
+        by_host: dict[str, list[tuple[int, agent_pb2.StartTaskRequest]]] = {}
+        for k, (i, host) in enumerate(starts):
+            request = self._start_request(spec, i, host, cpu, tasks[i].progress, first + k)
+            tasks[i] = _Task(request.task_id, host, request.start_progress, saved=True)
+            by_host.setdefault(host, []).append((i, request))
+        self._persist(spec.id)  # the new restart counts are durable before the tasks can exist
+        for host, items in by_host.items():
+            self._send_starts(host, items, tasks)
+
+    def _send_starts(self, host: str, items: list[tuple[int, agent_pb2.StartTaskRequest]], tasks: list[_Task]) -> None:
+        """Start ``items`` (index in ``tasks``, request) on ``host`` in StartTasks calls of at most
+        :data:`BATCH_BYTES`; each start confirmed replaces its entry in ``tasks``. A start the agent refused is
+        sent again alone through :meth:`_call`, whose rules (orphans holding the capacity, its message) make of a
+        refusal the job's BackendError, and the starts after it go in a new call. Unanswered, the call's starts
+        become orphans (the agent may have made them: stopped at the next polls) and the job's start fails as
+        unreachable, as a StartTask's would. One StartTask for a host's only task, or to an agent without
+        StartTasks (UNIMPLEMENTED: not asked again)."""
+        handle = self.agents.get(self.host_agent.get(host, ""))
+        pending = items
+        while pending:
+            if handle is None or handle.lost or "StartTasks" in handle.unbatched or len(pending) == 1:
+                for i, request in pending:
+                    self._call(host, "StartTask", request)
+                    tasks[i] = _Task(request.task_id, host, request.start_progress)
+                return
+            chunk = next(_chunks([request for _, request in pending]))
+            attempts: list[grpc.RpcError] = []
+            try:
+                reply = self._retry(handle.stub.StartTasks, agent_pb2.StartTasksRequest(tasks=chunk), host=host,
+                                    errors=attempts)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    handle.unbatched.add("StartTasks")
+                    log.info("agent %s has no StartTasks (an older agent): one StartTask per task", handle.agent_id)
+                    continue
+                if exc.code() in _RETRYABLE and not all(map(_never_sent, attempts)):
+                    self._orphans += [_Task(request.task_id, host) for request in chunk]
+                raise BackendError(f"StartTasks on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+            done = 0
+            for result in reply.results[:len(chunk)]:
+                if result.error_code and result.error_code != "ALREADY_EXISTS":
+                    break  # refused: sent alone below
+                i, request = pending[done]
+                tasks[i] = _Task(request.task_id, host, request.start_progress)
+                done += 1
+            if done < len(chunk) and (done < len(reply.results) or done == 0):
+                # Refused (or, with no result at all, no answer to this request): alone, by the single call's rules.
+                i, request = pending[done]
+                self._call(host, "StartTask", request)
+                tasks[i] = _Task(request.task_id, host, request.start_progress)
+                done += 1
+            pending = pending[done:]
 
     def start(self, spec: JobSpec, hosts: Sequence[str], cpu: float, progress: float = 0.0) -> None:
         with self._lock:
@@ -572,22 +641,16 @@ class LiveBackend:
             self._check_heard(hosts)
             self._hold(spec.id)
             self._specs[spec.id] = spec
-            # The job's tasks as they start: a capacity refusal of a later one must not take the earlier ones
-            # for leftovers of no job (:meth:`_leftovers_on`), and the journal lists them.
-            tasks: list[_Task] = []
-            self._tasks[spec.id] = tasks
+            # The job's tasks, each saved (no process) until it starts: a capacity refusal of a later one must not
+            # take the earlier ones for leftovers of no job (:meth:`_leftovers_on`), and the journal lists them.
+            tasks = self._tasks[spec.id] = [_Task("", host, progress, saved=True) for host in hosts]
             try:
-                # The restart counts of all its tasks, reserved and durable before any of them can exist: the ids
-                # are those a count per task gives (a/0, a/1.1, a/2.2 for a new job), with one journal write.
-                first = self._restarts.get(spec.id, -1) + 1
-                self._restarts[spec.id] = first + len(hosts) - 1
-                self._persist(spec.id)
-                for i, host in enumerate(hosts):
-                    tasks.append(self._start_task(spec, i, host, cpu, progress, count=first + i))
+                self._start_tasks(spec, list(enumerate(hosts)), cpu)
                 self._persist(spec.id)  # failing, its tasks are stopped: the engine has not recorded the start
             except BaseException:
                 for t in tasks:
-                    self._stop_task(t)
+                    if not t.saved:
+                        self._stop_task(t)
                 del self._tasks[spec.id]
                 with contextlib.suppress(Exception):  # best effort: the journal may be what failed
                     self._persist(spec.id)
@@ -628,7 +691,7 @@ class LiveBackend:
             return list(failed.items())
 
     def _send_shares(self, host: str) -> None:
-        """Send ``host``'s queued share changes in one SetShares call (more above :data:`SHARES_BATCH_BYTES`).
+        """Send ``host``'s queued share changes in one SetShares call (more above :data:`BATCH_BYTES`).
         Each change the agent refused, and all of them if the call failed otherwise than unanswered or the agent
         has no SetShares, is sent again alone through :meth:`_call`, whose rules (orphans holding the capacity, a
         task gone) make of a refusal its job's BackendError. Unanswered, each change gets the unreachable error,
@@ -640,7 +703,7 @@ class LiveBackend:
         requests = list(queued.values())
         handle = self.agents.get(self.host_agent.get(host, ""))
         again = requests
-        if handle is not None and handle.batches and not handle.lost and len(requests) > 1:
+        if handle is not None and "SetShares" not in handle.unbatched and not handle.lost and len(requests) > 1:
             again = []
             for chunk in _chunks(requests):
                 try:
@@ -654,7 +717,7 @@ class LiveBackend:
                         self._share_failures += [(_job_of(r.task_id), error) for r in chunk]
                         continue
                     if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        handle.batches = False
+                        handle.unbatched.add("SetShares")
                         log.info("agent %s has no SetShares (an older agent): one SetShare per task", handle.agent_id)
                     again += chunk
                     continue
@@ -696,12 +759,14 @@ class LiveBackend:
         with self._lock, self._requeued_if_cut_short(job):
             tasks = self._tasks[job]
             self._cpu[job] = cpu
+            saved = {i: host for i, (t, host) in enumerate(zip(tasks, hosts, strict=True))
+                     if t.saved and t.state != agent_pb2.TASK_STATE_DONE}
+            if saved:  # checkpointed by the pause: started again, in one call per host
+                self._start_tasks(self._specs[job], list(saved.items()), cpu)
             for i, (t, host) in enumerate(zip(tasks, hosts, strict=True)):
-                if t.state == agent_pb2.TASK_STATE_DONE:
-                    continue  # finished before the pause
-                if t.saved:
-                    tasks[i] = self._start_task(self._specs[job], i, host, cpu, t.progress)
-                elif t.host == host:
+                if t.state == agent_pb2.TASK_STATE_DONE or i in saved:
+                    continue  # finished before the pause, or started above
+                if t.host == host:
                     self._set_share(t, cpu)
                     self._call(host, "Resume", agent_pb2.TaskRef(task_id=t.task_id))
                 else:
@@ -1076,13 +1141,13 @@ def _never_sent(exc: grpc.RpcError) -> bool:
         details.startswith("failed to connect to all addresses") or details.startswith("errors resolving"))
 
 
-def _chunks(requests: list[agent_pb2.SetShareRequest]) -> Iterator[list[agent_pb2.SetShareRequest]]:
-    """``requests`` in order, in lists of at most :data:`SHARES_BATCH_BYTES` serialized (each at least one)."""
-    chunk: list[agent_pb2.SetShareRequest] = []
+def _chunks(requests: list[M]) -> Iterator[list[M]]:
+    """``requests`` in order, in lists of at most :data:`BATCH_BYTES` serialized (each at least one)."""
+    chunk: list[M] = []
     size = 0
     for r in requests:
         n = r.ByteSize() + 4  # (the repeated field's tag and length)
-        if chunk and size + n > SHARES_BATCH_BYTES:
+        if chunk and size + n > BATCH_BYTES:
             yield chunk
             chunk, size = [], 0
         chunk.append(r)

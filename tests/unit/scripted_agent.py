@@ -79,10 +79,11 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         # StartTask past a host's CPU (the shares of its running tasks) answers FAILED_PRECONDITION, as
         # AgentCore's capacity check does
         self.check_capacity = False
-        self.batches = True  # it has SetShares (False: UNIMPLEMENTED, as an agent from before it answers)
+        #: Batch calls it answers UNIMPLEMENTED, as an agent from before them does: "SetShares", "StartTasks".
+        self.unimplemented: set[str] = set()
         self.refuse_share: set[str] = set()  # SetShare of these task ids answers FAILED_PRECONDITION
-        #: The share calls and starts, in order: ("SetShare", (task id,)), ("SetShares", (task ids...)) or
-        #: ("StartTask", (task id,)).
+        #: The share calls and starts, in order: ("SetShare", (task id,)), ("SetShares", (task ids...)),
+        #: ("StartTask", (task id,)) or ("StartTasks", (task ids...)).
         self.calls: list[tuple[str, tuple[str, ...]]] = []
 
     def _get(self, task_id: str, context: grpc.ServicerContext) -> agent_pb2.TaskStatus:
@@ -96,12 +97,32 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
                                                                                           strict=True)])
 
     def StartTask(self, request, context):  # noqa: N802
-        self.started.append(request)
         self.calls.append(("StartTask", (request.task_id,)))
+        return agent_pb2.TaskReply(task=self._start(request, context))
+
+    def StartTasks(self, request, context):  # noqa: N802
+        """Each start in turn until one fails other than ALREADY_EXISTS, as AgentCore.start_tasks; a host in
+        ``refuse_start_on`` fails the whole call (the starts before it made, as when a reply is lost)."""
+        self.calls.append(("StartTasks", tuple(r.task_id for r in request.tasks)))
+        if "StartTasks" in self.unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        results = []
+        for r in request.tasks:
+            try:
+                results.append(agent_pb2.TaskResult(task=self._start(r, _OneRequest(context))))
+            except _Refused as refusal:
+                results.append(agent_pb2.TaskResult(error_code=refusal.code.name, error=refusal.details))
+                if refusal.code != grpc.StatusCode.ALREADY_EXISTS:
+                    break
+        return agent_pb2.TasksReply(results=results)
+
+    def _start(self, request, context) -> agent_pb2.TaskStatus:
+        self.started.append(request)
         if self.on_start is not None:
             self.on_start(request)
         if request.host in self.refuse_start_on:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "partitioned")
+            (context.call if isinstance(context, _OneRequest) else context).abort(grpc.StatusCode.UNAVAILABLE,
+                                                                                   "partitioned")
         if request.task_id in self.tasks:
             context.abort(grpc.StatusCode.ALREADY_EXISTS, f"task_id: task {request.task_id!r} already exists")
         if self.check_capacity:
@@ -113,7 +134,7 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         status = agent_pb2.TaskStatus(task_id=request.task_id, host=request.host, progress=request.start_progress,
                                       state=agent_pb2.TASK_STATE_RUNNING, cpu_share=request.cpu_share)
         self.tasks[request.task_id] = status
-        return agent_pb2.TaskReply(task=status)
+        return status
 
     def SetShare(self, request, context):  # noqa: N802
         self.calls.append(("SetShare", (request.task_id,)))
@@ -121,15 +142,15 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
 
     def SetShares(self, request, context):  # noqa: N802
         self.calls.append(("SetShares", tuple(r.task_id for r in request.shares)))
-        if not self.batches:
+        if "SetShares" in self.unimplemented:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         results = []
         for r in request.shares:
             try:
-                results.append(agent_pb2.SetShareResult(task=self._set_share(r, _OneRequest())))
+                results.append(agent_pb2.TaskResult(task=self._set_share(r, _OneRequest(context))))
             except _Refused as refusal:
-                results.append(agent_pb2.SetShareResult(error_code=refusal.code.name, error=refusal.details))
-        return agent_pb2.SetSharesReply(results=results)
+                results.append(agent_pb2.TaskResult(error_code=refusal.code.name, error=refusal.details))
+        return agent_pb2.TasksReply(results=results)
 
     def _set_share(self, request, context) -> agent_pb2.TaskStatus:
         status = self._get(request.task_id, context)
@@ -178,7 +199,11 @@ class _Refused(Exception):
 
 
 class _OneRequest:
-    """The context of one request of a SetShares: a refusal becomes that request's result, not the call's."""
+    """The context of one request of a batch: a refusal becomes that request's result, not the call's
+    (``call``: the batch call's own context)."""
+
+    def __init__(self, call: grpc.ServicerContext) -> None:
+        self.call = call
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise _Refused(code, details)

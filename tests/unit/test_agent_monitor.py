@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from node_agent.agent import AgentCore, HostSpec
+from node_agent.agent import AgentCore, HostSpec, TaskStart
 from node_agent.dutycycle import DutyCycleDriver
 from node_agent.runner import State, Task
 from workloads import modeled
@@ -97,7 +97,7 @@ def test_a_task_frozen_by_a_fencer_is_fenced_even_once_that_fencer_is_gone(tmp_p
     try:
         core._stop_fencer()
         with core._lock:
-            task = core._new_task("t/0", "h", "dgemm", 0.5, 0.5, 60.0, 0, 0.0, None)
+            task = core._new_task(TaskStart("t/0", "h", "dgemm", 0.5, 0.5, 60.0, 0))
             assert isinstance(task, Task)
             task.state = State.RUNNING
             core._tasks["t/0"] = task

@@ -616,24 +616,27 @@ def test_a_start_whose_last_journal_write_fails_leaves_no_task_running() -> None
         assert x.tasks == {}, "its tasks run while the engine has it pending"
 
 
-def test_a_resume_cut_short_by_the_journal_before_a_starttask_is_requeued() -> None:
-    """The journal write before a resumed task's StartTask (the task id reserved) fails after another task of
-    the job restarted: the engine kept the job PAUSED with a task running, and every poll skipped it (it has a
-    saved task), for ever. It is requeued at the next poll, and its running task stopped."""
+@pytest.mark.parametrize("write", ["reserving the ids", "closing"])
+def test_a_resume_cut_short_by_the_journal_is_requeued(write: str) -> None:
+    """A journal write of a resume fails: the one that reserves the restarted tasks' ids (nothing started yet) or
+    the closing one (both tasks running again). The engine kept the job PAUSED, with tasks running in the second
+    case, and every poll skipped it (it has a saved task, or saw it paused), for ever. It is requeued at the next
+    poll, and its running tasks stopped."""
     x = TableAgent("x", ("h0", "h1"))
     with backend_on(x, rpc_timeout=1.0) as backend:
         engine = two_tasks_running(x, backend)
         engine.apply(Plan((Pause("a"),)))
 
         def journal(job: str, restarts: int, tasks: list[StoredTask]) -> None:
-            if not tasks[0].saved and tasks[1].saved:  # a/0 restarted, a/1's id about to be reserved
+            if all(t.saved for t in tasks) == (write == "reserving the ids") and restarts > 1:
                 raise OSError("disk full")
 
         backend.journal = journal
         with pytest.raises(OSError):
             engine.apply(Plan((Resume("a", ("h0", "h1"), 0.5),)))
         backend.journal = None
-        assert engine.jobs["a"].state is JobState.PAUSED and len(x.tasks) == 1  # a/0 runs again
+        assert engine.jobs["a"].state is JobState.PAUSED
+        assert len(x.tasks) == (0 if write == "reserving the ids" else 2)
         reports = backend.poll()
         assert [(r.job, r.state) for r in reports] == [("a", JobState.PENDING)], reports
         engine.requeue("a", reports[0].message)

@@ -72,7 +72,7 @@ def test_share_changes_before_no_other_call_go_out_at_the_plans_end_one_call_per
 
 def test_an_agent_without_setshares_gets_one_setshare_per_task_and_is_not_asked_again() -> None:
     agent = TableAgent("x", ("h0", "h1"))
-    agent.batches = False
+    agent.unimplemented.add("SetShares")
     with three_on_h0(agent) as (_, engine):
         engine.apply(Plan(tuple(SetShare(name, 0.25) for name in "abc")))
         assert agent.calls == [("SetShares", ("a/0", "b/0", "c/0")),
@@ -119,8 +119,8 @@ def test_share_changes_are_split_under_the_agents_request_limit() -> None:
     chunks = list(live._chunks(requests))
     assert len(chunks) > 1
     assert [r for chunk in chunks for r in chunk] == requests
-    assert all(agent_pb2.SetSharesRequest(shares=c).ByteSize() <= live.SHARES_BATCH_BYTES for c in chunks)
-    assert live.SHARES_BATCH_BYTES < MAX_MESSAGE_BYTES
+    assert all(agent_pb2.SetSharesRequest(shares=c).ByteSize() <= live.BATCH_BYTES for c in chunks)
+    assert live.BATCH_BYTES < MAX_MESSAGE_BYTES
 
 
 @pytest.fixture()

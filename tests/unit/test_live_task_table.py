@@ -118,18 +118,19 @@ def test_the_restart_count_is_in_the_journal_before_every_start_task(tmp_path: P
 
 
 def test_a_jobs_tasks_start_with_two_journal_writes_whatever_their_number(tmp_path: Path) -> None:
-    """A job's restart counts are reserved for all its tasks in one journal write before the first StartTask, and
-    its task list written once after the last: a write per task rewrote the whole list each time (4,000 tasks took
-    121 s to start under --state, the coordinator's API blocked for 49 s; scale review). The ids are the ones a
-    count per task gave, and a restart count of every id is durable before its StartTask."""
+    """A job's restart counts are reserved for all its tasks in one journal write before the first StartTask (the
+    tasks listed under their ids, saved: no process yet), and its task list written once after the last: a write
+    per task rewrote the whole list each time (4,000 tasks took 121 s to start under --state, the coordinator's API
+    blocked for 49 s; scale review). The ids are the ones a count per task gave, and a restart count of every id
+    is durable before its start."""
     x = TableAgent("x", ("h0", "h1"))
     store = Store(str(tmp_path / "state.db"))
-    writes: list[tuple[int, int]] = []  # (restart count, tasks listed) of each journal write
-    durable: list[int] = []  # the count a coordinator restarted at each StartTask would load
+    writes: list[tuple[int, int, int]] = []  # (restart count, tasks listed, of them saved) of each journal write
+    durable: list[int] = []  # the count a coordinator restarted at each start would load
     x.on_start = lambda request: durable.append(Store(str(tmp_path / "state.db")).load().tasks["a"][0])
 
     def journal(job, restarts, tasks) -> None:
-        writes.append((restarts, len(tasks)))
+        writes.append((restarts, len(tasks), sum(t.saved for t in tasks)))
         store.put_tasks(job, restarts, tasks)
 
     spec = JobSpec("a", 0.0, 40, 0.01, 0.001, 10.0)
@@ -138,12 +139,14 @@ def test_a_jobs_tasks_start_with_two_journal_writes_whatever_their_number(tmp_pa
         backend.start(spec, ["h0", "h1"] * 20, 0.01)
         assert [t.task_id for t in backend._tasks["a"][:3]] == ["a/0", "a/1.1", "a/2.2"]
         assert backend._tasks["a"][-1].task_id == "a/39.39"
-        assert writes == [(39, 0), (39, 40)]
+        assert writes == [(39, 40, 40), (39, 40, 0)]
         assert durable == [39] * 40
+        assert x.calls == [("StartTasks", tuple(f"a/{i}.{i}" if i else "a/0" for i in range(h, 40, 2)))
+                           for h in (0, 1)]  # one call per host
         backend.stop("a")  # requeued: the next start's ids go on from 40
         writes.clear()
         backend.start(spec, ["h0", "h1"] * 20, 0.01)
-        assert backend._tasks["a"][0].task_id == "a/0.40" and writes[0] == (79, 0)
+        assert backend._tasks["a"][0].task_id == "a/0.40" and writes[0] == (79, 40, 40)
 
 
 def test_a_restarted_coordinator_does_not_reuse_the_id_of_a_task_left_on_an_agent(tmp_path: Path) -> None:
