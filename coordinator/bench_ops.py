@@ -13,7 +13,8 @@ starts: how fast jobs start when every start re-shares its host: N one-task mode
 to a coordinator (greedy by default) with one agent process of a few hosts; reports the seconds until all run,
 and the jobs running at each quarter of that time. A plan's share changes go to a host in one SetShares call,
 where one SetShare per task made the n-th start on a host cost n calls (and an agent's check of each a pass over
-its tasks).
+its tasks). ``--tasks`` gives each job that many tasks: one job of 10,000 measures a large job's start (one
+StartTasks call per host, where one StartTask per task made it 10,000 calls and passes).
 
 All three write JSON (and the config that produced it) under ``--out``; ``--json`` prints the JSON line. Ctrl-C or
 SIGTERM stops everything a bench started (coordinator, agents, their tasks and work directories, the load's
@@ -387,8 +388,9 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
 
 def bench_starts_main(argv: list[str]) -> int:
-    """Seconds from submitting --jobs one-task modeled jobs at once until all run, on --hosts hosts of one agent
-    process (no cgroups): under greedy each start re-shares every job on its host."""
+    """Seconds from submitting --jobs modeled jobs of --tasks tasks at once until all run, on --hosts hosts of one
+    agent process (no cgroups): under greedy each start re-shares every job on its host; a job of many tasks
+    starts in one StartTasks call per host."""
     p = HintingParser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
     p.add_argument("--jobs", type=_int_at_least(1), default=1000,
                    help="jobs submitted at once, one task each, modeled (default %(default)s)")

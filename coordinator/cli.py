@@ -102,7 +102,7 @@ Live: they run agents on this machine (load and scale, a coordinator too).
   scale      DYNMCB8-PER's control cycle on 1,000 emulated hosts spread over agent
              processes, modeled jobs, agents run with --no-cgroups (no cgroups needed)
   starts     seconds until 1,000 jobs submitted at once all run on 4 hosts of one agent
-             process (greedy re-shares a host at each start; no cgroups needed)
+             process (greedy re-shares a host at each start; --tasks N: N tasks a job; no cgroups needed)
 
 Simulation only: no agent, no cgroups.
   packing    MCB8's packing speed on generated instances (seed 002)

@@ -20,3 +20,14 @@ def test_bench_starts_runs_every_job_and_writes_what_it_prints(tmp_path: Path) -
     assert len(result["running_at_quarters"]) == 3
     assert json.loads((out / "starts.json").read_text()) == result
     assert json.loads((out / "starts-config.json").read_text())["jobs"] == 40
+
+
+def test_bench_starts_runs_one_job_of_many_tasks(tmp_path: Path) -> None:
+    """``--tasks``: one job of 2,000 tasks on 2 hosts (StartTasks calls of at most 32 KiB each) runs."""
+    out = tmp_path / "starts"
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli", "bench", "starts", "--jobs", "1", "--tasks", "2000",
+                           "--hosts", "2", "--json", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["running"] == 1 and result["tasks"] == 2000 and result["seconds_to_all_running"] > 0
+    assert json.loads((out / "starts-config.json").read_text())["tasks"] == 2000

@@ -46,6 +46,7 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     (bench_ops.bench_scale_main, ["--jobs", "0"], "vcemu bench scale: error: argument --jobs: must be >= 1"),
     (bench_ops.bench_starts_main, ["--jobs", "0"], "vcemu bench starts: error: argument --jobs: must be >= 1"),
     (bench_ops.bench_starts_main, ["--hosts", "0"], "vcemu bench starts: error: argument --hosts: must be >= 1"),
+    (bench_ops.bench_starts_main, ["--tasks", "0"], "vcemu bench starts: error: argument --tasks: must be >= 1"),
     (bench_ops.bench_starts_main, ["--cpu-need", "1.5"],
      "vcemu bench starts: error: argument --cpu-need: must be at most 1, got 1.5"),
     (bench_ops.bench_starts_main, ["--policy", "bogus"], "vcemu bench starts: error: argument --policy: unknown"),
