@@ -393,7 +393,7 @@ def bench_starts_main(argv: list[str]) -> int:
     starts in one StartTasks call per host."""
     p = HintingParser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
     p.add_argument("--jobs", type=_int_at_least(1), default=1000,
-                   help="jobs submitted at once, one task each, modeled (default %(default)s)")
+                   help="jobs submitted at once, modeled (default %(default)s)")
     p.add_argument("--tasks", type=_int_at_least(1), default=1,
                    help="tasks of each job (default %(default)s): one job of many tasks measures a large job's start")
     p.add_argument("--hosts", type=_int_at_least(1), default=4, help="hosts of the one agent (default %(default)s)")
@@ -420,9 +420,9 @@ def _bench_starts(args: argparse.Namespace) -> int:
     samples: list[tuple[float, int]] = []  # (seconds since the submission, jobs running)
     try:  # the agent goes with us whatever stops the bench
         procs = _spawn_agents(server, [args.hosts], "starts")
-        spec = pb.JobSpec(tasks=args.tasks, cpu_need=args.cpu_need, memory=0.5 * args.hosts / (args.jobs * args.tasks),
-                          work_seconds=1e6,
-                          workload="modeled")
+        # (memory: all the tasks on one host would take half of it, so memory never keeps a job waiting)
+        spec = pb.JobSpec(tasks=args.tasks, cpu_need=args.cpu_need, memory=0.5 / (args.jobs * args.tasks),
+                          work_seconds=1e6, workload="modeled")
         requests = [pb.SubmitRequest(spec=spec, request_id=f"starts-{i}") for i in range(args.jobs)]
         board = server.board  # (read as ``vcemu status`` reads it: a turn that starts many jobs holds the engine)
         with grpc.insecure_channel(server.address) as ch, \
@@ -430,7 +430,11 @@ def _bench_starts(args: argparse.Namespace) -> int:
             stub = pb_grpc.CoordinatorStub(ch)
             t0 = time.perf_counter()
             for k in range(0, args.jobs, 1000):
-                stub.SubmitBatch(pb.SubmitBatchRequest(requests=requests[k:k + 1000]), timeout=60)
+                reply = stub.SubmitBatch(pb.SubmitBatchRequest(requests=requests[k:k + 1000]), timeout=60)
+                refused = next((r.error for r in reply.results if r.code), None)
+                if refused is not None:  # (not waited for until --timeout: it would never run)
+                    print(f"vcemu bench starts: error: a job was refused: {refused}", file=sys.stderr)
+                    return 1
             while not samples or (samples[-1][1] < args.jobs and samples[-1][0] < args.timeout):
                 time.sleep(0.1)
                 running = board.counts_and_running()[0].get(JobState.RUNNING, 0)

@@ -21,7 +21,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_core
-from node_agent.cgroups import CgroupError
 from node_agent.ports import cannot_bind, ports_refusal
 from node_agent.runner import State, TaskView
 from node_agent.tls import TlsFiles
@@ -57,18 +56,18 @@ def transactional_params(r: agent_pb2.StartTaskRequest) -> TransactionalParams |
 
 
 def _call(context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
-    """Run a request; a refusal becomes its status code, a cgroup or OS failure becomes INTERNAL."""
+    """Run a request; a refusal becomes its status code, any other failure INTERNAL (:func:`_refusal`)."""
     try:
         return fn()
-    except (AgentError, CgroupError, OSError) as e:
+    except Exception as e:
         code, message = _refusal(e)
         context.abort(getattr(grpc.StatusCode, code), message)
     raise AssertionError("unreachable")  # context.abort raises
 
 
 def _refusal(e: Exception) -> tuple[str, str]:
-    """The status code (its name) and message a request's failure is answered with: an AgentError's own, a cgroup
-    or OS failure's INTERNAL (logged with its traceback)."""
+    """The status code (its name) and message a request's failure is answered with, alone or in a batch: an
+    AgentError's own; any other (a cgroup or OS failure, or a bug) INTERNAL, logged with its traceback."""
     if isinstance(e, AgentError):
         return e.code, e.message
     log.error("request failed", exc_info=e)

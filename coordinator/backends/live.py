@@ -82,6 +82,7 @@ from coordinator.backends.base import BackendError, Report
 from coordinator.model import Host, JobSpec, JobState
 from coordinator.store import StoredTask
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
+from workloads import modeled
 
 log = logging.getLogger("vcemu.live")
 
@@ -101,6 +102,10 @@ SILENT_AFTER_S = 2.0
 #: node_agent.server.MAX_MESSAGE_BYTES); more share changes, or starts, for a host go in several calls.
 BATCH_BYTES = 32 << 10
 M = TypeVar("M", agent_pb2.SetShareRequest, agent_pb2.StartTaskRequest)
+#: Most starts of a workload program (a process each) in one StartTasks call: an agent takes ~20 ms a start here,
+#: and a call must end inside one attempt's deadline (RPC_TIMEOUT_S / RPC_ATTEMPTS, or FAST_TIMEOUT_S) with room to
+#: spare; a call of 400 such starts took 8 s, timed out, and left 400 orphans (review). Modeled tasks start in µs.
+PROCESS_STARTS_PER_CALL = 8
 #: Seconds an agent answers polls while an orphan's Stop there still fails, before that counts as the agent
 #: refusing it (:meth:`LiveBackend._unanswered`): longer than any kill takes.
 UNSTOPPABLE_AFTER_S = 30.0
@@ -472,14 +477,24 @@ class LiveBackend:
         """Try again to stop the orphans ``which`` selects (all of them: a poll's round); True if none of
         them is left. ``placement``: for a placement they block, which the engine offers again at every
         turn while they stay: one retried less than a poll interval ago (by a poll, or such a placement) is
-        not tried again, so each costs at most one Stop per poll interval, not one per turn."""
+        not tried again, so each costs at most one Stop per poll interval, not one per turn. Once a Stop goes
+        unanswered, the other orphans of its agent wait for the next round untried: each would cost a deadline
+        (an unanswered StartTasks leaves an orphan per start it carried; 20 made a poll take 20 s, review)."""
         now = time.monotonic()
         retry = [t for t in self._orphans if which(t) and not (placement and now - t.retried < self.poll_interval)]
         tried = {id(t) for t in retry}
         self._orphans = [t for t in self._orphans if id(t) not in tried]
+        unanswered: set[str] = set()  # agents a Stop of this round got no answer from
         for t in retry:
+            agent = self.host_agent.get(t.host, "")
+            if agent in unanswered:
+                self._orphans.append(t)
+                continue
             t.retried = now
             self._stop_task(t)  # a failure puts it back in the orphans
+            handle = self.agents.get(agent)
+            if self._orphans and self._orphans[-1] is t and handle is not None and handle.silent:
+                unanswered.add(agent)
         return not any(which(t) for t in self._orphans)
 
     def _unanswered(self, orphan: _Task) -> bool:
@@ -592,7 +607,8 @@ class LiveBackend:
 
     def _send_starts(self, host: str, items: list[tuple[int, agent_pb2.StartTaskRequest]], tasks: list[_Task]) -> None:
         """Start ``items`` (index in ``tasks``, request) on ``host`` in StartTasks calls of at most
-        :data:`BATCH_BYTES`; each start confirmed replaces its entry in ``tasks``. A start the agent refused is
+        :data:`BATCH_BYTES` (and :data:`PROCESS_STARTS_PER_CALL` starts of a workload program); each start
+        confirmed replaces its entry in ``tasks``. A start the agent refused is
         sent again alone through :meth:`_call`, whose rules (orphans holding the capacity, its message) make of a
         refusal the job's BackendError, and the starts after it go in a new call. Unanswered, the call's starts
         become orphans (the agent may have made them: stopped at the next polls) and the job's start fails as
@@ -606,7 +622,9 @@ class LiveBackend:
                     self._call(host, "StartTask", request)
                     tasks[i] = _Task(request.task_id, host, request.start_progress)
                 return
-            chunk = next(_chunks([request for _, request in pending]))
+            # (a process start takes the agent ~20 ms: a call carries few, well inside one attempt's deadline)
+            most = None if pending[0][1].workload == modeled.NAME else PROCESS_STARTS_PER_CALL
+            chunk = next(_chunks([request for _, request in pending[:most]]))
             attempts: list[grpc.RpcError] = []
             try:
                 reply = self._retry(handle.stub.StartTasks, agent_pb2.StartTasksRequest(tasks=chunk), host=host,

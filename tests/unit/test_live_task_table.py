@@ -133,7 +133,7 @@ def test_a_jobs_tasks_start_with_two_journal_writes_whatever_their_number(tmp_pa
         writes.append((restarts, len(tasks), sum(t.saved for t in tasks)))
         store.put_tasks(job, restarts, tasks)
 
-    spec = JobSpec("a", 0.0, 40, 0.01, 0.001, 10.0)
+    spec = JobSpec("a", 0.0, 40, 0.01, 0.001, 10.0, "modeled")  # (modeled: a StartTasks call per host)
     with backend_on(x, rpc_timeout=2.0) as backend:
         backend.journal = journal
         backend.start(spec, ["h0", "h1"] * 20, 0.01)
