@@ -14,7 +14,9 @@ to a coordinator (greedy by default) with one agent process of a few hosts; repo
 and the jobs running at each quarter of that time. A plan's share changes go to a host in one SetShares call,
 where one SetShare per task made the n-th start on a host cost n calls (and an agent's check of each a pass over
 its tasks). ``--tasks`` gives each job that many tasks: one job of 10,000 measures a large job's start (one
-StartTasks call per host, where one StartTask per task made it 10,000 calls and passes).
+StartTasks call per host, where one StartTask per task made it 10,000 calls and passes). Once all run, every job is
+cancelled: the seconds until the agent holds none of their tasks (a job's tasks stop in one StopTasks call per
+host).
 
 All three write JSON (and the config that produced it) under ``--out``; ``--json`` prints the JSON line. Ctrl-C or
 SIGTERM stops everything a bench started (coordinator, agents, their tasks and work directories, the load's
@@ -410,6 +412,20 @@ def bench_starts_main(argv: list[str]) -> int:
     return _interruptible("starts", _bench_starts, args)
 
 
+def _cancel_all(stub: pb_grpc.CoordinatorStub, job_ids: list[str], server, timeout: float) -> float | None:  # type: ignore[no-untyped-def]
+    """Cancel every job (one Cancel each) and return the seconds until the agent holds none of their tasks (asked
+    with Status), or None after ``timeout``: a job ending stops its tasks, one StopTasks call per host."""
+    t0 = time.perf_counter()
+    for job_id in job_ids:
+        stub.Cancel(pb.JobRef(job_id=job_id), timeout=timeout)
+    (handle,) = server.backend.agents.values()
+    while time.perf_counter() - t0 < timeout:
+        if not handle.stub.Status(agent_pb2.StatusRequest(), timeout=10).tasks:
+            return time.perf_counter() - t0
+        time.sleep(0.05)
+    return None
+
+
 def _bench_starts(args: argparse.Namespace) -> int:
     from coordinator.model import JobState
     from coordinator.policies import get_policy
@@ -418,6 +434,7 @@ def _bench_starts(args: argparse.Namespace) -> int:
     server = CoordinatorServer(get_policy(args.policy), port=0, heartbeat_s=30).start()
     procs: list[subprocess.Popen] = []
     samples: list[tuple[float, int]] = []  # (seconds since the submission, jobs running)
+    cancel: float | None = None
     try:  # the agent goes with us whatever stops the bench
         procs = _spawn_agents(server, [args.hosts], "starts")
         # (memory: all the tasks on one host would take half of it, so memory never keeps a job waiting)
@@ -429,17 +446,21 @@ def _bench_starts(args: argparse.Namespace) -> int:
                 tqdm(total=args.jobs, desc="running", unit="job", disable=_bar_off(args), file=sys.stderr) as bar:
             stub = pb_grpc.CoordinatorStub(ch)
             t0 = time.perf_counter()
+            job_ids: list[str] = []
             for k in range(0, args.jobs, 1000):
                 reply = stub.SubmitBatch(pb.SubmitBatchRequest(requests=requests[k:k + 1000]), timeout=60)
                 refused = next((r.error for r in reply.results if r.code), None)
                 if refused is not None:  # (not waited for until --timeout: it would never run)
                     print(f"vcemu bench starts: error: a job was refused: {refused}", file=sys.stderr)
                     return 1
+                job_ids += [r.job.job_id for r in reply.results]
             while not samples or (samples[-1][1] < args.jobs and samples[-1][0] < args.timeout):
                 time.sleep(0.1)
                 running = board.counts_and_running()[0].get(JobState.RUNNING, 0)
                 samples.append((time.perf_counter() - t0, running))
                 bar.update(running - bar.n)
+            if samples[-1][1] == args.jobs:
+                cancel = _cancel_all(stub, job_ids, server, args.timeout)
     finally:
         server.stop()
         stop_agents(procs, timeout=20)
@@ -448,7 +469,9 @@ def _bench_starts(args: argparse.Namespace) -> int:
               "seconds_to_all_running": round(seconds, 2) if running == args.jobs else None,
               "starts_per_s": round(running / seconds, 1),
               # jobs running at each quarter of the time: a rate that falls as hosts fill shows here
-              "running_at_quarters": [next(n for t, n in samples if t >= seconds * q / 4) for q in (1, 2, 3)]}
+              "running_at_quarters": [next(n for t, n in samples if t >= seconds * q / 4) for q in (1, 2, 3)],
+              # then every job cancelled: seconds until the agent has none of their tasks left
+              "seconds_to_cancel_all": None if cancel is None else round(cancel, 2)}
     _write(args.out, "starts", result, vars(args))
     print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
     if running < args.jobs:

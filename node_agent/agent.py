@@ -530,6 +530,18 @@ class AgentCore:
         log.info("task stop %s state=%s", task_id, task.state.name.lower())
         return task.view()
 
+    def stop_tasks(self, task_ids: Sequence[str]) -> list[TaskView | Exception]:
+        """:meth:`stop` for each id in turn; each result the task's view, or the error that Stop alone would have
+        raised. One call for a job's tasks as the job ends: a Stop per task made a job of 10,000 tasks on 4 hosts
+        take 8.6 s to cancel, nearly all of it in the calls (the agent's own stops take 0.28 s)."""
+        results: list[TaskView | Exception] = []
+        for task_id in task_ids:
+            try:
+                results.append(self.stop(task_id))
+            except Exception as e:
+                results.append(e)
+        return results
+
     def task(self, task_id: str) -> TaskView:
         with self._lock:
             task = self._task(task_id)

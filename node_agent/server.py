@@ -130,6 +130,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     def Stop(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.stop(r.task_id))))
 
+    def StopTasks(self, r: agent_pb2.StopTasksRequest, context: grpc.ServicerContext) -> agent_pb2.TasksReply:
+        """Stop for each request in turn, each failure in its own result: one call for a job's tasks on this agent."""
+        return _results(self.core.stop_tasks([t.task_id for t in r.tasks]))
+
     def Checkpoint(self, r: agent_pb2.TaskRef, context: grpc.ServicerContext) -> agent_pb2.CheckpointReply:
         view = _call(context, lambda: self.core.task(r.task_id))
         return agent_pb2.CheckpointReply(task_id=view.task_id, progress=view.progress)

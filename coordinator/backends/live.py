@@ -98,14 +98,15 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: API) for attempts x RPC_TIMEOUT_S per action before its heartbeats run out and it is declared lost.
 FAST_TIMEOUT_S = 1.0
 SILENT_AFTER_S = 2.0
-#: Largest SetShares or StartTasks request sent, serialized (bytes): under an agent's request limit (64 KiB,
-#: node_agent.server.MAX_MESSAGE_BYTES); more share changes, or starts, for a host go in several calls.
+#: Largest SetShares, StartTasks or StopTasks request sent, serialized (bytes): under an agent's request limit (64 KiB,
+#: node_agent.server.MAX_MESSAGE_BYTES); more share changes, starts or stops for a host go in several calls.
 BATCH_BYTES = 32 << 10
-M = TypeVar("M", agent_pb2.SetShareRequest, agent_pb2.StartTaskRequest)
-#: Most starts of a workload program (a process each) in one StartTasks call: an agent takes ~20 ms a start here,
-#: and a call must end inside one attempt's deadline (RPC_TIMEOUT_S / RPC_ATTEMPTS, or FAST_TIMEOUT_S) with room to
-#: spare; a call of 400 such starts took 8 s, timed out, and left 400 orphans (review). Modeled tasks start in µs.
-PROCESS_STARTS_PER_CALL = 8
+M = TypeVar("M", agent_pb2.SetShareRequest, agent_pb2.StartTaskRequest, agent_pb2.TaskRef)
+#: Most starts, or stops, of tasks of a workload program (a process each) in one StartTasks or StopTasks call: an
+#: agent takes ~20 ms a start here, and a call must end inside one attempt's deadline (RPC_TIMEOUT_S / RPC_ATTEMPTS,
+#: or FAST_TIMEOUT_S) with room to spare; a call of 400 such starts took 8 s, timed out, and left 400 orphans
+#: (review). Modeled tasks start and stop in microseconds.
+PROCESS_TASKS_PER_CALL = 8
 #: Seconds an agent answers polls while an orphan's Stop there still fails, before that counts as the agent
 #: refusing it (:meth:`LiveBackend._unanswered`): longer than any kill takes.
 UNSTOPPABLE_AFTER_S = 30.0
@@ -133,8 +134,8 @@ class AgentHandle:
     #: _check_heard`), so a burst of jobs cannot each cost a call to a dead address under the engine lock.
     heard: bool = True
     calls: set[grpc.Future] = field(default_factory=set)  # its calls in flight, cancelled by cut_off
-    #: The batch calls it answered UNIMPLEMENTED ("SetShares", "StartTasks": an older agent), not asked again: one
-    #: SetShare, or StartTask, per task instead.
+    #: The batch calls it answered UNIMPLEMENTED ("SetShares", "StartTasks", "StopTasks": an older agent), not asked
+    #: again: one SetShare, StartTask or Stop per task instead.
     unbatched: set[str] = field(default_factory=set)
 
 
@@ -607,7 +608,7 @@ class LiveBackend:
 
     def _send_starts(self, host: str, items: list[tuple[int, agent_pb2.StartTaskRequest]], tasks: list[_Task]) -> None:
         """Start ``items`` (index in ``tasks``, request) on ``host`` in StartTasks calls of at most
-        :data:`BATCH_BYTES` (and :data:`PROCESS_STARTS_PER_CALL` starts of a workload program); each start
+        :data:`BATCH_BYTES` (and :data:`PROCESS_TASKS_PER_CALL` starts of a workload program); each start
         confirmed replaces its entry in ``tasks``. A start the agent refused is
         sent again alone through :meth:`_call`, whose rules (orphans holding the capacity, its message) make of a
         refusal the job's BackendError, and the starts after it go in a new call. Unanswered, the call's starts
@@ -623,7 +624,7 @@ class LiveBackend:
                     tasks[i] = _Task(request.task_id, host, request.start_progress)
                 return
             # (a process start takes the agent ~20 ms: a call carries few, well inside one attempt's deadline)
-            most = None if pending[0][1].workload == modeled.NAME else PROCESS_STARTS_PER_CALL
+            most = None if pending[0][1].workload == modeled.NAME else PROCESS_TASKS_PER_CALL
             chunk = next(_chunks([request for _, request in pending[:most]]))
             attempts: list[grpc.RpcError] = []
             try:
@@ -901,12 +902,7 @@ class LiveBackend:
                 return
             if strict:
                 raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
-            if self.closing:
-                log.info("Stop %s on %s failed at exit (%s); %s", task.task_id, task.host, _rpc_text(exc),
-                         self._left_there())
-                return
-            log.warning("Stop %s on %s failed (%s); will retry", task.task_id, task.host, _rpc_text(exc))
-            self._orphans.append(task)
+            self._stops_failed(task.host, [task], _rpc_text(exc))
             return
         except BackendError as exc:  # its agent is cut off or gone (unreachable)
             if strict:  # it may still run there: not restarted elsewhere, the engine requeues the job
@@ -920,6 +916,60 @@ class LiveBackend:
             # it, so say it here rather than restart it elsewhere (a move) or save it (a pause).
             raise BackendError(f"task {task.task_id} failed on {task.host}: {reply.task.message}")
 
+    def _stops_failed(self, host: str, tasks: list[_Task], why: str) -> None:
+        """Stops of ``tasks`` on ``host`` failed (``why``), and not strictly: kept, to retry at every poll (at the
+        coordinator's exit: said, and left there)."""
+        which = tasks[0].task_id if len(tasks) == 1 else f"{len(tasks)} tasks ({tasks[0].task_id}, ...)"
+        if self.closing:
+            log.info("Stop %s on %s failed at exit (%s); %s", which, host, why, self._left_there())
+            return
+        log.warning("Stop %s on %s failed (%s); will retry", which, host, why)
+        self._orphans += tasks
+
+    def _stop_tasks(self, tasks: list[_Task], most: int | None = None) -> None:
+        """:meth:`_stop_task` (not strict) for each of ``tasks``, in one StopTasks call per host (more above
+        :data:`BATCH_BYTES`, or ``most`` tasks). A Stop the agent failed is kept to retry, as alone; NOT_FOUND is a
+        task gone already. A call unanswered keeps that host's stops not made yet too, untried (each call would
+        cost a deadline). One Stop for a host's only task, or to an agent without StopTasks (UNIMPLEMENTED: not
+        asked again)."""
+        by_host: dict[str, list[_Task]] = {}
+        for t in tasks:
+            by_host.setdefault(t.host, []).append(t)
+        for host, pending in by_host.items():
+            handle = self.agents.get(self.host_agent.get(host, ""))
+            while pending:
+                if handle is None or handle.lost or "StopTasks" in handle.unbatched or len(pending) == 1:
+                    for t in pending:
+                        self._stop_task(t)
+                    break
+                refs = next(_chunks([agent_pb2.TaskRef(task_id=t.task_id) for t in pending[:most]]))
+                chunk, pending = pending[:len(refs)], pending[len(refs):]
+                try:
+                    reply = self._retry(handle.stub.StopTasks, agent_pb2.StopTasksRequest(tasks=refs), host=host)
+                except BackendError as exc:  # cut off meanwhile: as :meth:`_stop_task` says it
+                    log.info("Stop %d tasks (%s, ...): %s; %s", len(chunk) + len(pending), chunk[0].task_id, exc,
+                             self._left_there())
+                    break
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        handle.unbatched.add("StopTasks")
+                        log.info("agent %s has no StopTasks (an older agent): one Stop per task", handle.agent_id)
+                        pending = chunk + pending
+                        continue
+                    if exc.code() in _RETRYABLE:
+                        self._stops_failed(host, chunk + pending, _rpc_text(exc))
+                        break
+                    self._stops_failed(host, chunk, _rpc_text(exc))
+                    continue
+                results = list(reply.results)
+                if len(results) != len(chunk):  # not an answer to this request: each alone
+                    for t in chunk:
+                        self._stop_task(t)
+                    continue
+                for t, result in zip(chunk, results, strict=True):
+                    if result.error_code and result.error_code != "NOT_FOUND":
+                        self._stops_failed(host, [t], f"{result.error_code}: {result.error}")
+
     def _left_there(self) -> str:
         """What becomes of a task left on an agent that cannot be told to stop it."""
         if self.lease_s > 0:
@@ -930,9 +980,10 @@ class LiveBackend:
         with self._lock:
             self._cpu.pop(job, None)
             self._interrupted = [j for j in self._interrupted if j != job]  # the engine requeued it, or gave up
-            for t in self._tasks.pop(job, []):
-                if not t.saved:
-                    self._stop_task(t)  # a failure is retried at the next polls
+            spec = self._specs.get(job)
+            # (a failure is retried at the next polls; a process's stop takes the agent a while: a few a call)
+            self._stop_tasks([t for t in self._tasks.pop(job, []) if not t.saved],
+                             None if spec is not None and spec.workload == modeled.NAME else PROCESS_TASKS_PER_CALL)
             # Best effort: the engine's requeue (or failure) of the job must not fail on it; the restart count,
             # all a journal of no tasks adds, was written before the job's last StartTask.
             self._persist_quietly(job)

@@ -16,7 +16,7 @@ def test_bench_starts_runs_every_job_and_writes_what_it_prints(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["running"] == 40 and result["jobs"] == 40 and result["hosts"] == 2
-    assert result["seconds_to_all_running"] > 0 and result["starts_per_s"] > 0
+    assert result["seconds_to_all_running"] > 0 and result["starts_per_s"] > 0 and result["seconds_to_cancel_all"] > 0
     assert len(result["running_at_quarters"]) == 3
     assert json.loads((out / "starts.json").read_text()) == result
     assert json.loads((out / "starts-config.json").read_text())["jobs"] == 40
@@ -30,4 +30,5 @@ def test_bench_starts_runs_one_job_of_many_tasks(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["running"] == 1 and result["tasks"] == 2000 and result["seconds_to_all_running"] > 0
+    assert result["seconds_to_cancel_all"] > 0  # (cancelled: the agent held none of its tasks at the end)
     assert json.loads((out / "starts-config.json").read_text())["tasks"] == 2000

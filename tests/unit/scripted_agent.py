@@ -79,12 +79,15 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         # StartTask past a host's CPU (the shares of its running tasks) answers FAILED_PRECONDITION, as
         # AgentCore's capacity check does
         self.check_capacity = False
-        #: Batch calls it answers UNIMPLEMENTED, as an agent from before them does: "SetShares", "StartTasks".
+        #: Batch calls it answers UNIMPLEMENTED, as an agent from before them does: "SetShares", "StartTasks",
+        #: "StopTasks".
         self.unimplemented: set[str] = set()
         self.refuse_share: set[str] = set()  # SetShare of these task ids answers FAILED_PRECONDITION
         #: The share calls and starts, in order: ("SetShare", (task id,)), ("SetShares", (task ids...)),
-        #: ("StartTask", (task id,)) or ("StartTasks", (task ids...)).
+        #: ("StartTask", (task id,)) or ("StartTasks", (task ids...)); and, if ``record_stops``, the stops:
+        #: ("Stop", (task id,)) or ("StopTasks", (task ids...)).
         self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.record_stops = False
 
     def _get(self, task_id: str, context: grpc.ServicerContext) -> agent_pb2.TaskStatus:
         if task_id not in self.tasks:
@@ -171,13 +174,34 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         return agent_pb2.CheckpointReply(task_id=status.task_id, progress=status.progress)
 
     def Stop(self, request, context):  # noqa: N802
+        if self.record_stops:
+            self.calls.append(("Stop", (request.task_id,)))
+        return agent_pb2.TaskReply(task=self._stop(request, context))
+
+    def StopTasks(self, request, context):  # noqa: N802
+        """Each Stop in turn, each failure its own result; ``refuse_stop`` fails the whole call (the stops before
+        the first made, as when a reply is lost)."""
+        if self.record_stops:
+            self.calls.append(("StopTasks", tuple(r.task_id for r in request.tasks)))
+        if "StopTasks" in self.unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        results = []
+        for r in request.tasks:
+            try:
+                results.append(agent_pb2.TaskResult(task=self._stop(r, _OneRequest(context))))
+            except _Refused as refusal:
+                results.append(agent_pb2.TaskResult(error_code=refusal.code.name, error=refusal.details))
+        return agent_pb2.TasksReply(results=results)
+
+    def _stop(self, request, context) -> agent_pb2.TaskStatus:
         if self.on_stop is not None:
             self.on_stop(request)
         if self.refuse_stop:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "partitioned")
+            (context.call if isinstance(context, _OneRequest) else context).abort(grpc.StatusCode.UNAVAILABLE,
+                                                                                   "partitioned")
         status = self._get(request.task_id, context)
         del self.tasks[request.task_id]
-        return agent_pb2.TaskReply(task=status)
+        return status
 
     def Status(self, request, context):  # noqa: N802
         if self.mute:

@@ -690,10 +690,10 @@ def test_the_agent_lets_go_of_its_lock_after_each_process_start_and_sums_again()
 
 
 def test_a_workload_programs_starts_go_at_most_a_few_a_call() -> None:
-    """A call of StartTasks carries at most :data:`live.PROCESS_STARTS_PER_CALL` starts of a workload program (a
+    """A call of StartTasks carries at most :data:`live.PROCESS_TASKS_PER_CALL` starts of a workload program (a
     process each, ~20 ms at the agent: 400 in one call took 8 s, past one attempt's deadline, and left 400 orphans;
     review), and as many modeled ones as fit in :data:`live.BATCH_BYTES`."""
-    n = 2 * live.PROCESS_STARTS_PER_CALL + 3
+    n = 2 * live.PROCESS_TASKS_PER_CALL + 3
     x = TableAgent("x", ("h0",))
     with backend_on(x) as backend:
         engine = engine_on(backend)
@@ -702,7 +702,7 @@ def test_a_workload_programs_starts_go_at_most_a_few_a_call() -> None:
         engine.apply(Plan((Start("a", ("h0",) * n, 0.01), Start("m", ("h0",) * n, 0.01))))
         assert engine.jobs["a"].state is engine.jobs["m"].state is JobState.RUNNING
         a, m = ids("a", 0, n), ids("m", 0, n)
-        k = live.PROCESS_STARTS_PER_CALL
+        k = live.PROCESS_TASKS_PER_CALL
         assert x.calls == [("StartTasks", tuple(a[:k])), ("StartTasks", tuple(a[k:2 * k])),
                            ("StartTasks", tuple(a[2 * k:])), ("StartTasks", tuple(m))]
 

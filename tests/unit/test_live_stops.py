@@ -1,0 +1,186 @@
+"""A job's tasks on an agent stop in one StopTasks call per host as the job ends (one Stop per task made cancelling a
+job of 10,000 tasks on 4 hosts take 8.6 s, nearly all of it in the calls). Pinned here: the agent's
+:meth:`AgentCore.stop_tasks` answers each stop as Stop alone would, a failure not stopping the others; its servicer
+answers one result per request; the live backend sends one StopTasks per host (at most
+:data:`live.PROCESS_TASKS_PER_CALL` tasks of a workload program a call), keeps a stop the agent failed as an
+orphan and takes NOT_FOUND for a task gone, keeps a host's stops untried after an unanswered call (orphans, stopped
+at a later poll), falls back to one Stop per task on an agent without StopTasks, and at its exit only says what it
+leaves."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import grpc
+import pytest
+
+from coordinator.backends import live
+from coordinator.model import JobSpec, JobState
+from coordinator.plan import Plan, Start
+from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart
+from node_agent.dutycycle import DutyCycleDriver
+from node_agent.server import AgentServicer
+from vcemu.v1 import agent_pb2, agent_pb2_grpc
+from workloads import modeled
+
+from .scripted_agent import TableAgent, backend_on, engine_on, serve
+
+_ids = itertools.count()
+
+
+def started_core(n: int) -> AgentCore:
+    """A real agent's core (hosts h and g) with modeled tasks t0 .. t<n-1> started, alternately on h and g."""
+    core = AgentCore(f"pytest-stops-{next(_ids)}", [HostSpec("h", 1.0, 1 << 30), HostSpec("g", 1.0, 1 << 30)],
+                     DutyCycleDriver(), {})
+    core.start_tasks([TaskStart(f"t{i}", "hg"[i % 2], modeled.NAME, 0.1, 1.0, 3600.0, 10) for i in range(n)])
+    return core
+
+
+def test_the_agents_stop_tasks_stops_each_as_stop_would_and_a_failure_stops_none_of_the_others() -> None:
+    """Each id its own result, in order: a view (the task forgotten: its id free again), or the AgentError that Stop
+    alone raises (NOT_FOUND for an id unknown, or stopped earlier in the same call)."""
+    core = started_core(4)
+    try:
+        got = core.stop_tasks(["t0", "nope", "t2", "t0", "t3"])
+        assert [o.task_id if not isinstance(o, Exception) else o.code for o in got] == [  # type: ignore[union-attr]
+            "t0", "NOT_FOUND", "t2", "NOT_FOUND", "t3"]
+        assert sorted(core._tasks) == ["t1"]
+        with pytest.raises(AgentError) as alone:
+            core.stop("nope")
+        assert str(got[1]) == str(alone.value)
+        assert sum(core.tasks_ended().values()) == 3  # each stop counted once
+    finally:
+        core.shutdown()
+
+
+def test_the_real_agent_answers_stoptasks_with_a_result_per_stop() -> None:
+    core = started_core(2)
+    server, address = serve(AgentServicer(core))
+    channel = grpc.insecure_channel(address)
+    try:
+        stub = agent_pb2_grpc.AgentStub(channel)
+        reply = stub.StopTasks(agent_pb2.StopTasksRequest(tasks=[agent_pb2.TaskRef(task_id=t) for t in
+                                                                 ("t1", "gone", "t0")]), timeout=5)
+        assert [(r.task.task_id, r.error_code) for r in reply.results] == [("t1", ""), ("", "NOT_FOUND"),
+                                                                          ("t0", "")]
+        assert core._tasks == {}
+    finally:
+        channel.close()
+        server.stop(0)
+        core.shutdown()
+
+
+def spec(tasks: int, workload: str = modeled.NAME) -> JobSpec:
+    return JobSpec("a", 0.0, tasks, 0.1, 0.01, 100.0, workload)
+
+
+def ids(n: int) -> list[str]:
+    return [f"a/{i}" + (f".{i}" if i else "") for i in range(n)]
+
+
+def running(x: TableAgent, backend: live.LiveBackend, hosts: tuple[str, ...], workload: str = modeled.NAME):  # type: ignore[no-untyped-def]
+    """An engine on ``backend`` with job a started on ``hosts``; the agent records its stops from now on."""
+    engine = engine_on(backend)
+    engine.arrive(spec(len(hosts), workload))
+    engine.apply(Plan((Start("a", hosts, 0.1),)))
+    assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
+    x.calls.clear()
+    x.record_stops = True
+    return engine
+
+
+def test_a_job_cancelled_stops_its_tasks_in_one_stoptasks_per_host() -> None:
+    """One call per host for the job's tasks there, in their order; a host's only task with Stop."""
+    x = TableAgent("x", ("h0", "h1", "h2"))
+    with backend_on(x) as backend:
+        engine = running(x, backend, ("h0", "h1", "h0", "h1", "h0", "h2"))
+        engine.cancel("a")
+        a = ids(6)
+        assert x.calls == [("StopTasks", (a[0], a[2], a[4])), ("StopTasks", (a[1], a[3])), ("Stop", (a[5],))]
+        assert x.tasks == {} and backend._orphans == []
+
+
+def test_a_workload_programs_tasks_stop_a_few_a_call() -> None:
+    """A process's stop takes the agent a while (a kill, and its wait): at most PROCESS_TASKS_PER_CALL a call."""
+    k = live.PROCESS_TASKS_PER_CALL
+    x = TableAgent("x", ("h0",))
+    with backend_on(x) as backend:
+        engine = running(x, backend, ("h0",) * (k + 2), workload="dgemm")
+        engine.cancel("a")
+        a = ids(k + 2)
+        assert x.calls == [("StopTasks", tuple(a[:k])), ("StopTasks", tuple(a[k:]))]
+        assert x.tasks == {}
+
+
+class FailsStops(TableAgent):
+    """A TableAgent whose Stop of the ids in ``failing`` fails (INTERNAL: a kill that failed), alone or in a batch."""
+
+    failing: set[str] = set()
+
+    def _stop(self, request, context):  # type: ignore[no-untyped-def]
+        if request.task_id in self.failing:
+            context.abort(grpc.StatusCode.INTERNAL, "agent failure: the kill timed out")
+        return super()._stop(request, context)
+
+
+def test_a_stop_the_agent_fails_is_kept_to_retry_and_a_task_gone_is_not() -> None:
+    """A failed stop in the call's results is an orphan (its Stop retried at the polls), as a Stop alone that failed
+    is; NOT_FOUND is a task the agent no longer has, nothing to keep."""
+    x = FailsStops("x", ("h0",))
+    with backend_on(x) as backend:
+        engine = running(x, backend, ("h0",) * 3)
+        a = ids(3)
+        del x.tasks[a[1]]  # gone already: NOT_FOUND
+        x.failing = {a[2]}
+        engine.cancel("a")
+        assert [t.task_id for t in backend._orphans] == [a[2]]
+        assert list(x.tasks) == [a[2]]
+        x.failing = set()
+        backend.poll()
+        assert x.tasks == {} and backend._orphans == []
+
+
+def test_an_unanswered_stoptasks_keeps_the_hosts_stops_untried_as_orphans() -> None:
+    """A call unanswered (every attempt) keeps its stops and the host's stops not sent yet as orphans, with no call
+    for the rest (each would cost a deadline); a later poll stops them."""
+    x = TableAgent("x", ("h0",))
+    with backend_on(x, rpc_timeout=1.0) as backend, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(live, "BATCH_BYTES", 40)  # a few tasks a call
+        engine = running(x, backend, ("h0",) * 6)
+        x.refuse_stop = True
+        engine.cancel("a")
+        assert {name for name, _ in x.calls} == {"StopTasks"}
+        assert len({tuple(call) for _, call in x.calls}) == 1  # one call (its attempts), none for the rest
+        assert sorted(t.task_id for t in backend._orphans) == sorted(ids(6))
+        x.refuse_stop = False
+        backend.poll()
+        assert x.tasks == {} and backend._orphans == []
+
+
+def test_an_agent_without_stoptasks_gets_one_stop_per_task_and_is_not_asked_again() -> None:
+    x = TableAgent("x", ("h0", "h1"))
+    x.unimplemented.add("StopTasks")
+    with backend_on(x) as backend:
+        engine = running(x, backend, ("h0",) * 3)
+        engine.cancel("a")
+        a = ids(3)
+        assert x.calls == [("StopTasks", tuple(a)), ("Stop", (a[0],)), ("Stop", (a[1],)), ("Stop", (a[2],))]
+        assert x.tasks == {}
+        engine.arrive(JobSpec("b", 0.0, 2, 0.1, 0.01, 100.0, modeled.NAME))
+        engine.apply(Plan((Start("b", ("h1", "h1"), 0.1),)))
+        x.calls.clear()
+        engine.cancel("b")
+        assert x.calls == [("Stop", ("b/0",)), ("Stop", ("b/1.1",))]
+
+
+def test_stops_that_fail_at_the_coordinators_exit_are_said_and_left(caplog: pytest.LogCaptureFixture) -> None:
+    x = TableAgent("x", ("h0",))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        running(x, backend, ("h0",) * 3)
+        x.refuse_stop = True
+        backend.closing = True
+        with caplog.at_level(logging.INFO, logger="vcemu.live"):
+            backend.stop("a")
+        assert backend._orphans == []
+        assert any("Stop 3 tasks (a/0, ...) on h0 failed at exit" in r.getMessage() for r in caplog.records)
