@@ -418,12 +418,14 @@ def _cancel_all(stub: pb_grpc.CoordinatorStub, job_ids: list[str], server, timeo
     t0 = time.perf_counter()
     for job_id in job_ids:
         stub.Cancel(pb.JobRef(job_id=job_id), timeout=timeout)
-    (handle,) = server.backend.agents.values()
-    while time.perf_counter() - t0 < timeout:
-        if not handle.stub.Status(agent_pb2.StatusRequest(), timeout=10).tasks:
-            return time.perf_counter() - t0
+    (handle,) = server.backend.agents.values()  # (the bench's one agent)
+    while True:  # (asked at least once, however long the cancels took)
+        with contextlib.suppress(grpc.RpcError):  # (a slow answer: asked again)
+            if not handle.stub.Status(agent_pb2.StatusRequest(), timeout=10).tasks:
+                return time.perf_counter() - t0
+        if time.perf_counter() - t0 > timeout:
+            return None
         time.sleep(0.05)
-    return None
 
 
 def _bench_starts(args: argparse.Namespace) -> int:
@@ -476,6 +478,10 @@ def _bench_starts(args: argparse.Namespace) -> int:
     print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
     if running < args.jobs:
         print(f"vcemu bench starts: error: {running} of {args.jobs} jobs running after {args.timeout:g} s",
+              file=sys.stderr)
+        return 1
+    if cancel is None:
+        print(f"vcemu bench starts: error: tasks of the cancelled jobs still on the agent after {args.timeout:g} s",
               file=sys.stderr)
         return 1
     return 0

@@ -478,24 +478,28 @@ class LiveBackend:
         """Try again to stop the orphans ``which`` selects (all of them: a poll's round); True if none of
         them is left. ``placement``: for a placement they block, which the engine offers again at every
         turn while they stay: one retried less than a poll interval ago (by a poll, or such a placement) is
-        not tried again, so each costs at most one Stop per poll interval, not one per turn. Once a Stop goes
-        unanswered, the other orphans of its agent wait for the next round untried: each would cost a deadline
-        (an unanswered StartTasks leaves an orphan per start it carried; 20 made a poll take 20 s, review)."""
+        not tried again, so each costs at most one Stop per poll interval, not one per turn. On an agent that did
+        not answer its last poll or call (``silent``), once a Stop goes unanswered its other orphans wait, untried,
+        and go first at the next round: each would cost a deadline (an unanswered StartTasks leaves an orphan per
+        start it carried; 20 made a poll take 20 s, review). An agent that answers has each orphan tried (one whose
+        kill outlives the deadline must not keep the others from theirs)."""
         now = time.monotonic()
         retry = [t for t in self._orphans if which(t) and not (placement and now - t.retried < self.poll_interval)]
         tried = {id(t) for t in retry}
         self._orphans = [t for t in self._orphans if id(t) not in tried]
-        unanswered: set[str] = set()  # agents a Stop of this round got no answer from
+        silent = {agent_id for agent_id, handle in self.agents.items() if handle.silent}
+        unanswered: set[str] = set()  # silent agents a Stop of this round got no answer from
+        skipped: list[_Task] = []
         for t in retry:
             agent = self.host_agent.get(t.host, "")
             if agent in unanswered:
-                self._orphans.append(t)
+                skipped.append(t)
                 continue
             t.retried = now
             self._stop_task(t)  # a failure puts it back in the orphans
-            handle = self.agents.get(agent)
-            if self._orphans and self._orphans[-1] is t and handle is not None and handle.silent:
+            if agent in silent and self._orphans and self._orphans[-1] is t:
                 unanswered.add(agent)
+        self._orphans = skipped + self._orphans
         return not any(which(t) for t in self._orphans)
 
     def _unanswered(self, orphan: _Task) -> bool:
@@ -623,9 +627,7 @@ class LiveBackend:
                     self._call(host, "StartTask", request)
                     tasks[i] = _Task(request.task_id, host, request.start_progress)
                 return
-            # (a process start takes the agent ~20 ms: a call carries few, well inside one attempt's deadline)
-            most = None if pending[0][1].workload == modeled.NAME else PROCESS_TASKS_PER_CALL
-            chunk = next(_chunks([request for _, request in pending[:most]]))
+            chunk = next(_chunks([request for _, request in pending[:self._most(_job_of(pending[0][1].task_id))]]))
             attempts: list[grpc.RpcError] = []
             try:
                 reply = self._retry(handle.stub.StartTasks, agent_pb2.StartTasksRequest(tasks=chunk), host=host,
@@ -667,9 +669,7 @@ class LiveBackend:
                 self._start_tasks(spec, list(enumerate(hosts)), cpu)
                 self._persist(spec.id)  # failing, its tasks are stopped: the engine has not recorded the start
             except BaseException:
-                for t in tasks:
-                    if not t.saved:
-                        self._stop_task(t)
+                self._stop_tasks([t for t in tasks if not t.saved], self._most(spec.id))
                 del self._tasks[spec.id]
                 with contextlib.suppress(Exception):  # best effort: the journal may be what failed
                     self._persist(spec.id)
@@ -929,14 +929,19 @@ class LiveBackend:
     def _stop_tasks(self, tasks: list[_Task], most: int | None = None) -> None:
         """:meth:`_stop_task` (not strict) for each of ``tasks``, in one StopTasks call per host (more above
         :data:`BATCH_BYTES`, or ``most`` tasks). A Stop the agent failed is kept to retry, as alone; NOT_FOUND is a
-        task gone already. A call unanswered keeps that host's stops not made yet too, untried (each call would
+        task gone already. A call unanswered keeps its agent's stops not made yet too, untried (each call would
         cost a deadline). One Stop for a host's only task, or to an agent without StopTasks (UNIMPLEMENTED: not
         asked again)."""
         by_host: dict[str, list[_Task]] = {}
         for t in tasks:
             by_host.setdefault(t.host, []).append(t)
+        unanswered: set[str] = set()  # agents a call got no answer from: their other hosts' stops are kept too
         for host, pending in by_host.items():
-            handle = self.agents.get(self.host_agent.get(host, ""))
+            agent = self.host_agent.get(host, "")
+            handle = self.agents.get(agent)
+            if agent in unanswered:
+                self._stops_failed(host, pending, "its agent did not answer a StopTasks just now")
+                continue
             while pending:
                 if handle is None or handle.lost or "StopTasks" in handle.unbatched or len(pending) == 1:
                     for t in pending:
@@ -958,6 +963,7 @@ class LiveBackend:
                         continue
                     if exc.code() in _RETRYABLE:
                         self._stops_failed(host, chunk + pending, _rpc_text(exc))
+                        unanswered.add(agent)
                         break
                     self._stops_failed(host, chunk, _rpc_text(exc))
                     continue
@@ -970,6 +976,12 @@ class LiveBackend:
                     if result.error_code and result.error_code != "NOT_FOUND":
                         self._stops_failed(host, [t], f"{result.error_code}: {result.error}")
 
+    def _most(self, job: str) -> int | None:
+        """Most of ``job``'s tasks one StartTasks or StopTasks call carries besides :data:`BATCH_BYTES`: a process
+        start (or stop) takes the agent ~20 ms, and a call must end well inside one attempt's deadline."""
+        spec = self._specs.get(job)
+        return None if spec is not None and spec.workload == modeled.NAME else PROCESS_TASKS_PER_CALL
+
     def _left_there(self) -> str:
         """What becomes of a task left on an agent that cannot be told to stop it."""
         if self.lease_s > 0:
@@ -980,10 +992,8 @@ class LiveBackend:
         with self._lock:
             self._cpu.pop(job, None)
             self._interrupted = [j for j in self._interrupted if j != job]  # the engine requeued it, or gave up
-            spec = self._specs.get(job)
-            # (a failure is retried at the next polls; a process's stop takes the agent a while: a few a call)
-            self._stop_tasks([t for t in self._tasks.pop(job, []) if not t.saved],
-                             None if spec is not None and spec.workload == modeled.NAME else PROCESS_TASKS_PER_CALL)
+            # (a failure is retried at the next polls)
+            self._stop_tasks([t for t in self._tasks.pop(job, []) if not t.saved], self._most(job))
             # Best effort: the engine's requeue (or failure) of the job must not fail on it; the restart count,
             # all a journal of no tasks adds, was written before the job's last StartTask.
             self._persist_quietly(job)
@@ -1043,9 +1053,10 @@ class LiveBackend:
                     resumable.update(handle.hosts)
                 for ts in handle.last_status.tasks:
                     seen[ts.task_id] = ts
+            round_start = time.monotonic()
             self._stop_orphans()
-            for t in self._orphans:  # its agent answered this poll, and its Stop still failed
-                if t.host in answered:
+            for t in self._orphans:  # its agent answered this poll, and its Stop, tried now, still failed
+                if t.host in answered and t.retried >= round_start:
                     t.refused_since = min(t.refused_since, time.monotonic())
             self._reconcile(seen, answered)
             for job, tasks in list(self._tasks.items()):
@@ -1069,7 +1080,7 @@ class LiveBackend:
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
                     for t in tasks:
                         t.progress = 1.0
-                        self._stop_task(t)
+                    self._stop_tasks(tasks, self._most(job))
                     del self._tasks[job]
                     self._persist_quietly(job)
                     reports.append(Report(job, JobState.DONE))

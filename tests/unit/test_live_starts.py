@@ -709,9 +709,9 @@ def test_a_workload_programs_starts_go_at_most_a_few_a_call() -> None:
 
 def test_a_poll_tries_one_stop_of_an_agent_that_does_not_answer_and_leaves_its_other_orphans_for_later() -> None:
     """An unanswered StartTasks leaves an orphan per start it carried; while their agent does not answer, each Stop
-    costs a deadline, and a poll that tried them all took one per orphan (20 orphans: 20 s; review). Once one Stop
-    of a round goes unanswered, the agent's other orphans wait, untried, for a later round; when it answers again
-    they all go."""
+    costs a deadline, and a poll that tried them all took one per orphan (20 orphans: 20 s; review). On an agent
+    that did not answer the poll, once one Stop goes unanswered its other orphans wait, untried, and go first at
+    the next round (each gets its turn); when it answers again they all go."""
     x = RepliesLost("x", ("h0",))
     x.lose_on = {"h0"}
     stops: list[str] = []
@@ -721,14 +721,18 @@ def test_a_poll_tries_one_stop_of_an_agent_that_does_not_answer_and_leaves_its_o
         engine.arrive(spec(5, 0.1))
         engine.apply(Plan((Start("a", ("h0",) * 5, 0.1),)))
         assert engine.jobs["a"].state is JobState.PENDING and len(backend._orphans) == 5
-        x.refuse_stop = True  # and unanswered: the agent is silent after the first Stop
+        x.mute = x.refuse_stop = True  # the agent answers nothing
         backend.poll()
-        assert set(stops) == {"a/0"} and len(backend._orphans) == 5  # one orphan tried (its attempts)
-        x.refuse_stop = False
+        a = ids("a", 0, 5)
+        assert stops == [a[0]] and len(backend._orphans) == 5  # one orphan tried (one short attempt: silent)
+        backend.poll()
+        assert stops == [a[0], a[1]]  # the ones left untried go first
+        assert all(t.refused_since == math.inf for t in backend._orphans)  # (no answer: nothing refused)
+        x.mute = x.refuse_stop = False
         stops.clear()
         backend.poll()
         # (each twice: the poll's reconciliation stops what its Status saw and no job owns, here gone already)
-        assert sorted(set(stops)) == ids("a", 0, 5) and backend._orphans == [] and x.tasks == {}
+        assert sorted(set(stops)) == a and backend._orphans == [] and x.tasks == {}
 
 
 def test_a_transactional_starts_progress_is_checked_too() -> None:

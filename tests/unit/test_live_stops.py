@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
+import time
 
 import grpc
 import pytest
@@ -184,3 +186,63 @@ def test_stops_that_fail_at_the_coordinators_exit_are_said_and_left(caplog: pyte
             backend.stop("a")
         assert backend._orphans == []
         assert any("Stop 3 tasks (a/0, ...) on h0 failed at exit" in r.getMessage() for r in caplog.records)
+
+
+class Stuck(TableAgent):
+    """A TableAgent whose Stop of the ids in ``stuck`` answers only after the caller's deadline and keeps the task:
+    a process that will not die (the agent's kill gives up after KILL_TIMEOUT_S, longer than any deadline)."""
+
+    stuck: set[str] = set()
+
+    def _stop(self, request, context):  # type: ignore[no-untyped-def]
+        if request.task_id in self.stuck:
+            time.sleep(0.35)  # past the attempt's deadline (rpc_timeout 0.6 / 3 attempts)
+            context.abort(grpc.StatusCode.INTERNAL, "agent failure: the kill timed out")
+        return super()._stop(request, context)
+
+
+def test_an_orphan_whose_stop_outlives_its_deadline_does_not_keep_the_others_of_its_agent_from_theirs() -> None:
+    """An agent that answers its polls gets every orphan's Stop tried each round: one whose kill outlives the
+    deadline (its call unanswered) kept the others of its agent untried at every poll, for ever, and marked them
+    refused though never tried (review). Only the orphans tried and still failing count as refused."""
+    x = Stuck("x", ("h0",))
+    with backend_on(x, rpc_timeout=0.6) as backend:
+        engine = running(x, backend, ("h0",) * 5, workload="dgemm")
+        a = ids(5)
+        x.stuck = {a[0]}
+        engine.cancel("a")  # the StopTasks call outlives its deadline: all five kept as orphans
+        assert sorted(t.task_id for t in backend._orphans) == sorted(a)
+        backend.poll()
+        assert sorted(x.tasks) == [a[0]]
+        assert [(t.task_id, t.refused_since < math.inf) for t in backend._orphans] == [(a[0], True)]
+
+
+def test_an_unanswered_stoptasks_keeps_the_stops_on_the_agents_other_hosts_untried_too() -> None:
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = running(x, backend, ("h0", "h0", "h1", "h1"))
+        x.refuse_stop = True
+        engine.cancel("a")
+        a = ids(4)
+        assert set(x.calls) == {("StopTasks", (a[0], a[1]))}  # (its attempts) and no call for h1
+        assert sorted(t.task_id for t in backend._orphans) == a
+
+
+def test_a_finished_job_and_a_start_undone_stop_their_tasks_in_one_call_per_host() -> None:
+    """The other two paths that stop a job's tasks: a job whose tasks all finished (their resources released on the
+    agent), and a start undone because a later host refused its tasks."""
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x) as backend:
+        engine = running(x, backend, ("h0", "h0", "h1", "h1"))
+        a = ids(4)
+        for task_id in a:
+            x.finish(task_id)
+        assert [(r.job, r.state) for r in backend.poll()] == [("a", JobState.DONE)]
+        assert x.calls == [("StopTasks", (a[0], a[1])), ("StopTasks", (a[2], a[3]))] and x.tasks == {}
+        x.calls.clear()
+        x.refuse_start_on = {"h1"}
+        engine.arrive(JobSpec("b", 0.0, 4, 0.1, 0.01, 100.0, modeled.NAME))
+        engine.apply(Plan((Start("b", ("h0", "h0", "h1", "h1"), 0.1),)))
+        b = [f"b/{i}" + (f".{i}" if i else "") for i in range(4)]
+        assert ("StopTasks", (b[0], b[1])) in x.calls
+        assert x.tasks == {} and sorted(t.task_id for t in backend._orphans) == b[2:]  # h1's unconfirmed: orphans
