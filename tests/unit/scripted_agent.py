@@ -14,6 +14,8 @@ from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine
 from coordinator.model import Host, Snapshot, Stimulus
 from coordinator.plan import Plan
+from node_agent.agent import AgentCore
+from node_agent.server import AgentServicer
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 
@@ -38,6 +40,19 @@ def serve(servicer: agent_pb2_grpc.AgentServicer) -> tuple[grpc.Server, str]:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     return server, f"127.0.0.1:{port}"
+
+
+@contextmanager
+def agent_served(core: AgentCore) -> Iterator[agent_pb2_grpc.AgentStub]:
+    """The real agent ``core`` behind its gRPC servicer on 127.0.0.1: a stub to it; the core shut down on exit."""
+    server, address = serve(AgentServicer(core))
+    channel = grpc.insecure_channel(address)
+    try:
+        yield agent_pb2_grpc.AgentStub(channel)
+    finally:
+        channel.close()
+        server.stop(0)
+        core.shutdown()
 
 
 @contextmanager
@@ -107,15 +122,20 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         """Each start in turn until one fails other than ALREADY_EXISTS, as AgentCore.start_tasks; a host in
         ``refuse_start_on`` fails the whole call (the starts before it made, as when a reply is lost)."""
         self.calls.append(("StartTasks", tuple(r.task_id for r in request.tasks)))
-        if "StartTasks" in self.unimplemented:
+        return self._batch("StartTasks", request.tasks, self._start, context, stops_at_failure=True)
+
+    def _batch(self, name: str, requests, one, context, stops_at_failure: bool = False):  # type: ignore[no-untyped-def]
+        """The batch call ``name``: ``one`` for each request, each refusal that request's result (the first other
+        than ALREADY_EXISTS ending the batch if ``stops_at_failure``); UNIMPLEMENTED if in :attr:`unimplemented`."""
+        if name in self.unimplemented:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         results = []
-        for r in request.tasks:
+        for r in requests:
             try:
-                results.append(agent_pb2.TaskResult(task=self._start(r, _OneRequest(context))))
+                results.append(agent_pb2.TaskResult(task=one(r, _OneRequest(context))))
             except _Refused as refusal:
                 results.append(agent_pb2.TaskResult(error_code=refusal.code.name, error=refusal.details))
-                if refusal.code != grpc.StatusCode.ALREADY_EXISTS:
+                if stops_at_failure and refusal.code != grpc.StatusCode.ALREADY_EXISTS:
                     break
         return agent_pb2.TasksReply(results=results)
 
@@ -145,15 +165,7 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
 
     def SetShares(self, request, context):  # noqa: N802
         self.calls.append(("SetShares", tuple(r.task_id for r in request.shares)))
-        if "SetShares" in self.unimplemented:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
-        results = []
-        for r in request.shares:
-            try:
-                results.append(agent_pb2.TaskResult(task=self._set_share(r, _OneRequest(context))))
-            except _Refused as refusal:
-                results.append(agent_pb2.TaskResult(error_code=refusal.code.name, error=refusal.details))
-        return agent_pb2.TasksReply(results=results)
+        return self._batch("SetShares", request.shares, self._set_share, context)
 
     def _set_share(self, request, context) -> agent_pb2.TaskStatus:
         status = self._get(request.task_id, context)
@@ -183,15 +195,7 @@ class TableAgent(agent_pb2_grpc.AgentServicer):
         the first made, as when a reply is lost)."""
         if self.record_stops:
             self.calls.append(("StopTasks", tuple(r.task_id for r in request.tasks)))
-        if "StopTasks" in self.unimplemented:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
-        results = []
-        for r in request.tasks:
-            try:
-                results.append(agent_pb2.TaskResult(task=self._stop(r, _OneRequest(context))))
-            except _Refused as refusal:
-                results.append(agent_pb2.TaskResult(error_code=refusal.code.name, error=refusal.details))
-        return agent_pb2.TasksReply(results=results)
+        return self._batch("StopTasks", request.tasks, self._stop, context)
 
     def _stop(self, request, context) -> agent_pb2.TaskStatus:
         if self.on_stop is not None:

@@ -19,11 +19,11 @@ from coordinator.model import JobSpec, JobState
 from coordinator.plan import Plan, SetShare, Start
 from node_agent.agent import AgentCore, AgentError, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
-from node_agent.server import MAX_MESSAGE_BYTES, AgentServicer
+from node_agent.server import MAX_MESSAGE_BYTES
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from workloads import modeled
 
-from .scripted_agent import TableAgent, backend_on, engine_on, serve
+from .scripted_agent import TableAgent, agent_served, backend_on, engine_on
 
 
 def job(name: str) -> JobSpec:
@@ -127,14 +127,8 @@ def test_share_changes_are_split_under_the_agents_request_limit() -> None:
 def real_agent() -> Iterator[tuple[AgentCore, agent_pb2_grpc.AgentStub]]:
     """The real agent's core (modeled tasks, no processes or cgroups) behind its gRPC servicer."""
     core = AgentCore("pytest-shares", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {})
-    server, address = serve(AgentServicer(core))
-    channel = grpc.insecure_channel(address)
-    try:
-        yield core, agent_pb2_grpc.AgentStub(channel)
-    finally:
-        channel.close()
-        server.stop(0)
-        core.shutdown()
+    with agent_served(core) as stub:
+        yield core, stub
 
 
 def test_the_real_agent_applies_setshares_in_order_with_each_refusal_in_its_own_result(

@@ -39,7 +39,7 @@ from node_agent.server import AgentServicer
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from workloads import modeled
 
-from .scripted_agent import TableAgent, backend_on, engine_on, serve
+from .scripted_agent import TableAgent, agent_served, backend_on, engine_on
 
 _ids = itertools.count()
 
@@ -302,14 +302,8 @@ class Counting(AgentServicer):
 def served() -> Iterator[tuple[AgentCore, agent_pb2_grpc.AgentStub]]:
     """A real agent's core (hosts h and g: 1 core, 1000 bytes each) behind its servicer on 127.0.0.1."""
     core = new_core((HostSpec("h", 1.0, 1000), HostSpec("g", 1.0, 1000)))
-    server, address = serve(AgentServicer(core))
-    channel = grpc.insecure_channel(address)
-    try:
-        yield core, agent_pb2_grpc.AgentStub(channel)
-    finally:
-        channel.close()
-        server.stop(0)
-        core.shutdown()
+    with agent_served(core) as stub:
+        yield core, stub
 
 
 def request(task_id: str, host: str, share: float, memory: int = 0, **fields: object) -> agent_pb2.StartTaskRequest:

@@ -22,11 +22,10 @@ from coordinator.model import JobSpec, JobState
 from coordinator.plan import Plan, Start
 from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart
 from node_agent.dutycycle import DutyCycleDriver
-from node_agent.server import AgentServicer
-from vcemu.v1 import agent_pb2, agent_pb2_grpc
+from vcemu.v1 import agent_pb2
 from workloads import modeled
 
-from .scripted_agent import TableAgent, backend_on, engine_on, serve
+from .scripted_agent import TableAgent, agent_served, backend_on, engine_on
 
 _ids = itertools.count()
 
@@ -58,19 +57,12 @@ def test_the_agents_stop_tasks_stops_each_as_stop_would_and_a_failure_stops_none
 
 def test_the_real_agent_answers_stoptasks_with_a_result_per_stop() -> None:
     core = started_core(2)
-    server, address = serve(AgentServicer(core))
-    channel = grpc.insecure_channel(address)
-    try:
-        stub = agent_pb2_grpc.AgentStub(channel)
+    with agent_served(core) as stub:
         reply = stub.StopTasks(agent_pb2.StopTasksRequest(tasks=[agent_pb2.TaskRef(task_id=t) for t in
                                                                  ("t1", "gone", "t0")]), timeout=5)
         assert [(r.task.task_id, r.error_code) for r in reply.results] == [("t1", ""), ("", "NOT_FOUND"),
                                                                           ("t0", "")]
         assert core._tasks == {}
-    finally:
-        channel.close()
-        server.stop(0)
-        core.shutdown()
 
 
 def spec(tasks: int, workload: str = modeled.NAME) -> JobSpec:
