@@ -2,7 +2,7 @@
 job of 10,000 tasks on 4 hosts take 8.6 s, nearly all of it in the calls). Pinned here: the agent's
 :meth:`AgentCore.stop_tasks` answers each stop as Stop alone would, a failure not stopping the others; its servicer
 answers one result per request; the live backend sends one StopTasks per host (at most
-:data:`live.PROCESS_TASKS_PER_CALL` tasks of a workload program a call), keeps a stop the agent failed as an
+modeled tasks only: one Stop each for tasks of a workload program), keeps a stop the agent failed as an
 orphan and takes NOT_FOUND for a task gone, keeps a host's stops untried after an unanswered call (orphans, stopped
 at a later poll), falls back to one Stop per task on an agent without StopTasks, and at its exit only says what it
 leaves."""
@@ -19,7 +19,7 @@ import pytest
 
 from coordinator.backends import live
 from coordinator.model import JobSpec, JobState
-from coordinator.plan import Plan, Start
+from coordinator.plan import Pause, Plan, Start
 from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart
 from node_agent.dutycycle import DutyCycleDriver
 from vcemu.v1 import agent_pb2
@@ -95,16 +95,22 @@ def test_a_job_cancelled_stops_its_tasks_in_one_stoptasks_per_host() -> None:
         assert x.tasks == {} and backend._orphans == []
 
 
-def test_a_workload_programs_tasks_stop_a_few_a_call() -> None:
-    """A process's stop takes the agent a while (a kill, and its wait): at most PROCESS_TASKS_PER_CALL a call."""
-    k = live.PROCESS_TASKS_PER_CALL
+def test_a_workload_programs_tasks_stop_one_call_each() -> None:
+    """A process's stop (a kill, and its wait) takes the agent tens of milliseconds, more under load: each has its own
+    call and deadline (a batch of 8 outlived one on a loaded machine; live check), as a pause's are."""
     x = TableAgent("x", ("h0",))
-    with backend_on(x) as backend:
-        engine = running(x, backend, ("h0",) * (k + 2), workload="dgemm")
-        engine.cancel("a")
-        a = ids(k + 2)
-        assert x.calls == [("StopTasks", tuple(a[:k])), ("StopTasks", tuple(a[k:]))]
-        assert x.tasks == {}
+    with backend_on(x, pause_mode="checkpoint") as backend:
+        engine = running(x, backend, ("h0",) * 3, workload="dgemm")
+        engine.apply(Plan((Pause("a"),)))
+        a = ids(3)
+        assert x.calls == [("Stop", (a[0],)), ("Stop", (a[1],)), ("Stop", (a[2],))] and x.checkpoints == a
+        x.calls.clear()
+        engine.cancel("a")  # (paused: nothing to stop)
+        engine.arrive(JobSpec("b", 0.0, 2, 0.1, 0.01, 100.0, "dgemm"))
+        engine.apply(Plan((Start("b", ("h0", "h0"), 0.1),)))
+        x.calls.clear()
+        engine.cancel("b")
+        assert x.calls == [("Stop", ("b/0",)), ("Stop", ("b/1.1",))] and x.tasks == {}
 
 
 class FailsStops(TableAgent):
@@ -199,7 +205,7 @@ def test_an_orphan_whose_stop_outlives_its_deadline_does_not_keep_the_others_of_
     refused though never tried (review). Only the orphans tried and still failing count as refused."""
     x = Stuck("x", ("h0",))
     with backend_on(x, rpc_timeout=0.6) as backend:
-        engine = running(x, backend, ("h0",) * 5, workload="dgemm")
+        engine = running(x, backend, ("h0",) * 5)
         a = ids(5)
         x.stuck = {a[0]}
         engine.cancel("a")  # the StopTasks call outlives its deadline: all five kept as orphans
@@ -238,3 +244,74 @@ def test_a_finished_job_and_a_start_undone_stop_their_tasks_in_one_call_per_host
         b = [f"b/{i}" + (f".{i}" if i else "") for i in range(4)]
         assert ("StopTasks", (b[0], b[1])) in x.calls
         assert x.tasks == {} and sorted(t.task_id for t in backend._orphans) == b[2:]  # h1's unconfirmed: orphans
+
+
+# ---- a checkpoint-mode pause: one StopTasks per host, each task saved at its Stop's progress -------------------
+
+def paused_on(x: TableAgent, backend: live.LiveBackend, hosts: tuple[str, ...], progress: tuple[float, ...]):  # type: ignore[no-untyped-def]
+    """Job a started on ``hosts`` at ``progress`` each (on the agent), the agent recording its stops."""
+    engine = running(x, backend, hosts)
+    for task_id, p in zip(ids(len(hosts)), progress, strict=True):
+        x.set(task_id, p)
+    return engine
+
+
+def test_a_pause_stops_a_jobs_tasks_in_one_stoptasks_per_host_saving_each_at_its_stops_progress() -> None:
+    """A Checkpoint and a Stop per task made pausing a job of n tasks 2n calls: now one StopTasks per host, each
+    task saved at the progress its Stop answered with (read as the agent stops it), a task that answers done
+    recorded done (nothing to resume); the journal lists them saved."""
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x, pause_mode="checkpoint") as backend:
+        engine = paused_on(x, backend, ("h0", "h0", "h1", "h1", "h0"), (0.1, 0.2, 0.3, 0.4, 0.5))
+        a = ids(5)
+        x.finish(a[4])
+        writes: list[list[tuple[str, float, bool, bool]]] = []
+        backend.journal = lambda job, restarts, tasks: writes.append(
+            [(t.task_id, round(t.progress, 6), t.saved, t.state == agent_pb2.TASK_STATE_DONE) for t in tasks])
+        engine.apply(Plan((Pause("a"),)))
+        assert engine.jobs["a"].state is JobState.PAUSED, engine.jobs["a"].message
+        assert x.calls == [("StopTasks", (a[0], a[1], a[4])), ("StopTasks", (a[2], a[3]))]
+        assert x.checkpoints == [] and x.tasks == {}
+        assert writes == [[(a[0], 0.1, True, False), (a[1], 0.2, True, False), (a[2], 0.3, True, False),
+                           (a[3], 0.4, True, False), (a[4], 1.0, False, True)]]
+
+
+@pytest.mark.parametrize("fault", ["not found", "failed", "unanswered"])
+def test_a_pause_cut_short_raises_as_a_stop_alone_would_once_the_calls_answers_are_recorded(fault: str) -> None:
+    """A task gone from the agent (NOT_FOUND: it restarted) is lost: the job is requeued; a task found failed fails
+    the job, as a Stop alone said; an unanswered call requeues it (which of its stops were made is not known: the
+    requeue's stop goes over them again). The tasks whose Stop answered are saved first, at their progress."""
+    x = FailsStops("x", ("h0",))
+    with backend_on(x, pause_mode="checkpoint", rpc_timeout=1.0) as backend:
+        paused_on(x, backend, ("h0",) * 3, (0.1, 0.2, 0.3))
+        a = ids(3)
+        if fault == "not found":
+            del x.tasks[a[1]]
+        elif fault == "failed":
+            x.set(a[1], 0.2, agent_pb2.TASK_STATE_FAILED, "segfault")
+        else:
+            x.refuse_stop = True
+        with pytest.raises(live.BackendError) as raised:
+            backend.pause("a")
+        tasks = backend._tasks["a"]
+        if fault == "unanswered":
+            assert raised.value.unreachable and not any(t.saved for t in tasks)
+            assert str(raised.value) == "StopTasks on h0: UNAVAILABLE: partitioned"
+            return
+        assert raised.value.unreachable is (fault == "not found")
+        assert str(raised.value) == {"not found": f"Stop {a[1]}: NOT_FOUND: task_id: no task {a[1]!r} on agent x",
+                                     "failed": f"task {a[1]} failed on h0: segfault"}[fault]
+        assert [(t.saved, round(t.progress, 6)) for t in (tasks[0], tasks[2])] == [(True, 0.1), (True, 0.3)]
+        assert not tasks[1].saved
+
+
+def test_a_pause_on_an_agent_without_stoptasks_checkpoints_and_stops_each_task() -> None:
+    x = TableAgent("x", ("h0",))
+    x.unimplemented.add("StopTasks")
+    with backend_on(x, pause_mode="checkpoint") as backend:
+        engine = paused_on(x, backend, ("h0",) * 3, (0.1, 0.2, 0.3))
+        engine.apply(Plan((Pause("a"),)))
+        a = ids(3)
+        assert x.calls == [("StopTasks", tuple(a)), ("Stop", (a[0],)), ("Stop", (a[1],)), ("Stop", (a[2],))]
+        assert x.checkpoints == a
+        assert [(t.saved, round(t.progress, 6)) for t in backend._tasks["a"]] == [(True, 0.1), (True, 0.2), (True, 0.3)]
