@@ -105,6 +105,8 @@ M = TypeVar("M", agent_pb2.SetShareRequest, agent_pb2.StartTaskRequest, agent_pb
 #: Requests a batch call carries per deadline of one attempt: a call of more gets that deadline again for each
 #: such number (an agent under load took more than one attempt's 1.67 s for a StartTasks of 420 modeled starts).
 BATCH_ITEMS_PER_DEADLINE = 100
+#: At most this many attempts' deadlines for one attempt of a batch call (the engine waits under its lock).
+BATCH_DEADLINES_MAX = 4
 #: Seconds an agent answers polls while an orphan's Stop there still fails, before that counts as the agent
 #: refusing it (:meth:`LiveBackend._unanswered`): longer than any kill takes.
 UNSTOPPABLE_AFTER_S = 30.0
@@ -390,13 +392,15 @@ class LiveBackend:
         of ``host`` when it has been silent for :data:`SILENT_AFTER_S`: one attempt, short deadline. A
         call to an agent that is cut off meanwhile ends at once with an unreachable BackendError.
         ``errors``: each failed attempt's error is appended (did any of them reach the agent?). ``items``: the
-        requests a batch call carries, each :data:`BATCH_ITEMS_PER_DEADLINE` of them given an attempt's deadline."""
+        requests a batch call carries, each :data:`BATCH_ITEMS_PER_DEADLINE` of them given an attempt's deadline (at
+        most :data:`BATCH_DEADLINES_MAX`; a silent agent's one short attempt is not lengthened)."""
         timeout = self.rpc_timeout / attempts  # the attempts share one deadline
         handle = self.agents.get(self.host_agent.get(host, "")) if host is not None else None
         if handle is not None and (handle.silent or (
                 handle.last_seen and time.monotonic() - handle.last_seen > SILENT_AFTER_S)):
-            attempts, timeout = 1, min(timeout, FAST_TIMEOUT_S)
-        timeout *= 1 + (items - 1) // BATCH_ITEMS_PER_DEADLINE
+            attempts, timeout = 1, min(timeout, FAST_TIMEOUT_S)  # (a batch too: the agent has not been answering)
+        else:
+            timeout *= min(BATCH_DEADLINES_MAX, 1 + (items - 1) // BATCH_ITEMS_PER_DEADLINE)
         for attempt in range(attempts):
             try:
                 return fn(request, timeout=timeout) if handle is None else _cancellable(fn, request, timeout, handle)
@@ -809,21 +813,27 @@ class LiveBackend:
                     break
                 refs = next(_chunks([agent_pb2.TaskRef(task_id=t.task_id) for t in pending]))
                 chunk = pending[:len(refs)]
+                attempts: list[grpc.RpcError] = []
                 try:
                     reply = self._retry(handle.stub.StopTasks, agent_pb2.StopTasksRequest(tasks=refs), host=host,
-                                        items=len(refs))
+                                        errors=attempts, items=len(refs))
                 except grpc.RpcError as exc:
                     if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                         handle.unbatched.add("StopTasks")
                         log.info("agent %s has no StopTasks (an older agent): one Stop per task", handle.agent_id)
                         continue
                     raise BackendError(f"StopTasks on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+                # An attempt before the one answered may have reached the agent and stopped them: a task it then
+                # answers NOT_FOUND for was stopped so, not lost (saved at its last poll's progress; review).
+                earlier = not all(map(_never_sent, attempts))
                 results = list(reply.results)
                 if len(results) != len(chunk):  # not an answer to this request: which stopped is not known
                     raise BackendError(f"StopTasks on {host}: {len(results)} answers to {len(chunk)} stops", True)
                 failure: BackendError | None = None
                 for t, result in zip(chunk, results, strict=True):
-                    if result.error_code:
+                    if result.error_code == "NOT_FOUND" and earlier:
+                        self._saved(t, t.progress, t.state)
+                    elif result.error_code:
                         failure = failure or BackendError(f"Stop {t.task_id}: {result.error_code}: {result.error}",
                                                           result.error_code == "NOT_FOUND")
                     elif result.task.state == agent_pb2.TASK_STATE_FAILED:
@@ -997,12 +1007,17 @@ class LiveBackend:
             agent = self.host_agent.get(host, "")
             handle = self.agents.get(agent)
             if agent in unanswered:
-                self._stops_failed(host, pending, "its agent did not answer a StopTasks just now")
+                self._stops_failed(host, pending, "its agent did not answer a Stop just now")
                 continue
             while pending:
                 if not batched or handle is None or handle.lost or "StopTasks" in handle.unbatched or len(pending) == 1:
-                    for t in pending:
+                    for k, t in enumerate(pending):
                         self._stop_task(t)
+                        if self._orphans and self._orphans[-1] is t and handle is not None and handle.silent:
+                            if pending[k + 1:]:  # (unanswered: the rest would cost a deadline each)
+                                self._stops_failed(host, pending[k + 1:], "its agent did not answer a Stop just now")
+                            unanswered.add(agent)
+                            break
                     break
                 refs = next(_chunks([agent_pb2.TaskRef(task_id=t.task_id) for t in pending]))
                 chunk, pending = pending[:len(refs)], pending[len(refs):]

@@ -315,3 +315,79 @@ def test_a_pause_on_an_agent_without_stoptasks_checkpoints_and_stops_each_task()
         assert x.calls == [("StopTasks", tuple(a)), ("Stop", (a[0],)), ("Stop", (a[1],)), ("Stop", (a[2],))]
         assert x.checkpoints == a
         assert [(t.saved, round(t.progress, 6)) for t in backend._tasks["a"]] == [(True, 0.1), (True, 0.2), (True, 0.3)]
+
+
+class LateOnce(TableAgent):
+    """A TableAgent whose next StopTasks makes its stops and answers past the caller's deadline (0.8 s): a reply
+    late under load, the call retried."""
+
+    late = False
+
+    def StopTasks(self, request, context):  # noqa: N802
+        reply = super().StopTasks(request, context)
+        if self.late:
+            self.late = False
+            time.sleep(0.8)
+        return reply
+
+
+def test_a_pause_whose_stoptasks_was_answered_late_saves_the_tasks_its_first_attempt_stopped() -> None:
+    """The first attempt stopped the tasks but its answer came after the deadline; the retry finds them gone
+    (NOT_FOUND). They were stopped by that attempt, not lost: saved at their last poll's progress, the job paused,
+    where the retry's NOT_FOUND requeued it as lost (review)."""
+    x = LateOnce("x", ("h0",))
+    with backend_on(x, pause_mode="checkpoint", rpc_timeout=1.5) as backend:  # 0.5 s an attempt
+        engine = paused_on(x, backend, ("h0",) * 3, (0.5, 0.6, 0.7))
+        backend.poll()  # (the progress the coordinator last saw)
+        x.late = True
+        engine.apply(Plan((Pause("a"),)))
+        assert engine.jobs["a"].state is JobState.PAUSED, engine.jobs["a"].message
+        assert len(x.calls) >= 2 and x.tasks == {}
+        assert [(t.saved, round(t.progress, 6)) for t in backend._tasks["a"]] == [(True, 0.5), (True, 0.6), (True, 0.7)]
+
+
+def test_a_workload_programs_stops_on_an_agent_that_stops_answering_keep_the_rest_untried() -> None:
+    """One Stop per task of a process job; once one goes unanswered, the agent's other stops are kept as orphans
+    untried (each would cost a deadline under the engine's lock: 64 tasks about a minute; review), stopped at a later
+    poll."""
+    x = TableAgent("x", ("h0",))
+    with backend_on(x, rpc_timeout=0.6) as backend:
+        running(x, backend, ("h0",) * 6, workload="dgemm")
+        x.refuse_stop = True
+        backend.stop("a")
+        assert [name for name, _ in x.calls] == ["Stop"] * live.RPC_ATTEMPTS  # one task's attempts
+        assert sorted(t.task_id for t in backend._orphans) == sorted(ids(6))
+        x.refuse_stop = False
+        backend.poll()
+        assert x.tasks == {} and backend._orphans == []
+
+
+def test_a_batch_calls_deadline_grows_with_its_requests_up_to_a_bound_and_not_for_a_silent_agent() -> None:
+    x = TableAgent("x", ("h0",))
+    with backend_on(x) as backend:
+        timeouts: list[float] = []
+
+        class Answer:
+            def result(self) -> str:
+                return "answer"
+
+        class Call:  # a gRPC method: called, or (to an agent's host) made a future of; records each deadline
+            def __call__(self, request, timeout):  # type: ignore[no-untyped-def]
+                timeouts.append(timeout)
+                return "answer"
+
+            def future(self, request, timeout):  # type: ignore[no-untyped-def]
+                timeouts.append(timeout)
+                return Answer()
+
+        call = Call()
+
+        attempt = backend.rpc_timeout / live.RPC_ATTEMPTS
+        for items in (1, 100, 101, 250, 100_000):
+            backend._retry(call, None, items=items)
+        assert timeouts == pytest.approx([attempt, attempt, 2 * attempt, 3 * attempt,
+                                          live.BATCH_DEADLINES_MAX * attempt])
+        timeouts.clear()
+        backend.agents["x"].silent = True
+        backend._retry(call, None, host="h0", items=1000)
+        assert timeouts == [pytest.approx(min(attempt, live.FAST_TIMEOUT_S))]
