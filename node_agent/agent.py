@@ -32,6 +32,9 @@ Refusals (``code``: when):
   UNAVAILABLE: StartTask once the agent's shutdown has begun.
 Requests on a finished task (SetShare, Pause, Resume) are accepted and change nothing; the reply's state
 says it is finished, which a coordinator racing a completion wants rather than an error.
+
+The batch calls (:meth:`AgentCore.set_shares`, :meth:`~AgentCore.start_tasks`, :meth:`~AgentCore.stop_tasks`) answer
+each request as its single call would, in order; StartTasks stops at its first failure other than ALREADY_EXISTS.
 """
 
 from __future__ import annotations

@@ -616,13 +616,13 @@ class LiveBackend:
 
     def _send_starts(self, host: str, items: list[tuple[int, agent_pb2.StartTaskRequest]], tasks: list[_Task]) -> None:
         """Start ``items`` (index in ``tasks``, request) on ``host`` in StartTasks calls of at most
-        :data:`BATCH_BYTES` (modeled tasks only: :meth:`_batched`); each start
-        confirmed replaces its entry in ``tasks``. A start the agent refused is
-        sent again alone through :meth:`_call`, whose rules (orphans holding the capacity, its message) make of a
-        refusal the job's BackendError, and the starts after it go in a new call. Unanswered, the call's starts
-        become orphans (the agent may have made them: stopped at the next polls) and the job's start fails as
-        unreachable, as a StartTask's would. One StartTask for a host's only task, or to an agent without
-        StartTasks (UNIMPLEMENTED: not asked again)."""
+        :data:`BATCH_BYTES` (modeled tasks only: :meth:`_batched`); each start confirmed replaces its entry in
+        ``tasks``. A start the agent refused is sent again alone through :meth:`_call`, whose rules (orphans holding
+        the capacity, its message) make of a refusal the job's BackendError, and the starts after it go in a new
+        call. Unanswered, the call's starts become orphans (the agent may have made them: stopped at the next polls)
+        and the job's start fails as unreachable, as a StartTask's would. One StartTask each for a workload
+        program's tasks, for a host's only task, or to an agent without StartTasks (UNIMPLEMENTED: not asked
+        again)."""
         handle = self.agents.get(self.host_agent.get(host, ""))
         pending = items
         while pending:
