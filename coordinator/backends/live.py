@@ -416,6 +416,21 @@ class LiveBackend:
                 time.sleep(random.uniform(0, RPC_BACKOFF_S * 2**attempt))
         raise AssertionError("unreachable")
 
+    def _batch_call(self, handle: AgentHandle, method: str, request: object, host: str, items: int,
+                    errors: list[grpc.RpcError] | None = None):  # type: ignore[no-untyped-def]
+        """A batch call (SetShares, StartTasks, StopTasks) of ``items`` requests through :meth:`_retry`; None if the
+        agent answers UNIMPLEMENTED (an older agent: not asked again, :attr:`AgentHandle.unbatched`; the caller
+        sends one single call per task instead). Other failures raise, as :meth:`_retry`'s do."""
+        try:
+            return self._retry(getattr(handle.stub, method), request, host=host, errors=errors, items=items)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+        handle.unbatched.add(method)
+        single = {"SetShares": "SetShare", "StartTasks": "StartTask", "StopTasks": "Stop"}[method]
+        log.info("agent %s has no %s (an older agent): one %s per task", handle.agent_id, method, single)
+        return None
+
     def _call(self, host: str, method: str, request: object) -> agent_pb2.TaskReply:
         attempts: list[grpc.RpcError] = []
         try:
@@ -635,16 +650,14 @@ class LiveBackend:
             chunk = next(_chunks([request for _, request in pending]))
             attempts: list[grpc.RpcError] = []
             try:
-                reply = self._retry(handle.stub.StartTasks, agent_pb2.StartTasksRequest(tasks=chunk), host=host,
-                                    errors=attempts, items=len(chunk))
+                reply = self._batch_call(handle, "StartTasks", agent_pb2.StartTasksRequest(tasks=chunk), host,
+                                         len(chunk), attempts)
             except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    handle.unbatched.add("StartTasks")
-                    log.info("agent %s has no StartTasks (an older agent): one StartTask per task", handle.agent_id)
-                    continue
                 if exc.code() in _RETRYABLE and not all(map(_never_sent, attempts)):
                     self._orphans += [_Task(request.task_id, host) for request in chunk]
                 raise BackendError(f"StartTasks on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+            if reply is None:  # an older agent: one StartTask each
+                continue
             done = 0
             for result in reply.results[:len(chunk)]:
                 if result.error_code and result.error_code != "ALREADY_EXISTS":
@@ -731,8 +744,8 @@ class LiveBackend:
             again = []
             for chunk in _chunks(requests):
                 try:
-                    reply = self._retry(handle.stub.SetShares, agent_pb2.SetSharesRequest(shares=chunk), host=host,
-                                        items=len(chunk))
+                    reply = self._batch_call(handle, "SetShares", agent_pb2.SetSharesRequest(shares=chunk), host,
+                                             len(chunk))
                 except BackendError as error:  # cut off meanwhile (:func:`_cancellable`)
                     self._share_failures += [(_job_of(r.task_id), error) for r in chunk]
                     continue
@@ -741,9 +754,9 @@ class LiveBackend:
                         error = BackendError(f"SetShares on {host}: {_rpc_text(exc)}", True)
                         self._share_failures += [(_job_of(r.task_id), error) for r in chunk]
                         continue
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        handle.unbatched.add("SetShares")
-                        log.info("agent %s has no SetShares (an older agent): one SetShare per task", handle.agent_id)
+                    again += chunk
+                    continue
+                if reply is None:  # an older agent: one SetShare each
                     again += chunk
                     continue
                 results = list(reply.results)
@@ -815,14 +828,12 @@ class LiveBackend:
                 chunk = pending[:len(refs)]
                 attempts: list[grpc.RpcError] = []
                 try:
-                    reply = self._retry(handle.stub.StopTasks, agent_pb2.StopTasksRequest(tasks=refs), host=host,
-                                        errors=attempts, items=len(refs))
+                    reply = self._batch_call(handle, "StopTasks", agent_pb2.StopTasksRequest(tasks=refs), host,
+                                             len(refs), attempts)
                 except grpc.RpcError as exc:
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        handle.unbatched.add("StopTasks")
-                        log.info("agent %s has no StopTasks (an older agent): one Stop per task", handle.agent_id)
-                        continue
                     raise BackendError(f"StopTasks on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+                if reply is None:  # an older agent: a Checkpoint and a Stop each
+                    continue
                 # An attempt before the one answered may have reached the agent and stopped them: a task it then
                 # answers NOT_FOUND for was stopped so, not lost (saved at its last poll's progress; review).
                 earlier = not all(map(_never_sent, attempts))
@@ -1022,23 +1033,21 @@ class LiveBackend:
                 refs = next(_chunks([agent_pb2.TaskRef(task_id=t.task_id) for t in pending]))
                 chunk, pending = pending[:len(refs)], pending[len(refs):]
                 try:
-                    reply = self._retry(handle.stub.StopTasks, agent_pb2.StopTasksRequest(tasks=refs), host=host,
-                                        items=len(refs))
+                    reply = self._batch_call(handle, "StopTasks", agent_pb2.StopTasksRequest(tasks=refs), host,
+                                             len(refs))
                 except BackendError as exc:  # cut off meanwhile: as :meth:`_stop_task` says it
                     log.info("Stop %d tasks (%s, ...): %s; %s", len(chunk) + len(pending), chunk[0].task_id, exc,
                              self._left_there())
                     break
                 except grpc.RpcError as exc:
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        handle.unbatched.add("StopTasks")
-                        log.info("agent %s has no StopTasks (an older agent): one Stop per task", handle.agent_id)
-                        pending = chunk + pending
-                        continue
                     if exc.code() in _RETRYABLE:
                         self._stops_failed(host, chunk + pending, _rpc_text(exc))
                         unanswered.add(agent)
                         break
                     self._stops_failed(host, chunk, _rpc_text(exc))
+                    continue
+                if reply is None:  # an older agent: one Stop each
+                    pending = chunk + pending
                     continue
                 results = list(reply.results)
                 if len(results) != len(chunk):  # not an answer to this request: each alone
