@@ -515,8 +515,7 @@ class LiveBackend:
                 skipped.append(t)
                 continue
             t.retried = now
-            self._stop_task(t)  # a failure puts it back in the orphans
-            if agent in silent and self._orphans and self._orphans[-1] is t:
+            if self._stop_task(t) and agent in silent:  # (a failure puts it back in the orphans)
                 unanswered.add(agent)
         self._orphans = skipped + self._orphans
         return not any(which(t) for t in self._orphans)
@@ -641,8 +640,7 @@ class LiveBackend:
         handle = self.agents.get(self.host_agent.get(host, ""))
         pending = items
         while pending:
-            if (handle is None or handle.lost or "StartTasks" in handle.unbatched or len(pending) == 1
-                    or not self._batched(_job_of(pending[0][1].task_id))):
+            if not (self._batched(_job_of(pending[0][1].task_id)) and _batches(handle, "StartTasks", len(pending))):
                 for i, request in pending:
                     self._call(host, "StartTask", request)
                     tasks[i] = _Task(request.task_id, host, request.start_progress)
@@ -740,7 +738,7 @@ class LiveBackend:
         requests = list(queued.values())
         handle = self.agents.get(self.host_agent.get(host, ""))
         again = requests
-        if handle is not None and "SetShares" not in handle.unbatched and not handle.lost and len(requests) > 1:
+        if _batches(handle, "SetShares", len(requests)):
             again = []
             for chunk in _chunks(requests):
                 try:
@@ -814,13 +812,10 @@ class LiveBackend:
         fails), once the call's other answers are recorded: each task stopped is saved, and the engine's requeue or
         failure of the job stops the rest. Not batched, to an agent without StopTasks, and for a host's only task:
         a Checkpoint and a Stop each (:meth:`_save_task`)."""
-        by_host: dict[str, list[_Task]] = {}
-        for t in tasks:
-            by_host.setdefault(t.host, []).append(t)
-        for host, pending in by_host.items():
+        for host, pending in _by_host(tasks).items():
             handle = self.agents.get(self.host_agent.get(host, ""))
             while pending:
-                if not batched or handle is None or handle.lost or "StopTasks" in handle.unbatched or len(pending) == 1:
+                if not (batched and _batches(handle, "StopTasks", len(pending))):
                     for t in pending:
                         self._save_task(t)
                     break
@@ -969,40 +964,41 @@ class LiveBackend:
         task.progress, task.saved = progress, True
         return self._start_task(spec, index, dst, cpu, progress)
 
-    def _stop_task(self, task: _Task, strict: bool = False) -> None:
+    def _stop_task(self, task: _Task, strict: bool = False) -> bool:
         """Stop a task's process on its agent. ``strict``: raise if that fails (before a restart
         elsewhere, which must not run twice); otherwise keep it to retry at every poll, so a slow or
-        unreachable agent never costs the caller the job reports it is carrying."""
+        unreachable agent never costs the caller the job reports it is carrying. True if it was kept so."""
         try:
             reply = self._retry(self._stub(task.host).Stop, agent_pb2.TaskRef(task_id=task.task_id), host=task.host)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
-                return
+                return False
             if strict:
                 raise BackendError(f"Stop {task.task_id}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
-            self._stops_failed(task.host, [task], _rpc_text(exc))
-            return
+            return self._stops_failed(task.host, [task], _rpc_text(exc))
         except BackendError as exc:  # its agent is cut off or gone (unreachable)
             if strict:  # it may still run there: not restarted elsewhere, the engine requeues the job
                 raise
             # Nothing we can stop there any more, and nothing to alarm anyone: the agent's lease has frozen (or
             # will freeze) the copy, and reconciliation stops it if that agent comes back.
             log.info("Stop %s: %s; %s", task.task_id, exc, self._left_there())
-            return
+            return False
         if strict and reply.task.state == agent_pb2.TASK_STATE_FAILED:
             # It failed since the last poll, which would have failed its job; the Stop made the agent forget
             # it, so say it here rather than restart it elsewhere (a move) or save it (a pause).
             raise BackendError(f"task {task.task_id} failed on {task.host}: {reply.task.message}")
+        return False
 
-    def _stops_failed(self, host: str, tasks: list[_Task], why: str) -> None:
+    def _stops_failed(self, host: str, tasks: list[_Task], why: str) -> bool:
         """Stops of ``tasks`` on ``host`` failed (``why``), and not strictly: kept, to retry at every poll (at the
-        coordinator's exit: said, and left there)."""
+        coordinator's exit: said, and left there). True if kept."""
         which = tasks[0].task_id if len(tasks) == 1 else f"{len(tasks)} tasks ({tasks[0].task_id}, ...)"
         if self.closing:
             log.info("Stop %s on %s failed at exit (%s); %s", which, host, why, self._left_there())
-            return
+            return False
         log.warning("Stop %s on %s failed (%s); will retry", which, host, why)
         self._orphans += tasks
+        return True
 
     def _stop_tasks(self, tasks: list[_Task], batched: bool) -> None:
         """:meth:`_stop_task` (not strict) for each of ``tasks``: if ``batched`` (:meth:`_batched`), in one StopTasks
@@ -1010,21 +1006,17 @@ class LiveBackend:
         NOT_FOUND is a task gone already. A call unanswered keeps its agent's stops not made yet too, untried (each
         call would cost a deadline). One Stop each if not batched, for a host's only task, or to an agent without
         StopTasks (UNIMPLEMENTED: not asked again)."""
-        by_host: dict[str, list[_Task]] = {}
-        for t in tasks:
-            by_host.setdefault(t.host, []).append(t)
         unanswered: set[str] = set()  # agents a call got no answer from: their other hosts' stops are kept too
-        for host, pending in by_host.items():
+        for host, pending in _by_host(tasks).items():
             agent = self.host_agent.get(host, "")
             handle = self.agents.get(agent)
             if agent in unanswered:
                 self._stops_failed(host, pending, "its agent did not answer a Stop just now")
                 continue
             while pending:
-                if not batched or handle is None or handle.lost or "StopTasks" in handle.unbatched or len(pending) == 1:
+                if not (batched and _batches(handle, "StopTasks", len(pending))):
                     for k, t in enumerate(pending):
-                        self._stop_task(t)
-                        if self._orphans and self._orphans[-1] is t and handle is not None and handle.silent:
+                        if self._stop_task(t) and handle is not None and handle.silent:
                             if pending[k + 1:]:  # (unanswered: the rest would cost a deadline each)
                                 self._stops_failed(host, pending[k + 1:], "its agent did not answer a Stop just now")
                             unanswered.add(agent)
@@ -1304,6 +1296,20 @@ def _never_sent(exc: grpc.RpcError) -> bool:
     details = (exc.details() if hasattr(exc, "details") else "") or ""
     return exc.code() == grpc.StatusCode.UNAVAILABLE and (
         details.startswith("failed to connect to all addresses") or details.startswith("errors resolving"))
+
+
+def _batches(handle: AgentHandle | None, method: str, n: int) -> bool:
+    """Do ``n`` requests to ``handle``'s agent go in a batch call ``method`` (SetShares, StartTasks, StopTasks)? Not
+    one alone, nor to an agent gone, being declared lost, or without that call (:attr:`AgentHandle.unbatched`)."""
+    return handle is not None and not handle.lost and method not in handle.unbatched and n > 1
+
+
+def _by_host(tasks: list[_Task]) -> dict[str, list[_Task]]:
+    """``tasks`` by host, each host's in their order."""
+    grouped: dict[str, list[_Task]] = {}
+    for t in tasks:
+        grouped.setdefault(t.host, []).append(t)
+    return grouped
 
 
 def _chunks(requests: list[M]) -> Iterator[list[M]]:
