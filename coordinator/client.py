@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from coordinator.cliargs import format_table, refuse
+from coordinator.hostlist import compress_hosts
 from coordinator.limits import (
     KNOWN_METADATA,
     MAX_REPLY_BYTES,
@@ -426,6 +427,7 @@ def _job_table(jobs) -> str:
     # only. (STRETCH from the times, which a coordinator before the reply's ``stretch`` field sends too.)
     # YIELD: the share now over the need, running jobs only (a job that is not running has none: not 0.00).
     # NAME: the user's name for the job (a job file's id), when some job has one.
+    # HOSTS: each host once, with its number of the job's tasks (coordinator.hostlist; --json lists one per task).
     jobs = list(jobs)
     named = any(j.spec.name and j.spec.name != j.job_id for j in jobs)
     rows = [("JOB", *(("NAME",) if named else ()), "STATE", "TASKS", "NEED", "MEM", "WORK", "YIELD", "VT", "HOSTS",
@@ -438,7 +440,7 @@ def _job_table(jobs) -> str:
             j.job_id, *name, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",
             f"{j.spec.work_seconds:.0f}", f"{getattr(j, 'yield'):.2f}" if j.state == "running" else "-",
             f"{j.virtual_time:.1f}",
-            ",".join(j.hosts) or "-", f"{stretch:.2f}" if done else "-",
+            compress_hosts(j.hosts), f"{stretch:.2f}" if done else "-",
             f"{j.bounded_stretch:.2f}" if j.bounded_stretch else "-",
         ))
     return format_table(rows)
