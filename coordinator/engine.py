@@ -617,21 +617,31 @@ class Engine:
 
     def _move(self, rec: JobRecord, new: tuple[str, ...], dropped: set[str]) -> bool:
         """Carry out a checked Move: the backend moves each task whose host changes, in task order, as it
-        would for one Migrate per task. True if the job moved; on a backend failure the job is failed or
-        requeued (see :meth:`_failed`) with the hosts its tasks had reached (and False)."""
+        would for one Migrate per task (or all of them in one ``move`` call, if it has one). True if the job moved;
+        on a backend failure the job is failed or requeued (see :meth:`_failed`) with the hosts its tasks had
+        reached (and False)."""
         old = rec.hosts
         if old == new:
             return False
-        migrate = self.backend.migrate
         job = rec.spec.id
-        for i, (was, dst) in enumerate(zip(old, new, strict=True)):
-            if was != dst:
-                try:
-                    migrate(job, i, dst)
-                except BackendError as exc:
-                    rec.hosts = (*new[:i], *old[i:])
-                    self._failed(rec, f"move failed: {exc}", exc, dropped)
-                    return False
+        move = getattr(self.backend, "move", None)
+        if move is not None:  # all of the job's moving tasks in one call (live: one call per host, not per task)
+            try:
+                move(job, [(i, dst) for i, (was, dst) in enumerate(zip(old, new, strict=True)) if was != dst])
+            except BackendError as exc:
+                rec.hosts = old if exc.hosts is None else exc.hosts
+                self._failed(rec, f"move failed: {exc}", exc, dropped)
+                return False
+        else:
+            migrate = self.backend.migrate
+            for i, (was, dst) in enumerate(zip(old, new, strict=True)):
+                if was != dst:
+                    try:
+                        migrate(job, i, dst)
+                    except BackendError as exc:
+                        rec.hosts = (*new[:i], *old[i:])
+                        self._failed(rec, f"move failed: {exc}", exc, dropped)
+                        return False
         rec.hosts = new
         self._changed(rec)  # (its "migrate" transition comes once the plan's moves are flushed: the board now)
         return True

@@ -20,11 +20,15 @@ class BackendError(RuntimeError):
     ``unreachable``: the agent did not answer (deadline, connection refused, declared lost), or answered
     that the job's task is gone (it restarted). That says nothing against the job, so the engine puts it back
     in the queue with its progress instead of failing it; an agent that refused the action (bad request, no
-    capacity) fails the job."""
+    capacity) fails the job.
+
+    ``hosts``: set by a backend's ``move`` cut short, each of the job's tasks' host as the failure left it (the
+    tasks moved before it at their new hosts), for the engine's record of the job."""
 
     def __init__(self, message: str, unreachable: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+        self.hosts: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class Backend(Protocol):
     - ``send_shares() -> [(job, BackendError)]``: ``set_share`` only queues the change; this sends the queued ones
       (live: one call per host), after a run of a plan's SetShare actions and before its next other action. The
       engine records a change once it is sent, and fails or requeues the jobs returned;
+    - ``move(job, [(task, host), ...])``: a Move's tasks, all at once (default: ``migrate`` for each, in task
+      order); a failure raises a BackendError whose ``hosts`` say where the job's tasks are (live: a job's tasks
+      leave in one call per host, and :meth:`flush` starts them in one call per host);
     - ``abandon_moves()``: a plan failed part way (not a BackendError): forget the moves not yet flushed;
     - ``retry_after`` (model seconds, default 0): how long to wait before offering again a job whose Start
       could not reach its agent."""

@@ -907,25 +907,65 @@ class LiveBackend:
                     self._arrivals.append((job, task))
             self._persist(job)  # where its tasks are, whichever way it moved
 
+    def move(self, job: str, changes: Sequence[tuple[int, str]]) -> None:
+        """First half of a Move: :meth:`migrate` for each of ``changes`` (task index, new host), all at once. The
+        moving tasks are checkpointed and stopped now (:meth:`_save_tasks`: one StopTasks call per host, each task
+        saved at the progress its Stop answered with, for modeled tasks; a Checkpoint and a Stop each otherwise), a
+        finished one stopped if still there, and the job journalled once; :meth:`flush` starts them at their new
+        hosts. A Checkpoint, a Stop and a StartTask per task made moving 2,000 tasks of a job take 6.2 s.
+
+        A failure raises once the stops made are recorded: each task stopped is saved at its new host and started
+        there by :meth:`flush` unless the engine requeues or fails the job first (it does: the error's ``hosts``
+        say where the job's tasks are now, those not reached still at their old host, running)."""
+        with self._lock:
+            tasks = self._tasks[job]
+            done = agent_pb2.TASK_STATE_DONE
+            leaving = [(i, dst) for i, dst in changes if tasks[i].state != done]
+            was_saved = [tasks[i].saved for i, _ in leaving]
+            batched = self._batched(job)
+            try:
+                self._check_heard([dst for _, dst in leaving])  # before any process is stopped
+                # A finished task of an unfinished job has nothing to move (see :meth:`migrate`): stopped if still
+                # there, recorded at its new host, as the policy placed it.
+                finished = [(i, dst) for i, dst in changes if tasks[i].state == done]
+                self._stop_tasks([tasks[i] for i, _ in finished], batched)
+                for i, dst in finished:
+                    tasks[i] = _Task(tasks[i].task_id, dst, 1.0, done)
+                try:
+                    self._save_tasks([tasks[i] for i, _ in leaving], batched)
+                finally:
+                    for (i, dst), before in zip(leaving, was_saved, strict=True):
+                        t = tasks[i]
+                        if t.state == done:  # its Stop found it finished: nothing to start
+                            tasks[i] = _Task(t.task_id, dst, 1.0, done)
+                        elif t.saved and not before:
+                            tasks[i] = _Task(t.task_id, dst, t.progress, saved=True)
+                            self._arrivals.append((job, i))
+                    self._persist(job)  # where its tasks are, however far it got
+            except BackendError as exc:
+                exc.hosts = tuple(t.host for t in tasks)
+                raise
+
     def flush(self) -> list[tuple[str, BackendError]]:
-        """Second half of the plan's moves: start every moved task at its new host. Returns the
-        (job, error) of the jobs whose task could not be started."""
+        """Second half of the plan's moves: start every moved task at its new host, a job's in one
+        :meth:`_start_tasks` (one StartTasks call per host for modeled tasks). Returns the (job, error) of the jobs
+        whose tasks could not all be started."""
         failed: list[tuple[str, BackendError]] = []
         with self._lock:
             while self._arrivals:
-                # One at a time, each left queued until it is done: should anything but a BackendError
+                # A job at a time, its moves left queued until they are started: should anything but a BackendError
                 # escape (the journal's store failing), the moves not yet started are still queued for the
                 # engine's :meth:`abandon_moves`.
-                job, index = self._arrivals[0]
+                job = self._arrivals[0][0]
                 tasks = self._tasks.get(job)
-                if tasks is not None and tasks[index].saved:
-                    t = tasks[index]
+                starts = sorted({i for j, i in self._arrivals if j == job and tasks is not None and tasks[i].saved})
+                if tasks is not None and starts:
                     try:
-                        tasks[index] = self._start_task(self._specs[job], index, t.host, self._cpu[job], t.progress)
+                        self._start_tasks(self._specs[job], [(i, tasks[i].host) for i in starts], self._cpu[job])
                     except BackendError as exc:
                         failed.append((job, exc))
                     self._persist(job)
-                self._arrivals.pop(0)
+                self._arrivals = [a for a in self._arrivals if a[0] != job]
         return failed
 
     def abandon_moves(self) -> None:
