@@ -881,31 +881,8 @@ class LiveBackend:
             raise
 
     def migrate(self, job: str, task: int, dst: str) -> None:
-        """First half of a move: checkpoint and stop the task now; :meth:`flush` starts it at ``dst``.
-
-        A plan's moves may cross (A: h1->h2 while B: h2->h1): were each restarted at once, the first
-        would find its destination still full. Only the plan's final state is checked to fit, so
-        every task leaves before any arrives.
-        """
-        with self._lock:
-            t = self._tasks[job][task]
-            done = _Task(t.task_id, dst, 1.0, agent_pb2.TASK_STATE_DONE)
-            if t.state == agent_pb2.TASK_STATE_DONE:
-                # A finished task of an unfinished job has nothing to move, and its agent may no longer hold
-                # it (stopped by an earlier move: Stop forgets a task), so no Checkpoint: it is stopped if
-                # still there and recorded at ``dst``, as the policy placed it.
-                self._stop_task(t)
-                self._tasks[job][task] = done
-            else:
-                self._check_heard((dst,))  # before its process is stopped here
-                progress = self._checkpoint(t)
-                self._stop_task(t, strict=True)
-                if progress >= 1.0 or t.state == agent_pb2.TASK_STATE_DONE:
-                    self._tasks[job][task] = done
-                else:
-                    self._tasks[job][task] = _Task(t.task_id, dst, progress, saved=True)
-                    self._arrivals.append((job, task))
-            self._persist(job)  # where its tasks are, whichever way it moved
+        """First half of one task's move (:meth:`move` of that task alone); :meth:`flush` starts it at ``dst``."""
+        self.move(job, [(task, dst)])
 
     def move(self, job: str, changes: Sequence[tuple[int, str]]) -> None:
         """First half of a Move: :meth:`migrate` for each of ``changes`` (task index, new host), all at once. The
@@ -913,6 +890,10 @@ class LiveBackend:
         saved at the progress its Stop answered with, for modeled tasks; a Checkpoint and a Stop each otherwise), a
         finished one stopped if still there, and the job journalled once; :meth:`flush` starts them at their new
         hosts. A Checkpoint, a Stop and a StartTask per task made moving 2,000 tasks of a job take 6.2 s.
+
+        A plan's moves may cross (A: h1->h2 while B: h2->h1): were each restarted at once, the first would find its
+        destination still full. Only the plan's final state is checked to fit, so every task leaves before any
+        arrives.
 
         A failure raises once the stops made are recorded: each task stopped is saved at its new host and started
         there by :meth:`flush` unless the engine requeues or fails the job first (it does: the error's ``hosts``
