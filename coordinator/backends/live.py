@@ -912,9 +912,8 @@ class LiveBackend:
                 self._stop_tasks([tasks[i] for i, _ in finished], batched)
                 for i, dst in finished:
                     tasks[i] = _Task(tasks[i].task_id, dst, 1.0, done)
-                try:
-                    self._save_tasks([tasks[i] for i, _ in leaving], batched)
-                finally:
+
+                def moved() -> None:  # each task stopped now is at its new host, saved to start there
                     for (i, dst), before in zip(leaving, was_saved, strict=True):
                         t = tasks[i]
                         if t.state == done:  # its Stop found it finished: nothing to start
@@ -922,7 +921,17 @@ class LiveBackend:
                         elif t.saved and not before:
                             tasks[i] = _Task(t.task_id, dst, t.progress, saved=True)
                             self._arrivals.append((job, i))
-                    self._persist(job)  # where its tasks are, however far it got
+
+                try:
+                    self._save_tasks([tasks[i] for i, _ in leaving], batched)
+                except BaseException:
+                    moved()
+                    # Best effort, as a pause's: the failure is what the engine must see (a journal write failing
+                    # over a task found failed had the job requeued and run again; review).
+                    self._persist_quietly(job)
+                    raise
+                moved()
+                self._persist(job)  # where its tasks are
             except BackendError as exc:
                 exc.hosts = tuple(t.host for t in tasks)
                 raise

@@ -126,6 +126,25 @@ def test_a_task_failed_since_the_last_poll_fails_its_job_with_the_tasks_moved_so
         assert x.tasks == {}
 
 
+def test_a_failed_task_found_by_the_moves_stops_fails_its_job_even_if_the_journal_fails_too() -> None:
+    """The journal's write after the stops is best effort once one has failed: the failure is what the engine must
+    see. (Its write raising over the failure had the engine take the plan for cut short, and the job was requeued
+    and run again although its task had failed; review.)"""
+    x = TableAgent("x", ("h0", "h1"))
+    with backend_on(x) as backend:
+        engine = running(x, backend, "a", ("h0", "h0"))
+        x.set("a/0", 0.4, agent_pb2.TASK_STATE_FAILED, "killed at its memory limit")
+
+        def journal(job: str, restarts: int, tasks: object) -> None:
+            raise OSError("disk full")
+
+        backend.journal = journal
+        engine.apply(Plan((Move("a", ("h1", "h1")),)))
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.FAILED and "killed at its memory limit" in rec.message
+        assert x.tasks == {} and backend._arrivals == []
+
+
 def test_an_unanswered_stoptasks_requeues_the_job_from_the_progress_its_tasks_had() -> None:
     """The agent does not answer the stops (every attempt): the job goes back to the queue with its progress (the
     last poll's), none of its tasks started elsewhere; those the agent kept are stopped once it answers."""
