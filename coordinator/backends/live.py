@@ -1099,6 +1099,10 @@ class LiveBackend:
         with self._lock:
             self._cpu.pop(job, None)
             self._interrupted = [j for j in self._interrupted if j != job]  # the engine requeued it, or gave up
+            # Its moves not started yet go too: a plan cut short after this (a listener failing as the requeue is
+            # recorded) would otherwise have abandon_moves mark it interrupted, and requeue it for nothing once it
+            # runs again (review).
+            self._arrivals = [a for a in self._arrivals if a[0] != job]
             # (a failure is retried at the next polls)
             self._stop_tasks([t for t in self._tasks.pop(job, []) if not t.saved], self._batched(job))
             # Best effort: the engine's requeue (or failure) of the job must not fail on it; the restart count,

@@ -13,6 +13,7 @@ import pytest
 from coordinator.backends.base import BackendError
 from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine
+from coordinator.metrics import Transition
 from coordinator.model import Host, JobSpec, JobState
 from coordinator.plan import Move, Plan, Start
 from coordinator.policies import get_policy
@@ -27,15 +28,16 @@ def spec(name: str, tasks: int, workload: str = modeled.NAME) -> JobSpec:
 
 
 def running(x: TableAgent, backend, name: str, hosts: tuple[str, ...], workload: str = modeled.NAME,  # type: ignore[no-untyped-def]
-            engine: Engine | None = None) -> Engine:
+            engine: Engine | None = None, *others: TableAgent) -> Engine:
     """``engine`` (a new one on ``backend`` if None) with job ``name`` started on ``hosts``, every task at progress
-    0.1 * (its index + 1) on the agent; the agent's calls recorded, stops too, from now on."""
+    0.1 * (its index + 1) on its agent (``x`` or one of ``others``); ``x``'s calls recorded, stops too, from now
+    on."""
     engine = engine or engine_on(backend)
     engine.arrive(spec(name, len(hosts), workload))
     engine.apply(Plan((Start(name, hosts, 0.25),)))
     assert engine.jobs[name].state is JobState.RUNNING, engine.jobs[name].message
     for i, t in enumerate(backend._tasks[name]):
-        x.set(t.task_id, 0.1 * (i + 1))
+        next(a for a in (x, *others) if t.host in a.hosts).set(t.task_id, 0.1 * (i + 1))
     x.calls.clear()
     x.checkpoints.clear()
     x.record_stops = True
@@ -143,6 +145,32 @@ def test_a_failed_task_found_by_the_moves_stops_fails_its_job_even_if_the_journa
         rec = engine.jobs["a"]
         assert rec.state is JobState.FAILED and "killed at its memory limit" in rec.message
         assert x.tasks == {} and backend._arrivals == []
+
+
+def test_a_plan_cut_short_after_a_failed_moves_requeue_leaves_no_mark_to_requeue_the_job_again() -> None:
+    """A move fails part way (h0's tasks stopped and queued to start at h2, h1's agent not answering), the engine
+    requeues the job, and a listener fails as the requeue is recorded: the plan ends in that exception. The job's
+    queued moves went with its stop, so the engine's abandon_moves leaves no mark on it: placed again, it runs on
+    (the mark requeued it at the next poll for nothing; review)."""
+    x, y = TableAgent("x", ("h0", "h2")), TableAgent("y", ("h1",))
+    with backend_on(x, y, rpc_timeout=1.0) as backend:
+        engine = running(x, backend, "a", ("h0", "h0", "h1", "h1"), modeled.NAME, None, y)
+        backend.poll()
+        y.refuse_stop = True
+
+        def store_down(t: Transition) -> None:
+            if t.job == "a" and t.dst is JobState.PENDING:
+                raise OSError("disk full")
+
+        engine.listeners.append(store_down)
+        with pytest.raises(OSError):
+            engine.apply(Plan((Move("a", ("h2",) * 4),)))
+        engine.listeners.remove(store_down)
+        y.refuse_stop = False
+        backend.poll()
+        assert engine.jobs["a"].state is JobState.PENDING and backend._interrupted == []
+        engine.apply(Plan((Start("a", ("h2", "h2", "h0", "h0"), 0.25),)))
+        assert [r.job for r in backend.poll()] == [] and engine.jobs["a"].state is JobState.RUNNING
 
 
 def test_an_unanswered_stoptasks_requeues_the_job_from_the_progress_its_tasks_had() -> None:
