@@ -177,11 +177,16 @@ class Engine:
         backend: Backend,
         hosts: Sequence[Host] = (),
         history: History | None = None,
+        keep_history: bool = True,
     ) -> None:
+        """``keep_history``: keep every transition and decision time in :attr:`history` (a run's results are made
+        from them). A coordinator serving for days does not read them (its store keeps the transitions, its
+        listeners and metrics see each as it happens): without them its memory grows by the jobs alone."""
         self.policy = policy
         self.backend = backend
         self.hosts: list[Host] = list(hosts)
         self.history = history if history is not None else History()
+        self.keep_history = keep_history
         self.jobs: dict[str, JobRecord] = {}
         # The unfinished jobs, kept as they change: a snapshot, the capacity check and the progress sync
         # then cost O(jobs in the system), not O(jobs ever submitted) per event.
@@ -354,7 +359,8 @@ class Engine:
                 if rec.state is JobState.PENDING:
                     self._push(self.backend.now(), "stim", Submit(rec.spec.id))
                     pending.append(rec)
-            self.history.transitions.extend(transitions)
+            if self.keep_history:
+                self.history.transitions.extend(transitions)
             self._ensure_tick()
             # (the coordinator adds the restored agents' hosts before it restores the jobs: judged here too)
             self._judge_pending(say=False, recs=pending)
@@ -534,7 +540,8 @@ class Engine:
             t0 = time.perf_counter()
             plan = self.policy.decide(snap, stim)
             elapsed = time.perf_counter() - t0
-            self.history.decision_seconds.append(elapsed)
+            if self.keep_history:
+                self.history.decision_seconds.append(elapsed)
             for listener in self.decision_listeners:
                 listener(elapsed)
             self._apply(plan, running_jobs)
@@ -900,7 +907,8 @@ class Engine:
         reason: str = "",
     ) -> None:
         t = _transition(self.backend.now() if self._stamp is None else self._stamp, job, src, dst, hosts, cpu, reason)
-        self.history.transitions.append(t)
+        if self.keep_history:
+            self.history.transitions.append(t)
         try:
             for listener in self.listeners:
                 listener(t)

@@ -77,7 +77,9 @@ def _server_options(args: argparse.Namespace) -> dict:
         tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
     except ValueError as exc:
         refuse(f"vcemu: {exc}")
-    return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls}
+    # No history kept in memory: a serving coordinator reads none of it (replay and demo keep theirs for results).
+    return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls,
+            "keep_history": False}
 
 
 def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_per_host: str, agent_id: str,

@@ -498,6 +498,7 @@ class CoordinatorServer:
         rpc_timeout: float = 5.0,
         stop_tasks_on_exit: bool = True,
         reference: agent_pb2.HostInfo | None = None,
+        keep_history: bool = True,
     ) -> None:
         """``reference``: the host a job's needs are fractions of (``vcemu coordinator --reference-host``), set
         before any agent can register. Without it, agents started by hand make the first host to register the
@@ -527,11 +528,11 @@ class CoordinatorServer:
         self.stop_tasks_on_exit = stop_tasks_on_exit
         self.store = Store(state, exclusive=True) if state else None  # one coordinator per state file
         try:  # a failure from here on (a port taken, a bad store) lets go of the state file at once
-            loaded = self.store.load() if self.store is not None else None
+            loaded = self.store.load(transitions=keep_history) if self.store is not None else None
             self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
                                        epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
                                        channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
-            self.engine = Engine(policy, self.backend)
+            self.engine = Engine(policy, self.backend, keep_history=keep_history)
             #: the jobs as the read-only calls and the metrics show them, without the engine's lock
             self.board = JobBoard.of(self.engine)
             self.metrics = CoordinatorMetrics(self.engine, policy.name,
