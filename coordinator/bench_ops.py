@@ -392,7 +392,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
 def bench_starts_main(argv: list[str]) -> int:
     """Seconds from submitting --jobs modeled jobs of --tasks tasks at once until all run, on --hosts hosts of one
     agent process (no cgroups): under greedy each start re-shares every job on its host; a job of many tasks
-    starts in one StartTasks call per host."""
+    starts in one StartTasks call per host. Then the seconds to pause them all in one plan, resume them, move every
+    task to the next host, and cancel them all."""
     p = HintingParser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
     p.add_argument("--jobs", type=_int_at_least(1), default=1000,
                    help="jobs submitted at once, modeled (default %(default)s)")
@@ -428,6 +429,37 @@ def _cancel_all(stub: pb_grpc.CoordinatorStub, job_ids: list[str], server, timeo
         time.sleep(0.05)
 
 
+def _apply_timed(server, job_ids: list[str]) -> tuple[dict[str, float | None], str | None]:  # type: ignore[no-untyped-def]
+    """Three plans applied through the engine as a policy's are, each timed: every job paused (checkpoint mode: its
+    tasks stopped, each saved at its progress), every job resumed where it was, then every job's tasks moved to the
+    next host in name order (as a repacking moves them: all leave before any arrives). The plans are the bench's
+    own, on jobs that neither end nor arrive meanwhile, so the policy makes none. Returns the seconds of each
+    (``move`` None with one host: nowhere to go) and what went wrong, if a job was not in the state a plan leaves."""
+    from coordinator.model import JobState
+    from coordinator.plan import Move, Pause, Plan, Resume
+
+    engine = server.engine
+    hosts = sorted(server.backend.host_agent)
+    after = {h: hosts[(i + 1) % len(hosts)] for i, h in enumerate(hosts)}
+    with engine.lock:
+        placed = {j: (engine.jobs[j].hosts, engine.jobs[j].cpu) for j in job_ids}
+    plans = [("pause", Plan(tuple(Pause(j) for j in job_ids)), JobState.PAUSED),
+             ("resume", Plan(tuple(Resume(j, h, cpu) for j, (h, cpu) in placed.items())), JobState.RUNNING)]
+    if len(hosts) > 1:
+        plans.append(("move", Plan(tuple(Move(j, tuple(after[x] for x in h)) for j, (h, _) in placed.items())),
+                      JobState.RUNNING))
+    seconds: dict[str, float | None] = {"pause": None, "resume": None, "move": None}
+    for name, plan, state in plans:
+        t0 = time.perf_counter()
+        engine.apply(plan)
+        seconds[name] = time.perf_counter() - t0
+        with engine.lock:
+            wrong = next((r for r in map(engine.jobs.__getitem__, job_ids) if r.state is not state), None)
+        if wrong is not None:
+            return seconds, f"{wrong.spec.id} is {wrong.state.value} after the {name} plan: {wrong.message}"
+    return seconds, None
+
+
 def _bench_starts(args: argparse.Namespace) -> int:
     from coordinator.model import JobState
     from coordinator.policies import get_policy
@@ -437,6 +469,7 @@ def _bench_starts(args: argparse.Namespace) -> int:
     procs: list[subprocess.Popen] = []
     samples: list[tuple[float, int]] = []  # (seconds since the submission, jobs running)
     cancel: float | None = None
+    plans: dict[str, float | None] = {"pause": None, "resume": None, "move": None}
     try:  # the agent goes with us whatever stops the bench
         procs = _spawn_agents(server, [args.hosts], "starts")
         # (memory: all the tasks on one host would take half of it, so memory never keeps a job waiting)
@@ -462,6 +495,10 @@ def _bench_starts(args: argparse.Namespace) -> int:
                 samples.append((time.perf_counter() - t0, running))
                 bar.update(running - bar.n)
             if samples[-1][1] == args.jobs:
+                plans, wrong = _apply_timed(server, job_ids)
+                if wrong is not None:
+                    print(f"vcemu bench starts: error: {wrong}", file=sys.stderr)
+                    return 1
                 cancel = _cancel_all(stub, job_ids, server, args.timeout)
     finally:
         server.stop()
@@ -472,6 +509,8 @@ def _bench_starts(args: argparse.Namespace) -> int:
               "starts_per_s": round(running / seconds, 1),
               # jobs running at each quarter of the time: a rate that falls as hosts fill shows here
               "running_at_quarters": [next(n for t, n in samples if t >= seconds * q / 4) for q in (1, 2, 3)],
+              # then one plan pausing every job, one resuming them, one moving every task to the next host
+              **{f"seconds_to_{k}_all": None if v is None else round(v, 2) for k, v in plans.items()},
               # then every job cancelled: seconds until the agent has none of their tasks left
               "seconds_to_cancel_all": None if cancel is None else round(cancel, 2)}
     _write(args.out, "starts", result, vars(args))
