@@ -906,8 +906,9 @@ class LiveBackend:
             batched = self._batched(job)
             try:
                 self._check_heard([dst for _, dst in leaving])  # before any process is stopped
-                # A finished task of an unfinished job has nothing to move (see :meth:`migrate`): stopped if still
-                # there, recorded at its new host, as the policy placed it.
+                # A finished task of an unfinished job has nothing to move, and its agent may no longer hold it
+                # (stopped by an earlier move: Stop forgets a task), so no Checkpoint: it is stopped if still there
+                # and recorded at its new host, as the policy placed it.
                 finished = [(i, dst) for i, dst in changes if tasks[i].state == done]
                 self._stop_tasks([tasks[i] for i, _ in finished], batched)
                 for i, dst in finished:
