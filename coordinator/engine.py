@@ -602,6 +602,8 @@ class Engine:
                     continue
                 if held:
                     self._shares_sent(send(), held, dropped)
+                    if action.job in dropped:  # its own share change, sent just now, failed: requeued or failed
+                        continue
             if type(action) is Move:
                 if self._move(rec, action.hosts, dropped):
                     moved[rec.spec.id] = rec

@@ -214,6 +214,14 @@ def job_message(rec: JobRecord | JobRow, vt: float | None = None) -> pb.Job:
     )
 
 
+def _vt_now(row: JobRow, progress: dict[str, float]) -> float | None:
+    """A running job's virtual time as of the agents' last Status (``progress``: the backend's progress_seen), not
+    of its last transition; None (the record's) for a job not running, or whose tasks the backend no longer lists
+    (its requeue under way: it read 0 for a moment; live check)."""
+    seen = progress.get(row.spec.id) if row.state is JobState.RUNNING else None
+    return None if seen is None else seen * row.spec.work
+
+
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
@@ -304,10 +312,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if row is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(request.job_id)}")
         assert row is not None
-        # A running job's virtual time as of the agents' last Status, not of its last transition
-        running = row.state is JobState.RUNNING
-        vt = self.s.backend.progress_seen(row.spec.id).get(row.spec.id, 0.0) * row.spec.work if running else None
-        return job_message(row, vt)
+        progress = self.s.backend.progress_seen(row.spec.id) if row.state is JobState.RUNNING else {}
+        return job_message(row, _vt_now(row, progress))
 
     def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsReply:
         if request.state and request.state not in {s.value for s in JobState}:
@@ -326,8 +332,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                           f"page_token: {shown(request.page_token)} is not a page of this coordinator's job list "
                           "(from another coordinator, or from before a restart): list again from the first page")
         progress = self.s.backend.progress_seen() if any(r.state is JobState.RUNNING for r in rows) else {}
-        jobs = [job_message(r, progress.get(r.spec.id, 0.0) * r.spec.work if r.state is JobState.RUNNING else None)
-                for r in rows]
+        jobs = [job_message(r, _vt_now(r, progress)) for r in rows]
         return pb.ListJobsReply(jobs=jobs, next_page_token=f"{end}:{last}" if more else "")
 
     def WatchEvents(self, request: pb.WatchEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
@@ -708,12 +713,18 @@ class CoordinatorServer:
 
     def drain(self) -> None:
         """Hand accepted jobs to the engine, in submission order. A job the cluster can no longer hold
-        (its hosts were lost meanwhile) fails with the reason, and stays on record."""
+        (its hosts were lost meanwhile, or changed) fails with the reason, and stays on record; while no host is
+        left at all, every job waits in the intake."""
         with self.intake_lock:
             batch = list(self.intake.values())
         if not batch:
             return
         with self.engine.lock:
+            if not self.engine.hosts:
+                # Every agent lost: nothing can judge the jobs, which wait here (shown pending, as a restored job
+                # waits) and are taken in once hosts register. Judged against no host, a job accepted just before
+                # its agent was declared lost failed as "more than any host has (0.0)" (live check).
+                return
             for rec in batch:
                 if rec.spec.id in self.engine.jobs:
                     continue

@@ -8,6 +8,7 @@ requeued with nothing started twice; an agent without the batch calls gets one c
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from coordinator.backends.base import BackendError
@@ -15,7 +16,7 @@ from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine
 from coordinator.metrics import Transition
 from coordinator.model import Host, JobSpec, JobState
-from coordinator.plan import Move, Plan, Start
+from coordinator.plan import Move, Plan, SetShare, Start
 from coordinator.policies import get_policy
 from vcemu.v1 import agent_pb2
 from workloads import modeled
@@ -272,3 +273,35 @@ def test_the_engine_moves_a_jobs_changed_tasks_in_one_call_and_records_where_a_f
     requeued = [t for t in engine.history.transitions if t.job == "a" and t.dst is JobState.PENDING]
     assert requeued[-1].hosts == (reached or ("h0", "h1", "h2"))
     assert requeued[-1].reason == "move failed: agent gone; requeued"
+
+
+class SharesFail(TableAgent):
+    """A TableAgent whose share calls go unanswered once ``fail_shares`` is set (an agent stopped)."""
+
+    fail_shares = False
+
+    def SetShares(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        if self.fail_shares:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "agent stopped")
+        return super().SetShares(request, context)
+
+    def SetShare(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        if self.fail_shares:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "agent stopped")
+        return super().SetShare(request, context)
+
+
+def test_a_job_whose_share_change_fails_is_not_moved_by_the_same_plan() -> None:
+    """The plan's held share changes are sent before its next other action; a job requeued because its own change
+    went unanswered has no hosts left to move from: its Move lapses (it ran on the requeued record and raised
+    "zip() argument 2 is longer than argument 1", the plan abandoned; live check)."""
+    x = SharesFail("x", ("h0", "h1", "h2"))
+    with backend_on(x, rpc_timeout=1.0) as backend:
+        engine = running(x, backend, "a", ("h0", "h0", "h1", "h1"))
+        x.fail_shares = True
+        engine.apply(Plan((SetShare("a", 0.1), Move("a", ("h1", "h1", "h0", "h0")))))
+        rec = engine.jobs["a"]
+        assert rec.state is JobState.PENDING and rec.hosts == ()
+        reasons = [t.reason for t in engine.history.transitions if t.job == "a"]
+        assert reasons[-1].startswith("setshare failed") and "migrate" not in reasons
+        assert not [name for name, _ in x.calls if name.startswith("Start")]

@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.model import JobState
 from coordinator.policies import get_policy
-from coordinator.service import CoordinatorServer, EventQueue
+from coordinator.service import CoordinatorServer, CoordinatorServicer, EventQueue
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -319,15 +319,17 @@ def test_a_running_jobs_virtual_time_is_its_progress_now_not_at_the_last_decisio
 
 
 def test_a_job_accepted_then_unplaceable_ends_with_a_transition_stored_and_streamed(tmp_path):
-    """A job accepted while the cluster could hold it, refused when handed to the engine (its hosts were lost
-    meanwhile), fails like any job: its end is in the history, in the store and on the event stream."""
+    """A job accepted while the cluster could hold it, refused when handed to the engine (the host that could hold
+    it was lost meanwhile, a smaller one is left), fails like any job: its end is in the history, in the store and
+    on the event stream. (With no host left at all it waits instead: see the test of a job accepted before every
+    agent was lost.)"""
     from coordinator.model import Host
     from coordinator.store import Store
 
     path = str(tmp_path / "state.db")
     server = CoordinatorServer(get_policy("greedy"), port=0, state=path)  # not started: no engine loop
     try:
-        server.engine.add_hosts([Host("h0", 1.0, 1.0)])
+        server.engine.add_hosts([Host("h0", 1.0, 1.0), Host("h1", 1.0, 0.05)])
         events = EventQueue()
         server.watchers.append(events)
         spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=10.0, workload="dgemm")
@@ -893,3 +895,40 @@ def test_an_event_stream_that_falls_behind_ends_with_resource_exhausted_after_wh
     assert exc.args[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "fell 3 events behind: events from t=4.000 s on were not sent" in exc.args[1]
     assert not server.watchers  # the stream's queue is gone with it
+
+
+def test_a_job_accepted_before_every_agent_was_lost_waits_for_hosts_instead_of_failing(unstarted) -> None:
+    """Accepted while its agent was silent, taken in after the agent was declared lost: with no host left it was
+    judged against none and failed ("memory: 0.05 per task is more than any host has (0.0)"; live check). It waits,
+    shown pending, and is taken in once hosts register; a submission with no host is refused as before."""
+    s = unstarted
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.05, work_seconds=10.0, workload="modeled")
+    (result,) = s.accept([pb.SubmitRequest(spec=spec)])
+    job = result.job.job_id
+    s.lose_agent("a0", "silent for 3 heartbeats")
+    s.drain()
+    assert s.lookup(job).state is JobState.PENDING and not s.lookup(job).message
+    assert job not in s.engine.jobs and s.board.get(job).state is JobState.PENDING
+    (refused,) = s.accept([pb.SubmitRequest(spec=spec)])
+    assert refused.code == grpc.StatusCode.UNAVAILABLE.value[0]
+    desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+    CoordinatorServicer(s).RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), None)
+    s.drain()
+    assert s.engine.jobs[job].state is JobState.PENDING and job not in s.intake
+
+
+def test_a_running_job_whose_tasks_the_backend_no_longer_lists_shows_its_recorded_virtual_time(unstarted) -> None:
+    """While its requeue is under way (its task list dropped, its slow Stops not yet through), a running job's
+    virtual time read 0 in ``vcemu jobs`` (16.40, 0.0, 0.0, then pending at 16.40; live check): the record's now."""
+    from coordinator.engine import JobRecord
+    from coordinator.model import JobSpec
+
+    s = unstarted
+    rec = JobRecord(JobSpec("job-00001", 0.0, 1, 0.5, 0.1, 100.0, "modeled"), JobState.RUNNING, ("a0-h0",), 0.5, 16.4)
+    s.engine.restore([rec])
+    assert s.backend.progress_seen("job-00001") == {}
+    servicer = CoordinatorServicer(s)
+    assert servicer.GetJob(pb.JobRef(job_id="job-00001"), None).virtual_time == pytest.approx(16.4)
+    (listed,) = servicer.ListJobs(pb.ListJobsRequest(), None).jobs
+    assert listed.virtual_time == pytest.approx(16.4)
