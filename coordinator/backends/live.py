@@ -193,7 +193,8 @@ class LiveBackend:
         self._restarts: dict[str, int] = {}
         self._cpu: dict[str, float] = {}
         self._orphans: list[_Task] = []  # tasks whose Stop failed, retried at every poll
-        self._arrivals: list[tuple[str, int]] = []  # (job, task) moved out, to start at their new host
+        #: per job, in the order moved, its tasks moved out to start at their new host (:meth:`flush`)
+        self._arrivals: dict[str, list[int]] = {}
         #: jobs whose moves, pause or resume a plan's exception cut short: requeued at a poll
         self._interrupted: list[str] = []
         #: A plan's share changes not sent yet (:meth:`set_share`): per host, a request per task in the order made;
@@ -921,7 +922,7 @@ class LiveBackend:
                             tasks[i] = _Task(t.task_id, dst, 1.0, done)
                         elif t.saved and not before:
                             tasks[i] = _Task(t.task_id, dst, t.progress, saved=True)
-                            self._arrivals.append((job, i))
+                            self._arrivals.setdefault(job, []).append(i)
 
                 try:
                     self._save_tasks([tasks[i] for i, _ in leaving], batched)
@@ -947,16 +948,16 @@ class LiveBackend:
                 # A job at a time, its moves left queued until they are started: should anything but a BackendError
                 # escape (the journal's store failing), the moves not yet started are still queued for the
                 # engine's :meth:`abandon_moves`.
-                job = self._arrivals[0][0]
+                job, moved = next(iter(self._arrivals.items()))
                 tasks = self._tasks.get(job)
-                starts = sorted({i for j, i in self._arrivals if j == job and tasks is not None and tasks[i].saved})
-                if tasks is not None and starts:
+                starts = [] if tasks is None else sorted({i for i in moved if tasks[i].saved})
+                if starts:
                     try:
                         self._start_tasks(self._specs[job], [(i, tasks[i].host) for i in starts], self._cpu[job])
                     except BackendError as exc:
                         failed.append((job, exc))
                     self._persist(job)
-                self._arrivals = [a for a in self._arrivals if a[0] != job]
+                del self._arrivals[job]
         return failed
 
     def abandon_moves(self) -> None:
@@ -967,8 +968,8 @@ class LiveBackend:
         from the checkpoints wherever they are placed next. Share changes not sent yet are dropped: the engine
         records a change once sent (:meth:`send_shares`), so their jobs keep the shares it has for them."""
         with self._lock:
-            self._interrupted += [job for job, _ in self._arrivals]
-            self._arrivals = []
+            self._interrupted += list(self._arrivals)
+            self._arrivals = {}
             self._shares, self._share_cpu = {}, {}
 
     def _checkpoint(self, task: _Task) -> float:
@@ -1103,7 +1104,7 @@ class LiveBackend:
             # Its moves not started yet go too: a plan cut short after this (a listener failing as the requeue is
             # recorded) would otherwise have abandon_moves mark it interrupted, and requeue it for nothing once it
             # runs again (review).
-            self._arrivals = [a for a in self._arrivals if a[0] != job]
+            self._arrivals.pop(job, None)
             # (a failure is retried at the next polls)
             self._stop_tasks([t for t in self._tasks.pop(job, []) if not t.saved], self._batched(job))
             # Best effort: the engine's requeue (or failure) of the job must not fail on it; the restart count,

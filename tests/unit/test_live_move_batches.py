@@ -145,7 +145,7 @@ def test_a_failed_task_found_by_the_moves_stops_fails_its_job_even_if_the_journa
         engine.apply(Plan((Move("a", ("h1", "h1")),)))
         rec = engine.jobs["a"]
         assert rec.state is JobState.FAILED and "killed at its memory limit" in rec.message
-        assert x.tasks == {} and backend._arrivals == []
+        assert x.tasks == {} and not backend._arrivals
 
 
 def test_a_plan_cut_short_after_a_failed_moves_requeue_leaves_no_mark_to_requeue_the_job_again() -> None:
