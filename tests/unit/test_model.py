@@ -32,3 +32,16 @@ def test_invalid_jobs_name_the_field(kwargs, field):
 
 def test_a_job_that_fits_is_accepted():
     JobSpec("j", 0.0, 8, 1.0, 0.5, 10.0).validate(hosts(4))
+
+
+def test_capacity_counts_every_host_of_each_memory_size():
+    """Hosts are counted by size: 3 hosts of 1.0 and 2 of 0.5 hold 3 x 3 + 2 x 1 = 11 tasks of memory 0.3."""
+    from coordinator.model import Host
+
+    mixed = (Host("a", 1.0, 1.0), Host("b", 1.0, 0.5), Host("c", 1.0, 1.0), Host("d", 1.0, 0.5), Host("e", 1.0, 1.0))
+    JobSpec("j", 0.0, 11, 1.0, 0.3, 10.0).validate(mixed)
+    with pytest.raises(InvalidJob, match=r"^tasks: 12 tasks of memory 0.3 can never fit: .* holds at most 11$"):
+        JobSpec("j", 0.0, 12, 1.0, 0.3, 10.0).validate(mixed)
+    small = (Host("a", 1.0, 0.5), Host("b", 1.0, 0.25), Host("c", 1.0, 0.5))
+    with pytest.raises(InvalidJob, match=r"^memory: 0.6 per task is more than any host has \(0.5\)$"):
+        JobSpec("j", 0.0, 1, 1.0, 0.6, 10.0).validate(small)
