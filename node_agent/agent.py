@@ -60,6 +60,7 @@ from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.fencer import write_lease
 from node_agent.processes import stop_processes
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
+from node_agent.spares import DEFAULT_SPARES, Spares
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
 from workloads import modeled
@@ -143,7 +144,7 @@ class AgentCore:
     """The hosts and tasks of one agent process."""
 
     def __init__(self, agent_id: str, hosts: list[HostSpec], driver: CgroupDriver,
-                 units_per_core_second: dict[str, float], progress_by: str = "cpu-time") -> None:
+                 units_per_core_second: dict[str, float], progress_by: str = "cpu-time", spares: int = 0) -> None:
         self.agent_id = agent_id
         #: How tasks measure progress: "cpu-time" or "units" (see :mod:`node_agent.runner`).
         self.progress_by = progress_by
@@ -180,6 +181,8 @@ class AgentCore:
         #: passed even if this process does not run (SIGSTOP); None where the driver has no freezer.
         self._lease_file = os.path.join(self._workdir, "lease")
         driver.attach_workdir(self._workdir)
+        #: Programs started ahead, ``spares`` per calibrated workload (:mod:`node_agent.spares`); 0: none.
+        self._spares = Spares(self._workdir, [w for w in PROGRAMS if w in self.rates], spares)
         #: The driver has a freezer (or a stand-in for one: :mod:`node_agent.dutycycle`), so tasks may be frozen by
         #: a fencer (this agent's, or an earlier one's).
         self._freezer = driver.fencer_args() is not None
@@ -394,6 +397,7 @@ class AgentCore:
             task = TransactionalTask(spec, self.driver, self._workdir, start.transactional)
         else:
             task = Task(spec, self.driver, self.rates[start.workload], self._workdir, self.progress_by)
+            task.spares = self._spares
         task.defer_kills = True  # kills that may take seconds are made outside the lock
         return task
 
@@ -586,6 +590,7 @@ class AgentCore:
         if self._stop.is_set():
             return
         self._stop.set()  # (under the lock from here on, StartTask refuses)
+        self._spares.close()
         self._monitor.join(timeout=2.0)
         self._stop_fencer()  # (it would freeze what the shutdown is killing)
 
@@ -918,7 +923,7 @@ def _check_fraction(field: str, value: float) -> None:
 
 
 def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
-              progress_by: str = "cpu-time") -> AgentCore:
+              progress_by: str = "cpu-time", spares: int = DEFAULT_SPARES) -> AgentCore:
     """Claim the agent id, remove what dead agents left in cgroups (:func:`_sweep_cgroups`), probe cgroups (or
     use duty cycling if ``no_cgroups``), calibrate the workloads, and return a running core.
 
@@ -939,7 +944,7 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
         for lock in locks:
             lock.close()
         raise
-    core = AgentCore(agent_id, hosts, driver, rates, progress_by)
+    core = AgentCore(agent_id, hosts, driver, rates, progress_by, spares)
     core._closers.extend(lock.close for lock in locks)
     return core
 
@@ -1029,7 +1034,7 @@ def _remove_old_workdirs(agent_id: str) -> None:
     The processes matter without cgroups (``--no-cgroups``): no task cgroup finds them, and a task that
     the duty cycle or a Pause had stopped (SIGSTOP) when its agent died never runs its orphan check, so
     it would stay, holding its memory, for ever. Every workload process names a file of its agent's
-    directory on its command line (``--progress``; the transactional generator's ``--stats``)."""
+    directory on its command line (``--progress``; a spare's ``--spare``; the transactional generator's ``--stats``)."""
     old: list[str] = []
     for base in ("/dev/shm", tempfile.gettempdir()):
         with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from coordinator.cliargs import dash_hint
 from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
 from node_agent.signals import set_on_signals
+from node_agent.spares import DEFAULT_SPARES
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 #: Kubernetes quantity conventions: K/M/G/T (and KB...) are powers of 1000, Ki/Mi/... (KiB...) of 1024.
@@ -64,6 +65,20 @@ def _list_of(conv, what: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+#: Most spares of a workload an agent keeps: each is a process of about 30 MB that the machine holds while idle.
+MAX_SPARES = 16
+
+
+def _spares_count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= n <= MAX_SPARES:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_SPARES}, got {n}")
+    return n
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         """One clear line (no usage block), exit status 2."""
@@ -87,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress-by", choices=("cpu-time", "units"), default="cpu-time",
                    help="a task is done when it has had its CPU-seconds (default: the model's unit of work, immune "
                         "to this machine's drifting speed) or when the program has done its calibrated units")
+    p.add_argument("--spares", type=_spares_count, default=DEFAULT_SPARES, metavar="N",
+                   help=f"programs of each workload started ahead, numpy loaded, so that a task's start or resume "
+                        f"does not wait for them (0: none; default {DEFAULT_SPARES})")
     p.add_argument("--no-cgroups", action="store_true",
                    help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
@@ -191,7 +209,7 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
         try:
             agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
                                 no_cgroups=args.no_cgroups, metrics_port=args.metrics_port, tls=args.tls,
-                                progress_by=args.progress_by)
+                                progress_by=args.progress_by, spares=args.spares)
         except CgroupUnavailable as e:
             print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
                   "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)

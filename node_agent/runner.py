@@ -2,7 +2,9 @@
 
 A task's process joins its cgroup before it computes: it is started with ``--wait-go`` and blocks on
 stdin before importing numpy; the runner adds its pid to the cgroup, then sends the go byte. So the
-import, the allocation and every multiplication are limited and accounted.
+import, the allocation and every multiplication are limited and accounted. Or, where the agent keeps spares
+(:mod:`node_agent.spares`), it is a program started ahead that has imported numpy already (outside the task's
+cgroup) and gets its arguments with the go byte: its allocation and every multiplication are.
 
 Work is converted into the program's units with a calibration made once per agent and workload (units
 per CPU-second of one core, measured unthrottled): a task that needs ``cpu_need`` of a host with ``C``
@@ -61,6 +63,7 @@ from workloads import modeled, progress
 from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
 
 if TYPE_CHECKING:
+    from node_agent.spares import Spares
     from node_agent.transactional import ServiceView
 
 INTERPRETER_ALLOWANCE_BYTES = 64 << 20
@@ -192,6 +195,8 @@ class Task:
 
     #: Leave the kill of a task that ended in :meth:`poll` or :meth:`start` to :meth:`end`.
     defer_kills = False
+    #: Where :meth:`start` takes a program started ahead (the agent's pool), or None: always started cold.
+    spares: Spares | None = None
 
     def __init__(self, spec: TaskSpec, driver: CgroupDriver, units_per_core_second: float, workdir: str,
                  progress_by: str = PROGRESS_MODES[0]):
@@ -233,29 +238,30 @@ class Task:
     #: The program's stdout (a subclass that reads it sets ``subprocess.PIPE``).
     _STDOUT: int = subprocess.DEVNULL
 
-    def _argv(self) -> list[str]:
-        """The program's command line (the start protocol of :mod:`workloads.program`)."""
+    def _args(self) -> list[str]:
+        """The program's arguments (the start protocol of :mod:`workloads.program`)."""
         units = self.target if self.progress_by == "units" else 0  # 0: until the agent ends it
-        return command(self.spec.workload, "--units", str(units), "--progress", self._path + ".progress",
-                       "--memory-bytes", str(self.spec.memory_bytes), "--wait-go")
+        return ["--units", str(units), "--progress", self._path + ".progress",
+                "--memory-bytes", str(self.spec.memory_bytes), "--wait-go"]
+
+    def _argv(self) -> list[str]:
+        """The program's command line."""
+        return command(self.spec.workload, *self._args())
 
     def start(self) -> None:
-        """Create the cgroup, start the process, put it in the cgroup, then let it compute."""
+        """Create the cgroup, start the process (or take a spare: :mod:`node_agent.spares`), put it in the cgroup,
+        then let it compute."""
         d, name = self._driver, self.cgroup
         d.create(name)
         try:
             d.set_cpu(name, self.spec.host_cores)  # boot phase: see the module docstring
             d.set_memory_limit(name, self.spec.memory_bytes + INTERPRETER_ALLOWANCE_BYTES)
             progress.create(self._path + ".progress")
-            with open(self._path + ".stderr", "wb") as err:
-                self._proc = subprocess.Popen(
-                    self._argv(), stdin=subprocess.PIPE, stdout=self._STDOUT,
-                    stderr=err, env=child_env(), start_new_session=True, close_fds=True)
-            d.add_pid(name, self._proc.pid)
-            self._ps = psutil.Process(self._proc.pid)
+            first = self._launch()
+            self._ps = psutil.Process(self._proc.pid)  # type: ignore[union-attr]
             self._reader = progress.ProgressReader(self._path + ".progress")
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(b"g")
+            assert self._proc is not None and self._proc.stdin is not None
+            self._proc.stdin.write(first + b"g")
             self._proc.stdin.flush()
         except BaseException as e:
             if self.defer_kills and self._proc is not None:  # a process to kill, which may take seconds
@@ -267,6 +273,24 @@ class Task:
             self._release()
             raise
         self._sample(time.monotonic())
+
+    def _launch(self) -> bytes:
+        """Put the task's program in its cgroup: a spare if one is ready (its arguments are then the first thing to
+        send it, returned), else a process started now (nothing to send before the go byte). Either is the task's
+        from here on: a failure to put it in the cgroup fails the start, and :meth:`start` kills it."""
+        spare = self.spares.take(self.spec.workload) if self.spares is not None and self._STDOUT == subprocess.DEVNULL \
+            else None
+        if spare is not None:
+            self._proc = spare.proc
+            os.replace(spare.stderr_path, self._path + ".stderr")
+            self._driver.add_pid(self.cgroup, spare.proc.pid)
+            return json.dumps(self._args()).encode() + b"\n"
+        with open(self._path + ".stderr", "wb") as err:
+            self._proc = subprocess.Popen(
+                self._argv(), stdin=subprocess.PIPE, stdout=self._STDOUT,
+                stderr=err, env=child_env(), start_new_session=True, close_fds=True)
+        self._driver.add_pid(self.cgroup, self._proc.pid)
+        return b""
 
     def set_share(self, share: float) -> None:
         if not self.state.finished and self._booted:
