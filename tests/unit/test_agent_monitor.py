@@ -126,3 +126,21 @@ def test_a_fencer_that_exits_is_said_and_started_again(tmp_path, caplog) -> None
     finally:
         core.shutdown()
     assert core._fencer is None
+
+
+def test_a_booting_task_is_polled_between_the_monitors_rounds(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A boot ends at the poll after the program reports ready. With rounds 30 s apart, only the booting tasks' own
+    polls (every BOOT_POLL_S) can end it: the task runs within seconds, and then is no longer polled between rounds."""
+    from node_agent import agent as agent_mod
+
+    monkeypatch.setattr(agent_mod, "POLL_INTERVAL_S", 30.0)
+    core = AgentCore("pytest-monitor-boot", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0},
+                     spares=1)
+    try:
+        core._spares.wait_filled(30)
+        core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
+        assert core._booting == {"t/0"}
+        assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
+        assert _wait(lambda: not core._booting, timeout=1.0)
+    finally:
+        core.shutdown()
