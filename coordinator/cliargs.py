@@ -95,15 +95,23 @@ def version() -> str:
     return package_version() or "unknown (not installed)"
 
 
+def whole_in(low: int, high: int):  # type: ignore[no-untyped-def]
+    """An argparse type: a whole number in ``low..high``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, got {value}")
+        return value
+
+    return parse
+
+
 def tcp_port(text: str) -> int:
     """A TCP port, 0 meaning "pick a free one"; gRPC would silently wrap 99999 round to 34463."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
-    return value
+    return whole_in(0, 65535)(text)
 
 
 def first_port(text: str) -> int:

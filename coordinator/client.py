@@ -11,7 +11,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
-from coordinator.cliargs import format_table, refuse
+from coordinator.cliargs import format_table, refuse, whole_in
 from coordinator.hostlist import compress_hosts
 from coordinator.limits import (
     KNOWN_METADATA,
@@ -36,13 +36,7 @@ DEFAULT_COORDINATOR = "127.0.0.1:50051"
 def _tasks(text: str) -> int:
     """``submit --tasks``: 1 to the coordinator's :data:`~coordinator.limits.MAX_TASKS` (a bigger number does not
     even fit the request's 32-bit field: protobuf's ValueError, with a traceback)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if not 1 <= value <= MAX_TASKS:
-        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_TASKS}, got {value}")
-    return value
+    return whole_in(1, MAX_TASKS)(text)
 
 
 def _coordinator_address(text: str) -> str:

@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from coordinator.cliargs import dash_hint
+from coordinator.cliargs import dash_hint, whole_in
 from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
 from node_agent.signals import set_on_signals
 from node_agent.spares import DEFAULT_SPARES
@@ -69,16 +69,6 @@ def _list_of(conv, what: str):  # type: ignore[no-untyped-def]
 MAX_SPARES = 16
 
 
-def _spares_count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= n <= MAX_SPARES:
-        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_SPARES}, got {n}")
-    return n
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         """One clear line (no usage block), exit status 2."""
@@ -102,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress-by", choices=("cpu-time", "units"), default="cpu-time",
                    help="a task is done when it has had its CPU-seconds (default: the model's unit of work, immune "
                         "to this machine's drifting speed) or when the program has done its calibrated units")
-    p.add_argument("--spares", type=_spares_count, default=DEFAULT_SPARES, metavar="N",
+    p.add_argument("--spares", type=whole_in(0, MAX_SPARES), default=DEFAULT_SPARES, metavar="N",
                    help=f"programs of each workload started ahead, numpy loaded, so that a task's start or resume "
                         f"does not wait for them (0: none; default {DEFAULT_SPARES})")
     p.add_argument("--no-cgroups", action="store_true",

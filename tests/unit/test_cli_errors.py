@@ -778,3 +778,14 @@ def test_bench_help_describes_each_benchmark_and_what_it_needs(capsys) -> None:
     assert "Needs cgroups" in live
     for name in ("packing", "dfrs"):
         assert f" {name} " in simulated.split("positional arguments")[0], out
+
+
+@pytest.mark.parametrize(("value", "why"), [("17", "must be in 0..16, got 17"), ("-1", "must be in 0..16, got -1"),
+                                            ("two", "must be a whole number, got 'two'")])
+def test_agent_spares_out_of_range_is_refused_before_the_agent_starts(value: str, why: str, monkeypatch,
+                                                                      capsys) -> None:
+    import node_agent.server
+
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
+    code, _, err = run(["agent", "--spares", value], capsys)
+    refused(code, err, f"vcemu agent: error: argument --spares: {why}")
