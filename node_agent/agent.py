@@ -60,7 +60,7 @@ from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.fencer import write_lease
 from node_agent.processes import stop_processes
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
-from node_agent.spares import DEFAULT_SPARES, Spares
+from node_agent.spares import MAX_SPARES, Spares
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
 from workloads import modeled
@@ -187,13 +187,14 @@ class AgentCore:
         #: passed even if this process does not run (SIGSTOP); None where the driver has no freezer.
         self._lease_file = os.path.join(self._workdir, "lease")
         driver.attach_workdir(self._workdir)
-        #: Programs started ahead, ``spares`` per calibrated workload (:mod:`node_agent.spares`); 0: none.
-        self._spares = Spares(self._workdir, [w for w in PROGRAMS if w in self.rates], spares)
         #: The driver has a freezer (or a stand-in for one: :mod:`node_agent.dutycycle`), so tasks may be frozen by
         #: a fencer (this agent's, or an earlier one's).
         self._freezer = driver.fencer_args() is not None
         self._fencer_starts = 0
         self._fencer: subprocess.Popen[bytes] | None = self._start_fencer()
+        #: Programs started ahead, ``spares`` per calibrated workload once it has had a start (0: none; see
+        #: :mod:`node_agent.spares`). Made last: it starts no process until the first start of a workload program.
+        self._spares = Spares(self._workdir, [w for w in PROGRAMS if w in self.rates], spares)
         self._monitor = threading.Thread(target=self._monitor_loop, name="agent-monitor", daemon=True)
         self._monitor.start()
 
@@ -956,11 +957,18 @@ def _check_fraction(field: str, value: float) -> None:
 
 
 def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
-              progress_by: str = "cpu-time", spares: int = DEFAULT_SPARES) -> AgentCore:
+              progress_by: str = "cpu-time", spares: int = 0) -> AgentCore:
     """Claim the agent id, remove what dead agents left in cgroups (:func:`_sweep_cgroups`), probe cgroups (or
     use duty cycling if ``no_cgroups``), calibrate the workloads, and return a running core.
 
-    Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are needed but not writable."""
+    ``spares``: spare programs kept per workload (:mod:`node_agent.spares`): ``vcemu agent`` keeps
+    :data:`~node_agent.spares.DEFAULT_SPARES`; an agent inside another command (a benchmark measuring CPU shares,
+    ``apc --live``) none, unless it asks.
+
+    Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are needed but not writable, and ValueError for
+    a ``spares`` out of range (before anything is claimed)."""
+    if not 0 <= spares <= MAX_SPARES:
+        raise ValueError(f"spares: must be in 0..{MAX_SPARES}, got {spares}")
     from node_agent.cgroups import open_driver
     from node_agent.dutycycle import DutyCycleDriver
     from node_agent.runner import calibrate

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from coordinator.cliargs import dash_hint, whole_in
 from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
 from node_agent.signals import set_on_signals
-from node_agent.spares import DEFAULT_SPARES
+from node_agent.spares import DEFAULT_SPARES, MAX_SPARES
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 #: Kubernetes quantity conventions: K/M/G/T (and KB...) are powers of 1000, Ki/Mi/... (KiB...) of 1024.
@@ -63,10 +63,6 @@ def _list_of(conv, what: str):  # type: ignore[no-untyped-def]
         return values
 
     return parse
-
-
-#: Most spares of a workload an agent keeps: each is a process of about 30 MB that the machine holds while idle.
-MAX_SPARES = 16
 
 
 class _Parser(argparse.ArgumentParser):

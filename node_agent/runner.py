@@ -37,7 +37,9 @@ went from 0.079 to 0.189 (target 0.15; one run of each, back to back).
 
 Memory limit rule: ``memory_bytes`` (what the program allocates) + :data:`INTERPRETER_ALLOWANCE_BYTES`
 for the interpreter, numpy and OpenBLAS (about 35 MB resident, plus their file pages, which v1 charges
-to the first cgroup that reads them).
+to the first cgroup that reads them). A spare's interpreter and numpy were charged to the agent's group before it
+joined the task's (neither cgroup version moves a process's charges with it), so such a task has that much more
+room under the same limit: the limit is on what the task's program allocates, not on the interpreter's exact size.
 """
 
 from __future__ import annotations

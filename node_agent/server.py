@@ -23,7 +23,6 @@ from prometheus_client.registry import Collector
 from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_core
 from node_agent.ports import cannot_bind, ports_refusal
 from node_agent.runner import State, TaskView
-from node_agent.spares import DEFAULT_SPARES
 from node_agent.tls import TlsFiles
 from node_agent.transactional import TransactionalParams
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
@@ -253,7 +252,7 @@ class PortUnavailable(RuntimeError):
 
 def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str = "127.0.0.1",
                 no_cgroups: bool = False, metrics_port: int | None = None, tls: TlsFiles | None = None,
-                progress_by: str = "cpu-time", spares: int = DEFAULT_SPARES) -> RunningAgent:
+                progress_by: str = "cpu-time", spares: int = 0) -> RunningAgent:
     """Open cgroups, calibrate, and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and

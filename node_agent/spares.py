@@ -13,10 +13,13 @@ so neither its CPU nor numpy's pages are charged to the task. Neither was part o
 module docstring of :mod:`node_agent.runner`, runs at the whole host's capacity and is not counted), and its
 memory limit keeps the interpreter's allowance.
 
-The pool is refilled by a thread of its own after each take, so that a burst of starts takes the ready spares and
-then starts cold, never waiting for a refill. A spare that dies before it is taken is replaced, up to
-:data:`MAX_DEATHS` per workload; after that the workload's tasks all start cold (logged once, with the spare's last
-words). An agent that dies leaves its spares nothing to read: they exit at the end of their stdin (status 3).
+A workload gets spares from its first start on (that one starts cold): an agent that runs only modeled tasks, or
+only one workload, starts none of the others'. The pool is refilled by a thread of its own after each take, so that
+a burst of starts takes the ready spares and then starts cold, never waiting for a refill; a spare joins the pool
+once it says it is ready (its import done). A spare that dies before it is taken is replaced; after
+:data:`MAX_DEATHS` such deaths in a row (no take between them) its workload's tasks all start cold (logged once,
+with the spare's last words). An agent that dies leaves its spares nothing to read: they exit at the end of their
+stdin (status 3).
 """
 
 from __future__ import annotations
@@ -38,10 +41,15 @@ log = logging.getLogger(__name__)
 #: Spares kept of each workload by ``vcemu agent`` (``--spares``): a plan that resumes a few jobs at once on an agent
 #: takes two before it starts cold; each idle spare holds about 30 MB (the interpreter and numpy).
 DEFAULT_SPARES = 2
-#: Spares of one workload that may die before being taken before the workload gets no more.
+#: Most spares of a workload an agent keeps.
+MAX_SPARES = 16
+#: Spares of one workload that may die before being taken, in a row, before the workload gets no more.
 MAX_DEATHS = 3
-#: How often an idle pool checks that its spares are alive (a dead one is replaced without waiting for a take).
+#: How often an idle pool checks that its spares are alive (a dead one is replaced without waiting for a take), and
+#: how long its refill waits after an unexpected error.
 CHECK_S = 5.0
+#: What a spare writes on its stdout once it is ready (:mod:`workloads.program`).
+READY = b"R"
 
 
 @dataclass
@@ -52,12 +60,14 @@ class Spare:
     stderr_path: str
 
     def kill(self) -> None:
-        """End it and reap it: EOF first (it exits 3), SIGKILL if it is still there."""
-        with contextlib.suppress(OSError):
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
+        """End it (SIGKILL: it holds nothing of a task's) and reap it. Killed before its pipes are closed: the refill
+        may be reading its stdout, and a close would wait for that read, which ends with the process."""
         with contextlib.suppress(OSError):
             self.proc.kill()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5.0)
         with contextlib.suppress(FileNotFoundError):
@@ -65,37 +75,47 @@ class Spare:
 
 
 class Spares:
-    """Up to ``per_workload`` spares of each of ``workloads``, started in ``workdir`` (their stderr files)."""
+    """Up to ``per_workload`` spares of each of ``workloads`` that has been asked for, started in ``workdir`` (their
+    stderr files)."""
 
     def __init__(self, workdir: str, workloads: Iterable[str], per_workload: int) -> None:
-        if per_workload < 0:
-            raise ValueError(f"spares: must be a whole number >= 0, got {per_workload}")
+        if not 0 <= per_workload <= MAX_SPARES:
+            raise ValueError(f"spares: must be in 0..{MAX_SPARES}, got {per_workload}")
         self._workdir = workdir
         self._per = per_workload
         self._lock = threading.Lock()
         self._ready: dict[str, list[Spare]] = {w: [] for w in workloads} if per_workload > 0 else {}
+        self._wanted: list[str] = []  # the workloads asked for (a take): the pool keeps theirs full
         self._deaths = dict.fromkeys(self._ready, 0)
+        self._starting: Spare | None = None  # the spare the refill waits for (close() kills it)
         self._numbers = itertools.count()
         self._closed = False
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        if self._ready:
-            self._thread = threading.Thread(target=self._fill_loop, name="spares", daemon=True)
-            self._thread.start()
 
     def take(self, workload: str) -> Spare | None:
-        """A live spare of ``workload``, now the caller's, or None (none ready: a cold start). Never waits for one."""
+        """A live spare of ``workload``, now the caller's, or None (none ready: a cold start). Never waits for one.
+        The first call for a workload starts its spares."""
         with self._lock:
-            pool = self._ready.get(workload)
+            if workload not in self._ready or self._closed:
+                return None
+            pool = self._ready[workload]
             spare = None
             while pool and spare is None:
                 candidate = pool.pop(0)
                 if candidate.proc.poll() is None:
                     spare = candidate
+                    self._deaths[workload] = 0  # spares of it do work: its deaths so far were not in a row
                 else:
                     self._died(workload, candidate)
-        if workload in self._ready:
-            self._wake.set()
+            if workload not in self._wanted:
+                self._wanted.append(workload)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._fill_loop, name="spares", daemon=True)
+                self._thread.start()
+        self._wake.set()
+        if spare is not None and spare.proc.stdout is not None:
+            spare.proc.stdout.close()  # (its stdout is /dev/null now: it pointed it there after its ready byte)
         return spare
 
     def ready(self, workload: str) -> int:
@@ -103,13 +123,12 @@ class Spares:
         with self._lock:
             return len(self._ready.get(workload, ()))
 
-    def wait_filled(self, timeout: float) -> bool:
-        """Wait until every workload still given spares has its full count (tests, and a caller that would start
-        many tasks at once). True if they do."""
+    def wait_filled(self, workload: str, timeout: float) -> bool:
+        """Wait until ``workload`` has its full count of ready spares (tests). True if it does."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                if all(len(pool) >= self._per for w, pool in self._ready.items() if self._deaths[w] < MAX_DEATHS):
+                if len(self._ready.get(workload, ())) >= self._per:
                     return True
             if time.monotonic() > deadline:
                 return False
@@ -122,63 +141,105 @@ class Spares:
             left = [s for pool in self._ready.values() for s in pool]
             for pool in self._ready.values():
                 pool.clear()
+            if self._starting is not None:
+                left.append(self._starting)  # (its refill, reading its ready byte, then finds it gone)
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10.0)
         for spare in left:
             spare.kill()
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
 
     # ---- the refill thread ---------------------------------------------------------------------------------------
 
     def _fill_loop(self) -> None:
         while True:
             self._wake.clear()
-            for workload in list(self._ready):
-                while True:
-                    with self._lock:
-                        if self._closed:
-                            return
-                        pool = self._ready[workload]
-                        for dead in [s for s in pool if s.proc.poll() is not None]:
-                            pool.remove(dead)
-                            self._died(workload, dead)
-                        if len(pool) >= self._per or self._deaths[workload] >= MAX_DEATHS:
-                            break
-                    spare = self._start(workload)  # (outside the lock: a take never waits for a start)
-                    if spare is None:
-                        break
-                    with self._lock:
-                        if self._closed:
-                            spare.kill()
-                            return
-                        self._ready[workload].append(spare)
+            try:
+                if not self._fill():
+                    return
+            except Exception:  # (not to end the thread, and with it every refill, without a word)
+                log.exception("refilling the spare workload programs failed; trying again in %g s", CHECK_S)
             self._wake.wait(CHECK_S)
 
+    def _fill(self) -> bool:
+        """Bring each workload asked for to its count (dead spares replaced). False once the pool is closed."""
+        with self._lock:
+            wanted = list(self._wanted)
+        for workload in wanted:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        return False
+                    pool = self._ready[workload]
+                    for dead in [s for s in pool if s.proc.poll() is not None]:
+                        pool.remove(dead)
+                        self._died(workload, dead)
+                    if len(pool) >= self._per or self._deaths[workload] >= MAX_DEATHS:
+                        break
+                spare = self._start(workload)  # (outside the lock: a take never waits for a start)
+                if spare is None:
+                    continue
+                with self._lock:
+                    closed = self._closed
+                    if not closed:
+                        self._ready[workload].append(spare)
+                if closed:
+                    spare.kill()
+                    return False
+        return True
+
     def _start(self, workload: str) -> Spare | None:
+        """Start a spare and wait for its ready byte; None if it could not start or died first (counted)."""
         path = os.path.join(self._workdir, f"spare-{workload}-{next(self._numbers)}.stderr")
         try:
             with open(path, "wb") as err:
                 # (named by a path in the agent's directory, as a task's program by its --progress: what a restarted
                 # agent kills of a dead one's, see node_agent.agent._remove_old_workdirs)
                 proc = subprocess.Popen(command(workload, "--spare", path), stdin=subprocess.PIPE,
-                                        stdout=subprocess.DEVNULL, stderr=err, env=child_env(), start_new_session=True,
+                                        stdout=subprocess.PIPE, stderr=err, env=child_env(), start_new_session=True,
                                         close_fds=True)
         except OSError as exc:
+            log.warning("cannot start a spare %s program: %s", workload, exc)
             with self._lock:
-                self._deaths[workload] = MAX_DEATHS
-            log.warning("cannot start a spare %s program (%s): its tasks start cold", workload, exc)
+                self._died(workload, None)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
             return None
-        return Spare(proc, path)
+        spare = Spare(proc, path)
+        with self._lock:
+            if self._closed:
+                closed = True
+            else:
+                closed, self._starting = False, spare
+        if closed:
+            spare.kill()
+            return None
+        try:
+            said = proc.stdout.read(len(READY)) if proc.stdout is not None else b""
+        except (OSError, ValueError):  # (closed by close(), which is killing it)
+            said = b""
+        with self._lock:
+            self._starting = None
+            if said != READY and not self._closed:
+                proc.poll()
+                self._died(workload, spare)
+        if said != READY:
+            spare.kill()
+            return None
+        return spare
 
-    def _died(self, workload: str, spare: Spare) -> None:
-        """(Under the lock.) ``spare`` ended before it was taken: counted, and said once the workload gets no more."""
+    def _died(self, workload: str, spare: Spare | None) -> None:
+        """(Under the lock.) ``spare`` ended before it was taken (or, None, could not be started): counted, and said
+        once when the workload gets no more."""
         self._deaths[workload] += 1
         if self._deaths[workload] == MAX_DEATHS:
             words = ""
-            with contextlib.suppress(OSError), open(spare.stderr_path, "rb") as f:
-                words = f.read()[-500:].decode("utf-8", "replace").strip()
-            log.warning("%d spare %s programs ended before a task took them (the last with status %s%s): its tasks "
-                        "start cold from now on", MAX_DEATHS, workload, spare.proc.returncode,
-                        f": {words}" if words else "")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(spare.stderr_path)
+            if spare is not None:
+                with contextlib.suppress(OSError), open(spare.stderr_path, "rb") as f:
+                    words = f.read()[-500:].decode("utf-8", "replace").strip()
+            status = f" (the last with status {spare.proc.returncode}{': ' + words if words else ''})" if spare else ""
+            log.warning("%d spare %s programs in a row ended before a task took them%s: its tasks start cold from now "
+                        "on", MAX_DEATHS, workload, status)
+        if spare is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spare.stderr_path)

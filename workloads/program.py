@@ -5,7 +5,8 @@ a fixed amount of work and returning how many units it did. This module handles 
 agent relies on:
 
 * ``--wait-go``: block on stdin until the agent has put this process in its cgroup, *before* numpy is
-  imported, so the import, the allocation and all computation are charged to the task's cgroup; then,
+  imported (unless it is a spare: below), so the import, the allocation and all computation are charged to the
+  task's cgroup; then,
   once set up and reported ready, block again until the agent has replaced the boot-phase quota by the
   task's share, so that not one multiplication runs outside it. EOF instead of a byte means the agent
   gave up; exit 3.
@@ -16,10 +17,12 @@ agent relies on:
 * ``--calibrate SECONDS``: run unthrottled and print one JSON line with units per CPU-second, which the
   agent uses to turn a task's ``work_seconds`` into units.
 * ``--spare NAME``: a process the agent starts before it has a task for it (:mod:`node_agent.spares`): it imports
-  numpy now, then reads its task's arguments as one JSON line on stdin (EOF: the agent no longer needs it;
-  exit 3) and runs as a program started with them would, from the first ``--wait-go`` byte on. The
-  interpreter's start and numpy's import (about 0.15 s of CPU here) are then out of the task's start: they
-  ran, and were charged, in the agent's cgroup.
+  numpy and runs one unit of work now, writes ``R`` on stdout (ready; stdout then goes to /dev/null), then reads
+  its task's arguments as one JSON line on stdin (EOF: the agent no longer needs it; exit 3) and runs as a
+  program started with them would, from the first ``--wait-go`` byte on. The interpreter's start and numpy's
+  import (about 0.18 s of CPU here) are then out of the task's start: under cgroups they ran, and were charged, in
+  the agent's group (without cgroups, where a task's CPU is its process's, they count in its ``cpu_seconds``, not
+  in its progress, which is measured from its boot's end).
 """
 
 from __future__ import annotations
@@ -61,7 +64,12 @@ def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     if args.spare:
         for var in _BLAS_THREAD_VARS:
             os.environ[var] = "1"
-        setup(0)  # numpy's import and whatever the workload's first use loads lazily (numpy.random, BLAS)
+        setup(0)()  # numpy's import, and what its first use loads lazily (numpy.random, BLAS's first call)
+        # Ready: said on stdout (the agent's pool waits for it), which then goes where a task's goes: nowhere.
+        os.write(1, b"R")
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
         line = sys.stdin.buffer.readline()
         if not line.endswith(b"\n"):
             return 3  # EOF: not needed after all (the agent stopped, or had no task for it)

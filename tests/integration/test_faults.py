@@ -65,12 +65,13 @@ class Run:
         line = self.coord.stdout.readline().decode()
         assert "listening on" in line, line
 
-    def start_agent(self, name: str, hosts: int = 2, cpus: float = 0.25, no_cgroups: bool = False) -> None:
+    def start_agent(self, name: str, hosts: int = 2, cpus: float = 0.25, no_cgroups: bool = False,
+                    spares: int | None = None) -> None:
         path = self.tmp / f"{name}-{len(self.logs[name])}.log"
         self.logs[name].append(path)
         cmd = [sys.executable, "-m", "coordinator.cli", "agent", "--hosts", str(hosts), "--cpus-per-host", str(cpus),
                "--mem-per-host", "256MiB", "--agent-id", f"{self.tag}-{name}", "--coordinator", self.address,
-               *(["--no-cgroups"] if no_cgroups else [])]
+               *(["--no-cgroups"] if no_cgroups else []), *([] if spares is None else ["--spares", str(spares)])]
         self.agents[name] = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(path, "wb"),  # noqa: SIM115
                                              start_new_session=True)
 
@@ -248,7 +249,8 @@ def test_a_no_cgroups_agent_sigstopped_past_its_lease_has_its_tasks_stopped_by_i
     """--no-cgroups agents had no fencer: stopped past the deadline, the agent's tasks ran on beside their jobs'
     restarted copies. Hosts of a whole core each, so that the duty cycle itself never stops a task: a task found
     stopped, its CPU time still, was stopped by the fencer."""
-    run.start_agent("a", cpus=1.0, no_cgroups=True)
+    # (no spares on a: its child processes are then its tasks' and its fencer; an idle spare is no task to stop)
+    run.start_agent("a", cpus=1.0, no_cgroups=True, spares=0)
     run.start_agent("b", cpus=0.5)  # (0.25, the default, left a's jobs 40 s of work at 1/8 core each on b)
     run.wait_hosts(4)
     submitted = run.submit(4, work=5.0)

@@ -6,6 +6,7 @@ docstring), not here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -54,8 +55,11 @@ def pool(tmp_path: Path) -> Iterator[Spares]:
 
 
 def test_the_pool_fills_gives_each_spare_once_refills_and_ends_them_at_close(pool: Spares, tmp_path: Path) -> None:
-    assert pool.wait_filled(30)
-    assert pool.ready("dgemm") == pool.ready("arraycycle") == 2 and pool.ready("modeled") == 0
+    time.sleep(0.5)
+    assert pool.ready("dgemm") == 0 and pool._thread is None  # nothing started before a workload is asked for
+    assert pool.take("dgemm") is None  # the first start of a workload is cold, and starts its spares
+    assert pool.wait_filled("dgemm", 30)
+    assert pool.ready("dgemm") == 2 and pool.ready("arraycycle") == 0 and pool.ready("modeled") == 0
     first = pool.take("dgemm")
     assert first is not None and first.proc.poll() is None
     # Named on its command line by a file of the agent's directory (a restarted agent finds a dead one's so).
@@ -64,8 +68,10 @@ def test_the_pool_fills_gives_each_spare_once_refills_and_ends_them_at_close(poo
     second = pool.take("dgemm")
     assert second is not None and second.proc.pid != first.proc.pid
     assert pool.take("transactional") is None  # not one of the pool's: started cold
-    assert pool.wait_filled(30) and pool.ready("dgemm") == 2  # refilled in the background
-    waiting = [s for w in ("dgemm", "arraycycle") for s in pool._ready[w]]
+    assert pool.wait_filled("dgemm", 30) and pool.ready("dgemm") == 2  # refilled in the background
+    waiting = list(pool._ready["dgemm"])
+    for spare in waiting:  # each joined the pool once ready: it has said so, and points its stdout nowhere
+        assert os.readlink(f"/proc/{spare.proc.pid}/fd/1") == os.devnull
     pool.close()
     for spare in waiting:  # the ones not taken end (EOF, then SIGKILL) and leave no file
         assert spare.proc.poll() is not None and not os.path.exists(spare.stderr_path)
@@ -77,17 +83,18 @@ def test_the_pool_fills_gives_each_spare_once_refills_and_ends_them_at_close(poo
 
 def _spare(workload: str, tmp_path: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command(workload, "--spare", str(tmp_path / "s")), stdin=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=child_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
 
 
-def test_a_spare_exits_3_at_the_end_of_its_input_and_2_on_arguments_it_cannot_take(tmp_path: Path) -> None:
+def test_a_spare_says_ready_then_exits_3_at_the_end_of_its_input_and_2_on_arguments_it_cannot_take(
+        tmp_path: Path) -> None:
     unused = _spare("dgemm", tmp_path)
-    _, err = unused.communicate(b"", timeout=30)
-    assert unused.returncode == 3, err
+    out, err = unused.communicate(b"", timeout=30)
+    assert unused.returncode == 3 and out == spares_mod.READY, (out, err)
     for line, why in ((b'{"units": 1}\n', b"JSON list of strings"), (b'["--spare", "x"]\n', b"cannot be --spare")):
         bad = _spare("arraycycle", tmp_path)
-        _, err = bad.communicate(line, timeout=30)
-        assert bad.returncode == 2 and why in err, (bad.returncode, err)
+        out, err = bad.communicate(line, timeout=30)
+        assert bad.returncode == 2 and why in err and out == spares_mod.READY, (bad.returncode, out, err)
 
 
 def test_a_spare_given_its_task_runs_it_as_a_cold_started_program_would(tmp_path: Path) -> None:
@@ -97,7 +104,8 @@ def test_a_spare_given_its_task_runs_it_as_a_cold_started_program_would(tmp_path
     channel = str(tmp_path / "t.progress")
     progress.create(channel)
     proc = _spare("dgemm", tmp_path)
-    assert proc.stdin is not None
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.read(1) == spares_mod.READY
     proc.stdin.write(json.dumps(["--units", "50", "--progress", channel, "--memory-bytes", "0", "--wait-go"]).encode()
                      + b"\ng")
     proc.stdin.flush()
@@ -124,7 +132,7 @@ def test_a_task_started_from_a_spare_runs_in_its_group_to_done_and_its_stderr_is
                                                                                         1.0)
     pool = Spares(str(tmp_path), ["dgemm"], 1)
     try:
-        assert pool.wait_filled(30)
+        assert pool.take("dgemm") is None and pool.wait_filled("dgemm", 30)
         spare_pid = pool._ready["dgemm"][0].proc.pid
         spec = TaskSpec(task_id="t/0", host="h", host_cores=1.0, workload="dgemm", cpu_share=0.5, cpu_need=0.5,
                         work_seconds=0.4, memory_bytes=16 << 20)
@@ -139,7 +147,7 @@ def test_a_task_started_from_a_spare_runs_in_its_group_to_done_and_its_stderr_is
         assert task.view().cpu_seconds >= 0.4 * 0.5 * 0.9  # its work was charged to its group
         task.stop()
         assert _gone(spare_pid)
-        assert pool.wait_filled(30) and pool._ready["dgemm"][0].proc.pid != spare_pid
+        assert pool.wait_filled("dgemm", 30) and pool._ready["dgemm"][0].proc.pid != spare_pid
     finally:
         pool.close()
         driver.cleanup(remove_parent=True)
@@ -150,8 +158,9 @@ def test_spares_that_die_are_replaced_until_a_workload_has_lost_too_many(tmp_pat
     pool = Spares(str(tmp_path), ["dgemm"], 1)
     try:
         with caplog.at_level(logging.WARNING, logger=spares_mod.__name__):
+            assert pool.take("dgemm") is None
             for k in range(MAX_DEATHS):
-                assert pool.wait_filled(30), f"no spare after {k} deaths"
+                assert pool.wait_filled("dgemm", 30), f"no spare after {k} deaths"
                 victim = pool._ready["dgemm"][0]
                 victim.proc.send_signal(signal.SIGKILL)
                 victim.proc.wait(timeout=10)
@@ -162,7 +171,8 @@ def test_spares_that_die_are_replaced_until_a_workload_has_lost_too_many(tmp_pat
             time.sleep(0.3)
             assert pool.ready("dgemm") == 0 and pool.take("dgemm") is None  # and none is started again
         said = [r.getMessage() for r in caplog.records]
-        assert len(said) == 1 and f"{MAX_DEATHS} spare dgemm programs ended before a task took them" in said[0], said
+        assert len(said) == 1 and f"{MAX_DEATHS} spare dgemm programs in a row ended before a task took them" in said[0]
+        assert "status -9" in said[0], said
         assert "start cold" in said[0]
     finally:
         pool.close()
@@ -172,7 +182,8 @@ _DYING_AGENT = """
 import sys, time
 from node_agent.spares import Spares
 pool = Spares(sys.argv[1], ["dgemm", "arraycycle"], 2)
-assert pool.wait_filled(30)
+for w in ("dgemm", "arraycycle"):
+    assert pool.take(w) is None and pool.wait_filled(w, 30)
 print(" ".join(str(s.proc.pid) for w in ("dgemm", "arraycycle") for s in pool._ready[w]), flush=True)
 time.sleep(600)
 """
@@ -194,7 +205,5 @@ def test_the_spares_of_an_agent_killed_with_kill_9_exit_by_themselves(tmp_path: 
             agent.kill()
             agent.wait()
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

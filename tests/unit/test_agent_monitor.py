@@ -134,10 +134,8 @@ def test_a_booting_task_is_polled_between_the_monitors_rounds(monkeypatch) -> No
     from node_agent import agent as agent_mod
 
     monkeypatch.setattr(agent_mod, "POLL_INTERVAL_S", 30.0)
-    core = AgentCore("pytest-monitor-boot", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0},
-                     spares=1)
+    core = AgentCore("pytest-monitor-boot", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0})
     try:
-        core._spares.wait_filled(30)
         core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
         assert core._booting == {"t/0"}
         assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
