@@ -480,7 +480,12 @@ class AgentCore:
 
     def resume(self, task_id: str) -> TaskView:
         """Thaw a paused task, or one the agent fenced (:meth:`renew_lease`)."""
-        return self._apply(task_id, lambda t: t.resume(), share=-1.0)
+        def resume(task: Task) -> None:
+            task.resume()
+            if task.state is State.STARTING and not isinstance(task, ModeledTask):
+                self._booting.add(task_id)  # paused while it booted: it boots on, polled as it does
+
+        return self._apply(task_id, resume, share=-1.0)
 
     def renew_lease(self, lease_s: float, since: float) -> None:
         """Renew the lease the coordinator grants: ``lease_s`` seconds from ``since`` (the time.monotonic() at
@@ -821,9 +826,6 @@ class AgentCore:
                         acc[0] += units
                         acc[1] += cpu
                 self._update_rates()
-                # (all of them: a task paused while it booted, and resumed, boots again)
-                self._booting = {task_id for task_id, task in self._tasks.items()
-                                 if not isinstance(task, ModeledTask) and self._is_booting(task_id)}
 
     def _poll_booting(self) -> None:
         """(Under the lock.) Poll each booting task (:meth:`_poll`), and forget those no longer booting."""
