@@ -163,6 +163,8 @@ class AgentCore:
         self._ending: dict[str, _Ending] = {}
         #: Tasks started whose programs may still boot, polled between the monitor's rounds (:meth:`_monitor_loop`).
         self._booting: set[str] = set()
+        #: Programs started, by (workload, "spare" or "cold"): how often a start found a spare (:meth:`program_starts`).
+        self._program_starts: dict[tuple[str, str], int] = {}
         #: Started tasks that have ended, by the state they ended in (the agent forgets a task at its Stop, so the
         #: tasks it knows cannot tell how many ended), and the ids of the started tasks not counted there yet:
         #: each is counted once, the first time the agent sees it finished (:meth:`_count_end`).
@@ -316,8 +318,11 @@ class AgentCore:
                         self._tasks[start.task_id] = task
                         self._unended.add(start.task_id)
                         self._count_in(task)
-                        if task.state is State.STARTING and not isinstance(task, ModeledTask):
-                            self._booting.add(start.task_id)
+                        if isinstance(task, Task):
+                            key = (task.spec.workload, task.started_from)
+                            self._program_starts[key] = self._program_starts.get(key, 0) + 1
+                            if task.state is State.STARTING:
+                                self._booting.add(start.task_id)
                         log.info("task start %s host=%s workload=%s progress=%.4f", start.task_id, start.host,
                                  start.workload, start.start_progress)
                         results.append(task.view())
@@ -743,6 +748,12 @@ class AgentCore:
         """How many started tasks have ended, by the state they ended in (DONE, FAILED, STOPPED)."""
         with self._lock:
             return dict(self._ended)
+
+    def program_starts(self) -> dict[tuple[str, str], int]:
+        """How many task programs this agent has started, by (workload, "spare" or "cold"): a start that took a
+        spare (:mod:`node_agent.spares`) or started the program then. A start that failed is not counted."""
+        with self._lock:
+            return dict(self._program_starts)
 
     def _end_outside(self, task_id: str, task: Task | ModeledTask, kill: Callable[[], None]) -> None:
         """Mark a finished task as ending (reported as it is now) and ``kill`` it in a thread of its own, outside

@@ -199,6 +199,8 @@ class Task:
     defer_kills = False
     #: Where :meth:`start` takes a program started ahead (the agent's pool), or None: always started cold.
     spares: Spares | None = None
+    #: How :meth:`start` got the program: "spare" or "cold" ("" before it did).
+    started_from = ""
 
     def __init__(self, spec: TaskSpec, driver: CgroupDriver, units_per_core_second: float, workdir: str,
                  progress_by: str = PROGRESS_MODES[0]):
@@ -283,7 +285,7 @@ class Task:
         spare = self.spares.take(self.spec.workload) if self.spares is not None and self._STDOUT == subprocess.DEVNULL \
             else None
         if spare is not None:
-            self._proc = spare.proc
+            self._proc, self.started_from = spare.proc, "spare"
             os.replace(spare.stderr_path, self._path + ".stderr")
             self._driver.add_pid(self.cgroup, spare.proc.pid)
             return json.dumps(self._args()).encode() + b"\n"
@@ -291,6 +293,7 @@ class Task:
             self._proc = subprocess.Popen(
                 self._argv(), stdin=subprocess.PIPE, stdout=self._STDOUT,
                 stderr=err, env=child_env(), start_new_session=True, close_fds=True)
+        self.started_from = "cold"
         self._driver.add_pid(self.cgroup, self._proc.pid)
         return b""
 

@@ -209,6 +209,12 @@ class AgentCollector(Collector):
         for s, n in self.core.tasks_ended().items():
             c.add_metric([s.name.lower()], float(n))
         yield c
+        c = CounterMetricFamily("vcemu_agent_program_starts", "Task programs this agent has started, by workload and "
+                                "by whether the start took a spare started ahead or started the program then (cold)",
+                                labels=["workload", "source"])
+        for (workload, source), n in sorted(self.core.program_starts().items()):
+            c.add_metric([workload, source], float(n))
+        yield c
         g = GaugeMetricFamily("vcemu_agent_cgroup_mode_info", "How the agent enforces CPU shares (one series, 1)",
                               labels=["mode"])
         g.add_metric([self.core.mode], 1.0)  # (an _info metric: the modes not in use are not series of 0)

@@ -207,3 +207,20 @@ def test_the_spares_of_an_agent_killed_with_kill_9_exit_by_themselves(tmp_path: 
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_an_agent_counts_its_program_starts_by_whether_a_spare_was_taken() -> None:
+    """The first start of a workload is cold and starts its spares; the next takes one (vcemu_agent_program_starts)."""
+    from node_agent.agent import AgentCore, HostSpec
+
+    core = AgentCore(f"pytest-spares-count-{os.getpid()}", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(),
+                     {"dgemm": 1000.0}, spares=1)
+    try:
+        core.start_task("a/0", "h", "dgemm", cpu_share=0.1, cpu_need=0.1, work_seconds=600.0, memory_bytes=0)
+        assert core.program_starts() == {("dgemm", "cold"): 1}
+        assert core._spares.wait_filled("dgemm", 30)
+        core.start_task("b/0", "h", "dgemm", cpu_share=0.1, cpu_need=0.1, work_seconds=600.0, memory_bytes=0)
+        assert core.program_starts() == {("dgemm", "cold"): 1, ("dgemm", "spare"): 1}
+        assert core._tasks["b/0"].started_from == "spare"
+    finally:
+        core.shutdown()

@@ -31,6 +31,15 @@ class _Core:
     def tasks_ended(self) -> dict[State, int]:
         return {}
 
+    def program_starts(self) -> dict[tuple[str, str], int]:
+        return {("dgemm", "spare"): 3, ("dgemm", "cold"): 1}
+
+
+def test_program_starts_are_counted_by_workload_and_by_whether_a_spare_was_taken() -> None:
+    got = {k: v for k, v in _samples(_Core(-1.0)).items() if k.startswith("vcemu_agent_program_starts")}
+    assert got == {'vcemu_agent_program_starts_total{source="cold",workload="dgemm"}': 1.0,
+                   'vcemu_agent_program_starts_total{source="spare",workload="dgemm"}': 3.0}
+
 
 def _samples(core: _Core | AgentCore) -> dict[str, float]:
     registry = CollectorRegistry()
