@@ -4,7 +4,10 @@ Everything skips, with the reason, unless the process is root and a cgroup drive
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 
@@ -76,3 +79,13 @@ def wait_until(what: str, cond: Callable[[], object], timeout: float = 20.0) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def end_processes(proc: subprocess.Popen, pids: list[int]) -> None:  # type: ignore[type-arg]
+    """A test's cleanup: kill ``proc`` (a stand-in agent) if it still runs, and every process of ``pids`` it left."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -6,7 +6,6 @@ docstring), not here."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from node_agent.runner import State, Task, TaskSpec
 from node_agent.spares import MAX_DEATHS, Spares
 from workloads.registry import child_env, command
 
-from .conftest import cgroups_unusable
+from .conftest import cgroups_unusable, end_processes
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,12 +200,7 @@ def test_the_spares_of_an_agent_killed_with_kill_9_exit_by_themselves(tmp_path: 
         agent.wait()
         _until("a spare outlived its agent", lambda: all(_gone(p) for p in pids), 30)
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end_processes(agent, pids)
 
 
 def test_an_agent_counts_its_program_starts_by_whether_a_spare_was_taken() -> None:

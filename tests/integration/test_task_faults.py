@@ -32,6 +32,8 @@ from node_agent.server import RunningAgent, start_agent
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from workloads import progress
 
+from .conftest import end_processes
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -235,12 +237,7 @@ def test_no_cgroups_agent_restarted_after_kill_9_kills_the_stopped_tasks_it_left
         core.shutdown()
         _until("a task the killed agent left stopped is still there", lambda: not any(map(_alive, pids)), 5.0)
     finally:
-        if crashed.poll() is None:
-            crashed.kill()
-            crashed.wait()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        end_processes(crashed, pids)
         for leftover in glob.glob(f"/dev/shm/vcemu-agent-{agent_id}-*") + glob.glob(
                 os.path.join(tempfile.gettempdir(), f"vcemu-agent-{agent_id}-*")):
             shutil.rmtree(leftover, ignore_errors=True)  # the killed agent's, if the test failed before the restart
