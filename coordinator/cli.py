@@ -81,10 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("apc", help="seed 003 APC experiments One-Three (see vcemu apc --help)", add_help=False)
     sub.add_parser("sweep", help="seed 001 Sec. V experiments on Ray (see vcemu sweep --help)", add_help=False)
     sub.add_parser("replay", help="replay a trace segment on live agents beside its simulation", add_help=False)
-    sp = sub.add_parser("bench", help="benchmarks: cpu-share, load, scale, starts (live); packing, dfrs (simulation "
-                        "only)",
+    sp = sub.add_parser("bench", help="benchmarks: cpu-share, load, scale, starts, boot (live); packing, dfrs "
+                        "(simulation only)",
                         description=BENCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale", "starts"],
+    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale", "starts", "boot"],
                     help="the benchmark (see above); vcemu bench NAME --help gives its flags")
     return p
 
@@ -103,6 +103,8 @@ Live: they run agents on this machine (load and scale, a coordinator too).
              processes, modeled jobs, agents run with --no-cgroups (no cgroups needed)
   starts     seconds until 1,000 jobs submitted at once all run on 4 hosts of one agent
              process (greedy re-shares a host at each start; --tasks N: N tasks a job; no cgroups needed)
+  boot       milliseconds from a task's start to its program running its work, in an in-process
+             agent with spares, without, and without the boot polls (~80 s; cgroups unless --no-cgroups)
 
 Simulation only: no agent, no cgroups.
   packing    MCB8's packing speed on generated instances (seed 002)
@@ -184,6 +186,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
             return {"load": bench_ops.bench_load_main, "scale": bench_ops.bench_scale_main,
                     "starts": bench_ops.bench_starts_main}[argv[1]](argv[2:])
+        if argv[1] == "boot":
+            from node_agent.bench_boot import boot_main
+
+            return boot_main(argv[2:])
         if argv[1] == "dfrs":
             from coordinator.bench_dfrs import bench_dfrs_main
 

@@ -820,26 +820,35 @@ class AgentCore:
                     with self._lock:
                         self._poll_booting()
                 continue
+            self._round()
+            # From the round's end, as before the boot polls: a round of 10,000 tasks on a loaded machine can take
+            # most of POLL_INTERVAL_S, and the agent's calls must get the lock between two (review).
             next_round = time.monotonic() + POLL_INTERVAL_S
-            with self._lock:
-                self._fence_if_expired()  # first: the lease's deadline must not wait for the polls of every task
-                self._adopt_fences()  # (after: a task the agent fences itself is not put down to the fencer)
-                self._watch_fencer()
-                for task_id, task in list(self._tasks.items()):
-                    if task_id in self._ending:
-                        continue  # another thread is killing it
-                    self._poll(task_id, task)
-                    if task_id in self._ending:
-                        continue
-                    units, cpu = task.rate_delta()
-                    if cpu > 0:
-                        acc = self._rate_acc.setdefault(task.spec.workload, [0.0, 0.0])
-                        acc[0] += units
-                        acc[1] += cpu
-                self._update_rates()
+
+    def _round(self) -> None:
+        """The monitor's round: the lease and the fencer first, then a poll of every task and the rate estimates."""
+        with self._lock:
+            self._fence_if_expired()  # first: the lease's deadline must not wait for the polls of every task
+            self._adopt_fences()  # (after: a task the agent fences itself is not put down to the fencer)
+            self._watch_fencer()
+            for task_id, task in list(self._tasks.items()):
+                if task_id in self._ending:
+                    continue  # another thread is killing it
+                self._poll(task_id, task)
+                if task_id in self._ending:
+                    continue
+                units, cpu = task.rate_delta()
+                if cpu > 0:
+                    acc = self._rate_acc.setdefault(task.spec.workload, [0.0, 0.0])
+                    acc[0] += units
+                    acc[1] += cpu
+            self._update_rates()
 
     def _poll_booting(self) -> None:
-        """(Under the lock.) Poll each booting task (:meth:`_poll`), and forget those no longer booting."""
+        """(Under the lock.) Poll each booting task (:meth:`_poll`), and forget those no longer booting. Not once the
+        lease has run out: the next round fences first (a boot ended now would set a task running unfenced)."""
+        if self._lease_ran_out() is not None:
+            return
         for task_id in list(self._booting):
             if self._is_booting(task_id):
                 self._poll(task_id, self._tasks[task_id])

@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import logging
 import os
+import select
 import subprocess
 import threading
 import time
@@ -50,6 +51,9 @@ MAX_DEATHS = 3
 CHECK_S = 5.0
 #: What a spare writes on its stdout once it is ready (:mod:`workloads.program`).
 READY = b"R"
+#: How long the refill waits for a spare's ready byte before it kills it (about 0.2 s of CPU, more on a loaded
+#: machine): a spare that hangs must not stop the refill of every workload.
+READY_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -111,8 +115,13 @@ class Spares:
             if workload not in self._wanted:
                 self._wanted.append(workload)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._fill_loop, name="spares", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._fill_loop, name="spares", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # (no thread to be had: this start goes on, cold or not, and so do later)
+                    log.warning("cannot start the spares' refill thread (%s): tasks start cold", exc)
+                else:
+                    self._thread = thread
         self._wake.set()
         if spare is not None and spare.proc.stdout is not None:
             spare.proc.stdout.close()  # (its stdout is /dev/null now: it pointed it there after its ready byte)
@@ -146,7 +155,7 @@ class Spares:
         self._wake.set()
         for spare in left:
             spare.kill()
-        if self._thread is not None:
+        if self._thread is not None:  # (only a thread that started is kept)
             self._thread.join(timeout=10.0)
 
     # ---- the refill thread ---------------------------------------------------------------------------------------
@@ -178,7 +187,7 @@ class Spares:
                         break
                 spare = self._start(workload)  # (outside the lock: a take never waits for a start)
                 if spare is None:
-                    continue
+                    break  # (counted; tried again at the next take or check, not at once: a cause may pass)
                 with self._lock:
                     closed = self._closed
                     if not closed:
@@ -215,7 +224,9 @@ class Spares:
             spare.kill()
             return None
         try:
-            said = proc.stdout.read(len(READY)) if proc.stdout is not None else b""
+            assert proc.stdout is not None
+            readable, _, _ = select.select([proc.stdout], [], [], READY_TIMEOUT_S)
+            said = proc.stdout.read(len(READY)) if readable else b""
         except (OSError, ValueError):  # (closed by close(), which is killing it)
             said = b""
         with self._lock:

@@ -65,11 +65,14 @@ def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
         for var in _BLAS_THREAD_VARS:
             os.environ[var] = "1"
         setup(0)()  # numpy's import, and what its first use loads lazily (numpy.random, BLAS's first call)
-        # Ready: said on stdout (the agent's pool waits for it), which then goes where a task's goes: nowhere.
-        os.write(1, b"R")
+        # Ready: said on stdout (the agent's pool waits for it), which goes where a task's goes, nowhere, first:
+        # once the pool has read the byte, fd 1 is /dev/null.
+        said = os.dup(1)
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.close(null)
+        os.write(said, b"R")
+        os.close(said)
         line = sys.stdin.buffer.readline()
         if not line.endswith(b"\n"):
             return 3  # EOF: not needed after all (the agent stopped, or had no task for it)

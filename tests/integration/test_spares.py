@@ -54,7 +54,6 @@ def pool(tmp_path: Path) -> Iterator[Spares]:
 
 
 def test_the_pool_fills_gives_each_spare_once_refills_and_ends_them_at_close(pool: Spares, tmp_path: Path) -> None:
-    time.sleep(0.5)
     assert pool.ready("dgemm") == 0 and pool._thread is None  # nothing started before a workload is asked for
     assert pool.take("dgemm") is None  # the first start of a workload is cold, and starts its spares
     assert pool.wait_filled("dgemm", 30)
@@ -72,7 +71,7 @@ def test_the_pool_fills_gives_each_spare_once_refills_and_ends_them_at_close(poo
     for spare in waiting:  # each joined the pool once ready: it has said so, and points its stdout nowhere
         assert os.readlink(f"/proc/{spare.proc.pid}/fd/1") == os.devnull
     pool.close()
-    for spare in waiting:  # the ones not taken end (EOF, then SIGKILL) and leave no file
+    for spare in waiting:  # the ones not taken are killed and reaped, and leave no file
         assert spare.proc.poll() is not None and not os.path.exists(spare.stderr_path)
     assert first.proc.poll() is None  # a taken spare is its taker's
     assert pool.take("dgemm") is None and pool.ready("dgemm") == 0
@@ -143,7 +142,6 @@ def test_a_task_started_from_a_spare_runs_in_its_group_to_done_and_its_stderr_is
         assert os.path.exists(os.path.join(str(tmp_path), task.cgroup + ".stderr"))
         _until("the task never finished", lambda: (task.poll(), task.state.finished)[1], 60)
         assert task.state is State.DONE, task.message
-        assert task.view().cpu_seconds >= 0.4 * 0.5 * 0.9  # its work was charged to its group
         task.stop()
         assert _gone(spare_pid)
         assert pool.wait_filled("dgemm", 30) and pool._ready["dgemm"][0].proc.pid != spare_pid
@@ -218,3 +216,16 @@ def test_an_agent_counts_its_program_starts_by_whether_a_spare_was_taken() -> No
         assert core._tasks["b/0"].started_from == "spare"
     finally:
         core.shutdown()
+
+
+def test_a_refill_thread_that_cannot_start_leaves_starts_cold_and_the_pool_closable(tmp_path: Path, monkeypatch,
+                                                                                    caplog) -> None:
+    def no_thread(self: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(spares_mod.threading.Thread, "start", no_thread)
+    pool = Spares(str(tmp_path), ["dgemm"], 1)
+    with caplog.at_level(logging.WARNING, logger=spares_mod.__name__):
+        assert pool.take("dgemm") is None and pool.take("dgemm") is None
+    assert pool._thread is None and "cannot start the spares' refill thread" in caplog.text
+    pool.close()  # (it joined a thread never started, which raised: the agent's shutdown then killed no task)

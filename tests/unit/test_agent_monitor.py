@@ -139,7 +139,7 @@ def test_a_booting_task_is_polled_between_the_monitors_rounds(monkeypatch) -> No
         core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
         assert core._booting == {"t/0"}
         assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
-        assert _wait(lambda: not core._booting, timeout=1.0)
+        assert _wait(lambda: not core._booting, timeout=5.0)
     finally:
         core.shutdown()
 
@@ -153,9 +153,26 @@ def test_a_task_paused_while_it_booted_and_resumed_is_polled_between_rounds_agai
         core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
         core.pause("t/0")  # before its program can have booted (a start takes over 0.1 s)
         assert core._tasks["t/0"].state is State.PAUSED
-        assert _wait(lambda: not core._booting, timeout=1.0)  # a paused task is not polled between rounds
+        assert _wait(lambda: not core._booting, timeout=5.0)  # a paused task is not polled between rounds
         core.resume("t/0")
         assert core._tasks["t/0"].state is State.STARTING and core._booting == {"t/0"}
+        assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
+    finally:
+        core.shutdown()
+
+
+def test_no_boot_ends_between_rounds_once_the_lease_has_run_out(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The round fences first; a boot poll then would set a task running, unfenced, for up to a round."""
+    from node_agent import agent as agent_mod
+
+    monkeypatch.setattr(agent_mod, "POLL_INTERVAL_S", 30.0)
+    core = AgentCore("pytest-monitor-lease", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0})
+    try:
+        monkeypatch.setattr(core, "_lease_ran_out", lambda: 1.0)  # (ran out at monotonic 1.0)
+        core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
+        time.sleep(2.0)  # its program has booted (about 0.2 s), and would have been set running
+        assert core._tasks["t/0"].state is State.STARTING and core._booting == {"t/0"}
+        monkeypatch.setattr(core, "_lease_ran_out", lambda: None)
         assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
     finally:
         core.shutdown()

@@ -1,0 +1,128 @@
+"""``vcemu bench boot``: how long a task's start waits before its program runs its work, with spares and without.
+
+From the agent's StartTask to the end of the task's boot (its share applied and its program told to run, the
+moment from which its work counts), for 16 MB dgemm tasks in an in-process agent, one start a second, with a thread
+calling the agent's Status every 0.1 s as a coordinator does (Status polls every task, so it too can end a boot).
+Three agents, run in turn, round after round:
+
+* ``spares``: as shipped, a spare of each workload kept (:mod:`node_agent.spares`) and booting tasks polled every
+  :data:`~node_agent.agent.BOOT_POLL_S`;
+* ``cold``: no spares (``vcemu agent --spares 0``), booting tasks polled as shipped;
+* ``cold_rounds_only``: no spares, and no polls between the monitor's rounds: the agent before either change.
+
+Each agent's first start (cold: it starts the workload's spares) is not counted. Needs cgroups unless
+``--no-cgroups`` (the duty-cycle driver). Medians are the figure to compare: a start that lands on a busy moment of
+a shared machine is slow whatever the agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+from coordinator.cliargs import format_table, whole_in
+from node_agent import agent as agent_mod
+from node_agent.agent import AgentCore, HostSpec
+from node_agent.cgroups import CgroupDriver, open_driver
+from node_agent.dutycycle import DutyCycleDriver
+
+#: (name, spares, boot poll interval: None for as shipped)
+VARIANTS = (("spares", 1, None), ("cold", 0, None), ("cold_rounds_only", 0, agent_mod.POLL_INTERVAL_S))
+TASK_MEMORY = 16 << 20
+STATUS_S = 0.1
+GAP_S = 1.0
+BOOT_TIMEOUT_S = 60.0
+
+
+def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgroups: bool, k: int) -> list[float]:
+    """Seconds from each start to its boot's end, for ``starts`` starts in a fresh agent."""
+    agent_id = f"bench-boot-{os.getpid()}-{k}"
+    driver: CgroupDriver = open_driver(agent_id, 1.0) if cgroups else DutyCycleDriver()
+    shipped = agent_mod.BOOT_POLL_S
+    if boot_poll is not None:
+        agent_mod.BOOT_POLL_S = boot_poll
+    core = AgentCore(agent_id, [HostSpec("h", 1.0, 1 << 30)], driver, {"dgemm": 1e6}, spares=spares)
+    stop = threading.Event()
+
+    def coordinator() -> None:
+        while not stop.wait(STATUS_S):
+            core.status()
+
+    watcher = threading.Thread(target=coordinator, name="bench-boot-status", daemon=True)
+    watcher.start()
+    out: list[float] = []
+    try:
+        core.start_task("first/0", "h", "dgemm", 0.05, 0.05, 3600.0, TASK_MEMORY)
+        for i in range(starts):
+            time.sleep(GAP_S)  # (a spare taken is refilled meanwhile, as between a plan's starts in a live run)
+            t0 = time.perf_counter()
+            core.start_task(f"t{i}/0", "h", "dgemm", 0.05, 0.05, 3600.0, TASK_MEMORY)
+            task = core._tasks[f"t{i}/0"]
+            while not task._booted:  # type: ignore[union-attr]
+                if time.perf_counter() - t0 > BOOT_TIMEOUT_S:
+                    raise RuntimeError(f"{name}: a task did not boot within {BOOT_TIMEOUT_S:g} s")
+                time.sleep(0.0005)
+            out.append(time.perf_counter() - t0)
+    finally:
+        stop.set()
+        watcher.join()
+        core.shutdown()
+        agent_mod.BOOT_POLL_S = shipped
+    return out
+
+
+def run(starts: int, rounds: int, cgroups: bool) -> dict:
+    """The three agents in turn, ``rounds`` times; milliseconds per variant (median, mean, max, and each start)."""
+    times: dict[str, list[float]] = {name: [] for name, _, _ in VARIANTS}
+    k = 0
+    for _ in range(rounds):
+        for name, spares, boot_poll in VARIANTS:
+            times[name] += _one_agent(name, spares, boot_poll, starts, cgroups, k)
+            k += 1
+    out: dict = {"starts_per_agent": starts, "rounds": rounds, "task_memory_bytes": TASK_MEMORY,
+                 "driver": "cgroups" if cgroups else "duty-cycle"}
+    for name, seconds in times.items():
+        ms = [round(s * 1000.0, 1) for s in seconds]
+        out[f"{name}_ms"] = {"median": round(statistics.median(ms), 1), "mean": round(statistics.mean(ms), 1),
+                             "max": max(ms), "each": ms}
+    return out
+
+
+def _table(out: dict) -> str:
+    rows = [["AGENT", "STARTS", "MEDIAN ms", "MEAN ms", "MAX ms"]]
+    for name, _, _ in VARIANTS:
+        r = out[f"{name}_ms"]
+        rows.append([name, str(len(r["each"])), f"{r['median']:.1f}", f"{r['mean']:.1f}", f"{r['max']:.1f}"])
+    return format_table(rows) + f"\n(start to boot's end, 16 MB dgemm tasks, {out['driver']})"
+
+
+def boot_main(argv: list[str]) -> int:
+    """``vcemu bench boot [--starts N] [--rounds N] [--no-cgroups] [--json]``; returns the exit status."""
+    p = argparse.ArgumentParser(prog="vcemu bench boot", description=__doc__.splitlines()[0])
+    p.add_argument("--starts", type=whole_in(1, 1000), default=8, help="starts timed per agent (default 8)")
+    p.add_argument("--rounds", type=whole_in(1, 100), default=3,
+                   help="times each of the three agents runs, in turn (default 3)")
+    p.add_argument("--no-cgroups", action="store_true", help="the duty-cycle driver instead of cgroups")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    try:
+        out = run(args.starts, args.rounds, not args.no_cgroups)
+    except KeyboardInterrupt:
+        print("vcemu bench boot: interrupted; its tasks and their cgroups are removed", file=sys.stderr)
+        return 130
+    except Exception as e:  # one clear line (cgroups unavailable, say)
+        print(f"vcemu bench boot: error: {e}", file=sys.stderr)
+        return 1
+    with contextlib.suppress(BrokenPipeError):
+        print(json.dumps(out) if args.json else _table(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(boot_main(sys.argv[1:]))
