@@ -161,8 +161,10 @@ class AgentCore:
         self.started = time.monotonic()
         self._tasks: dict[str, Task | ModeledTask] = {}
         self._ending: dict[str, _Ending] = {}
-        #: Tasks started whose programs may still boot, polled between the monitor's rounds (:meth:`_monitor_loop`).
+        #: Tasks started whose programs may still boot, polled every ``boot_poll_s`` between the monitor's rounds
+        #: (:meth:`_monitor_loop`; ``vcemu bench boot`` sets it to :data:`POLL_INTERVAL_S` for none).
         self._booting: set[str] = set()
+        self.boot_poll_s = BOOT_POLL_S
         #: Programs started, by (workload, "spare" or "cold"): how often a start found a spare (:meth:`program_starts`).
         self._program_starts: dict[tuple[str, str], int] = {}
         #: Started tasks that have ended, by the state they ended in (the agent forgets a task at its Stop, so the
@@ -812,9 +814,9 @@ class AgentCore:
 
     def _monitor_loop(self) -> None:
         """Every :data:`POLL_INTERVAL_S`, a round: the lease, the fencer, and a poll of every task; in between, every
-        :data:`BOOT_POLL_S`, a poll of the booting tasks only, if there are any (without the lock if not)."""
+        ``boot_poll_s`` (:data:`BOOT_POLL_S`), a poll of the booting tasks only, if any (without the lock if not)."""
         next_round = time.monotonic() + POLL_INTERVAL_S
-        while not self._stop.wait(min(BOOT_POLL_S, max(0.0, next_round - time.monotonic()))):
+        while not self._stop.wait(min(self.boot_poll_s, max(0.0, next_round - time.monotonic()))):
             if time.monotonic() < next_round:
                 if self._booting:
                     with self._lock:

@@ -44,10 +44,9 @@ def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgr
     """Seconds from each start to its boot's end, for ``starts`` starts in a fresh agent."""
     agent_id = f"bench-boot-{os.getpid()}-{k}"
     driver: CgroupDriver = open_driver(agent_id, 1.0) if cgroups else DutyCycleDriver()
-    shipped = agent_mod.BOOT_POLL_S
-    if boot_poll is not None:
-        agent_mod.BOOT_POLL_S = boot_poll
     core = AgentCore(agent_id, [HostSpec("h", 1.0, 1 << 30)], driver, {"dgemm": 1e6}, spares=spares)
+    if boot_poll is not None:
+        core.boot_poll_s = boot_poll
     stop = threading.Event()
 
     def coordinator() -> None:
@@ -73,7 +72,6 @@ def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgr
         stop.set()
         watcher.join()
         core.shutdown()
-        agent_mod.BOOT_POLL_S = shipped
     return out
 
 

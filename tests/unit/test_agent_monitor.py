@@ -5,8 +5,10 @@ task's progress and completion on the agent, without a word to the coordinator.)
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import psutil
+import pytest
 
 from node_agent.agent import AgentCore, HostSpec, TaskStart
 from node_agent.dutycycle import DutyCycleDriver
@@ -128,51 +130,51 @@ def test_a_fencer_that_exits_is_said_and_started_again(tmp_path, caplog) -> None
     assert core._fencer is None
 
 
-def test_a_booting_task_is_polled_between_the_monitors_rounds(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A boot ends at the poll after the program reports ready. With rounds 30 s apart, only the booting tasks' own
-    polls (every BOOT_POLL_S) can end it: the task runs within seconds, and then is no longer polled between rounds."""
+@pytest.fixture
+def slow_rounds(monkeypatch) -> Iterator[AgentCore]:  # type: ignore[no-untyped-def]
+    """An agent whose monitor's rounds are 30 s apart (so only its boot polls can end a boot in a test), and a task
+    ``t/0`` of a dgemm program, started."""
     from node_agent import agent as agent_mod
 
     monkeypatch.setattr(agent_mod, "POLL_INTERVAL_S", 30.0)
     core = AgentCore("pytest-monitor-boot", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0})
     try:
-        core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
-        assert core._booting == {"t/0"}
-        assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
-        assert _wait(lambda: not core._booting, timeout=5.0)
+        yield core
     finally:
         core.shutdown()
 
 
-def test_a_task_paused_while_it_booted_and_resumed_is_polled_between_rounds_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from node_agent import agent as agent_mod
-
-    monkeypatch.setattr(agent_mod, "POLL_INTERVAL_S", 30.0)
-    core = AgentCore("pytest-monitor-reboot", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0})
-    try:
-        core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
-        core.pause("t/0")  # before its program can have booted (a start takes over 0.1 s)
-        assert core._tasks["t/0"].state is State.PAUSED
-        assert _wait(lambda: not core._booting, timeout=5.0)  # a paused task is not polled between rounds
-        core.resume("t/0")
-        assert core._tasks["t/0"].state is State.STARTING and core._booting == {"t/0"}
-        assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
-    finally:
-        core.shutdown()
+def _start(core: AgentCore) -> None:
+    core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
 
 
-def test_no_boot_ends_between_rounds_once_the_lease_has_run_out(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_booting_task_is_polled_between_the_monitors_rounds(slow_rounds: AgentCore) -> None:
+    """A boot ends at the poll after the program reports ready. With rounds 30 s apart, only the booting tasks' own
+    polls (every BOOT_POLL_S) can end it: the task runs within seconds, and then is no longer polled between rounds."""
+    core = slow_rounds
+    _start(core)
+    assert core._booting == {"t/0"}
+    assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
+    assert _wait(lambda: not core._booting, timeout=5.0)
+
+
+def test_a_task_paused_while_it_booted_and_resumed_is_polled_between_rounds_again(slow_rounds: AgentCore) -> None:
+    core = slow_rounds
+    _start(core)
+    core.pause("t/0")  # before its program can have booted (a start takes over 0.1 s)
+    assert core._tasks["t/0"].state is State.PAUSED
+    assert _wait(lambda: not core._booting, timeout=5.0)  # a paused task is not polled between rounds
+    core.resume("t/0")
+    assert core._tasks["t/0"].state is State.STARTING and core._booting == {"t/0"}
+    assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
+
+
+def test_no_boot_ends_between_rounds_once_the_lease_has_run_out(slow_rounds: AgentCore, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The round fences first; a boot poll then would set a task running, unfenced, for up to a round."""
-    from node_agent import agent as agent_mod
-
-    monkeypatch.setattr(agent_mod, "POLL_INTERVAL_S", 30.0)
-    core = AgentCore("pytest-monitor-lease", [HostSpec("h", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0})
-    try:
-        monkeypatch.setattr(core, "_lease_ran_out", lambda: 1.0)  # (ran out at monotonic 1.0)
-        core.start_task("t/0", "h", "dgemm", cpu_share=0.5, cpu_need=0.5, work_seconds=600.0, memory_bytes=0)
-        time.sleep(2.0)  # its program has booted (about 0.2 s), and would have been set running
-        assert core._tasks["t/0"].state is State.STARTING and core._booting == {"t/0"}
-        monkeypatch.setattr(core, "_lease_ran_out", lambda: None)
-        assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
-    finally:
-        core.shutdown()
+    core = slow_rounds
+    monkeypatch.setattr(core, "_lease_ran_out", lambda: 1.0)  # (ran out at monotonic 1.0)
+    _start(core)
+    time.sleep(2.0)  # its program has booted (about 0.2 s), and would have been set running
+    assert core._tasks["t/0"].state is State.STARTING and core._booting == {"t/0"}
+    monkeypatch.setattr(core, "_lease_ran_out", lambda: None)
+    assert _wait(lambda: core._tasks["t/0"].state is State.RUNNING, timeout=15.0), core._tasks["t/0"].state
