@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from workloads.program import SPARE_READY
 from workloads.registry import child_env, command
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,8 @@ MAX_DEATHS = 3
 #: How often an idle pool checks that its spares are alive (a dead one is replaced without waiting for a take), and
 #: how long its refill waits after an unexpected error.
 CHECK_S = 5.0
-#: What a spare writes on its stdout once it is ready (:mod:`workloads.program`).
-READY = b"R"
+#: What a spare writes on its stdout once it is ready.
+READY = SPARE_READY
 #: How long the refill waits for a spare's ready byte before it kills it (about 0.2 s of CPU, more on a loaded
 #: machine): a spare that hangs must not stop the refill of every workload.
 READY_TIMEOUT_S = 60.0
@@ -100,6 +101,7 @@ class Spares:
     def take(self, workload: str) -> Spare | None:
         """A live spare of ``workload``, now the caller's, or None (none ready: a cold start). Never waits for one.
         The first call for a workload starts its spares."""
+        dead: list[Spare] = []
         with self._lock:
             if workload not in self._ready or self._closed:
                 return None
@@ -112,6 +114,7 @@ class Spares:
                     self._deaths[workload] = 0  # spares of it do work: its deaths so far were not in a row
                 else:
                     self._died(workload, candidate)
+                    dead.append(candidate)
             if workload not in self._wanted:
                 self._wanted.append(workload)
             if self._thread is None:
@@ -123,6 +126,8 @@ class Spares:
                 else:
                     self._thread = thread
         self._wake.set()
+        for gone in dead:
+            gone.kill()  # (dead already: this closes its pipes and removes its file, outside the lock)
         if spare is not None and spare.proc.stdout is not None:
             spare.proc.stdout.close()  # (its stdout is /dev/null now: it pointed it there after its ready byte)
         return spare
@@ -180,11 +185,15 @@ class Spares:
                     if self._closed:
                         return False
                     pool = self._ready[workload]
-                    for dead in [s for s in pool if s.proc.poll() is not None]:
-                        pool.remove(dead)
-                        self._died(workload, dead)
-                    if len(pool) >= self._per or self._deaths[workload] >= MAX_DEATHS:
-                        break
+                    dead = [s for s in pool if s.proc.poll() is not None]
+                    for gone in dead:
+                        pool.remove(gone)
+                        self._died(workload, gone)
+                    full = len(pool) >= self._per or self._deaths[workload] >= MAX_DEATHS
+                for gone in dead:
+                    gone.kill()  # (outside the lock, as every spare's end)
+                if full:
+                    break
                 spare = self._start(workload)  # (outside the lock: a take never waits for a start)
                 if spare is None:
                     break  # (counted; tried again at the next take or check, not at once: a cause may pass)
@@ -241,7 +250,8 @@ class Spares:
 
     def _died(self, workload: str, spare: Spare | None) -> None:
         """(Under the lock.) ``spare`` ended before it was taken (or, None, could not be started): counted, and said
-        once when the workload gets no more."""
+        once when the workload gets no more. Its caller then ends it (:meth:`Spare.kill`: pipes closed, file removed),
+        outside the lock."""
         self._deaths[workload] += 1
         if self._deaths[workload] == MAX_DEATHS:
             words = ""
@@ -251,6 +261,3 @@ class Spares:
             status = f" (the last with status {spare.proc.returncode}{': ' + words if words else ''})" if spare else ""
             log.warning("%d spare %s programs in a row ended before a task took them%s: its tasks start cold from now "
                         "on", MAX_DEATHS, workload, status)
-        if spare is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(spare.stderr_path)

@@ -41,6 +41,8 @@ Setup = Callable[[int], Step]
 
 PUBLISH_INTERVAL_S = 0.02
 _BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: What a spare writes on its stdout once it is ready (``--spare``; :mod:`node_agent.spares` waits for it).
+SPARE_READY = b"R"
 
 
 def _parse(name: str, argv: list[str]) -> argparse.Namespace:
@@ -61,9 +63,9 @@ def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
     """Run a workload program; returns the process exit code."""
     args = _parse(name, sys.argv[1:] if argv is None else argv)
     ppid = os.getppid()
+    for var in _BLAS_THREAD_VARS:  # before numpy is imported (by a spare now, else after the go byte)
+        os.environ[var] = "1"
     if args.spare:
-        for var in _BLAS_THREAD_VARS:
-            os.environ[var] = "1"
         setup(0)()  # numpy's import, and what its first use loads lazily (numpy.random, BLAS's first call)
         # Ready: said on stdout (the agent's pool waits for it), which goes where a task's goes, nowhere, first:
         # once the pool has read the byte, fd 1 is /dev/null.
@@ -71,7 +73,7 @@ def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.close(null)
-        os.write(said, b"R")
+        os.write(said, SPARE_READY)
         os.close(said)
         line = sys.stdin.buffer.readline()
         if not line.endswith(b"\n"):
@@ -86,8 +88,6 @@ def main(name: str, setup: Setup, argv: list[str] | None = None) -> int:
             return 2
     if args.wait_go and not sys.stdin.buffer.read(1):
         return 3
-    for var in _BLAS_THREAD_VARS:
-        os.environ[var] = "1"
     step = setup(max(0, args.memory_bytes))
     if args.calibrate > 0:
         return _calibrate(step, args.calibrate)
