@@ -37,13 +37,16 @@ def simulate(specs: Sequence[JobSpec], policy: str, hosts: Sequence[Host], penal
 
 
 def follow_jobs(engine: Engine, bar, until: Callable[[int], bool], deadline: float,  # type: ignore[no-untyped-def]
-                poll_s: float = 0.2) -> int:
+                poll_s: float = 0.2, note: Callable[[], str] | None = None) -> int:
     """For a live run: advance ``bar`` (tqdm) with the engine's finished jobs until ``until(finished)``
-    holds or the monotonic ``deadline`` passes; returns the number finished."""
+    holds or the monotonic ``deadline`` passes; returns the number finished. ``note``: a text shown after the
+    bar's figures, made again at every poll (replay's clock in trace time)."""
     done = 0
     while time.monotonic() < deadline:
         with engine.lock:
             finished = sum(1 for r in engine.jobs.values() if r.state.finished)
+        if note is not None:
+            bar.set_postfix_str(note())
         bar.update(finished - done)
         done = finished
         if until(finished):

@@ -16,6 +16,11 @@ and, for SWF, what the conversion dropped. An exception in the coordinator's eng
 as a service must) ends the replay with an error: a job refused at its arrival would otherwise be waited for until
 ``--timeout``.
 
+The simulation runs first, once the cluster is up and before any job arrives (it is deterministic, and takes
+seconds): its end, at --compress K, is how long the live run should take. Past ``--timeout``, a warning says so
+before the wait, with the --timeout (and, unless start-ups would then weigh on the jobs, the --compress) that lets
+it end; the progress bar shows the live clock in trace time beside the simulation's end.
+
 A live run that reaches ``--timeout`` is cut off there: one line on stderr says so, with how many of the segment's
 jobs completed (and arrived), and the exit status is 1. The live column then scores the run up to the cut-off: the
 jobs still pending, running or paused count as not completed and are taken to end at the cut-off, so the span runs
@@ -257,6 +262,55 @@ def live_overhead(history: History, compress: float) -> tuple[float, str]:
     return compress * STARTUP_S, f"estimated as {compress:g} x {STARTUP_S:g} s"
 
 
+def simulated_end(sim: History) -> float:
+    """When the simulated run of the segment ends: its last job's end, in trace seconds from the first submission."""
+    return max((t.time for t in sim.transitions if t.dst.finished), default=0.0)
+
+
+def expected_wall(sim_end: float, compress: float) -> float:
+    """The live run's expected wall seconds: the simulated end at ``compress``, after the first arrival's second of
+    real time (start-ups and the live run's other costs make it somewhat longer)."""
+    return 1.0 + sim_end / compress
+
+
+def timeout_note(sim_end: float, compress: float, timeout: float, median_work: float) -> str | None:
+    """The warning, before the live run starts, that its simulation ends past ``--timeout`` at ``--compress``, with
+    the --timeout that would let it end, and the --compress too unless its start-ups would then weigh more than
+    :data:`OVERHEAD_WARN` of the jobs' median work (``median_work``; estimated as K x :data:`STARTUP_S`, as
+    :func:`overhead_warning` does with no measurement) (a quarter's margin for what the live run adds); None if it
+    fits. A cut-off run still scores what it ran (the module docstring): this says so before the wait, not after it
+    (an HPC2N week's first 20 jobs span 114 trace hours: at the default 60x, nearly 2 hours)."""
+    wall = expected_wall(sim_end, compress)
+    if wall <= timeout:
+        return None
+    room = 0.8 * timeout - 1.0
+    k = _up(sim_end / room) if room > 0 else None
+    if k is not None and k * STARTUP_S > OVERHEAD_WARN * median_work:
+        k = None  # the live column would measure start-ups, not the policy
+    t = _up(1.25 * wall)
+    either = f"--compress {k:g} or " if k is not None else ""
+    return (f"vcemu replay: warning: the simulated run ends at {sim_end:,.0f} trace s ({_span(sim_end)}): about "
+            f"{_span(wall)} of live run at --compress {compress:g}, past --timeout {timeout:g} s, where it will be "
+            f"cut off; {either}--timeout {t:g} lets it end")
+
+
+def _up(x: float) -> float:
+    """``x`` rounded up to two significant digits (a suggested option value)."""
+    if x <= 0:
+        return x
+    step = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return math.ceil(x / step - 1e-9) * step
+
+
+def _span(s: float) -> str:
+    """A duration for a person: seconds, minutes or hours."""
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
 def overhead_warning(overhead: float, how: str, specs: Sequence[JobSpec], compress: float) -> str | None:
     """The warning that the live run's start-up overhead (trace seconds per job) is large next to the jobs' median
     work (over :data:`OVERHEAD_WARN`), with the --compress that would keep it under that; None if it is not."""
@@ -286,6 +340,13 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     # during the run takes its hosts out of the engine's list)
     try:
         mode = next(iter(server.backend.agents.values())).mode
+        # The simulation first (deterministic, seconds at most): its end says how long the live run should take,
+        # which is told before it starts (and past --timeout, what would replay it all) and shown as it goes.
+        sim = simulate(specs, a.policy, hosts, a.penalty)  # always the whole segment, trace seconds from 0
+        sim_end = simulated_end(sim)
+        note = timeout_note(sim_end, a.compress, a.timeout, statistics.median(s.work for s in specs))
+        if note is not None:
+            print(note, file=sys.stderr)
         origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
         arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
         server.engine.schedule_arrivals(arrivals)
@@ -293,7 +354,8 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
         done = follow_jobs(server.engine, bar,
                            lambda finished: finished == len(arrivals) or server.loop_error_count > seen,
-                           time.monotonic() + a.timeout)
+                           time.monotonic() + a.timeout,
+                           note=lambda: f"trace {_span(server.backend.now() - origin)} of ~{_span(sim_end)}")
         with server.engine.lock:  # the run as it was at the cut-off (stopping it records more)
             cutoff = server.backend.now()
             live = _snapshot(server.engine.history)
@@ -311,7 +373,6 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
               f"cluster is stopped, and the run's folder {d} keeps the agents' log", file=sys.stderr)
         return 1
     capacity = sum(h.cpu for h in hosts)
-    sim = simulate(specs, a.policy, hosts, a.penalty)  # always the whole segment, trace seconds from 0
     live_m, sim_m = score(close_at(live, cutoff), capacity, a.host_memory_gb), score(sim, capacity, a.host_memory_gb)
     # Both columns count the segment's jobs (a cut-off live run has not seen those not yet arrived).
     live_m["jobs"] = len(specs)
@@ -331,6 +392,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         "trace": a.trace, "segment": a.segment, "policy": a.policy, "compress": a.compress, "hosts": a.hosts,
         "jobs": len(specs), "dropped_too_wide": dropped, "mode": mode, "timed_out": timed_out,
         "arrived": len(live.specs), "startup_overhead_s": overhead, "startup_overhead_from": how,
+        "sim_end_s": sim_end, "expected_wall_s": expected_wall(sim_end, a.compress),
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
     }
     try:

@@ -76,17 +76,29 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_exception_in_the_engine_loop_ends_the_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The coordinator's engine loop logs an exception and goes on. A job refused at its arrival (here: a second job
     with the first's id, which the trace's checks now refuse before the run) was then lost, and the replay waited
-    for it until --timeout (600 s by default): "replay hangs". It now stops at the first such error."""
+    for it until --timeout (600 s by default): "replay hangs". It now stops at the first such error. (The replay
+    now simulates the segment before the live run, and the simulation refuses that trace itself: here the live
+    coordinator's policy fails instead, at the first arrival.)"""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
     from tests.unit.test_service import register
     from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
+    class Broken:  # greedy, but its decisions fail
+        def __init__(self) -> None:
+            self._inner = get_policy("greedy")
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self._inner, name)
+
+        def decide(self, snap, stim):  # type: ignore[no-untyped-def]
+            raise ValueError("the policy broke")
+
     timeout = 25.0
     a = _parse(["t.jsonl", "--policy", "greedy", "--compress", "10", "--timeout", str(timeout), "--json",
                 "--out", str(tmp_path)])
-    specs = [JobSpec("a", 0.0, 1, 1.0, 0.1, 600.0), JobSpec("a", 1.0, 1, 1.0, 0.1, 600.0)]
-    server = CoordinatorServer(get_policy("greedy"), port=0, compression=a.compress).start()
+    specs = [JobSpec("a", 0.0, 1, 1.0, 0.1, 600.0), JobSpec("b", 1.0, 1, 1.0, 0.1, 600.0)]
+    server = CoordinatorServer(Broken(), port=0, compression=a.compress).start()
     try:
         with grpc.insecure_channel(server.address) as channel:
             register(pb_grpc.CoordinatorStub(channel))
@@ -98,7 +110,7 @@ def test_an_exception_in_the_engine_loop_ends_the_replay(tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert code == 1
     assert took < timeout / 2, f"waited {took:.1f} s: until the timeout"
-    assert "vcemu replay: the live run failed: engine step failed: ValueError: job id 'a' already exists" in err, err
+    assert "vcemu replay: the live run failed: engine step failed: ValueError: the policy broke" in err, err
 
 
 def test_replay_says_what_the_swf_conversion_dropped_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -78,6 +78,36 @@ def test_a_timed_out_replay_says_so_and_simulates_the_whole_segment(tmp_path: Pa
     assert rows[0]["live_end"] == "" and float(rows[0]["live_submit"]) == pytest.approx(0.0, abs=1e-6)
     assert rows[1]["sim_state"] == "done" and float(rows[1]["sim_submit"]) == 5000.0
     assert float(rows[1]["sim_end"]) == pytest.approx(5600.0)
+    # Said before the wait (the simulation runs first): 5,600 trace s at 10x is 561 s of live run.
+    note = ("vcemu replay: warning: the simulated run ends at 5,600 trace s (93 min): about 9 min of live run at "
+            "--compress 10, past --timeout 2 s, where it will be cut off; --timeout 710 lets it end")
+    assert note in cap.err and cap.err.index(note) < cap.err.index("the live run timed out"), cap.err
+    assert out["sim_end_s"] == pytest.approx(5600.0) and out["expected_wall_s"] == pytest.approx(561.0)
+
+
+def test_a_replay_past_its_timeout_is_told_what_lets_it_end() -> None:
+    """An HPC2N week's first 20 jobs end at 410,527 trace s in simulation: at the default 60x and 600 s the live run
+    ran 10 minutes to be cut off with none of them done, and said so only then."""
+    from coordinator.replay import timeout_note
+
+    note = timeout_note(410527.3, 60.0, 600.0, median_work=20000.0)
+    assert note == ("vcemu replay: warning: the simulated run ends at 410,527 trace s (114.0 h): about 114 min of live "
+                    "run at --compress 60, past --timeout 600 s, where it will be cut off; --compress 860 or "
+                    "--timeout 8600 lets it end")
+    # 860 x 1 s of start-up per job against 20,000 s of median work: 4%, under the overhead warning's 10%. Jobs of
+    # 5,000 s would pay 17%: --compress is then not suggested.
+    assert "--compress 860" not in (timeout_note(410527.3, 60.0, 600.0, median_work=5000.0) or "")
+    assert timeout_note(410527.3, 60.0, 600.0, median_work=5000.0) is not None
+    assert timeout_note(410527.3, 860.0, 600.0, median_work=20000.0) is None  # 478 s
+    assert timeout_note(35000.0, 60.0, 600.0, median_work=1.0) is None  # 584 s
+    assert timeout_note(36000.0, 60.0, 600.0, median_work=1.0) is not None  # 601 s
+
+
+def test_the_suggested_values_are_rounded_up_to_two_digits() -> None:
+    from coordinator.replay import _span, _up
+
+    assert [_up(x) for x in (855.3, 8553.0, 100.0, 0.51, 7.0)] == [860.0, 8600.0, 100.0, 0.51, 7.0]
+    assert [_span(x) for x in (59.4, 600.0, 7200.0, 410527.0)] == ["59 s", "10 min", "2.0 h", "114.0 h"]
 
 
 @pytest.mark.timeout(60)
@@ -183,3 +213,36 @@ def test_help_says_what_the_default_cpus_per_host_is_and_the_exit_status(capsys:
     assert code == 0
     assert "60% of the machine shared out" in text and "of the box" not in text
     assert "exit status: 0 every job" in text and "1 the live run timed out" in text and "130 interrupted" in text
+
+
+def test_the_progress_bar_shows_the_note_at_every_poll() -> None:
+    """``follow_jobs``' note (replay's trace clock against the simulation's end) is set on the bar at each poll,
+    before its count moves."""
+    import threading
+
+    from coordinator.experiments import follow_jobs
+
+    class Bar:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, object]] = []
+
+        def set_postfix_str(self, text: str) -> None:
+            self.calls.append(("note", text))
+
+        def update(self, n: int) -> None:
+            self.calls.append(("update", n))
+
+        def close(self) -> None:
+            self.calls.append(("close", None))
+
+    class Engine:
+        lock = threading.Lock()
+        jobs: dict[str, object] = {}  # no record: nothing finished
+    ticks = iter(range(100))
+    bar = Bar()
+    done = follow_jobs(Engine(), bar, lambda finished: False, time.monotonic() + 0.25, poll_s=0.1,  # type: ignore[arg-type]
+                       note=lambda: f"trace {next(ticks)} s")
+    assert done == 0
+    notes = [c for c in bar.calls if c[0] == "note"]
+    assert len(notes) >= 2 and notes[:2] == [("note", "trace 0 s"), ("note", "trace 1 s")]
+    assert bar.calls[0] == ("note", "trace 0 s") and bar.calls[1] == ("update", 0) and bar.calls[-1] == ("close", None)
