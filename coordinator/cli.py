@@ -21,7 +21,16 @@ import sys
 from collections.abc import Sequence
 
 from coordinator import client, servers
-from coordinator.cliargs import POLICY_HELP, Parser, doc_text, non_negative, policy_name, positive, version
+from coordinator.cliargs import (
+    POLICY_HELP,
+    Parser,
+    add_agent_spares,
+    doc_text,
+    non_negative,
+    policy_name,
+    positive,
+    version,
+)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -69,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="real cores per emulated host (default: 60%% of the machine shared out)")
     sp.add_argument("--no-cgroups", action="store_true",
                     help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")
+    add_agent_spares(sp)
     sp.add_argument("--out", default="results/demo",
                     help="each run's results go to a new folder here (default %(default)s)")
     sp.add_argument("--json", action="store_true", help="print one JSON object instead of tables")

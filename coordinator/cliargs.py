@@ -95,6 +95,16 @@ def version() -> str:
     return package_version() or "unknown (not installed)"
 
 
+def add_agent_spares(parser: argparse.ArgumentParser) -> None:
+    """``--agent-spares N`` of the commands that start their own agents (``up``, ``demo``, ``replay``): passed to each
+    as ``vcemu agent --spares N`` (:mod:`node_agent.spares`); None (absent) leaves the agent's default."""
+    from node_agent.spares import DEFAULT_SPARES, MAX_SPARES
+
+    parser.add_argument("--agent-spares", type=whole_in(0, MAX_SPARES), default=None, metavar="N",
+                        help=f"each agent keeps N programs of each workload started ahead (vcemu agent --spares; "
+                             f"0: none, each start cold; default {DEFAULT_SPARES}): an idle spare holds about 30 MB")
+
+
 def whole_in(low: int, high: int):  # type: ignore[no-untyped-def]
     """An argparse type: a whole number in ``low..high``."""
     def parse(text: str) -> int:

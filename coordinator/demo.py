@@ -82,7 +82,8 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     with agent_log:
         server, procs = start_local_cluster(
-            args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups, agent_log=agent_log
+            args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups, agent_log=agent_log,
+            agent_spares=args.agent_spares,
         )
         # The try follows the start at once: a signal landing between them would leave the agents running.
         try:

@@ -49,7 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.cliargs import POLICY_HELP, Parser, doc_text, non_negative, positive
+from coordinator.cliargs import POLICY_HELP, Parser, add_agent_spares, doc_text, non_negative, positive
 from coordinator.metrics import History, JobResult, Transition
 from coordinator.model import JobSpec, JobState
 from node_agent.signals import signals_deferred, signals_interrupt
@@ -123,6 +123,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
                    help="wall seconds (> 0) before the live run is abandoned (default %(default)g)")
     p.add_argument("--no-cgroups", action="store_true", help="agents use the duty-cycle fallback")
+    add_agent_spares(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default="results/replay",
                    help="results go to a new directory under OUT (default %(default)s)")
@@ -213,7 +214,7 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
         try:
             server, procs = start_local_cluster(
                 a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
-                agent_prefix="replay", agent_log=agent_log, compression=a.compress)
+                agent_prefix="replay", agent_log=agent_log, compression=a.compress, agent_spares=a.agent_spares)
         except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
             print(f"vcemu replay: {exc}", file=sys.stderr)
             return 1

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 from coordinator.cliargs import (
     MAX_HEARTBEAT_S,
     POLICY_HELP,
+    add_agent_spares,
     first_port,
     heartbeat_interval,
     memory_size,
@@ -174,14 +175,15 @@ def agent_metrics_refusal(base: int, count: int, port: int, metrics_port: int | 
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
-                        agent_metrics_port: int | None = None, **options):
+                        agent_metrics_port: int | None = None, agent_spares: int | None = None, **options):
     """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
     and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
     The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ...; their logs go to ``agent_log``
     (an open binary file) if given, else to this process's stderr: a run that draws a progress bar (demo,
     replay) keeps its terminal for that, and its results folder keeps the agents' log. With
     ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
-    if one cannot be listened on). ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
+    if one cannot be listened on). ``agent_spares``: each agent's ``--spares`` (None: the agent's default).
+    ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
     compression)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
@@ -217,9 +219,11 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
         for i, agent_id in agent_of.items():
             n = split[i]
             metrics = [] if agent_metrics_port is None else ["--metrics-port", str(agent_metrics_port + i)]
+            spares = [] if agent_spares is None else ["--spares", str(agent_spares)]
             procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
                                      ",".join(mems[first[i]:first[i] + n]), agent_id,
-                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics, agent_log))
+                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics + spares,
+                                     agent_log))
 
         def exited() -> str | None:
             dead = [p for p in procs if p.poll() is not None]
@@ -260,6 +264,9 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)",
                   file=sys.stderr)
             return 2
+        if args.agent_spares is not None:
+            print("vcemu up: --agent-spares: not with --ray (the Ray agent actors keep no spares)", file=sys.stderr)
+            return 2
         if args.agents != 1:  # each host is an agent actor of its own
             print("vcemu up: --agents: not with --ray (each emulated host is its own agent actor)", file=sys.stderr)
             return 2
@@ -289,7 +296,8 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     try:
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
-            args.metrics_port, args.no_cgroups, agent_metrics_port=args.agent_metrics_port, **options,
+            args.metrics_port, args.no_cgroups, agent_metrics_port=args.agent_metrics_port,
+            agent_spares=args.agent_spares, **options,
         )
         signals_set(stop)
     except KeyboardInterrupt:
@@ -451,6 +459,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="serve Prometheus metrics on this port (0 picks a free one; default: none)")
     sp.add_argument("--agent-metrics-port", type=first_port, default=None, metavar="BASE",
                     help="agent i serves its own Prometheus metrics on port BASE+i (default: none)")
+    add_agent_spares(sp)
     sp.add_argument("--no-cgroups", action="store_true",
                     help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")
     sp.add_argument("--ray", metavar="ADDRESS", default=None,

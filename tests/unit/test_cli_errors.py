@@ -789,3 +789,44 @@ def test_agent_spares_out_of_range_is_refused_before_the_agent_starts(value: str
     monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
     code, _, err = run(["agent", "--spares", value], capsys)
     refused(code, err, f"vcemu agent: error: argument --spares: {why}")
+
+
+@pytest.mark.parametrize(("argv", "flags"), [
+    (["up", "--hosts", "3", "--agents", "2", "--port", "0", "--agent-spares", "0"], [["--spares", "0"]] * 2),
+    (["up", "--hosts", "1", "--port", "0", "--agent-spares", "16"], [["--spares", "16"]]),
+    (["up", "--hosts", "1", "--port", "0"], [[]]),  # the agent's own default
+    (["demo", "--agent-spares", "3", "--out", "OUT"], [["--spares", "3"]]),
+    (["replay", "TRACE", "--agent-spares", "1", "--out", "OUT"], [["--spares", "1"]]),
+])
+def test_agent_spares_reach_each_agent_the_command_starts(argv: list[str], flags: list[list[str]], tmp_path: Path,
+                                                          monkeypatch, capsys) -> None:
+    """``--agent-spares N`` (up, demo, replay) is each agent's ``--spares N``: ``up``, ``demo`` and ``replay`` could
+    not set it (their agents kept the default 2 of each workload, about 30 MB each)."""
+    import coordinator.servers
+
+    seen: list[list[str]] = []
+
+    def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None):  # type: ignore[no-untyped-def]
+        i = list(extra).index("--spares") if "--spares" in extra else None
+        seen.append([] if i is None else list(extra)[i:i + 2])
+        if len(seen) == len(flags):
+            raise KeyboardInterrupt  # every agent spawned: stop here (start_local_cluster stops what it started)
+        return subprocess.Popen(["sleep", "60"])  # a process for start_local_cluster to stop
+
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", spawn)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n')
+    argv = [{"OUT": str(tmp_path / "out"), "TRACE": str(trace)}.get(a, a) for a in argv]
+    code, _, err = run(argv, capsys)
+    assert code == 130, err
+    assert seen == flags
+
+
+def test_agent_spares_out_of_range_or_with_ray_are_refused(capsys) -> None:
+    code, _, err = run(["up", "--agent-spares", "17"], capsys)
+    refused(code, err, "argument --agent-spares: must be in 0..16, got 17")
+    code, _, err = run(["replay", "t.jsonl", "--agent-spares", "-1"], capsys)
+    refused(code, err, "argument --agent-spares: must be in 0..16, got -1")
+    code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--agent-spares", "1"], capsys)
+    refused(code, err, "vcemu up: --agent-spares: not with --ray (the Ray agent actors keep no spares)")
+
