@@ -7,7 +7,7 @@ refused before the cluster starts, naming its line. An in-process coordinator (a
 ``--agents`` real agent processes (cgroup-enforced shares, pause = checkpoint and stop) with the live backend's time
 compression K: its clock runs K times faster than wall time and each task's work is divided by K, so a job of W
 trace-seconds takes W/K real seconds and everything is reported in trace seconds. Jobs arrive at their trace submit
-times (shifted by the cluster's start-up time) on that clock. The very same jobs then go through the simulator with
+times (shifted by the cluster's start-up time) on that clock. The very same jobs also go through the simulator with
 the same policy, hosts and penalty, and both runs are scored by the same code (coordinator.metrics, 001 Sec. V's
 metrics), side by side. Results go to a new directory under ``--out`` named after the run's start
 (``YYYYmmdd-HHMMSS-POLICY-kK``, with ``-2``, ``-3``, ... for further runs started in the same second); its
@@ -17,9 +17,11 @@ as a service must) ends the replay with an error: a job refused at its arrival w
 ``--timeout``.
 
 The simulation runs first, once the cluster is up and before any job arrives (it is deterministic, and takes
-seconds): its end, at --compress K, is how long the live run should take. Past ``--timeout``, a warning says so
-before the wait, with the --timeout (and, unless start-ups would then weigh on the jobs, the --compress) that lets
-it end; the progress bar shows the live clock in trace time beside the simulation's end.
+seconds for a thousand jobs, with a progress bar of its own): its end, at --compress K, is how long the live run
+should take. Past ``--timeout``, or within a fifth of it, a warning says so before the wait, with the --timeout
+(and, unless start-ups would then weigh on the jobs, the --compress) that lets it end; the progress bar shows the
+live clock in trace time beside the simulation's end. A simulation that fails ends the replay (exit status 1)
+before any job arrives, the cluster stopped.
 
 A live run that reaches ``--timeout`` is cut off there: one line on stderr says so, with how many of the segment's
 jobs completed (and arrived), and the exit status is 1. The live column then scores the run up to the cut-off: the
@@ -275,24 +277,32 @@ def expected_wall(sim_end: float, compress: float) -> float:
 
 
 def timeout_note(sim_end: float, compress: float, timeout: float, median_work: float) -> str | None:
-    """The warning, before the live run starts, that its simulation ends past ``--timeout`` at ``--compress``, with
-    the --timeout that would let it end, and the --compress too unless its start-ups would then weigh more than
+    """The warning, before the live run starts, that its simulation ends past ``--timeout`` at ``--compress``, or
+    within a fifth of it (the live run adds start-ups and its other costs: it may then be cut off), with the
+    --timeout that would let it end, and the --compress too unless its start-ups would then weigh more than
     :data:`OVERHEAD_WARN` of the jobs' median work (``median_work``; estimated as K x :data:`STARTUP_S`, as
-    :func:`overhead_warning` does with no measurement) (a quarter's margin for what the live run adds); None if it
-    fits. A cut-off run still scores what it ran (the module docstring): this says so before the wait, not after it
-    (an HPC2N week's first 20 jobs span 114 trace hours: at the default 60x, nearly 2 hours)."""
+    :func:`overhead_warning` does with no measurement); both with a quarter's margin. None if it fits with that
+    margin. A cut-off run still scores what it ran (the module docstring): this says so before the wait, not after
+    it (an HPC2N week's first 20 jobs span 114 trace hours: at the default 60x, nearly 2 hours)."""
     wall = expected_wall(sim_end, compress)
-    if wall <= timeout:
+    if wall <= 0.8 * timeout:
         return None
     room = 0.8 * timeout - 1.0
     k = _up(sim_end / room) if room > 0 else None
     if k is not None and k * STARTUP_S > OVERHEAD_WARN * median_work:
         k = None  # the live column would measure start-ups, not the policy
     t = _up(1.25 * wall)
-    either = f"--compress {k:g} or " if k is not None else ""
+    either = f"--compress {_num(k)} or " if k is not None else ""
+    where = ("past --timeout {} s, where it will be cut off" if wall > timeout
+             else "close to --timeout {} s: it may be cut off").format(_num(timeout))
     return (f"vcemu replay: warning: the simulated run ends at {sim_end:,.0f} trace s ({_span(sim_end)}): about "
-            f"{_span(wall)} of live run at --compress {compress:g}, past --timeout {timeout:g} s, where it will be "
-            f"cut off; {either}--timeout {t:g} lets it end")
+            f"{_span(wall)} of live run at --compress {_num(compress)}, {where}; {either}--timeout {_num(t)} lets "
+            "it end")
+
+
+def _num(x: float) -> str:
+    """An option's value as typed: whole from 100 up (``%g`` would print 1e+06), else ``%g``."""
+    return f"{x:.0f}" if x >= 100 else f"{x:g}"
 
 
 def _up(x: float) -> float:
@@ -341,9 +351,19 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     # during the run takes its hosts out of the engine's list)
     try:
         mode = next(iter(server.backend.agents.values())).mode
-        # The simulation first (deterministic, seconds at most): its end says how long the live run should take,
-        # which is told before it starts (and past --timeout, what would replay it all) and shown as it goes.
-        sim = simulate(specs, a.policy, hosts, a.penalty)  # always the whole segment, trace seconds from 0
+        # The simulation first (deterministic; seconds for a thousand jobs, with a bar of its own): its end says how
+        # long the live run should take, which is told before it starts (and close to or past --timeout, what
+        # would let it end) and shown as it goes.
+        sim_bar = tqdm(total=len(specs), desc="simulation", unit="job", file=sys.stderr, disable=a.json or None)
+        try:
+            sim = simulate(specs, a.policy, hosts, a.penalty,  # always the whole segment, trace seconds from 0
+                           on_finish=lambda: sim_bar.update(1))
+        except Exception as exc:  # (the trace's checks passed: a policy's or the engine's failure)
+            print(f"vcemu replay: the simulation failed: {type(exc).__name__}: {exc}; nothing was replayed, and "
+                  f"the run's folder {d} keeps the agents' log", file=sys.stderr)
+            return 1
+        finally:
+            sim_bar.close()
         sim_end = simulated_end(sim)
         note = timeout_note(sim_end, a.compress, a.timeout, statistics.median(s.work for s in specs))
         if note is not None:
@@ -356,7 +376,8 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         done = follow_jobs(server.engine, bar,
                            lambda finished: finished == len(arrivals) or server.loop_error_count > seen,
                            time.monotonic() + a.timeout,
-                           note=lambda: f"trace {_span(server.backend.now() - origin)} of ~{_span(sim_end)}")
+                           note=lambda: f"trace {_span(max(0.0, server.backend.now() - origin))} of "
+                                        f"~{_span(sim_end)}")
         with server.engine.lock:  # the run as it was at the cut-off (stopping it records more)
             cutoff = server.backend.now()
             live = _snapshot(server.engine.history)

@@ -286,9 +286,9 @@ def _kill_and_thaw(dirs: Iterable[str]) -> list[int]:
 
     Why the limit is lifted: a process's exit runs in its own context, charged to its group's CFS quota. A task at a
     small share has usually spent its quota for the period when it is killed, and it then dies only when the next
-    period refills it: a Stop of a 64 MB dgemm task at 0.045 cores took the agent 49 ms (median of 48; 11.6 ms with
-    the limit lifted, one round of :meth:`node_agent.runner.Task._kill`'s wait), and a live DFRS plan pauses and
-    moves tasks one Stop after another."""
+    period refills it: a Stop of a 64 MB dgemm task at 0.045 cores took the agent 49 ms (median of 48), 11.6 ms with
+    the limit lifted (one 10-ms round of :meth:`node_agent.runner.Task._kill`'s wait) and 5 ms with its rounds from
+    1 ms; a live DFRS plan pauses and moves tasks one Stop after another."""
     dirs = list(dirs)
     pids = sorted({p for d in dirs for p in _pids_in(d)})
     for pid in pids:

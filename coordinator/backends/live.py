@@ -1084,11 +1084,12 @@ class LiveBackend:
 
     def _batched(self, job: str) -> bool:
         """Do ``job``'s tasks start and stop in batch calls? Modeled tasks do (microseconds each at the agent); tasks
-        of a workload program (a process each) do not: a start takes the agent 20 ms to over 100 ms under load (a
-        stop 5 to 25 ms, since a kill lifts the task's CPU limit; it used to take as long as a start), so a batch of
-        8 outlived one attempt's deadline (1.67 s) on a loaded 2-core machine, its job undone and retried for over a
-        minute (live check); alone, each has a deadline of its own, and the call's cost is small beside the
-        process's."""
+        of a workload program (a process each) do not: a start takes the agent 20 ms to over 100 ms under load, so a
+        batch of 8 outlived one attempt's deadline (1.67 s) on a loaded 2-core machine, its job undone and retried
+        for over a minute (live check); alone, each has a deadline of its own, and the call's cost is small beside
+        the process's. A stop now takes 5 to 25 ms (a kill lifts the task's CPU limit), but one whose processes
+        will not die (a freezer that will not thaw) holds its call up to ``KILL_TIMEOUT_S`` (10 s): in a batch, the
+        others' answers with it."""
         spec = self._specs.get(job)
         return spec is not None and spec.workload == modeled.NAME
 

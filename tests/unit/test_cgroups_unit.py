@@ -217,3 +217,29 @@ def test_a_v2_hierarchy_the_agent_cannot_create_its_groups_in_is_a_reason_not_a_
     proc_cgroup.write_text("0::/\n")
     with pytest.raises(CgroupUnavailable, match=r"cgroup-v2: cannot create .*vcemu-a1"):
         open_driver("a1", 1.0, prefer=("cgroup-v2",), mountinfo=str(mountinfo), proc_cgroup=str(proc_cgroup))
+
+
+@pytest.mark.parametrize(("limit", "unlimited"), [("cpu.cfs_quota_us", "-1"), ("cpu.max", "max")])
+def test_a_kill_lifts_the_cpu_limit_of_a_group_with_processes(tmp_path, limit: str, unlimited: str) -> None:
+    """A killed process exits in its own context, charged to its group's CPU quota: a round of killing lifts the limit
+    (v1 ``cpu.cfs_quota_us``, v2 ``cpu.max``), only where there is a process to kill, and thaws the group. (Plain
+    files stand in for the group's; the kill of a real throttled task is tests/integration/test_agent_kills.py's.)"""
+    from node_agent.cgroups import _kill_and_thaw
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        busy, empty = tmp_path / "busy", tmp_path / "empty"
+        for d, pids in ((busy, f"{child.pid}\n"), (empty, "")):
+            d.mkdir()
+            (d / "cgroup.procs").write_text(pids)
+            (d / limit).write_text("1000 100000" if limit == "cpu.max" else "1000")
+            (d / "freezer.state").write_text("FROZEN")
+        assert _kill_and_thaw([str(busy)]) == [child.pid]
+        assert child.wait(5.0) == -9
+        assert (busy / limit).read_text() == unlimited
+        assert (busy / "freezer.state").read_text() == "THAWED"
+        assert _kill_and_thaw([str(empty)]) == []
+        assert (empty / limit).read_text() != unlimited  # nothing to kill: the limit is left
+    finally:
+        child.kill()
+        child.wait(5.0)
