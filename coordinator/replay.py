@@ -21,7 +21,8 @@ seconds for a thousand jobs, with a progress bar of its own): its end, at --comp
 should take. Past ``--timeout``, or within a fifth of it, a warning says so before the wait, with the --timeout
 (and, unless start-ups would then weigh on the jobs, the --compress) that lets it end; the progress bar shows the
 live clock in trace time beside the simulation's end. A simulation that fails ends the replay (exit status 1)
-before any job arrives, the cluster stopped.
+before any job arrives, the cluster stopped. The live run's plans are timed (:class:`PlanTimes`), and a warning
+says when carrying them out took over :data:`PLANS_WARN` of its wall time (``live_plans`` in metrics.json).
 
 A live run that reaches ``--timeout`` is cut off there: one line on stderr says so, with how many of the segment's
 jobs completed (and arrived), and the exit status is 1. The live column then scores the run up to the cut-off: the
@@ -46,7 +47,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 STARTUP_S = 1.0
 #: The share of the jobs' median work above which the live run's start-up overhead is warned about.
 OVERHEAD_WARN = 0.10
+#: The share of the live run's wall time spent carrying out plans above which it is warned about.
+PLANS_WARN = 0.20
 
 EXIT_STATUS = """exit status: 0 every job of the segment completed live and the results were written; 1 the live run
 timed out (--timeout), failed, did not complete every job, or its results could not be written (they are still
@@ -307,10 +310,15 @@ def _num(x: float) -> str:
 
 def _up(x: float) -> float:
     """``x`` rounded up to two significant digits (a suggested option value)."""
-    if x <= 0:
-        return x
+    return x if x <= 0 else _two_digits(x, math.ceil)
+
+
+def _two_digits(x: float, rounding: Callable[[float], int]) -> float:
+    """``x`` (> 0) rounded to two significant digits by ``rounding`` (math.ceil or math.floor; a relative 1e-9 of
+    slack, so that 860.0000001 stays 860)."""
     step = 10.0 ** (math.floor(math.log10(x)) - 1)
-    return math.ceil(x / step - 1e-9) * step
+    slack = -1e-9 if rounding is math.ceil else 1e-9
+    return rounding(x / step + slack) * step
 
 
 def _span(s: float) -> str:
@@ -320,6 +328,55 @@ def _span(s: float) -> str:
     if s < 7200:
         return f"{s / 60:.0f} min"
     return f"{s / 3600:.1f} h"
+
+
+class PlanTimes:
+    """Wall seconds each of the live run's plans took to carry out: from the end of its decision (the engine's
+    decision listeners) to the end of its application (its plan listeners), both in the engine's loop, under its
+    lock. The agents' process stops and starts are in it: a DYNMCB8 repacking that pauses, moves and resumes a few
+    multi-task jobs took 1-3 s on 4 hosts of this 2-core VM, while the live clock ran on (the jobs it stops do not
+    progress meanwhile, and at --compress K each second is K trace seconds). A decision with no action has no plan
+    to carry out and is not counted."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._t0: float | None = None
+
+    def decided(self, _elapsed: float) -> None:
+        self._t0 = time.perf_counter()
+
+    def applied(self) -> None:
+        if self._t0 is not None:
+            self.seconds.append(time.perf_counter() - self._t0)
+            self._t0 = None
+
+    def summary(self, wall: float) -> dict[str, Any]:
+        """Count, median and 99th percentile (wall seconds), and their sum's share of the run's ``wall`` seconds."""
+        xs = sorted(self.seconds)
+        if not xs:
+            return {"count": 0, "median_s": None, "p99_s": None, "wall_share": 0.0}
+        return {"count": len(xs), "median_s": statistics.median(xs), "p99_s": xs[min(len(xs) - 1, int(0.99 * len(xs)))],
+                "wall_share": sum(xs) / wall if wall > 0 else 0.0}
+
+
+def plans_warning(plans: dict[str, Any], compress: float) -> str | None:
+    """The warning that carrying out the live run's plans took over :data:`PLANS_WARN` of its wall time, with the
+    --compress that would bring it near a tenth (the plans per wall second, and so the share, scale with K); None if
+    it did not."""
+    share = plans["wall_share"]
+    if share <= PLANS_WARN:
+        return None
+    better = _down(compress * 0.1 / share)
+    return (f"vcemu replay: warning: carrying out the policy's {plans['count']} plans took {100 * share:.0f}% of the "
+            f"live run's wall time (median {plans['median_s']:.2f} s, {plans['median_s'] * compress:,.0f} trace s at "
+            f"--compress {_num(compress)}), while the jobs they stop and start do not progress: the live column "
+            f"measures the agents' process stops and starts as much as the policy; --compress {_num(better)} or less "
+            "brings it near 10%")
+
+
+def _down(x: float) -> float:
+    """``x`` rounded down to two significant digits (a suggested option value)."""
+    return x if x <= 0 else _two_digits(x, math.floor)
 
 
 def overhead_warning(overhead: float, how: str, specs: Sequence[JobSpec], compress: float) -> str | None:
@@ -368,8 +425,12 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         note = timeout_note(sim_end, a.compress, a.timeout, statistics.median(s.work for s in specs))
         if note is not None:
             print(note, file=sys.stderr)
+        plan_times = PlanTimes()
+        server.engine.decision_listeners.append(plan_times.decided)
+        server.engine.plan_listeners.append(plan_times.applied)
         origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
         arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
+        live_t0 = time.monotonic()
         server.engine.schedule_arrivals(arrivals)
         server.backend.wake()
         bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
@@ -381,6 +442,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         with server.engine.lock:  # the run as it was at the cut-off (stopping it records more)
             cutoff = server.backend.now()
             live = _snapshot(server.engine.history)
+            plans = plan_times.summary(time.monotonic() - live_t0)
         timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
@@ -407,14 +469,14 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
               f"{len(specs)} jobs completed ({len(live.specs)} arrived); the live column covers the run up to the "
               f"cut-off, the simulated one the whole segment", file=sys.stderr)
     overhead, how = live_overhead(live, a.compress)
-    warning = overhead_warning(overhead, how, specs, a.compress)
-    if warning is not None:
-        print(warning, file=sys.stderr)
+    for warning in (overhead_warning(overhead, how, specs, a.compress), plans_warning(plans, a.compress)):
+        if warning is not None:
+            print(warning, file=sys.stderr)
     out = {
         "trace": a.trace, "segment": a.segment, "policy": a.policy, "compress": a.compress, "hosts": a.hosts,
         "jobs": len(specs), "dropped_too_wide": dropped, "mode": mode, "timed_out": timed_out,
         "arrived": len(live.specs), "startup_overhead_s": overhead, "startup_overhead_from": how,
-        "sim_end_s": sim_end, "expected_wall_s": expected_wall(sim_end, a.compress),
+        "sim_end_s": sim_end, "expected_wall_s": expected_wall(sim_end, a.compress), "live_plans": plans,
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
     }
     try:

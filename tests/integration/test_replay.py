@@ -37,7 +37,12 @@ def test_replay_runs_live_and_simulated_side_by_side(cgroups_required, tmp_path:
     assert 0.5 <= live["max_stretch"] / sim["max_stretch"] <= 4.0, (live, sim)
     assert 0.5 <= live["span_s"] / sim["span_s"] <= 3.0
     assert 0.0 < live["utilisation"] <= 1.0 and 0.0 <= live["underutilisation"] < 1.0
+    # The plans the live run carried out (its jobs' starts among them), and the share of its wall time they took.
+    plans = out["live_plans"]
+    assert plans["count"] >= 1 and 0.0 < plans["median_s"] <= plans["p99_s"] < 30.0, plans
+    assert 0.0 < plans["wall_share"] < 1.0, plans
     written = next((tmp_path / "out").iterdir())
+    assert json.loads((written / "metrics.json").read_text())["live_plans"] == plans
     assert {p.name for p in written.iterdir()} >= {"config.json", "metrics.json", "metrics.csv", "agents.log"}
     # The agents log into the run's folder, not over the progress bar on the terminal.
     assert "vcemu agent: INFO task start" in (written / "agents.log").read_text()

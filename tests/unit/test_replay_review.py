@@ -274,3 +274,39 @@ def test_a_simulation_that_fails_ends_the_replay_before_any_job_arrives(tmp_path
     assert (f"vcemu replay: the simulation failed: ValueError: the policy broke; nothing was replayed, and the run's "
             f"folder {d} keeps the agents' log") in err, err
     assert time.monotonic() - t0 < 15, "it waited for the live run"
+
+
+def test_plan_times_pair_each_plan_with_the_decision_before_it(monkeypatch) -> None:
+    """A plan's time runs from the end of its decision to the end of its application; a decision with no action
+    (no plan carried out, so no plan listener call) is overwritten by the next one, and a plan applied with no
+    decision before it (``Engine.apply``) is not counted."""
+    import coordinator.replay as replay
+
+    clock = iter([10.0, 10.5, 20.0, 30.0, 33.0])
+    monkeypatch.setattr(replay.time, "perf_counter", lambda: next(clock))
+    times = replay.PlanTimes()
+    times.decided(0.001)  # 10.0
+    times.applied()  # 10.5: 0.5 s
+    times.applied()  # no decision before it: not counted
+    times.decided(0.001)  # 20.0, an empty plan: no applied() follows
+    times.decided(0.001)  # 30.0
+    times.applied()  # 33.0: 3 s
+    assert times.seconds == [0.5, 3.0]
+    assert times.summary(wall=10.0) == {"count": 2, "median_s": 1.75, "p99_s": 3.0, "wall_share": 0.35}
+    assert replay.PlanTimes().summary(wall=10.0) == {"count": 0, "median_s": None, "p99_s": None, "wall_share": 0.0}
+
+
+def test_plans_that_take_much_of_the_live_run_are_warned_about() -> None:
+    """At --compress 600 a DYNMCB8-ASAP-PER replay of an HPC2N week's first 20 jobs spent about 60% of its wall time
+    carrying out plans (1-3 s each on 4 hosts of a 2-core VM, the policy's 600-s period being 1 s of wall time): it
+    had 449 preemptions and a mean stretch of 20.2 against the simulation's 126 and 3.5, and said nothing."""
+    from coordinator.replay import plans_warning
+
+    plans = {"count": 58, "median_s": 1.2, "p99_s": 2.9, "wall_share": 0.62}
+    assert plans_warning(plans, 600.0) == (
+        "vcemu replay: warning: carrying out the policy's 58 plans took 62% of the live run's wall time (median "
+        "1.20 s, 720 trace s at --compress 600), while the jobs they stop and start do not progress: the live column "
+        "measures the agents' process stops and starts as much as the policy; --compress 96 or less brings it near "
+        "10%")
+    assert plans_warning({**plans, "wall_share": 0.2}, 600.0) is None
+    assert plans_warning({"count": 0, "median_s": None, "p99_s": None, "wall_share": 0.0}, 600.0) is None
