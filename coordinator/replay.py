@@ -64,8 +64,11 @@ if TYPE_CHECKING:
 STARTUP_S = 1.0
 #: The share of the jobs' median work above which the live run's start-up overhead is warned about.
 OVERHEAD_WARN = 0.10
-#: The share of the live run's wall time spent carrying out plans above which it is warned about.
+#: The share of the live run's wall time spent carrying out plans above which it is warned about...
 PLANS_WARN = 0.20
+#: ...if there were at least this many: fewer say nothing of --compress (one Start stuck on an agent that does not
+#: answer, say).
+PLANS_WARN_MIN = 5
 
 EXIT_STATUS = """exit status: 0 every job of the segment completed live and the results were written; 1 the live run
 timed out (--timeout), failed, did not complete every job, or its results could not be written (they are still
@@ -314,8 +317,8 @@ def _up(x: float) -> float:
 
 
 def _two_digits(x: float, rounding: Callable[[float], int]) -> float:
-    """``x`` (> 0) rounded to two significant digits by ``rounding`` (math.ceil or math.floor; a relative 1e-9 of
-    slack, so that 860.0000001 stays 860)."""
+    """``x`` (> 0) rounded to two significant digits by ``rounding`` (math.ceil or math.floor), with 1e-9 of slack on
+    ``x / step`` (10 to 100), so that a float error such as 860.00000000001 stays 860."""
     step = 10.0 ** (math.floor(math.log10(x)) - 1)
     slack = -1e-9 if rounding is math.ceil else 1e-9
     return rounding(x / step + slack) * step
@@ -334,44 +337,51 @@ class PlanTimes:
     """Wall seconds each of the live run's plans took to carry out: from the end of its decision (the engine's
     decision listeners) to the end of its application (its plan listeners), both in the engine's loop, under its
     lock. The agents' process stops and starts are in it: a DYNMCB8 repacking that pauses, moves and resumes a few
-    multi-task jobs took up to 3 s on 4 hosts of this 2-core VM (a median of 0.76 s over 341 plans at --compress
-    600), while the live clock ran on (the jobs it stops do not progress meanwhile, and at --compress K each second
-    is K trace seconds). A decision with no action has no plan to carry out and is not counted."""
+    multi-task jobs took up to 3 s on 4 hosts of this project's 2-core VM (a median of 0.76 s over 341 plans at
+    --compress 600), while the live clock ran on (the jobs it stops do not progress meanwhile, and at --compress K
+    each second is K trace seconds). A decision with no action has no plan to carry out and is not counted (its
+    mark is replaced by the next decision's). (``Engine.apply``, a plan from outside the loop that ``replay`` does
+    not make, would be timed from the last decision.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.seconds: list[float] = []
+        self._clock = clock
         self._t0: float | None = None
 
     def decided(self, _elapsed: float) -> None:
-        self._t0 = time.perf_counter()
+        self._t0 = self._clock()
 
     def applied(self) -> None:
         if self._t0 is not None:
-            self.seconds.append(time.perf_counter() - self._t0)
+            self.seconds.append(self._clock() - self._t0)
             self._t0 = None
 
     def summary(self, wall: float) -> dict[str, Any]:
-        """Count, median and 99th percentile (wall seconds), and their sum's share of the run's ``wall`` seconds."""
+        """Count, median and 99th percentile (nearest rank; wall seconds), and their sum's share of the run's
+        ``wall`` seconds."""
         xs = sorted(self.seconds)
         if not xs:
             return {"count": 0, "median_s": None, "p99_s": None, "wall_share": 0.0}
-        return {"count": len(xs), "median_s": statistics.median(xs), "p99_s": xs[min(len(xs) - 1, int(0.99 * len(xs)))],
+        return {"count": len(xs), "median_s": statistics.median(xs), "p99_s": xs[math.ceil(0.99 * len(xs)) - 1],
                 "wall_share": sum(xs) / wall if wall > 0 else 0.0}
 
 
-def plans_warning(plans: dict[str, Any], compress: float) -> str | None:
-    """The warning that carrying out the live run's plans took over :data:`PLANS_WARN` of its wall time, with the
-    --compress that would bring it near a tenth (the plans per wall second, and so the share, scale with K); None if
-    it did not."""
+def plans_warning(plans: dict[str, Any], compress: float, sim_end: float, timeout: float) -> str | None:
+    """The warning that carrying out the live run's plans took over :data:`PLANS_WARN` of its wall time (of at
+    least :data:`PLANS_WARN_MIN` plans), with the --compress that would bring it near a tenth (the plans per wall
+    second, and so the share, scale with K), and the --timeout that run would need when the simulation's end
+    (``sim_end``) at that K is not well within ``timeout`` (as :func:`timeout_note` reckons it); None if not."""
     share = plans["wall_share"]
-    if share <= PLANS_WARN:
+    if share <= PLANS_WARN or plans["count"] < PLANS_WARN_MIN:
         return None
     better = _down(compress * 0.1 / share)
+    wall = expected_wall(sim_end, better)
+    longer = f" (with --timeout {_num(_up(1.25 * wall))}: about {_span(wall)})" if wall > 0.8 * timeout else ""
     return (f"vcemu replay: warning: carrying out the policy's {plans['count']} plans took {100 * share:.0f}% of the "
             f"live run's wall time (median {plans['median_s']:.2f} s, {plans['median_s'] * compress:,.0f} trace s at "
             f"--compress {_num(compress)}), while the jobs they stop and start do not progress: the live column "
             f"measures the agents' process stops and starts as much as the policy; --compress {_num(better)} or less "
-            "brings it near 10%")
+            f"brings it near 10%{longer}")
 
 
 def _down(x: float) -> float:
@@ -389,7 +399,7 @@ def overhead_warning(overhead: float, how: str, specs: Sequence[JobSpec], compre
     better = OVERHEAD_WARN * work / real if real > 0 else compress
     return (f"vcemu replay: warning: the live run's start-up overhead is {overhead:.0f} trace s per job ({how}; "
             f"{real:.2f} s real x --compress {compress:g}), {100 * overhead / work:.0f}% of the jobs' median work "
-            f"({work:.0f} s): the live column is slowed by it next to the simulation; --compress {better:.3g} or "
+            f"({work:.0f} s): the live column is slowed by it next to the simulation; --compress {_num(better)} or "
             f"less keeps it under {100 * OVERHEAD_WARN:.0f}%")
 
 
@@ -426,11 +436,11 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         if note is not None:
             print(note, file=sys.stderr)
         plan_times = PlanTimes()
-        server.engine.decision_listeners.append(plan_times.decided)
-        server.engine.plan_listeners.append(plan_times.applied)
+        with server.engine.lock:  # (the engine's loop reads its listener lists)
+            server.engine.decision_listeners.append(plan_times.decided)
+            server.engine.plan_listeners.append(plan_times.applied)
         origin = server.backend.now() + 1.0 * a.compress  # a second of real time for the first arrival
         arrivals = [replace(j, submit_time=j.submit_time + origin) for j in specs]
-        live_t0 = time.monotonic()
         server.engine.schedule_arrivals(arrivals)
         server.backend.wake()
         bar = tqdm(total=len(arrivals), desc="replay", unit="job", file=sys.stderr, disable=a.json or None)
@@ -442,7 +452,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         with server.engine.lock:  # the run as it was at the cut-off (stopping it records more)
             cutoff = server.backend.now()
             live = _snapshot(server.engine.history)
-            plans = plan_times.summary(time.monotonic() - live_t0)
+            plans = plan_times.summary((cutoff - origin) / a.compress)  # wall seconds from the first arrival
         timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
@@ -469,7 +479,8 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
               f"{len(specs)} jobs completed ({len(live.specs)} arrived); the live column covers the run up to the "
               f"cut-off, the simulated one the whole segment", file=sys.stderr)
     overhead, how = live_overhead(live, a.compress)
-    for warning in (overhead_warning(overhead, how, specs, a.compress), plans_warning(plans, a.compress)):
+    for warning in (overhead_warning(overhead, how, specs, a.compress),
+                    plans_warning(plans, a.compress, sim_end, a.timeout)):
         if warning is not None:
             print(warning, file=sys.stderr)
     out = {

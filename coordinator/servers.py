@@ -264,7 +264,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)",
                   file=sys.stderr)
             return 2
-        if args.agent_spares is not None:
+        if args.agent_spares_given:
             print("vcemu up: --agent-spares: not with --ray (the Ray agent actors keep no spares)", file=sys.stderr)
             return 2
         if args.agents != 1:  # each host is an agent actor of its own

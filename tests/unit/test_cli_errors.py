@@ -794,7 +794,7 @@ def test_agent_spares_out_of_range_is_refused_before_the_agent_starts(value: str
 @pytest.mark.parametrize(("argv", "flags"), [
     (["up", "--hosts", "3", "--agents", "2", "--port", "0", "--agent-spares", "0"], [["--spares", "0"]] * 2),
     (["up", "--hosts", "1", "--port", "0", "--agent-spares", "16"], [["--spares", "16"]]),
-    (["up", "--hosts", "1", "--port", "0"], [[]]),  # the agent's own default
+    (["up", "--hosts", "1", "--port", "0"], [["--spares", "2"]]),  # the agent's default, passed (and recorded)
     (["demo", "--agent-spares", "3", "--out", "OUT"], [["--spares", "3"]]),
     (["replay", "TRACE", "--agent-spares", "1", "--out", "OUT"], [["--spares", "1"]]),
 ])
