@@ -357,12 +357,14 @@ class PlanTimes:
             self._t0 = None
 
     def summary(self, wall: float) -> dict[str, Any]:
-        """Count, median and 99th percentile (nearest rank; wall seconds), and their sum's share of the run's
-        ``wall`` seconds."""
-        xs = sorted(self.seconds)
+        """Count, median and 99th percentile (wall seconds; :func:`coordinator.metrics.percentile`, as the decision
+        times beside them), and their sum's share of the run's ``wall`` seconds."""
+        from coordinator.metrics import percentile
+
+        xs = self.seconds
         if not xs:
             return {"count": 0, "median_s": None, "p99_s": None, "wall_share": 0.0}
-        return {"count": len(xs), "median_s": statistics.median(xs), "p99_s": xs[math.ceil(0.99 * len(xs)) - 1],
+        return {"count": len(xs), "median_s": percentile(xs, 50), "p99_s": percentile(xs, 99),
                 "wall_share": sum(xs) / wall if wall > 0 else 0.0}
 
 
