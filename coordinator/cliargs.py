@@ -97,17 +97,11 @@ def version() -> str:
 
 def add_agent_spares(parser: argparse.ArgumentParser) -> None:
     """``--agent-spares N`` of the commands that start their own agents (``up``, ``demo``, ``replay``): passed to each
-    as ``vcemu agent --spares N`` (:mod:`node_agent.spares`), the agent's own default if absent, so that a run's
-    recorded config says what its agents kept."""
+    as ``vcemu agent --spares N`` (:mod:`node_agent.spares`); None if not given (``up --ray`` refuses it given), and
+    each agent is then passed the agent's default (:func:`coordinator.servers.start_local_cluster`)."""
     from node_agent.spares import DEFAULT_SPARES, MAX_SPARES
 
-    class Given(argparse.Action):  # (records that the flag was given: up --ray refuses it even at the default)
-        def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
-            namespace.agent_spares, namespace.agent_spares_given = values, True
-
-    parser.set_defaults(agent_spares_given=False)
-    parser.add_argument("--agent-spares", type=whole_in(0, MAX_SPARES), default=DEFAULT_SPARES, metavar="N",
-                        action=Given,
+    parser.add_argument("--agent-spares", type=whole_in(0, MAX_SPARES), default=None, metavar="N",
                         help=f"each agent keeps N programs of each workload started ahead (vcemu agent --spares; "
                              f"0: none, each start cold; default {DEFAULT_SPARES}): an idle spare holds about 30 MB")
 

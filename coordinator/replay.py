@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.cliargs import POLICY_HELP, Parser, add_agent_spares, doc_text, non_negative, positive
-from coordinator.metrics import History, JobResult, Transition
+from coordinator.metrics import History, JobResult, Transition, trace_span
 from coordinator.model import JobSpec, JobState
 from node_agent.signals import signals_deferred, signals_interrupt
 
@@ -271,11 +271,6 @@ def live_overhead(history: History, compress: float) -> tuple[float, str]:
     return compress * STARTUP_S, f"estimated as {compress:g} x {STARTUP_S:g} s"
 
 
-def simulated_end(sim: History) -> float:
-    """When the simulated run of the segment ends: its last job's end, in trace seconds from the first submission."""
-    return max((t.time for t in sim.transitions if t.dst.finished), default=0.0)
-
-
 def expected_wall(sim_end: float, compress: float) -> float:
     """The live run's expected wall seconds: the simulated end at ``compress``, after the first arrival's second of
     real time (start-ups and the live run's other costs make it somewhat longer)."""
@@ -433,7 +428,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
             return 1
         finally:
             sim_bar.close()
-        sim_end = simulated_end(sim)
+        sim_end = trace_span(sim)  # its end: the segment's first submission is at 0
         note = timeout_note(sim_end, a.compress, a.timeout, statistics.median(s.work for s in specs))
         if note is not None:
             print(note, file=sys.stderr)

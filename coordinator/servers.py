@@ -34,6 +34,7 @@ from coordinator.cliargs import (
 )
 from node_agent.processes import stop_processes
 from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
+from node_agent.spares import DEFAULT_SPARES
 
 if TYPE_CHECKING:
     from coordinator.service import CoordinatorServer
@@ -182,7 +183,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     (an open binary file) if given, else to this process's stderr: a run that draws a progress bar (demo,
     replay) keeps its terminal for that, and its results folder keeps the agents' log. With
     ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
-    if one cannot be listened on). ``agent_spares``: each agent's ``--spares`` (None: the agent's default).
+    if one cannot be listened on). ``agent_spares``: each agent's ``--spares`` (None: the agent's default, passed
+    explicitly).
     ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
     compression)."""
     from coordinator.policies import get_policy
@@ -219,7 +221,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
         for i, agent_id in agent_of.items():
             n = split[i]
             metrics = [] if agent_metrics_port is None else ["--metrics-port", str(agent_metrics_port + i)]
-            spares = [] if agent_spares is None else ["--spares", str(agent_spares)]
+            spares = ["--spares", str(DEFAULT_SPARES if agent_spares is None else agent_spares)]
             procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
                                      ",".join(mems[first[i]:first[i] + n]), agent_id,
                                      (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics + spares,
@@ -264,7 +266,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)",
                   file=sys.stderr)
             return 2
-        if args.agent_spares_given:
+        if args.agent_spares is not None:
             print("vcemu up: --agent-spares: not with --ray (the Ray agent actors keep no spares)", file=sys.stderr)
             return 2
         if args.agents != 1:  # each host is an agent actor of its own
