@@ -80,6 +80,12 @@ class RayContext:
                for n in ray.nodes() if n.get("Alive")]
         return sorted(out, key=lambda n: n.node_id)
 
+    def named_actors(self) -> set[str]:
+        """The names of the live named actors of this connection's namespace."""
+        import ray.util
+
+        return set(ray.util.list_named_actors())
+
     def close(self) -> None:
         import ray
 

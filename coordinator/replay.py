@@ -1,20 +1,20 @@
 """``vcemu replay TRACE [--policy NAME] [--compress K]``: a trace segment on live agents beside its simulation.
 
-The trace (a job file, or an SWF log: ``--segment`` picks a 1-week segment, read by ``workloads.jobfile.load_jobs``)
-is cut to ``--max-jobs`` jobs (the first by submission) on ``--hosts`` hosts; jobs wider than the cluster are
-dropped and counted (those submitted before the last job replayed), and any other job the engine would refuse is
-refused before the cluster starts, naming its line. An in-process coordinator (as ``vcemu demo`` starts it) drives
-``--agents`` real agent processes (cgroup-enforced shares, pause = checkpoint and stop) with the live backend's time
-compression K: its clock runs K times faster than wall time and each task's work is divided by K, so a job of W
-trace-seconds takes W/K real seconds and everything is reported in trace seconds. Jobs arrive at their trace submit
-times (shifted by the cluster's start-up time) on that clock. The very same jobs also go through the simulator with
-the same policy, hosts and penalty, and both runs are scored by the same code (coordinator.metrics, 001 Sec. V's
-metrics), side by side. Results go to a new directory under ``--out`` named after the run's start
-(``YYYYmmdd-HHMMSS-POLICY-kK``, with ``-2``, ``-3``, ... for further runs started in the same second); its
-``config.json`` records the code that ran (``"code"``), and the trace's absolute path, the hash of the bytes read
-and, for SWF, what the conversion dropped. An exception in the coordinator's engine loop (which logs it and goes on,
-as a service must) ends the replay with an error: a job refused at its arrival would otherwise be waited for until
-``--timeout``.
+The trace (a job file, or an SWF log: ``--segment`` picks a 1-week segment, read by ``workloads.jobfile.load_jobs``) is
+cut to ``--max-jobs`` jobs (the first by submission) on ``--hosts`` hosts; jobs wider than the cluster are dropped and
+counted (those submitted before the last job replayed), and any other job the engine would refuse is refused before the
+cluster starts, naming its line. An in-process coordinator (as ``vcemu demo`` starts it) drives ``--agents`` real agent
+processes (cgroup-enforced shares, pause = checkpoint and stop; with ``--ray ADDRESS``, one agent actor per host on the
+nodes of that Ray cluster, placed and started as ``vcemu up --ray`` does) with the live backend's time compression K:
+its clock runs K times faster than wall time and each task's work is divided by K, so a job of W trace-seconds takes W/K
+real seconds and everything is reported in trace seconds. Jobs arrive at their trace submit times (shifted by the
+cluster's start-up time) on that clock. The very same jobs also go through the simulator with the same policy, hosts and
+penalty, and both runs are scored by the same code (coordinator.metrics, 001 Sec. V's metrics), side by side. Results go
+to a new directory under ``--out`` named after the run's start (``YYYYmmdd-HHMMSS-POLICY-kK``, with ``-2``, ``-3``, ...
+for further runs started in the same second); its ``config.json`` records the code that ran (``"code"``), and the
+trace's absolute path, the hash of the bytes read and, for SWF, what the conversion dropped. An exception in the
+coordinator's engine loop (which logs it and goes on, as a service must) ends the replay with an error: a job refused at
+its arrival would otherwise be waited for until ``--timeout``.
 
 The simulation runs first, once the cluster is up and before any job arrives (it is deterministic, and takes
 seconds for a thousand jobs, with a progress bar of its own): its end, at --compress K, is how long the live run
@@ -31,7 +31,10 @@ from the first submission to the cut-off (not to the last completion) and the al
 same span: utilisation never exceeds 1. ``jobs`` (and the per-job rates) count the whole segment in both columns; the
 simulated column is always the simulation of the whole segment. ``jobs.csv`` in the results folder has, per job of
 the segment, its live and simulated submit, start, end, wait, run time, stretch and last yield (trace seconds from the
-segment's first submission; empty where the job did not get that far). Each task's start-up (0.5-3 s of real time,
+segment's first submission; empty where the job did not get that far); the output and ``metrics.json``'s ``per_job``
+give the median and largest relative difference between a job's live and simulated stretch, over every job finished
+both ways and over those whose work is at least ten times the start-up overhead below (:func:`per_job`), and
+``stretch.png`` plots each job's pair. Each task's start-up (0.5-3 s of real time,
 the agent starting a process) is K times longer in trace seconds: when the live run's overhead (measured on the jobs
 that ran at one share from start to end, else estimated as K x 1 s) is over 10% of the jobs' median work, a warning
 says so after the run and suggests a smaller ``--compress``.
@@ -44,6 +47,7 @@ import csv
 import io
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -120,7 +124,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--agents", type=positive("--agents", int), default=1,
                    help="agent processes sharing the hosts (at most --hosts; default %(default)s)")
     p.add_argument("--cpus-per-host", type=positive("--cpus-per-host"), default=None,
-                   help="real cores per emulated host (default: 60%% of the machine shared out)")
+                   help="real cores per emulated host (default: 60%% of the machine shared out; with --ray, 60%% of "
+                        "each node's CPUs shared out among its hosts, at most 1 core)")
     p.add_argument("--mem-per-host", type=_mem_size, default="512MiB",
                    help="memory per emulated host (default %(default)s)")
     p.add_argument("--penalty", type=non_negative, default=0.0,
@@ -131,6 +136,12 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
                    help="wall seconds (> 0) before the live run is abandoned (default %(default)g)")
     p.add_argument("--no-cgroups", action="store_true", help="agents use the duty-cycle fallback")
+    p.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="replay on the nodes of the Ray cluster at ADDRESS (HOST:PORT of its head), one agent actor "
+                        "per host, as vcemu up --ray places them (token auth: set RAY_AUTH_MODE=token and "
+                        "RAY_AUTH_TOKEN)")
+    p.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
+                   "(default: each node's IP as Ray reports it)")
     add_agent_spares(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default="results/replay",
@@ -138,6 +149,13 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     a = p.parse_args(list(argv))
     if a.agents > a.hosts:
         p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
+    if a.ray is None and a.bind is not None:
+        p.error("argument --bind: only with --ray (a local cluster listens on 127.0.0.1)")
+    if a.ray is not None:  # as vcemu up --ray refuses them
+        if a.agents != 1:
+            p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
+        if a.agent_spares is not None:
+            p.error("argument --agent-spares: not with --ray (the Ray agent actors keep no spares)")
     return a
 
 
@@ -198,7 +216,7 @@ def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
 def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     """The replay; ``stage["cluster"]`` is set once its cluster begins to start (for the interrupted line)."""
     from coordinator.policies import UnknownPolicy, get_policy
-    from coordinator.servers import live_run_dir, start_local_cluster
+    from coordinator.servers import live_run_dir, start_local_cluster, stop_agents
     from workloads.jobfile import JobFileError
 
     try:
@@ -217,6 +235,11 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     note = source.drop_note()
     if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
         print(f"vcemu replay: {a.trace}: {note}", file=sys.stderr)
+    if a.ray is not None:
+        with agent_log:
+            agent_log.write(b"vcemu replay: the agents run as Ray actors, which log on their own nodes (Ray's session "
+                            b"directory, /tmp/ray/session_latest/logs/ by default)\n")
+        return _replay_on_ray(a, specs, dropped, source, d, wall0, stage)
     with agent_log:
         stage["cluster"] = True
         try:
@@ -226,7 +249,39 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
         except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
             print(f"vcemu replay: {exc}", file=sys.stderr)
             return 1
-        return _replay_live(a, specs, dropped, server, procs, d, wall0, source.provenance())
+        return _replay_live(a, specs, dropped, server, lambda: stop_agents(procs), d, wall0, source.provenance())
+
+
+def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, source: JobFile, d: Path,
+                   wall0: float, stage: dict[str, bool]) -> int:
+    """The replay with its agents as actors on the Ray cluster at ``--ray`` (``vcemu up --ray``'s placement and
+    start-up, :func:`coordinator.backends.ray.cluster.start_on_ray`), the coordinator in this process."""
+    import signal
+
+    from coordinator.backends.ray.cluster import RayStartError, placement_table, start_on_ray
+    from coordinator.raycluster import RayUnavailable, connect
+    from node_agent.cli import parse_size
+
+    term = signal.getsignal(signal.SIGTERM)  # (replay_main's: it unwinds through the cleanup)
+    try:
+        ctx = connect(a.ray)
+    except RayUnavailable as exc:
+        print(f"vcemu replay: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, term)  # ray.init installs its own
+    with ctx:
+        stage["cluster"] = True
+        try:
+            server, agents, infos = start_on_ray(ctx, a.policy, a.hosts, a.cpus_per_host, parse_size(a.mem_per_host),
+                                                 bind=a.bind, no_cgroups=a.no_cgroups,
+                                                 options={"compression": a.compress}, tag="replay")
+        except RayStartError as exc:
+            print(f"vcemu replay: {exc}", file=sys.stderr)
+            return exc.status
+        nodes = len({p.node.node_id for p in agents.placements})
+        print(f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}):\n"
+              f"{placement_table(infos, agents.placements)}", file=sys.stderr, flush=True)
+        return _replay_live(a, specs, dropped, server, agents.stop, d, wall0, source.provenance())
 
 
 def _snapshot(history: History) -> History:
@@ -400,15 +455,15 @@ def overhead_warning(overhead: float, how: str, specs: Sequence[JobSpec], compre
             f"less keeps it under {100 * OVERHEAD_WARN:.0f}%")
 
 
-def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, procs, d: Path,
-                 wall0: float, source: dict[str, Any] | None = None) -> int:
+def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, server, stop: Callable[[], None],
+                 d: Path, wall0: float, source: dict[str, Any] | None = None) -> int:
     """The live replay on the started cluster, its simulation, and the results in ``d`` (``source``: what
-    config.json records of the trace, :meth:`workloads.jobfile.JobFile.provenance`)."""
+    config.json records of the trace, :meth:`workloads.jobfile.JobFile.provenance`); ``stop`` stops the cluster's
+    agents, after the coordinator."""
     from tqdm import tqdm
 
     from coordinator.experiments import follow_jobs, simulate
     from coordinator.metrics import job_results
-    from coordinator.servers import stop_agents
 
     seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
     hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
@@ -454,7 +509,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
             server.stop()
-            stop_agents(procs)
+            stop()
     if server.loop_error_count > seen:
         new = server.loop_error_count - seen
         errors = list(server.loop_errors)
@@ -486,9 +541,11 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         "arrived": len(live.specs), "startup_overhead_s": overhead, "startup_overhead_from": how,
         "sim_end_s": sim_end, "expected_wall_s": expected_wall(sim_end, a.compress), "live_plans": plans,
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
+        "per_job": per_job(specs, live_r, sim_r, overhead),
     }
     try:
-        path: Path | str = _write(a, out, d, source, jobs_csv(specs, live_r, sim_r))
+        path: Path | str = _write(a, out, d, source, jobs_csv(specs, live_r, sim_r),
+                                  lambda f: stretch_plot(specs, live_r, sim_r, out["per_job"], f))
     except OSError as exc:  # e.g. --out removed during the run: the results are still printed below
         print(f"vcemu replay: --out {a.out}: cannot write results: {exc.strerror or exc}", file=sys.stderr)
         path, write_failed = "not written", True
@@ -498,15 +555,116 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         print(json.dumps(out))
     else:
         cut = f"; TIMED OUT after {a.timeout:g} s, live: {live_m['completed']} completed" if timed_out else ""
-        print(f"vcemu replay: {len(specs)} jobs of {a.trace} on {a.hosts} hosts ({mode}), {a.policy}, "
+        where = f" of the Ray cluster at {a.ray}" if a.ray is not None else ""
+        print(f"vcemu replay: {len(specs)} jobs of {a.trace} on {a.hosts} hosts{where} ({mode}), {a.policy}, "
               f"compressed {a.compress:g}x, {out['wall_s']} s wall; {dropped} jobs dropped (wider than the cluster)"
               f"{cut}")
         print(f"{'metric':<20}{'live':>14}{'simulated':>14}")
         for k in live_m:
             lv, sv = live_m[k], sim_m[k]
             print(f"{k:<20}{_f(lv):>14}{_f(sv):>14}")
+        print(per_job_line(out["per_job"]))
         print(f"results: {path}")
     return 1 if timed_out or write_failed or live_m["completed"] < len(specs) else 0
+
+
+def per_job(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult],
+            overhead: float) -> dict[str, Any]:
+    """How far each job's live stretch is from its simulated one (:func:`coordinator.metrics.relative_difference`, as
+    jobs.csv's ``rel_diff`` and ``vcemu demo``'s figure), over the jobs that finished both ways: how many, the median
+    and the largest; and the same over the "long" ones among them, whose work is at least ``long_work_s``, 1 /
+    :data:`OVERHEAD_WARN` times the live run's start-up overhead per job (``overhead``, trace seconds:
+    :func:`live_overhead`). At --compress K a start-up of a fraction of a real second is K times that in trace
+    seconds, the model has none, and a job whose work is a few times that is measured mostly by it: on an HPC2N
+    week's first 12 jobs at --compress 100, a job of 3 s of work had a stretch of 21.9 live against 2.5 simulated,
+    while the 9 jobs of over 20,000 s were within 2.5% of their simulation. The medians are None where no job is
+    counted."""
+    from coordinator.metrics import relative_difference
+
+    long_work = overhead / OVERHEAD_WARN
+    diffs: list[float] = []
+    long: list[float] = []
+    for s in specs:
+        lr, sr = live.get(s.id), sim.get(s.id)
+        if lr is None or sr is None or lr.stretch is None or sr.stretch is None:
+            continue
+        diffs.append(relative_difference(lr.stretch, sr.stretch))
+        if s.work >= long_work:
+            long.append(diffs[-1])
+
+    def median(xs: list[float]) -> float | None:
+        return statistics.median(xs) if xs else None
+
+    return {"jobs": len(diffs), "median_rel_diff": median(diffs), "max_rel_diff": max(diffs, default=None),
+            "long_work_s": long_work, "long_jobs": len(long), "long_median_rel_diff": median(long),
+            "long_max_rel_diff": max(long, default=None)}
+
+
+def per_job_line(cmp: dict[str, Any]) -> str:
+    """:func:`per_job`'s figures in one line for the text output."""
+    if not cmp["jobs"]:
+        return "per job: no job finished both live and in the simulation"
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    line = (f"per job, live against simulated stretch: a median relative difference of {pct(cmp['median_rel_diff'])} "
+            f"(max {pct(cmp['max_rel_diff'])}) over {cmp['jobs']} jobs")
+    times = f"{1 / OVERHEAD_WARN:g}x the start-up overhead"
+    if cmp["long_jobs"] == cmp["jobs"]:
+        return line + f", each of work >= {cmp['long_work_s']:,.0f} trace s ({times})"
+    if not cmp["long_jobs"]:
+        return line + f"; none has a work of {times} ({cmp['long_work_s']:,.0f} trace s) or more"
+    return line + (f"; {pct(cmp['long_median_rel_diff'])} (max {pct(cmp['long_max_rel_diff'])}) over the "
+                   f"{cmp['long_jobs']} of work >= {cmp['long_work_s']:,.0f} trace s ({times})")
+
+
+def stretch_plot(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult],
+                 cmp: dict[str, Any], path: Path) -> None:
+    """``stretch.png``: each job's live stretch against its simulated one (log-log over a range wider than tenfold,
+    the diagonal where they agree),
+    the long jobs of :func:`per_job` apart from those whose work is under ``long_work_s``; nothing when no job
+    finished both ways. A scatter, not ``vcemu demo``'s bars: a segment may have hundreds of jobs."""
+    from coordinator.outputs import save_figure
+
+    pts = [(sr.stretch, lr.stretch, s.work >= cmp["long_work_s"]) for s in specs
+           if (lr := live.get(s.id)) is not None and (sr := sim.get(s.id)) is not None
+           and lr.stretch is not None and sr.stretch is not None]
+    if not pts:
+        return
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for long, style in ((True, {"marker": "o", "color": "tab:blue"}),
+                        (False, {"marker": "o", "facecolors": "none", "edgecolors": "tab:orange"})):
+        xs = [p[0] for p in pts if p[2] is long]
+        ys = [p[1] for p in pts if p[2] is long]
+        if xs:
+            what = ">=" if long else "<"
+            ax.scatter(xs, ys, label=f"work {what} {cmp['long_work_s']:,.0f} trace s ({len(xs)} jobs)", **style)
+    lo = min(min(p[0], p[1]) for p in pts)
+    hi = max(max(p[0], p[1]) for p in pts)
+    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8, label="live = simulated")
+    if hi > 10 * lo:  # a log scale over a wide range (plain numbers on it); a narrow one reads better linear
+        from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # 1, 2, 5, 10, 20, ...
+            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(FormatStrFormatter("%g"))
+            axis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("simulated stretch (flow time / work)")
+    ax.set_ylabel("live stretch")
+    title = f"median relative difference {100 * cmp['median_rel_diff']:.1f}%"
+    if 0 < cmp["long_jobs"] < cmp["jobs"]:
+        title += f", {100 * cmp['long_median_rel_diff']:.1f}% for work >= {cmp['long_work_s']:,.0f} s"
+    ax.set_title(f"Live vs simulated stretch per job\n({title})", fontsize="medium")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
 
 
 def _shifted(r: JobResult, origin: float) -> JobResult:
@@ -548,11 +706,12 @@ def _f(x: Any) -> str:
 
 
 def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
-           source: dict[str, Any] | None = None, jobs: str | None = None) -> Path:
+           source: dict[str, Any] | None = None, jobs: str | None = None,
+           plot: Callable[[Path], None] | None = None) -> Path:
     """The run's results in its folder ``d`` (made at the run's start), or else in a new directory under ``--out``
     named after now (:func:`coordinator.outputs.new_run_dir`). ``source``: what config.json records of the trace
     read (its absolute path, the hash of its bytes, the SWF conversion's drops); ``jobs``: the text of jobs.csv
-    (:func:`jobs_csv`)."""
+    (:func:`jobs_csv`); ``plot``: draws ``stretch.png`` at the path given (:func:`stretch_plot`), last."""
     from coordinator.outputs import json_safe, new_run_dir, write_json, write_text
     from coordinator.provenance import code_version
 
@@ -565,4 +724,6 @@ def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
         f"{k},{out['live'][k]},{out['sim'][k]}\n" for k in out["live"]))
     if jobs is not None:
         write_text(d / "jobs.csv", jobs)
+    if plot is not None:
+        plot(d / "stretch.png")
     return d

@@ -381,3 +381,37 @@ def test_an_actor_dead_for_good_is_told_once_and_with_none_left_up_stops(ray_clu
     assert rc == 1, err
     assert err.count(f"agent actor {agent_id} is dead") == 1 and "does not answer" not in err, err
     assert err.rstrip().endswith("vcemu up: every agent actor is dead; stopping the coordinator"), err
+
+
+@pytest.mark.parametrize("ray_cluster", ["token"], indirect=True)  # three nodes
+def test_replay_on_ray_runs_a_trace_on_hosts_of_distinct_nodes_beside_its_simulation(ray_cluster: LocalRayCluster,
+                                                                                     tmp_path: Path):
+    """``vcemu replay --ray``: the agents are actors placed as ``up --ray`` places them, one host per Ray node, and the
+    trace runs on them time-compressed, scored beside its simulation, its results written as a local replay's."""
+    import json
+
+    n = ray_cluster.nodes
+    jobs = [{"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.2, "work": 90},
+            {"id": "b", "submit_time": 30, "tasks": n, "cpu_need": 0.5, "memory": 0.1, "work": 60},
+            {"id": "c", "submit_time": 60, "tasks": 1, "cpu_need": 1.0, "memory": 0.3, "work": 60}]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    r = subprocess.run([sys.executable, "-m", "coordinator.cli", "replay", str(trace), "--ray", ray_cluster.address,
+                        "--bind", "127.0.0.1", "--hosts", str(n), "--cpus-per-host", str(CORES),
+                        "--mem-per-host", "256MiB", "--compress", "30", "--timeout", "120", "--json",
+                        "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, env=ray_cluster.env, timeout=240)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["live"]["completed"] == out["sim"]["completed"] == 3, out
+    assert out["mode"].startswith("cgroup"), out["mode"]
+    assert out["per_job"]["jobs"] == 3, out["per_job"]
+    assert f"{n} hosts on {n} Ray nodes (Ray " in r.stderr, r.stderr
+    rows = [ln.split() for ln in r.stderr.splitlines() if re.match(r"replay\d-h\d ", ln)]
+    assert len({row[4] for row in rows}) == n, rows  # one host per Ray node
+    d = next((tmp_path / "out").iterdir())
+    assert {p.name for p in d.iterdir()} >= {"config.json", "metrics.json", "jobs.csv", "stretch.png", "agents.log"}
+    assert json.loads((d / "config.json").read_text())["ray"] == ray_cluster.address
+    assert "Ray actors" in (d / "agents.log").read_text()
+    for row in rows:  # each actor removed its cgroups when it stopped
+        assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-{row[2]}") + glob.glob(f"/sys/fs/cgroup/*/*/vcemu-{row[2]}")

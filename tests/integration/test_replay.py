@@ -43,7 +43,12 @@ def test_replay_runs_live_and_simulated_side_by_side(cgroups_required, tmp_path:
     assert 0.0 < plans["wall_share"] < 1.0, plans
     written = next((tmp_path / "out").iterdir())
     assert json.loads((written / "metrics.json").read_text())["live_plans"] == plans
-    assert {p.name for p in written.iterdir()} >= {"config.json", "metrics.json", "metrics.csv", "agents.log"}
+    assert {p.name for p in written.iterdir()} >= {"config.json", "metrics.json", "metrics.csv", "agents.log",
+                                                   "jobs.csv", "stretch.png"}
+    # Each job's live stretch against its simulated one: every job finished both ways is compared.
+    per_job = out["per_job"]
+    assert per_job["jobs"] == 4 and 0.0 <= per_job["median_rel_diff"] <= per_job["max_rel_diff"], per_job
+    assert json.loads((written / "metrics.json").read_text())["per_job"] == per_job
     # The agents log into the run's folder, not over the progress bar on the terminal.
     assert "vcemu agent: INFO task start" in (written / "agents.log").read_text()
     assert "vcemu agent" not in captured.err, captured.err[-500:]

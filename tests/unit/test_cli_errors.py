@@ -288,6 +288,9 @@ def fake_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
         def nodes(self) -> list[RayNode]:
             return [RayNode("f" * 56, "127.0.0.1", {"CPU": 2.0}, {})]
 
+        def named_actors(self) -> set[str]:
+            return set()
+
         def close(self) -> None:
             pass
 

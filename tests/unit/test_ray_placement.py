@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from coordinator.backends.ray.placement import host_counts, place_hosts
+from coordinator.backends.ray.placement import actor_name, free_placements, host_counts, place_hosts
 from coordinator.raycluster import RayNode, RayUnavailable, parse_address, probe
 
 MIB = 1 << 20
@@ -25,6 +25,24 @@ def test_hosts_are_dealt_round_robin_in_node_id_order_and_pinned_by_node_label()
     assert placements[2].label_selector == {"ray.io/node-id": "bb"}
     assert len({p.agent_id for p in placements}) == 5
     assert all(h["cpu_cores"] == 0.5 and h["memory_bytes"] == MIB for p in placements for h in p.hosts)
+
+
+def test_a_second_run_on_the_cluster_takes_agent_ids_no_live_actor_holds():
+    """An agent id also names its cgroups on its node, and a starting agent removes what it finds there under its
+    id: a replay beside ``up --ray`` (or a second one) must not take the first run's ids."""
+    nodes = [node("aa"), node("bb")]
+    first = free_placements(nodes, 2, 0.5, MIB, "ray", taken=set())
+    assert [p.hosts[0]["name"] for p in first] == ["ray0-h0", "ray1-h0"]
+    assert first == place_hosts(nodes, 2, 0.5, MIB)
+    taken = {actor_name(p.agent_id) for p in first} | {"vcemu-agent-other"}
+    second = free_placements(nodes, 2, 0.5, MIB, "ray", taken)
+    assert [p.hosts[0]["name"] for p in second] == ["ray2-0-h0", "ray2-1-h0"]
+    third = free_placements(nodes, 2, 0.5, MIB, "ray", taken | {actor_name(p.agent_id) for p in second})
+    assert [p.hosts[0]["name"] for p in third] == ["ray3-0-h0", "ray3-1-h0"]
+    # One name taken of the tag's is enough to move to the next.
+    assert free_placements(nodes, 2, 0.5, MIB, "ray", {actor_name(first[1].agent_id)})[0].hosts[0]["name"] == \
+        "ray2-0-h0"
+    assert free_placements(nodes, 1, 0.5, MIB, "replay", taken)[0].hosts[0]["name"] == "replay0-h0"
 
 
 def test_default_cores_share_out_part_of_each_nodes_cpus_and_nodes_without_cpus_get_nothing():

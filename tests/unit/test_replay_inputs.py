@@ -103,7 +103,7 @@ def test_an_exception_in_the_engine_loop_ends_the_replay(tmp_path: Path, capsys:
         with grpc.insecure_channel(server.address) as channel:
             register(pb_grpc.CoordinatorStub(channel))
         t0 = time.monotonic()
-        code = _replay_live(a, specs, 0, server, [], tmp_path, t0)
+        code = _replay_live(a, specs, 0, server, lambda: None, tmp_path, t0)
         took = time.monotonic() - t0
     finally:
         server.stop()
@@ -135,3 +135,32 @@ def test_replay_says_what_the_swf_conversion_dropped_and_records_it(tmp_path: Pa
     assert config["trace"] == str(trace) and config["jobs_file_abspath"] == str(trace)
     assert config["jobs_file_sha256"] == source.sha256
     assert config["swf_conversion"]["dropped"]["no_submit_time"] == 1
+
+
+@pytest.mark.parametrize(("argv", "why"), [
+    (["--bind", "0.0.0.0"], "argument --bind: only with --ray (a local cluster listens on 127.0.0.1)"),
+    (["--ray", "127.0.0.1:6379", "--hosts", "4", "--agents", "2"],
+     "argument --agents: not with --ray (each emulated host is its own agent actor)"),
+    (["--ray", "127.0.0.1:6379", "--agent-spares", "1"],
+     "argument --agent-spares: not with --ray (the Ray agent actors keep no spares)"),
+])
+def test_replay_refuses_what_does_not_go_with_ray_or_without_it(argv: list[str], why: str, no_cluster: None,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``replay --ray`` starts the agents as ``up --ray`` does, and refuses what ``up --ray`` refuses."""
+    code, _, err = run(["replay", "t.jsonl", *argv], capsys)
+    assert code == 2 and why in err, err
+
+
+def test_replay_on_an_unreachable_ray_address_is_one_line_and_starts_nothing(tmp_path: Path, no_cluster: None,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"id": "a", **JOB}) + "\n")
+    t0 = time.monotonic()
+    code, _, err = run(["replay", str(trace), "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and time.monotonic() - t0 < 10
+    assert err.strip() == f"vcemu replay: --ray: no Ray cluster reachable at 127.0.0.1:{port} (Connection refused)"

@@ -48,7 +48,7 @@ def _live(tmp_path: Path, specs: list[JobSpec], *args: str) -> tuple[int, Path]:
     try:
         with grpc.insecure_channel(server.address) as channel:
             register(pb_grpc.CoordinatorStub(channel))
-        code = _replay_live(a, specs, 0, server, [], d, time.monotonic())
+        code = _replay_live(a, specs, 0, server, lambda: None, d, time.monotonic())
     finally:
         server.stop()
     return code, d
@@ -86,6 +86,9 @@ def test_a_timed_out_replay_says_so_and_simulates_the_whole_segment(tmp_path: Pa
     # a's start was a plan carried out (refused by the agent that never answers), timed from its decision
     assert out["live_plans"]["count"] >= 1 and out["live_plans"]["median_s"] > 0.0, out["live_plans"]
     assert metrics["live_plans"] == out["live_plans"]
+    # No job finished live: none is compared, and there is no per-job plot.
+    assert out["per_job"]["jobs"] == 0 and out["per_job"]["median_rel_diff"] is None
+    assert not (d / "stretch.png").exists()
 
 
 def test_a_replay_past_its_timeout_is_told_what_lets_it_end() -> None:

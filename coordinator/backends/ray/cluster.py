@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from coordinator.backends.ray.placement import HostPlacement, place_hosts
+from coordinator.backends.ray.placement import HostPlacement, actor_name, free_placements
 from coordinator.cliargs import format_table
 from coordinator.raycluster import RayContext, RayUnavailable, connect
 
@@ -36,10 +36,11 @@ class RayAgents:
 
         self.ctx = ctx
         self.placements = placements
+        self.coordinator = coordinator
         actor_cls = remote_class()
         self.actors: list[Any] = [
             actor_cls.options(
-                name=f"vcemu-agent-{p.agent_id}", label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
+                name=actor_name(p.agent_id), label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
             ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups)
             for p in placements
         ]
@@ -118,17 +119,76 @@ def placement_table(infos: list[dict[str, Any]], placements: list[HostPlacement]
     return format_table(rows)
 
 
+class RayStartError(Exception):
+    """Why :func:`start_on_ray` did not start a cluster, in a line naming the setting; ``status``: the exit status
+    (2, a bad setting; 1, a start-up that failed)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float | None, memory: int, *,
+                 port: int = 0, bind: str | None = None, metrics_port: int | None = None, no_cgroups: bool = False,
+                 options: dict[str, Any] | None = None,
+                 tag: str = "ray") -> tuple[Any, RayAgents, list[dict[str, Any]]]:
+    """A coordinator in this process, on ``bind`` (default: this Ray node's address), and ``hosts`` agent actors
+    placed over the Ray nodes of ``ctx`` (:func:`~coordinator.backends.ray.placement.place_hosts`), once every one of
+    them has registered: (the started CoordinatorServer, the actors, each actor's info). ``options``: more
+    CoordinatorServer arguments (``--state``, ``--heartbeat``, ``--token-file``; ``compression`` for ``vcemu
+    replay``). The hosts are named ``{tag}{k}-h{i}`` (k: the node's place, i: the host's on it), with another tag where
+    another run's actors hold those names (:func:`~coordinator.backends.ray.placement.free_placements`).
+    :class:`RayStartError` otherwise, with what was started stopped; so on any exception (Ctrl-C)."""
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer, wait_registered
+    from coordinator.store import StoreError
+    from node_agent.ports import dial_address, ports_refusal
+    from vcemu.v1 import agent_pb2
+
+    try:
+        placements = free_placements(ctx.nodes(), hosts, cpus_per_host, memory, tag, ctx.named_actors())
+    except ValueError as exc:
+        raise RayStartError(str(exc), 2) from None
+    where = bind or ctx.node_ip
+    refusal = ports_refusal(where, port, metrics_port)  # before the state file is opened
+    if refusal is not None:
+        raise RayStartError(f"error: {refusal}", 2)
+    try:
+        server = CoordinatorServer(get_policy(policy), port=port, bind=where, metrics_port=metrics_port,
+                                   **(options or {})).start()
+    except (OSError, StoreError) as exc:  # its message names the flag already, as a local vcemu up says it
+        raise RayStartError(f"error: {exc}", 2) from None
+    agents = None
+    try:
+        # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
+        coordinator = dial_address(where, server.port, ctx.node_ip)
+        server.backend.choose_reference([agent_pb2.HostInfo(**h) for p in placements for h in p.hosts])
+        try:
+            agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups)
+        except ValueError as exc:  # an actor name taken since it was looked up (Ray's own message names it)
+            raise RayStartError(f"--ray: {_last_line(exc)}", 1) from None
+        try:
+            infos = agents.wait_started()
+            why = wait_registered(server, [p.agent_id for p in placements], timeout_s=30.0)
+            if why is not None:
+                raise RuntimeError(f"--ray: {why} with the coordinator at {server.address} "
+                                   "(can the Ray nodes reach it? see --bind)")
+        except RuntimeError as exc:
+            raise RayStartError(str(exc), 1) from None
+    except BaseException:
+        server.stop()
+        if agents is not None:
+            agents.stop()
+        raise
+    return server, agents, infos
+
+
 def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> int:
     """``vcemu up --ray ADDRESS``: see the module docstring. ``options``: more CoordinatorServer arguments
     (``--state``, ``--heartbeat``, ``--token-file``), as a local ``vcemu up`` passes them. Bad settings end
     it with one line naming the setting and exit status 2."""
-    from coordinator.policies import get_policy
     from coordinator.servers import say_waiting
-    from coordinator.service import CoordinatorServer, wait_registered
-    from coordinator.store import StoreError
     from node_agent.cli import parse_size
-    from node_agent.ports import dial_address, ports_refusal
-    from vcemu.v1 import agent_pb2
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
     cpus, mems = args.cpus_per_host, args.mem_per_host
@@ -153,37 +213,13 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     server = agents = None
     try:
         try:
-            placements = place_hosts(ctx.nodes(), args.hosts, args.cpus_per_host, memory)
-        except ValueError as exc:
+            server, agents, infos = start_on_ray(
+                ctx, args.policy, args.hosts, args.cpus_per_host, memory, port=args.port, bind=args.bind,
+                metrics_port=args.metrics_port, no_cgroups=args.no_cgroups, options=options)
+        except RayStartError as exc:
             print(f"vcemu up: {exc}", file=sys.stderr)
-            return 2
-        bind = args.bind or ctx.node_ip
-        refusal = ports_refusal(bind, args.port, args.metrics_port)  # before the state file is opened
-        if refusal is not None:
-            print(f"vcemu up: error: {refusal}", file=sys.stderr)
-            return 2
-        try:
-            server = CoordinatorServer(get_policy(args.policy), port=args.port, bind=bind,
-                                       metrics_port=args.metrics_port, **(options or {})).start()
-        except OSError as exc:  # its message names the flag already, as a local vcemu up says it
-            print(f"vcemu up: error: {exc}", file=sys.stderr)
-            return 2
-        except StoreError as exc:  # as a local vcemu up says it
-            print(f"vcemu up: error: {exc}", file=sys.stderr)
-            return 2
-        # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
-        coordinator = dial_address(bind, server.port, ctx.node_ip)
-        server.backend.choose_reference([agent_pb2.HostInfo(**h) for p in placements for h in p.hosts])
-        agents = RayAgents(ctx, placements, coordinator, bind=args.bind, no_cgroups=args.no_cgroups)
-        try:
-            infos = agents.wait_started()
-            why = wait_registered(server, [p.agent_id for p in placements], timeout_s=30.0)
-            if why is not None:
-                raise RuntimeError(f"--ray: {why} with the coordinator at {server.address} "
-                                   "(can the Ray nodes reach it? see --bind)")
-        except RuntimeError as exc:
-            print(f"vcemu up: {exc}", file=sys.stderr)
-            return 1
+            return exc.status
+        placements, bind, coordinator = agents.placements, args.bind or ctx.node_ip, agents.coordinator
         metrics = f", metrics on http://{bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
         nodes = len({p.node.node_id for p in placements})  # one placement per host, several on a node
         print(f"vcemu up: coordinator on {coordinator} ({args.policy}), {args.hosts} hosts on "

@@ -13,9 +13,10 @@ no hosts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import count
 
 from coordinator.raycluster import RayNode
 
@@ -65,6 +66,25 @@ def place_hosts(nodes: Sequence[RayNode], hosts: int, cpus_per_host: float | Non
             spec = {"name": name, "cpu_cores": cores, "memory_bytes": memory_bytes}
             out.append(HostPlacement(node, f"{name}-{node.node_id[:8]}", (spec,)))
     return out
+
+
+def actor_name(agent_id: str) -> str:
+    """The Ray name of an agent's actor (in the ``vcemu`` namespace)."""
+    return f"vcemu-agent-{agent_id}"
+
+
+def free_placements(nodes: Sequence[RayNode], hosts: int, cpus_per_host: float | None, memory_bytes: int,
+                    tag: str, taken: Collection[str]) -> list[HostPlacement]:
+    """:func:`place_hosts` with the first tag of ``tag``, ``tag2-``, ``tag3-``, ... none of whose agents' actor names
+    (:func:`actor_name`) is in ``taken`` (the names of the named actors alive on the cluster). An agent id also names
+    the agent's cgroups on its node, and an agent that starts removes what it finds there under its id: a second run
+    on the same Ray cluster (a ``vcemu replay --ray`` beside a ``vcemu up --ray``) must not take the first one's
+    ids, nor Ray its actors' names."""
+    for n in count(1):
+        placements = place_hosts(nodes, hosts, cpus_per_host, memory_bytes, tag if n == 1 else f"{tag}{n}-")
+        if not any(actor_name(p.agent_id) in taken for p in placements):
+            return placements
+    raise AssertionError("unreachable")
 
 
 def host_counts(cpus: Sequence[float], hosts: int) -> list[int]:

@@ -1,0 +1,69 @@
+"""``vcemu replay``'s per-job comparison: each job's live stretch against its simulated one, over every job that
+finished both ways and over the jobs long enough that the live run's start-ups hardly touch them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator.metrics import JobResult
+from coordinator.model import JobSpec, JobState
+from coordinator.replay import per_job, per_job_line, stretch_plot
+
+
+def _spec(job: str, work: float) -> JobSpec:
+    return JobSpec(job, 0.0, 1, 1.0, 0.1, work)
+
+
+def _done(job: str, work: float, flow: float) -> JobResult:
+    return JobResult(job, 0.0, 0.0, flow, work, JobState.DONE, 1.0, 0, 0)
+
+
+def _case() -> tuple[list[JobSpec], dict[str, JobResult], dict[str, JobResult]]:
+    # work, live flow, simulated flow: stretches 1.1/1.0, 2.0/2.0, 0.9/1.0 (long), 20/2 (short), and one job
+    # still running live (not compared).
+    rows = {"a": (1000.0, 1100.0, 1000.0), "b": (500.0, 1000.0, 1000.0), "c": (2000.0, 1800.0, 2000.0),
+            "d": (3.0, 60.0, 6.0)}
+    specs = [_spec(j, w) for j, (w, _, _) in rows.items()] + [_spec("e", 700.0)]
+    live = {j: _done(j, w, lf) for j, (w, lf, _) in rows.items()}
+    live["e"] = JobResult("e", 0.0, 0.0, None, 700.0, JobState.RUNNING, 1.0, 0, 0)
+    sim = {j: _done(j, w, sf) for j, (w, _, sf) in rows.items()} | {"e": _done("e", 700.0, 700.0)}
+    return specs, live, sim
+
+
+def test_per_job_compares_the_jobs_finished_both_ways_and_the_long_ones_apart() -> None:
+    specs, live, sim = _case()
+    got = per_job(specs, live, sim, overhead=40.0)  # long: work >= 400 trace s
+    assert got["jobs"] == 4  # e did not finish live
+    # relative differences 0.1, 0, 0.1, 9: median 0.1, max 9
+    assert got["median_rel_diff"] == pytest.approx(0.1) and got["max_rel_diff"] == pytest.approx(9.0)
+    assert got["long_work_s"] == pytest.approx(400.0) and got["long_jobs"] == 3
+    assert got["long_median_rel_diff"] == pytest.approx(0.1) and got["long_max_rel_diff"] == pytest.approx(0.1)
+    line = per_job_line(got)
+    assert line == ("per job, live against simulated stretch: a median relative difference of 10.0% (max 900.0%) "
+                    "over 4 jobs; 10.0% (max 10.0%) over the 3 of work >= 400 trace s (10x the start-up overhead)")
+
+
+def test_per_job_says_when_every_job_or_none_is_long() -> None:
+    specs, live, sim = _case()
+    every = per_job(specs, live, sim, overhead=0.0)
+    assert every["long_jobs"] == every["jobs"] == 4 and every["long_median_rel_diff"] == every["median_rel_diff"]
+    assert per_job_line(every).endswith("over 4 jobs, each of work >= 0 trace s (10x the start-up overhead)")
+    none = per_job(specs, live, sim, overhead=1000.0)
+    assert none["long_jobs"] == 0 and none["long_median_rel_diff"] is None and none["long_max_rel_diff"] is None
+    assert per_job_line(none).endswith("over 4 jobs; none has a work of 10x the start-up overhead "
+                                       "(10,000 trace s) or more")
+    nothing = per_job(specs, {}, sim, overhead=10.0)
+    assert nothing["jobs"] == 0 and nothing["median_rel_diff"] is None and nothing["max_rel_diff"] is None
+    assert per_job_line(nothing) == "per job: no job finished both live and in the simulation"
+
+
+def test_the_stretch_plot_is_drawn_only_when_a_job_is_compared(tmp_path: Path) -> None:
+    specs, live, sim = _case()
+    path = tmp_path / "stretch.png"
+    stretch_plot(specs, live, sim, per_job(specs, live, sim, 40.0), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = tmp_path / "none.png"
+    stretch_plot(specs, {}, sim, per_job(specs, {}, sim, 40.0), empty)
+    assert not empty.exists()
