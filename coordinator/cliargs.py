@@ -97,13 +97,15 @@ def version() -> str:
 
 def add_agent_spares(parser: argparse.ArgumentParser) -> None:
     """``--agent-spares N`` of the commands that start their own agents (``up``, ``demo``, ``replay``): passed to each
-    as ``vcemu agent --spares N`` (:mod:`node_agent.spares`); None if not given (``up --ray`` refuses it given), and
-    each agent is then passed the agent's default (:func:`coordinator.servers.start_local_cluster`)."""
+    as ``vcemu agent --spares N`` (:mod:`node_agent.spares`); None if not given, and each agent process is then passed
+    the agent's default (:func:`coordinator.servers.start_local_cluster`), each Ray agent actor (``--ray``) none
+    (:class:`node_agent.ray_actor.HostAgentActor`)."""
     from node_agent.spares import DEFAULT_SPARES, MAX_SPARES
 
     parser.add_argument("--agent-spares", type=whole_in(0, MAX_SPARES), default=None, metavar="N",
                         help=f"each agent keeps N programs of each workload started ahead (vcemu agent --spares; "
-                             f"0: none, each start cold; default {DEFAULT_SPARES}): an idle spare holds about 30 MB")
+                             f"0: none, each start cold; default {DEFAULT_SPARES}, 0 with --ray): an idle spare holds "
+                             "about 30 MB")
 
 
 def whole_in(low: int, high: int):  # type: ignore[no-untyped-def]

@@ -151,11 +151,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
     if a.ray is None and a.bind is not None:
         p.error("argument --bind: only with --ray (a local cluster listens on 127.0.0.1)")
-    if a.ray is not None:  # as vcemu up --ray refuses them
-        if a.agents != 1:
-            p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
-        if a.agent_spares is not None:
-            p.error("argument --agent-spares: not with --ray (the Ray agent actors keep no spares)")
+    if a.ray is not None and a.agents != 1:  # as vcemu up --ray refuses it
+        p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
     return a
 
 
@@ -274,7 +271,8 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
         try:
             server, agents, infos = start_on_ray(ctx, a.policy, a.hosts, a.cpus_per_host, parse_size(a.mem_per_host),
                                                  bind=a.bind, no_cgroups=a.no_cgroups,
-                                                 options={"compression": a.compress}, tag="replay")
+                                                 options={"compression": a.compress}, tag="replay",
+                                                 spares=a.agent_spares or 0)
         except RayStartError as exc:
             print(f"vcemu replay: {exc}", file=sys.stderr)
             return exc.status

@@ -266,9 +266,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)",
                   file=sys.stderr)
             return 2
-        if args.agent_spares is not None:
-            print("vcemu up: --agent-spares: not with --ray (the Ray agent actors keep no spares)", file=sys.stderr)
-            return 2
         if args.agents != 1:  # each host is an agent actor of its own
             print("vcemu up: --agents: not with --ray (each emulated host is its own agent actor)", file=sys.stderr)
             return 2

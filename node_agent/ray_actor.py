@@ -35,10 +35,12 @@ class ActorInfo:
 
 class HostAgentActor:
     """One agent emulating ``hosts``; serves gRPC on ``bind`` (an ephemeral port) and registers with
-    ``coordinator`` (``HOST:PORT``). ``bind`` None: this node's IP as Ray reports it."""
+    ``coordinator`` (``HOST:PORT``). ``bind`` None: this node's IP as Ray reports it. ``spares``: ``vcemu agent
+    --spares`` (:mod:`node_agent.spares`), none by default: a Ray worker's memory may be tight (the KubeRay worker
+    pod's limit), and each idle spare holds about 30 MB."""
 
     def __init__(self, agent_id: str, hosts: list[dict[str, Any]], coordinator: str, bind: str | None = None,
-                 no_cgroups: bool = False) -> None:
+                 no_cgroups: bool = False, spares: int = 0) -> None:
         from node_agent.register import Registrar
         from node_agent.server import start_agent
 
@@ -46,7 +48,7 @@ class HostAgentActor:
         if bind is None:
             bind = _ray_node_ip()
         specs = [HostSpec(h["name"], float(h["cpu_cores"]), int(h["memory_bytes"])) for h in hosts]
-        self.agent = start_agent(specs, agent_id, port=0, bind=bind, no_cgroups=no_cgroups)
+        self.agent = start_agent(specs, agent_id, port=0, bind=bind, no_cgroups=no_cgroups, spares=spares)
         # Listening on every interface (0.0.0.0, ::): the coordinator must dial this node's address, not the wildcard.
         self.address = dial_address(bind, self.agent.port, _ray_node_ip())
         self.registrar = Registrar(self.agent, coordinator, self.address)

@@ -387,7 +387,8 @@ def test_an_actor_dead_for_good_is_told_once_and_with_none_left_up_stops(ray_clu
 def test_replay_on_ray_runs_a_trace_on_hosts_of_distinct_nodes_beside_its_simulation(ray_cluster: LocalRayCluster,
                                                                                      tmp_path: Path):
     """``vcemu replay --ray``: the agents are actors placed as ``up --ray`` places them, one host per Ray node, and the
-    trace runs on them time-compressed, scored beside its simulation, its results written as a local replay's."""
+    trace runs on them time-compressed, scored beside its simulation, its results written as a local replay's. The
+    actors keep the spares asked for (``--agent-spares``), and take them down with them."""
     import json
 
     n = ray_cluster.nodes
@@ -398,7 +399,8 @@ def test_replay_on_ray_runs_a_trace_on_hosts_of_distinct_nodes_beside_its_simula
     trace.write_text("".join(json.dumps(j) + "\n" for j in jobs))
     r = subprocess.run([sys.executable, "-m", "coordinator.cli", "replay", str(trace), "--ray", ray_cluster.address,
                         "--bind", "127.0.0.1", "--hosts", str(n), "--cpus-per-host", str(CORES),
-                        "--mem-per-host", "256MiB", "--compress", "30", "--timeout", "120", "--json",
+                        "--mem-per-host", "256MiB", "--compress", "30", "--timeout", "120", "--agent-spares", "1",
+                        "--json",
                         "--out", str(tmp_path / "out")],
                        capture_output=True, text=True, env=ray_cluster.env, timeout=240)
     assert r.returncode == 0, r.stderr
@@ -413,5 +415,8 @@ def test_replay_on_ray_runs_a_trace_on_hosts_of_distinct_nodes_beside_its_simula
     assert {p.name for p in d.iterdir()} >= {"config.json", "metrics.json", "jobs.csv", "stretch.png", "agents.log"}
     assert json.loads((d / "config.json").read_text())["ray"] == ray_cluster.address
     assert "Ray actors" in (d / "agents.log").read_text()
-    for row in rows:  # each actor removed its cgroups when it stopped
+    for row in rows:  # each actor removed its cgroups when it stopped, and stopped its spares
         assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-{row[2]}") + glob.glob(f"/sys/fs/cgroup/*/*/vcemu-{row[2]}")
+        spares = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+                  if any(f"vcemu-agent-{row[2]}-" in arg for arg in p.info["cmdline"] or [])]
+        assert not spares, spares

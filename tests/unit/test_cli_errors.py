@@ -295,8 +295,8 @@ def fake_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
             pass
 
     class Agents:
-        def __init__(self, *_a: object, **_k: object) -> None:
-            pass
+        def __init__(self, *_a: object, **k: object) -> None:
+            got["agents"] = k
 
         def wait_started(self) -> None:
             raise RuntimeError("--ray: the fake agent actors never start")
@@ -328,6 +328,40 @@ def test_up_ray_keeps_state_heartbeat_and_token(tmp_path: Path, fake_ray: dict[s
     assert code == 1 and "fake agent actors never start" in err, err  # after the coordinator started
     assert (fake_ray["state"], fake_ray["heartbeat_s"], fake_ray["token"]) == (str(state), 5.0, "s3cret")
     assert Store(str(state)).load().epoch > 0  # the coordinator wrote its state there
+
+
+@pytest.mark.parametrize(("extra", "spares"), [([], 0), (["--agent-spares", "3"], 3)])
+def test_up_ray_gives_its_agent_actors_the_spares_asked_for_and_none_by_default(
+        extra: list[str], spares: int, fake_ray: dict[str, object], capsys) -> None:
+    code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", "0", *extra], capsys)
+    assert code == 1 and "fake agent actors never start" in err, err  # after the actors were made
+    assert fake_ray["agents"]["spares"] == spares  # type: ignore[index]
+
+
+def test_an_agent_actor_starts_its_agent_with_its_spares(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The actor is plain Python (Ray wraps it in remote_class): its agent is ``vcemu agent --spares N``'s."""
+    import node_agent.register
+    import node_agent.server
+    from node_agent import ray_actor
+
+    got: dict[str, object] = {}
+
+    class Running:
+        port = 4321
+
+    def start_agent(*_a: object, **k: object) -> Running:
+        got.update(k)
+        return Running()
+
+    monkeypatch.setattr(node_agent.server, "start_agent", start_agent)
+    monkeypatch.setattr(node_agent.register, "Registrar", lambda *_a: None)
+    monkeypatch.setattr(ray_actor, "_ray_node_ip", lambda: "127.0.0.1")
+    ray_actor.HostAgentActor("a", [{"name": "h0", "cpu_cores": 0.5, "memory_bytes": 1 << 28}], "127.0.0.1:1",
+                             bind="127.0.0.1", spares=2)
+    assert got["spares"] == 2
+    ray_actor.HostAgentActor("a", [{"name": "h0", "cpu_cores": 0.5, "memory_bytes": 1 << 28}], "127.0.0.1:1",
+                             bind="127.0.0.1")
+    assert got["spares"] == 0
 
 
 def test_up_ray_refuses_an_unusable_state_file(tmp_path: Path, fake_ray: dict[str, object], capsys) -> None:
@@ -825,11 +859,9 @@ def test_agent_spares_reach_each_agent_the_command_starts(argv: list[str], flags
     assert seen == flags
 
 
-def test_agent_spares_out_of_range_or_with_ray_are_refused(capsys) -> None:
+def test_agent_spares_out_of_range_are_refused(capsys) -> None:
     code, _, err = run(["up", "--agent-spares", "17"], capsys)
     refused(code, err, "argument --agent-spares: must be in 0..16, got 17")
     code, _, err = run(["replay", "t.jsonl", "--agent-spares", "-1"], capsys)
     refused(code, err, "argument --agent-spares: must be in 0..16, got -1")
-    code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--agent-spares", "1"], capsys)
-    refused(code, err, "vcemu up: --agent-spares: not with --ray (the Ray agent actors keep no spares)")
 

@@ -141,8 +141,6 @@ def test_replay_says_what_the_swf_conversion_dropped_and_records_it(tmp_path: Pa
     (["--bind", "0.0.0.0"], "argument --bind: only with --ray (a local cluster listens on 127.0.0.1)"),
     (["--ray", "127.0.0.1:6379", "--hosts", "4", "--agents", "2"],
      "argument --agents: not with --ray (each emulated host is its own agent actor)"),
-    (["--ray", "127.0.0.1:6379", "--agent-spares", "1"],
-     "argument --agent-spares: not with --ray (the Ray agent actors keep no spares)"),
 ])
 def test_replay_refuses_what_does_not_go_with_ray_or_without_it(argv: list[str], why: str, no_cluster: None,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,7 @@ class RayAgents:
     """The agent actors of one run. ``coordinator``: the address they register with."""
 
     def __init__(self, ctx: RayContext, placements: list[HostPlacement], coordinator: str,
-                 bind: str | None = None, no_cgroups: bool = False) -> None:
+                 bind: str | None = None, no_cgroups: bool = False, spares: int = 0) -> None:
         import ray
 
         from node_agent.ray_actor import remote_class
@@ -41,7 +41,7 @@ class RayAgents:
         self.actors: list[Any] = [
             actor_cls.options(
                 name=actor_name(p.agent_id), label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
-            ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups)
+            ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups, spares)
             for p in placements
         ]
         self._ray = ray
@@ -130,14 +130,15 @@ class RayStartError(Exception):
 
 def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float | None, memory: int, *,
                  port: int = 0, bind: str | None = None, metrics_port: int | None = None, no_cgroups: bool = False,
-                 options: dict[str, Any] | None = None,
-                 tag: str = "ray") -> tuple[Any, RayAgents, list[dict[str, Any]]]:
+                 options: dict[str, Any] | None = None, tag: str = "ray",
+                 spares: int = 0) -> tuple[Any, RayAgents, list[dict[str, Any]]]:
     """A coordinator in this process, on ``bind`` (default: this Ray node's address), and ``hosts`` agent actors
     placed over the Ray nodes of ``ctx`` (:func:`~coordinator.backends.ray.placement.place_hosts`), once every one of
     them has registered: (the started CoordinatorServer, the actors, each actor's info). ``options``: more
     CoordinatorServer arguments (``--state``, ``--heartbeat``, ``--token-file``; ``compression`` for ``vcemu
     replay``). The hosts are named ``{tag}{k}-h{i}`` (k: the node's place, i: the host's on it), with another tag where
-    another run's actors hold those names (:func:`~coordinator.backends.ray.placement.free_placements`).
+    another run's actors hold those names (:func:`~coordinator.backends.ray.placement.free_placements`). ``spares``:
+    each agent's ``--spares`` (none by default on Ray: :class:`~node_agent.ray_actor.HostAgentActor`).
     :class:`RayStartError` otherwise, with what was started stopped; so on any exception (Ctrl-C)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
@@ -164,7 +165,7 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
         coordinator = dial_address(where, server.port, ctx.node_ip)
         server.backend.choose_reference([agent_pb2.HostInfo(**h) for p in placements for h in p.hosts])
         try:
-            agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups)
+            agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups, spares=spares)
         except ValueError as exc:  # an actor name taken since it was looked up (Ray's own message names it)
             raise RayStartError(f"--ray: {_last_line(exc)}", 1) from None
         try:
@@ -215,7 +216,8 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         try:
             server, agents, infos = start_on_ray(
                 ctx, args.policy, args.hosts, args.cpus_per_host, memory, port=args.port, bind=args.bind,
-                metrics_port=args.metrics_port, no_cgroups=args.no_cgroups, options=options)
+                metrics_port=args.metrics_port, no_cgroups=args.no_cgroups, options=options,
+                spares=args.agent_spares or 0)
         except RayStartError as exc:
             print(f"vcemu up: {exc}", file=sys.stderr)
             return exc.status
