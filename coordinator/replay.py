@@ -51,10 +51,10 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from coordinator.cliargs import POLICY_HELP, Parser, add_agent_spares, doc_text, non_negative, positive
 from coordinator.metrics import History, JobResult, Transition, trace_span
@@ -99,11 +99,12 @@ def score(history: History, capacity: float, host_memory_gb: float) -> dict[str,
 
 
 def _mem_size(text: str) -> str:
-    """``--mem-per-host``: checked here (a bad size would only stop the agents), passed on as written."""
+    """``--mem-per-host``: checked here (a bad size would only stop the agents), passed on as written; against this
+    machine's memory after parsing, unless the hosts are on Ray nodes (:func:`_parse`)."""
     from node_agent.cli import host_memory_refusal, parse_size
 
     try:
-        why = host_memory_refusal(parse_size(text))
+        why = host_memory_refusal(parse_size(text), here=False)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if why is not None:
@@ -147,12 +148,18 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--out", default="results/replay",
                    help="results go to a new directory under OUT (default %(default)s)")
     a = p.parse_args(list(argv))
+    if a.ray is not None and a.agents != 1:  # as vcemu up --ray refuses it
+        p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
     if a.agents > a.hosts:
         p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
     if a.ray is None and a.bind is not None:
         p.error("argument --bind: only with --ray (a local cluster listens on 127.0.0.1)")
-    if a.ray is not None and a.agents != 1:  # as vcemu up --ray refuses it
-        p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
+    if a.ray is None:  # (a Ray node's memory is not this machine's: the least only, as vcemu up --ray checks it)
+        from node_agent.cli import host_memory_refusal, parse_size
+
+        why = host_memory_refusal(parse_size(a.mem_per_host))
+        if why is not None:
+            p.error(f"argument --mem-per-host: {why}")
     return a
 
 
@@ -213,7 +220,7 @@ def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
 def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     """The replay; ``stage["cluster"]`` is set once its cluster begins to start (for the interrupted line)."""
     from coordinator.policies import UnknownPolicy, get_policy
-    from coordinator.servers import live_run_dir, start_local_cluster, stop_agents
+    from coordinator.servers import start_local_cluster, stop_agents
     from workloads.jobfile import JobFileError
 
     try:
@@ -223,20 +230,16 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
         except OSError as exc:
             print(_trace_error(a, exc), file=sys.stderr)
             return 2
-        # last: a bad trace leaves no folder; before the live run: its results must have somewhere to go
-        wall0, started = time.monotonic(), time.time()
-        d, agent_log = live_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
     except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
-    note = source.drop_note()
-    if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
-        print(f"vcemu replay: {a.trace}: {note}", file=sys.stderr)
     if a.ray is not None:
-        with agent_log:
-            agent_log.write(b"vcemu replay: the agents run as Ray actors, which log on their own nodes (Ray's session "
-                            b"directory, /tmp/ray/session_latest/logs/ by default)\n")
-        return _replay_on_ray(a, specs, dropped, source, d, wall0, stage)
+        return _replay_on_ray(a, specs, dropped, source, stage)
+    try:  # last: a bad trace leaves no folder; before the live run: its results must have somewhere to go
+        d, agent_log, wall0 = _run_dir(a, source)
+    except (OSError, ValueError) as exc:  # (--out not writable)
+        print(f"vcemu replay: {exc}", file=sys.stderr)
+        return 2
     with agent_log:
         stage["cluster"] = True
         try:
@@ -249,10 +252,24 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
         return _replay_live(a, specs, dropped, server, lambda: stop_agents(procs), d, wall0, source.provenance())
 
 
-def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, source: JobFile, d: Path,
-                   wall0: float, stage: dict[str, bool]) -> int:
+def _run_dir(a: argparse.Namespace, source: JobFile) -> tuple[Path, IO[bytes], float]:
+    """The run's folder and its open agents.log (:func:`coordinator.servers.live_run_dir`), and the run's start
+    (``time.monotonic()``); the SWF conversion's drops said (config.json records them)."""
+    from coordinator.servers import live_run_dir
+
+    wall0, started = time.monotonic(), time.time()
+    d, agent_log = live_run_dir(a.out, f"{a.policy}-k{a.compress:g}", started)
+    note = source.drop_note()
+    if note is not None:
+        print(f"vcemu replay: {a.trace}: {note}", file=sys.stderr)
+    return d, agent_log, wall0
+
+
+def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, source: JobFile,
+                   stage: dict[str, bool]) -> int:
     """The replay with its agents as actors on the Ray cluster at ``--ray`` (``vcemu up --ray``'s placement and
-    start-up, :func:`coordinator.backends.ray.cluster.start_on_ray`), the coordinator in this process."""
+    start-up, :func:`coordinator.backends.ray.cluster.start_on_ray`), the coordinator in this process. Connected
+    before the run's folder is made: an address that does not answer leaves none."""
     import signal
 
     from coordinator.backends.ray.cluster import RayStartError, placement_table, start_on_ray
@@ -267,18 +284,32 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
         return 2
     signal.signal(signal.SIGTERM, term)  # ray.init installs its own
     with ctx:
+        try:
+            d, agent_log, wall0 = _run_dir(a, source)
+        except (OSError, ValueError) as exc:  # (--out not writable)
+            print(f"vcemu replay: {exc}", file=sys.stderr)
+            return 2
+        with agent_log:
+            agent_log.write(b"vcemu replay: the agents run as Ray actors, which log on their own nodes (Ray's session "
+                            b"directory, /tmp/ray/session_latest/logs/ by default)\n")
         stage["cluster"] = True
         try:
-            server, agents, infos = start_on_ray(ctx, a.policy, a.hosts, a.cpus_per_host, parse_size(a.mem_per_host),
-                                                 bind=a.bind, no_cgroups=a.no_cgroups,
-                                                 options={"compression": a.compress}, tag="replay",
-                                                 spares=a.agent_spares or 0)
+            server, agents, infos = start_on_ray(
+                ctx, a.policy, a.hosts, a.cpus_per_host, parse_size(a.mem_per_host), bind=a.bind,
+                no_cgroups=a.no_cgroups, options={"compression": a.compress}, tag="replay",
+                spares=a.agent_spares or 0, note=lambda line: print(f"vcemu replay: {line}", file=sys.stderr))
         except RayStartError as exc:
             print(f"vcemu replay: {exc}", file=sys.stderr)
             return exc.status
-        nodes = len({p.node.node_id for p in agents.placements})
-        print(f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}):\n"
-              f"{placement_table(infos, agents.placements)}", file=sys.stderr, flush=True)
+        try:
+            nodes = len({p.node.node_id for p in agents.placements})
+            print(f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "
+                  f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}", file=sys.stderr, flush=True)
+        except BaseException:  # (Ctrl-C, a closed stderr): _replay_live stops the cluster from its first line on
+            with signals_deferred():
+                server.stop()
+                agents.stop()
+            raise
         return _replay_live(a, specs, dropped, server, agents.stop, d, wall0, source.provenance())
 
 
@@ -457,16 +488,16 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
                  d: Path, wall0: float, source: dict[str, Any] | None = None) -> int:
     """The live replay on the started cluster, its simulation, and the results in ``d`` (``source``: what
     config.json records of the trace, :meth:`workloads.jobfile.JobFile.provenance`); ``stop`` stops the cluster's
-    agents, after the coordinator."""
-    from tqdm import tqdm
-
-    from coordinator.experiments import follow_jobs, simulate
-    from coordinator.metrics import job_results
-
-    seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
-    hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
-    # during the run takes its hosts out of the engine's list)
+    agents, after the coordinator (from here on, whatever happens: a Ctrl-C in the imports too)."""
     try:
+        from tqdm import tqdm
+
+        from coordinator.experiments import follow_jobs, simulate
+        from coordinator.metrics import job_results
+
+        seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
+        hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
+        # during the run takes its hosts out of the engine's list)
         mode = next(iter(server.backend.agents.values())).mode
         # The simulation first (deterministic; seconds for a thousand jobs, with a bar of its own): its end says how
         # long the live run should take, which is told before it starts (and close to or past --timeout, what
@@ -566,29 +597,39 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     return 1 if timed_out or write_failed or live_m["completed"] < len(specs) else 0
 
 
+def compared(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult]
+             ) -> Iterator[tuple[JobSpec, JobResult, JobResult, float]]:
+    """The jobs of ``specs`` done both live and in the simulation (a failed or cancelled one is not compared), in
+    order, each with its two results and the relative difference of its live stretch from its simulated one
+    (:func:`coordinator.metrics.relative_difference`): jobs.csv's ``rel_diff``, :func:`per_job`'s figures and
+    :func:`stretch_plot`'s points."""
+    from coordinator.metrics import relative_difference
+
+    for s in specs:
+        lr, sr = live.get(s.id), sim.get(s.id)
+        if lr is not None and sr is not None and lr.state is JobState.DONE and sr.state is JobState.DONE:
+            assert lr.stretch is not None and sr.stretch is not None  # (a done job has an end)
+            yield s, lr, sr, relative_difference(lr.stretch, sr.stretch)
+
+
 def per_job(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult],
             overhead: float) -> dict[str, Any]:
     """How far each job's live stretch is from its simulated one (:func:`coordinator.metrics.relative_difference`, as
-    jobs.csv's ``rel_diff`` and ``vcemu demo``'s figure), over the jobs that finished both ways: how many, the median
-    and the largest; and the same over the "long" ones among them, whose work is at least ``long_work_s``, 1 /
-    :data:`OVERHEAD_WARN` times the live run's start-up overhead per job (``overhead``, trace seconds:
-    :func:`live_overhead`). At --compress K a start-up of a fraction of a real second is K times that in trace
-    seconds, the model has none, and a job whose work is a few times that is measured mostly by it: on an HPC2N
-    week's first 12 jobs at --compress 100, a job of 3 s of work had a stretch of 21.9 live against 2.5 simulated,
-    while the 9 jobs of over 20,000 s were within 2.5% of their simulation. The medians are None where no job is
-    counted."""
-    from coordinator.metrics import relative_difference
-
+    jobs.csv's ``rel_diff`` and ``vcemu demo``'s figure), over the jobs done both ways (:func:`compared`): how many,
+    the median and the largest; and the same over the "long" ones among them, whose work is at least
+    ``long_work_s``, 1 / :data:`OVERHEAD_WARN` times the live run's start-up overhead per job (``overhead``, trace
+    seconds: :func:`live_overhead`). At --compress K a start-up of a fraction of a real second is K times that in
+    trace seconds, the model has none, and a job whose work is a few times that is measured mostly by it: on an
+    HPC2N week's first 12 jobs at --compress 100, a job of 3 s of work had a stretch of 21.9 live against 2.5
+    simulated, while the 9 jobs of over 20,000 s were within 2.5% of their simulation. The medians are None where no
+    job is counted."""
     long_work = overhead / OVERHEAD_WARN
     diffs: list[float] = []
     long: list[float] = []
-    for s in specs:
-        lr, sr = live.get(s.id), sim.get(s.id)
-        if lr is None or sr is None or lr.stretch is None or sr.stretch is None:
-            continue
-        diffs.append(relative_difference(lr.stretch, sr.stretch))
+    for s, _lr, _sr, diff in compared(specs, live, sim):
+        diffs.append(diff)
         if s.work >= long_work:
-            long.append(diffs[-1])
+            long.append(diff)
 
     def median(xs: list[float]) -> float | None:
         return statistics.median(xs) if xs else None
@@ -601,68 +642,74 @@ def per_job(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str,
 def per_job_line(cmp: dict[str, Any]) -> str:
     """:func:`per_job`'s figures in one line for the text output."""
     if not cmp["jobs"]:
-        return "per job: no job finished both live and in the simulation"
+        return "per job: no job was done both live and in the simulation"
 
     def pct(x: float) -> str:
         return f"{100 * x:.1f}%"
 
     line = (f"per job, live against simulated stretch: a median relative difference of {pct(cmp['median_rel_diff'])} "
-            f"(max {pct(cmp['max_rel_diff'])}) over {cmp['jobs']} jobs")
+            f"(max {pct(cmp['max_rel_diff'])}) over {_jobs(cmp['jobs'])}")
     times = f"{1 / OVERHEAD_WARN:g}x the start-up overhead"
     if cmp["long_jobs"] == cmp["jobs"]:
         return line + f", each of work >= {cmp['long_work_s']:,.0f} trace s ({times})"
     if not cmp["long_jobs"]:
         return line + f"; none has a work of {times} ({cmp['long_work_s']:,.0f} trace s) or more"
     return line + (f"; {pct(cmp['long_median_rel_diff'])} (max {pct(cmp['long_max_rel_diff'])}) over the "
-                   f"{cmp['long_jobs']} of work >= {cmp['long_work_s']:,.0f} trace s ({times})")
+                   f"{_jobs(cmp['long_jobs'])} of work >= {cmp['long_work_s']:,.0f} trace s ({times})")
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
 
 
 def stretch_plot(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult],
                  cmp: dict[str, Any], path: Path) -> None:
-    """``stretch.png``: each job's live stretch against its simulated one (log-log over a range wider than tenfold,
-    the diagonal where they agree),
-    the long jobs of :func:`per_job` apart from those whose work is under ``long_work_s``; nothing when no job
-    finished both ways. A scatter, not ``vcemu demo``'s bars: a segment may have hundreds of jobs."""
+    """``stretch.png``: each job's live stretch against its simulated one (log-log over a range wider than tenfold),
+    the diagonal where they agree, the long jobs of :func:`per_job` apart from those whose work is under
+    ``long_work_s``; nothing when no job was done both ways (:func:`compared`). A scatter, not ``vcemu demo``'s bars:
+    a segment may have hundreds of jobs."""
     from coordinator.outputs import save_figure
 
-    pts = [(sr.stretch, lr.stretch, s.work >= cmp["long_work_s"]) for s in specs
-           if (lr := live.get(s.id)) is not None and (sr := sim.get(s.id)) is not None
-           and lr.stretch is not None and sr.stretch is not None]
+    pts = [(sr.stretch, lr.stretch, s.work >= cmp["long_work_s"]) for s, lr, sr, _ in compared(specs, live, sim)]
     if not pts:
         return
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 5))
-    for long, style in ((True, {"marker": "o", "color": "tab:blue"}),
-                        (False, {"marker": "o", "facecolors": "none", "edgecolors": "tab:orange"})):
-        xs = [p[0] for p in pts if p[2] is long]
-        ys = [p[1] for p in pts if p[2] is long]
-        if xs:
-            what = ">=" if long else "<"
-            ax.scatter(xs, ys, label=f"work {what} {cmp['long_work_s']:,.0f} trace s ({len(xs)} jobs)", **style)
-    lo = min(min(p[0], p[1]) for p in pts)
-    hi = max(max(p[0], p[1]) for p in pts)
-    ax.plot([lo, hi], [lo, hi], color="grey", linewidth=0.8, label="live = simulated")
-    if hi > 10 * lo:  # a log scale over a wide range (plain numbers on it); a narrow one reads better linear
-        from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    try:
+        for long, style in ((True, {"marker": "o", "color": "tab:blue"}),
+                            (False, {"marker": "o", "facecolors": "none", "edgecolors": "tab:orange"})):
+            xs = [p[0] for p in pts if p[2] is long]
+            ys = [p[1] for p in pts if p[2] is long]
+            if xs:
+                what = ">=" if long else "<"
+                ax.scatter(xs, ys, label=f"work {what} {cmp['long_work_s']:,.0f} trace s ({_jobs(len(xs))})", **style)
+        lo = min(min(p[0], p[1]) for p in pts)
+        hi = max(max(p[0], p[1]) for p in pts)
+        # (a slope is for linear axes only; two points draw it on log ones, and the slope when every point is one)
+        ax.axline((lo, lo), *([(hi, hi)] if hi > lo else []), slope=None if hi > lo else 1.0, color="grey",
+                  linewidth=0.8, label="live = simulated")
+        if hi > 10 * lo:  # a log scale over a wide range (plain numbers on it); a narrow one reads better linear
+            from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):  # 1, 2, 5, 10, 20, ...
-            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            axis.set_major_formatter(FormatStrFormatter("%g"))
-            axis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("simulated stretch (flow time / work)")
-    ax.set_ylabel("live stretch")
-    title = f"median relative difference {100 * cmp['median_rel_diff']:.1f}%"
-    if 0 < cmp["long_jobs"] < cmp["jobs"]:
-        title += f", {100 * cmp['long_median_rel_diff']:.1f}% for work >= {cmp['long_work_s']:,.0f} s"
-    ax.set_title(f"Live vs simulated stretch per job\n({title})", fontsize="medium")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
-    plt.close(fig)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):  # 1, 2, 5, 10, 20, ...
+                axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+                axis.set_major_formatter(FormatStrFormatter("%g"))
+                axis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("simulated stretch (flow time / work)")
+        ax.set_ylabel("live stretch")
+        title = f"median relative difference {100 * cmp['median_rel_diff']:.1f}%"
+        if 0 < cmp["long_jobs"] < cmp["jobs"]:
+            title += f", {100 * cmp['long_median_rel_diff']:.1f}% for work >= {cmp['long_work_s']:,.0f} s"
+        ax.set_title(f"Live vs simulated stretch per job\n({title})", fontsize="medium")
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        save_figure(fig, path, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def _shifted(r: JobResult, origin: float) -> JobResult:
@@ -674,8 +721,9 @@ def _shifted(r: JobResult, origin: float) -> JobResult:
 def jobs_csv(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult]) -> str:
     """``jobs.csv``: per job of the segment, its live and simulated outcome side by side (the columns of ``vcemu
     demo``'s jobs.csv, with the submit, start, end and state of each run), times in trace seconds from the
-    segment's first submission; an empty cell where the job did not get that far (a live run cut off)."""
-    from coordinator.metrics import relative_difference
+    segment's first submission; an empty cell where the job did not get that far (a live run cut off), and a
+    ``rel_diff`` only for a job done both ways (:func:`compared`)."""
+    diffs = {s.id: diff for s, _lr, _sr, diff in compared(specs, live, sim)}
 
     def g(r: JobResult | None, attr: str) -> Any:
         v = None if r is None else getattr(r, attr)
@@ -688,12 +736,9 @@ def jobs_csv(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str
                     *(f"sim_{c}" for c in per_run), "rel_diff"])
         for s in specs:
             lr, sr = live.get(s.id), sim.get(s.id)
-            diff = ""
-            if lr is not None and sr is not None and lr.stretch is not None and sr.stretch is not None:
-                diff = relative_difference(lr.stretch, sr.stretch)
             w.writerow([s.id, s.tasks, s.cpu_need, s.mem, s.work,
                         "not arrived" if lr is None else lr.state.value, *(g(lr, c) for c in per_run[1:]),
-                        "" if sr is None else sr.state.value, *(g(sr, c) for c in per_run[1:]), diff])
+                        "" if sr is None else sr.state.value, *(g(sr, c) for c in per_run[1:]), diffs.get(s.id, "")])
         return f.getvalue()
 
 
@@ -722,6 +767,9 @@ def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
         f"{k},{out['live'][k]},{out['sim'][k]}\n" for k in out["live"]))
     if jobs is not None:
         write_text(d / "jobs.csv", jobs)
-    if plot is not None:
-        plot(d / "stretch.png")
+    if plot is not None:  # last, and not at the cost of the results: a plot that fails is said and left out
+        try:
+            plot(d / "stretch.png")
+        except Exception as exc:
+            print(f"vcemu replay: stretch.png not drawn: {type(exc).__name__}: {exc}", file=sys.stderr)
     return d

@@ -295,6 +295,8 @@ def test_a_finished_job_an_older_vcemu_took_does_not_block_a_restart(tmp_path: P
     (["up", "--mem-per-host", "100TiB"], ("--mem-per-host: 102,400.0 GiB is more than this machine's memory",)),
     (["up", "--ray", "127.0.0.1:1", "--mem-per-host", "1KiB"], ("--mem-per-host: less than 1MiB (1,024 B)",)),
     (["replay", "trace.swf", "--mem-per-host", "100TiB"], ("--mem-per-host: 102,400.0 GiB is more than",)),
+    (["replay", "trace.swf", "--ray", "127.0.0.1:1", "--mem-per-host", "1KiB"],
+     ("--mem-per-host: less than 1MiB (1,024 B)",)),
 ])
 def test_agent_and_sweep_flags_the_coordinator_or_the_model_would_refuse_later(
         argv: list[str], fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:

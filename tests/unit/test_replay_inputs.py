@@ -162,3 +162,4 @@ def test_replay_on_an_unreachable_ray_address_is_one_line_and_starts_nothing(tmp
     code, _, err = run(["replay", str(trace), "--ray", f"127.0.0.1:{port}", "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and time.monotonic() - t0 < 10
     assert err.strip() == f"vcemu replay: --ray: no Ray cluster reachable at 127.0.0.1:{port} (Connection refused)"
+    assert not (tmp_path / "out").exists()  # connected before the run's folder is made

@@ -21,28 +21,29 @@ def _done(job: str, work: float, flow: float) -> JobResult:
 
 
 def _case() -> tuple[list[JobSpec], dict[str, JobResult], dict[str, JobResult]]:
-    # work, live flow, simulated flow: stretches 1.1/1.0, 2.0/2.0, 0.9/1.0 (long), 20/2 (short), and one job
-    # still running live (not compared).
+    # work, live flow, simulated flow: stretches 1.1/1.0, 2.0/2.0, 0.9/1.0 (long), 20/2 (short), and two jobs not
+    # compared: one still running live, one that failed live (it has an end and a stretch, but was not done).
     rows = {"a": (1000.0, 1100.0, 1000.0), "b": (500.0, 1000.0, 1000.0), "c": (2000.0, 1800.0, 2000.0),
             "d": (3.0, 60.0, 6.0)}
-    specs = [_spec(j, w) for j, (w, _, _) in rows.items()] + [_spec("e", 700.0)]
+    specs = [_spec(j, w) for j, (w, _, _) in rows.items()] + [_spec("e", 700.0), _spec("f", 700.0)]
     live = {j: _done(j, w, lf) for j, (w, lf, _) in rows.items()}
     live["e"] = JobResult("e", 0.0, 0.0, None, 700.0, JobState.RUNNING, 1.0, 0, 0)
-    sim = {j: _done(j, w, sf) for j, (w, _, sf) in rows.items()} | {"e": _done("e", 700.0, 700.0)}
+    live["f"] = JobResult("f", 0.0, 0.0, 1400.0, 700.0, JobState.FAILED, 1.0, 0, 0)
+    sim = {j: _done(j, w, sf) for j, (w, _, sf) in rows.items()} | {j: _done(j, 700.0, 700.0) for j in "ef"}
     return specs, live, sim
 
 
 def test_per_job_compares_the_jobs_finished_both_ways_and_the_long_ones_apart() -> None:
     specs, live, sim = _case()
     got = per_job(specs, live, sim, overhead=40.0)  # long: work >= 400 trace s
-    assert got["jobs"] == 4  # e did not finish live
+    assert got["jobs"] == 4  # e did not finish live, f failed
     # relative differences 0.1, 0, 0.1, 9: median 0.1, max 9
     assert got["median_rel_diff"] == pytest.approx(0.1) and got["max_rel_diff"] == pytest.approx(9.0)
     assert got["long_work_s"] == pytest.approx(400.0) and got["long_jobs"] == 3
     assert got["long_median_rel_diff"] == pytest.approx(0.1) and got["long_max_rel_diff"] == pytest.approx(0.1)
     line = per_job_line(got)
     assert line == ("per job, live against simulated stretch: a median relative difference of 10.0% (max 900.0%) "
-                    "over 4 jobs; 10.0% (max 10.0%) over the 3 of work >= 400 trace s (10x the start-up overhead)")
+                    "over 4 jobs; 10.0% (max 10.0%) over the 3 jobs of work >= 400 trace s (10x the start-up overhead)")
 
 
 def test_per_job_says_when_every_job_or_none_is_long() -> None:
@@ -56,7 +57,23 @@ def test_per_job_says_when_every_job_or_none_is_long() -> None:
                                        "(10,000 trace s) or more")
     nothing = per_job(specs, {}, sim, overhead=10.0)
     assert nothing["jobs"] == 0 and nothing["median_rel_diff"] is None and nothing["max_rel_diff"] is None
-    assert per_job_line(nothing) == "per job: no job finished both live and in the simulation"
+    assert per_job_line(nothing) == "per job: no job was done both live and in the simulation"
+    one = per_job(specs[:1], live, sim, overhead=0.0)
+    assert per_job_line(one) == ("per job, live against simulated stretch: a median relative difference of 10.0% "
+                                 "(max 10.0%) over 1 job, each of work >= 0 trace s (10x the start-up overhead)")
+
+
+def test_jobs_csv_gives_a_relative_difference_only_to_jobs_done_both_ways() -> None:
+    import csv
+    import io
+
+    from coordinator.replay import jobs_csv
+
+    specs, live, sim = _case()
+    rows = {r["job"]: r for r in csv.DictReader(io.StringIO(jobs_csv(specs, live, sim)))}
+    assert float(rows["a"]["rel_diff"]) == pytest.approx(0.1)
+    assert rows["e"]["rel_diff"] == rows["f"]["rel_diff"] == ""
+    assert rows["f"]["live_state"] == "failed" and float(rows["f"]["live_stretch"]) == 2.0
 
 
 def test_the_stretch_plot_is_drawn_only_when_a_job_is_compared(tmp_path: Path) -> None:
@@ -67,3 +84,7 @@ def test_the_stretch_plot_is_drawn_only_when_a_job_is_compared(tmp_path: Path) -
     empty = tmp_path / "none.png"
     stretch_plot(specs, {}, sim, per_job(specs, {}, sim, 40.0), empty)
     assert not empty.exists()
+    # one job, or every point the same: linear axes, the diagonal still drawn (a slope, not two equal points)
+    same = tmp_path / "same.png"
+    stretch_plot(specs[1:2], live, sim, per_job(specs[1:2], live, sim, 40.0), same)
+    assert same.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,21 +1,25 @@
 """Launch the agent actors on a Ray cluster, wait until their hosts are registered, and stop them.
 
 :func:`run_up` is ``vcemu up --ray ADDRESS``: a coordinator in this process (the driver) and one agent
-actor per Ray node, until SIGINT/SIGTERM.
+actor per emulated host, spread over the Ray nodes, until SIGINT/SIGTERM; :func:`start_on_ray` starts them, for it
+and for ``vcemu replay --ray``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from coordinator.backends.ray.placement import HostPlacement, actor_name, free_placements
+from coordinator.backends.ray.placement import HostPlacement, actor_name, free_placements, place_hosts
 from coordinator.cliargs import format_table
 from coordinator.raycluster import RayContext, RayUnavailable, connect
+from node_agent.signals import signals_deferred
 
 log = logging.getLogger("vcemu.ray")
 
@@ -38,12 +42,17 @@ class RayAgents:
         self.placements = placements
         self.coordinator = coordinator
         actor_cls = remote_class()
-        self.actors: list[Any] = [
-            actor_cls.options(
-                name=actor_name(p.agent_id), label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
-            ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups, spares)
-            for p in placements
-        ]
+        self.actors: list[Any] = []
+        try:
+            for p in placements:
+                self.actors.append(actor_cls.options(
+                    name=actor_name(p.agent_id), label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
+                ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups, spares))
+        except BaseException:  # (a name taken since it was looked up, Ctrl-C): the caller gets no object to stop
+            for a in self.actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(a, no_restart=True)
+            raise
         self._ray = ray
         self.infos: list[dict[str, Any]] = []
         #: Agent ids of the actors dead for good (restarts used up, or killed): reported once, then not asked.
@@ -130,16 +139,18 @@ class RayStartError(Exception):
 
 def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float | None, memory: int, *,
                  port: int = 0, bind: str | None = None, metrics_port: int | None = None, no_cgroups: bool = False,
-                 options: dict[str, Any] | None = None, tag: str = "ray",
-                 spares: int = 0) -> tuple[Any, RayAgents, list[dict[str, Any]]]:
+                 options: dict[str, Any] | None = None, tag: str = "ray", spares: int = 0, rename: bool = True,
+                 note: Callable[[str], None] | None = None) -> tuple[Any, RayAgents, list[dict[str, Any]]]:
     """A coordinator in this process, on ``bind`` (default: this Ray node's address), and ``hosts`` agent actors
     placed over the Ray nodes of ``ctx`` (:func:`~coordinator.backends.ray.placement.place_hosts`), once every one of
     them has registered: (the started CoordinatorServer, the actors, each actor's info). ``options``: more
     CoordinatorServer arguments (``--state``, ``--heartbeat``, ``--token-file``; ``compression`` for ``vcemu
-    replay``). The hosts are named ``{tag}{k}-h{i}`` (k: the node's place, i: the host's on it), with another tag where
-    another run's actors hold those names (:func:`~coordinator.backends.ray.placement.free_placements`). ``spares``:
-    each agent's ``--spares`` (none by default on Ray: :class:`~node_agent.ray_actor.HostAgentActor`).
-    :class:`RayStartError` otherwise, with what was started stopped; so on any exception (Ctrl-C)."""
+    replay``). The hosts are named ``{tag}{k}-h{i}`` (k: the node's place, i: the host's on it); where another run's
+    actors hold those names, with another tag (:func:`~coordinator.backends.ray.placement.free_placements`), which
+    ``note`` is told, if ``rename``, else :class:`RayStartError` (a coordinator restarted on a ``--state`` file needs
+    its hosts' names back). ``spares``: each agent's ``--spares`` (none by default on Ray:
+    :class:`~node_agent.ray_actor.HostAgentActor`). :class:`RayStartError` otherwise, with what was started stopped
+    (under :func:`~node_agent.signals.signals_deferred`); so on any exception (Ctrl-C)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
     from coordinator.store import StoreError
@@ -147,9 +158,21 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
     from vcemu.v1 import agent_pb2
 
     try:
-        placements = free_placements(ctx.nodes(), hosts, cpus_per_host, memory, tag, ctx.named_actors())
+        nodes = ctx.nodes()
+        wanted = place_hosts(nodes, hosts, cpus_per_host, memory, tag)
+        placements = free_placements(nodes, hosts, cpus_per_host, memory, tag, taken := ctx.named_actors())
     except ValueError as exc:
         raise RayStartError(str(exc), 2) from None
+    if placements != wanted:
+        held = sorted(p.hosts[0]["name"] for p in wanted if actor_name(p.agent_id) in taken)
+        if not rename:
+            raise RayStartError(f"--ray: the agent actors of hosts {', '.join(held)} are alive on this Ray cluster "
+                                "(another vcemu up or replay --ray, or one just stopped whose actors Ray has not "
+                                "removed yet); a coordinator on a --state file needs its hosts' names back: stop that "
+                                "run, or wait", 1)
+        if note is not None:
+            note(f"another run's agent actors hold the hosts {', '.join(held)} on this Ray cluster: this run's hosts "
+                 f"are {placements[0].hosts[0]['name']}, ...")
     where = bind or ctx.node_ip
     refusal = ports_refusal(where, port, metrics_port)  # before the state file is opened
     if refusal is not None:
@@ -177,9 +200,12 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
         except RuntimeError as exc:
             raise RayStartError(str(exc), 1) from None
     except BaseException:
-        server.stop()
-        if agents is not None:
-            agents.stop()
+        with signals_deferred():  # a second Ctrl-C must not cut the stopping short (actors left with cgroups)
+            try:
+                server.stop()
+            finally:
+                if agents is not None:
+                    agents.stop()
         raise
     return server, agents, infos
 
@@ -217,7 +243,8 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             server, agents, infos = start_on_ray(
                 ctx, args.policy, args.hosts, args.cpus_per_host, memory, port=args.port, bind=args.bind,
                 metrics_port=args.metrics_port, no_cgroups=args.no_cgroups, options=options,
-                spares=args.agent_spares or 0)
+                spares=args.agent_spares or 0, rename=(options or {}).get("state") is None,
+                note=lambda line: print(f"vcemu up: {line}", file=sys.stderr, flush=True))
         except RayStartError as exc:
             print(f"vcemu up: {exc}", file=sys.stderr)
             return exc.status
