@@ -189,10 +189,29 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int, JobFile]:
             fit.append(j)
     if not fit:
         raise ValueError(f"{a.trace}: no job fits on {a.hosts} hosts")
+    single_core(fit, a.cpus_per_host)
     check_jobs(source, fit, tuple(homogeneous_hosts(a.hosts)), getattr(get_policy(a.policy), "refuse", None),
                what="to replay")
     t0 = fit[0].submit_time
     return [replace(j, submit_time=j.submit_time - t0) for j in fit], dropped, source
+
+
+def single_core(specs: Sequence[JobSpec], cpus_per_host: float | None) -> None:
+    """ValueError naming ``--cpus-per-host`` and the first job whose need on hosts of that many cores is more than one
+    core, for a workload whose task is a single process (all but ``modeled``): the agent refuses such a start, and the
+    job fails at its arrival (a replay at ``--cpus-per-host 2`` had two of its three jobs fail so, 1 ms in)."""
+    from workloads import modeled
+
+    if cpus_per_host is None or cpus_per_host <= 1.0:
+        return
+    over = [s for s in specs if s.workload != modeled.NAME and s.cpu_need * cpus_per_host > 1.0 + 1e-9]
+    if over:
+        s = over[0]
+        others = f" ({len(over)} jobs in all)" if len(over) > 1 else ""
+        most = 1 / max(x.cpu_need for x in over)
+        raise ValueError(f"--cpus-per-host: job {s.id}'s CPU need {s.cpu_need:g} is {s.cpu_need * cpus_per_host:g} "
+                         f"cores on hosts of {cpus_per_host:g}, but its workload ({s.workload}) is a single process, "
+                         f"which uses at most 1 core{others}: give --cpus-per-host {_num(_down(most))} or less")
 
 
 def replay_main(argv: Sequence[str]) -> int:
@@ -303,8 +322,11 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
             return exc.status
         try:
             nodes = len({p.node.node_id for p in agents.placements})
-            print(f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "
-                  f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}", file=sys.stderr, flush=True)
+            placed = (f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "
+                      f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}")
+            print(placed, file=sys.stderr, flush=True)
+            with open(d / "agents.log", "a", encoding="utf-8") as log:  # where the run was, with its results
+                log.write(placed + "\n")
         except BaseException:  # (Ctrl-C, a closed stderr): _replay_live stops the cluster from its first line on
             with signals_deferred():
                 server.stop()
@@ -332,6 +354,23 @@ def close_at(history: History, cutoff: float) -> History:
     ends = [Transition(cutoff, job, t.dst, JobState.CANCELLED, t.hosts, 0.0, "cut off")
             for job, t in last.items() if not t.dst.finished]
     return History(dict(history.specs), kept + ends, list(history.decision_seconds))
+
+
+def failed_live(history: History) -> dict[str, str]:
+    """The jobs that failed in the live run, each with the reason the engine recorded (a start refused by its agent,
+    a task that exited with an error, ...), in the order they failed: not compared with the simulation
+    (:func:`compared`), and said, where the table's ``completed`` alone gave no reason."""
+    return {t.job: t.reason for t in history.transitions if t.dst is JobState.FAILED}
+
+
+#: How many failed jobs :func:`failed_line` names (metrics.json's ``failed_live`` has them all).
+FAILED_SHOWN = 3
+
+
+def failed_line(failed: dict[str, str]) -> str:
+    shown = "; ".join(f"{job}: {reason or 'no reason recorded'}" for job, reason in list(failed.items())[:FAILED_SHOWN])
+    more = f"; and {len(failed) - FAILED_SHOWN} more (metrics.json's failed_live)" if len(failed) > FAILED_SHOWN else ""
+    return f"vcemu replay: {_jobs(len(failed))} failed in the live run: {shown}{more}"
 
 
 def live_overhead(history: History, compress: float) -> tuple[float, str]:
@@ -477,7 +516,7 @@ def overhead_warning(overhead: float, how: str, specs: Sequence[JobSpec], compre
     if work <= 0 or overhead <= OVERHEAD_WARN * work:
         return None
     real = overhead / compress  # real seconds: the same at any K
-    better = OVERHEAD_WARN * work / real if real > 0 else compress
+    better = _down(OVERHEAD_WARN * work / real) if real > 0 else compress
     return (f"vcemu replay: warning: the live run's start-up overhead is {overhead:.0f} trace s per job ({how}; "
             f"{real:.2f} s real x --compress {compress:g}), {100 * overhead / work:.0f}% of the jobs' median work "
             f"({work:.0f} s): the live column is slowed by it next to the simulation; --compress {_num(better)} or "
@@ -559,6 +598,9 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         print(f"vcemu replay: the live run timed out after {a.timeout:g} s (--timeout): {live_m['completed']} of "
               f"{len(specs)} jobs completed ({len(live.specs)} arrived); the live column covers the run up to the "
               f"cut-off, the simulated one the whole segment", file=sys.stderr)
+    failed = failed_live(live)
+    if failed:
+        print(failed_line(failed), file=sys.stderr)
     overhead, how = live_overhead(live, a.compress)
     for warning in (overhead_warning(overhead, how, specs, a.compress),
                     plans_warning(plans, a.compress, sim_end, a.timeout)):
@@ -570,7 +612,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         "arrived": len(live.specs), "startup_overhead_s": overhead, "startup_overhead_from": how,
         "sim_end_s": sim_end, "expected_wall_s": expected_wall(sim_end, a.compress), "live_plans": plans,
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
-        "per_job": per_job(specs, live_r, sim_r, overhead),
+        "per_job": per_job(specs, live_r, sim_r, overhead), "failed_live": failed,
     }
     try:
         path: Path | str = _write(a, out, d, source, jobs_csv(specs, live_r, sim_r),

@@ -36,12 +36,12 @@ def test_a_second_run_on_the_cluster_takes_agent_ids_no_live_actor_holds():
     assert first == place_hosts(nodes, 2, 0.5, MIB)
     taken = {actor_name(p.agent_id) for p in first} | {"vcemu-agent-other"}
     second = free_placements(nodes, 2, 0.5, MIB, "ray", taken)
-    assert [p.hosts[0]["name"] for p in second] == ["ray2-0-h0", "ray2-1-h0"]
+    assert [p.hosts[0]["name"] for p in second] == ["ray-2-0-h0", "ray-2-1-h0"]
     third = free_placements(nodes, 2, 0.5, MIB, "ray", taken | {actor_name(p.agent_id) for p in second})
-    assert [p.hosts[0]["name"] for p in third] == ["ray3-0-h0", "ray3-1-h0"]
+    assert [p.hosts[0]["name"] for p in third] == ["ray-3-0-h0", "ray-3-1-h0"]
     # One name taken of the tag's is enough to move to the next.
     assert free_placements(nodes, 2, 0.5, MIB, "ray", {actor_name(first[1].agent_id)})[0].hosts[0]["name"] == \
-        "ray2-0-h0"
+        "ray-2-0-h0"
     assert free_placements(nodes, 1, 0.5, MIB, "replay", taken)[0].hosts[0]["name"] == "replay0-h0"
 
 

@@ -55,9 +55,13 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     made.clear()
 
     class Agents:
-        def __init__(self, _ctx: object, placements: list[Any], coordinator: str, **_k: object) -> None:
-            if got["how"] == "name taken":
-                raise ValueError("The name vcemu-agent-x (namespace=vcemu) is already taken.")
+        def __init__(self, ctx: Ctx, placements: list[Any], coordinator: str, **_k: object) -> None:
+            got["tries"] = got.get("tries", 0) + 1
+            if got["how"] == "name taken" or (got["how"] == "name taken once" and got["tries"] == 1):
+                # another run made these actors between the look-up and this start
+                ctx.taken |= {actor_name(p.agent_id) for p in placements}
+                raise ValueError("The name vcemu-agent-x (namespace=vcemu) is already taken. Please use a different "
+                                 "name or get the existing actor using ray.get_actor(...)")
             self.placements, self.coordinator, self.stopped = placements, coordinator, 0
             got["agents"].append(self)
 
@@ -85,7 +89,8 @@ def test_a_start_gives_the_coordinator_the_actors_and_their_infos(fakes: dict[st
 
 
 @pytest.mark.parametrize(("how", "status", "fragment", "agents_stopped"), [
-    ("name taken", 1, "--ray: The name vcemu-agent-x (namespace=vcemu) is already taken.", None),
+    ("name taken", 1, "--ray: another run took this run's agent actor names as it started them (The name "
+                      "vcemu-agent-x (namespace=vcemu) is already taken.): run it again", None),
     ("no start", 1, "--ray: an agent actor failed to start: cgroups not writable", 1),
 ])
 def test_a_failed_start_is_one_line_with_its_status_and_stops_what_it_started(
@@ -96,6 +101,17 @@ def test_a_failed_start_is_one_line_with_its_status_and_stops_what_it_started(
     assert (err.value.status, str(err.value)) == (status, fragment)
     assert made[0].stopped == 1
     assert [a.stopped for a in fakes["agents"]] == ([] if agents_stopped is None else [agents_stopped])
+
+
+def test_names_taken_by_a_run_started_at_the_same_moment_are_given_up_for_the_next_free_ones(
+        fakes: dict[str, Any]) -> None:
+    fakes["how"] = "name taken once"
+    said: list[str] = []
+    _, agents, _ = start_on_ray(Ctx(), "greedy", 2, 0.5, MIB, bind="127.0.0.1", note=said.append)
+    assert fakes["tries"] == 2 and made[0].stopped == 0
+    assert [p.hosts[0]["name"] for p in agents.placements] == ["ray-2-0-h0", "ray-2-1-h0"]
+    assert said == ["another run's agent actors hold the hosts ray0-h0, ray1-h0 on this Ray cluster: this run's "
+                    "hosts are ray-2-0-h0, ..."]
 
 
 def test_ctrl_c_while_the_actors_start_stops_both_and_goes_on(fakes: dict[str, Any]) -> None:
@@ -117,9 +133,9 @@ def test_hosts_held_by_another_runs_actors_are_renamed_and_said_or_refused_for_a
     held = {actor_name(p.agent_id) for p in place_hosts(Ctx().nodes(), 2, 0.5, MIB, "ray")}
     said: list[str] = []
     _, agents, _ = start_on_ray(Ctx(held), "greedy", 2, 0.5, MIB, bind="127.0.0.1", note=said.append)
-    assert [p.hosts[0]["name"] for p in agents.placements] == ["ray2-0-h0", "ray2-1-h0"]
+    assert [p.hosts[0]["name"] for p in agents.placements] == ["ray-2-0-h0", "ray-2-1-h0"]
     assert said == ["another run's agent actors hold the hosts ray0-h0, ray1-h0 on this Ray cluster: this run's "
-                    "hosts are ray2-0-h0, ..."]
+                    "hosts are ray-2-0-h0, ..."]
     made.clear()
     with pytest.raises(RayStartError) as err:
         start_on_ray(Ctx(held), "greedy", 2, 0.5, MIB, bind="127.0.0.1", rename=False)

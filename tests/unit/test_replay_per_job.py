@@ -88,3 +88,39 @@ def test_the_stretch_plot_is_drawn_only_when_a_job_is_compared(tmp_path: Path) -
     same = tmp_path / "same.png"
     stretch_plot(specs[1:2], live, sim, per_job(specs[1:2], live, sim, 40.0), same)
     assert same.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_jobs_that_failed_live_are_named_with_their_reasons() -> None:
+    from coordinator.metrics import History, Transition
+    from coordinator.replay import failed_line, failed_live
+
+    t = [Transition(0.0, "a", None, JobState.PENDING), Transition(1.0, "a", JobState.PENDING, JobState.FAILED,
+                                                                   reason="start failed: INVALID_ARGUMENT: cpu_need"),
+         Transition(2.0, "b", None, JobState.PENDING), Transition(3.0, "b", JobState.PENDING, JobState.DONE)]
+    t += [Transition(4.0 + i, f"c{i}", JobState.RUNNING, JobState.FAILED, reason="") for i in range(3)]
+    failed = failed_live(History({}, t, []))
+    assert failed == {"a": "start failed: INVALID_ARGUMENT: cpu_need", "c0": "", "c1": "", "c2": ""}
+    assert failed_line(failed) == ("vcemu replay: 4 jobs failed in the live run: a: start failed: INVALID_ARGUMENT: "
+                                   "cpu_need; c0: no reason recorded; c1: no reason recorded; and 1 more "
+                                   "(metrics.json's failed_live)")
+    assert failed_line({"a": "x"}) == "vcemu replay: 1 job failed in the live run: a: x"
+
+
+def test_a_replay_refuses_hosts_of_more_than_a_core_a_single_process_job_would_need_more_of() -> None:
+    """At --cpus-per-host 2 a job of need 1 is 2 cores, which a dgemm task (one process) cannot use: the agent refused
+    each such start, and the jobs failed at their arrival, 1 ms in, without a word."""
+    from dataclasses import replace
+
+    from coordinator.replay import single_core
+
+    specs = [_spec("a", 10.0), replace(_spec("b", 10.0), cpu_need=0.7), replace(_spec("m", 10.0), workload="modeled")]
+    single_core(specs, None)
+    single_core(specs, 1.0)
+    single_core(specs[2:], 4.0)  # a modeled task is no process
+    with pytest.raises(ValueError) as err:
+        single_core(specs, 1.2)
+    assert str(err.value) == ("--cpus-per-host: job a's CPU need 1 is 1.2 cores on hosts of 1.2, but its workload "
+                              "(dgemm) is a single process, which uses at most 1 core: give --cpus-per-host 1 or less")
+    with pytest.raises(ValueError) as err:
+        single_core(specs[1:], 2.0)
+    assert str(err.value).endswith("uses at most 1 core: give --cpus-per-host 1.4 or less")  # 1 / 0.7, rounded down

@@ -25,6 +25,8 @@ log = logging.getLogger("vcemu.ray")
 
 #: How often Ray may restart a crashed agent actor (each restart cleans up and registers again).
 MAX_RESTARTS = 3
+#: How many times the agent actors are started under fresh names when another run takes the names meanwhile.
+NAME_ATTEMPTS = 3
 #: Seconds between checks that every agent actor answers.
 HEALTH_INTERVAL_S = 5.0
 
@@ -157,22 +159,26 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
     from node_agent.ports import dial_address, ports_refusal
     from vcemu.v1 import agent_pb2
 
-    try:
-        nodes = ctx.nodes()
-        wanted = place_hosts(nodes, hosts, cpus_per_host, memory, tag)
-        placements = free_placements(nodes, hosts, cpus_per_host, memory, tag, taken := ctx.named_actors())
-    except ValueError as exc:
-        raise RayStartError(str(exc), 2) from None
-    if placements != wanted:
-        held = sorted(p.hosts[0]["name"] for p in wanted if actor_name(p.agent_id) in taken)
-        if not rename:
-            raise RayStartError(f"--ray: the agent actors of hosts {', '.join(held)} are alive on this Ray cluster "
-                                "(another vcemu up or replay --ray, or one just stopped whose actors Ray has not "
-                                "removed yet); a coordinator on a --state file needs its hosts' names back: stop that "
-                                "run, or wait", 1)
-        if note is not None:
-            note(f"another run's agent actors hold the hosts {', '.join(held)} on this Ray cluster: this run's hosts "
-                 f"are {placements[0].hosts[0]['name']}, ...")
+    def place() -> list[HostPlacement]:
+        try:
+            nodes = ctx.nodes()
+            wanted = place_hosts(nodes, hosts, cpus_per_host, memory, tag)
+            placements = free_placements(nodes, hosts, cpus_per_host, memory, tag, taken := ctx.named_actors())
+        except ValueError as exc:
+            raise RayStartError(str(exc), 2) from None
+        if placements != wanted:
+            held = sorted(p.hosts[0]["name"] for p in wanted if actor_name(p.agent_id) in taken)
+            if not rename:
+                raise RayStartError(f"--ray: the agent actors of hosts {', '.join(held)} are alive on this Ray "
+                                    "cluster (another vcemu up or replay --ray, or one just stopped whose actors Ray "
+                                    "has not removed yet); a coordinator on a --state file needs its hosts' names "
+                                    "back: stop that run, or wait", 1)
+            if note is not None:
+                note(f"another run's agent actors hold the hosts {', '.join(held)} on this Ray cluster: this run's "
+                     f"hosts are {placements[0].hosts[0]['name']}, ...")
+        return placements
+
+    placements = place()
     where = bind or ctx.node_ip
     refusal = ports_refusal(where, port, metrics_port)  # before the state file is opened
     if refusal is not None:
@@ -187,10 +193,15 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
         # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
         coordinator = dial_address(where, server.port, ctx.node_ip)
         server.backend.choose_reference([agent_pb2.HostInfo(**h) for p in placements for h in p.hosts])
-        try:
-            agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups, spares=spares)
-        except ValueError as exc:  # an actor name taken since it was looked up (Ray's own message names it)
-            raise RayStartError(f"--ray: {_last_line(exc)}", 1) from None
+        for attempt in range(1, NAME_ATTEMPTS + 1):
+            try:
+                agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups, spares=spares)
+                break
+            except ValueError as exc:  # a name taken since it was looked up: a run started at the same moment
+                if not rename or attempt == NAME_ATTEMPTS:
+                    raise RayStartError(f"--ray: another run took this run's agent actor names as it started them "
+                                        f"({_last_line(exc).split(' Please ')[0]}): run it again", 1) from None
+                placements = place()  # (the hosts' capacities are the same: the coordinator's reference holds)
         try:
             infos = agents.wait_started()
             why = wait_registered(server, [p.agent_id for p in placements], timeout_s=30.0)

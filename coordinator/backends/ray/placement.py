@@ -75,13 +75,14 @@ def actor_name(agent_id: str) -> str:
 
 def free_placements(nodes: Sequence[RayNode], hosts: int, cpus_per_host: float | None, memory_bytes: int,
                     tag: str, taken: Collection[str]) -> list[HostPlacement]:
-    """:func:`place_hosts` with the first tag of ``tag``, ``tag2-``, ``tag3-``, ... none of whose agents' actor names
+    """:func:`place_hosts` with the first tag of ``tag``, ``tag-2-``, ``tag-3-``, ... none of whose agents' actor names
     (:func:`actor_name`) is in ``taken`` (the names of the named actors alive on the cluster). An agent id also names
     the agent's cgroups on its node, and an agent that starts removes what it finds there under its id: a second run
     on the same Ray cluster (a ``vcemu replay --ray`` beside a ``vcemu up --ray``) must not take the first one's
     ids, nor Ray its actors' names."""
     for n in count(1):
-        placements = place_hosts(nodes, hosts, cpus_per_host, memory_bytes, tag if n == 1 else f"{tag}{n}-")
+        # (not ``tag2-``: the second run's host ``ray2-0-h0`` beside the first run's ``ray2-h0`` read alike)
+        placements = place_hosts(nodes, hosts, cpus_per_host, memory_bytes, tag if n == 1 else f"{tag}-{n}-")
         if not any(actor_name(p.agent_id) in taken for p in placements):
             return placements
     raise AssertionError("unreachable")
