@@ -27,7 +27,7 @@ from typing import Any
 
 from coordinator.cliargs import format_table
 from coordinator.experiments import follow_jobs, simulate
-from coordinator.metrics import JobResult, job_results, relative_difference
+from coordinator.metrics import JobResult, job_results, stretch_difference
 from coordinator.model import JobState
 from coordinator.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
 from coordinator.provenance import code_version
@@ -129,9 +129,8 @@ def _compare(args: argparse.Namespace, mix, server, live, ids: dict[str, str], e
     for spec in mix:
         job = ids.get(spec.id)
         lr, sr = (live_r.get(job), sim_r.get(job)) if job else (None, None)
-        diff = None
-        if lr and sr and lr.stretch is not None and sr.stretch is not None:
-            diff = relative_difference(lr.stretch, sr.stretch)
+        diff = stretch_difference(lr, sr)  # None unless done both ways: a job failed live is not compared
+        if diff is not None:
             diffs.append(diff)
         rows.append((spec, job, lr, sr, diff))
     completed = sum(1 for _, _, lr, _, _ in rows if lr and lr.state is JobState.DONE)

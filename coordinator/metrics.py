@@ -184,6 +184,16 @@ def relative_difference(a: float, b: float) -> float:
     return abs(a - b) / abs(b) if b else math.inf
 
 
+def stretch_difference(live: JobResult | None, sim: JobResult | None) -> float | None:
+    """How far a job's live stretch is from its simulated one (:func:`relative_difference`), if it was done both ways;
+    None otherwise: a job that failed or was cancelled has an end, so a stretch, but no outcome to compare (``vcemu
+    demo``'s and ``vcemu replay``'s per-job figures)."""
+    if live is None or sim is None or live.state is not JobState.DONE or sim.state is not JobState.DONE:
+        return None
+    assert live.stretch is not None and sim.stretch is not None  # (a done job has an end)
+    return relative_difference(live.stretch, sim.stretch)
+
+
 # ---- trace-level metrics of seed 001 Sec. V (Table I, Figure 1, Table II) ------------------------------
 
 #: Bytes of a node's memory, to turn memory requirements (fractions of a node) into the bytes Table II's bandwidth

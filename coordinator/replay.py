@@ -643,15 +643,15 @@ def compared(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str
              ) -> Iterator[tuple[JobSpec, JobResult, JobResult, float]]:
     """The jobs of ``specs`` done both live and in the simulation (a failed or cancelled one is not compared), in
     order, each with its two results and the relative difference of its live stretch from its simulated one
-    (:func:`coordinator.metrics.relative_difference`): jobs.csv's ``rel_diff``, :func:`per_job`'s figures and
+    (:func:`coordinator.metrics.stretch_difference`): jobs.csv's ``rel_diff``, :func:`per_job`'s figures and
     :func:`stretch_plot`'s points."""
-    from coordinator.metrics import relative_difference
+    from coordinator.metrics import stretch_difference
 
     for s in specs:
         lr, sr = live.get(s.id), sim.get(s.id)
-        if lr is not None and sr is not None and lr.state is JobState.DONE and sr.state is JobState.DONE:
-            assert lr.stretch is not None and sr.stretch is not None  # (a done job has an end)
-            yield s, lr, sr, relative_difference(lr.stretch, sr.stretch)
+        if (diff := stretch_difference(lr, sr)) is not None:
+            assert lr is not None and sr is not None
+            yield s, lr, sr, diff
 
 
 def per_job(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str, JobResult],

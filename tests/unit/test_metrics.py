@@ -75,3 +75,18 @@ def test_a_pause_and_resume_elsewhere_at_once_is_one_migration_not_a_preemption(
     ]
     (r,) = job_results(h)
     assert (r.preemptions, r.migrations) == (0, 1)  # same set of hosts, other task counts: still a move
+
+
+def test_a_stretch_difference_only_for_a_job_done_both_ways() -> None:
+    """``vcemu demo`` and ``vcemu replay`` compare a job's live and simulated stretch; a job that failed live has an
+    end, so a stretch, and was counted (a failed start 1 ms in: a 99.98% difference in the median)."""
+    from coordinator.metrics import JobResult, stretch_difference
+
+    def result(state: JobState, end: float) -> JobResult:
+        return JobResult("a", 0.0, 0.0, end, 100.0, state, 1.0, 0, 0)
+
+    done, failed = result(JobState.DONE, 110.0), result(JobState.FAILED, 0.001)
+    assert stretch_difference(done, result(JobState.DONE, 100.0)) == pytest.approx(0.1)
+    assert stretch_difference(failed, result(JobState.DONE, 100.0)) is None
+    assert stretch_difference(done, result(JobState.CANCELLED, 100.0)) is None
+    assert stretch_difference(None, done) is None and stretch_difference(done, None) is None
