@@ -24,20 +24,20 @@ live clock in trace time beside the simulation's end. A simulation that fails en
 before any job arrives, the cluster stopped. The live run's plans are timed (:class:`PlanTimes`), and a warning
 says when carrying them out took over :data:`PLANS_WARN` of its wall time (``live_plans`` in metrics.json).
 
-A live run that reaches ``--timeout`` is cut off there: one line on stderr says so, with how many of the segment's
-jobs completed (and arrived), and the exit status is 1. The live column then scores the run up to the cut-off: the
-jobs still pending, running or paused count as not completed and are taken to end at the cut-off, so the span runs
-from the first submission to the cut-off (not to the last completion) and the allocated CPU is integrated over that
-same span: utilisation never exceeds 1. ``jobs`` (and the per-job rates) count the whole segment in both columns; the
-simulated column is always the simulation of the whole segment. ``jobs.csv`` in the results folder has, per job of
-the segment, its live and simulated submit, start, end, wait, run time, stretch and last yield (trace seconds from the
-segment's first submission; empty where the job did not get that far); the output and ``metrics.json``'s ``per_job``
-give the median and largest relative difference between a job's live and simulated stretch, over every job finished
-both ways and over those whose work is at least ten times the start-up overhead below (:func:`per_job`), and
-``stretch.png`` plots each job's pair. Each task's start-up (0.5-3 s of real time,
-the agent starting a process) is K times longer in trace seconds: when the live run's overhead (measured on the jobs
-that ran at one share from start to end, else estimated as K x 1 s) is over 10% of the jobs' median work, a warning
-says so after the run and suggests a smaller ``--compress``.
+A live run that reaches ``--timeout`` is cut off there: one line on stderr says so, with how many of the segment's jobs
+completed (and arrived), and the exit status is 1. The live column then scores the run up to the cut-off: the jobs still
+pending, running or paused count as not completed and are taken to end at the cut-off, so the span runs from the first
+submission to the cut-off (not to the last completion) and the allocated CPU is integrated over that same span:
+utilisation never exceeds 1. ``jobs`` (and the per-job rates) count the whole segment in both columns; the simulated
+column is always the simulation of the whole segment. ``jobs.csv`` in the results folder has, per job of the segment,
+its live and simulated submit, start, end, wait, run time, stretch and last yield (trace seconds from the segment's
+first submission; empty where the job did not get that far); the output and ``metrics.json``'s ``per_job`` give the
+median and largest relative difference between a job's live and simulated stretch (jobs.csv's ``rel_diff``, empty for a
+job not done both ways), over every job done both ways (:func:`compared`) and over those whose work is at least ten
+times the start-up overhead below (:func:`per_job`), and ``stretch.png`` plots each job's pair. Each task's start-up
+(0.5-3 s of real time, the agent starting a process) is K times longer in trace seconds: when the live run's overhead
+(measured on the jobs that ran at one share from start to end, else estimated as K x 1 s) is over 10% of the jobs'
+median work, a warning says so after the run and suggests a smaller ``--compress``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import io
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -200,16 +201,17 @@ def single_core(specs: Sequence[JobSpec], cpus_per_host: float | None) -> None:
     """ValueError naming ``--cpus-per-host`` and the first job whose need on hosts of that many cores is more than one
     core, for a workload whose task is a single process (all but ``modeled``): the agent refuses such a start, and the
     job fails at its arrival (a replay at ``--cpus-per-host 2`` had two of its three jobs fail so, 1 ms in)."""
+    from node_agent.agent import SHARE_EPS
     from workloads import modeled
 
     if cpus_per_host is None or cpus_per_host <= 1.0:
         return
-    over = [s for s in specs if s.workload != modeled.NAME and s.cpu_need * cpus_per_host > 1.0 + 1e-9]
+    over = [s for s in specs if s.workload != modeled.NAME and s.cpu_need * cpus_per_host > 1.0 + SHARE_EPS]
     if over:
         s = over[0]
         others = f" ({len(over)} jobs in all)" if len(over) > 1 else ""
         most = 1 / max(x.cpu_need for x in over)
-        raise ValueError(f"--cpus-per-host: job {s.id}'s CPU need {s.cpu_need:g} is {s.cpu_need * cpus_per_host:g} "
+        raise ValueError(f"--cpus-per-host: job {s.id}'s CPU need {s.cpu_need:g} is {s.cpu_need * cpus_per_host:.6g} "
                          f"cores on hosts of {cpus_per_host:g}, but its workload ({s.workload}) is a single process, "
                          f"which uses at most 1 core{others}: give --cpus-per-host {_num(_down(most))} or less")
 
@@ -319,6 +321,8 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
                 spares=a.agent_spares or 0, note=lambda line: print(f"vcemu replay: {line}", file=sys.stderr))
         except RayStartError as exc:
             print(f"vcemu replay: {exc}", file=sys.stderr)
+            if exc.status == 2:  # a bad setting: nothing started, and no folder is left (as for a bad trace)
+                shutil.rmtree(d, ignore_errors=True)
             return exc.status
         try:
             nodes = len({p.node.node_id for p in agents.placements})
@@ -329,8 +333,10 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
                 log.write(placed + "\n")
         except BaseException:  # (Ctrl-C, a closed stderr): _replay_live stops the cluster from its first line on
             with signals_deferred():
-                server.stop()
-                agents.stop()
+                try:
+                    server.stop()
+                finally:
+                    agents.stop()
             raise
         return _replay_live(a, specs, dropped, server, agents.stop, d, wall0, source.provenance())
 
@@ -576,8 +582,10 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         timed_out = done < len(arrivals)
     finally:
         with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
-            server.stop()
-            stop()
+            try:
+                server.stop()
+            finally:
+                stop()
     if server.loop_error_count > seen:
         new = server.loop_error_count - seen
         errors = list(server.loop_errors)

@@ -289,7 +289,7 @@ def fake_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, object]]:
             return [RayNode("f" * 56, "127.0.0.1", {"CPU": 2.0}, {})]
 
         def named_actors(self) -> set[str]:
-            return set()
+            return got.get("taken", set())  # type: ignore[return-value]
 
         def close(self) -> None:
             pass
@@ -336,6 +336,24 @@ def test_up_ray_gives_its_agent_actors_the_spares_asked_for_and_none_by_default(
     code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", "0", *extra], capsys)
     assert code == 1 and "fake agent actors never start" in err, err  # after the actors were made
     assert fake_ray["agents"]["spares"] == spares  # type: ignore[index]
+
+
+def test_up_ray_with_a_state_file_refuses_hosts_another_run_holds(tmp_path: Path, fake_ray: dict[str, object],
+                                                                  capsys) -> None:
+    """Without --state a second run takes other names (and says so); with it, its stored jobs need the names back."""
+    from coordinator.backends.ray.placement import actor_name, place_hosts
+    from coordinator.raycluster import RayNode
+
+    node = RayNode("f" * 56, "127.0.0.1", {"CPU": 2.0}, {})
+    fake_ray["taken"] = {actor_name(p.agent_id) for p in place_hosts([node], 1, 0.5, 1 << 28)}
+    state = tmp_path / "run.db"
+    code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", "0", "--hosts", "1", "--state", str(state)], capsys)
+    assert code == 1 and "vcemu up: --ray: the agent actors of hosts ray0-h0 are alive on this Ray cluster" in err, err
+    assert not state.exists()  # refused before the coordinator opened it
+    code, _, err = run(["up", "--ray", "127.0.0.1:6379", "--port", "0", "--hosts", "1"], capsys)
+    assert code == 1 and "fake agent actors never start" in err, err  # went on, renamed
+    assert ("vcemu up: another run's agent actors hold the hosts ray0-h0 on this Ray cluster: this run's hosts are "
+            "ray-2-0-h0, ...") in err, err
 
 
 def test_an_agent_actor_starts_its_agent_with_its_spares(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ray.exceptions import ActorAlreadyExistsError
 
 import coordinator.backends.ray.cluster as cluster
 import coordinator.service
@@ -60,8 +61,10 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             if got["how"] == "name taken" or (got["how"] == "name taken once" and got["tries"] == 1):
                 # another run made these actors between the look-up and this start
                 ctx.taken |= {actor_name(p.agent_id) for p in placements}
-                raise ValueError("The name vcemu-agent-x (namespace=vcemu) is already taken. Please use a different "
-                                 "name or get the existing actor using ray.get_actor(...)")
+                raise ActorAlreadyExistsError("The name vcemu-agent-x (namespace=vcemu) is already taken. Please use "
+                                              "a different name or get the existing actor using ray.get_actor(...)")
+            if got["how"] == "other refusal":
+                raise ValueError("label_selector: bad label")
             self.placements, self.coordinator, self.stopped = placements, coordinator, 0
             got["agents"].append(self)
 
@@ -92,6 +95,7 @@ def test_a_start_gives_the_coordinator_the_actors_and_their_infos(fakes: dict[st
     ("name taken", 1, "--ray: another run took this run's agent actor names as it started them (The name "
                       "vcemu-agent-x (namespace=vcemu) is already taken.): run it again", None),
     ("no start", 1, "--ray: an agent actor failed to start: cgroups not writable", 1),
+    ("other refusal", 1, "--ray: label_selector: bad label", None),  # not retried as a taken name
 ])
 def test_a_failed_start_is_one_line_with_its_status_and_stops_what_it_started(
         fakes: dict[str, Any], how: str, status: int, fragment: str, agents_stopped: int | None) -> None:
@@ -100,6 +104,7 @@ def test_a_failed_start_is_one_line_with_its_status_and_stops_what_it_started(
         start_on_ray(Ctx(), "greedy", 2, 0.5, MIB, bind="127.0.0.1")
     assert (err.value.status, str(err.value)) == (status, fragment)
     assert made[0].stopped == 1
+    assert fakes["tries"] == (3 if how == "name taken" else 1)
     assert [a.stopped for a in fakes["agents"]] == ([] if agents_stopped is None else [agents_stopped])
 
 
@@ -141,3 +146,11 @@ def test_hosts_held_by_another_runs_actors_are_renamed_and_said_or_refused_for_a
         start_on_ray(Ctx(held), "greedy", 2, 0.5, MIB, bind="127.0.0.1", rename=False)
     assert err.value.status == 1 and "the agent actors of hosts ray0-h0, ray1-h0 are alive" in str(err.value)
     assert made == []  # refused before the coordinator started (its state file untouched)
+
+
+def test_without_renaming_a_name_race_is_not_retried_and_says_to_wait(fakes: dict[str, Any]) -> None:
+    fakes["how"] = "name taken once"
+    with pytest.raises(RayStartError) as err:
+        start_on_ray(Ctx(), "greedy", 2, 0.5, MIB, bind="127.0.0.1", rename=False)
+    assert fakes["tries"] == 1 and str(err.value).endswith("is already taken.): stop that run, or wait")
+    assert made[0].stopped == 1

@@ -163,3 +163,34 @@ def test_replay_on_an_unreachable_ray_address_is_one_line_and_starts_nothing(tmp
     assert code == 2 and time.monotonic() - t0 < 10
     assert err.strip() == f"vcemu replay: --ray: no Ray cluster reachable at 127.0.0.1:{port} (Connection refused)"
     assert not (tmp_path / "out").exists()  # connected before the run's folder is made
+
+
+def test_replay_on_ray_refused_a_setting_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A --bind this machine cannot listen on is a bad setting (exit status 2, "nothing started"): it left the run's
+    folder with an agents.log of one line (review)."""
+    import coordinator.raycluster
+    from coordinator.raycluster import RayNode
+
+    class Ctx:
+        node_ip, ray_version, auth_mode = "127.0.0.1", "fake", "disabled"
+
+        def nodes(self) -> list[RayNode]:
+            return [RayNode("f" * 56, "127.0.0.1", {"CPU": 2.0}, {})]
+
+        def named_actors(self) -> set[str]:
+            return set()
+
+        def __enter__(self) -> Ctx:
+            return self
+
+        def __exit__(self, *_exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(coordinator.raycluster, "connect", lambda address: Ctx())
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"id": "a", **JOB}) + "\n")
+    code, _, err = run(["replay", str(trace), "--ray", "127.0.0.1:6379", "--bind", "10.255.255.1",
+                        "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "vcemu replay: error: --bind" in err, err
+    assert list((tmp_path / "out").iterdir()) == []

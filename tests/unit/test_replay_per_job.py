@@ -117,6 +117,7 @@ def test_a_replay_refuses_hosts_of_more_than_a_core_a_single_process_job_would_n
     single_core(specs, None)
     single_core(specs, 1.0)
     single_core(specs[2:], 4.0)  # a modeled task is no process
+    single_core([replace(_spec("t", 10.0), cpu_need=0.3333334)], 3.0)  # 1.0000002 cores: within the agent's 1e-6
     with pytest.raises(ValueError) as err:
         single_core(specs, 1.2)
     assert str(err.value) == ("--cpus-per-host: job a's CPU need 1 is 1.2 cores on hosts of 1.2, but its workload "

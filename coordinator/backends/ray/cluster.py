@@ -51,9 +51,10 @@ class RayAgents:
                     name=actor_name(p.agent_id), label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
                 ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups, spares))
         except BaseException:  # (a name taken since it was looked up, Ctrl-C): the caller gets no object to stop
-            for a in self.actors:
-                with contextlib.suppress(Exception):
-                    ray.kill(a, no_restart=True)
+            with signals_deferred():
+                for a in self.actors:
+                    with contextlib.suppress(Exception):
+                        ray.kill(a, no_restart=True)
             raise
         self._ray = ray
         self.infos: list[dict[str, Any]] = []
@@ -159,13 +160,17 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
     from node_agent.ports import dial_address, ports_refusal
     from vcemu.v1 import agent_pb2
 
-    def place() -> list[HostPlacement]:
+    try:
+        nodes = ctx.nodes()  # once: a retry's hosts have the same capacities (the coordinator's reference holds)
+    except ValueError as exc:
+        raise RayStartError(str(exc), 2) from None
+
+    def place(status: int = 2) -> list[HostPlacement]:
         try:
-            nodes = ctx.nodes()
             wanted = place_hosts(nodes, hosts, cpus_per_host, memory, tag)
             placements = free_placements(nodes, hosts, cpus_per_host, memory, tag, taken := ctx.named_actors())
         except ValueError as exc:
-            raise RayStartError(str(exc), 2) from None
+            raise RayStartError(str(exc), status) from None
         if placements != wanted:
             held = sorted(p.hosts[0]["name"] for p in wanted if actor_name(p.agent_id) in taken)
             if not rename:
@@ -193,15 +198,19 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
         # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
         coordinator = dial_address(where, server.port, ctx.node_ip)
         server.backend.choose_reference([agent_pb2.HostInfo(**h) for p in placements for h in p.hosts])
+        taken_error = _name_taken_error()
         for attempt in range(1, NAME_ATTEMPTS + 1):
             try:
                 agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups, spares=spares)
                 break
-            except ValueError as exc:  # a name taken since it was looked up: a run started at the same moment
+            except taken_error as exc:  # a name taken since it was looked up: a run started at the same moment
                 if not rename or attempt == NAME_ATTEMPTS:
+                    then = "stop that run, or wait" if not rename else "run it again"
                     raise RayStartError(f"--ray: another run took this run's agent actor names as it started them "
-                                        f"({_last_line(exc).split(' Please ')[0]}): run it again", 1) from None
-                placements = place()  # (the hosts' capacities are the same: the coordinator's reference holds)
+                                        f"({_last_line(exc).split(' Please ')[0]}): {then}", 1) from None
+                placements = place(status=1)  # (the same nodes: the same capacities)
+            except ValueError as exc:  # (another refusal of Ray's)
+                raise RayStartError(f"--ray: {_last_line(exc)}", 1) from None
         try:
             infos = agents.wait_started()
             why = wait_registered(server, [p.agent_id for p in placements], timeout_s=30.0)
@@ -219,6 +228,13 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
                     agents.stop()
         raise
     return server, agents, infos
+
+
+def _name_taken_error() -> type[Exception]:
+    """The error Ray raises when an actor's name is taken (a ValueError; its own class since Ray 2.x)."""
+    import ray.exceptions
+
+    return getattr(ray.exceptions, "ActorAlreadyExistsError", ValueError)
 
 
 def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> int:
