@@ -160,10 +160,7 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
     from node_agent.ports import dial_address, ports_refusal
     from vcemu.v1 import agent_pb2
 
-    try:
-        nodes = ctx.nodes()  # once: a retry's hosts have the same capacities (the coordinator's reference holds)
-    except ValueError as exc:
-        raise RayStartError(str(exc), 2) from None
+    nodes = ctx.nodes()  # once: a retry's hosts have the same capacities (the coordinator's reference holds)
 
     def place(status: int = 2) -> list[HostPlacement]:
         try:
@@ -198,12 +195,13 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
         # A wildcard --bind (0.0.0.0) listens everywhere; the agents on other nodes dial this node's address.
         coordinator = dial_address(where, server.port, ctx.node_ip)
         server.backend.choose_reference([agent_pb2.HostInfo(**h) for p in placements for h in p.hosts])
-        taken_error = _name_taken_error()
+        from ray.exceptions import ActorAlreadyExistsError
+
         for attempt in range(1, NAME_ATTEMPTS + 1):
             try:
                 agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups, spares=spares)
                 break
-            except taken_error as exc:  # a name taken since it was looked up: a run started at the same moment
+            except ActorAlreadyExistsError as exc:  # a name taken since it was looked up: a run started meanwhile
                 if not rename or attempt == NAME_ATTEMPTS:
                     then = "stop that run, or wait" if not rename else "run it again"
                     raise RayStartError(f"--ray: another run took this run's agent actor names as it started them "
@@ -228,13 +226,6 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
                     agents.stop()
         raise
     return server, agents, infos
-
-
-def _name_taken_error() -> type[Exception]:
-    """The error Ray raises when an actor's name is taken (a ValueError; its own class since Ray 2.x)."""
-    import ray.exceptions
-
-    return getattr(ray.exceptions, "ActorAlreadyExistsError", ValueError)
 
 
 def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> int:
