@@ -332,13 +332,19 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
             with open(d / "agents.log", "a", encoding="utf-8") as log:  # where the run was, with its results
                 log.write(placed + "\n")
         except BaseException:  # (Ctrl-C, a closed stderr): _replay_live stops the cluster from its first line on
-            with signals_deferred():
-                try:
-                    server.stop()
-                finally:
-                    agents.stop()
+            _stop_cluster(server, agents.stop)
             raise
         return _replay_live(a, specs, dropped, server, agents.stop, d, wall0, source.provenance())
+
+
+def _stop_cluster(server: Any, stop: Callable[[], None]) -> None:
+    """Stop the coordinator, then the agents (``stop``) even if that raised; a second Ctrl-C must not cut the
+    stopping of the agents short (their tasks and cgroups would be left)."""
+    with signals_deferred():
+        try:
+            server.stop()
+        finally:
+            stop()
 
 
 def _snapshot(history: History) -> History:
@@ -581,11 +587,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
             plans = plan_times.summary((cutoff - origin) / a.compress)  # wall seconds from the first arrival
         timed_out = done < len(arrivals)
     finally:
-        with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
-            try:
-                server.stop()
-            finally:
-                stop()
+        _stop_cluster(server, stop)
     if server.loop_error_count > seen:
         new = server.loop_error_count - seen
         errors = list(server.loop_errors)

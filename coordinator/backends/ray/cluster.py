@@ -165,19 +165,21 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
     def place(status: int = 2) -> list[HostPlacement]:
         try:
             wanted = place_hosts(nodes, hosts, cpus_per_host, memory, tag)
-            placements = free_placements(nodes, hosts, cpus_per_host, memory, tag, taken := ctx.named_actors())
         except ValueError as exc:
             raise RayStartError(str(exc), status) from None
-        if placements != wanted:
-            held = sorted(p.hosts[0]["name"] for p in wanted if actor_name(p.agent_id) in taken)
-            if not rename:
-                raise RayStartError(f"--ray: the agent actors of hosts {', '.join(held)} are alive on this Ray "
-                                    "cluster (another vcemu up or replay --ray, or one just stopped whose actors Ray "
-                                    "has not removed yet); a coordinator on a --state file needs its hosts' names "
-                                    "back: stop that run, or wait", 1)
-            if note is not None:
-                note(f"another run's agent actors hold the hosts {', '.join(held)} on this Ray cluster: this run's "
-                     f"hosts are {placements[0].hosts[0]['name']}, ...")
+        taken = ctx.named_actors()
+        held = sorted(p.hosts[0]["name"] for p in wanted if actor_name(p.agent_id) in taken)
+        if not held:
+            return wanted
+        if not rename:
+            raise RayStartError(f"--ray: the agent actors of hosts {', '.join(held)} are alive on this Ray "
+                                "cluster (another vcemu up or replay --ray, or one just stopped whose actors Ray "
+                                "has not removed yet); a coordinator on a --state file needs its hosts' names "
+                                "back: stop that run, or wait", 1)
+        placements = free_placements(nodes, hosts, cpus_per_host, memory, tag, taken)  # (the same nodes: no error)
+        if note is not None:
+            note(f"another run's agent actors hold the hosts {', '.join(held)} on this Ray cluster: this run's "
+                 f"hosts are {placements[0].hosts[0]['name']}, ...")
         return placements
 
     placements = place()
