@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -31,7 +32,9 @@ from coordinator.cliargs import (
     refuse,
     state_path,
     tcp_port,
+    whole_in,
 )
+from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, Restarts
 from node_agent.processes import stop_processes
 from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
 from node_agent.spares import DEFAULT_SPARES
@@ -266,6 +269,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             print("vcemu up: --agent-metrics-port: not with --ray (the Ray agent actors serve no metrics)",
                   file=sys.stderr)
             return 2
+        if args.restart_agents is not None:  # (Ray's max_restarts restarts an actor, as this flag a process)
+            print("vcemu up: --restart-agents: not with --ray (Ray restarts a crashed agent actor itself, up to "
+                  f"{DEFAULT_RESTARTS} times)", file=sys.stderr)
+            return 2
         if args.agents != 1:  # each host is an agent actor of its own
             print("vcemu up: --agents: not with --ray (each emulated host is its own agent actor)", file=sys.stderr)
             return 2
@@ -286,11 +293,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     """``vcemu up`` without ``--ray``: start the local cluster, then wait for Ctrl-C or SIGTERM (a clean stop,
-    exit status 0) or for every agent process to have exited (status 1). Called within
+    exit status 0) or for every agent process to have exited for good (status 1). An agent that dies in failure is
+    started again as :class:`~coordinator.restarts.Restarts` says (``--restart-agents``). Called within
     :func:`~node_agent.signals.signals_interrupt`: while starting, Ctrl-C and SIGTERM stop at once, and
     start_local_cluster takes down what it started."""
     from coordinator.store import StoreError
 
+    restarts = Restarts(DEFAULT_RESTARTS if args.restart_agents is None else args.restart_agents)
     stop = threading.Event()
     try:
         server, procs = start_local_cluster(
@@ -313,13 +322,9 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
         print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. "
               "Ctrl-C stops.", flush=True)
         say_waiting(server)
-        exited: set[int] = set()
+        watch = AgentWatch(server, procs, restarts)
         while not stop.is_set():
-            for p in procs:
-                if p.pid not in exited and p.poll() is not None:
-                    exited.add(p.pid)
-                    print(agent_exit_line(server, p, last=len(exited) == len(procs)), file=sys.stderr, flush=True)
-            if len(exited) == len(procs):
+            if watch.check(time.monotonic()):
                 # No agent is left to take a Stop for the tasks it ran (they ended with it): each would only fail,
                 # after its retries' backoff, and be logged at exit (LiveBackend.closing).
                 server.stop_tasks_on_exit = False
@@ -354,11 +359,64 @@ def say_waiting(server: CoordinatorServer) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False) -> str:
+class AgentWatch:
+    """``vcemu up``'s agent processes, looked at twice a second: one that has exited is named in one line
+    (:func:`agent_exit_line`) and started again after the delay :class:`~coordinator.restarts.Restarts` gives, if
+    it gives one. ``procs`` is updated in place, so that whoever stops the agents stops the new processes."""
+
+    def __init__(self, server: CoordinatorServer, procs: list[subprocess.Popen], restarts: Restarts) -> None:
+        self.server = server
+        self.procs = procs
+        self.restarts = restarts
+        self.gone: set[int] = set()  # positions in procs of the agents that exited and will not be started again
+        self.due: dict[int, float] = {}  # position -> when (monotonic) its agent, which exited, is started again
+
+    def check(self, now: float) -> bool:
+        """Say what exited, start again what is due; True once every agent has exited for good."""
+        for i, p in enumerate(self.procs):
+            if i in self.gone:
+                continue
+            agent = _agent_arg(p, "--agent-id") or "?"
+            if i in self.due:
+                if now >= self.due[i]:
+                    del self.due[i]
+                    self._start_again(i, agent)
+                continue
+            if p.poll() is None:
+                continue
+            delay = self.restarts.after_exit(agent, p.returncode)
+            if delay is None:
+                self.gone.add(i)
+                line = agent_exit_line(self.server, p, last=len(self.gone) == len(self.procs) and not self.due)
+                if p.returncode != 0 and self.restarts.limit:
+                    n = self.restarts.count(agent)
+                    line += (f" (not started again: restarted {n} time{'' if n == 1 else 's'} already, "
+                             f"--restart-agents {self.restarts.limit})")
+            else:
+                self.due[i] = now + delay
+                line = agent_exit_line(self.server, p, restart=(delay, self.restarts.count(agent), self.restarts.limit))
+            print(line, file=sys.stderr, flush=True)
+        return len(self.gone) == len(self.procs)
+
+    def _start_again(self, i: int, agent: str) -> None:
+        try:
+            self.procs[i] = respawn_agent(self.procs[i])
+        except OSError as exc:  # (out of processes or memory): as if its restarts were used up
+            self.gone.add(i)
+            print(f"vcemu up: agent {agent} could not be started again: {exc.strerror or exc}", file=sys.stderr,
+                  flush=True)
+        else:
+            print(f"vcemu up: agent {agent} started again (pid {self.procs[i].pid})", file=sys.stderr, flush=True)
+
+
+def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: bool = False,
+                    restart: tuple[float, int, int] | None = None) -> str:
     """One line for ``vcemu up`` when one of its agent processes has exited (a crash, the OOM killer, an
     operator testing fault tolerance). The run goes on: the coordinator declares the agent's hosts lost when its
     heartbeats stop and requeues their jobs on the other agents, as a testbed's coordinator would. For the
-    ``last`` agent there is nothing to requeue on, and ``up`` stops."""
+    ``last`` agent there is nothing to requeue on, and ``up`` stops. ``restart``: (delay s, the restart's number,
+    the limit) of an agent that is to be started again, whose jobs go back to the queue (the new process has none
+    of its predecessor's tasks) and may run on it again."""
     agent = _agent_arg(proc, "--agent-id") or "?"
     code = proc.returncode
     if code is not None and code < 0:
@@ -370,12 +428,23 @@ def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: boo
         how = f"exited with code {code}"
     if last:
         return f"vcemu up: agent {agent} (pid {proc.pid}) {how}"
+    if restart is not None:
+        delay, number, limit = restart
+        return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; starting it again in {delay:g} s (restart {number} "
+                f"of {limit}): the jobs it ran go back to the queue with their last progress")
     with server.engine.lock:
         hosts = sorted(h for h, a in server.backend.host_agent.items() if a == agent)
     silence = server.heartbeat_misses * server.heartbeat_s
     return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; its hosts{' ' + ', '.join(hosts) if hosts else ''} "
             f"will be declared lost after {silence:g} s without heartbeats, and their jobs requeued on the other "
             "agents")
+
+
+def respawn_agent(proc: subprocess.Popen) -> subprocess.Popen:
+    """The agent process :func:`spawn_agent` started as ``proc``, which has exited, started again with the same
+    command line (its agent id: the new one removes what the old one left, and registers the same hosts). Its log
+    goes to this process's stderr, as ``vcemu up``'s agents' does."""
+    return subprocess.Popen(proc.args, stdout=subprocess.DEVNULL, start_new_session=True)
 
 
 def stop_agents(procs: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
@@ -459,6 +528,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--agent-metrics-port", type=first_port, default=None, metavar="BASE",
                     help="agent i serves its own Prometheus metrics on port BASE+i (default: none)")
     add_agent_spares(sp)
+    sp.add_argument("--restart-agents", type=whole_in(0, MOST_RESTARTS), default=None, metavar="N",
+                    help="start an agent process that dies in failure (a signal, a non-zero exit) again, up to N "
+                    f"times each, after 1, 2, 4, ... s; its jobs go back to the queue with their progress (default "
+                    f"{DEFAULT_RESTARTS}, as Ray restarts an agent actor; 0: never)")
     sp.add_argument("--no-cgroups", action="store_true",
                     help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")
     sp.add_argument("--ray", metavar="ADDRESS", default=None,

@@ -1,6 +1,7 @@
-"""``vcemu up`` when one of its agent processes dies: the run goes on (the coordinator declares the agent's hosts
-lost and requeues their jobs on the other agents, as the README promises), one line says which agent went and
-how; when every agent has gone, ``up`` stops with a non-zero status and says so. Real processes: ``vcemu up``
+"""``vcemu up`` when one of its agent processes dies: it is started again (``--restart-agents``, 3 times by default)
+and its job runs on; without restarts the run goes on (the coordinator declares the agent's hosts lost and requeues
+their jobs on the other agents, as the README promises), one line says which agent went and how; when every agent
+has gone, ``up`` stops with a non-zero status and says so. Real processes: ``vcemu up``
 with two agents (``--no-cgroups``, modeled jobs), fast heartbeats so that a loss is noticed in 1.5 s."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -120,7 +122,7 @@ def up_running(tmp_path: Path, *flags: str) -> Iterator[tuple[subprocess.Popen, 
 
 
 def test_up_carries_on_when_an_agent_dies_and_stops_non_zero_when_all_have(tmp_path: Path) -> None:
-    with up_running(tmp_path, "--no-cgroups") as (up, stub, agents, log_path):
+    with up_running(tmp_path, "--no-cgroups", "--restart-agents", "0") as (up, stub, agents, log_path):
         def text() -> str:
             return log_path.read_text(errors="replace")
 
@@ -159,7 +161,8 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
     task's group inside) and its work directory in /dev/shm until the next agent of its id started."""
     from node_agent.cgroups import agent_parents
 
-    with up_running(tmp_path, *(["--no-cgroups"] if no_cgroups else [])) as (up, stub, agents, log_path):
+    flags = ["--restart-agents", "0", *(["--no-cgroups"] if no_cgroups else [])]
+    with up_running(tmp_path, *flags) as (up, stub, agents, log_path):
         def text() -> str:
             return log_path.read_text(errors="replace")
 
@@ -178,3 +181,60 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
         assert up.wait(30) == 0, text()
         assert workdirs() == [], text()
         assert victim not in agent_parents(), text()
+
+
+def test_up_starts_a_killed_agent_again_and_its_job_runs_on_from_its_progress(tmp_path: Path) -> None:
+    """``--restart-agents 1``: the killed agent is started again under its id with its hosts, and the job it ran
+    goes back to the queue with its progress and runs again; killed once more, it stays down (its restart is
+    used) and the run goes on."""
+    with up_running(tmp_path, "--no-cgroups", "--restart-agents", "1") as (up, stub, agents, log_path):
+        def text() -> str:
+            return log_path.read_text(errors="replace")
+
+        job, host, placed = run_one_job(stub, "modeled", log_path)
+        owner = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
+        victim = owner[host]
+
+        def vt() -> float:
+            return stub.GetJob(pb.JobRef(job_id=job), timeout=5).virtual_time
+
+        wait_for(f"{job} made no progress", lambda: vt() > 2.0, 30, log_path)
+        events: list[pb.JobEvent] = []
+        stream = stub.WatchEvents(pb.WatchEventsRequest())
+
+        def collect() -> None:
+            with contextlib.suppress(grpc.RpcError):  # (cancelled at the end)
+                events.extend(stream)
+
+        threading.Thread(target=collect, daemon=True).start()
+        time.sleep(0.5)  # (the stream is open)
+        os.kill(agents[victim], signal.SIGKILL)
+        wait_for(f"no line about {victim}'s restart", lambda: (
+            f"vcemu up: agent {victim} (pid {agents[victim]}) was killed by SIGKILL; starting it again in 1 s "
+            "(restart 1 of 1): the jobs it ran go back to the queue with their last progress") in text(), 10, log_path)
+        again = wait_for(f"{victim} was not started again", lambda: re.search(
+            rf"vcemu up: agent {victim} started again \(pid (\d+)\)", text()), 10, log_path)
+        new_pid = int(again.group(1))  # type: ignore[union-attr]
+        assert new_pid != agents[victim] and agent_id_of(new_pid) == victim
+        agents[victim] = new_pid  # (stop_up kills it if the test fails)
+
+        def hosts_up() -> bool:  # the new process registered the victim's hosts again
+            status = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+            return host in {h.name for h in status.hosts if h.agent == victim}
+
+        wait_for(f"{victim}'s hosts did not come back", hosts_up, 30, log_path)
+        # The job went back to the queue, then ran again, from its progress (not from 0).
+        wait_for(f"{job} was not requeued and run again", lambda: [(e.from_state, e.to_state) for e in events
+                                                                   if e.job_id == job][:2] ==
+                 [("running", "pending"), ("pending", "running")], 30, log_path)
+        assert vt() > 2.0
+        stream.cancel()
+        assert up.poll() is None, text()
+
+        os.kill(new_pid, signal.SIGKILL)  # its one restart is used: the run goes on without it
+        wait_for(f"no line about {victim}'s second death", lambda: (
+            f"vcemu up: agent {victim} (pid {new_pid}) was killed by SIGKILL; its hosts") in text(), 10, log_path)
+        assert "(not started again: restarted 1 time already, --restart-agents 1)" in text()
+        time.sleep(1.5)
+        assert up.poll() is None, text()
+        assert text().count(f"vcemu up: agent {victim} started again") == 1, text()

@@ -393,6 +393,8 @@ def test_up_ray_refuses_an_unusable_state_file(tmp_path: Path, fake_ray: dict[st
      "vcemu up: --tls-cert/--tls-key/--tls-ca: not with --ray"),
     (["--token-file", "/nonexistent/token"], "vcemu: --token-file /nonexistent/token"),
     (["--agents", "2"], "vcemu up: --agents: not with --ray"),
+    (["--restart-agents", "1"],
+     "vcemu up: --restart-agents: not with --ray (Ray restarts a crashed agent actor itself, up to 3 times)"),
 ])
 def test_up_ray_refuses_before_connecting(extra: list[str], fragment: str, monkeypatch, capsys) -> None:
     import coordinator.backends.ray.cluster as cluster

@@ -19,12 +19,14 @@ from typing import Any
 from coordinator.backends.ray.placement import HostPlacement, actor_name, free_placements, place_hosts
 from coordinator.cliargs import format_table
 from coordinator.raycluster import RayContext, RayUnavailable, connect
+from coordinator.restarts import DEFAULT_RESTARTS
 from node_agent.signals import signals_deferred
 
 log = logging.getLogger("vcemu.ray")
 
-#: How often Ray may restart a crashed agent actor (each restart cleans up and registers again).
-MAX_RESTARTS = 3
+#: How often Ray may restart a crashed agent actor (each restart cleans up and registers again): as often as
+#: ``vcemu up`` restarts a local agent process by default.
+MAX_RESTARTS = DEFAULT_RESTARTS
 #: How many times the agent actors are started under fresh names when another run takes the names meanwhile.
 NAME_ATTEMPTS = 3
 #: Seconds between checks that every agent actor answers.

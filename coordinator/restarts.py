@@ -1,0 +1,49 @@
+"""When ``vcemu up`` starts one of its agent processes again after it died: the rule alone, without processes.
+
+A real cluster's node agents are supervised (systemd's ``Restart=on-failure``, a Kubernetes DaemonSet's pods,
+Ray's ``max_restarts`` for ``up --ray``'s agent actors), so a crashed agent comes back and its hosts take work
+again. ``up`` does the same for its local agent processes: an agent that ends in failure (killed by a signal, or
+a non-zero exit status) is started again with its command line, its agent id included, so that the new process
+removes what its predecessor left (cgroups, processes, work directory) and registers the same hosts. The
+coordinator then finds the tasks the dead agent held missing and requeues their jobs from their last progress.
+An agent that exits cleanly (status 0: a SIGTERM, its coordinator gone) is not restarted, as under systemd.
+
+Each agent id may be restarted ``limit`` times over the run (Ray's count, not a rate), after a delay that doubles
+from ``first_delay_s`` up to ``max_delay_s`` (systemd's ``RestartSec`` with ``RestartSteps``): a crash loop does
+not spin, and one crash costs a second."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: ``vcemu up --restart-agents``'s default, and the restarts Ray gives ``up --ray``'s agent actors
+#: (:data:`coordinator.backends.ray.cluster.MAX_RESTARTS` is this value).
+DEFAULT_RESTARTS = 3
+#: The largest ``--restart-agents``.
+MOST_RESTARTS = 100
+
+
+@dataclass
+class Restarts:
+    """The restarts each agent id has had, and when the next one is due."""
+
+    limit: int = DEFAULT_RESTARTS
+    first_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+    used: dict[str, int] = field(default_factory=dict)
+
+    def after_exit(self, agent_id: str, returncode: int) -> float | None:
+        """The delay before starting ``agent_id`` again, now that its process ended with ``returncode`` (negative:
+        killed by that signal), counted as a restart; None if it is not to be started again: a clean exit, or
+        its restarts used up."""
+        if returncode == 0:
+            return None
+        done = self.used.get(agent_id, 0)
+        if done >= self.limit:
+            return None
+        self.used[agent_id] = done + 1
+        return min(self.max_delay_s, self.first_delay_s * 2.0 ** done)
+
+    def count(self, agent_id: str) -> int:
+        """The restarts ``agent_id`` has been given so far."""
+        return self.used.get(agent_id, 0)
