@@ -336,6 +336,7 @@ class Engine:
             if rec.state.finished:
                 return rec
             if rec.state in (JobState.RUNNING, JobState.PAUSED):
+                self._keep_progress(rec)
                 with contextlib.suppress(BackendError):  # an unreachable agent's tasks are fenced later
                     self.backend.stop(job)
             self._finish(rec, JobState.CANCELLED, "cancelled")
@@ -888,9 +889,17 @@ class Engine:
 
     def _fail(self, rec: JobRecord, message: str) -> None:
         if rec.state in (JobState.RUNNING, JobState.PAUSED):
+            self._keep_progress(rec)
             with contextlib.suppress(BackendError):
                 self.backend.stop(rec.spec.id)
         self._finish(rec, JobState.FAILED, message)
+
+    def _keep_progress(self, rec: JobRecord) -> None:
+        """A running job that ends other than done (failed, cancelled) keeps the virtual time it had reached, read
+        before its tasks stop: its record's is that of its last decision (a job that ran 7 s under greedy, which
+        decides only at submissions and completions, read 0). A paused job's was read when it was paused."""
+        if rec.state is JobState.RUNNING:
+            rec.vt = max(rec.vt, self.backend.progress(rec.spec.id) * rec.spec.work)
 
     def _finish(self, rec: JobRecord, state: JobState, reason: str) -> None:
         src, cpu = rec.state, rec.cpu

@@ -127,6 +127,23 @@ def test_cancel_frees_the_host_for_the_others():
     assert engine.jobs["a"].hosts == ("h0",) and engine.jobs["a"].cpu == 0.0
 
 
+def test_a_running_job_cancelled_or_failed_keeps_the_virtual_time_it_had_reached():
+    """Greedy decides at submissions and completions only, so a running job's record holds the virtual time of its
+    last decision (0 here); a cancelled 4 s in, and b failed 6 s in, both at yield 1, each keep what they did."""
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(2))
+    engine.arrive(spec("a", work=10.0))
+    engine.step(0.0)
+    engine.step(4.0)
+    assert engine.jobs["a"].vt == 0.0  # (no decision since its start)
+    engine.cancel("a")
+    assert engine.jobs["a"].state is JobState.CANCELLED and engine.jobs["a"].vt == pytest.approx(4.0)
+    engine.arrive(spec("b", work=10.0, need=0.5))
+    engine.step(4.0)
+    engine.step(10.0)
+    engine._fail(engine.jobs["b"], "its task was killed")
+    assert engine.jobs["b"].state is JobState.FAILED and engine.jobs["b"].vt == pytest.approx(6.0)
+
+
 def test_jobs_ending_at_the_same_instant_are_all_finished_before_the_policy_reacts():
     """a and b end together at t=10; the plan for a's completion must not touch b (it would fail)."""
     r = run("greedy", [spec("a", work=10.0, need=0.5), spec("b", work=10.0, need=0.5), spec("c", work=30.0)],
