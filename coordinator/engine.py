@@ -899,7 +899,8 @@ class Engine:
         before its tasks stop: its record's is that of its last decision (a job that ran 7 s under greedy, which
         decides only at submissions and completions, read 0). A paused job's was read when it was paused."""
         if rec.state is JobState.RUNNING:
-            rec.vt = max(rec.vt, self.backend.progress(rec.spec.id) * rec.spec.work)
+            with contextlib.suppress(BackendError, KeyError):  # (as requeue reads it: the stop must still be sent)
+                rec.vt = max(rec.vt, self.backend.progress(rec.spec.id) * rec.spec.work)
 
     def _finish(self, rec: JobRecord, state: JobState, reason: str) -> None:
         src, cpu = rec.state, rec.cpu

@@ -1,12 +1,13 @@
 """When ``vcemu up`` starts one of its agent processes again after it died: the rule alone, without processes.
 
-A real cluster's node agents are supervised (systemd's ``Restart=on-failure``, a Kubernetes DaemonSet's pods,
-Ray's ``max_restarts`` for ``up --ray``'s agent actors), so a crashed agent comes back and its hosts take work
-again. ``up`` does the same for its local agent processes: an agent that ends in failure (killed by a signal, or
-a non-zero exit status) is started again with its command line, its agent id included, so that the new process
-removes what its predecessor left (cgroups, processes, work directory) and registers the same hosts. The
-coordinator then finds the tasks the dead agent held missing and requeues their jobs from their last progress.
-An agent that exits cleanly (status 0: a SIGTERM, its coordinator gone) is not restarted, as under systemd.
+A real cluster's node agents are supervised (systemd's ``Restart=on-failure``; Ray's ``max_restarts`` for ``up
+--ray``'s agent actors), so a crashed agent comes back and its hosts take work again. ``up`` does the same for its
+local agent processes: an agent that ends in failure (killed by a signal, or a non-zero exit status) is started
+again with its command line, its agent id included, so that the new process removes what its predecessor left
+(cgroups, processes, work directory) and registers the same hosts. The coordinator then finds the tasks the dead
+agent held missing and requeues their jobs from their last progress. Not started again: an agent that exits
+cleanly (status 0: a SIGTERM, or its parent ``up`` gone), and one that refused a setting (status 2, as a bad flag:
+a port taken meanwhile; systemd's ``RestartPreventExitStatus``), which would only fail again.
 
 Each agent id may be restarted ``limit`` times over the run (Ray's count, not a rate), after a delay that doubles
 from ``first_delay_s`` up to ``max_delay_s`` (systemd's ``RestartSec`` with ``RestartSteps``): a crash loop does
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 DEFAULT_RESTARTS = 3
 #: The largest ``--restart-agents``.
 MOST_RESTARTS = 100
+#: The exit status of an agent that refused a setting (``vcemu agent``'s, as argparse's): never restarted.
+SETTING_REFUSED = 2
 
 
 @dataclass
@@ -34,9 +37,9 @@ class Restarts:
 
     def after_exit(self, agent_id: str, returncode: int) -> float | None:
         """The delay before starting ``agent_id`` again, now that its process ended with ``returncode`` (negative:
-        killed by that signal), counted as a restart; None if it is not to be started again: a clean exit, or
-        its restarts used up."""
-        if returncode == 0:
+        killed by that signal), counted as a restart; None if it is not to be started again: a clean exit, a
+        refused setting, or its restarts used up."""
+        if returncode in (0, SETTING_REFUSED):
             return None
         done = self.used.get(agent_id, 0)
         if done >= self.limit:

@@ -34,7 +34,7 @@ from coordinator.cliargs import (
     tcp_port,
     whole_in,
 )
-from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, Restarts
+from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, SETTING_REFUSED, Restarts
 from node_agent.processes import stop_processes
 from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
 from node_agent.spares import DEFAULT_SPARES
@@ -388,7 +388,7 @@ class AgentWatch:
             if delay is None:
                 self.gone.add(i)
                 line = agent_exit_line(self.server, p, last=len(self.gone) == len(self.procs) and not self.due)
-                if p.returncode != 0 and self.restarts.limit:
+                if p.returncode not in (0, SETTING_REFUSED) and self.restarts.limit:
                     n = self.restarts.count(agent)
                     line += (f" (not started again: restarted {n} time{'' if n == 1 else 's'} already, "
                              f"--restart-agents {self.restarts.limit})")
@@ -431,7 +431,7 @@ def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: boo
     if restart is not None:
         delay, number, limit = restart
         return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; starting it again in {delay:g} s (restart {number} "
-                f"of {limit}): the jobs it ran go back to the queue with their last progress")
+                f"of {limit}): any jobs it ran go back to the queue with their last progress")
     with server.engine.lock:
         hosts = sorted(h for h, a in server.backend.host_agent.items() if a == agent)
     silence = server.heartbeat_misses * server.heartbeat_s
@@ -529,7 +529,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     help="agent i serves its own Prometheus metrics on port BASE+i (default: none)")
     add_agent_spares(sp)
     sp.add_argument("--restart-agents", type=whole_in(0, MOST_RESTARTS), default=None, metavar="N",
-                    help="start an agent process that dies in failure (a signal, a non-zero exit) again, up to N "
+                    help="start an agent process that dies in failure (a signal, an exit status other than 0 or 2) "
+                    "again, up to N "
                     f"times each, after 1, 2, 4, ... s; its jobs go back to the queue with their progress (default "
                     f"{DEFAULT_RESTARTS}, as Ray restarts an agent actor; 0: never)")
     sp.add_argument("--no-cgroups", action="store_true",

@@ -38,7 +38,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.backends.base import BackendError
-from coordinator.backends.live import LiveBackend
+from coordinator.backends.live import AgentHandle, LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.jobboard import JobBoard, JobRow, hosts_used
@@ -916,7 +916,7 @@ class CoordinatorServer:
             if handle is not None and listening and max(last, handle.last_seen) < deadline:
                 try:
                     self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
-                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s")
+                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s", handle)
                 except Exception:  # the watch must outlive any one loss: the next agent to die needs it
                     log.exception("declaring agent %s lost failed", agent_id)
 
@@ -935,22 +935,27 @@ class CoordinatorServer:
             self.granted[agent_id] = self.lease_s
         return self.lease_s
 
-    def lose_agent(self, agent_id: str, reason: str) -> list[str]:
+    def lose_agent(self, agent_id: str, reason: str, silent: AgentHandle | None = None) -> list[str]:
         """Remove the agent, its hosts, and requeue its jobs. The state in memory is changed whole even when the
         store cannot record it (a full disk): its hosts are gone and its jobs pending, so the next agent's loss is
         handled too, and a restart that finds the agent still stored adopts it and loses it again.
         Not once this server is stopping, when the agents stopping beside it fall silent (their loss was said, and
         with a state file recorded, at a clean stop: the restart then requeued jobs whose tasks it could have
-        adopted)."""
+        adopted). ``silent``: the agent's handle found silent (the watch's); if the agent has registered again
+        since (a restarted agent, ``vcemu up --restart-agents``), only that old handle is cut off: the new one is
+        alive, and its polls requeue the jobs whose tasks the new process does not have."""
         if self._stop.is_set():
             return []
         # First, without the engine lock (the engine loop may hold it through a call to this very agent):
         # its calls fail at once, so the loop lets go and the agent's jobs are requeued now, not in seconds.
-        self.backend.cut_off(agent_id)
+        self.backend.cut_off(agent_id, silent)
         with self.engine.lock:
             if self._stop.is_set():  # (the stop came while the loop held the lock)
                 return []
             handle = self.backend.agents.get(agent_id)
+            if silent is not None and handle is not silent:  # registered again meanwhile (or removed already)
+                log.info("agent %s registered again as it was being declared lost: kept", agent_id)
+                return []
             if handle is not None:
                 # (a restored agent's heartbeat stamp is a grace in the future, not a sign of life: not its age)
                 beat = self.heartbeats.get(agent_id, -math.inf) if handle.heard else -math.inf

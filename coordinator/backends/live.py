@@ -296,13 +296,16 @@ class LiveBackend:
             if self._reference is None:
                 self._reference = info
 
-    def cut_off(self, agent_id: str) -> None:
+    def cut_off(self, agent_id: str, handle: AgentHandle | None = None) -> None:
         """Stop talking to an agent that is being declared lost: calls to it fail at once from now on
         (unreachable), and its calls in flight are cancelled. Takes no lock: the engine loop may be
         holding the engine's and this backend's locks through a call to that very agent (a stopped agent
         lets a call run to its deadline, attempts x :data:`RPC_TIMEOUT_S`), and the watchdog must not wait
-        that long to requeue its jobs. :meth:`remove_agent` follows, under the engine lock."""
-        handle = self.agents.get(agent_id)
+        that long to requeue its jobs. :meth:`remove_agent` follows, under the engine lock. ``handle``: the
+        agent's handle that was found silent, cut off whether or not the agent has registered again since
+        (default: its handle now)."""
+        if handle is None:
+            handle = self.agents.get(agent_id)
         if handle is not None:
             handle.lost = True
             for call in list(handle.calls):

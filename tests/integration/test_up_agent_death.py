@@ -184,21 +184,30 @@ def test_ctrl_c_after_an_agent_was_killed_leaves_nothing_of_it(tmp_path: Path, n
 
 
 def test_up_starts_a_killed_agent_again_and_its_job_runs_on_from_its_progress(tmp_path: Path) -> None:
-    """``--restart-agents 1``: the killed agent is started again under its id with its hosts, and the job it ran
-    goes back to the queue with its progress and runs again; killed once more, it stays down (its restart is
-    used) and the run goes on."""
-    with up_running(tmp_path, "--no-cgroups", "--restart-agents", "1") as (up, stub, agents, log_path):
+    """``--restart-agents 1``, one agent and one host, the default 2-s heartbeat: the killed agent is started again
+    under its id and registers its host before the old one is declared lost (6 s); the coordinator finds the job's
+    task gone from the new process, requeues the job with its progress, and runs it again there, from that
+    progress. Killed once more, the agent stays down (its one restart is used) and up stops."""
+    log_path = tmp_path / "up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([sys.executable, "-m", "coordinator.cli", "up", "--hosts", "1", "--port", "0",
+                               "--no-cgroups", "--restart-agents", "1"],
+                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    agents: dict[str, int] = {}
+    channel = None
+    try:
+        channel, stub, agents = connect_up(up, log_path)
+        (victim,) = agents
+
         def text() -> str:
             return log_path.read_text(errors="replace")
 
         job, host, placed = run_one_job(stub, "modeled", log_path)
-        owner = {h.name: h.agent for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
-        victim = owner[host]
 
         def vt() -> float:
             return stub.GetJob(pb.JobRef(job_id=job), timeout=5).virtual_time
 
-        wait_for(f"{job} made no progress", lambda: vt() > 2.0, 30, log_path)
+        wait_for(f"{job} made no progress", lambda: vt() > 3.0, 30, log_path)
         events: list[pb.JobEvent] = []
         stream = stub.WatchEvents(pb.WatchEventsRequest())
 
@@ -208,33 +217,34 @@ def test_up_starts_a_killed_agent_again_and_its_job_runs_on_from_its_progress(tm
 
         threading.Thread(target=collect, daemon=True).start()
         time.sleep(0.5)  # (the stream is open)
+        before = vt()
         os.kill(agents[victim], signal.SIGKILL)
         wait_for(f"no line about {victim}'s restart", lambda: (
             f"vcemu up: agent {victim} (pid {agents[victim]}) was killed by SIGKILL; starting it again in 1 s "
-            "(restart 1 of 1): the jobs it ran go back to the queue with their last progress") in text(), 10, log_path)
+            "(restart 1 of 1): any jobs it ran go back to the queue with their last progress") in text(), 10, log_path)
         again = wait_for(f"{victim} was not started again", lambda: re.search(
             rf"vcemu up: agent {victim} started again \(pid (\d+)\)", text()), 10, log_path)
         new_pid = int(again.group(1))  # type: ignore[union-attr]
         assert new_pid != agents[victim] and agent_id_of(new_pid) == victim
         agents[victim] = new_pid  # (stop_up kills it if the test fails)
 
-        def hosts_up() -> bool:  # the new process registered the victim's hosts again
-            status = stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
-            return host in {h.name for h in status.hosts if h.agent == victim}
+        def moves() -> list[tuple[str, str]]:
+            return [(e.from_state, e.to_state) for e in events if e.job_id == job]
 
-        wait_for(f"{victim}'s hosts did not come back", hosts_up, 30, log_path)
-        # The job went back to the queue, then ran again, from its progress (not from 0).
-        wait_for(f"{job} was not requeued and run again", lambda: [(e.from_state, e.to_state) for e in events
-                                                                   if e.job_id == job][:2] ==
-                 [("running", "pending"), ("pending", "running")], 30, log_path)
-        assert vt() > 2.0
+        wait_for(f"{job} was not requeued and run again", lambda: moves()[:2] == [("running", "pending"),
+                                                                                  ("pending", "running")], 30, log_path)
+        requeue = next(e for e in events if e.job_id == job)
+        assert "vanished" in requeue.reason, requeue  # the new process's poll, not the loss of the old one
+        assert placed() == host and vt() >= before - 0.5, (before, vt())  # from its progress, not from 0
+        assert "lost: no heartbeat" not in text(), text()
         stream.cancel()
-        assert up.poll() is None, text()
 
-        os.kill(new_pid, signal.SIGKILL)  # its one restart is used: the run goes on without it
-        wait_for(f"no line about {victim}'s second death", lambda: (
-            f"vcemu up: agent {victim} (pid {new_pid}) was killed by SIGKILL; its hosts") in text(), 10, log_path)
-        assert "(not started again: restarted 1 time already, --restart-agents 1)" in text()
-        time.sleep(1.5)
-        assert up.poll() is None, text()
+        os.kill(new_pid, signal.SIGKILL)  # its one restart is used: it stays down, and up stops
+        assert up.wait(30) == 1, text()
+        said = [x for x in text().splitlines() if x.startswith("vcemu up: ")]
+        assert said[-2:] == [f"vcemu up: agent {victim} (pid {new_pid}) was killed by SIGKILL (not started again: "
+                             "restarted 1 time already, --restart-agents 1)",
+                             "vcemu up: every agent process has exited; stopping the coordinator"], text()
         assert text().count(f"vcemu up: agent {victim} started again") == 1, text()
+    finally:
+        stop_up(up, channel, agents)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator import servers
-from coordinator.backends.ray.cluster import MAX_RESTARTS
-from coordinator.restarts import DEFAULT_RESTARTS, Restarts
+from coordinator.restarts import Restarts
 from coordinator.servers import AgentWatch
 
 
@@ -32,8 +31,9 @@ def test_no_restart_at_limit_zero_and_the_delay_is_capped() -> None:
     assert [r.after_exit("a0", 1) for _ in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
 
 
-def test_local_and_ray_agents_get_as_many_restarts() -> None:
-    assert MAX_RESTARTS == DEFAULT_RESTARTS == 3
+def test_an_agent_that_refused_a_setting_is_not_restarted() -> None:
+    r = Restarts(limit=3)
+    assert r.after_exit("a0", 2) is None and r.count("a0") == 0  # (a port taken meanwhile: it would only fail again)
 
 
 class FakeProc:
@@ -85,7 +85,7 @@ def test_the_watch_restarts_a_killed_agent_after_its_delay_and_stops_once_all_ar
     first = procs[0].pid
     assert watch.check(10.0) is False
     assert capsys.readouterr().err == (
-        f"vcemu up: agent a0 (pid {first}) was killed by SIGKILL; starting it again in 1 s (restart 1 of 1): the jobs "
+        f"vcemu up: agent a0 (pid {first}) was killed by SIGKILL; starting it again in 1 s (restart 1 of 1): any jobs "
         "it ran go back to the queue with their last progress\n")
     assert watch.check(10.5) is False and respawned == []  # not yet due
     assert watch.check(11.0) is False and respawned == ["a0"]
@@ -138,3 +138,11 @@ def test_without_restarts_the_lines_are_those_of_before(respawned: list[str],
         f"vcemu up: agent a0 (pid {procs[0].pid}) was killed by SIGKILL; its hosts a0-h0 will be declared lost after "
         "6 s without heartbeats, and their jobs requeued on the other agents\n")
     assert respawned == []
+
+
+def test_the_watch_leaves_down_an_agent_that_refused_a_setting(respawned: list[str],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    procs = [FakeProc("a0", returncode=2)]
+    watch = AgentWatch(FakeServer(), procs, Restarts(limit=3))  # type: ignore[arg-type]
+    assert watch.check(0.0) is True and respawned == []
+    assert capsys.readouterr().err == f"vcemu up: agent a0 (pid {procs[0].pid}) exited with code 2\n"

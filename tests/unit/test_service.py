@@ -710,6 +710,26 @@ def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the
     finally:
         server.stop()
 
+def test_an_agent_that_registered_again_is_not_declared_lost_for_its_old_handles_silence():
+    """Review of vcemu up's agent restarts: the watch found agent a0's handle silent, and a0 (restarted under its
+    id) registered again before the watch declared it lost: the new handle was cut off and removed (its jobs
+    requeued once more). Only the old handle is cut off now; the agent and its hosts stay."""
+    server = watched_with_one_agent()
+    try:
+        old = server.backend.agents["a0"]
+        with grpc.insecure_channel(server.address) as ch:
+            register(pb_grpc.CoordinatorStub(ch), hosts=1)  # the restarted a0
+        new = server.backend.agents["a0"]
+        assert new is not old
+        assert server.lose_agent("a0", "agent a0 lost: no heartbeat (test)", old) == []
+        assert old.lost and not new.lost
+        assert server.backend.agents["a0"] is new and "a0" in server.registered and not server.lost
+        assert server.backend.host_agent == {"a0-h0": "a0"}
+        assert server.lose_agent("a0", "agent a0 lost (test)", new) == [] and "a0" not in server.backend.agents
+    finally:
+        server.stop()
+
+
 def test_a_stopping_coordinator_declares_no_agent_lost_and_says_a_cut_turn_in_one_line(monkeypatch, caplog):
     """Torture review: at a clean stop, agents stopped beside the coordinator were declared lost (with a state
     file, recorded: the restart requeued jobs it could have adopted), and an engine turn cut short by the closed
