@@ -56,13 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_parsers(sub)
 
     sp = sub.add_parser("simulate", help="run a job file through a policy in virtual time")
-    sp.add_argument("jobs_file")
+    sp.add_argument("jobs_file", help="JSON lines or CSV (.gz too), or an SWF trace (.swf, .swf.gz; see --segment)")
     sp.add_argument("--policy", type=policy_name, required=True,
                     help=POLICY_HELP.replace(" (default %(default)s)", ""))
     sp.add_argument("--hosts", type=positive("--hosts", int), default=4, help="identical hosts (default 4)")
-    sp.add_argument("--penalty", type=non_negative, default=0.0, help="rescheduling penalty, seconds (>= 0)")
-    sp.add_argument("--segment", type=int, default=None, help="for an SWF trace: simulate only week K")
-    sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sp.add_argument("--penalty", type=non_negative, default=0.0,
+                    help="rescheduling penalty, seconds (>= 0; default 0; seed 001's is 300)")
+    sp.add_argument("--segment", type=int, default=None, metavar="K",
+                    help="for an SWF trace: simulate only week K, counted from the trace's start at 0 (default: "
+                    "the whole trace)")
+    sp.add_argument("--json", action="store_true",
+                    help="print the summary as one JSON object instead of the table (each job's results: --out)")
     sp.add_argument("--out", default=None, metavar="DIR", help="also write the results (config.json, jobs.csv, "
                     "summary.json) to a new folder under DIR (default: print only)")
     sp.set_defaults(func=cmd_simulate)

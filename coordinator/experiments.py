@@ -79,7 +79,7 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     print when only writing them failed (exit status 1)."""
     from tqdm import tqdm
 
-    from workloads.jobfile import JobFileError, load_jobs, unreadable
+    from workloads.jobfile import JobFileError, is_swf, load_jobs, unreadable
 
     cluster = homogeneous_hosts(hosts)
     try:  # each job checked against the hosts and the policy's refusals (FCFS/EASY: whole nodes), naming its line
@@ -96,6 +96,12 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         what = f"week {segment} of {path}" if segment is not None else path
         print(f"vcemu simulate: no jobs in {what}", file=sys.stderr)
         return 2
+    if segment is None and is_swf(path):  # (the whole HPC2N trace is 202,871 jobs: minutes, where a week is seconds)
+        from workloads.annotate import WEEK_S
+
+        weeks = math.floor(max(s.submit_time for s in specs) / WEEK_S) + 1
+        print(f"vcemu simulate: {path}: all {len(specs):,} jobs of the trace, {weeks} weeks (--segment K: week K "
+              f"alone, 0..{weeks - 1})", file=sys.stderr)
     if not (math.isfinite(penalty) and penalty >= 0):  # the CLI refuses these; a caller in code may not
         print(f"vcemu simulate: --penalty: must be a finite number >= 0, got {penalty}", file=sys.stderr)
         return 2

@@ -143,12 +143,15 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
 
 
 def say_resumed(command: str, out: Path, kept: int, total: int, noun: str, dropped: int,
-                dropped_what: str = "unreadable", source: str = "the unfinished run", carried: str = "") -> None:
+                dropped_what: str = "unreadable", source: str = "the unfinished run", carried: str = "",
+                replaced: str = "") -> None:
     """The line a resumed run prints on stderr: what it keeps of ``source`` (:func:`unfinished_rows`' journal),
-    what it drops, and ``carried``, what else it keeps (nothing at all when the journal held nothing)."""
-    if kept or dropped or carried:
+    what it drops (``dropped`` rows, ``dropped_what``; ``replaced``: what it drops for another reason, said
+    apart), and ``carried``, what else it keeps (nothing at all when the journal held nothing)."""
+    if kept or dropped or carried or replaced:
         print(f"{command}: resuming {source} in {out}: {kept} of {total} {noun} kept"
               + (f", {carried}" if carried else "")
+              + (f", {replaced}" if replaced else "")
               + (f", {dropped} {dropped_what} rows dropped" if dropped else ""), file=sys.stderr)
 
 

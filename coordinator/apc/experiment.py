@@ -415,12 +415,15 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
     wanted = set(keys)
     kept: dict[str, tuple[list[dict[str, str]], Finished]] = {}
     others: list[list[dict[str, str]]] = []  # in the journal's order: least recently used first
+    replaced: list[str] = []  # the simulations of this run's that the journal holds with other settings
     for key, rows in groups.items():
         f = _decode(rows)
         if f is not None and key not in wanted:
             others.append(rows)
         elif f is not None and f.settings == json.loads(json.dumps(dict(settings[key]))):
             kept[key] = (rows, f)
+        elif f is not None:
+            replaced.append(key)
         else:
             dropped += len(rows)
     cut = max(0, len(others) - MAX_CARRIED)
@@ -428,8 +431,11 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
     carried = [f"{len(others)} more kept for later runs (not in this one)"] if others else []
     if old:
         carried.append(f"{len(old)} used longer ago dropped (at most {MAX_CARRIED} are kept beyond a run's own)")
-    say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable or other-settings",
-                source="from the journal", carried=", ".join(carried))
+    # (one simulation per key: a run with other settings of it, such as --exp1-jobs, runs it again in its place)
+    said = (f"{len(replaced)} run with other settings ({', '.join(sorted(replaced))}) run again in their place"
+            if replaced else "")
+    say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable",
+                source="from the journal", carried=", ".join(carried), replaced=said)
     return Journalled({k: kept[k] for k in keys if k in kept}, [r for rows in others for r in rows])
 
 

@@ -364,3 +364,22 @@ def test_exp2_inter_arrival_times_with_one_whole_part_draw_different_jobs() -> N
     assert [j.goal - j.submit for j in at[400.5]] != [j.goal - j.submit for j in at[400.0]]
     assert exp2_jobs(30, 0, 400) == at[400.0]  # an int and a float of one value: one stream
     assert exp2_jobs(3, 0, 50.0)[0].submit == 51.456546761214724  # (the code before this change drew it too)
+
+
+def test_a_simulation_the_journal_holds_with_other_settings_is_said_to_run_again_not_to_be_unreadable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        simulations: list[str]) -> None:
+    """User review: after a run with another ``--exp2-jobs``, the resume line said "1185 unreadable or
+    other-settings rows dropped", which reads as a damaged journal; it names the simulations run again."""
+    out = tmp_path / "out"
+    monkeypatch.setattr(apc, "save_figure", lambda *_a, **_k: None)
+    argv = ["--experiments", "two", "--exp2-algorithms", "fcfs", "--exp2-iats", "100", "--out", str(out)]
+    assert apc.apc_main([*argv, "--exp2-jobs", "5"]) == 0
+    capsys.readouterr()
+    simulations.clear()
+    assert apc.apc_main([*argv, "--exp2-jobs", "6"]) == 0
+    assert simulations == ["exp2 fcfs iat=100.0"]
+    err = capsys.readouterr().err
+    assert ("resuming from the journal in " f"{out}: 0 of 1 simulations kept, 1 run with other settings "
+            "(exp2 fcfs iat=100.0) run again in their place") in err, err
+    assert "unreadable" not in err, err

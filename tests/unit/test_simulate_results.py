@@ -215,3 +215,17 @@ def test_swf_records_the_conversion_drops_say_it_and_record_them(tmp_path: Path,
     trace.write_text("; MaxNodes: 4\n1 0 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n")
     code, _, err = run(["simulate", "--policy", "fcfs", "--json", str(trace)], capsys)
     assert code == 0 and "dropped" not in err, err
+
+
+def test_a_whole_swf_trace_says_how_many_jobs_and_weeks_it_runs(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """User review: the whole HPC2N trace (no --segment) ran for minutes without a word, where a week takes
+    seconds; it says what it runs and how to run a week (a segment says nothing of it)."""
+    trace = tmp_path / "two-weeks.swf"
+    trace.write_text("; MaxNodes: 4\n1 0 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n"
+                     "2 700000 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n")
+    code, _, err = run(["simulate", "--policy", "greedy", "--json", str(trace)], capsys)
+    assert code == 0, err
+    assert err == f"vcemu simulate: {trace}: all 2 jobs of the trace, 2 weeks (--segment K: week K alone, 0..1)\n"
+    code, _, err = run(["simulate", "--policy", "greedy", "--json", "--segment", "1", str(trace)], capsys)
+    assert code == 0 and err == "", err
