@@ -145,17 +145,15 @@ def dash_hint(message: str) -> str:
     return f"{message} (missing, or a value that starts with '-': give it as {m.group(1)}=VALUE)"
 
 
-class HintingParser(argparse.ArgumentParser):
-    """argparse's parser, its refusals with :func:`dash_hint` (the commands that keep argparse's usage block)."""
-
-    def error(self, message: str) -> NoReturn:
-        super().error(dash_hint(message))
-
-
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        """Bad configuration stops start-up with one clear line naming the setting (exit status 2)."""
+    def error(self, message: str) -> NoReturn:
+        """Bad configuration stops start-up with one clear line naming the setting (exit status 2), not argparse's
+        usage block before it (which took 11 lines of the terminal for one bad number)."""
         self.exit(2, f"{self.prog}: error: {dash_hint(message)} (see {self.prog} --help)\n")
+
+
+#: The experiment and benchmark commands' parser: the same one-line refusals as every other command's.
+HintingParser = Parser
 
 
 def memory_size(text: str) -> int:

@@ -478,12 +478,13 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (default %(default)s, as in 001)")
     p.add_argument("--loads", default=",".join(f"{x:.1f}" for x in DEFAULT_LOADS),
                    help="offered loads of the scaled Lublin traces (default %(default)s)")
-    p.add_argument("--unscaled", type=int, default=0, help="unscaled Lublin traces (Table I, middle column)")
+    p.add_argument("--unscaled", type=int, default=0, help="unscaled Lublin traces (Table I, middle column; default 0)")
     p.add_argument("--hosts", type=int, default=128,
                    help="nodes for the Lublin traces (default %(default)s, as in 001)")
     p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N),
                    help="HPC2N SWF trace path (default: the copy in shared/traces beside this clone, %(default)s)")
-    p.add_argument("--hpc2n-weeks", default="", help="week indices, e.g. 10,11 or a range 0-181 ('' for none)")
+    p.add_argument("--hpc2n-weeks", default="",
+                   help="HPC2N week indices, e.g. 10,11 or a range 0-181 (default '': none)")
     p.add_argument("--max-jobs", type=int, default=None,
                    help="keep only the first N jobs of every trace (default: all)")
     p.add_argument("--job-scale", type=float, default=1.0,

@@ -154,7 +154,8 @@ def simulate_unit(key: str, cfg: SimConfig, jobs: list[Job], total: int, per: st
         start = state.completed
     else:  # one cycle record per control cycle simulated
         start = len(state.result.cycles)
-    with tqdm(total=total, initial=start, desc=key, unit=per, leave=False, file=sys.stderr) as bar:
+    # (no bar when stderr is no terminal: a log kept carriage-return bars and padded blank lines)
+    with tqdm(total=total, initial=start, desc=key, unit=per, leave=False, file=sys.stderr, disable=None) as bar:
         def tick(done: int, _t: float) -> None:
             bar.update(done - bar.n if per == "job" else 1)
         return simulate(cfg, jobs, tick, state, checkpoint)
@@ -664,7 +665,7 @@ def _parser() -> argparse.ArgumentParser:
     p = HintingParser(prog="vcemu apc", description=doc_text(__doc__),
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three",
-                   help="comma-separated subset of one,two,three (default %(default)s)")
+                   help="comma-separated subset of one,two,three (or 1,2,3; default %(default)s)")
     p.add_argument("--out", default="results/apc",
                    help="results folder; a rerun there reuses its journalled simulations (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the job streams (default %(default)s)")
@@ -694,8 +695,10 @@ def _parser() -> argparse.ArgumentParser:
 def apc_main(argv: list[str]) -> int:
     """Entry point of ``vcemu apc``. Returns a process exit code."""
     args = _parser().parse_args(argv)
-    exps = [e.strip() for e in args.experiments.split(",") if e.strip()]
-    bad = [e for e in exps if e not in ("one", "two", "three")]
+    numbers = {"1": "one", "2": "two", "3": "three"}  # (any case, and the experiments' numbers: "One", "3")
+    given = [e.strip() for e in args.experiments.split(",") if e.strip()]
+    exps = [numbers.get(e, e.lower()) for e in given]
+    bad = [g for g, e in zip(given, exps, strict=True) if e not in ("one", "two", "three")]
     if bad:
         print(f"vcemu apc: --experiments: unknown {', '.join(bad)}; known: one, two, three", file=sys.stderr)
         return 2
@@ -708,7 +711,7 @@ def apc_main(argv: list[str]) -> int:
     except ValueError:
         print(f"vcemu apc: --exp2-iats: expected comma-separated numbers, got {args.exp2_iats!r}", file=sys.stderr)
         return 2
-    algos = tuple(a.strip() for a in args.exp2_algorithms.split(",") if a.strip())
+    algos = tuple(a.strip().lower() for a in args.exp2_algorithms.split(",") if a.strip())
     if not algos or any(a not in ALGOS for a in algos):
         print(f"vcemu apc: --exp2-algorithms: expected a subset of {','.join(ALGOS)}, got {args.exp2_algorithms!r}",
               file=sys.stderr)

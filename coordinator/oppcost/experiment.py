@@ -403,7 +403,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--executions", type=int, default=300, help="number of executions (default 300)")
     p.add_argument("--seed", type=int, default=1,
                    help="seed of execution 0, >= 0; execution k uses seed+k (default 1)")
-    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="worker processes (default: 2, or 1 on a one-core machine)")
     p.add_argument("--out", default="results/oppcost", help="output directory (default results/oppcost)")
     p.add_argument("--beta", type=float, default=DEFAULT_BETA,
                    help=f"thrashing slowdown factor, >= 1 (default {DEFAULT_BETA:g})")
@@ -422,11 +423,11 @@ def _parser() -> argparse.ArgumentParser:
                    "(effective-count-scale)")
     p.add_argument("--fit", choices=FITS, default="none",
                    help="E-Mosix under Mosix's memory limit: moves only to a node where the process fits "
-                   "(migrations), also new processes where one fits (all), or no limit (none)")
+                   "(migrations), also new processes where one fits (all), or no limit (none; default)")
     p.add_argument("--whole-memory-per-component", action="store_true",
                    help="each component of a parallel job holds the job's whole memory (default: divided)")
-    p.add_argument("--migration-fixed", type=float, default=0.0, help="seconds in transit per migration")
-    p.add_argument("--migration-per-mb", type=float, default=0.0, help="extra transit seconds per MB")
+    p.add_argument("--migration-fixed", type=float, default=0.0, help="seconds in transit per migration (default 0)")
+    p.add_argument("--migration-per-mb", type=float, default=0.0, help="extra transit seconds per MB (default 0)")
     p.add_argument("--duration", type=float, default=10_000.0,
                    help=f"arrival window, s, >= {MixConfig().mean_interarrival:g} (default 10000)")
     p.add_argument("--memory", type=_memory, default=None, metavar="MB,...",
@@ -508,7 +509,7 @@ def oppcost_main(argv: list[str]) -> int:
             with Journal(out / JOURNAL, FIELDS, rows) as journal:
                 futures = {pool.submit(run_execution, cfg, k): k for k in todo}
                 for fut in tqdm(as_completed(futures), total=cfg.executions, initial=len(rows),
-                                desc="oppcost executions", unit="exec"):
+                                desc="oppcost executions", unit="exec", disable=None):  # (no bar off a terminal)
                     try:
                         rows.append(fut.result())
                     except SimulationTooLong as exc:

@@ -378,7 +378,7 @@ def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Un
         with Journal(journal_path, FIELDS, rows) as journal:
             futs = [ex.submit(run_instance, u, cfg) for u in units]
             for f in tqdm(as_completed(futs), total=len(units) + len(kept), initial=len(kept), desc="vcsched instances",
-                          unit="inst", file=sys.stderr):
+                          unit="inst", file=sys.stderr, disable=None):  # (no bar off a terminal)
                 done = [{**r, "session": session} for r in f.result()]
                 journal.append(done)
                 rows.extend(done)
@@ -663,12 +663,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="output directory, one folder per set in it (default results/vcsched)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes, >= 1 (default: this machine's cores)")
-    p.add_argument("--algorithms", default=",".join(ALL_ALGOS), help="comma list (LP bound always included)")
+    p.add_argument("--algorithms", default=",".join(ALL_ALGOS),
+                   help="comma list, of " + ", ".join(ALL_ALGOS) + " (any case; default: all; the LP bound is "
+                   "always included)")
     p.add_argument("--accuracy", type=float, default=0.01,
                    help="yield search accuracy, in (0, 1) (Sec. 3.4; default 0.01)")
-    p.add_argument("--search", choices=("paper", "fast"), default="paper", help="MCB yield search variant")
-    p.add_argument("--backtrack-limit", type=int, default=500_000, help="GB/SGB placement attempts (Sec. 3.3)")
-    p.add_argument("--backtrack-limit-large", type=int, default=None, help="override for the large set")
+    p.add_argument("--search", choices=("paper", "fast"), default="paper",
+                   help="MCB yield search variant (default paper)")
+    p.add_argument("--backtrack-limit", type=int, default=500_000,
+                   help="GB/SGB placement attempts (Sec. 3.3; default 500000)")
+    p.add_argument("--backtrack-limit-large", type=int, default=None,
+                   help="--backtrack-limit for the large set (default: the same)")
     p.add_argument("--milp-time-limit", type=float, default=60.0,
                    help="wall-clock seconds per MILP (small set; default 60). Where it binds (status time_limit) "
                    "the row depends on the machine's speed and load: MILP rows are reproducible only where it "
@@ -727,8 +732,9 @@ def vcsched_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.replot:
         return _replot(Path(args.out))
-    algos = tuple(a.strip() for a in args.algorithms.split(",") if a.strip())
-    bad = [a for a in algos if a not in ALL_ALGOS]
+    given = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    algos = tuple(a.upper() for a in given)  # (any case: "mcb8")
+    bad = [g for g, a in zip(given, algos, strict=True) if a not in ALL_ALGOS]
     if bad:
         print(f"vcemu vcsched: --algorithms: unknown {', '.join(bad)}; known: {', '.join(ALL_ALGOS)}", file=sys.stderr)
         return 2

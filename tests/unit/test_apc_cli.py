@@ -35,6 +35,8 @@ def _one_line(err: str, start: str) -> str:
     (["--exp2-iats", "400,4e2,300"], "vcemu apc: --exp2-iats: each value once, got 400 more than once"),
     (["--exp2-algorithms", "fcfs,fcfs"], "vcemu apc: --exp2-algorithms: each value once, got fcfs more than once"),
     (["--experiments", "one,one"], "vcemu apc: --experiments: each value once, got one more than once"),
+    (["--experiments", "One,1"], "vcemu apc: --experiments: each value once, got one more than once"),
+    (["--experiments", "One,Four"], "vcemu apc: --experiments: unknown Four; known: one, two, three"),
     # flags of a part not run were taken as they came (APC review)
     (["--live-seconds", "-1"], "vcemu apc: --live-seconds: must be a finite number >= 2"),
     (["--exp3-horizon", "-1"], "vcemu apc: --exp3-horizon: must be a finite number > 0"),
@@ -115,3 +117,11 @@ def test_experiment_one_reports_the_hypothetical_rp_of_the_cycles_with_an_empty_
     assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "4", "--out", str(tmp_path)]) == 0
     one = json.loads((tmp_path / "summary.json").read_text())["one"]
     assert isinstance(one["hyp_rp_when_empty_queue"], float) and 0.5 < one["hyp_rp_when_empty_queue"] <= 0.64, one
+
+
+@pytest.mark.parametrize("name", ["One", "1", "ONE"])
+def test_an_experiment_is_named_in_any_case_or_by_its_number(tmp_path: Path, name: str) -> None:
+    """User review: ``--experiments One`` and ``--experiments 1`` were refused as unknown."""
+    out = tmp_path / "out"
+    assert apc.apc_main(["--experiments", name, "--exp1-jobs", "5", "--out", str(out)]) == 0
+    assert (out / "exp1_cycles.csv").exists() and not any(out.glob("exp2*")), sorted(p.name for p in out.iterdir())

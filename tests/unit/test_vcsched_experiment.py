@@ -141,3 +141,15 @@ def test_the_overall_table_is_given_again_on_the_instances_every_algorithm_ran()
 def test_the_overall_table_is_given_once_when_every_algorithm_ran_the_same_instances() -> None:
     rows = [_row(100, 0, "MCB8", 1.0), _row(100, 0, "GR", 0.9)]
     assert len(vc.overall_lines(rows, "small")) == 3
+
+
+def test_algorithms_are_named_in_any_case_and_an_unknown_one_as_given(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """User review: ``--algorithms mcb8`` was refused as "unknown mcb8"."""
+    out = tmp_path / "out"
+    assert vc.vcsched_main(["--set", "small", "--instances", "1", "--slacks", "0.5", "--jobs", "1", "--algorithms",
+                    "mcb8,Gr", "--out", str(out)]) == 0
+    assert {r["algorithm"] for r in _rows(out / "small" / "results.csv")} == {"LP", "MCB8", "GR"}
+    capsys.readouterr()
+    assert vc.vcsched_main(["--algorithms", "mcb8,foo", "--out", str(out)]) == 2
+    assert "vcemu vcsched: --algorithms: unknown foo; known: MCB1" in capsys.readouterr().err
