@@ -260,3 +260,31 @@ def test_tied_averages_share_a_rank():
     from coordinator.sweep_report import competition_ranks
 
     assert competition_ranks({"a": 2.0, "b": 1.0, "c": 2.0, "d": 3.0}) == {"a": 2, "b": 1, "c": 2, "d": 4}
+
+
+def _drawn(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures the report functions save (not written: kept open for the test to read)."""
+    import coordinator.sweep_report as report
+
+    figures: list = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, path, **_k: figures.append(fig))
+    monkeypatch.setattr(report._pyplot(), "close", lambda *_a: None)  # (pyplot: kept open, read by the test)
+    return figures
+
+
+def test_table1_bars_rise_from_1_carry_their_values_and_count_traces_in_words(monkeypatch, tmp_path) -> None:
+    """User review: the log axis began at about 1.1 on an HPC2N-only sweep, so a factor of 1.4 drew almost no
+    bar and no 10^0 tick; the title said "n=1 traces"."""
+    from pathlib import Path
+
+    from coordinator.sweep_report import _plot_table1
+
+    figures = _drawn(monkeypatch)
+    row = {"algorithm": "fcfs", **{f"{g}_{k}": math.nan for g in ("scaled", "unscaled") for k in ("avg", "max")},
+           **{f"{g}_n": 0 for g in ("scaled", "unscaled")}, "hpc2n_avg": 88.6, "hpc2n_max": 88.6, "hpc2n_n": 1}
+    rows = [row, {**row, "algorithm": "greedy-pmtn", "hpc2n_avg": 1.4, "hpc2n_max": 1.4}]
+    assert _plot_table1(Path(tmp_path / "t1.png"), rows, 300.0) is not None
+    (ax,) = [a for a in figures[0].axes if a.get_title()]
+    assert ax.get_title().endswith("(1 trace)")
+    assert ax.get_ylim()[0] == 1.0
+    assert [t.get_text() for t in ax.texts] == ["88.6", "1.4"]
