@@ -558,6 +558,8 @@ def oppcost_main(argv: list[str]) -> int:
         print(f"{len(rows) - len(counted)} of {len(rows)} executions had no job (--duration {cfg.duration:g} s; jobs "
               f"arrive {2 * MixConfig().mean_interarrival:g} s apart at most): they are left out of the statistics by "
               "execution, the wins and the figures")
+    print("average slowdown (004 Table 2: the mean of each execution's average, and the mean over every job), "
+          "the median execution's, and migrations per execution")
     print(f"{'method':<10}{'by execution':>15}{'by job':>12}{'median':>10}{'migrations/exec':>18}")
     for name in METHODS:
         t = table[name]
