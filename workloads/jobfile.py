@@ -277,7 +277,10 @@ def _iter_jsonl(
         try:
             obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as exc:
-            raise JobFileError(path, lineno, None, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            # (a CSV file under another suffix: its header row is read as JSON, and the user should hear why)
+            hint = ("; a file that is not JSON lines is read by its suffix: .csv for CSV, .swf for an SWF trace "
+                    "(.gz after either)") if not text.startswith(("{", "[")) and "," in text else ""
+            raise JobFileError(path, lineno, None, f"not valid JSON ({exc.msg} at column {exc.colno}){hint}") from None
         except _DuplicateKey as exc:
             raise JobFileError(path, lineno, str(exc), "duplicate key") from None
         if not isinstance(obj, dict):

@@ -425,3 +425,16 @@ def test_every_line_end_still_ends_a_line(tmp_path: Path, end: str) -> None:
     path.write_bytes(b"\xef\xbb\xbfid,submit\xe9" + end.encode())  # a bad byte after a byte-order mark
     with pytest.raises(JobFileError, match=r":1: not UTF-8 text \(byte 0xe9 at byte 10 of the line\)"):
         read_jobs(path)
+
+
+def test_a_csv_file_under_another_suffix_is_refused_with_the_rule_for_suffixes(tmp_path: Path) -> None:
+    """User review: a CSV file named .txt was refused as "not valid JSON" with no word of why it was read as JSON."""
+    path = tmp_path / "jobs.txt"
+    path.write_text("id,submit_time,tasks,cpu_need,memory,work\nj0,0,2,1.0,0.2,30\n")
+    with pytest.raises(JobFileError, match=r"jobs.txt:1: not valid JSON \(.*\); a file that is not JSON lines is "
+                       r"read by its suffix: \.csv for CSV"):
+        read_jobs(path)
+    path.write_text("{not json\n")  # (a damaged JSON line gets no such hint)
+    with pytest.raises(JobFileError) as info:
+        read_jobs(path)
+    assert "suffix" not in str(info.value)
