@@ -662,8 +662,12 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = HintingParser(prog="vcemu apc", description=doc_text(__doc__),
-                                formatter_class=argparse.RawTextHelpFormatter)
+    # The module docstring up to the files it writes; how a run resumes (the rest of it) is for the README's reader
+    # and the code's: --help is not the place for 40 lines on journals and checkpoints.
+    what = doc_text(__doc__).split("\n--out always describes one run.")[0].rstrip().replace(" (both below).", ".")
+    p = HintingParser(prog="vcemu apc", description=what + "\n\nA run killed or interrupted keeps its finished "
+                      "simulations (and the one under way, to its last checkpoint): run the same command again.",
+                      formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three",
                    help="comma-separated subset of one,two,three (or 1,2,3; default %(default)s)")
     p.add_argument("--out", default="results/apc",

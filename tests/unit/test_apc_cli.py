@@ -125,3 +125,14 @@ def test_an_experiment_is_named_in_any_case_or_by_its_number(tmp_path: Path, nam
     out = tmp_path / "out"
     assert apc.apc_main(["--experiments", name, "--exp1-jobs", "5", "--out", str(out)]) == 0
     assert (out / "exp1_cycles.csv").exists() and not any(out.glob("exp2*")), sorted(p.name for p in out.iterdir())
+
+
+def test_the_help_says_what_is_written_and_how_to_resume_without_the_journal_internals(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """User review: --help was 88 lines, most of them on journals, checkpoints and MAX_CARRIED."""
+    with pytest.raises(SystemExit):
+        apc.apc_main(["--help"])
+    out = capsys.readouterr().out
+    assert "exp1_cycles.csv" in out and "run the same command again" in out
+    assert "MAX_CARRIED" not in out and "CHECKPOINT_SECONDS" not in out and "(both below)" not in out
+    assert len(out.splitlines()) < 60
