@@ -756,28 +756,14 @@ def _sweep(argv: Sequence[str]) -> int:
     if a.report_only and not _holds_sweep(out):  # nothing to report: create nothing (no config of settings never run)
         raise SystemExit(f"vcemu sweep: --report-only: {out} holds no sweep (no config.json, no stored cells); "
                          "nothing to report")
-    had = out.exists(), (out / "cells").exists()
     try:  # before anything runs: a long sweep must not end by failing to store its first cell
         usable_out_dir(out)
         if not a.report_only:
             usable_out_dir(out / "cells")
     except ValueError as exc:
         raise SystemExit(f"vcemu sweep: {exc}") from None
-    try:
-        with out_lock(out), signals_interrupt():
-            try:
-                return _locked_sweep(a, cfg, out)
-            except SystemExit as exc:  # a refusal (an HPC2N week the trace has not): no cells folder made for it
-                if exc.code not in (0, None) and not had[1]:
-                    with contextlib.suppress(OSError):
-                        (out / "cells").rmdir()  # (only if empty)
-                raise
-    except SystemExit as exc:  # and no --out made for it, once the lock is let go (its file is all it holds)
-        if exc.code not in (0, None) and not had[0] and [f.name for f in out.iterdir()] == [LOCK]:
-            with contextlib.suppress(OSError):
-                (out / LOCK).unlink()
-                out.rmdir()
-        raise
+    with out_lock(out), signals_interrupt():
+        return _locked_sweep(a, cfg, out)
 
 
 def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
