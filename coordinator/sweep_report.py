@@ -208,8 +208,11 @@ def _legend(ax: Any, **kw: Any) -> None:
 
 
 def _value_label(v: Any) -> str:
-    """A bar's value, in three significant figures ("" for a bar with none)."""
-    return f"{v:.3g}" if isinstance(v, int | float) and math.isfinite(v) else ""
+    """A bar's value, in three significant figures, whole from 1,000 up ("5,120", not "5.12e+03"); "" for a bar
+    with none."""
+    if not (isinstance(v, int | float) and math.isfinite(v)):
+        return ""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
 
 def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms: Sequence[str]) -> Path | None:

@@ -270,6 +270,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _iter_jsonl(
     path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None
 ) -> Iterator[tuple[int, JobSpec]]:
+    first = True  # (the first line that is not blank or a comment)
     for lineno, raw in enumerate(lines, start=1):
         text = raw.strip()
         if not text or text.startswith("#"):
@@ -277,12 +278,14 @@ def _iter_jsonl(
         try:
             obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as exc:
-            # (a CSV file under another suffix: its header row is read as JSON, and the user should hear why)
+            # (a CSV file under another suffix: its header row is read as JSON, and the user should hear why; a
+            # damaged line further down is only that)
             hint = ("; a file that is not JSON lines is read by its suffix: .csv for CSV, .swf for an SWF trace "
-                    "(.gz after either)") if not text.startswith(("{", "[")) and "," in text else ""
+                    "(.gz after either)") if first and not text.startswith(("{", "[")) and "," in text else ""
             raise JobFileError(path, lineno, None, f"not valid JSON ({exc.msg} at column {exc.colno}){hint}") from None
         except _DuplicateKey as exc:
             raise JobFileError(path, lineno, str(exc), "duplicate key") from None
+        first = False
         if not isinstance(obj, dict):
             raise JobFileError(path, lineno, None, f"must be a JSON object, got {type(obj).__name__}")
         yield lineno, _job_from_mapping(path, lineno, obj, from_text=False, hosts=hosts, refuse=refuse)

@@ -433,7 +433,8 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
     if old:
         carried.append(f"{len(old)} used longer ago dropped (at most {MAX_CARRIED} are kept beyond a run's own)")
     # (one simulation per key: a run with other settings of it, such as --exp1-jobs, runs it again in its place)
-    said = (f"{len(replaced)} run with other settings ({', '.join(sorted(replaced))}) run again in their place"
+    named = sorted(replaced)[:3] + ([f"{len(replaced) - 3} more"] if len(replaced) > 3 else [])
+    said = (f"{len(replaced)} to run again, the journal's being of other settings ({', '.join(named)})"
             if replaced else "")
     say_resumed("vcemu apc", out, len(kept), len(keys), "simulations", dropped, "unreadable",
                 source="from the journal", carried=", ".join(carried), replaced=said)
@@ -665,8 +666,10 @@ def _parser() -> argparse.ArgumentParser:
     # The module docstring up to the files it writes; how a run resumes (the rest of it) is for the README's reader
     # and the code's: --help is not the place for 40 lines on journals and checkpoints.
     what = doc_text(__doc__).split("\n--out always describes one run.")[0].rstrip().replace(" (both below).", ".")
-    p = HintingParser(prog="vcemu apc", description=what + "\n\nA run killed or interrupted keeps its finished "
-                      "simulations (and the one under way, to its last checkpoint): run the same command again.",
+    p = HintingParser(prog="vcemu apc", description=what + "\n\nA run first removes these files of an earlier run "
+                      "in --out (whichever experiments it ran), but for the journal,\nfrom which it reuses the "
+                      "simulations it needs. A run killed or interrupted keeps its finished simulations (and the "
+                      "one\nunder way, to its last checkpoint): run the same command again.",
                       formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three",
                    help="comma-separated subset of one,two,three (or 1,2,3; default %(default)s)")
@@ -765,7 +768,9 @@ def apc_main(argv: list[str]) -> int:
         print(f"vcemu apc: {exc}", file=sys.stderr)
         return 2
     config = {**vars(args), "argv": list(argv), "paper": PAPER, "workloads": describe(), "code": code_version(),
-              "complete": False}
+              "complete": False,
+              # the names as run, not as typed ("One", "FCFS"): argv keeps those
+              "experiments": ",".join(exps), "exp2_algorithms": ",".join(algos)}
     keys = unit_keys(exps, iats, algos)
     settings = {k: unit_settings(k, args) for k in keys}
     stored = resume_units(out, config, keys, settings)

@@ -657,7 +657,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="instance set: small (4 hosts), large (64 hosts) or both (default both)")
     p.add_argument("--instances", type=int, default=10,
                    help="instances per specification, >= 1 (paper: 10 small; default 10)")
-    p.add_argument("--large-instances", type=int, default=None, help="override --instances for the large set, >= 1")
+    p.add_argument("--large-instances", type=int, default=None,
+                   help="--instances for the large set, >= 1 (default: --instances)")
     p.add_argument("--seed", type=int, default=0, help="seed of every instance, >= 0 (default 0)")
     p.add_argument("--out", default="results/vcsched",
                    help="output directory, one folder per set in it (default results/vcsched)")
@@ -682,7 +683,7 @@ def _parser() -> argparse.ArgumentParser:
         "--rr-max-tasks",
         type=int,
         default=100,
-        help="run RRND/RRNZ only up to this many tasks (their LP takes ~50 s at 500 tasks)",
+        help="run RRND/RRNZ only up to this many tasks (their LP takes ~50 s at 500 tasks; default 100)",
     )
     p.add_argument("--parallel-jobs", action="store_true", help="Sec. 5: parallel jobs (Lublin job sizes)")
     p.add_argument("--slacks", default=",".join(str(s) for s in SLACKS),
@@ -737,6 +738,10 @@ def vcsched_main(argv: list[str]) -> int:
     bad = [g for g, a in zip(given, algos, strict=True) if a not in ALL_ALGOS]
     if bad:
         print(f"vcemu vcsched: --algorithms: unknown {', '.join(bad)}; known: {', '.join(ALL_ALGOS)}", file=sys.stderr)
+        return 2
+    twice = sorted({a for a in algos if algos.count(a) > 1})  # (each ran twice per instance, and a resume kept none)
+    if twice:
+        print(f"vcemu vcsched: --algorithms: each value once, got {', '.join(twice)} more than once", file=sys.stderr)
         return 2
     try:
         slacks = tuple(float(s) for s in args.slacks.split(","))

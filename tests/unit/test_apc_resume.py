@@ -380,6 +380,6 @@ def test_a_simulation_the_journal_holds_with_other_settings_is_said_to_run_again
     assert apc.apc_main([*argv, "--exp2-jobs", "6"]) == 0
     assert simulations == ["exp2 fcfs iat=100.0"]
     err = capsys.readouterr().err
-    assert ("resuming from the journal in " f"{out}: 0 of 1 simulations kept, 1 run with other settings "
-            "(exp2 fcfs iat=100.0) run again in their place") in err, err
+    assert ("resuming from the journal in " f"{out}: 0 of 1 simulations kept, 1 to run again, the journal's being "
+            "of other settings (exp2 fcfs iat=100.0)") in err, err
     assert "unreadable" not in err, err

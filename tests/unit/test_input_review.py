@@ -329,6 +329,19 @@ def test_a_value_that_reads_as_a_flag_gets_the_equals_form_as_a_hint(argv: list[
     a parser of their own too (diff review)."""
     flag = argv[-2]
     code, _, err = run(argv, capsys)
-    last = err.strip().splitlines()[-1]  # (sweep's and bench's parsers print their usage first, as argparse does)
-    refused(code, last, f"argument {flag}: expected one argument",
+    refused(code, err, f"argument {flag}: expected one argument",
             f"(missing, or a value that starts with '-': give it as {flag}=VALUE)")
+    assert len(err.strip().splitlines()) == 1, err  # (sweep's and bench's parsers printed their usage block first)
+
+
+@pytest.mark.parametrize("argv", [["sweep", "--seed", "x"], ["bench", "load", "--jobs", "x"],
+                                  ["bench", "dfrs", "--seed", "x"], ["bench", "packing", "--bogus"],
+                                  ["vcsched", "--instances", "x"], ["oppcost", "--executions", "1.5"],
+                                  ["apc", "--seed", "x"]])
+def test_the_experiment_and_benchmark_commands_refuse_a_bad_flag_in_one_line(argv: list[str],
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """User review: these printed argparse's usage block (11 lines for oppcost) before the refusal, the other
+    commands one line."""
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "usage:" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"(see vcemu {' '.join(argv[:2]) if argv[0] == 'bench' else argv[0]} --help)" in err, err

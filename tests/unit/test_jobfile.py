@@ -427,6 +427,9 @@ def test_every_line_end_still_ends_a_line(tmp_path: Path, end: str) -> None:
         read_jobs(path)
 
 
+GOOD_LINE = '{"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}'
+
+
 def test_a_csv_file_under_another_suffix_is_refused_with_the_rule_for_suffixes(tmp_path: Path) -> None:
     """User review: a CSV file named .txt was refused as "not valid JSON" with no word of why it was read as JSON."""
     path = tmp_path / "jobs.txt"
@@ -434,7 +437,8 @@ def test_a_csv_file_under_another_suffix_is_refused_with_the_rule_for_suffixes(t
     with pytest.raises(JobFileError, match=r"jobs.txt:1: not valid JSON \(.*\); a file that is not JSON lines is "
                        r"read by its suffix: \.csv for CSV"):
         read_jobs(path)
-    path.write_text("{not json\n")  # (a damaged JSON line gets no such hint)
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
-    assert "suffix" not in str(info.value)
+    for text in ("{not json\n", GOOD_LINE + "\n\"id\": \"b\", \"tasks\": 1\n"):  # (a damaged JSON line: no hint)
+        path.write_text(text)
+        with pytest.raises(JobFileError) as info:
+            read_jobs(path)
+        assert "suffix" not in str(info.value) and "not valid JSON" in str(info.value)

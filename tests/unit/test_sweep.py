@@ -288,3 +288,6 @@ def test_table1_bars_rise_from_1_carry_their_values_and_count_traces_in_words(mo
     assert ax.get_title().endswith("(1 trace)")
     assert ax.get_ylim()[0] == 1.0
     assert [t.get_text() for t in ax.texts] == ["88.6", "1.4"]
+    figures.clear()
+    assert _plot_table1(Path(tmp_path / "t1.png"), [{**row, "hpc2n_avg": 5120.4}], 300.0) is not None
+    assert [t.get_text() for a in figures[0].axes for t in a.texts] == ["5,120"]  # (it read "5.12e+03")

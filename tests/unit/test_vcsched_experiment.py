@@ -153,3 +153,6 @@ def test_algorithms_are_named_in_any_case_and_an_unknown_one_as_given(
     capsys.readouterr()
     assert vc.vcsched_main(["--algorithms", "mcb8,foo", "--out", str(out)]) == 2
     assert "vcemu vcsched: --algorithms: unknown foo; known: MCB1" in capsys.readouterr().err
+    # each once (it ran twice per instance, its means counted each row twice, and a resume kept none: review)
+    assert vc.vcsched_main(["--algorithms", "MCB8,mcb8,GR", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "vcemu vcsched: --algorithms: each value once, got MCB8 more than once\n"
