@@ -428,13 +428,16 @@ def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: boo
         how = f"exited with code {code}"
     if last:
         return f"vcemu up: agent {agent} (pid {proc.pid}) {how}"
+    silence = server.heartbeat_misses * server.heartbeat_s
     if restart is not None:
+        # As a real cluster's coordinator would, it learns of the crash from the agent itself (the new process's
+        # registration, whose tasks the old one's jobs do not find) or from its silence, whichever comes first.
         delay, number, limit = restart
         return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; starting it again in {delay:g} s (restart {number} "
-                f"of {limit}): any jobs it ran go back to the queue with their last progress")
+                f"of {limit}): the jobs it ran are requeued with their last progress once it has registered again, "
+                f"or once its hosts are declared lost after {silence:g} s without heartbeats")
     with server.engine.lock:
         hosts = sorted(h for h, a in server.backend.host_agent.items() if a == agent)
-    silence = server.heartbeat_misses * server.heartbeat_s
     return (f"vcemu up: agent {agent} (pid {proc.pid}) {how}; its hosts{' ' + ', '.join(hosts) if hosts else ''} "
             f"will be declared lost after {silence:g} s without heartbeats, and their jobs requeued on the other "
             "agents")

@@ -221,7 +221,8 @@ def test_up_starts_a_killed_agent_again_and_its_job_runs_on_from_its_progress(tm
         os.kill(agents[victim], signal.SIGKILL)
         wait_for(f"no line about {victim}'s restart", lambda: (
             f"vcemu up: agent {victim} (pid {agents[victim]}) was killed by SIGKILL; starting it again in 1 s "
-            "(restart 1 of 1): any jobs it ran go back to the queue with their last progress") in text(), 10, log_path)
+            "(restart 1 of 1): the jobs it ran are requeued with their last progress once it has registered again, "
+            "or once its hosts are declared lost after 6 s without heartbeats") in text(), 10, log_path)
         again = wait_for(f"{victim} was not started again", lambda: re.search(
             rf"vcemu up: agent {victim} started again \(pid (\d+)\)", text()), 10, log_path)
         new_pid = int(again.group(1))  # type: ignore[union-attr]

@@ -85,8 +85,9 @@ def test_the_watch_restarts_a_killed_agent_after_its_delay_and_stops_once_all_ar
     first = procs[0].pid
     assert watch.check(10.0) is False
     assert capsys.readouterr().err == (
-        f"vcemu up: agent a0 (pid {first}) was killed by SIGKILL; starting it again in 1 s (restart 1 of 1): any jobs "
-        "it ran go back to the queue with their last progress\n")
+        f"vcemu up: agent a0 (pid {first}) was killed by SIGKILL; starting it again in 1 s (restart 1 of 1): the jobs "
+        "it ran are requeued with their last progress once it has registered again, or once its hosts are declared "
+        "lost after 6 s without heartbeats\n")
     assert watch.check(10.5) is False and respawned == []  # not yet due
     assert watch.check(11.0) is False and respawned == ["a0"]
     assert procs[0].pid != first  # in place: whoever stops the agents stops the new one
