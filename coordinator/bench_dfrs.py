@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.cliargs import HintingParser, doc_text
+from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
 
 BENCH_ALGS = ("greedy-pmtn", "dynmcb8-asap-per")
@@ -134,7 +134,7 @@ def _sweep_wall(workers: int, seed: int) -> float:
 
 
 def bench_dfrs_main(argv: Sequence[str]) -> int:
-    p = HintingParser(prog="vcemu bench dfrs", description=doc_text(__doc__.split("\n\n")[0]))
+    p = Parser(prog="vcemu bench dfrs", description=doc_text(__doc__.split("\n\n")[0]))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--jobs", type=int, default=1000, help="jobs in the simulated trace (default 1000)")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulated trace, >= 0 (default 1)")

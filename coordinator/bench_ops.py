@@ -42,7 +42,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cliargs import HintingParser, positive
+from coordinator.cliargs import Parser, positive
 from coordinator.policy_names import POLICY_NAMES
 from coordinator.servers import interrupted, spawn_agent, stop_agents
 from node_agent.signals import signals_deferred, signals_interrupt
@@ -212,7 +212,7 @@ def bench_load_main(argv: list[str]) -> int:
     each on a fresh coordinator; ``lost`` counts acknowledged jobs missing from the store, over both."""
     from coordinator.store import DEFAULT_SYNCHRONOUS, SYNCHRONOUS
 
-    p = HintingParser(prog="vcemu bench load", description=bench_load_main.__doc__)
+    p = Parser(prog="vcemu bench load", description=bench_load_main.__doc__)
     p.add_argument("--jobs", type=_int_at_least(1), default=10_000,
                    help="submissions per round, one-task modeled jobs (default %(default)s)")
     p.add_argument("--clients", type=_int_at_least(1), default=4,
@@ -269,7 +269,7 @@ def bench_scale_main(argv: list[str]) -> int:
     """The control cycle of DYNMCB8-PER at scale: emulated hosts on a few agent processes, one job per two hosts.
     The first cycle places the jobs and is reported alone (first_cycle_s); cycle_p50_s, cycle_p99_s and
     decide_p99_s (the policy's decision alone) are over the same --cycles cycles after it."""
-    p = HintingParser(prog="vcemu bench scale", description=bench_scale_main.__doc__)
+    p = Parser(prog="vcemu bench scale", description=bench_scale_main.__doc__)
     p.add_argument("--hosts", type=_int_at_least(1), default=1000,
                    help="emulated hosts, modeled (default %(default)s)")
     p.add_argument("--agents", type=_int_at_least(1), default=4,
@@ -394,7 +394,7 @@ def bench_starts_main(argv: list[str]) -> int:
     agent process (no cgroups): under greedy each start re-shares every job on its host; a job of many tasks
     starts in one StartTasks call per host. Then the seconds to pause them all in one plan, resume them, move every
     task to the next host, and cancel them all."""
-    p = HintingParser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
+    p = Parser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
     p.add_argument("--jobs", type=_int_at_least(1), default=1000,
                    help="jobs submitted at once, modeled (default %(default)s)")
     p.add_argument("--tasks", type=_int_at_least(1), default=1,

@@ -152,9 +152,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {dash_hint(message)} (see {self.prog} --help)\n")
 
 
-#: The experiment and benchmark commands' parser: the same one-line refusals as every other command's.
-HintingParser = Parser
-
 
 def memory_size(text: str) -> int:
     from node_agent.cli import parse_size

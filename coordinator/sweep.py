@@ -92,7 +92,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.cliargs import HintingParser, doc_text, usable_out_dir
+from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
@@ -452,7 +452,7 @@ def _parse_floats(text: str, name: str) -> list[float]:
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = HintingParser(
+    p = Parser(
         prog="vcemu sweep", description=doc_text(__doc__.split("\n\n")[0]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="stored cells: ok; error (the cell's own failure: deterministic); timeout (machine-dependent:\n"

@@ -42,7 +42,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from coordinator.cliargs import HintingParser, positive
+from coordinator.cliargs import Parser, positive
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from node_agent.signals import INTERRUPTED, signals_deferred, signals_interrupt
 from workloads import progress
@@ -369,7 +369,7 @@ def _table(out: dict) -> str:
 
 def cpu_share_main(argv: list[str]) -> int:
     """``vcemu bench cpu-share [--json] [--quick]``; returns the exit status."""
-    p = HintingParser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
+    p = Parser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
     p.add_argument("--seconds", type=positive("--seconds"), default=None,

@@ -79,7 +79,7 @@ from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
 from coordinator.apc.workloads import cluster, describe, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
-from coordinator.cliargs import HintingParser, doc_text, usable_out_dir
+from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
@@ -666,11 +666,11 @@ def _parser() -> argparse.ArgumentParser:
     # The module docstring up to the files it writes; how a run resumes (the rest of it) is for the README's reader
     # and the code's: --help is not the place for 40 lines on journals and checkpoints.
     what = doc_text(__doc__).split("\n--out always describes one run.")[0].rstrip().replace(" (both below).", ".")
-    p = HintingParser(prog="vcemu apc", description=what + "\n\nA run first removes these files of an earlier run "
-                      "in --out (whichever experiments it ran), but for the journal,\nfrom which it reuses the "
-                      "simulations it needs. A run killed or interrupted keeps its finished simulations (and the "
-                      "one\nunder way, to its last checkpoint): run the same command again.",
-                      formatter_class=argparse.RawTextHelpFormatter)
+    p = Parser(prog="vcemu apc", description=what + "\n\nA run first removes these files of an earlier run "
+               "in --out (whichever experiments it ran), but for the journal,\nfrom which it reuses the "
+               "simulations it needs. A run killed or interrupted keeps its finished simulations (and the "
+               "one\nunder way, to its last checkpoint): run the same command again.",
+               formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--experiments", default="one,two,three",
                    help="comma-separated subset of one,two,three (or 1,2,3; default %(default)s)")
     p.add_argument("--out", default="results/apc",

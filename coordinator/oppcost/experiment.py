@@ -62,7 +62,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from coordinator.cliargs import HintingParser, usable_out_dir
+from coordinator.cliargs import Parser, usable_out_dir
 from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
@@ -398,8 +398,8 @@ def _memory(text: str) -> tuple[float, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = HintingParser(prog="vcemu oppcost", description="Seed 004 Sec. 5.1: PVM, E-PVM, Mosix and "
-                                "E-Mosix on identical seeded job streams (Table 2, Figs. 3-6).")
+    p = Parser(prog="vcemu oppcost", description="Seed 004 Sec. 5.1: PVM, E-PVM, Mosix and "
+               "E-Mosix on identical seeded job streams (Table 2, Figs. 3-6).")
     p.add_argument("--executions", type=int, default=300, help="number of executions (default 300)")
     p.add_argument("--seed", type=int, default=1,
                    help="seed of execution 0, >= 0; execution k uses seed+k (default 1)")

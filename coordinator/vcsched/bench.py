@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from coordinator.cliargs import HintingParser, doc_text
+from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack, placement_min_yield
 from coordinator.vcsched.generator import InstanceSpec, generate
@@ -71,7 +71,7 @@ def _generic_allocate(jobs: list[PackJob], hosts: int) -> object:
 
 def bench_packing_main(argv: list[str]) -> int:
     """Entry point of ``vcemu bench packing [--json]``."""
-    p = HintingParser(prog="vcemu bench packing", description=doc_text(__doc__.splitlines()[0]))
+    p = Parser(prog="vcemu bench packing", description=doc_text(__doc__.splitlines()[0]))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated instances, >= 0 (default 0)")
     p.add_argument("--repeat", type=int, default=3, help="runs per instance, >= 1; the best is kept (default 3)")

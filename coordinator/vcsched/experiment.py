@@ -72,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.cliargs import HintingParser, usable_out_dir
+from coordinator.cliargs import Parser, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
@@ -651,8 +651,8 @@ def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> di
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = HintingParser(prog="vcemu vcsched", description="Run the VCSCHED instance sets of seed 002 Sec. 4.",
-                                epilog=TIMING_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="vcemu vcsched", description="Run the VCSCHED instance sets of seed 002 Sec. 4.",
+               epilog=TIMING_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", choices=("small", "large", "both"), default="both",
                    help="instance set: small (4 hosts), large (64 hosts) or both (default both)")
     p.add_argument("--instances", type=int, default=10,
