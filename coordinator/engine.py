@@ -374,8 +374,7 @@ class Engine:
             rec = self.jobs.get(job)
             if rec is None or rec.state not in (JobState.RUNNING, JobState.PAUSED):
                 return
-            with contextlib.suppress(BackendError, KeyError):
-                rec.vt = max(rec.vt, self.backend.progress(job) * rec.spec.work)
+            self._keep_progress(rec)
             with contextlib.suppress(BackendError):
                 self.backend.stop(job)
             # The record is the job's state after the transition (a listener persists it); the transition
@@ -895,12 +894,12 @@ class Engine:
         self._finish(rec, JobState.FAILED, message)
 
     def _keep_progress(self, rec: JobRecord) -> None:
-        """A running job that ends other than done (failed, cancelled) keeps the virtual time it had reached, read
-        before its tasks stop: its record's is that of its last decision (a job that ran 7 s under greedy, which
-        decides only at submissions and completions, read 0). A paused job's was read when it was paused."""
-        if rec.state is JobState.RUNNING:
-            with contextlib.suppress(BackendError, KeyError):  # (as requeue reads it: the stop must still be sent)
-                rec.vt = max(rec.vt, self.backend.progress(rec.spec.id) * rec.spec.work)
+        """A placed job whose tasks are about to stop (requeued, failed, cancelled) keeps the virtual time it had
+        reached, read first: its record's is that of its last decision (a job that ran 7 s under greedy, which decides
+        only at submissions and completions, read 0). Never lowered (a paused job's was read when it was paused);
+        a failed read leaves it as it was, since the stop must still be sent."""
+        with contextlib.suppress(BackendError, KeyError):
+            rec.vt = max(rec.vt, self.backend.progress(rec.spec.id) * rec.spec.work)
 
     def _finish(self, rec: JobRecord, state: JobState, reason: str) -> None:
         src, cpu = rec.state, rec.cpu

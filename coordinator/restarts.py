@@ -39,13 +39,19 @@ class Restarts:
         """The delay before starting ``agent_id`` again, now that its process ended with ``returncode`` (negative:
         killed by that signal), counted as a restart; None if it is not to be started again: a clean exit, a
         refused setting, or its restarts used up."""
-        if returncode in (0, SETTING_REFUSED):
+        if not self.failed(returncode):
             return None
         done = self.used.get(agent_id, 0)
         if done >= self.limit:
             return None
         self.used[agent_id] = done + 1
         return min(self.max_delay_s, self.first_delay_s * 2.0 ** done)
+
+    @staticmethod
+    def failed(returncode: int) -> bool:
+        """Whether an exit with ``returncode`` is one that is restarted while restarts remain: not a clean exit, nor
+        a refused setting."""
+        return returncode not in (0, SETTING_REFUSED)
 
     def count(self, agent_id: str) -> int:
         """The restarts ``agent_id`` has been given so far."""

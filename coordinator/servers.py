@@ -34,7 +34,7 @@ from coordinator.cliargs import (
     tcp_port,
     whole_in,
 )
-from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, SETTING_REFUSED, Restarts
+from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, Restarts
 from node_agent.processes import stop_processes
 from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
 from node_agent.spares import DEFAULT_SPARES
@@ -388,7 +388,7 @@ class AgentWatch:
             if delay is None:
                 self.gone.add(i)
                 line = agent_exit_line(self.server, p, last=len(self.gone) == len(self.procs) and not self.due)
-                if p.returncode not in (0, SETTING_REFUSED) and self.restarts.limit:
+                if self.restarts.failed(p.returncode) and self.restarts.limit:  # (its restarts are used up)
                     n = self.restarts.count(agent)
                     line += (f" (not started again: restarted {n} time{'' if n == 1 else 's'} already, "
                              f"--restart-agents {self.restarts.limit})")
