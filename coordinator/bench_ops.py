@@ -42,8 +42,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cliargs import Parser, positive
-from coordinator.policy_names import POLICY_NAMES
+from coordinator.cliargs import POLICY_HELP, Parser, policy_name, positive
 from coordinator.servers import interrupted, spawn_agent, stop_agents
 from node_agent.signals import signals_deferred, signals_interrupt
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
@@ -65,12 +64,6 @@ def _int_at_least(low: int):  # type: ignore[no-untyped-def]
         return value
 
     return parse
-
-
-def _policy(text: str) -> str:
-    if text.lower() not in POLICY_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown policy {text!r}; known: {', '.join(sorted(POLICY_NAMES))}")
-    return text.lower()
 
 
 def _bar_off(args: argparse.Namespace) -> bool:
@@ -221,8 +214,7 @@ def bench_load_main(argv: list[str]) -> int:
                    help="submissions per SubmitBatch call, 1..1000 (1: unary Submit only; default %(default)s)")
     p.add_argument("--hosts", type=_int_at_least(1), default=16,
                    help="modeled hosts of the coordinator's one agent (default %(default)s)")
-    p.add_argument("--policy", type=_policy, default="fcfs",
-                   help=f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)")
+    p.add_argument("--policy", type=policy_name, default="fcfs", help=POLICY_HELP)
     p.add_argument("--synchronous", choices=SYNCHRONOUS, type=str.upper, default=DEFAULT_SYNCHRONOUS,
                    help="SQLite synchronous mode of the store (default %(default)s, the coordinator's)")
     p.add_argument("--out", default="results/bench-load",
@@ -400,8 +392,7 @@ def bench_starts_main(argv: list[str]) -> int:
     p.add_argument("--tasks", type=_int_at_least(1), default=1,
                    help="tasks of each job (default %(default)s): one job of many tasks measures a large job's start")
     p.add_argument("--hosts", type=_int_at_least(1), default=4, help="hosts of the one agent (default %(default)s)")
-    p.add_argument("--policy", type=_policy, default="greedy",
-                   help=f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)")
+    p.add_argument("--policy", type=policy_name, default="greedy", help=POLICY_HELP)
     p.add_argument("--cpu-need", type=positive("--cpu-need"), default=0.25,
                    help="each job's CPU need, a fraction of a host, at most 1 (default %(default)g)")
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,

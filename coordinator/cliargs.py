@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from coordinator.policy_names import POLICY_NAMES
+from coordinator.policy_names import DEFAULT_PERIOD_S, PERIODIC_NAMES, POLICY_NAMES, PolicyNameError, canonical_name
 
 
 def positive(name: str, kind=float):
@@ -191,13 +191,16 @@ def per_host(flag: str, values: str | float | Sequence[str | float], hosts: int)
 
 
 def policy_name(text: str) -> str:
-    if text.lower() not in POLICY_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown policy {text!r}; known: {', '.join(sorted(POLICY_NAMES))}")
-    return text.lower()
+    """``--policy``'s type: the policy's one name (:func:`coordinator.policy_names.canonical_name`)."""
+    try:
+        return canonical_name(text)
+    except PolicyNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 #: ``--policy``'s help: the names without importing the policies (numba, scipy), which ``--help`` need not wait for.
-POLICY_HELP = f"scheduling policy: {', '.join(POLICY_NAMES)} (default %(default)s)"
+POLICY_HELP = (f"scheduling policy: {', '.join(POLICY_NAMES)}; a periodic one may end in its period in seconds, "
+               f"{PERIODIC_NAMES[0]}-60 (001's DYNMCB8-PER-T; default T {DEFAULT_PERIOD_S:g}) (default %(default)s)")
 
 
 def format_table(rows: Sequence[Sequence[str]]) -> str:

@@ -3,14 +3,98 @@
 Importing :mod:`coordinator.policies` loads numba and scipy (about 1.7 s); the CLI's help and argument
 checks, and the sweep's default algorithm list, need only the names. :mod:`coordinator.policies` keys its
 registry by this tuple, and a unit test checks that each name builds the policy of that name.
+
+A periodic policy's name may end in its period in seconds, as 001 Sec. III-B names them (DYNMCB8-PER-T):
+``dynmcb8-asap-per-60`` repacks every 60 s. Without the suffix the period is 001's T = 600 s, and
+``dynmcb8-per-600`` is the same policy as ``dynmcb8-per`` (one name, the plain one, so that results and
+001's tables meet under it). 001 ran T = 60 and T = 3600 besides 600 (end of Sec. III-B); a live cluster
+of jobs of seconds needs a period of seconds.
 """
 
 from __future__ import annotations
 
-__all__ = ["POLICY_NAMES"]
+import math
+
+__all__ = ["DEFAULT_PERIOD_S", "MAX_PERIOD_S", "MIN_PERIOD_S", "PERIODIC_NAMES", "POLICY_NAMES", "PolicyNameError",
+           "canonical_name", "described", "period_name", "policy_order", "split_name"]
 
 #: In 001 Table I's order: the batch baselines, GREEDY and its preemptive variants, then DYNMCB8's family.
 POLICY_NAMES: tuple[str, ...] = (
     "fcfs", "easy", "greedy", "greedy-pmtn", "greedy-pmtn-migr",
     "dynmcb8", "dynmcb8-per", "dynmcb8-asap-per", "dynmcb8-stretch-per",
 )
+#: The policies that repack every T seconds, and so may carry a period suffix.
+PERIODIC_NAMES: tuple[str, ...] = ("dynmcb8-per", "dynmcb8-asap-per", "dynmcb8-stretch-per")
+DEFAULT_PERIOD_S = 600.0  # 001 Sec. III-B: "All our results are for a 10-minute scheduling period (T = 600)"
+#: A period of a second at least (a simulated week is then 604,800 repackings) and at most about 31 years.
+MIN_PERIOD_S = 1.0
+MAX_PERIOD_S = 1e9
+
+
+class PolicyNameError(ValueError):
+    """A policy name that is not one: the message names what is wrong and lists the names."""
+
+
+def _known() -> str:
+    return (f"known: {', '.join(sorted(POLICY_NAMES))} (the periodic ones may end in their period in seconds, "
+            "e.g. dynmcb8-per-60)")
+
+
+def split_name(text: str) -> tuple[str, float | None]:
+    """(base name, period in seconds) of a policy name in any case; the period is None for a policy without
+    one and 600 for a periodic one named without a suffix. Raises :class:`PolicyNameError`."""
+    name = text.strip().lower()
+    if name in POLICY_NAMES:
+        return name, (DEFAULT_PERIOD_S if name in PERIODIC_NAMES else None)
+    for base in PERIODIC_NAMES:
+        if name.startswith(base + "-"):
+            suffix = name[len(base) + 1:]
+            try:
+                period = float(suffix)
+            except ValueError:
+                raise PolicyNameError(f"policy {text!r}: the period after {base}- must be a number of seconds, "
+                                      f"got {suffix!r}") from None
+            if not (math.isfinite(period) and MIN_PERIOD_S <= period <= MAX_PERIOD_S):
+                raise PolicyNameError(f"policy {text!r}: the period must be {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} s, "
+                                      f"got {suffix}")
+            return base, period
+    head, _, tail = name.rpartition("-")
+    if head in POLICY_NAMES and _is_number(tail):
+        raise PolicyNameError(f"policy {text!r}: {head} has no period; only {', '.join(PERIODIC_NAMES)} take one "
+                              "(e.g. dynmcb8-per-60)")
+    raise PolicyNameError(f"unknown policy {text!r}; {_known()}")
+
+
+def described(name: str) -> str:
+    """The name, with the period of a periodic policy said: jobs submitted between two repackings may wait up to
+    a period (DYNMCB8-PER: all of them; ASAP-PER: those that do not fit at once), which a user should see."""
+    base, period = split_name(name)
+    return name if period is None else f"{name}, repacking every {period:g} s"
+
+
+def policy_order(name: str) -> tuple[int, float]:
+    """A sort key: 001 Table I's order, a periodic policy's other periods beside it (shortest first)."""
+    base, period = split_name(name)
+    return POLICY_NAMES.index(base), period or 0.0
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def period_name(base: str, period: float) -> str:
+    """The name of periodic policy ``base`` at ``period`` seconds: the plain name at 600 s, else the name with
+    the period as a whole number where it is one (``dynmcb8-per-60``), or as Python writes the float."""
+    if period == DEFAULT_PERIOD_S:
+        return base
+    return f"{base}-{int(period) if float(period).is_integer() else repr(float(period))}"
+
+
+def canonical_name(text: str) -> str:
+    """The one name of the policy ``text`` names (lower case; ``dynmcb8-per-600`` is ``dynmcb8-per``)."""
+    base, period = split_name(text)
+    return base if period is None else period_name(base, period)

@@ -245,7 +245,7 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     from workloads.jobfile import JobFileError
 
     try:
-        get_policy(a.policy)  # an unknown name is refused before anything starts
+        a.policy = get_policy(a.policy).name  # an unknown name is refused before anything starts; the one name
         try:
             specs, dropped, source = load_segment(a)
         except OSError as exc:

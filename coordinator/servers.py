@@ -34,6 +34,7 @@ from coordinator.cliargs import (
     tcp_port,
     whole_in,
 )
+from coordinator.policy_names import described
 from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, Restarts
 from node_agent.processes import stop_processes
 from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
@@ -319,7 +320,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
                 print(f"vcemu up: agent {_agent_arg(p, '--agent-id')}: metrics on http://127.0.0.1:{port}/metrics",
                       flush=True)
         metrics = f", metrics on http://127.0.0.1:{server.metrics_port}/metrics" if server.metrics_port else ""
-        print(f"vcemu up: coordinator on {server.address} ({args.policy}), {args.hosts} hosts{metrics}. "
+        print(f"vcemu up: coordinator on {server.address} ({described(args.policy)}), {args.hosts} hosts{metrics}. "
               "Ctrl-C stops.", flush=True)
         say_waiting(server)
         watch = AgentWatch(server, procs, restarts)

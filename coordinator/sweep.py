@@ -96,7 +96,7 @@ from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
-from coordinator.policy_names import POLICY_NAMES
+from coordinator.policy_names import POLICY_NAMES, PolicyNameError, canonical_name, policy_order
 from node_agent.signals import INTERRUPTED, signals_interrupt
 
 if TYPE_CHECKING:
@@ -470,7 +470,9 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="output directory (resumes if it holds a sweep; one sweep at a time uses it; default "
                         "%(default)s)")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                   help="comma-separated policies (default: all nine, as in 001's Table I: %(default)s)")
+                   help="comma-separated policies (default: all nine, as in 001's Table I: %(default)s); a "
+                        "periodic one may end in its period in seconds, dynmcb8-per-60 (001 also ran T = 60 and "
+                        "3600)")
     p.add_argument("--penalties", default="0,300",
                    help="rescheduling penalties in seconds (default %(default)s, as in 001)")
     p.add_argument("--traces", type=int, default=20,
@@ -555,10 +557,10 @@ def _refuse_empty_grid(a: argparse.Namespace, algs: Sequence[str], pens: Sequenc
 
 
 def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
-    algs = [x.strip().lower() for x in a.algorithms.split(",") if x.strip()]
-    for alg in algs:
-        if alg not in POLICY_NAMES:
-            raise SystemExit(f"vcemu sweep: --algorithms: unknown {alg!r}; known: {', '.join(POLICY_NAMES)}")
+    try:  # each policy's one name (dynmcb8-per-600 is dynmcb8-per), each once
+        algs = list(dict.fromkeys(canonical_name(x) for x in a.algorithms.split(",") if x.strip()))
+    except PolicyNameError as exc:
+        raise SystemExit(f"vcemu sweep: --algorithms: {exc}") from None
     loads = _parse_floats(a.loads, "--loads")
     if bad := [x for x in loads if not (math.isfinite(x) and x > 0)]:
         raise SystemExit(f"vcemu sweep: --loads: every load must be a finite number > 0, got {bad[0]}")
@@ -798,7 +800,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                 if diff:
                     raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
                                      "use another --out")
-                cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=_alg_order)
+                cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=policy_order)
                 cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
                 _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
             try:
@@ -938,6 +940,3 @@ def _say_outcome(ran: Sequence[dict[str, Any]], code: str) -> int:
               f"(e.g. {lost[0]['cell']}: {lost[0]['error']})", file=sys.stderr)
     return 1 if failed or lost or foreign else 0
 
-
-def _alg_order(name: str) -> int:
-    return ALGORITHMS.index(name) if name in ALGORITHMS else len(ALGORITHMS)

@@ -30,6 +30,7 @@ from typing import Any
 
 from coordinator.metrics import MOVE_COUNTING, degradation_factors
 from coordinator.outputs import save_figure, write_text
+from coordinator.policy_names import policy_order, split_name
 
 GROUPS = (("scaled", "Scaled synthetic traces"), ("unscaled", "Unscaled synthetic traces"),
           ("hpc2n", "Real-world trace (HPC2N weeks)"))
@@ -156,7 +157,7 @@ def fig1(rows: Sequence[dict[str, Any]], algorithms: Sequence[str], penalty: flo
 
 def table2(rows: Sequence[dict[str, Any]], algorithms: Sequence[str], penalty: float) -> list[dict[str, Any]]:
     out = []
-    for alg in (a for a in algorithms if a in PREEMPTIVE):
+    for alg in (a for a in algorithms if split_name(a)[0] in PREEMPTIVE):
         every = [r for r in rows if r["algorithm"] == alg and r["penalty"] == penalty and r["group"] == "scaled"
                  and r["load"] is not None and r["load"] >= 0.7 - 1e-9 and r.get("status") == "ok"]
         cells = [r for r in every if r.get("counting") == MOVE_COUNTING]
@@ -337,10 +338,7 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
     """Write cells.csv, degradation.csv and per penalty table1/table2 (CSV + PNG), fig1 (CSV + PNG). A table
     without data is not written, and a plot without a value to show not drawn (each said on stderr); returns the
     paths written."""
-    from coordinator.sweep import ALGORITHMS
-
-    algorithms = [a for a in ALGORITHMS if a in cfg["algorithms"]] + [
-        a for a in cfg["algorithms"] if a not in ALGORITHMS]
+    algorithms = sorted(cfg["algorithms"], key=policy_order)
     rows = with_degradation(rows)
     rows = sorted(rows, key=lambda r: (r["trace"], r["penalty"], algorithms.index(r["algorithm"])))
     paths = [_write_csv(out / "cells.csv", rows, CELL_FIELDS)]

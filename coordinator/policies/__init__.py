@@ -12,7 +12,7 @@ from coordinator.policies.base import Policy
 from coordinator.policies.batch import FCFS, Easy
 from coordinator.policies.dfrs import Greedy, GreedyPmtn, greedy_pmtn_migr
 from coordinator.policies.dynmcb import dynmcb8, dynmcb8_asap_per, dynmcb8_per, dynmcb8_stretch_per
-from coordinator.policy_names import POLICY_NAMES
+from coordinator.policy_names import POLICY_NAMES, PolicyNameError, split_name
 
 #: The registry, keyed by :data:`coordinator.policy_names.POLICY_NAMES` (the names without the policies' imports).
 POLICIES: dict[str, Callable[[], Policy]] = dict(zip(POLICY_NAMES, (
@@ -20,15 +20,23 @@ POLICIES: dict[str, Callable[[], Policy]] = dict(zip(POLICY_NAMES, (
 ), strict=True))
 
 
-class UnknownPolicy(ValueError):
+#: The periodic policies by name, built with a period (``dynmcb8-per-60``: :mod:`coordinator.policy_names`).
+PERIODIC: dict[str, Callable[[float], Policy]] = {
+    "dynmcb8-per": dynmcb8_per, "dynmcb8-asap-per": dynmcb8_asap_per, "dynmcb8-stretch-per": dynmcb8_stretch_per,
+}
+
+
+class UnknownPolicy(PolicyNameError):
     pass
 
 
 def get_policy(name: str) -> Policy:
+    """The policy ``name`` names, in any case; a periodic one may end in its period (``dynmcb8-asap-per-60``)."""
     try:
-        return POLICIES[name.lower()]()
-    except KeyError:
-        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+        base, period = split_name(name)
+    except PolicyNameError as exc:
+        raise UnknownPolicy(str(exc)) from None
+    return POLICIES[base]() if period is None else PERIODIC[base](period)
 
 
-__all__ = ["POLICIES", "Policy", "UnknownPolicy", "get_policy"]
+__all__ = ["PERIODIC", "POLICIES", "Policy", "UnknownPolicy", "get_policy"]

@@ -83,8 +83,8 @@ from coordinator.policies.packing import (
     mcb_search,
 )
 from coordinator.policies.repack_kernel import greedy_admission, moved_positions
+from coordinator.policy_names import DEFAULT_PERIOD_S, period_name
 
-DEFAULT_PERIOD_S = 600.0
 _CONSIDERED = frozenset((JobState.RUNNING, JobState.PAUSED, JobState.PENDING))  # the jobs a repacking places
 MIN_STRETCH_YIELD = 0.01
 T = TypeVar("T")
@@ -752,12 +752,12 @@ def dynmcb8() -> DynMcb8:
 
 
 def dynmcb8_per(period: float = DEFAULT_PERIOD_S) -> DynMcb8:
-    return DynMcb8(name="dynmcb8-per", period_s=period)
+    return DynMcb8(name=period_name("dynmcb8-per", period), period_s=period)
 
 
 def dynmcb8_asap_per(period: float = DEFAULT_PERIOD_S) -> DynMcb8:
-    return DynMcb8(name="dynmcb8-asap-per", period_s=period, asap=True)
+    return DynMcb8(name=period_name("dynmcb8-asap-per", period), period_s=period, asap=True)
 
 
 def dynmcb8_stretch_per(period: float = DEFAULT_PERIOD_S) -> DynMcb8:
-    return DynMcb8(name="dynmcb8-stretch-per", period_s=period, stretch=True)
+    return DynMcb8(name=period_name("dynmcb8-stretch-per", period), period_s=period, stretch=True)

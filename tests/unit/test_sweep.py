@@ -66,7 +66,7 @@ def test_aggregation_follows_001_section_v():
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--algorithms", "fcfs,nope"], "unknown 'nope'"),
+    (["--algorithms", "fcfs,nope"], "--algorithms: unknown policy 'nope'"),
     (["--loads", "0.5,x"], "--loads"),
     (["--penalties", "-1"], "--penalties"),
     (["--hpc2n-weeks", "a-b"], "--hpc2n-weeks"),

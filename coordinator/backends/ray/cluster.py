@@ -18,6 +18,7 @@ from typing import Any
 
 from coordinator.backends.ray.placement import HostPlacement, actor_name, free_placements, place_hosts
 from coordinator.cliargs import format_table
+from coordinator.policy_names import described
 from coordinator.raycluster import RayContext, RayUnavailable, connect
 from coordinator.restarts import DEFAULT_RESTARTS
 from node_agent.signals import signals_deferred
@@ -273,7 +274,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
         placements, bind, coordinator = agents.placements, args.bind or ctx.node_ip, agents.coordinator
         metrics = f", metrics on http://{bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
         nodes = len({p.node.node_id for p in placements})  # one placement per host, several on a node
-        print(f"vcemu up: coordinator on {coordinator} ({args.policy}), {args.hosts} hosts on "
+        print(f"vcemu up: coordinator on {coordinator} ({described(args.policy)}), {args.hosts} hosts on "
               f"{nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
         print(placement_table(infos, placements), flush=True)
         say_waiting(server)

@@ -1,0 +1,91 @@
+"""A periodic policy's period in its name (001 Sec. III-B's DYNMCB8-PER-T): parsed, built, simulated, refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.cli import main
+from coordinator.experiments import homogeneous_hosts, simulate
+from coordinator.metrics import job_results
+from coordinator.model import JobSpec
+from coordinator.policies import UnknownPolicy, get_policy
+from coordinator.policy_names import canonical_name, described, policy_order, split_name
+from coordinator.sweep import _parse_args, config_from_args
+
+# One host; a and b each take 60% of its memory, so they never run together.
+JOBS = [JobSpec("a", 0.0, 1, 1.0, 0.6, 100.0), JobSpec("b", 10.0, 1, 1.0, 0.6, 50.0)]
+
+
+@pytest.mark.parametrize(("text", "base", "period", "name"), [
+    ("dynmcb8-per", "dynmcb8-per", 600.0, "dynmcb8-per"),
+    ("DYNMCB8-PER-600", "dynmcb8-per", 600.0, "dynmcb8-per"),  # 001's T: the plain name
+    ("dynmcb8-asap-per-60", "dynmcb8-asap-per", 60.0, "dynmcb8-asap-per-60"),
+    ("dynmcb8-stretch-per-3600.0", "dynmcb8-stretch-per", 3600.0, "dynmcb8-stretch-per-3600"),
+    ("dynmcb8-per-1.5", "dynmcb8-per", 1.5, "dynmcb8-per-1.5"),
+    ("greedy", "greedy", None, "greedy"),
+    ("dynmcb8", "dynmcb8", None, "dynmcb8"),
+])
+def test_a_name_gives_the_policy_and_its_period(text: str, base: str, period: float | None, name: str) -> None:
+    assert split_name(text) == (base, period)
+    assert canonical_name(text) == name
+    policy = get_policy(text)
+    assert (policy.name, policy.period) == (name, period)
+
+
+def test_the_asap_and_stretch_variants_keep_their_kind_at_another_period() -> None:
+    asap, stretch = get_policy("dynmcb8-asap-per-60"), get_policy("dynmcb8-stretch-per-60")
+    assert (asap.asap, asap.stretch, stretch.asap, stretch.stretch) == (True, False, False, True)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("dynmcb8-per-x", "the period after dynmcb8-per- must be a number of seconds, got 'x'"),
+    ("dynmcb8-per-0.5", "the period must be 1 to 1e+09 s, got 0.5"),
+    ("dynmcb8-per-inf", "the period must be 1 to 1e+09 s, got inf"),
+    ("dynmcb8-per-nan", "the period must be 1 to 1e+09 s, got nan"),
+    ("dynmcb8-60", "dynmcb8 has no period; only dynmcb8-per, dynmcb8-asap-per, dynmcb8-stretch-per take one"),
+    ("greedy-pmtn-5", "greedy-pmtn has no period"),
+    ("nope", "unknown policy 'nope'; known: dynmcb8, "),
+])
+def test_a_bad_name_is_refused_saying_why(text: str, message: str) -> None:
+    with pytest.raises(UnknownPolicy, match=message.replace("+", r"\+").replace("(", r"\(")):
+        get_policy(text)
+
+
+def test_the_period_sets_when_the_repackings_come() -> None:
+    """Hand-worked, one host. DYNMCB8-PER-60: a waits for the tick at 60; at 120, b (vt 0, infinite priority)
+    and a cannot share the memory: a, the lowest priority, is paused and b runs to 170; completions change
+    nothing until the tick at 180, where a resumes its last 40 s. At 001's T = 600 the same happens at 600 and
+    1200. ASAP starts a at once, and b at the first tick."""
+    def starts_ends(policy: str) -> list[tuple[str, float | None, float | None]]:
+        return [(r.job, r.start, r.end) for r in job_results(simulate(JOBS, policy, homogeneous_hosts(1)))]
+
+    assert starts_ends("dynmcb8-per-60") == [("a", 60.0, 220.0), ("b", 120.0, 170.0)]
+    assert starts_ends("dynmcb8-per") == [("a", 600.0, 700.0), ("b", 1200.0, 1250.0)]
+    assert starts_ends("dynmcb8-asap-per-60") == [("a", 0.0, 160.0), ("b", 60.0, 110.0)]
+
+
+def test_names_sort_in_table_i_order_with_other_periods_beside_their_policy() -> None:
+    names = ["dynmcb8-asap-per", "dynmcb8-per-3600", "fcfs", "dynmcb8-per", "dynmcb8-per-60"]
+    assert sorted(names, key=policy_order) == ["fcfs", "dynmcb8-per-60", "dynmcb8-per", "dynmcb8-per-3600",
+                                               "dynmcb8-asap-per"]
+
+
+def test_the_period_is_said_where_a_cluster_starts() -> None:
+    assert described("dynmcb8-asap-per") == "dynmcb8-asap-per, repacking every 600 s"
+    assert described("dynmcb8-per-30") == "dynmcb8-per-30, repacking every 30 s"
+    assert described("greedy") == "greedy"
+
+
+def test_a_sweep_takes_periods_and_runs_each_policy_once() -> None:
+    cfg = config_from_args(_parse_args(["--algorithms", "dynmcb8-per,DYNMCB8-PER-600,dynmcb8-asap-per-60",
+                                        "--traces", "1"]))
+    assert cfg["algorithms"] == ["dynmcb8-per", "dynmcb8-asap-per-60"]
+
+
+@pytest.mark.parametrize("command", [["up"], ["coordinator"], ["simulate", "jobs.jsonl"]])
+def test_a_command_refuses_a_period_on_a_policy_without_one_in_one_line(command: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--policy", "greedy-60"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "argument --policy: policy 'greedy-60': greedy has no period" in err, err
