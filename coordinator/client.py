@@ -9,7 +9,7 @@ import json
 import os
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coordinator.cliargs import format_table, refuse, whole_in
 from coordinator.hostlist import compress_hosts
@@ -22,6 +22,7 @@ from coordinator.limits import (
     target_refusal,
 )
 from coordinator.model import JobState
+from coordinator.policy_names import PolicyNameError, described
 
 if TYPE_CHECKING:
     import grpc
@@ -487,6 +488,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy_line(s: Any) -> str:
+    """The policy's name, and for a periodic one its period and next repacking: between two, pending jobs wait
+    and freed CPU stays idle, which without this line reads as a stuck cluster."""
+    try:
+        line = described(s.policy)
+    except PolicyNameError:  # a name this vcemu does not know (another version's coordinator): the name alone
+        return s.policy
+    if line == s.policy:
+        return line
+    return f"{line}, next at t={s.next_repacking:.1f}s" if s.next_repacking else f"{line} while jobs are in the system"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from vcemu.v1 import coordinator_pb2 as pb
 
@@ -496,7 +509,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         yields = f"min yield {s.min_yield:.2f}  avg yield {s.avg_yield:.2f}"
     else:  # the yields are of running jobs: with none there are none (the reply's 0.0 read as starved jobs)
         yields = "min yield -  avg yield -"
-    print(f"policy {s.policy}  t={s.now:.1f}s  {yields}")
+    print(f"policy {_policy_line(s)}  t={s.now:.1f}s  {yields}")
     print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(s.jobs_by_state.items()) if v) or "none"))
     rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
     for h in s.hosts:

@@ -204,6 +204,9 @@ class Engine:
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
         self._tick_scheduled = False
+        #: When a periodic policy's next repacking is due (backend time), None while none is: what ``vcemu status``
+        #: says, so that a job pending between repackings is not read as stuck. Written by the engine's thread only.
+        self.next_tick: float | None = None
         #: While a plan is applied, the time every transition it causes is stamped with: one decision is one
         #: instant, also on a live backend whose clock moves between actions (so a pause and a resume
         #: elsewhere in one plan read as the migration they are, see ``metrics.job_results``).
@@ -463,6 +466,7 @@ class Engine:
                         continue
                     if isinstance(timer.payload, Tick) and timer.payload.job is None:
                         self._tick_scheduled = False
+                        self.next_tick = None
                         self._ensure_tick()
                     self.handle(timer.payload)
             return bool(reports) or bool(self._timers) or self.unfinished > 0
@@ -940,4 +944,5 @@ class Engine:
         period = self.policy.period
         if period and not self._tick_scheduled and self.unfinished:
             self._tick_scheduled = True
-            self._push(self.backend.now() + period, "stim", Tick())
+            self.next_tick = self.backend.now() + period
+            self._push(self.next_tick, "stim", Tick())

@@ -371,7 +371,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         hosts = engine.hosts  # (a list the engine replaces, never changes: see Engine.add_hosts)
         counts, running = board.counts_and_running()  # (one look: the counts and the hosts' figures agree)
         used = hosts_used(running, hosts)
-        reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now())
+        reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now(),
+                                      next_repacking=engine.next_tick or 0.0)
         for h in hosts:
             info = backend.host_info.get(h.name)
             reply.hosts.append(

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import re
+import time
+
+import grpc
 import pytest
 
+from coordinator.backends.sim import SimBackend
 from coordinator.cli import main
+from coordinator.engine import Engine
 from coordinator.experiments import homogeneous_hosts, simulate
 from coordinator.metrics import job_results
 from coordinator.model import JobSpec
 from coordinator.policies import UnknownPolicy, get_policy
 from coordinator.policy_names import canonical_name, described, policy_order, split_name
+from coordinator.service import CoordinatorServer
 from coordinator.sweep import _parse_args, config_from_args
+from vcemu.v1 import agent_pb2
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 # One host; a and b each take 60% of its memory, so they never run together.
 JOBS = [JobSpec("a", 0.0, 1, 1.0, 0.6, 100.0), JobSpec("b", 10.0, 1, 1.0, 0.6, 50.0)]
@@ -89,3 +99,43 @@ def test_a_command_refuses_a_period_on_a_policy_without_one_in_one_line(command:
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "argument --policy: policy 'greedy-60': greedy has no period" in err, err
+
+
+def test_the_engine_keeps_the_time_of_the_next_repacking() -> None:
+    """What ``vcemu status`` reads: set when a repacking is scheduled, None once no job is left."""
+    engine = Engine(get_policy("dynmcb8-per-60"), SimBackend(), homogeneous_hosts(1))
+    seen: list[tuple[float, float | None]] = []
+    engine.decision_listeners.append(lambda _s: seen.append((engine.backend.now(), engine.next_tick)))
+    engine.run(JOBS)
+    # (decisions at the submissions of 0 and 10, the ticks, and the completions of 170 and 220; the tick due at 240
+    # when the last job ended at 220 still comes, and schedules none)
+    assert seen == [(0.0, 60.0), (10.0, 60.0), (60.0, 120.0), (120.0, 180.0), (170.0, 180.0), (180.0, 240.0),
+                    (220.0, 240.0), (240.0, None)]
+    assert engine.next_tick is None
+    assert Engine(get_policy("greedy"), SimBackend(), homogeneous_hosts(1)).next_tick is None
+
+
+@pytest.mark.parametrize(("policy", "line"), [
+    ("dynmcb8-asap-per-30", r"policy dynmcb8-asap-per-30, repacking every 30 s, next at t=3\d\.\ds  t=\d\.\ds  "),
+    ("dynmcb8-per", r"policy dynmcb8-per, repacking every 600 s while jobs are in the system  t=\d\.\ds  "),
+    ("greedy", r"policy greedy  t=\d\.\ds  "),
+])
+def test_status_says_the_period_and_the_next_repacking(policy: str, line: str, capsys) -> None:
+    server = CoordinatorServer(get_policy(policy), port=0).start()
+    try:
+        desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+        with grpc.insecure_channel(server.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+            if policy != "dynmcb8-per":  # (no job: nothing is due)
+                stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.9, work_seconds=99)),
+                            timeout=5)
+        deadline = time.monotonic() + 10
+        while policy.startswith("dynmcb8-asap") and server.engine.next_tick is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert main(["status", "--coordinator", server.address]) == 0
+    finally:
+        server.stop()
+    first = capsys.readouterr().out.splitlines()[0]
+    assert re.match(line, first), first
