@@ -96,12 +96,13 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         what = f"week {segment} of {path}" if segment is not None else path
         print(f"vcemu simulate: no jobs in {what}", file=sys.stderr)
         return 2
-    if segment is None and is_swf(path):  # (the whole HPC2N trace is 202,871 jobs: minutes, where a week is seconds)
+    if segment is None and is_swf(path):  # (the whole HPC2N trace is 202,871 jobs: about 40 min, a week ~13 s)
         from workloads.annotate import WEEK_S
 
         weeks = math.floor(max(s.submit_time for s in specs) / WEEK_S) + 1
-        print(f"vcemu simulate: {path}: all {len(specs):,} jobs of the trace, {weeks} weeks (--segment K: week K "
-              f"alone, 0..{weeks - 1})", file=sys.stderr)
+        print(f"vcemu simulate: {path}: all {len(specs):,} jobs of the trace, {weeks} week{'s' if weeks != 1 else ''} "
+              f"(--segment K: week K alone, 0..{weeks - 1}; the whole trace takes about as long as its weeks one by "
+              "one)", file=sys.stderr)
     if not (math.isfinite(penalty) and penalty >= 0):  # the CLI refuses these; a caller in code may not
         print(f"vcemu simulate: --penalty: must be a finite number >= 0, got {penalty}", file=sys.stderr)
         return 2
@@ -206,13 +207,16 @@ def write_simulation(folder: Path, config: dict[str, Any], specs: Sequence[JobSp
     by_id = {s.id: s for s in specs}
     with io.StringIO(newline="") as f:
         w = csv.writer(f)
-        w.writerow(["job", "tasks", "cpu_need", "memory", "work", "submit", "state", "start", "end", "wait",
+        w.writerow(["job", "tasks", "cpu_need", "memory", "work", "submit", "state", "start", "end", "wait", "run",
                     "stretch", "bounded_stretch", "final_yield", "preemptions", "migrations"])
-        for r in results:
+        for r in results:  # (the columns of the printed table among them: WAIT and RUN, as there)
             s = by_id[r.job]
             w.writerow([r.job, s.tasks, s.cpu_need, s.mem, s.work, r.submit, r.state.value,
-                        *("" if v is None else v for v in (r.start, r.end, r.wait, r.stretch, r.bounded_stretch)),
+                        *("" if v is None else v
+                          for v in (r.start, r.end, r.wait, r.run_time, r.stretch, r.bounded_stretch)),
                         r.final_yield, r.preemptions, r.migrations])
         write_text(folder / "jobs.csv", f.getvalue())
-    write_json(folder / "summary.json", {**json_safe(summary.__dict__), "wall_s": wall_s, "code": code},
+    # (what --json prints, which names the run first, and the wall time)
+    run = {k: config[k] for k in ("policy", "hosts", "penalty") if k in config}
+    write_json(folder / "summary.json", {**run, **json_safe(summary.__dict__), "wall_s": wall_s, "code": code},
                sort_keys=False)

@@ -404,7 +404,7 @@ def load_jobs(
     """
     p = os.fspath(path)
     if segment is not None and not is_swf(p):
-        raise ValueError("segment: only SWF traces are split into weeks")
+        raise ValueError("--segment: only SWF traces are split into weeks")
     data = _read_bytes(p)
     digest = hashlib.sha256(data).hexdigest()
     abspath = os.path.abspath(p)
@@ -470,7 +470,7 @@ def _load_swf(
     if segment is not None:
         segs = segment_weeks(jobs)
         if not 0 <= segment < len(segs):
-            raise ValueError(f"segment: {p} has weeks 0..{len(segs) - 1}, got {segment}")
+            raise ValueError(f"--segment: {p} has weeks 0..{len(segs) - 1}, got {segment}")
         jobs = segs[segment]
     result = JobFile(p, abspath, digest, jobs, by_id, conv.records, dict(conv.dropped))
     if hosts is not None:

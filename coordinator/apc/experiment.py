@@ -635,10 +635,10 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
     """Figs. 6 and 7 from Experiment Three's per-cycle rows (as written to ``exp3_cycles.csv``)."""
     import matplotlib.pyplot as plt
 
-    for fname, title, series in (
-            ("fig6_rp.png", "Experiment Three: relative performance",
+    for fname, title, ylabel, series in (
+            ("fig6_rp.png", "Experiment Three: relative performance", "relative performance",
              (("web_rp", "transactional (actual)"), ("hyp_rp_mean", "long-running (hypothetical)"))),
-            ("fig7_cpu.png", "Experiment Three: CPU allocated [MHz]",
+            ("fig7_cpu.png", "Experiment Three: CPU allocated [MHz]", "CPU [MHz]",
              (("web_cpu_mhz", "transactional"), ("batch_cpu_mhz", "long-running")))):
         fig, axes = plt.subplots(len(EXP3_CONFIGS), 1, figsize=(9, 8), sharex=True, sharey=True)
         for ax, (name, _) in zip(axes, EXP3_CONFIGS, strict=True):
@@ -646,6 +646,7 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
             for key, label in series:
                 ax.plot([c["time"] for c in rows], [c[key] for c in rows], lw=1.2, label=label)
             ax.set_title(name, fontsize=10)
+            ax.set_ylabel(ylabel, fontsize=9)
             ax.grid(alpha=0.3)
             if fname == "fig6_rp.png":
                 low = min(float(c[k]) for c in cycles for k, _ in series if math.isfinite(float(c[k])))

@@ -48,12 +48,14 @@ def test_simulate_out_writes_config_jobs_and_the_printed_summary(jobs: Path, tmp
         k: shown[k] for k in ("jobs", "completed", "max_bounded_stretch", "mean_bounded_stretch", "preemptions",
                               "migrations")}
     assert summary["completed"] == 3 and summary["wall_s"] > 0
+    assert (summary["policy"], summary["hosts"], summary["penalty"]) == ("greedy-pmtn", 3, 5.0)
     with (folder / "jobs.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["job"], r["tasks"], r["state"]) for r in rows] == [("a", "2", "done"), ("b", "1", "done"),
                                                                  ("c", "3", "done")]
     for r in rows:  # each row's figures hold together: wait = start - submit, stretch = (end - submit) / work
         assert float(r["wait"]) == pytest.approx(float(r["start"]) - float(r["submit"]))
+        assert float(r["run"]) == pytest.approx(float(r["end"]) - float(r["start"]))
         assert float(r["stretch"]) == pytest.approx((float(r["end"]) - float(r["submit"])) / float(r["work"]))
     assert sum(int(r["preemptions"]) for r in rows) == shown["preemptions"]
     # The same run again (deterministic): the same per-job results, in a folder of its own.
@@ -226,6 +228,7 @@ def test_a_whole_swf_trace_says_how_many_jobs_and_weeks_it_runs(tmp_path: Path,
                      "2 700000 0 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 1 -1 -1\n")
     code, _, err = run(["simulate", "--policy", "greedy", "--json", str(trace)], capsys)
     assert code == 0, err
-    assert err == f"vcemu simulate: {trace}: all 2 jobs of the trace, 2 weeks (--segment K: week K alone, 0..1)\n"
+    assert err == (f"vcemu simulate: {trace}: all 2 jobs of the trace, 2 weeks (--segment K: week K alone, 0..1; "
+                   "the whole trace takes about as long as its weeks one by one)\n")
     code, _, err = run(["simulate", "--policy", "greedy", "--json", "--segment", "1", str(trace)], capsys)
     assert code == 0 and err == "", err

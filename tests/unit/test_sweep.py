@@ -291,3 +291,11 @@ def test_table1_bars_rise_from_1_carry_their_values_and_count_traces_in_words(mo
     figures.clear()
     assert _plot_table1(Path(tmp_path / "t1.png"), [{**row, "hpc2n_avg": 5120.4}], 300.0) is not None
     assert [t.get_text() for a in figures[0].axes for t in a.texts] == ["5,120"]  # (it read "5.12e+03")
+    # The average's label stands above the maximum's marker, not on the bar's top where the marker struck it
+    # through (helper review), and the axis leaves it room.
+    figures.clear()
+    assert _plot_table1(Path(tmp_path / "t1.png"), [{**row, "hpc2n_avg": 3.0, "hpc2n_max": 3.2, "hpc2n_n": 2}],
+                        300.0) is not None
+    (ax,) = [a for a in figures[0].axes if a.get_title()]
+    (label,) = ax.texts
+    assert label.get_text() == "3" and label.xy == (0, 3.2) and ax.get_ylim()[1] > 3.2
