@@ -30,6 +30,7 @@ from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, stretch_difference
 from coordinator.model import JobState
 from coordinator.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
+from coordinator.policy_names import described
 from coordinator.provenance import code_version
 from coordinator.servers import interrupted, live_run_dir, start_local_cluster, stop_agents
 from node_agent.signals import signals_deferred, signals_interrupt
@@ -102,7 +103,7 @@ def _run_live(args: argparse.Namespace, mix, server) -> tuple[Any, dict[str, str
 
     mode = next(iter(server.backend.agents.values())).mode
     if not args.json:
-        print(f"vcemu demo: {args.hosts} hosts ({mode}), policy {args.policy}, {len(mix)} jobs over "
+        print(f"vcemu demo: {args.hosts} hosts ({mode}), policy {described(args.policy)}, {len(mix)} jobs over "
               f"{args.span:.0f} s, seed {args.seed}", flush=True)
     ids: dict[str, str] = {}
     errors: list[str] = []

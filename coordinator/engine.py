@@ -205,7 +205,9 @@ class Engine:
         self._seq = itertools.count()
         self._tick_scheduled = False
         #: When a periodic policy's next repacking is due (backend time), None while none is: what ``vcemu status``
-        #: says, so that a job pending between repackings is not read as stuck. Written by the engine's thread only.
+        #: says, so that a job pending between repackings is not read as stuck. Written under :attr:`lock` (the loop,
+        #: or a requeue from a gRPC thread); read without it (one attribute: the last value written, or the one
+        #: before). After the last job ends, the repacking already due still shows until it comes.
         self.next_tick: float | None = None
         #: While a plan is applied, the time every transition it causes is stamped with: one decision is one
         #: instant, also on a live backend whose clock moves between actions (so a pause and a resume

@@ -20,6 +20,7 @@ from coordinator.engine import Engine, Stalled
 from coordinator.metrics import History, JobResult, Summary, job_results, summarize
 from coordinator.model import Host, JobSpec
 from coordinator.policies import get_policy
+from coordinator.policy_names import thrashing
 
 
 def homogeneous_hosts(n: int, prefix: str = "h") -> list[Host]:
@@ -106,6 +107,8 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     if not (math.isfinite(penalty) and penalty >= 0):  # the CLI refuses these; a caller in code may not
         print(f"vcemu simulate: --penalty: must be a finite number >= 0, got {penalty}", file=sys.stderr)
         return 2
+    if (why := thrashing(policy, penalty)) is not None:
+        print(f"vcemu simulate: warning: {why} (Ctrl-C stops it)", file=sys.stderr)
     folder, made = None, []
     if out is not None:
         from coordinator.outputs import new_run_dir

@@ -28,6 +28,7 @@ import numpy as np
 
 from coordinator.backends.sim import SimBackend
 from coordinator.capacity_kernel import first_over
+from coordinator.cliargs import policy_name
 from coordinator.engine import Engine
 from coordinator.experiments import homogeneous_hosts
 from coordinator.metrics import History, job_results, summarize
@@ -191,7 +192,7 @@ class DecisionTimes:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m coordinator.perf_dfrs", description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--policy", default=POLICY)
+    ap.add_argument("--policy", type=policy_name, default=POLICY)
     ap.add_argument("--jobs", type=int, default=N_JOBS)
     ap.add_argument("--profile", metavar="OUT", help="write a cProfile of the timed run to OUT (.prof)")
     args = ap.parse_args(argv)

@@ -60,6 +60,7 @@ from typing import IO, TYPE_CHECKING, Any
 from coordinator.cliargs import POLICY_HELP, Parser, add_agent_spares, doc_text, non_negative, positive
 from coordinator.metrics import History, JobResult, Transition, trace_span
 from coordinator.model import JobSpec, JobState
+from coordinator.policy_names import PolicyNameError, canonical_name, thrashing
 from node_agent.signals import signals_deferred, signals_interrupt
 
 if TYPE_CHECKING:
@@ -240,18 +241,19 @@ def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
 
 def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     """The replay; ``stage["cluster"]`` is set once its cluster begins to start (for the interrupted line)."""
-    from coordinator.policies import UnknownPolicy, get_policy
     from coordinator.servers import start_local_cluster, stop_agents
     from workloads.jobfile import JobFileError
 
     try:
-        a.policy = get_policy(a.policy).name  # an unknown name is refused before anything starts; the one name
+        a.policy = canonical_name(a.policy)  # an unknown name is refused before anything starts; the one name
+        if (why := thrashing(a.policy, a.penalty)) is not None:  # (the simulation's penalty; the live run's costs)
+            print(f"vcemu replay: warning: the simulation beside the live run: {why}", file=sys.stderr)
         try:
             specs, dropped, source = load_segment(a)
         except OSError as exc:
             print(_trace_error(a, exc), file=sys.stderr)
             return 2
-    except (UnknownPolicy, JobFileError, OSError, ValueError) as exc:
+    except (PolicyNameError, JobFileError, OSError, ValueError) as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
     if a.ray is not None:

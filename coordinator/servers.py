@@ -492,7 +492,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         print(f"vcemu coordinator: error: {e}", file=sys.stderr)
         return 2
     metrics = f", metrics on http://{args.bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
-    print(f"vcemu coordinator listening on {server.address}{metrics}", flush=True)
+    print(f"vcemu coordinator listening on {server.address} ({described(args.policy)}){metrics}", flush=True)
     if server.restored_note is not None:
         print(f"vcemu coordinator: {server.restored_note}", flush=True)
     stop = threading.Event()

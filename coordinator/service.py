@@ -977,7 +977,8 @@ class CoordinatorServer:
                 except Exception:
                     log.exception("agent %s lost: removing it from the state file failed", agent_id)
         self.metrics.agents_lost.inc()
-        log.warning("%s; hosts %s removed, %d jobs requeued", reason, ", ".join(hosts), len(jobs))
+        log.warning("%s; hosts %s removed, %d job%s requeued", reason, ", ".join(hosts), len(jobs),
+                    "" if len(jobs) == 1 else "s")
         return jobs
 
     def agent_health(self) -> list[AgentHealth]:

@@ -96,7 +96,7 @@ from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
-from coordinator.policy_names import POLICY_NAMES, PolicyNameError, canonical_name, policy_order
+from coordinator.policy_names import POLICY_NAMES, PolicyNameError, canonical_name, policy_order, thrashing
 from node_agent.signals import INTERRUPTED, signals_interrupt
 
 if TYPE_CHECKING:
@@ -596,6 +596,10 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
     weeks = _weeks(a.hpc2n_weeks)
     if not a.report_only:  # (--report-only takes the stored sweep's settings)
         _refuse_empty_grid(a, algs, pens, loads, weeks)
+        for alg in algs:  # (such cells end at --cell-timeout, stored as timeouts: that is 001's observation)
+            if (why := thrashing(alg, max(pens, default=0.0))) is not None:
+                print(f"vcemu sweep: warning: {why}; its cells of such penalties may end at --cell-timeout",
+                      file=sys.stderr)
     if a.traces or a.unscaled:  # the Lublin model's size distribution needs a big enough machine
         from workloads.lublin import LublinParams
 

@@ -7,6 +7,8 @@ import time
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.backends.sim import SimBackend
 from coordinator.cli import main
@@ -15,7 +17,7 @@ from coordinator.experiments import homogeneous_hosts, simulate
 from coordinator.metrics import job_results
 from coordinator.model import JobSpec
 from coordinator.policies import UnknownPolicy, get_policy
-from coordinator.policy_names import canonical_name, described, policy_order, split_name
+from coordinator.policy_names import PERIODIC_NAMES, canonical_name, described, policy_order, split_name, thrashing
 from coordinator.service import CoordinatorServer
 from coordinator.sweep import _parse_args, config_from_args
 from vcemu.v1 import agent_pb2
@@ -50,8 +52,13 @@ def test_the_asap_and_stretch_variants_keep_their_kind_at_another_period() -> No
 @pytest.mark.parametrize(("text", "message"), [
     ("dynmcb8-per-x", "the period after dynmcb8-per- must be a number of seconds, got 'x'"),
     ("dynmcb8-per-0.5", "the period must be 1 to 1e+09 s, got 0.5"),
-    ("dynmcb8-per-inf", "the period must be 1 to 1e+09 s, got inf"),
-    ("dynmcb8-per-nan", "the period must be 1 to 1e+09 s, got nan"),
+    ("dynmcb8-per-inf", "the period after dynmcb8-per- must be a number of seconds, got 'inf'"),
+    ("dynmcb8-per-nan", "must be a number of seconds, got 'nan'"),
+    ("dynmcb8-per-1e400", "the period must be 1 to 1e+09 s, got 1e400"),
+    ("DYNMCB8-PER-T", "must be a number of seconds, got 'T'"),
+    ("dynmcb8-per-+60", "must be a number of seconds, got '+60'"),
+    ("dynmcb8-per-6_0", "must be a number of seconds, got '6_0'"),
+    ("dynmcb8-per-\u0661\u0662", "must be a number of seconds"),
     ("dynmcb8-60", "dynmcb8 has no period; only dynmcb8-per, dynmcb8-asap-per, dynmcb8-stretch-per take one"),
     ("greedy-pmtn-5", "greedy-pmtn has no period"),
     ("nope", "unknown policy 'nope'; known: dynmcb8, "),
@@ -139,3 +146,36 @@ def test_status_says_the_period_and_the_next_repacking(policy: str, line: str, c
         server.stop()
     first = capsys.readouterr().out.splitlines()[0]
     assert re.match(line, first), first
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(PERIODIC_NAMES), st.floats(min_value=1.0, max_value=1e9, allow_nan=False),
+       st.sampled_from([str.lower, str.upper]))
+def test_every_period_in_range_names_one_policy_whose_name_names_it_again(base: str, period: float, case) -> None:
+    """canonical_name is idempotent and is the built policy's name; the period survives the round trip."""
+    name = case(f"{base}-{period!r}")  # (repr writes no exponent below 1e16)
+    one = canonical_name(name)
+    assert canonical_name(one) == one == get_policy(name).name
+    assert split_name(one) == (base, period)
+
+
+def test_an_unknown_name_sorts_last_and_status_shows_it_alone() -> None:
+    """A sweep's config.json from a newer vcemu, or a coordinator of one, may name a policy this one does not know."""
+    assert sorted(["bogus", "dynmcb8", "fcfs"], key=policy_order) == ["fcfs", "dynmcb8", "bogus"]
+    from types import SimpleNamespace
+
+    from coordinator.client import _policy_line
+
+    assert _policy_line(SimpleNamespace(policy="bogus-7", next_repacking=0.0)) == "bogus-7"
+
+
+def test_a_period_shorter_than_the_penalty_is_warned_of(tmp_path, capsys) -> None:
+    """001 Sec. IV-A: such periods thrash, and a simulation may never end: said before it starts."""
+    assert thrashing("dynmcb8-per-60", 300.0).startswith("dynmcb8-per-60 repacks every 60 s, less than the 300-s")
+    assert thrashing("dynmcb8-per", 300.0) is None and thrashing("greedy", 300.0) is None
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text('{"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n')
+    assert main(["simulate", "--policy", "dynmcb8-per-60", "--penalty", "100", "--json", str(jobs)]) == 0
+    assert "vcemu simulate: warning: dynmcb8-per-60 repacks every 60 s, less than the 100-s" in capsys.readouterr().err
+    assert main(["simulate", "--policy", "dynmcb8-per-60", "--penalty", "30", "--json", str(jobs)]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -267,10 +267,12 @@ def test_a_simulation_that_fails_ends_the_replay_before_any_job_arrives(tmp_path
     checks passed) ends the replay at once with one line and exit status 1, not a traceback after the live run
     (review)."""
     import coordinator.experiments
+    from coordinator.warmup import warm_kernels
 
     def broken(*_a, **_k):  # type: ignore[no-untyped-def]
         raise ValueError("the policy broke")
 
+    warm_kernels()  # (the coordinator warms them with simulate too, once per process: not with the broken one)
     monkeypatch.setattr(coordinator.experiments, "simulate", broken)
     specs = [JobSpec("a", 0.0, 1, 1.0, 0.1, 600.0)]
     t0 = time.monotonic()
