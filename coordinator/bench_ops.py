@@ -42,7 +42,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cliargs import POLICY_HELP, Parser, policy_name, positive
+from coordinator.cliargs import POLICY_HELP, Parser, number_in, policy_name, positive
 from coordinator.policy_names import MAX_PERIOD_S, MIN_PERIOD_S
 from coordinator.servers import interrupted, spawn_agent, stop_agents
 from node_agent.signals import signals_deferred, signals_interrupt
@@ -65,17 +65,6 @@ def _int_at_least(low: int):  # type: ignore[no-untyped-def]
         return value
 
     return parse
-
-
-def _period(text: str) -> float:
-    """``bench scale --period``: the range a policy name's period takes (:mod:`coordinator.policy_names`)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not MIN_PERIOD_S <= value <= MAX_PERIOD_S:
-        raise argparse.ArgumentTypeError(f"must be {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} s, got {text}")
-    return value
 
 
 def _bar_off(args: argparse.Namespace) -> bool:
@@ -280,7 +269,7 @@ def bench_scale_main(argv: list[str]) -> int:
                    help="agent processes sharing the hosts (at most --hosts; default %(default)s)")
     p.add_argument("--jobs", type=_int_at_least(1), default=None,
                    help="jobs to place, >= 1 (default: one per two hosts, at least one): with none, no cycle runs")
-    p.add_argument("--period", type=_period, default=5.0,
+    p.add_argument("--period", type=number_in(MIN_PERIOD_S, MAX_PERIOD_S), default=5.0,
                    help=f"DYNMCB8-PER period, seconds, {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} (default %(default)g)")
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle (default %(default)s)")

@@ -110,13 +110,23 @@ def add_agent_spares(parser: argparse.ArgumentParser) -> None:
 
 def whole_in(low: int, high: int):  # type: ignore[no-untyped-def]
     """An argparse type: a whole number in ``low..high``."""
-    def parse(text: str) -> int:
+    return _in_range(int, low, high, f"in {low}..{high}")
+
+
+def number_in(low: float, high: float):  # type: ignore[no-untyped-def]
+    """An argparse type: a number from ``low`` to ``high`` (NaN is in no range, infinity beyond any finite one)."""
+    return _in_range(float, low, high, f"{low:g} to {high:g}")
+
+
+def _in_range(kind: type, low: float, high: float, span: str):  # type: ignore[no-untyped-def]
+    def parse(text: str):  # type: ignore[no-untyped-def]
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {'a whole number' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be {span}, got {value if kind is int else text}")
         return value
 
     return parse
