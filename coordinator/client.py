@@ -497,7 +497,7 @@ def _policy_line(s: Any) -> str:
         return s.policy
     if line == s.policy:
         return line
-    return f"{line}, next at t={s.next_repacking:.1f}s" if s.next_repacking else f"{line} while jobs are in the system"
+    return f"{line}, next at t={s.next_repacking:.1f}s" if s.next_repacking else f"{line}, none due (no job)"
 
 
 def cmd_status(args: argparse.Namespace) -> int:

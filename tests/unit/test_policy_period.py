@@ -124,7 +124,7 @@ def test_the_engine_keeps_the_time_of_the_next_repacking() -> None:
 
 @pytest.mark.parametrize(("policy", "line"), [
     ("dynmcb8-asap-per-30", r"policy dynmcb8-asap-per-30, repacking every 30 s, next at t=3\d\.\ds  t=\d\.\ds  "),
-    ("dynmcb8-per", r"policy dynmcb8-per, repacking every 600 s while jobs are in the system  t=\d\.\ds  "),
+    ("dynmcb8-per", r"policy dynmcb8-per, repacking every 600 s, none due \(no job\)  t=\d\.\ds  "),
     ("greedy", r"policy greedy  t=\d\.\ds  "),
 ])
 def test_status_says_the_period_and_the_next_repacking(policy: str, line: str, capsys) -> None:
