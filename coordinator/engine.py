@@ -203,7 +203,6 @@ class Engine:
         self.lock = threading.RLock()
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
-        self._tick_scheduled = False
         #: When a periodic policy's next repacking is due (backend time), None while none is: what ``vcemu status``
         #: says, so that a job pending between repackings is not read as stuck. Written under :attr:`lock` (the loop,
         #: or a requeue from a gRPC thread); read without it (one attribute: the last value written, or the one
@@ -467,7 +466,6 @@ class Engine:
                     if self._merged(timer.payload, now):
                         continue
                     if isinstance(timer.payload, Tick) and timer.payload.job is None:
-                        self._tick_scheduled = False
                         self.next_tick = None
                         self._ensure_tick()
                     self.handle(timer.payload)
@@ -944,7 +942,6 @@ class Engine:
 
     def _ensure_tick(self) -> None:
         period = self.policy.period
-        if period and not self._tick_scheduled and self.unfinished:
-            self._tick_scheduled = True
+        if period and self.next_tick is None and self.unfinished:
             self.next_tick = self.backend.now() + period
             self._push(self.next_tick, "stim", Tick())

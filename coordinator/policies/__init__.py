@@ -12,7 +12,7 @@ from coordinator.policies.base import Policy
 from coordinator.policies.batch import FCFS, Easy
 from coordinator.policies.dfrs import Greedy, GreedyPmtn, greedy_pmtn_migr
 from coordinator.policies.dynmcb import dynmcb8, dynmcb8_asap_per, dynmcb8_per, dynmcb8_stretch_per
-from coordinator.policy_names import POLICY_NAMES, PolicyNameError, split_name
+from coordinator.policy_names import PERIODIC_NAMES, POLICY_NAMES, PolicyNameError, split_name
 
 #: The registry, keyed by :data:`coordinator.policy_names.POLICY_NAMES` (the names without the policies' imports).
 POLICIES: dict[str, Callable[[], Policy]] = dict(zip(POLICY_NAMES, (
@@ -21,9 +21,9 @@ POLICIES: dict[str, Callable[[], Policy]] = dict(zip(POLICY_NAMES, (
 
 
 #: The periodic policies by name, built with a period (``dynmcb8-per-60``: :mod:`coordinator.policy_names`).
-PERIODIC: dict[str, Callable[[float], Policy]] = {
-    "dynmcb8-per": dynmcb8_per, "dynmcb8-asap-per": dynmcb8_asap_per, "dynmcb8-stretch-per": dynmcb8_stretch_per,
-}
+PERIODIC: dict[str, Callable[[float], Policy]] = dict(zip(PERIODIC_NAMES, (
+    dynmcb8_per, dynmcb8_asap_per, dynmcb8_stretch_per,
+), strict=True))
 
 
 class UnknownPolicy(PolicyNameError):
