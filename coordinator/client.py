@@ -365,7 +365,7 @@ def _submit_file(args: argparse.Namespace) -> int:
         refuse(f"vcemu submit: {args.file}: SWF traces are read by simulate and replay only; submit --file takes "
                 "a job file (JSON lines or CSV)")
     try:
-        source = load_jobs(args.file)
+        source = load_jobs(args.file, timed=False)  # (submit times are ignored, so they may be left out)
     except (OSError, JobFileError) as exc:
         refuse(f"vcemu submit: {unreadable(args.file, exc) if isinstance(exc, OSError) else exc}")
     specs = source.jobs

@@ -59,6 +59,8 @@ __all__ = [
 #: The keys of a job line, in the order they are written.
 FIELDS = ("id", "submit_time", "tasks", "cpu_need", "memory", "work", "workload")
 _REQUIRED = frozenset(FIELDS) - {"workload"}
+#: What a file for ``submit --file`` needs: it submits every job at once, so a submit time is not asked for.
+_UNTIMED = _REQUIRED - {"submit_time"}
 _DEFAULT_WORKLOAD = "dgemm"
 #: JobSpec.validate names some fields after the model; map them to the file's keys.
 _FIELD_FROM_MODEL = {"mem": "memory", "work_seconds": "work"}
@@ -202,20 +204,24 @@ def _job_from_mapping(
     from_text: bool,
     hosts: tuple[Host, ...] | None,
     refuse: Refuse | None = None,
+    timed: bool = True,
 ) -> JobSpec:
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
         raise JobFileError(path, line, unknown[0], f"unknown key (known: {', '.join(FIELDS)})")
+    required = _REQUIRED if timed else _UNTIMED
     for key in FIELDS:
-        if key in _REQUIRED and (key not in row or row[key] is None or (from_text and row[key] == "")):
+        if key in required and (key not in row or row[key] is None or (from_text and row[key] == "")):
             raise JobFileError(path, line, key, "missing")
     job_id = row["id"]
     if isinstance(job_id, int) and not isinstance(job_id, bool):
         job_id = str(job_id)
     if not isinstance(job_id, str) or not job_id.strip():
         raise JobFileError(path, line, "id", f"must be a non-empty string, got {job_id!r}")
-    submit = _seconds(path, line, "submit_time", _number(path, line, "submit_time", row["submit_time"],
-                                                           from_text=from_text))
+    given = row.get("submit_time")
+    if not timed and (given is None or (from_text and given == "")):  # (submit --file: every job at once)
+        given = 0.0
+    submit = _seconds(path, line, "submit_time", _number(path, line, "submit_time", given, from_text=from_text))
     if submit < 0:
         raise JobFileError(path, line, "submit_time", f"must be >= 0, got {submit!r}")
     tasks = _integer(path, line, "tasks", row["tasks"], from_text=from_text)
@@ -268,7 +274,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _iter_jsonl(
-    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None
+    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None, timed: bool = True
 ) -> Iterator[tuple[int, JobSpec]]:
     first = True  # (the first line that is not blank or a comment)
     for lineno, raw in enumerate(lines, start=1):
@@ -288,11 +294,11 @@ def _iter_jsonl(
         first = False
         if not isinstance(obj, dict):
             raise JobFileError(path, lineno, None, f"must be a JSON object, got {type(obj).__name__}")
-        yield lineno, _job_from_mapping(path, lineno, obj, from_text=False, hosts=hosts, refuse=refuse)
+        yield lineno, _job_from_mapping(path, lineno, obj, from_text=False, hosts=hosts, refuse=refuse, timed=timed)
 
 
 def _iter_csv(
-    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None
+    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None, timed: bool = True
 ) -> Iterator[tuple[int, JobSpec]]:
     reader = csv.reader(lines)
     header: list[str] | None = None
@@ -307,7 +313,7 @@ def _iter_csv(
                 other = next((sep for sep in (";", "\t", "|") if len(header) == 1 and sep in header[0]), None)
                 hint = f"; columns are separated by commas, not {other!r}" if other else ""
                 raise JobFileError(path, lineno, unknown[0], f"unknown column (known: {', '.join(FIELDS)}){hint}")
-            missing = [c for c in FIELDS if c in _REQUIRED and c not in header]
+            missing = [c for c in FIELDS if c in (_REQUIRED if timed else _UNTIMED) and c not in header]
             if missing:
                 raise JobFileError(path, lineno, missing[0], "missing column")
             twice = [c for i, c in enumerate(header) if c in header[:i]]
@@ -317,16 +323,17 @@ def _iter_csv(
         if len(row) != len(header):
             raise JobFileError(path, lineno, None, f"expected {len(header)} columns, found {len(row)}")
         mapping = {k: v.strip() for k, v in zip(header, row, strict=True)}
-        yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts, refuse=refuse)
+        yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts, refuse=refuse, timed=timed)
 
 
 def _iter_numbered(
-    path: str, data: bytes, hosts: tuple[Host, ...] | None, refuse: Refuse | None
+    path: str, data: bytes, hosts: tuple[Host, ...] | None, refuse: Refuse | None, timed: bool = True
 ) -> Iterator[tuple[int, JobSpec]]:
     """(line, job) for each job of a JSON-lines or CSV file's bytes, checking each (duplicate ids included)."""
     seen: dict[str, int] = {}
     lines = _lines(path, data)
-    source = _iter_csv(path, lines, hosts, refuse) if _is_csv(path) else _iter_jsonl(path, lines, hosts, refuse)
+    read = _iter_csv if _is_csv(path) else _iter_jsonl
+    source = read(path, lines, hosts, refuse, timed)
     for line, job in source:
         if job.id in seen:
             raise JobFileError(path, line, "id", f"duplicate id {job.id!r} (first on line {seen[job.id]})")
@@ -389,6 +396,7 @@ def load_jobs(
     segment: int | None = None,
     workload: str = _DEFAULT_WORKLOAD,
     refuse: Refuse | None = None,
+    timed: bool = True,
 ) -> JobFile:
     """Read a job file whole, once, and check it: its jobs in file order, with the hash of the bytes parsed
     (hashing the path later would hash whatever is there then, and the empty string for ``/dev/stdin``).
@@ -400,7 +408,8 @@ def load_jobs(
     of SWF jobs. ``segment`` is refused for other formats. A malformed SWF line, a repeated SWF job number
     or a time out of bounds raises :class:`JobFileError` with its line number, like a bad job line.
     ``hosts`` and ``refuse``: as for :func:`iter_jobs` (for a trace, the refusal counts the jobs that do not
-    fit and names the first).
+    fit and names the first). ``timed=False`` (``submit --file``, which submits every job at once) lets a job
+    file leave out ``submit_time`` (0 then); one given is still checked.
     """
     p = os.fspath(path)
     if segment is not None and not is_swf(p):
@@ -410,7 +419,7 @@ def load_jobs(
     abspath = os.path.abspath(p)
     if is_swf(p):
         return _load_swf(p, abspath, data, digest, hosts, segment, workload, refuse)
-    numbered = list(_iter_numbered(p, data, hosts, refuse))
+    numbered = list(_iter_numbered(p, data, hosts, refuse, timed))
     return JobFile(p, abspath, digest, [job for _, job in numbered], {job.id: line for line, job in numbered})
 
 

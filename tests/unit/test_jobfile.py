@@ -442,3 +442,24 @@ def test_a_csv_file_under_another_suffix_is_refused_with_the_rule_for_suffixes(t
         with pytest.raises(JobFileError) as info:
             read_jobs(path)
         assert "suffix" not in str(info.value) and "not valid JSON" in str(info.value)
+
+
+def test_a_file_for_submit_may_leave_out_submit_time_and_one_for_the_simulator_may_not(tmp_path: Path) -> None:
+    """``submit --file`` submits every job at once and ignores submit times: asking for one was asking for a value
+    the command throws away. A time given is still checked; the simulator's files still need one."""
+    from workloads.jobfile import load_jobs
+
+    jsonl = tmp_path / "j.jsonl"
+    jsonl.write_text('{"id": "a", "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n'
+                     '{"id": "b", "submit_time": 5, "tasks": 2, "cpu_need": 0.5, "memory": 0.1, "work": 10}\n')
+    assert [(j.id, j.submit_time) for j in load_jobs(jsonl, timed=False).jobs] == [("a", 0.0), ("b", 5.0)]
+    with pytest.raises(JobFileError, match="j.jsonl:1: submit_time: missing"):
+        load_jobs(jsonl)
+    csvf = tmp_path / "j.csv"
+    csvf.write_text("id,tasks,cpu_need,memory,work\na,1,1,0.1,10\n")
+    assert [j.submit_time for j in load_jobs(csvf, timed=False).jobs] == [0.0]
+    with pytest.raises(JobFileError, match="j.csv:1: submit_time: missing column"):
+        load_jobs(csvf)
+    jsonl.write_text('{"id": "a", "submit_time": -1, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n')
+    with pytest.raises(JobFileError, match="submit_time: must be >= 0"):
+        load_jobs(jsonl, timed=False)

@@ -249,6 +249,11 @@ def test_cli_submits_a_job_file_in_batches_and_again_creates_nothing(stub, serve
         main(["submit", "--coordinator", server.address, "--file", str(bad)])
     assert refused.value.code == 2 and "bad.jsonl:2: workload" in capsys.readouterr().err
     assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 5
+    # submit ignores submit times, so a file for it may leave them out (it was refused: "submit_time: missing")
+    untimed = tmp_path / "untimed.jsonl"
+    untimed.write_text(json.dumps({**{k: v for k, v in rows[0].items() if k != "submit_time"}, "id": "u0"}) + "\n")
+    assert main(["submit", "--coordinator", server.address, "--file", str(untimed)]) == 0
+    assert "1 accepted (1 new, 0 already known), 0 refused" in capsys.readouterr().err
 
 
 def test_submit_results_say_whether_the_job_is_new(stub):
