@@ -204,12 +204,11 @@ def _job_from_mapping(
     from_text: bool,
     hosts: tuple[Host, ...] | None,
     refuse: Refuse | None = None,
-    timed: bool = True,
+    required: frozenset[str] = _REQUIRED,
 ) -> JobSpec:
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
         raise JobFileError(path, line, unknown[0], f"unknown key (known: {', '.join(FIELDS)})")
-    required = _REQUIRED if timed else _UNTIMED
     for key in FIELDS:
         if key in required and (key not in row or row[key] is None or (from_text and row[key] == "")):
             raise JobFileError(path, line, key, "missing")
@@ -219,7 +218,7 @@ def _job_from_mapping(
     if not isinstance(job_id, str) or not job_id.strip():
         raise JobFileError(path, line, "id", f"must be a non-empty string, got {job_id!r}")
     given = row.get("submit_time")
-    if not timed and (given is None or (from_text and given == "")):  # (submit --file: every job at once)
+    if "submit_time" not in required and (given is None or (from_text and given == "")):  # (submit --file)
         given = 0.0
     submit = _seconds(path, line, "submit_time", _number(path, line, "submit_time", given, from_text=from_text))
     if submit < 0:
@@ -274,7 +273,8 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _iter_jsonl(
-    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None, timed: bool = True
+    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None,
+    required: frozenset[str] = _REQUIRED,
 ) -> Iterator[tuple[int, JobSpec]]:
     first = True  # (the first line that is not blank or a comment)
     for lineno, raw in enumerate(lines, start=1):
@@ -294,11 +294,13 @@ def _iter_jsonl(
         first = False
         if not isinstance(obj, dict):
             raise JobFileError(path, lineno, None, f"must be a JSON object, got {type(obj).__name__}")
-        yield lineno, _job_from_mapping(path, lineno, obj, from_text=False, hosts=hosts, refuse=refuse, timed=timed)
+        yield lineno, _job_from_mapping(path, lineno, obj, from_text=False, hosts=hosts, refuse=refuse,
+                                        required=required)
 
 
 def _iter_csv(
-    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None, timed: bool = True
+    path: str, lines: Iterable[str], hosts: tuple[Host, ...] | None, refuse: Refuse | None,
+    required: frozenset[str] = _REQUIRED,
 ) -> Iterator[tuple[int, JobSpec]]:
     reader = csv.reader(lines)
     header: list[str] | None = None
@@ -313,7 +315,7 @@ def _iter_csv(
                 other = next((sep for sep in (";", "\t", "|") if len(header) == 1 and sep in header[0]), None)
                 hint = f"; columns are separated by commas, not {other!r}" if other else ""
                 raise JobFileError(path, lineno, unknown[0], f"unknown column (known: {', '.join(FIELDS)}){hint}")
-            missing = [c for c in FIELDS if c in (_REQUIRED if timed else _UNTIMED) and c not in header]
+            missing = [c for c in FIELDS if c in required and c not in header]
             if missing:
                 raise JobFileError(path, lineno, missing[0], "missing column")
             twice = [c for i, c in enumerate(header) if c in header[:i]]
@@ -323,17 +325,19 @@ def _iter_csv(
         if len(row) != len(header):
             raise JobFileError(path, lineno, None, f"expected {len(header)} columns, found {len(row)}")
         mapping = {k: v.strip() for k, v in zip(header, row, strict=True)}
-        yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts, refuse=refuse, timed=timed)
+        yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts, refuse=refuse,
+                                        required=required)
 
 
 def _iter_numbered(
-    path: str, data: bytes, hosts: tuple[Host, ...] | None, refuse: Refuse | None, timed: bool = True
+    path: str, data: bytes, hosts: tuple[Host, ...] | None, refuse: Refuse | None,
+    required: frozenset[str] = _REQUIRED,
 ) -> Iterator[tuple[int, JobSpec]]:
     """(line, job) for each job of a JSON-lines or CSV file's bytes, checking each (duplicate ids included)."""
     seen: dict[str, int] = {}
     lines = _lines(path, data)
     read = _iter_csv if _is_csv(path) else _iter_jsonl
-    source = read(path, lines, hosts, refuse, timed)
+    source = read(path, lines, hosts, refuse, required)
     for line, job in source:
         if job.id in seen:
             raise JobFileError(path, line, "id", f"duplicate id {job.id!r} (first on line {seen[job.id]})")
@@ -419,7 +423,7 @@ def load_jobs(
     abspath = os.path.abspath(p)
     if is_swf(p):
         return _load_swf(p, abspath, data, digest, hosts, segment, workload, refuse)
-    numbered = list(_iter_numbered(p, data, hosts, refuse, timed))
+    numbered = list(_iter_numbered(p, data, hosts, refuse, _REQUIRED if timed else _UNTIMED))
     return JobFile(p, abspath, digest, [job for _, job in numbered], {job.id: line for line, job in numbered})
 
 
