@@ -1001,8 +1001,7 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
     try:
         locks.append(_claim_cgroups(agent_id, wait_s=CGROUPS_CLAIM_WAIT_S))
         _sweep_cgroups(agent_id, strict=not no_cgroups)  # a --no-cgroups agent too: cgroup runs may precede it
-        driver: CgroupDriver = (DutyCycleDriver() if no_cgroups
-                                else open_driver(agent_id, sum(h.cpu_cores for h in hosts)))
+        driver: CgroupDriver = DutyCycleDriver() if no_cgroups else open_driver(agent_id)
         _remove_old_workdirs(agent_id)
         rates = {w: calibrate(w) for w in PROGRAMS}
     except BaseException:

@@ -43,7 +43,7 @@ BOOT_TIMEOUT_S = 60.0
 def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgroups: bool, k: int) -> list[float]:
     """Seconds from each start to its boot's end, for ``starts`` starts in a fresh agent."""
     agent_id = f"bench-boot-{os.getpid()}-{k}"
-    driver: CgroupDriver = open_driver(agent_id, 1.0) if cgroups else DutyCycleDriver()
+    driver: CgroupDriver = open_driver(agent_id) if cgroups else DutyCycleDriver()
     core = AgentCore(agent_id, [HostSpec("h", 1.0, 1 << 30)], driver, {"dgemm": 1e6}, spares=spares)
     if boot_poll is not None:
         core.boot_poll_s = boot_poll

@@ -132,8 +132,8 @@ class DutyCycleDriver(CgroupDriver):
             g.pids[pid] = stat[1] if (stat := _proc_stat(pid)) is not None else 0
             self._publish(name, g)
 
-    def set_cpu(self, name: str, cores: float) -> None:
-        with self._lock:
+    def set_cpu(self, name: str, cores: float, reserved: bool = True) -> None:
+        with self._lock:  # (a duty cycle has no weights: ``reserved`` changes nothing)
             self._groups[name].cores = cores
 
     def set_memory_limit(self, name: str, limit_bytes: int) -> None:

@@ -30,10 +30,14 @@ alone is a quarter of a CPU-second), and a live run would lag its simulation by 
 The host may therefore use more than its allocated shares while tasks start, and more than its capacity:
 each starting task has the host's capacity beside the others' shares (the operator review saw a 0.3-core host
 at 2.6 times its capacity for 3 s with two tasks starting). The model has no start-up cost, so that CPU is
-taken from the machine's slack, outside the emulated host. Splitting only the host's unallocated capacity among
-starting tasks was tried (session 19): no host went above its capacity, but a task that starts or resumes on a
-fully allocated host then boots at its share, and the demo's live-against-simulated median flow-time difference
-went from 0.079 to 0.189 (target 0.15; one run of each, back to back).
+taken from the machine's slack, outside the emulated host: a booting task's group has the least CPU weight
+(``set_cpu(..., reserved=False)``), where a running task's weighs its share's reservation
+(:class:`node_agent.cgroups.ParentWeight`), so that a burst of starts takes neither the running tasks' shares nor
+the CPU the coordinator, the agent and a user's commands need. Splitting
+only the host's unallocated capacity among starting tasks was tried (session 19): no host went above its
+capacity, but a task that starts or resumes on a fully allocated host then boots at its share, and the demo's
+live-against-simulated median flow-time difference went from 0.079 to 0.189 (target 0.15; one run of each, back
+to back).
 
 Memory limit rule: ``memory_bytes`` (what the program allocates) + :data:`INTERPRETER_ALLOWANCE_BYTES`
 for the interpreter, numpy and OpenBLAS (about 35 MB resident, plus their file pages, which v1 charges
@@ -261,7 +265,7 @@ class Task:
         d, name = self._driver, self.cgroup
         d.create(name)
         try:
-            d.set_cpu(name, self.spec.host_cores)  # boot phase: see the module docstring
+            d.set_cpu(name, self.spec.host_cores, reserved=False)  # boot phase: see the module docstring
             d.set_memory_limit(name, self.spec.memory_bytes + INTERPRETER_ALLOWANCE_BYTES)
             progress.create(self._path + ".progress")
             first = self._launch()

@@ -27,7 +27,7 @@ def cgroups_unusable() -> str | None:
     if os.geteuid() != 0:
         return "needs root to create cgroups"
     try:
-        driver = open_driver(f"pytest-probe-{os.getpid()}", 1.0)
+        driver = open_driver(f"pytest-probe-{os.getpid()}")
     except CgroupUnavailable as e:
         return f"cgroups not writable: {e}"
     driver.cleanup(remove_parent=True)

@@ -339,7 +339,7 @@ def test_health_and_metrics(stub, agent: RunningAgent, task_ids) -> None:
 def test_sigterm_kills_tasks_and_removes_cgroups_and_startup_removes_leftovers(cgroups_required) -> None:
     agent_id = f"pytest-term-{os.getpid()}"
     # A leftover of a "crashed" earlier agent with this id: a frozen process in a task cgroup.
-    crashed = open_driver(agent_id, 1.0)
+    crashed = open_driver(agent_id)
     crashed.create("leftover")
     sleeper = subprocess.Popen(["sleep", "600"])
     crashed.add_pid("leftover", sleeper.pid)

@@ -378,7 +378,7 @@ def test_a_group_that_cannot_die_does_not_stop_the_removal_of_the_others(cgroups
     timeout = 1.0
     monkeypatch.setattr(cgroups, "KILL_TIMEOUT_S", timeout)
     try:
-        driver = cgroups.open_driver(f"pytest-stuck-{os.getpid()}", 1.0, prefer=("cgroup-v1",))
+        driver = cgroups.open_driver(f"pytest-stuck-{os.getpid()}", prefer=("cgroup-v1",))
     except cgroups.CgroupUnavailable as e:
         pytest.skip(f"needs cgroup v1 (a freezer hierarchy of its own): {e}")
     parents = driver.dirs()
@@ -427,7 +427,7 @@ def test_a_killed_task_at_a_small_share_dies_at_once(cgroups_required) -> None:
     at 0.045 cores took the agent 49 ms, median of 48). The kill lifts the group's CPU limit. Here the group gets
     1 ms of CPU a second, so a process burning it is throttled nearly all the time: before, its kill took 3.0-3.4 s
     (kernel 6.18; the test failed so), now milliseconds."""
-    driver = cgroups.open_driver(f"pytest-throttled-{os.getpid()}", 1.0)
+    driver = cgroups.open_driver(f"pytest-throttled-{os.getpid()}")
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         driver.create("t")

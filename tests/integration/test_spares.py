@@ -126,8 +126,7 @@ def _drivers() -> list[object]:
 @pytest.mark.parametrize("kind", _drivers())
 def test_a_task_started_from_a_spare_runs_in_its_group_to_done_and_its_stderr_is_the_tasks(kind: str,
                                                                                           tmp_path: Path) -> None:
-    driver: CgroupDriver = DutyCycleDriver() if kind == "duty-cycle" else open_driver(f"pytest-spares-{os.getpid()}",
-                                                                                        1.0)
+    driver: CgroupDriver = DutyCycleDriver() if kind == "duty-cycle" else open_driver(f"pytest-spares-{os.getpid()}")
     pool = Spares(str(tmp_path), ["dgemm"], 1)
     try:
         assert pool.take("dgemm") is None and pool.wait_filled("dgemm", 30)

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def driver(cgroups_required: None) -> Iterator[CgroupDriver]:
     """A cgroup driver of its own agent id; every group under it (and it) removed afterwards."""
-    d = open_driver(f"pytest-taskfaults-{os.getpid()}", 1.0)
+    d = open_driver(f"pytest-taskfaults-{os.getpid()}")
     yield d
     d.cleanup(remove_parent=True)
 
@@ -87,6 +87,31 @@ def test_pause_between_ready_and_the_next_poll_then_resume_runs_the_task_at_its_
     finally:
         task.stop()
     assert not any(os.path.exists(d) for d in driver.dirs(task.cgroup))
+
+
+def test_a_booting_task_has_the_least_weight_and_a_running_one_its_shares(driver, workdir) -> None:
+    """While its program boots, a task's group is capped at its host's capacity but has the least weight, so that a
+    burst of starts cannot take the machine from the coordinator and the agent; once it runs, it weighs its share's
+    reservation. The agent's parent group weighs the sum of its groups (cgroups.ParentWeight)."""
+    v1 = driver.mode == "cgroup-v1"
+    weight = "cpu.shares" if v1 else "cpu.weight"
+    least, half_core, none = ("2", "32768", "2") if v1 else ("1", "3200", "1")
+    task = _task(driver, workdir, share=0.5, work_seconds=3600.0)
+    parent = Path(driver.dirs()[0], weight)
+    group = Path(driver.dirs(task.cgroup)[0])
+    try:
+        task.start()
+        assert task.state is State.STARTING  # (a boot ends at a poll)
+        quota = (group / "cpu.cfs_quota_us") if v1 else (group / "cpu.max")
+        assert quota.read_text().split()[0] == "100000", "a booting task may use its whole host (1 core)"
+        assert (group / weight).read_text().strip() == least
+        assert parent.read_text().strip() == least
+        _until("the task never left its boot phase", lambda: (task.poll(), task.state is State.RUNNING)[1])
+        assert (group / weight).read_text().strip() == half_core
+        assert parent.read_text().strip() == half_core
+    finally:
+        task.stop()
+    assert parent.read_text().strip() == none
 
 
 def test_task_paused_after_its_work_was_charged_is_done(driver, workdir) -> None:

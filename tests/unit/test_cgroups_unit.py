@@ -4,6 +4,7 @@ v1/v2 drivers' file formats (on a fake cgroup tree), the progress channel, sizes
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 
@@ -12,11 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from node_agent import cgroups
 from node_agent.cgroups import (
+    SLACK_CORES,
+    CgroupError,
     CgroupV1Driver,
     CgroupV2Driver,
     Mount,
     Owner,
+    ParentWeight,
     cfs_period_quota_us,
     own_dir,
     owners,
@@ -88,13 +93,15 @@ def _touch(path: str, content: str) -> None:
 
 def test_v1_driver_writes_quota_period_weight_and_limit(tmp_path) -> None:
     parents = {c: str(tmp_path / c / "vcemu-a") for c in ("cpu", "cpuacct", "freezer", "memory")}
-    d = CgroupV1Driver(parents, total_cores=2.0)
-    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "131072"  # 2 cores
+    d = CgroupV1Driver(parents)
+    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "2"  # no task yet: the least weight
     d.create("t")
     _touch(str(tmp_path / "cpu/vcemu-a/t/cpu.cfs_period_us"), "100000")
     d.set_cpu("t", 0.005)
     assert (tmp_path / "cpu/vcemu-a/t/cpu.cfs_period_us").read_text() == "200000"
     assert (tmp_path / "cpu/vcemu-a/t/cpu.cfs_quota_us").read_text() == "1000"
+    assert (tmp_path / "cpu/vcemu-a/t/cpu.shares").read_text() == "328"  # 65536 x 0.005
+    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "328"
     d.set_memory_limit("t", 123)
     assert (tmp_path / "memory/vcemu-a/t/memory.limit_in_bytes").read_text() == "123"
     d.freeze("t")
@@ -139,6 +146,76 @@ def test_an_owner_is_alive_only_while_its_process_runs_and_a_reused_pid_is_not_i
 def _start(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def _rmtree_groups(monkeypatch) -> None:
+    """Let ``remove`` take a group made of plain files (the kernel removes a cgroup's control files with it)."""
+    monkeypatch.setattr(cgroups, "_rmdir", lambda d: shutil.rmtree(d))
+
+
+def test_v1_parent_weighs_what_its_groups_weigh_a_booting_one_the_least(tmp_path, monkeypatch) -> None:
+    _rmtree_groups(monkeypatch)
+    parents = {c: str(tmp_path / c / "vcemu-a") for c in ("cpu", "cpuacct", "freezer", "memory")}
+    d = CgroupV1Driver(parents)
+    cpu = tmp_path / "cpu/vcemu-a"
+    for name in ("t1", "t2"):
+        d.create(name)
+        _touch(str(cpu / name / "cpu.cfs_period_us"), "100000")
+    d.set_cpu("t1", 0.5, reserved=False)  # booting, capped at its host's half core
+    assert (cpu / "t1/cpu.cfs_quota_us").read_text() == "50000"
+    assert (cpu / "t1/cpu.shares").read_text() == "2"  # the least weight
+    assert (cpu / "cpu.shares").read_text() == "2"
+    d.set_cpu("t1", 0.25)  # booted: its share's reservation
+    assert (cpu / "t1/cpu.shares").read_text() == "16384"
+    assert (cpu / "cpu.shares").read_text() == "16384"
+    d.set_cpu("t2", 1.0, reserved=False)
+    assert (cpu / "cpu.shares").read_text() == str(16384 + 2)
+    d.remove("t1")
+    assert (cpu / "cpu.shares").read_text() == "2"
+    d.remove("t2")
+    assert (cpu / "cpu.shares").read_text() == "2"  # (no task: the least weight too)
+
+
+def test_v2_parent_weighs_what_its_groups_weigh(tmp_path, monkeypatch) -> None:
+    _rmtree_groups(monkeypatch)
+    d = CgroupV2Driver(str(tmp_path / "vcemu-a"))
+    parent = tmp_path / "vcemu-a"
+    assert (parent / "cpu.weight").read_text() == "1"
+    d.create("t")
+    d.set_cpu("t", 1.0, reserved=False)
+    assert (parent / "t/cpu.max").read_text() == "100000 100000"
+    assert (parent / "t/cpu.weight").read_text() == "1"  # the least, as 2 is in v1
+    assert (parent / "cpu.weight").read_text() == "1"
+    d.set_cpu("t", 0.25)
+    assert (parent / "t/cpu.weight").read_text() == "1600"
+    assert (parent / "cpu.weight").read_text() == "1600"
+    d.remove("t")
+    assert (parent / "cpu.weight").read_text() == "1"
+
+
+def test_parent_weight_writes_on_a_change_only_and_a_failed_write_stops_nothing() -> None:
+    written: list[float] = []
+    fail = [False]
+
+    def write(cores: float) -> None:
+        if fail[0]:
+            raise CgroupError("cpu.shares: read-only")
+        written.append(cores)
+
+    w = ParentWeight(write)
+    w.set("a", 0.5)
+    w.set("a", 0.5)  # no change: no write
+    w.set("b", SLACK_CORES)
+    assert written == [0.0, 0.5, 0.5 + SLACK_CORES]
+    fail[0] = True
+    w.set("b", None)  # not written, and not raised: the quotas still hold the tasks
+    assert written == [0.0, 0.5, 0.5 + SLACK_CORES]
+    fail[0] = False
+    w.set("gone", None)  # the sum is as before, but not what was written: written now
+    assert written == [0.0, 0.5, 0.5 + SLACK_CORES, 0.5]
+    assert w.total == 0.5
+    w.set("a", None)
+    assert written[-1] == 0.0
 
 
 def test_v2_driver_writes_cpu_max_freeze_and_memory_max(tmp_path) -> None:
@@ -216,7 +293,7 @@ def test_a_v2_hierarchy_the_agent_cannot_create_its_groups_in_is_a_reason_not_a_
     mountinfo.write_text(f"41 31 0:38 / {base} rw,relatime - cgroup2 cgroup2 rw\n")
     proc_cgroup.write_text("0::/\n")
     with pytest.raises(CgroupUnavailable, match=r"cgroup-v2: cannot create .*vcemu-a1"):
-        open_driver("a1", 1.0, prefer=("cgroup-v2",), mountinfo=str(mountinfo), proc_cgroup=str(proc_cgroup))
+        open_driver("a1", prefer=("cgroup-v2",), mountinfo=str(mountinfo), proc_cgroup=str(proc_cgroup))
 
 
 @pytest.mark.parametrize(("limit", "unlimited"), [("cpu.cfs_quota_us", "-1"), ("cpu.max", "max")])
