@@ -497,7 +497,11 @@ def _policy_line(s: Any) -> str:
         return s.policy
     if line == s.policy:
         return line
-    return f"{line}, next at t={s.next_repacking:.1f}s" if s.next_repacking else f"{line}, none due (no job)"
+    if not s.next_repacking:
+        return f"{line}, none due (no job)"
+    if s.next_repacking <= s.now:  # its time has come and the coordinator's loop is still busy: not ahead
+        return f"{line}, due since t={s.next_repacking:.1f}s"
+    return f"{line}, next at t={s.next_repacking:.1f}s"
 
 
 def cmd_status(args: argparse.Namespace) -> int:

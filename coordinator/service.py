@@ -371,8 +371,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         hosts = engine.hosts  # (a list the engine replaces, never changes: see Engine.add_hosts)
         counts, running = board.counts_and_running()  # (one look: the counts and the hosts' figures agree)
         used = hosts_used(running, hosts)
+        # A repacking scheduled before the last job ended still comes, and has nothing to do: none is due when no
+        # job is left to place (as the reply's counts say; live check, session 32).
+        waiting = any(counts.get(s, 0) for s in (JobState.PENDING, JobState.RUNNING, JobState.PAUSED))
         reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now(),
-                                      next_repacking=engine.next_tick or 0.0)
+                                      next_repacking=(engine.next_tick or 0.0) if waiting else 0.0)
         for h in hosts:
             info = backend.host_info.get(h.name)
             reply.hosts.append(

@@ -159,6 +159,45 @@ def test_every_period_in_range_names_one_policy_whose_name_names_it_again(base: 
     assert split_name(one) == (base, period)
 
 
+def test_status_says_a_repacking_whose_time_has_come_is_due_not_next() -> None:
+    """The coordinator's loop may be busy (starting jobs) past a repacking's time (live check, session 32)."""
+    from types import SimpleNamespace
+
+    from coordinator.client import _policy_line
+
+    line = "dynmcb8-per-60, repacking every 60 s"
+    assert _policy_line(SimpleNamespace(policy="dynmcb8-per-60", next_repacking=60.0, now=58.5)) == \
+        f"{line}, next at t=60.0s"
+    assert _policy_line(SimpleNamespace(policy="dynmcb8-per-60", next_repacking=60.0, now=62.3)) == \
+        f"{line}, due since t=60.0s"
+    assert _policy_line(SimpleNamespace(policy="dynmcb8-per-60", next_repacking=0.0, now=62.3)) == \
+        f"{line}, none due (no job)"
+
+
+def test_status_says_none_due_once_no_job_is_left(capsys) -> None:
+    """The repacking scheduled before the last job left still comes, with nothing to do (live check, session 32)."""
+    server = CoordinatorServer(get_policy("dynmcb8-asap-per-30"), port=0).start()
+    try:
+        desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+        with grpc.insecure_channel(server.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+            job = stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.9, work_seconds=99)),
+                              timeout=5).job_id
+            deadline = time.monotonic() + 10
+            while server.engine.next_tick is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.engine.next_tick is not None
+            stub.Cancel(pb.JobRef(job_id=job), timeout=5)
+        assert server.engine.next_tick is not None  # (still scheduled)
+        assert main(["status", "--coordinator", server.address]) == 0
+    finally:
+        server.stop()
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "repacking every 30 s, none due (no job)" in first, first
+
+
 def test_an_unknown_name_sorts_last_and_status_shows_it_alone() -> None:
     """A sweep's config.json from a newer vcemu, or a coordinator of one, may name a policy this one does not know."""
     assert sorted(["bogus", "dynmcb8", "fcfs"], key=policy_order) == ["fcfs", "dynmcb8", "bogus"]
