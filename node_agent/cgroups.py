@@ -39,12 +39,11 @@ MAX_PERIOD_US = 1_000_000  # the kernel refuses longer periods
 #: Quotas cap the tasks at their shares; this weight makes the CFS scheduler also *give* them their
 #: quota when the real machine is busy with other processes, i.e. an emulated host's CPU is reserved,
 #: like a VM's. Without it, ten busy neighbours would leave a 0.9-core task with ~0.2 core. The agent's
-#: parent group weighs the sum of its task groups' weights (:class:`ParentWeight`).
+#: parent group weighs about the sum of its task groups' weights (:class:`CpuWeights`).
 WEIGHT_PER_CORE = 65536
-#: The least weight either version takes (v1 ``cpu.shares`` 2, v2 ``cpu.weight`` 1), in cores of
-#: :data:`WEIGHT_PER_CORE`: what a booting task weighs (``set_cpu(..., reserved=False)``), so that it runs on
-#: the CPU that the machine's other processes and the running tasks leave (see :class:`ParentWeight`).
-SLACK_CORES = 2 / WEIGHT_PER_CORE
+#: One ordinary process's weight (v1 ``cpu.shares`` 1024, v2 ``cpu.weight`` 100) in cores of
+#: :data:`WEIGHT_PER_CORE`: what all of an agent's booting tasks weigh together (:class:`CpuWeights`).
+ORDINARY_CORES = 1024 / WEIGHT_PER_CORE
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "freezer", "memory")
 
@@ -395,55 +394,103 @@ def self_frozen(group: str, v2: bool) -> bool:
         return False
 
 
-class ParentWeight:
-    """The CPU weight of the agent's parent group, kept at the sum of its task groups' weights.
+class CpuWeights:
+    """The CPU weights of an agent's task groups and of its parent group: a running task weighs its share's
+    reservation, all booting tasks together one ordinary process, and the parent about the sum.
 
-    A group's weight counts only among its siblings (in both cgroup versions): the parent competes with the
-    machine's other processes (the coordinator, the agent itself, a user's shell, Prometheus) with its own
-    weight, and its task groups share what it gets by theirs. With the parent at the sum, each task competes
-    for the machine as if it were a process of its own weight beside the others: a running task with its
-    share's reservation (:data:`WEIGHT_PER_CORE`), a booting one with the least weight (:data:`SLACK_CORES`),
-    so that start-ups run on the machine's slack, as the model, which has no start-up cost, wants them to
-    (:mod:`node_agent.runner`). Measured on this project's 2-core VM, 20 jobs of 68 tasks in all submitted at
-    once to ``vcemu up --hosts 8`` (two runs each): with the parent at a fixed weight of all its hosts' cores
-    (as before), ``vcemu status`` took up to 8.3 s to answer while the tasks started; with each booting task at
-    an ordinary process's weight (1024), up to 11.2 s (68 start-ups against one command); with the least
-    weight, 0.27 to 0.57 s, as on an idle cluster. A frozen group's weight still counts (the fencer freezes
-    groups without the driver; rare).
+    Why. A group's weight counts only among its siblings (in both cgroup versions): the agent's parent group
+    competes with the processes beside it (in v1, those in the agent's own cgroup: the coordinator and the agent
+    under ``vcemu up``, a user's shell) with its own weight, and its task groups share what it gets by theirs.
+    A running task's reservation (:data:`WEIGHT_PER_CORE` per core of its share, capped by its quota) lets it
+    have its share on a busy machine, like a VM's CPU. A booting task is capped only at its host's capacity
+    (:mod:`node_agent.runner`: start-up is outside the model) and must not take that priority: with the parent
+    at a fixed weight of all its hosts' cores, as before, a burst of start-ups took the whole machine and ``vcemu
+    status`` took up to 8.3 s to answer while 68 tasks started on ``vcemu up --hosts 8`` on this project's 2-core
+    VM. Each booting task at an ordinary process's weight was no better (up to 11.2 s: 68 processes against one
+    command), and at the least weight each (2), 0.27 to 0.57 s, but a start-up could then wait for as long as
+    any busy process on the machine ran (review). So the booting tasks share one ordinary process's weight
+    (each ``ORDINARY_CORES / n``, at least the least weight): start-ups together get at least what any other
+    process gets, and never more than one process's due beside the control plane (``vcemu status``: 0.34 to 0.75 s
+    in the same burst, two runs).
 
-    ``write`` writes a weight, in cores of :data:`WEIGHT_PER_CORE`, to the parent; it is called under a lock
-    when the sum changes, so the writes are in order. A failed write is tried again at the next change, and not
-    raised: a weight is an improvement, not a requirement (the quotas bound the tasks in any case)."""
+    The parent weighs the sum of its groups' weights, frozen groups left out (they do not run), so that what it
+    takes from its neighbours is what its tasks are meant to have. The kernel divides a group's weight among its
+    runnable children by their recent load, so this holds on average, not at every instant: a running task that
+    has spent its quota, or sleeps, leaves its part to its runnable siblings for a while. The weights clamp at
+    each version's bounds (v1: 2 to 262,144, 4 cores' reservation; v2: 1 to 10,000).
 
-    def __init__(self, write: Callable[[float], None]) -> None:
-        self._write = write
+    ``write(name, weight)`` writes a weight to a task group, or to the parent for ``name`` None; ``weight(cores)``
+    turns cores of :data:`WEIGHT_PER_CORE` into the version's weight. A weight is written only when it changes,
+    under a lock (so the writes are in order); a failed write is tried again at the next change and not raised: a
+    weight is an improvement, not a requirement (the quotas bound the tasks in any case)."""
+
+    def __init__(self, write: Callable[[str | None, int], None], weight: Callable[[float], int]) -> None:
+        self._write, self._weight = write, weight
         self._lock = threading.Lock()
-        self._cores: dict[str, float] = {}
-        self._written: float | None = None
-        self._update()
-
-    def set(self, name: str, cores: float | None) -> None:
-        """Group ``name`` now weighs ``cores`` (None: it is gone)."""
+        self._running: dict[str, float] = {}  # group -> its share, in cores
+        self._booting: set[str] = set()
+        self._frozen: set[str] = set()
+        self._written: dict[str | None, int] = {}
         with self._lock:
-            if cores is None:
-                self._cores.pop(name, None)
+            self._update(())
+
+    def set(self, name: str, cores: float, booting: bool = False) -> None:
+        """Group ``name`` runs at a share of ``cores``, or boots (its quota is the caller's)."""
+        with self._lock:
+            was_booting = name in self._booting
+            if booting:
+                self._booting.add(name)
+                self._running.pop(name, None)
             else:
-                self._cores[name] = cores
-            self._update()
+                self._running[name] = cores
+                self._booting.discard(name)
+            self._update((name,), rebalance=booting or was_booting)
 
-    @property
-    def total(self) -> float:
-        """The parent's weight in cores: the sum of its task groups'."""
-        return math.fsum(self._cores.values())
+    def remove(self, name: str) -> None:
+        """Group ``name`` is gone."""
+        with self._lock:
+            was_booting = name in self._booting
+            self._running.pop(name, None)
+            self._booting.discard(name)
+            self._frozen.discard(name)
+            self._written.pop(name, None)
+            self._update((), rebalance=was_booting)
 
-    def _update(self) -> None:
-        total = self.total
-        if total != self._written:
-            try:
-                self._write(total)
-            except CgroupError:
-                return  # (the next change writes the sum again)
-            self._written = total
+    def freeze(self, name: str, frozen: bool) -> None:
+        """Group ``name`` is frozen (paused) or thawed: a frozen group's weight is left out of the parent's."""
+        with self._lock:
+            if frozen == (name in self._frozen):
+                return
+            if frozen:
+                self._frozen.add(name)
+            else:
+                self._frozen.discard(name)
+            self._update((), rebalance=name in self._booting)
+
+    def weights(self) -> dict[str | None, int]:
+        """What was last written: each group's weight, and the parent's under None."""
+        with self._lock:
+            return dict(self._written)
+
+    def _boot_cores(self) -> float:
+        n = len(self._booting - self._frozen)
+        return ORDINARY_CORES / n if n else 0.0
+
+    def _update(self, names: Iterable[str], rebalance: bool = False) -> None:
+        boot = self._boot_cores()
+        for name in (*names, *(self._booting if rebalance else ())):
+            self._put(name, self._weight(boot if name in self._booting else self._running[name]))
+        running = math.fsum(c for n, c in self._running.items() if n not in self._frozen)
+        self._put(None, self._weight(running + (ORDINARY_CORES if boot else 0.0)))
+
+    def _put(self, name: str | None, weight: int) -> None:
+        if self._written.get(name) == weight:
+            return
+        try:
+            self._write(name, weight)
+        except CgroupError:
+            return  # (the next change writes it again)
+        self._written[name] = weight
 
 
 # --------------------------------------------------------------------------------------- interface
@@ -461,9 +508,9 @@ class CgroupDriver(ABC):
     @abstractmethod
     def set_cpu(self, name: str, cores: float, reserved: bool = True) -> None:
         """Limit the group to ``cores`` CPUs (may be fractional). ``reserved``: the group weighs its ``cores``
-        (:data:`WEIGHT_PER_CORE`), so that the machine's other processes cannot take them from it; else it has the
-        least weight (:data:`SLACK_CORES`): a task's start-up, which runs beside its host's capacity, on CPU the
-        machine has to spare (:mod:`node_agent.runner`)."""
+        (:data:`WEIGHT_PER_CORE`), so that the machine's other processes cannot take them from it; else it boots
+        (a task's start-up, capped at its host's capacity, :mod:`node_agent.runner`), and all booting groups
+        weigh one ordinary process together (:class:`CpuWeights`)."""
 
     @abstractmethod
     def set_memory_limit(self, name: str, limit_bytes: int) -> None: ...
@@ -548,8 +595,10 @@ class CgroupV1Driver(CgroupDriver):
         for d in self.dirs():
             os.makedirs(d, exist_ok=True)
         _mark_owner(self.dirs())
-        self.weight = ParentWeight(
-            lambda cores: _write(os.path.join(parents["cpu"], "cpu.shares"), str(cpu_weight_v1(cores))))
+        cpu = parents["cpu"]
+        self.weights = CpuWeights(
+            lambda name, w: _write(os.path.join(cpu, "cpu.shares") if name is None
+                                   else os.path.join(cpu, name, "cpu.shares"), str(w)), cpu_weight_v1)
 
     def close(self) -> None:
         pass
@@ -580,10 +629,7 @@ class CgroupV1Driver(CgroupDriver):
         if int(_read(os.path.join(d, "cpu.cfs_period_us"))) != period:
             _write(os.path.join(d, "cpu.cfs_period_us"), str(period))
         _write(os.path.join(d, "cpu.cfs_quota_us"), str(quota))
-        weight = cores if reserved else SLACK_CORES
-        with contextlib.suppress(CgroupError):
-            _write(os.path.join(d, "cpu.shares"), str(cpu_weight_v1(weight)))
-        self.weight.set(name, weight)
+        self.weights.set(name, cores, booting=not reserved)
 
     def set_memory_limit(self, name: str, limit_bytes: int) -> None:
         _write(os.path.join(self._dir("memory", name), "memory.limit_in_bytes"), str(limit_bytes))
@@ -599,6 +645,7 @@ class CgroupV1Driver(CgroupDriver):
 
     def freeze(self, name: str) -> None:
         self._freezer(name, "FROZEN")
+        self.weights.freeze(name, True)
 
     def fencer_args(self) -> list[str] | None:
         return ["--v1-freezer", self._parents["freezer"]]
@@ -609,6 +656,7 @@ class CgroupV1Driver(CgroupDriver):
     def thaw(self, name: str) -> None:
         if os.path.isdir(self._dir("freezer", name)):
             self._freezer(name, "THAWED")
+        self.weights.freeze(name, False)
 
     def cpu_usage_s(self, name: str) -> float:
         return int(_read(os.path.join(self._dir("cpuacct", name), "cpuacct.usage"))) / 1e9
@@ -626,9 +674,12 @@ class CgroupV1Driver(CgroupDriver):
         _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
 
     def remove(self, name: str) -> None:
-        for d in self.dirs(name):
-            _rmdir(d)
-        self.weight.set(name, None)
+        try:
+            for d in self.dirs(name):
+                _rmdir(d)
+        finally:
+            if not os.path.isdir(self._dir("cpu", name)):  # (else it may still run, and a later remove drops it)
+                self.weights.remove(name)
 
 
 # --------------------------------------------------------------------------------------- cgroup v2
@@ -642,7 +693,9 @@ class CgroupV2Driver(CgroupDriver):
         os.makedirs(parent, exist_ok=True)
         _mark_owner([parent])
         _write(os.path.join(parent, "cgroup.subtree_control"), "+cpu +memory")
-        self.weight = ParentWeight(lambda cores: _write(os.path.join(parent, "cpu.weight"), str(cpu_weight_v2(cores))))
+        self.weights = CpuWeights(
+            lambda name, w: _write(os.path.join(parent, "cpu.weight") if name is None
+                                   else os.path.join(parent, name, "cpu.weight"), str(w)), cpu_weight_v2)
 
     def close(self) -> None:
         pass
@@ -665,10 +718,7 @@ class CgroupV2Driver(CgroupDriver):
     def set_cpu(self, name: str, cores: float, reserved: bool = True) -> None:
         period, quota = cfs_period_quota_us(cores)
         _write(self._file(name, "cpu.max"), f"{quota} {period}")
-        weight = cores if reserved else SLACK_CORES
-        with contextlib.suppress(CgroupError):
-            _write(self._file(name, "cpu.weight"), str(cpu_weight_v2(weight)))
-        self.weight.set(name, weight)
+        self.weights.set(name, cores, booting=not reserved)
 
     def set_memory_limit(self, name: str, limit_bytes: int) -> None:
         _write(self._file(name, "memory.max"), str(limit_bytes))
@@ -684,6 +734,7 @@ class CgroupV2Driver(CgroupDriver):
 
     def freeze(self, name: str) -> None:
         self._freeze(name, True)
+        self.weights.freeze(name, True)
 
     def fencer_args(self) -> list[str] | None:
         return ["--v2", self._parent]
@@ -694,6 +745,7 @@ class CgroupV2Driver(CgroupDriver):
     def thaw(self, name: str) -> None:
         if os.path.isdir(os.path.join(self._parent, name)):
             self._freeze(name, False)
+        self.weights.freeze(name, False)
 
     def cpu_usage_s(self, name: str) -> float:
         for line in _read(self._file(name, "cpu.stat")).splitlines():
@@ -715,8 +767,11 @@ class CgroupV2Driver(CgroupDriver):
         _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
 
     def remove(self, name: str) -> None:
-        _rmdir(os.path.join(self._parent, name))
-        self.weight.set(name, None)
+        try:
+            _rmdir(os.path.join(self._parent, name))
+        finally:
+            if not os.path.isdir(os.path.join(self._parent, name)):  # (else a later remove drops it)
+                self.weights.remove(name)
 
 
 # --------------------------------------------------------------------------------------- probing

@@ -28,12 +28,12 @@ cgroup's quota is the whole host's capacity, and the task's share applies from t
 part of a job's work: at a share of 0.1 core it would otherwise take seconds (writing a 500 MB ballast
 alone is a quarter of a CPU-second), and a live run would lag its simulation by that much per start.
 The host may therefore use more than its allocated shares while tasks start, and more than its capacity:
-each starting task has the host's capacity beside the others' shares (the operator review saw a 0.3-core host
+each starting task may use up to the host's capacity beside the others' shares (the operator review saw a 0.3-core host
 at 2.6 times its capacity for 3 s with two tasks starting). The model has no start-up cost, so that CPU is
-taken from the machine's slack, outside the emulated host: a booting task's group has the least CPU weight
-(``set_cpu(..., reserved=False)``), where a running task's weighs its share's reservation
-(:class:`node_agent.cgroups.ParentWeight`), so that a burst of starts takes neither the running tasks' shares nor
-the CPU the coordinator, the agent and a user's commands need. Splitting
+taken from the machine's slack, outside the emulated host: where a running task's group weighs its share's
+reservation, an agent's booting tasks together weigh one ordinary process (``set_cpu(..., reserved=False)``,
+:class:`node_agent.cgroups.CpuWeights`), so that a burst of starts takes neither the running tasks' shares nor the
+CPU the coordinator, the agent and a user's commands need, and still gets what one busy process would. Splitting
 only the host's unallocated capacity among starting tasks was tried (session 19): no host went above its
 capacity, but a task that starts or resumes on a fully allocated host then boots at its share, and the demo's
 live-against-simulated median flow-time difference went from 0.079 to 0.189 (target 0.15; one run of each, back

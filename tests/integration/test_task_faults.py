@@ -52,8 +52,8 @@ def workdir() -> Iterator[str]:
         yield d
 
 
-def _task(driver: CgroupDriver, workdir: str, share: float, work_seconds: float) -> Task:
-    spec = TaskSpec(task_id="t/0", host="h", host_cores=1.0, workload="dgemm", cpu_share=share, cpu_need=share,
+def _task(driver: CgroupDriver, workdir: str, share: float, work_seconds: float, task_id: str = "t/0") -> Task:
+    spec = TaskSpec(task_id=task_id, host="h", host_cores=1.0, workload="dgemm", cpu_share=share, cpu_need=share,
                     work_seconds=work_seconds, memory_bytes=16 << 20)
     return Task(spec, driver, units_per_core_second=1000.0, workdir=workdir)
 
@@ -89,28 +89,35 @@ def test_pause_between_ready_and_the_next_poll_then_resume_runs_the_task_at_its_
     assert not any(os.path.exists(d) for d in driver.dirs(task.cgroup))
 
 
-def test_a_booting_task_has_the_least_weight_and_a_running_one_its_shares(driver, workdir) -> None:
-    """While its program boots, a task's group is capped at its host's capacity but has the least weight, so that a
-    burst of starts cannot take the machine from the coordinator and the agent; once it runs, it weighs its share's
-    reservation. The agent's parent group weighs the sum of its groups (cgroups.ParentWeight)."""
+def test_booting_tasks_weigh_one_process_together_and_a_running_one_its_share(driver, workdir) -> None:
+    """While their programs boot, tasks' groups are capped at their host's capacity but weigh one ordinary process
+    together, so that a burst of starts cannot take the machine from the coordinator and the agent; once a task
+    runs, it weighs its share's reservation. The agent's parent group weighs the sum (cgroups.CpuWeights)."""
     v1 = driver.mode == "cgroup-v1"
     weight = "cpu.shares" if v1 else "cpu.weight"
-    least, half_core, none = ("2", "32768", "2") if v1 else ("1", "3200", "1")
-    task = _task(driver, workdir, share=0.5, work_seconds=3600.0)
+    one, half, half_core, none = ("1024", "512", "32768", "2") if v1 else ("100", "50", "3200", "1")
+    tasks = [_task(driver, workdir, share=0.5, work_seconds=3600.0, task_id=f"t/{i}") for i in range(2)]
     parent = Path(driver.dirs()[0], weight)
-    group = Path(driver.dirs(task.cgroup)[0])
+
+    def of(task: Task) -> str:
+        return Path(driver.dirs(task.cgroup)[0], weight).read_text().strip()
+
     try:
-        task.start()
-        assert task.state is State.STARTING  # (a boot ends at a poll)
+        tasks[0].start()
+        assert tasks[0].state is State.STARTING  # (a boot ends at a poll)
+        group = Path(driver.dirs(tasks[0].cgroup)[0])
         quota = (group / "cpu.cfs_quota_us") if v1 else (group / "cpu.max")
         assert quota.read_text().split()[0] == "100000", "a booting task may use its whole host (1 core)"
-        assert (group / weight).read_text().strip() == least
-        assert parent.read_text().strip() == least
-        _until("the task never left its boot phase", lambda: (task.poll(), task.state is State.RUNNING)[1])
-        assert (group / weight).read_text().strip() == half_core
-        assert parent.read_text().strip() == half_core
+        assert (of(tasks[0]), parent.read_text().strip()) == (one, one)
+        tasks[1].start()
+        assert (of(tasks[0]), of(tasks[1]), parent.read_text().strip()) == (half, half, one)
+        _until("the task never left its boot phase", lambda: (tasks[0].poll(), tasks[0].state is State.RUNNING)[1],
+               60)
+        assert (of(tasks[0]), of(tasks[1])) == (half_core, one)
+        assert parent.read_text().strip() == str(int(half_core) + int(one))
     finally:
-        task.stop()
+        for task in tasks:
+            task.stop()
     assert parent.read_text().strip() == none
 
 

@@ -3,6 +3,7 @@ v1/v2 drivers' file formats (on a fake cgroup tree), the progress channel, sizes
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -15,14 +16,15 @@ from hypothesis import strategies as st
 
 from node_agent import cgroups
 from node_agent.cgroups import (
-    SLACK_CORES,
+    ORDINARY_CORES,
     CgroupError,
     CgroupV1Driver,
     CgroupV2Driver,
+    CpuWeights,
     Mount,
     Owner,
-    ParentWeight,
     cfs_period_quota_us,
+    cpu_weight_v1,
     own_dir,
     owners,
     parse_mountinfo,
@@ -153,30 +155,40 @@ def _rmtree_groups(monkeypatch) -> None:
     monkeypatch.setattr(cgroups, "_rmdir", lambda d: shutil.rmtree(d))
 
 
-def test_v1_parent_weighs_what_its_groups_weigh_a_booting_one_the_least(tmp_path, monkeypatch) -> None:
+def test_v1_weights_running_tasks_by_share_booting_ones_as_one_process_and_the_parent_the_sum(
+        tmp_path, monkeypatch) -> None:
     _rmtree_groups(monkeypatch)
     parents = {c: str(tmp_path / c / "vcemu-a") for c in ("cpu", "cpuacct", "freezer", "memory")}
     d = CgroupV1Driver(parents)
     cpu = tmp_path / "cpu/vcemu-a"
-    for name in ("t1", "t2"):
+
+    def shares(name: str = "") -> str:
+        return (cpu / name / "cpu.shares").read_text()
+
+    for name in ("t1", "t2", "t3"):
         d.create(name)
         _touch(str(cpu / name / "cpu.cfs_period_us"), "100000")
     d.set_cpu("t1", 0.5, reserved=False)  # booting, capped at its host's half core
     assert (cpu / "t1/cpu.cfs_quota_us").read_text() == "50000"
-    assert (cpu / "t1/cpu.shares").read_text() == "2"  # the least weight
-    assert (cpu / "cpu.shares").read_text() == "2"
+    assert (shares("t1"), shares()) == ("1024", "1024")  # one ordinary process
+    d.set_cpu("t2", 0.5, reserved=False)
+    assert (shares("t1"), shares("t2"), shares()) == ("512", "512", "1024")  # two booting: one process together
     d.set_cpu("t1", 0.25)  # booted: its share's reservation
-    assert (cpu / "t1/cpu.shares").read_text() == "16384"
-    assert (cpu / "cpu.shares").read_text() == "16384"
-    d.set_cpu("t2", 1.0, reserved=False)
-    assert (cpu / "cpu.shares").read_text() == str(16384 + 2)
-    d.remove("t1")
-    assert (cpu / "cpu.shares").read_text() == "2"
+    assert (shares("t1"), shares("t2"), shares()) == ("16384", "1024", str(16384 + 1024))
+    d.set_cpu("t3", 1.0)
+    assert shares() == str(16384 + 1024 + 65536)
+    d.freeze("t3")  # paused: it does not run, and weighs nothing in the parent
+    assert shares() == str(16384 + 1024)
+    d.thaw("t3")
+    assert shares() == str(16384 + 1024 + 65536)
     d.remove("t2")
-    assert (cpu / "cpu.shares").read_text() == "2"  # (no task: the least weight too)
+    assert shares() == str(16384 + 65536)
+    d.remove("t1")
+    d.remove("t3")
+    assert shares() == "2"  # no task: the least weight
 
 
-def test_v2_parent_weighs_what_its_groups_weigh(tmp_path, monkeypatch) -> None:
+def test_v2_weights_the_same_way(tmp_path, monkeypatch) -> None:
     _rmtree_groups(monkeypatch)
     d = CgroupV2Driver(str(tmp_path / "vcemu-a"))
     parent = tmp_path / "vcemu-a"
@@ -184,8 +196,8 @@ def test_v2_parent_weighs_what_its_groups_weigh(tmp_path, monkeypatch) -> None:
     d.create("t")
     d.set_cpu("t", 1.0, reserved=False)
     assert (parent / "t/cpu.max").read_text() == "100000 100000"
-    assert (parent / "t/cpu.weight").read_text() == "1"  # the least, as 2 is in v1
-    assert (parent / "cpu.weight").read_text() == "1"
+    assert (parent / "t/cpu.weight").read_text() == "100"  # one ordinary process, as 1024 is in v1
+    assert (parent / "cpu.weight").read_text() == "100"
     d.set_cpu("t", 0.25)
     assert (parent / "t/cpu.weight").read_text() == "1600"
     assert (parent / "cpu.weight").read_text() == "1600"
@@ -193,29 +205,75 @@ def test_v2_parent_weighs_what_its_groups_weigh(tmp_path, monkeypatch) -> None:
     assert (parent / "cpu.weight").read_text() == "1"
 
 
-def test_parent_weight_writes_on_a_change_only_and_a_failed_write_stops_nothing() -> None:
-    written: list[float] = []
+def test_a_group_that_could_not_be_removed_keeps_its_weight(tmp_path, monkeypatch) -> None:
+    """Its processes may still run (they outlived the kill): a later remove drops its weight."""
+    parents = {c: str(tmp_path / c / "vcemu-a") for c in ("cpu", "cpuacct", "freezer", "memory")}
+    d = CgroupV1Driver(parents)
+    d.create("t")
+    _touch(str(tmp_path / "cpu/vcemu-a/t/cpu.cfs_period_us"), "100000")
+    d.set_cpu("t", 0.5)
+
+    def busy(path: str) -> None:
+        raise CgroupError(f"cannot remove {path}: Device or resource busy")
+
+    monkeypatch.setattr(cgroups, "_rmdir", busy)
+    with pytest.raises(CgroupError):
+        d.remove("t")
+    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "32768"
+    _rmtree_groups(monkeypatch)
+    d.remove("t")
+    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "2"
+
+
+def test_weights_are_written_on_a_change_only_and_a_failed_write_is_retried() -> None:
+    written: list[tuple[str | None, int]] = []
     fail = [False]
 
-    def write(cores: float) -> None:
+    def write(name: str | None, weight: int) -> None:
         if fail[0]:
             raise CgroupError("cpu.shares: read-only")
-        written.append(cores)
+        written.append((name, weight))
 
-    w = ParentWeight(write)
+    w = CpuWeights(write, cpu_weight_v1)
     w.set("a", 0.5)
     w.set("a", 0.5)  # no change: no write
-    w.set("b", SLACK_CORES)
-    assert written == [0.0, 0.5, 0.5 + SLACK_CORES]
+    assert written == [(None, 2), ("a", 32768), (None, 32768)]
     fail[0] = True
-    w.set("b", None)  # not written, and not raised: the quotas still hold the tasks
-    assert written == [0.0, 0.5, 0.5 + SLACK_CORES]
+    w.set("b", 1.0, booting=True)  # not written, and not raised: the quotas still hold the tasks
+    assert w.weights() == {None: 32768, "a": 32768}
     fail[0] = False
-    w.set("gone", None)  # the sum is as before, but not what was written: written now
-    assert written == [0.0, 0.5, 0.5 + SLACK_CORES, 0.5]
-    assert w.total == 0.5
-    w.set("a", None)
-    assert written[-1] == 0.0
+    w.set("a", 0.5)  # nothing changed for a, but what b's start should have written is written now
+    assert written[3:] == [(None, 32768 + 1024)]
+    w.set("c", 1.0, booting=True)
+    assert w.weights() == {None: 32768 + 1024, "a": 32768, "b": 512, "c": 512}
+    w.remove("a")
+    w.remove("b")
+    assert w.weights() == {None: 1024, "c": 1024}
+
+
+def test_weights_stay_the_sum_under_concurrent_changes() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    seen: dict[str | None, int] = {}
+    w = CpuWeights(lambda name, weight: seen.__setitem__(name, weight), cpu_weight_v1)
+
+    def churn(i: int) -> None:
+        for k in range(200):
+            name = f"g{i}-{k % 5}"
+            w.set(name, 0.01 * (k % 7 + 1), booting=k % 3 == 0)
+            if k % 4 == 0:
+                w.remove(name)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(churn, range(8)))
+    # what is written is what the ledger says, and the last write of each group is its weight now
+    running, booting = w._running, w._booting
+    now = w.weights()
+    assert {n: seen[n] for n in now} == now  # (seen keeps the removed groups' last weights)
+    assert set(now) == {None, *running, *booting}
+    assert all(seen[n] == cpu_weight_v1(c) for n, c in running.items())
+    assert booting and all(seen[n] == cpu_weight_v1(ORDINARY_CORES / len(booting)) for n in booting)
+    assert seen[None] == cpu_weight_v1(math.fsum(running.values()) + ORDINARY_CORES)
 
 
 def test_v2_driver_writes_cpu_max_freeze_and_memory_max(tmp_path) -> None:

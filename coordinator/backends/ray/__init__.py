@@ -10,7 +10,8 @@ and failure detection, while task control keeps one implementation and one wire 
 
 Every emulated host is its own agent actor pinned to its node (issue 6), so Ray restarts, kills and
 reports each host on its own; the hosts of one node share the machine's CPU like the agents of several
-``vcemu agent`` processes do (each agent's cgroup parent is capped at its hosts' cores).
+``vcemu agent`` processes do (each task's group is capped at its share by its quota, and each agent's parent
+group weighs its running tasks' shares: :class:`node_agent.cgroups.CpuWeights`).
 
 Why not drive the actors by Ray method calls behind a transport seam in ``live.py``: that would be a
 second client of AgentCore (every call, error mapping and status conversion written twice) and a second
