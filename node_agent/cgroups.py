@@ -408,21 +408,26 @@ class CpuWeights:
     status`` took up to 8.3 s to answer while 68 tasks started on ``vcemu up --hosts 8`` on this project's 2-core
     VM. Each booting task at an ordinary process's weight was no better (up to 11.2 s: 68 processes against one
     command), and at the least weight each (2), 0.27 to 0.57 s, but a start-up could then wait for as long as
-    any busy process on the machine ran (review). So the booting tasks share one ordinary process's weight
-    (each ``ORDINARY_CORES / n``, at least the least weight): start-ups together get at least what any other
-    process gets, and never more than one process's due beside the control plane (``vcemu status``: 0.34 to 0.75 s
-    in the same burst, two runs).
+    any busy process on the machine ran (review). So an agent's booting tasks share one ordinary process's weight
+    (each ``ORDINARY_CORES / n``, at least the least weight; per agent: ``--agents k`` or ``--ray``'s agent per
+    host make k such processes): its start-ups together get at least what any other process gets, and about one
+    process's due beside the control plane (``vcemu status``: 0.34 to 0.75 s in the same burst, two runs).
 
-    The parent weighs the sum of its groups' weights, frozen groups left out (they do not run), so that what it
-    takes from its neighbours is what its tasks are meant to have. The kernel divides a group's weight among its
-    runnable children by their recent load, so this holds on average, not at every instant: a running task that
-    has spent its quota, or sleeps, leaves its part to its runnable siblings for a while. The weights clamp at
-    each version's bounds (v1: 2 to 262,144, 4 cores' reservation; v2: 1 to 10,000).
+    The parent weighs the sum of its groups' weights, frozen groups left out (they do not run; a group the fencer
+    froze counts until the agent adopts the fence, within a monitor round), so that what it takes from its
+    neighbours is what its tasks are meant to have. The kernel divides a group's weight among its runnable
+    children by their recent load, so this holds on average, not at every instant: a running task that has spent
+    its quota for the period, or sleeps, leaves its part to its runnable siblings meanwhile, booting ones included,
+    which then weigh more than one process. The weights clamp at each version's bounds (v1: 2 to 262,144, a
+    reservation of 4 cores; v2: 1 to 10,000, of 1.56 cores), and each is rounded on its own (in v2 many booting
+    groups weigh 1 each). A burst of n starts rewrites the booting groups' weights about n^2/2 times (68 starts:
+    about 2,300 writes of a few microseconds).
 
     ``write(name, weight)`` writes a weight to a task group, or to the parent for ``name`` None; ``weight(cores)``
     turns cores of :data:`WEIGHT_PER_CORE` into the version's weight. A weight is written only when it changes,
-    under a lock (so the writes are in order); a failed write is tried again at the next change and not raised: a
-    weight is an improvement, not a requirement (the quotas bound the tasks in any case)."""
+    under a lock (so the writes are in order); a failed write is not raised, and is tried again at the next
+    change of any weight: a weight is an improvement, not a requirement (the quotas bound the tasks in any
+    case)."""
 
     def __init__(self, write: Callable[[str | None, int], None], weight: Callable[[float], int]) -> None:
         self._write, self._weight = write, weight
@@ -431,6 +436,7 @@ class CpuWeights:
         self._booting: set[str] = set()
         self._frozen: set[str] = set()
         self._written: dict[str | None, int] = {}
+        self._failed: set[str | None] = set()  # the groups (None: the parent) whose last write failed
         with self._lock:
             self._update(())
 
@@ -454,6 +460,7 @@ class CpuWeights:
             self._booting.discard(name)
             self._frozen.discard(name)
             self._written.pop(name, None)
+            self._failed.discard(name)
             self._update((), rebalance=was_booting)
 
     def freeze(self, name: str, frozen: bool) -> None:
@@ -478,7 +485,8 @@ class CpuWeights:
 
     def _update(self, names: Iterable[str], rebalance: bool = False) -> None:
         boot = self._boot_cores()
-        for name in (*names, *(self._booting if rebalance else ())):
+        retry = [n for n in self._failed if n is not None]
+        for name in dict.fromkeys((*names, *retry, *(self._booting if rebalance else ()))):
             self._put(name, self._weight(boot if name in self._booting else self._running[name]))
         running = math.fsum(c for n, c in self._running.items() if n not in self._frozen)
         self._put(None, self._weight(running + (ORDINARY_CORES if boot else 0.0)))
@@ -489,7 +497,10 @@ class CpuWeights:
         try:
             self._write(name, weight)
         except CgroupError:
-            return  # (the next change writes it again)
+            self._failed.add(name)  # (the next change of any weight writes it again)
+            self._written.pop(name, None)
+            return
+        self._failed.discard(name)
         self._written[name] = weight
 
 
@@ -508,7 +519,8 @@ class CgroupDriver(ABC):
     @abstractmethod
     def set_cpu(self, name: str, cores: float, reserved: bool = True) -> None:
         """Limit the group to ``cores`` CPUs (may be fractional). ``reserved``: the group weighs its ``cores``
-        (:data:`WEIGHT_PER_CORE`), so that the machine's other processes cannot take them from it; else it boots
+        (:data:`WEIGHT_PER_CORE`), so that the machine's other processes can hardly take them from it (while the
+        parent is under its version's cap, :class:`CpuWeights`); else it boots
         (a task's start-up, capped at its host's capacity, :mod:`node_agent.runner`), and all booting groups
         weigh one ordinary process together (:class:`CpuWeights`)."""
 
@@ -644,8 +656,12 @@ class CgroupV1Driver(CgroupDriver):
             time.sleep(0.002)
 
     def freeze(self, name: str) -> None:
-        self._freezer(name, "FROZEN")
-        self.weights.freeze(name, True)
+        done = False
+        try:
+            self._freezer(name, "FROZEN")
+            done = True
+        finally:  # (a freeze that timed out may still reach FROZEN: the caller thaws it then)
+            self.weights.freeze(name, done or self.is_frozen(name))
 
     def fencer_args(self) -> list[str] | None:
         return ["--v1-freezer", self._parents["freezer"]]
@@ -654,9 +670,11 @@ class CgroupV1Driver(CgroupDriver):
         return self_frozen(self._dir("freezer", name), v2=False)
 
     def thaw(self, name: str) -> None:
-        if os.path.isdir(self._dir("freezer", name)):
-            self._freezer(name, "THAWED")
-        self.weights.freeze(name, False)
+        try:
+            if os.path.isdir(self._dir("freezer", name)):
+                self._freezer(name, "THAWED")
+        finally:  # (THAWED is written even when the wait for it times out)
+            self.weights.freeze(name, False)
 
     def cpu_usage_s(self, name: str) -> float:
         return int(_read(os.path.join(self._dir("cpuacct", name), "cpuacct.usage"))) / 1e9
@@ -672,13 +690,14 @@ class CgroupV1Driver(CgroupDriver):
 
     def kill_all(self, name: str) -> None:
         _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
+        self.weights.freeze(name, False)
 
     def remove(self, name: str) -> None:
         try:
             for d in self.dirs(name):
                 _rmdir(d)
-        finally:
-            if not os.path.isdir(self._dir("cpu", name)):  # (else it may still run, and a later remove drops it)
+        finally:  # a group that could not be removed keeps its weight while its processes may still run
+            if not os.path.isdir(self._dir("cpu", name)) or not self.pids(name):
                 self.weights.remove(name)
 
 
@@ -733,8 +752,12 @@ class CgroupV2Driver(CgroupDriver):
             time.sleep(0.002)
 
     def freeze(self, name: str) -> None:
-        self._freeze(name, True)
-        self.weights.freeze(name, True)
+        done = False
+        try:
+            self._freeze(name, True)
+            done = True
+        finally:  # (a freeze that timed out may still complete: the caller thaws it then)
+            self.weights.freeze(name, done or self.is_frozen(name))
 
     def fencer_args(self) -> list[str] | None:
         return ["--v2", self._parent]
@@ -743,9 +766,11 @@ class CgroupV2Driver(CgroupDriver):
         return self_frozen(os.path.join(self._parent, name), v2=True)
 
     def thaw(self, name: str) -> None:
-        if os.path.isdir(os.path.join(self._parent, name)):
-            self._freeze(name, False)
-        self.weights.freeze(name, False)
+        try:
+            if os.path.isdir(os.path.join(self._parent, name)):
+                self._freeze(name, False)
+        finally:  # (the thaw is written even when the wait for it times out)
+            self.weights.freeze(name, False)
 
     def cpu_usage_s(self, name: str) -> float:
         for line in _read(self._file(name, "cpu.stat")).splitlines():
@@ -765,12 +790,13 @@ class CgroupV2Driver(CgroupDriver):
 
     def kill_all(self, name: str) -> None:
         _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
+        self.weights.freeze(name, False)
 
     def remove(self, name: str) -> None:
         try:
             _rmdir(os.path.join(self._parent, name))
-        finally:
-            if not os.path.isdir(os.path.join(self._parent, name)):  # (else a later remove drops it)
+        finally:  # a group that could not be removed keeps its weight while its processes may still run
+            if not os.path.isdir(os.path.join(self._parent, name)) or not self.pids(name):
                 self.weights.remove(name)
 
 

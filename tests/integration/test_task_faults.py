@@ -116,8 +116,9 @@ def test_booting_tasks_weigh_one_process_together_and_a_running_one_its_share(dr
         assert (of(tasks[0]), of(tasks[1])) == (half_core, one)
         assert parent.read_text().strip() == str(int(half_core) + int(one))
     finally:
-        for task in tasks:
-            task.stop()
+        with contextlib.ExitStack() as stack:  # every task stopped, the first failure raised
+            for task in tasks:
+                stack.callback(task.stop)
     assert parent.read_text().strip() == none
 
 

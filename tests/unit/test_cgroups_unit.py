@@ -173,6 +173,10 @@ def test_v1_weights_running_tasks_by_share_booting_ones_as_one_process_and_the_p
     assert (shares("t1"), shares()) == ("1024", "1024")  # one ordinary process
     d.set_cpu("t2", 0.5, reserved=False)
     assert (shares("t1"), shares("t2"), shares()) == ("512", "512", "1024")  # two booting: one process together
+    d.freeze("t2")  # a booting task paused: the other boots alone
+    assert (shares("t1"), shares()) == ("1024", "1024")
+    d.thaw("t2")
+    assert (shares("t1"), shares("t2"), shares()) == ("512", "512", "1024")
     d.set_cpu("t1", 0.25)  # booted: its share's reservation
     assert (shares("t1"), shares("t2"), shares()) == ("16384", "1024", str(16384 + 1024))
     d.set_cpu("t3", 1.0)
@@ -205,13 +209,16 @@ def test_v2_weights_the_same_way(tmp_path, monkeypatch) -> None:
     assert (parent / "cpu.weight").read_text() == "1"
 
 
-def test_a_group_that_could_not_be_removed_keeps_its_weight(tmp_path, monkeypatch) -> None:
-    """Its processes may still run (they outlived the kill): a later remove drops its weight."""
+def test_a_group_that_could_not_be_removed_keeps_its_weight_while_it_has_processes(tmp_path, monkeypatch) -> None:
+    """Its processes may still run (they outlived the kill): a later remove drops its weight. A group without
+    processes weighs nothing, whether or not all of its directories went."""
     parents = {c: str(tmp_path / c / "vcemu-a") for c in ("cpu", "cpuacct", "freezer", "memory")}
     d = CgroupV1Driver(parents)
-    d.create("t")
-    _touch(str(tmp_path / "cpu/vcemu-a/t/cpu.cfs_period_us"), "100000")
-    d.set_cpu("t", 0.5)
+    for name in ("t", "u"):
+        d.create(name)
+        _touch(str(tmp_path / f"cpu/vcemu-a/{name}/cpu.cfs_period_us"), "100000")
+        d.set_cpu(name, 0.5)
+    _touch(str(tmp_path / "cpu/vcemu-a/t/cgroup.procs"), "4242\n")  # a survivor
 
     def busy(path: str) -> None:
         raise CgroupError(f"cannot remove {path}: Device or resource busy")
@@ -219,7 +226,17 @@ def test_a_group_that_could_not_be_removed_keeps_its_weight(tmp_path, monkeypatc
     monkeypatch.setattr(cgroups, "_rmdir", busy)
     with pytest.raises(CgroupError):
         d.remove("t")
-    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "32768"
+    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == str(2 * 32768)
+
+    def cpu_only(path: str) -> None:  # the cpu group goes, the next hierarchy's stays busy
+        if "/cpu/" not in path:
+            busy(path)
+        shutil.rmtree(path)
+
+    monkeypatch.setattr(cgroups, "_rmdir", cpu_only)
+    with pytest.raises(CgroupError):
+        d.remove("u")
+    assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "32768"  # u's went with its cpu group
     _rmtree_groups(monkeypatch)
     d.remove("t")
     assert (tmp_path / "cpu/vcemu-a/cpu.shares").read_text() == "2"
@@ -240,10 +257,10 @@ def test_weights_are_written_on_a_change_only_and_a_failed_write_is_retried() ->
     assert written == [(None, 2), ("a", 32768), (None, 32768)]
     fail[0] = True
     w.set("b", 1.0, booting=True)  # not written, and not raised: the quotas still hold the tasks
-    assert w.weights() == {None: 32768, "a": 32768}
+    assert w.weights() == {"a": 32768}  # (b's and the parent's writes failed)
     fail[0] = False
     w.set("a", 0.5)  # nothing changed for a, but what b's start should have written is written now
-    assert written[3:] == [(None, 32768 + 1024)]
+    assert written[3:] == [("b", 1024), (None, 32768 + 1024)]
     w.set("c", 1.0, booting=True)
     assert w.weights() == {None: 32768 + 1024, "a": 32768, "b": 512, "c": 512}
     w.remove("a")
@@ -255,7 +272,11 @@ def test_weights_stay_the_sum_under_concurrent_changes() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     seen: dict[str | None, int] = {}
-    w = CpuWeights(lambda name, weight: seen.__setitem__(name, weight), cpu_weight_v1)
+    def write(name: str | None, weight: int) -> None:
+        time.sleep(0)  # (a thread switch inside the lock's section: without the lock, writes interleave)
+        seen[name] = weight
+
+    w = CpuWeights(write, cpu_weight_v1)
 
     def churn(i: int) -> None:
         for k in range(200):

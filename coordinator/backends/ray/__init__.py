@@ -10,8 +10,9 @@ and failure detection, while task control keeps one implementation and one wire 
 
 Every emulated host is its own agent actor pinned to its node (issue 6), so Ray restarts, kills and
 reports each host on its own; the hosts of one node share the machine's CPU like the agents of several
-``vcemu agent`` processes do (each task's group is capped at its share by its quota, and each agent's parent
-group weighs its running tasks' shares: :class:`node_agent.cgroups.CpuWeights`).
+``vcemu agent`` processes do (each task's group is capped by its quota at its share once booted, at its host's
+capacity while it boots, and each agent's parent group weighs its tasks' shares:
+:class:`node_agent.cgroups.CpuWeights`).
 
 Why not drive the actors by Ray method calls behind a transport seam in ``live.py``: that would be a
 second client of AgentCore (every call, error mapping and status conversion written twice) and a second
