@@ -122,12 +122,9 @@ def test_the_engine_keeps_the_time_of_the_next_repacking() -> None:
     assert Engine(get_policy("greedy"), SimBackend(), homogeneous_hosts(1)).next_tick is None
 
 
-@pytest.mark.parametrize(("policy", "line"), [
-    ("dynmcb8-asap-per-30", r"policy dynmcb8-asap-per-30, repacking every 30 s, next at t=3\d\.\ds  t=\d\.\ds  "),
-    ("dynmcb8-per", r"policy dynmcb8-per, repacking every 600 s, none due \(no job\)  t=\d\.\ds  "),
-    ("greedy", r"policy greedy  t=\d\.\ds  "),
-])
-def test_status_says_the_period_and_the_next_repacking(policy: str, line: str, capsys) -> None:
+def _status(policy: str, job: bool, cancel: bool = False) -> None:
+    """Run ``vcemu status`` on a coordinator of ``policy`` with one agent, after submitting a job (``job``) that it
+    then cancels (``cancel``) once the repacking it brings is scheduled."""
     server = CoordinatorServer(get_policy(policy), port=0).start()
     try:
         desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
@@ -135,15 +132,29 @@ def test_status_says_the_period_and_the_next_repacking(policy: str, line: str, c
         with grpc.insecure_channel(server.address) as ch:
             stub = pb_grpc.CoordinatorStub(ch)
             stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
-            if policy != "dynmcb8-per":  # (no job: nothing is due)
-                stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.9, work_seconds=99)),
-                            timeout=5)
-        deadline = time.monotonic() + 10
-        while policy.startswith("dynmcb8-asap") and server.engine.next_tick is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+            if job:
+                job_id = stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.9,
+                                                                      work_seconds=99)), timeout=5).job_id
+                deadline = time.monotonic() + 10
+                while (policy.startswith("dynmcb8-asap") and server.engine.next_tick is None
+                       and time.monotonic() < deadline):
+                    time.sleep(0.01)
+                if cancel:
+                    assert server.engine.next_tick is not None
+                    stub.Cancel(pb.JobRef(job_id=job_id), timeout=5)
+                    assert server.engine.next_tick is not None  # (still scheduled, with nothing to do)
         assert main(["status", "--coordinator", server.address]) == 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(("policy", "job", "line"), [
+    ("dynmcb8-asap-per-30", True, r"policy dynmcb8-asap-per-30, repacking every 30 s, next at t=3\d\.\ds  t=\d\.\ds  "),
+    ("dynmcb8-per", False, r"policy dynmcb8-per, repacking every 600 s, none due \(no job\)  t=\d\.\ds  "),
+    ("greedy", True, r"policy greedy  t=\d\.\ds  "),
+])
+def test_status_says_the_period_and_the_next_repacking(policy: str, job: bool, line: str, capsys) -> None:
+    _status(policy, job)
     first = capsys.readouterr().out.splitlines()[0]
     assert re.match(line, first), first
 
@@ -176,24 +187,7 @@ def test_status_says_a_repacking_whose_time_has_come_is_due_not_next() -> None:
 
 def test_status_says_none_due_once_no_job_is_left(capsys) -> None:
     """The repacking scheduled before the last job left still comes, with nothing to do (live check, session 32)."""
-    server = CoordinatorServer(get_policy("dynmcb8-asap-per-30"), port=0).start()
-    try:
-        desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
-            agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
-        with grpc.insecure_channel(server.address) as ch:
-            stub = pb_grpc.CoordinatorStub(ch)
-            stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
-            job = stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.9, work_seconds=99)),
-                              timeout=5).job_id
-            deadline = time.monotonic() + 10
-            while server.engine.next_tick is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert server.engine.next_tick is not None
-            stub.Cancel(pb.JobRef(job_id=job), timeout=5)
-        assert server.engine.next_tick is not None  # (still scheduled)
-        assert main(["status", "--coordinator", server.address]) == 0
-    finally:
-        server.stop()
+    _status("dynmcb8-asap-per-30", job=True, cancel=True)
     first = capsys.readouterr().out.splitlines()[0]
     assert "repacking every 30 s, none due (no job)" in first, first
 
