@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -594,8 +594,40 @@ class CgroupDriver(ABC):
         return remove_groups(self.dirs(), remove_parent, LEFTOVER_KILL_TIMEOUT_S)
 
 
+class _WeighedDriver(CgroupDriver):
+    """What the two cgroup versions' drivers share around their groups' CPU weights (:class:`CpuWeights`): the
+    ledger follows each freeze, thaw, kill and removal, also when the kernel's side of it failed or timed out."""
+
+    weights: CpuWeights
+
+    @contextlib.contextmanager
+    def _weighed_freeze(self, name: str, frozen: bool) -> Iterator[None]:
+        """Around a freeze (``frozen``) or a thaw of group ``name``: a freeze whose wait timed out may still
+        complete (the caller thaws it then), and a thaw was written even when its wait timed out."""
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            self.weights.freeze(name, frozen and (done or self.is_frozen(name)))
+
+    @contextlib.contextmanager
+    def _weighed_removal(self, name: str, cpu_dir: str) -> Iterator[None]:
+        """Around the removal of group ``name`` (``cpu_dir``: its cpu controller's directory): a group that could
+        not be removed keeps its weight while its processes may still run."""
+        try:
+            yield
+        finally:
+            if not os.path.isdir(cpu_dir) or not self.pids(name):
+                self.weights.remove(name)
+
+    def kill_all(self, name: str) -> None:
+        _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
+        self.weights.freeze(name, False)
+
+
 # --------------------------------------------------------------------------------------- cgroup v1
-class CgroupV1Driver(CgroupDriver):
+class CgroupV1Driver(_WeighedDriver):
     """cgroup v1: ``cpu`` (CFS quota), ``cpuacct`` (usage), ``freezer`` and ``memory`` hierarchies,
     which may be mounted separately (as here) or together."""
 
@@ -656,12 +688,8 @@ class CgroupV1Driver(CgroupDriver):
             time.sleep(0.002)
 
     def freeze(self, name: str) -> None:
-        done = False
-        try:
+        with self._weighed_freeze(name, True):
             self._freezer(name, "FROZEN")
-            done = True
-        finally:  # (a freeze that timed out may still reach FROZEN: the caller thaws it then)
-            self.weights.freeze(name, done or self.is_frozen(name))
 
     def fencer_args(self) -> list[str] | None:
         return ["--v1-freezer", self._parents["freezer"]]
@@ -670,11 +698,9 @@ class CgroupV1Driver(CgroupDriver):
         return self_frozen(self._dir("freezer", name), v2=False)
 
     def thaw(self, name: str) -> None:
-        try:
+        with self._weighed_freeze(name, False):
             if os.path.isdir(self._dir("freezer", name)):
                 self._freezer(name, "THAWED")
-        finally:  # (THAWED is written even when the wait for it times out)
-            self.weights.freeze(name, False)
 
     def cpu_usage_s(self, name: str) -> float:
         return int(_read(os.path.join(self._dir("cpuacct", name), "cpuacct.usage"))) / 1e9
@@ -688,21 +714,14 @@ class CgroupV1Driver(CgroupDriver):
     def pids(self, name: str) -> list[int]:
         return sorted({p for d in self.dirs(name) for p in _pids_in(d)})
 
-    def kill_all(self, name: str) -> None:
-        _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
-        self.weights.freeze(name, False)
-
     def remove(self, name: str) -> None:
-        try:
+        with self._weighed_removal(name, self._dir("cpu", name)):
             for d in self.dirs(name):
                 _rmdir(d)
-        finally:  # a group that could not be removed keeps its weight while its processes may still run
-            if not os.path.isdir(self._dir("cpu", name)) or not self.pids(name):
-                self.weights.remove(name)
 
 
 # --------------------------------------------------------------------------------------- cgroup v2
-class CgroupV2Driver(CgroupDriver):
+class CgroupV2Driver(_WeighedDriver):
     """cgroup v2 (unified): ``cpu.max``, ``cgroup.freeze``, ``memory.max`` in a delegated subtree."""
 
     mode = "cgroup-v2"
@@ -752,12 +771,8 @@ class CgroupV2Driver(CgroupDriver):
             time.sleep(0.002)
 
     def freeze(self, name: str) -> None:
-        done = False
-        try:
+        with self._weighed_freeze(name, True):
             self._freeze(name, True)
-            done = True
-        finally:  # (a freeze that timed out may still complete: the caller thaws it then)
-            self.weights.freeze(name, done or self.is_frozen(name))
 
     def fencer_args(self) -> list[str] | None:
         return ["--v2", self._parent]
@@ -766,11 +781,9 @@ class CgroupV2Driver(CgroupDriver):
         return self_frozen(os.path.join(self._parent, name), v2=True)
 
     def thaw(self, name: str) -> None:
-        try:
+        with self._weighed_freeze(name, False):
             if os.path.isdir(os.path.join(self._parent, name)):
                 self._freeze(name, False)
-        finally:  # (the thaw is written even when the wait for it times out)
-            self.weights.freeze(name, False)
 
     def cpu_usage_s(self, name: str) -> float:
         for line in _read(self._file(name, "cpu.stat")).splitlines():
@@ -788,16 +801,9 @@ class CgroupV2Driver(CgroupDriver):
     def pids(self, name: str) -> list[int]:
         return _pids_in(os.path.join(self._parent, name))
 
-    def kill_all(self, name: str) -> None:
-        _kill_and_thaw(self.dirs(name))  # the thaw is not waited for (the caller repeats)
-        self.weights.freeze(name, False)
-
     def remove(self, name: str) -> None:
-        try:
+        with self._weighed_removal(name, os.path.join(self._parent, name)):
             _rmdir(os.path.join(self._parent, name))
-        finally:  # a group that could not be removed keeps its weight while its processes may still run
-            if not os.path.isdir(os.path.join(self._parent, name)) or not self.pids(name):
-                self.weights.remove(name)
 
 
 # --------------------------------------------------------------------------------------- probing
