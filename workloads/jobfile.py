@@ -196,6 +196,11 @@ def _seconds(path: str, line: int, key: str, value: float) -> float:
     return value
 
 
+def _absent(row: Mapping[str, Any], key: str, from_text: bool) -> bool:
+    """Whether a line leaves field ``key`` out: no such key, null, or (CSV) an empty cell."""
+    return row.get(key) is None or (from_text and row[key] == "")
+
+
 def _job_from_mapping(
     path: str,
     line: int,
@@ -210,7 +215,7 @@ def _job_from_mapping(
     if unknown:
         raise JobFileError(path, line, unknown[0], f"unknown key (known: {', '.join(FIELDS)})")
     for key in FIELDS:
-        if key in required and (key not in row or row[key] is None or (from_text and row[key] == "")):
+        if key in required and _absent(row, key, from_text):
             raise JobFileError(path, line, key, "missing")
     job_id = row["id"]
     if isinstance(job_id, int) and not isinstance(job_id, bool):
@@ -218,7 +223,7 @@ def _job_from_mapping(
     if not isinstance(job_id, str) or not job_id.strip():
         raise JobFileError(path, line, "id", f"must be a non-empty string, got {job_id!r}")
     given = row.get("submit_time")
-    if "submit_time" not in required and (given is None or (from_text and given == "")):  # (submit --file)
+    if "submit_time" not in required and _absent(row, "submit_time", from_text):  # (submit --file)
         given = 0.0
     submit = _seconds(path, line, "submit_time", _number(path, line, "submit_time", given, from_text=from_text))
     if submit < 0:
