@@ -35,7 +35,7 @@ from coordinator.cliargs import (
     whole_in,
 )
 from coordinator.policy_names import described
-from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, Restarts
+from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, STEADY_S, Restarts
 from node_agent.processes import stop_processes
 from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
 from node_agent.spares import DEFAULT_SPARES
@@ -371,6 +371,7 @@ class AgentWatch:
         self.restarts = restarts
         self.gone: set[int] = set()  # positions in procs of the agents that exited and will not be started again
         self.due: dict[int, float] = {}  # position -> when (monotonic) its agent, which exited, is started again
+        self.started: dict[int, float] = {}  # position -> when (monotonic) its process was first seen, or restarted
 
     def check(self, now: float) -> bool:
         """Say what exited, start again what is due; True once every agent has exited for good."""
@@ -381,25 +382,28 @@ class AgentWatch:
             if i in self.due:
                 if now >= self.due[i]:
                     del self.due[i]
-                    self._start_again(i, agent)
+                    self._start_again(i, agent, now)
                 continue
+            started = self.started.setdefault(i, now)
             if p.poll() is None:
                 continue
-            delay = self.restarts.after_exit(agent, p.returncode)
+            delay = self.restarts.after_exit(agent, p.returncode, ran_s=now - started)
             if delay is None:
                 self.gone.add(i)
                 line = agent_exit_line(self.server, p, last=len(self.gone) == len(self.procs) and not self.due)
                 if self.restarts.failed(p.returncode) and self.restarts.limit:  # (its restarts are used up)
                     n = self.restarts.count(agent)
-                    line += (f" (not started again: restarted {n} time{'' if n == 1 else 's'} already, "
-                             f"--restart-agents {self.restarts.limit})")
+                    line += (f" (not started again: restarted {n} time{'' if n == 1 else 's'} in a row, each time "
+                             f"within {self.restarts.steady_s / 60:g} minutes of its start, --restart-agents "
+                             f"{self.restarts.limit})")
             else:
                 self.due[i] = now + delay
                 line = agent_exit_line(self.server, p, restart=(delay, self.restarts.count(agent), self.restarts.limit))
             print(line, file=sys.stderr, flush=True)
         return len(self.gone) == len(self.procs)
 
-    def _start_again(self, i: int, agent: str) -> None:
+    def _start_again(self, i: int, agent: str, now: float) -> None:
+        self.started[i] = now
         try:
             self.procs[i] = respawn_agent(self.procs[i])
         except OSError as exc:  # (out of processes or memory): as if its restarts were used up
@@ -534,8 +538,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_agent_spares(sp)
     sp.add_argument("--restart-agents", type=whole_in(0, MOST_RESTARTS), default=None, metavar="N",
                     help="start an agent process that dies in failure (a signal, an exit status other than 0 or 2) "
-                    "again, up to N "
-                    f"times each, after 1, 2, 4, ... s; its jobs go back to the queue with their progress (default "
+                    f"again, up to N times in a row (an agent that ran {STEADY_S / 60:g} minutes before it died counts "
+                    "afresh), after 1, 2, 4, ... s; its jobs go back to the queue with their progress (default "
                     f"{DEFAULT_RESTARTS}, as Ray restarts an agent actor; 0: never)")
     sp.add_argument("--no-cgroups", action="store_true",
                     help="agents throttle by SIGSTOP/SIGCONT duty cycles instead of cgroups (less exact)")

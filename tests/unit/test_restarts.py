@@ -31,6 +31,15 @@ def test_no_restart_at_limit_zero_and_the_delay_is_capped() -> None:
     assert [r.after_exit("a0", 1) for _ in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
 
 
+def test_a_crash_after_a_steady_run_counts_afresh() -> None:
+    r = Restarts(limit=2)
+    assert [r.after_exit("a0", -9, ran_s=5.0), r.after_exit("a0", -9, ran_s=599.0)] == [1.0, 2.0]
+    assert r.after_exit("a0", -9, ran_s=600.0) == 1.0 and r.count("a0") == 1  # ran 10 minutes: not a crash loop
+    assert r.after_exit("a0", 1, ran_s=3.0) == 2.0
+    assert r.after_exit("a0", -9, ran_s=3.0) is None and r.count("a0") == 2  # two in a row: used up
+    assert r.after_exit("a0", 0, ran_s=7200.0) is None and r.count("a0") == 2  # a clean exit resets nothing
+
+
 def test_an_agent_that_refused_a_setting_is_not_restarted() -> None:
     r = Restarts(limit=3)
     assert r.after_exit("a0", 2) is None and r.count("a0") == 0  # (a port taken meanwhile: it would only fail again)
@@ -99,12 +108,32 @@ def test_the_watch_restarts_a_killed_agent_after_its_delay_and_stops_once_all_ar
     assert capsys.readouterr().err == (
         f"vcemu up: agent a0 (pid {second}) was killed by SIGKILL; its hosts a0-h0 will be declared lost after 6 s "
         "without heartbeats, and their jobs requeued on the other agents (not started again: restarted 1 time "
-        "already, --restart-agents 1)\n")
+        "in a row, each time within 10 minutes of its start, --restart-agents 1)\n")
 
     procs[1].returncode = 0  # a clean exit (SIGTERM): not restarted, and up stops
     assert watch.check(21.0) is True
     assert capsys.readouterr().err == f"vcemu up: agent a1 (pid {procs[1].pid}) exited with code 0\n"
     assert respawned == ["a0"]
+
+
+def test_the_watch_counts_afresh_for_an_agent_that_ran_ten_minutes_since_its_restart(
+        respawned: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    procs = [FakeProc("a0"), FakeProc("a1")]
+    watch = AgentWatch(FakeServer(), procs, Restarts(limit=1))  # type: ignore[arg-type]
+    assert watch.check(0.0) is False
+    procs[0].returncode = -9
+    assert watch.check(5.0) is False and watch.check(6.0) is False and respawned == ["a0"]  # restart 1 of 1
+    capsys.readouterr()
+    procs[0].returncode = -9  # 599 s after its restart: in a row, so its one restart is used
+    assert watch.check(605.0) is False and respawned == ["a0"]
+    assert "not started again: restarted 1 time in a row" in capsys.readouterr().err
+
+    procs[1].returncode = -9  # a1 has run since the first look, 700 s: its first restart
+    assert watch.check(700.0) is False and watch.check(701.0) is False and respawned == ["a0", "a1"]
+    procs[1].returncode = -9  # 600 s after that restart: counted afresh, started again
+    assert watch.check(1301.0) is False
+    assert "starting it again in 1 s (restart 1 of 1)" in capsys.readouterr().err
+    assert watch.check(1302.0) is False and respawned == ["a0", "a1", "a1"]
 
 
 def test_up_does_not_stop_while_its_last_agent_is_to_be_started_again(
