@@ -244,7 +244,8 @@ def test_up_starts_a_killed_agent_again_and_its_job_runs_on_from_its_progress(tm
         assert up.wait(30) == 1, text()
         said = [x for x in text().splitlines() if x.startswith("vcemu up: ")]
         assert said[-2:] == [f"vcemu up: agent {victim} (pid {new_pid}) was killed by SIGKILL (not started again: "
-                             "restarted 1 time already, --restart-agents 1)",
+                             "restarted 1 time in a row, each time within 10 minutes of its start, "
+                             "--restart-agents 1)",
                              "vcemu up: every agent process has exited; stopping the coordinator"], text()
         assert text().count(f"vcemu up: agent {victim} started again") == 1, text()
     finally:
