@@ -52,6 +52,7 @@ import collections
 import contextlib
 import enum
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -67,6 +68,8 @@ from node_agent import cgroups
 from node_agent.cgroups import CgroupDriver, CgroupError, safe_name
 from workloads import modeled, progress
 from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
+
+log = logging.getLogger("vcemu.agent")
 
 if TYPE_CHECKING:
     from node_agent.spares import Spares
@@ -231,6 +234,9 @@ class Task:
         #: The agent ended the boot phase (the task's share applied, the run byte sent). Not the same as
         #: ``_ready``: a Pause can come between the program's report and the poll that acts on it.
         self._booted = False
+        #: The write of the task's share at its boot's end failed: it still has its boot's quota (its host's
+        #: capacity), so every poll writes it again until it holds (or a SetShare's write does).
+        self._share_unwritten = False
         self._units = 0
         self._cpu_s = 0.0
         self._rss = 0
@@ -307,7 +313,23 @@ class Task:
     def set_share(self, share: float) -> None:
         if not self.state.finished and self._booted:
             self._driver.set_cpu(self.cgroup, share * self.spec.host_cores)
+            self._share_unwritten = False
         self.cpu_share = share
+
+    def _write_share(self) -> None:
+        """The task's own share, at its boot's end and after a failed write: a task left with its boot's quota
+        would run at up to its host's capacity, beside the other tasks' reservations."""
+        try:
+            self._driver.set_cpu(self.cgroup, self.cpu_share * self.spec.host_cores)
+        except CgroupError as e:
+            if not self._share_unwritten:
+                log.warning("task %s: its share of %.3f could not be set at its boot's end (%s); tried again at each "
+                            "poll", self.spec.task_id, self.cpu_share, e)
+            self._share_unwritten = True
+        else:
+            if self._share_unwritten:
+                log.info("task %s: its share of %.3f is set", self.spec.task_id, self.cpu_share)
+            self._share_unwritten = False
 
     def pause(self) -> None:
         if self.state in (State.STARTING, State.RUNNING):
@@ -462,9 +484,10 @@ class Task:
             self._units, self._ready = max(self._units, s.units), self._ready or s.ready
         if self.state is State.STARTING and self._ready:
             self.state, self._booted = State.RUNNING, True
-            with contextlib.suppress(CgroupError):  # the boot phase is over: the task's own share
-                self._driver.set_cpu(self.cgroup, self.cpu_share * self.spec.host_cores)
+            self._write_share()  # the boot phase is over: the task's own share (its failure: retried below)
             self._release_stdin(b"r")
+        elif self._share_unwritten:
+            self._write_share()
         self._sample(now)
         if self.state is State.RUNNING and self._cpu_run0 is None:
             self._cpu_run0 = self._cpu_s
