@@ -193,7 +193,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     compression)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
-    from node_agent.agent import free_agent_id
+    from node_agent.agent import release_agent_ids, reserve_agent_id
     from node_agent.cli import parse_size
     from node_agent.ports import ports_refusal
     from vcemu.v1 import agent_pb2
@@ -216,8 +216,11 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     stopped = False
 
     try:  # the agents are in sessions of their own: a Ctrl-C here must take them down, or they outlive us
-        agent_of = {i: free_agent_id(f"{agent_prefix}{i}") for i, n in enumerate(split) if n}
-        ids += agent_of.values()
+        agent_of: dict[int, str] = {}
+        for i, n in enumerate(split):
+            if n:
+                agent_of[i] = reserve_agent_id(f"{agent_prefix}{i}")
+                ids.append(agent_of[i])
         server.backend.choose_reference([
             agent_pb2.HostInfo(name=f"{agent_id}-h{k - first[i]}", cpu_cores=float(cpus[k]),
                                memory_bytes=parse_size(mems[k]))
@@ -238,6 +241,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
         why = wait_registered(server, ids, wait_s, hosts=hosts, failed=exited)
         if why is not None:
             stop_agents(procs)
+            release_agent_ids(ids)
             server.stop()
             stopped = True
             if agent_log is not None:  # the agents' own words are in their log, not on the terminal
@@ -246,6 +250,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt) while starting, a failed spawn
         if not stopped:
             stop_agents(procs)
+            release_agent_ids(ids)
             server.stop()
         raise
     return server, procs
@@ -458,18 +463,20 @@ def respawn_agent(proc: subprocess.Popen) -> subprocess.Popen:
 def stop_agents(procs: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
     """Stop the agent processes :func:`spawn_agent` started (:func:`stop_processes`), then remove what any of them
     left because it had been killed (its tasks' cgroups and work directory): ``vcemu up``'s Ctrl-C after an
-    agent's kill -9 left them until the next agent of that id started (live review). Never raises: a failure is
-    logged, and the next agent of that id removes what is left."""
+    agent's kill -9 left them until the next agent of that id started (live review); then give up their ids'
+    reservations (:func:`~node_agent.agent.reserve_agent_id`). Never raises: a failure is logged, and the next
+    agent of that id removes what is left."""
     stop_processes(procs, timeout)
     ids = [a for p in procs if (a := _agent_arg(p, "--agent-id")) is not None]
     if not ids:
         return
-    try:
-        from node_agent.agent import remove_dead_agents_leftovers
+    from node_agent.agent import release_agent_ids, remove_dead_agents_leftovers
 
+    try:
         remove_dead_agents_leftovers(ids)
     except Exception:
         logging.getLogger("vcemu").exception("removing what the stopped agents left failed")
+    release_agent_ids(ids)  # (after the removal: another cluster's agent of these ids would remove them too)
 
 
 def _agent_arg(proc: subprocess.Popen, flag: str) -> str | None:

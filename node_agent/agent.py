@@ -1150,18 +1150,41 @@ def _claim_cgroups(agent_id: str, wait_s: float) -> socket.socket:
     return sock
 
 
-def free_agent_id(base: str) -> str:
-    """``base``, or ``base-1``, ``base-2``, ... : the first id no live agent on this machine has claimed. A local
+#: The ids this process's local clusters hold for their agent processes (:func:`reserve_agent_id`).
+_RESERVED: dict[str, socket.socket] = {}
+
+
+def reserve_agent_id(base: str) -> str:
+    """``base``, or ``base-1``, ``base-2``, ... : the first id no live agent on this machine has claimed and no
+    other local cluster has reserved, reserved for this process until :func:`release_agent_ids`. A local
     cluster's agents take the same ids run after run, so that each cleans up what a killed predecessor of its id
-    left (cgroups, processes, work directories), and a second cluster beside a running one takes the next."""
+    left (cgroups, processes, work directories), and a second cluster beside a running one takes the next. The
+    reservation (an abstract unix socket, dropped by the kernel with this process) keeps the id from another
+    cluster between the pick and the agent's own claim as it starts, and while ``vcemu up`` waits to start a dead
+    agent of that id again: without it, a second ``up`` or ``demo`` started then found the id free, and the
+    restart failed."""
     for n in range(1000):
         agent_id = base if n == 0 else f"{base}-{n}"
+        if agent_id in _RESERVED:
+            continue
+        reservation = _try_claim(f"vcemu-agent-reserved-{agent_id}")
+        if reservation is None:
+            continue
         try:
             _lock_agent_id(agent_id).close()
-        except AgentIdInUse:
+        except AgentIdInUse:  # (an agent started by hand with this id)
+            reservation.close()
             continue
+        _RESERVED[agent_id] = reservation
         return agent_id
     raise AgentIdInUse(f"--agent-id: every id from {base!r} to {base}-999 is in use on this machine")
+
+
+def release_agent_ids(ids: Iterable[str]) -> None:
+    """Give up the reservations :func:`reserve_agent_id` made for ``ids`` (once their agents are stopped)."""
+    for agent_id in ids:
+        if (reservation := _RESERVED.pop(agent_id, None)) is not None:
+            reservation.close()
 
 
 class AgentIdInUse(RuntimeError):

@@ -1,22 +1,45 @@
 """A local cluster's agents take the same ids run after run (each then cleans up what a killed predecessor of
-its id left), and a second cluster beside a running one takes the next free ids instead of failing."""
+its id left), and a second cluster beside a running one takes the next free ids instead of failing, even while
+the first one's agent of an id is dead and waiting to be started again."""
 
 from __future__ import annotations
 
 import pytest
 
-from node_agent.agent import AgentIdInUse, _lock_agent_id, free_agent_id
+from node_agent.agent import AgentIdInUse, _lock_agent_id, _try_claim, release_agent_ids, reserve_agent_id
 
 
 def test_the_first_free_id_is_the_base_then_numbered_ones() -> None:
     base = "test-free-id"
-    assert free_agent_id(base) == base  # nothing holds it: the same id as every earlier run
+    assert reserve_agent_id(base) == base  # nothing holds it: the same id as every earlier run
+    release_agent_ids([base])
     held = [_lock_agent_id(base), _lock_agent_id(f"{base}-1")]
     try:
-        assert free_agent_id(base) == f"{base}-2"
+        assert reserve_agent_id(base) == f"{base}-2"
         with pytest.raises(AgentIdInUse):
             _lock_agent_id(base)
     finally:
         for sock in held:
             sock.close()
-    assert free_agent_id(base) == base
+        release_agent_ids([f"{base}-2"])
+    assert reserve_agent_id(base) == base
+    release_agent_ids([base])
+
+
+def test_a_reserved_id_is_not_taken_while_its_agent_is_down() -> None:
+    base = "test-reserved-id"
+    assert reserve_agent_id(base) == base
+    try:  # no agent holds the id (its process died; up waits to start it again), yet it stays this cluster's
+        assert reserve_agent_id(base) == f"{base}-1"
+        other = _try_claim(f"vcemu-agent-reserved-{base}-2")  # another process's cluster reserved the next
+        assert other is not None
+        try:
+            assert reserve_agent_id(base) == f"{base}-3"
+        finally:
+            other.close()
+        sock = _lock_agent_id(base)  # the agent started again takes its own id despite the reservation
+        sock.close()
+    finally:
+        release_agent_ids([base, f"{base}-1", f"{base}-3"])
+    assert reserve_agent_id(base) == base  # released
+    release_agent_ids([base])
