@@ -256,9 +256,25 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     return server, procs
 
 
+def log_to_stderr(command: str) -> None:
+    """Show the coordinator's log on stderr, each line after ``command`` and its level (``vcemu up: WARNING agent
+    agent0 lost: ...``), as ``vcemu agent`` shows its own: from INFO up, so that an operator sees each agent
+    register and what a restart took back. Without it, Python printed the warnings alone and bare, and the INFO
+    lines not at all. Only the ``vcemu`` loggers (not a library's), and only where nothing configured logging
+    before (a test's capture, an embedding program)."""
+    logger = logging.getLogger("vcemu")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(f"{command}: %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from node_agent.cli import host_memory_refusal, parse_size
 
+    log_to_stderr("vcemu up")
     options = _server_options(args)
     here = args.ray is None  # (a Ray node's memory is not this machine's: the least only)
     for why in filter(None, (host_memory_refusal(parse_size(m), here) for m in args.mem_per_host or ())):
@@ -491,6 +507,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.store import StoreError
     from node_agent.ports import ports_refusal
 
+    log_to_stderr("vcemu coordinator")
     refusal = ports_refusal(args.bind, args.port, args.metrics_port)  # before the state file is opened
     if refusal is not None:
         print(f"vcemu coordinator: error: {refusal}", file=sys.stderr)

@@ -1193,6 +1193,7 @@ class LiveBackend:
                         # its agent answered without it: the agent restarted
                         requeue = requeue or f"task {t.task_id} vanished from {t.host}"
                 if requeue:
+                    log.info("job %s requeued from its last progress: %s", job, requeue)
                     reports.append(Report(job, JobState.PENDING, requeue))
                     continue
                 if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):

@@ -1,0 +1,31 @@
+"""``vcemu up`` and ``vcemu coordinator`` show the coordinator's log as ``vcemu agent`` shows its own: each line
+after the command and its level, from INFO up (an agent's registration, a job requeued), and only the ``vcemu``
+loggers'. Before, Python printed the warnings alone and bare, and the INFO lines not at all."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from coordinator.servers import log_to_stderr
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_coordinators_log_lines_carry_the_command_and_their_level() -> None:
+    code = ("import logging; from coordinator.servers import log_to_stderr; log_to_stderr('vcemu up'); "
+            "c = logging.getLogger('vcemu.coordinator'); c.info('agent a0 at 127.0.0.1:1 registered 1 host'); "
+            "c.debug('not shown'); logging.getLogger('vcemu.agent').warning('removed the cgroups of agent a0'); "
+            "logging.getLogger('somelib').info('not ours')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ("vcemu up: INFO agent a0 at 127.0.0.1:1 registered 1 host\n"
+                        "vcemu up: WARNING removed the cgroups of agent a0\n")
+
+
+def test_logging_configured_before_is_left_as_it_is() -> None:
+    assert logging.getLogger().handlers  # (pytest's capture, as an embedding program's own set-up)
+    log_to_stderr("vcemu coordinator")
+    assert logging.getLogger("vcemu").handlers == []
