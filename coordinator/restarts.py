@@ -45,8 +45,8 @@ class Restarts:
     def after_exit(self, agent_id: str, returncode: int, ran_s: float = 0.0) -> float | None:
         """The delay before starting ``agent_id`` again, now that its process ended with ``returncode`` (negative:
         killed by that signal) after running ``ran_s`` seconds, counted as a restart; None if it is not to be
-        started again: a clean exit, a refused setting, or its restarts used up (``limit`` of them, each after a
-        run shorter than ``steady_s``)."""
+        started again: a clean exit, a refused setting, or its restarts used up (``limit`` of them in a row: since
+        it last ran ``steady_s`` before a crash)."""
         if not self.failed(returncode):
             return None
         if ran_s >= self.steady_s:  # it had been running well: this crash is not part of a loop

@@ -183,7 +183,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
                         agent_metrics_port: int | None = None, agent_spares: int | None = None, **options):
     """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
     and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
-    The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ...; their logs go to ``agent_log``
+    The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ..., reserved for this process
+    until :func:`stop_agents` stops the returned processes (which callers must do); their logs go to ``agent_log``
     (an open binary file) if given, else to this process's stderr: a run that draws a progress bar (demo,
     replay) keeps its terminal for that, and its results folder keeps the agents' log. With
     ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
@@ -212,15 +213,14 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
     first = [sum(split[:i]) for i in range(agents)]
     procs: list[subprocess.Popen] = []
-    ids: list[str] = []
+    agent_of: dict[int, str] = {}  # position -> its agent's id, reserved (released on the way out if it fails)
     stopped = False
 
     try:  # the agents are in sessions of their own: a Ctrl-C here must take them down, or they outlive us
-        agent_of: dict[int, str] = {}
         for i, n in enumerate(split):
             if n:
                 agent_of[i] = reserve_agent_id(f"{agent_prefix}{i}")
-                ids.append(agent_of[i])
+        ids = list(agent_of.values())
         server.backend.choose_reference([
             agent_pb2.HostInfo(name=f"{agent_id}-h{k - first[i]}", cpu_cores=float(cpus[k]),
                                memory_bytes=parse_size(mems[k]))
@@ -241,7 +241,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
         why = wait_registered(server, ids, wait_s, hosts=hosts, failed=exited)
         if why is not None:
             stop_agents(procs)
-            release_agent_ids(ids)
+            release_agent_ids(agent_of.values())
             server.stop()
             stopped = True
             if agent_log is not None:  # the agents' own words are in their log, not on the terminal
@@ -250,7 +250,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     except BaseException:  # Ctrl-C (or SIGTERM made KeyboardInterrupt) while starting, a failed spawn
         if not stopped:
             stop_agents(procs)
-            release_agent_ids(ids)
+            release_agent_ids(agent_of.values())
             server.stop()
         raise
     return server, procs
@@ -392,7 +392,7 @@ class AgentWatch:
         self.restarts = restarts
         self.gone: set[int] = set()  # positions in procs of the agents that exited and will not be started again
         self.due: dict[int, float] = {}  # position -> when (monotonic) its agent, which exited, is started again
-        self.started: dict[int, float] = {}  # position -> when (monotonic) its process was first seen, or restarted
+        self.started: dict[int, float] = {}  # position -> when (monotonic) its agent was last started again
 
     def check(self, now: float) -> bool:
         """Say what exited, start again what is due; True once every agent has exited for good."""
@@ -405,10 +405,10 @@ class AgentWatch:
                     del self.due[i]
                     self._start_again(i, agent, now)
                 continue
-            started = self.started.setdefault(i, now)
             if p.poll() is None:
                 continue
-            delay = self.restarts.after_exit(agent, p.returncode, ran_s=now - started)
+            # (how long it ran matters only after a restart: before one, its count is 0 anyway)
+            delay = self.restarts.after_exit(agent, p.returncode, ran_s=now - self.started.get(i, now))
             if delay is None:
                 self.gone.add(i)
                 line = agent_exit_line(self.server, p, last=len(self.gone) == len(self.procs) and not self.due)

@@ -1167,7 +1167,7 @@ def reserve_agent_id(base: str) -> str:
         agent_id = base if n == 0 else f"{base}-{n}"
         if agent_id in _RESERVED:
             continue
-        reservation = _try_claim(f"vcemu-agent-reserved-{agent_id}")
+        reservation = _try_claim(_reservation_name(agent_id))
         if reservation is None:
             continue
         try:
@@ -1175,9 +1175,18 @@ def reserve_agent_id(base: str) -> str:
         except AgentIdInUse:  # (an agent started by hand with this id)
             reservation.close()
             continue
+        except BaseException:  # (Ctrl-C): not left held by this process
+            reservation.close()
+            raise
         _RESERVED[agent_id] = reservation
         return agent_id
     raise AgentIdInUse(f"--agent-id: every id from {base!r} to {base}-999 is in use on this machine")
+
+
+def _reservation_name(agent_id: str) -> str:
+    """The abstract socket name of ``agent_id``'s reservation: not ``vcemu-agent-`` and a name, which an agent
+    with that name as its id would claim (``reserved-agent0`` is a valid id)."""
+    return f"vcemu-reserve-{agent_id}"
 
 
 def release_agent_ids(ids: Iterable[str]) -> None:

@@ -313,6 +313,8 @@ class Task:
     def set_share(self, share: float) -> None:
         if not self.state.finished and self._booted:
             self._driver.set_cpu(self.cgroup, share * self.spec.host_cores)
+            if self._share_unwritten:
+                log.info("task %s: its share of %.3f is set", self.spec.task_id, share)
             self._share_unwritten = False
         self.cpu_share = share
 

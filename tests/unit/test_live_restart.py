@@ -203,9 +203,10 @@ def test_up_waits_for_its_own_agents_not_for_those_restored_from_the_state(tmp_p
     process), so ``up`` must give up after its wait instead."""
     state = str(tmp_path / "s.db")
     store = Store(state)
-    desc = agent_pb2.DescribeReply(agent_id="agent0", mode="cgroup-v1", hosts=[
-        agent_pb2.HostInfo(name=f"agent0-h{i}", cpu_cores=0.5, memory_bytes=1 << 30) for i in range(2)])
-    store.put_agent("agent0", dead_address(), desc.SerializeToString())
+    agent = "lrtest0"  # (not agent0: a live cluster on this machine may hold that id, and this one would get another)
+    desc = agent_pb2.DescribeReply(agent_id=agent, mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name=f"{agent}-h{i}", cpu_cores=0.5, memory_bytes=1 << 30) for i in range(2)])
+    store.put_agent(agent, dead_address(), desc.SerializeToString())
     store.keep_reference(desc.hosts[0].SerializeToString())
     store.close()
     spawned: list[subprocess.Popen] = []
@@ -216,5 +217,6 @@ def test_up_waits_for_its_own_agents_not_for_those_restored_from_the_state(tmp_p
 
     monkeypatch.setattr(servers, "spawn_agent", stand_in)
     with pytest.raises(SystemExit, match="did not come up"):
-        servers.start_local_cluster("fcfs", 2, 1, None, "1GiB", 0, None, True, wait_s=1.0, state=state)
+        servers.start_local_cluster("fcfs", 2, 1, None, "1GiB", 0, None, True, wait_s=1.0, state=state,
+                                    agent_prefix="lrtest")
     assert spawned and all(p.poll() is not None for p in spawned)  # stopped on the way out

@@ -128,7 +128,7 @@ def test_the_watch_counts_afresh_for_an_agent_that_ran_ten_minutes_since_its_res
     assert watch.check(605.0) is False and respawned == ["a0"]
     assert "not started again: restarted 1 time in a row" in capsys.readouterr().err
 
-    procs[1].returncode = -9  # a1 has run since the first look, 700 s: its first restart
+    procs[1].returncode = -9  # a1's first crash: its first restart
     assert watch.check(700.0) is False and watch.check(701.0) is False and respawned == ["a0", "a1"]
     procs[1].returncode = -9  # 600 s after that restart: counted afresh, started again
     assert watch.check(1301.0) is False

@@ -80,3 +80,27 @@ def test_a_share_not_written_at_the_boots_end_is_written_at_the_next_polls(
         proc.kill()
         proc.wait()
         driver.close()
+
+
+def test_a_share_change_after_a_failed_write_at_the_boots_end_is_the_one_written(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    driver = FlakyQuota(failures=1)
+    proc = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE)
+    try:
+        spec = TaskSpec(task_id="t/1", host="h", host_cores=2.0, workload="dgemm", cpu_share=0.25, cpu_need=0.25,
+                        work_seconds=1.0, memory_bytes=0)
+        task = Task(spec, driver, units_per_core_second=1000.0, workdir=str(tmp_path))
+        driver.create(task.cgroup)
+        task._proc, task._ready = proc, True
+        with caplog.at_level("INFO", logger="vcemu.agent"):
+            task.poll()  # the write at the boot's end fails
+            task.set_share(0.75)  # the coordinator's SetShare comes first: its share is written, and said
+            task.poll()
+        assert driver.written == [1.5] and not task._share_unwritten
+        assert [r.getMessage() for r in caplog.records][-1] == "task t/1: its share of 0.750 is set"
+    finally:
+        proc.kill()
+        proc.wait()
+        driver.close()
