@@ -7,7 +7,8 @@ difference of their stretches. Both runs are scored by the same code (``coordina
 Results go to a new directory under ``--out``, named after the run's start (``YYYYmmdd-HHMMSS-POLICY-seedN``, with
 ``-2``, ``-3``, ... for further runs started in the same second), as CSV and JSON with a PNG plot and the config
 that produced them; ``config.json`` and ``summary.json`` record the code that ran (``"code"``). The folder is
-made at the start, and the agent's log (``agents.log``) is written there as the run goes, not over the progress bar.
+made at the start, and the agent's log (``agents.log``) and the coordinator's (``coordinator.log``) are written there
+as the run goes, not over the progress bar.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from coordinator.model import JobState
 from coordinator.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
 from coordinator.policy_names import described
 from coordinator.provenance import code_version
-from coordinator.servers import interrupted, live_run_dir, start_local_cluster, stop_agents
+from coordinator.servers import coordinator_log, interrupted, live_run_dir, start_local_cluster, stop_agents
 from node_agent.signals import signals_deferred, signals_interrupt
 from workloads.mixes import demo_mix
 
@@ -81,7 +82,7 @@ def _demo(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"vcemu demo: {exc}", file=sys.stderr)
         return 2
-    with agent_log:
+    with agent_log, coordinator_log(out):
         server, procs = start_local_cluster(
             args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups, agent_log=agent_log,
             agent_spares=args.agent_spares,

@@ -241,7 +241,7 @@ def _trace_error(a: argparse.Namespace, exc: OSError) -> str:
 
 def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     """The replay; ``stage["cluster"]`` is set once its cluster begins to start (for the interrupted line)."""
-    from coordinator.servers import start_local_cluster, stop_agents
+    from coordinator.servers import coordinator_log, start_local_cluster, stop_agents
     from workloads.jobfile import JobFileError
 
     try:
@@ -263,7 +263,7 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
     except (OSError, ValueError) as exc:  # (--out not writable)
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
-    with agent_log:
+    with agent_log, coordinator_log(d):
         stage["cluster"] = True
         try:
             server, procs = start_local_cluster(
@@ -297,6 +297,7 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
 
     from coordinator.backends.ray.cluster import RayStartError, placement_table, start_on_ray
     from coordinator.raycluster import RayUnavailable, connect
+    from coordinator.servers import coordinator_log
     from node_agent.cli import parse_size
 
     term = signal.getsignal(signal.SIGTERM)  # (replay_main's: it unwinds through the cleanup)
@@ -316,27 +317,28 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
             agent_log.write(b"vcemu replay: the agents run as Ray actors, which log on their own nodes (Ray's session "
                             b"directory, /tmp/ray/session_latest/logs/ by default)\n")
         stage["cluster"] = True
-        try:
-            server, agents, infos = start_on_ray(
-                ctx, a.policy, a.hosts, a.cpus_per_host, parse_size(a.mem_per_host), bind=a.bind,
-                no_cgroups=a.no_cgroups, options={"compression": a.compress}, tag="replay",
-                spares=a.agent_spares or 0, note=lambda line: print(f"vcemu replay: {line}", file=sys.stderr))
-        except RayStartError as exc:
-            print(f"vcemu replay: {exc}", file=sys.stderr)
-            if exc.status == 2:  # a bad setting: nothing started, and no folder is left (as for a bad trace)
-                shutil.rmtree(d, ignore_errors=True)
-            return exc.status
-        try:
-            nodes = len({p.node.node_id for p in agents.placements})
-            placed = (f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "
-                      f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}")
-            print(placed, file=sys.stderr, flush=True)
-            with open(d / "agents.log", "a", encoding="utf-8") as log:  # where the run was, with its results
-                log.write(placed + "\n")
-        except BaseException:  # (Ctrl-C, a closed stderr): _replay_live stops the cluster from its first line on
-            _stop_cluster(server, agents.stop)
-            raise
-        return _replay_live(a, specs, dropped, server, agents.stop, d, wall0, source.provenance())
+        with coordinator_log(d):
+            try:
+                server, agents, infos = start_on_ray(
+                    ctx, a.policy, a.hosts, a.cpus_per_host, parse_size(a.mem_per_host), bind=a.bind,
+                    no_cgroups=a.no_cgroups, options={"compression": a.compress}, tag="replay",
+                    spares=a.agent_spares or 0, note=lambda line: print(f"vcemu replay: {line}", file=sys.stderr))
+            except RayStartError as exc:
+                print(f"vcemu replay: {exc}", file=sys.stderr)
+                if exc.status == 2:  # a bad setting: nothing started, and no folder is left (as for a bad trace)
+                    shutil.rmtree(d, ignore_errors=True)
+                return exc.status
+            try:
+                nodes = len({p.node.node_id for p in agents.placements})
+                placed = (f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "
+                          f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}")
+                print(placed, file=sys.stderr, flush=True)
+                with open(d / "agents.log", "a", encoding="utf-8") as log:  # where the run was, with its results
+                    log.write(placed + "\n")
+            except BaseException:  # (Ctrl-C, a closed stderr): _replay_live stops the cluster from its first line on
+                _stop_cluster(server, agents.stop)
+                raise
+            return _replay_live(a, specs, dropped, server, agents.stop, d, wall0, source.provenance())
 
 
 def _stop_cluster(server: Any, stop: Callable[[], None]) -> None:
@@ -561,7 +563,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
                            on_finish=lambda: sim_bar.update(1))
         except Exception as exc:  # (the trace's checks passed: a policy's or the engine's failure)
             print(f"vcemu replay: the simulation failed: {type(exc).__name__}: {exc}; nothing was replayed, and "
-                  f"the run's folder {d} keeps the agents' log", file=sys.stderr)
+                  f"the run's folder {d} keeps the agents' and the coordinator's logs", file=sys.stderr)
             return 1
         finally:
             sim_bar.close()
@@ -596,7 +598,8 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         first = errors[max(0, len(errors) - new)]  # the first of this run's that is still kept
         also = f" (and {new - 1} more)" if new > 1 else ""
         print(f"vcemu replay: the live run failed: engine step failed: {first}{also}; the "
-              f"cluster is stopped, and the run's folder {d} keeps the agents' log", file=sys.stderr)
+              f"cluster is stopped, and the run's folder {d} keeps the agents' and the coordinator's logs",
+              file=sys.stderr)
         return 1
     capacity = sum(h.cpu for h in hosts)
     live_m, sim_m = score(close_at(live, cutoff), capacity, a.host_memory_gb), score(sim, capacity, a.host_memory_gb)

@@ -6,6 +6,7 @@ local cluster that ``demo``, ``replay`` and the live benchmarks start and stop t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -103,6 +104,30 @@ def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_pe
 
 #: The agents' log in a live run's results folder (demo, replay).
 AGENT_LOG = "agents.log"
+#: The coordinator's log there (:func:`coordinator_log`).
+COORDINATOR_LOG = "coordinator.log"
+
+
+@contextlib.contextmanager
+def coordinator_log(folder: Path) -> Iterator[None]:
+    """While it lasts, the coordinator's log (the ``vcemu`` loggers, from INFO up, with times) goes to
+    :data:`COORDINATOR_LOG` in a live run's results folder (demo, replay), beside the agents' log: their terminal
+    is for the progress bar, and the log is where a run's agent losses, requeues and failed stops are told (Python
+    printed the warnings over the bar, and dropped the rest). Written as the run goes: whole as far as it got if
+    the run dies."""
+    handler = logging.FileHandler(folder / COORDINATOR_LOG, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("vcemu")
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 def live_run_dir(parent: str, name: str, started: float, flag: str = "--out") -> tuple[Path, IO[bytes]]:

@@ -52,6 +52,8 @@ def test_replay_runs_live_and_simulated_side_by_side(cgroups_required, tmp_path:
     # The agents log into the run's folder, not over the progress bar on the terminal.
     assert "vcemu agent: INFO task start" in (written / "agents.log").read_text()
     assert "vcemu agent" not in captured.err, captured.err[-500:]
+    # And the coordinator into a log of its own there.
+    assert " INFO agent replay0 at 127.0.0.1:" in (written / "coordinator.log").read_text()
 
 
 def test_replay_refuses_an_unknown_policy(tmp_path: Path, capsys):

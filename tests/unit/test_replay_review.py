@@ -280,7 +280,7 @@ def test_a_simulation_that_fails_ends_the_replay_before_any_job_arrives(tmp_path
     err = capsys.readouterr().err
     assert code == 1
     assert (f"vcemu replay: the simulation failed: ValueError: the policy broke; nothing was replayed, and the run's "
-            f"folder {d} keeps the agents' log") in err, err
+            f"folder {d} keeps the agents' and the coordinator's logs") in err, err
     assert time.monotonic() - t0 < 15, "it waited for the live run"
 
 
