@@ -48,8 +48,9 @@ before it reads ``config.json`` to its end, and a second is refused. A rerun int
 takes the union of its algorithms and penalties with the command's and runs every algorithm at every penalty (and
 says so when that is more than the command names): each table then compares the same algorithms, where running
 only the cells named would leave, say, FCFS alone and so "best" at a new penalty. So too for its traces (``--traces``,
-``--unscaled``, ``--loads``: each trace depends on its seed and load alone), so that a sweep is extended by more
-traces; every other setting that changes results must match (``--hpc2n-weeks`` in any order).
+``--unscaled``, ``--loads``: each trace depends on its seed and load alone; ``--hpc2n-weeks``: each week on the
+HPC2N file alone, which must be the same file when both name weeks), so that a sweep is extended by more traces;
+every other setting that changes results must match.
 
 A cell that cannot be stored (a full disk, an immutable ``cells/``) stops the run: the cells still running are
 cancelled, those stored stay, and one line names the file and the error. Ctrl-C or SIGTERM stops the run with one
@@ -462,7 +463,8 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                "reports.\n"
                "resuming: an --out holding a sweep takes the union of its algorithms and penalties with this\n"
                "command's, and runs every algorithm at every penalty of it (said so when that is more than the\n"
-               "command names), so that every table compares the same algorithms.\n"
+               "command names), so that every table compares the same algorithms; and so of its traces (--traces,\n"
+               "--unscaled, --loads, --hpc2n-weeks of the same HPC2N file): a rerun naming more extends it.\n"
                "exit status: 0 every cell of this run ok (--report-only: every cell of the sweep stored); 1 some\n"
                "timed out, failed or were not stored (--report-only: some missing); 2 settings refused (another\n"
                "sweep using --out, an --out that cannot be written); 130 interrupted (Ctrl-C, SIGTERM).")
@@ -625,7 +627,7 @@ _RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "
 #: ``seed + i`` at each load, :func:`build_traces`), so a stored sweep's traces are this run's too, and a rerun with
 #: more ``--traces``, ``--unscaled`` or ``--loads`` runs the new traces beside them (the union, as for algorithms and
 #: penalties). A finished sweep could only be extended into another ``--out`` (reproducibility review).
-_EXTENDED = ("traces", "unscaled", "loads")
+_EXTENDED = ("traces", "unscaled", "loads", "hpc2n_weeks")
 #: The value of a result key in a sweep stored before that key existed.
 _RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
 #: The largest ``--job-scale``.
@@ -647,13 +649,34 @@ def _same_setting(key: str, value: Any) -> Any:
     return sorted(set(value)) if key == "hpc2n_weeks" and isinstance(value, list) else value
 
 
+def _mismatched(cfg: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """The result keys on which ``cfg`` and the stored sweep ``old`` differ, those a rerun extends left out; the HPC2N
+    file only when both name weeks (one that names none runs no week of any file)."""
+    both_weeks = bool(old.get("hpc2n_weeks")) and bool(cfg.get("hpc2n_weeks"))
+    return [k for k in _RESULT_KEYS if k not in _EXTENDED and (k != "hpc2n_sha256" or both_weeks)
+            and _same_setting(k, _stored_setting(old, k, cfg)) != _same_setting(k, cfg.get(k))]
+
+
 def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
     """Make ``cfg`` cover the stored sweep ``old``'s traces too (:data:`_EXTENDED`), and say so when that is more than
-    the command names. Only when every other result key matches: otherwise the run is refused, naming those keys."""
-    if any(_same_setting(k, _stored_setting(old, k, cfg)) != _same_setting(k, cfg.get(k))
-           for k in _RESULT_KEYS if k not in _EXTENDED):
+    the command names. Only when every other result key matches: otherwise the run is refused, naming those keys.
+    The stored weeks of a command that names none run on the stored sweep's HPC2N file, if it is still the one its
+    cells ran (refused otherwise, as ``--report-only`` says)."""
+    if _mismatched(cfg, old):
         return
+    if old.get("hpc2n_weeks") and not cfg["hpc2n_weeks"]:
+        if (stale := _stale_hpc2n(old)) is not None:
+            raise SystemExit(f"vcemu sweep: {stale}")
+        from coordinator.provenance import file_sha256
+
+        cfg["hpc2n"] = old.get("hpc2n", cfg["hpc2n"])
+        try:  # (a sweep stored before the file's digest was recorded: the file at its path)
+            cfg["hpc2n_sha256"] = old.get("hpc2n_sha256") or file_sha256(cfg["hpc2n"])
+        except OSError as exc:
+            raise SystemExit(f"vcemu sweep: the stored sweep's HPC2N file {cfg['hpc2n']} cannot be read "
+                             f"({exc.strerror or exc})") from None
     was = {k: cfg[k] for k in _EXTENDED}
+    cfg["hpc2n_weeks"] = sorted(set(old.get("hpc2n_weeks") or ()) | set(cfg["hpc2n_weeks"]))
     stored_traces = int(old.get("traces", 0))
     # A sweep's loads are those of its Lublin traces: one without any (--traces 0: HPC2N or unscaled traces only)
     # adds none to the union, though its config lists the default nine (diff review).
@@ -664,11 +687,12 @@ def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
         cfg["loads"] = sorted(loads)
     # two loads of one id (0.5 and 0.501 are both l0.50) would write each other's cells (diff review)
     _refuse_shared_ids(cfg["loads"], _load_id, "--loads (with the stored sweep's)", "l")
-    more = [k for k in _EXTENDED if (set(cfg[k]) != set(was[k]) if k == "loads" else cfg[k] != was[k])]
+    more = [k for k in _EXTENDED if (set(cfg[k]) != set(was[k]) if k in ("loads", "hpc2n_weeks") else cfg[k] != was[k])]
     if more:
-        print(f"vcemu sweep: the stored sweep has more {', '.join(f'--{k}' for k in more)} than this command names: "
-              f"this run covers their union (--traces {cfg['traces']}, --unscaled {cfg['unscaled']}, --loads "
-              f"{','.join(f'{x:g}' for x in cfg['loads'])})", file=sys.stderr)
+        weeks = f", --hpc2n-weeks {','.join(map(str, cfg['hpc2n_weeks']))}" if cfg["hpc2n_weeks"] else ""
+        print(f"vcemu sweep: the stored sweep has more {', '.join('--' + k.replace('_', '-') for k in more)} than "
+              f"this command names: this run covers their union (--traces {cfg['traces']}, --unscaled "
+              f"{cfg['unscaled']}, --loads {','.join(f'{x:g}' for x in cfg['loads'])}{weeks})", file=sys.stderr)
 
 
 def _stale_hpc2n(old: dict[str, Any]) -> str | None:
@@ -799,9 +823,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                     cfg.update({k: old[k] for k in ("hpc2n", "algorithms", "penalties", "cell_timeout") if k in old})
                 else:
                     _extend(cfg, old)
-                diff = [k for k in _RESULT_KEYS if k not in _EXTENDED and _same_setting(k, _stored_setting(old, k, cfg))
-                        != _same_setting(k, cfg.get(k))]
-                if diff:
+                if diff := _mismatched(cfg, old):
                     raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
                                      "use another --out")
                 cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=policy_order)

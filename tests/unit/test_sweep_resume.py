@@ -228,6 +228,39 @@ def test_another_hpc2n_file_is_refused_the_same_file_elsewhere_is_not(tmp_path, 
     assert "1 stored, 0 to run" in capsys.readouterr().err
 
 
+def _two_weeks(path: Path, run_time: int = 50) -> Path:
+    """An SWF log of two 1-week segments with 3 jobs each."""
+    write_swf(path, [parse_record(f"{i} {t} 0 {run_time} 2 -1 -1 2 60 -1 1 1 1 -1 -1 1 -1 -1")
+                     for i, t in enumerate((100, 200, 300, 604_900, 605_000, 605_100), 1)], [" MaxNodes: 240"])
+    return path
+
+
+def test_a_sweep_is_extended_by_more_hpc2n_weeks_of_the_same_file(tmp_path, capsys, fake_ray, no_reports):
+    """Each week depends on the HPC2N file alone: a rerun naming other weeks runs them beside the stored ones (the
+    union, as for Lublin traces), where it was refused as "other settings (hpc2n_weeks)"; one naming none keeps the
+    stored weeks, on the stored file while it is still the one they ran."""
+    swf = _two_weeks(tmp_path / "log.swf")
+    out = tmp_path / "sweep"
+    argv = ["--out", str(out), "--algorithms", "fcfs", "--penalties", "0", "--hpc2n", str(swf), "--no-progress"]
+    fake_ray()
+    assert sweep_main([*argv, "--traces", "0", "--hpc2n-weeks", "0"]) == 0
+    capsys.readouterr()
+    assert sweep_main([*argv, "--traces", "0", "--hpc2n-weeks", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "the stored sweep has more --hpc2n-weeks than this command names: this run covers their union " \
+           "(--traces 0, --unscaled 0, --loads 0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9, --hpc2n-weeks 0,1)" in err, err
+    assert "2 cells; 1 stored, 1 to run" in err, err
+    assert json.loads((out / "config.json").read_text())["hpc2n_weeks"] == [0, 1]
+    lublin = ["--traces", "1", "--loads", "0.5", "--hpc2n", str(tmp_path / "elsewhere.swf")]
+    assert sweep_main([*argv[:-3], "--no-progress", *lublin]) == 0  # no weeks named: the stored file's
+    err = capsys.readouterr().err
+    assert "3 cells; 2 stored, 1 to run" in err and "--hpc2n-weeks 0,1)" in err, err
+    assert json.loads((out / "config.json").read_text())["hpc2n"] == str(swf)
+    _two_weeks(swf, run_time=70)  # the stored weeks' file is another now: refused, not run on it
+    assert sweep_main([*argv[:-3], "--no-progress", *lublin]) == 2
+    assert f"{swf} is not the HPC2N file the stored cells ran" in capsys.readouterr().err
+
+
 def test_hpc2n_weeks_that_are_all_skipped_leave_no_trace_and_are_refused(tmp_path, capsys, fake_ray):
     """Weeks with fewer than 2 jobs are skipped: when every week named is, the grid is empty, which ran as a sweep
     of "0 cells ... in 0.0 s" with tables of nan, exit status 0."""
