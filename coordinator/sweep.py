@@ -619,14 +619,16 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-#: Settings that change results: a stored sweep with other values cannot be resumed. ``hpc2n_sha256`` is the
-#: HPC2N file's content (None without weeks): another file under the same path gives other results.
+#: Settings that change results: a stored sweep with other values cannot be resumed (those of :data:`_EXTENDED` are
+#: joined instead). ``hpc2n_sha256`` is the HPC2N file's content (None without weeks): another file under the same
+#: path gives other results, so it must match when both the stored sweep and the command name weeks.
 _RESULT_KEYS = ("traces", "jobs", "loads", "unscaled", "hosts", "hpc2n_weeks", "max_jobs", "host_memory_gb", "seed",
                 "job_scale", "hpc2n_sha256")
 #: Result keys a rerun extends rather than matches: each trace depends on its own seed and load alone (traces are
 #: ``seed + i`` at each load, :func:`build_traces`), so a stored sweep's traces are this run's too, and a rerun with
 #: more ``--traces``, ``--unscaled`` or ``--loads`` runs the new traces beside them (the union, as for algorithms and
-#: penalties). A finished sweep could only be extended into another ``--out`` (reproducibility review).
+#: penalties). A finished sweep could only be extended into another ``--out`` (reproducibility review). So too for
+#: ``--hpc2n-weeks``: each week depends on the HPC2N file alone, which must be the same (:func:`_mismatched`).
 _EXTENDED = ("traces", "unscaled", "loads", "hpc2n_weeks")
 #: The value of a result key in a sweep stored before that key existed.
 _RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
@@ -661,20 +663,24 @@ def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
     """Make ``cfg`` cover the stored sweep ``old``'s traces too (:data:`_EXTENDED`), and say so when that is more than
     the command names. Only when every other result key matches: otherwise the run is refused, naming those keys.
     The stored weeks of a command that names none run on the stored sweep's HPC2N file, if it is still the one its
-    cells ran (refused otherwise, as ``--report-only`` says)."""
+    cells ran (refused otherwise)."""
     if _mismatched(cfg, old):
         return
+    named = cfg["hpc2n"]
     if old.get("hpc2n_weeks") and not cfg["hpc2n_weeks"]:
-        if (stale := _stale_hpc2n(old)) is not None:
-            raise SystemExit(f"vcemu sweep: {stale}")
         from coordinator.provenance import file_sha256
 
         cfg["hpc2n"] = old.get("hpc2n", cfg["hpc2n"])
-        try:  # (a sweep stored before the file's digest was recorded: the file at its path)
-            cfg["hpc2n_sha256"] = old.get("hpc2n_sha256") or file_sha256(cfg["hpc2n"])
+        try:
+            now = file_sha256(cfg["hpc2n"])
         except OSError as exc:
-            raise SystemExit(f"vcemu sweep: the stored sweep's HPC2N file {cfg['hpc2n']} cannot be read "
-                             f"({exc.strerror or exc})") from None
+            now, why = None, f"cannot be read now ({exc.strerror or exc})"
+        else:
+            why = "is another file now"
+        if now is None or old.get("hpc2n_sha256", now) != now:  # (none stored: older vcemu, the file at its path)
+            raise SystemExit(f"vcemu sweep: the stored sweep's HPC2N weeks ran on {cfg['hpc2n']}, which {why}; name "
+                             "them with --hpc2n-weeks and --hpc2n of the file they ran, or use another --out")
+        cfg["hpc2n_sha256"] = now
     was = {k: cfg[k] for k in _EXTENDED}
     cfg["hpc2n_weeks"] = sorted(set(old.get("hpc2n_weeks") or ()) | set(cfg["hpc2n_weeks"]))
     stored_traces = int(old.get("traces", 0))
@@ -690,6 +696,8 @@ def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
     more = [k for k in _EXTENDED if (set(cfg[k]) != set(was[k]) if k in ("loads", "hpc2n_weeks") else cfg[k] != was[k])]
     if more:
         weeks = f", --hpc2n-weeks {','.join(map(str, cfg['hpc2n_weeks']))}" if cfg["hpc2n_weeks"] else ""
+        if cfg["hpc2n_weeks"] and cfg["hpc2n"] != named:
+            weeks += f" of {cfg['hpc2n']}"
         print(f"vcemu sweep: the stored sweep has more {', '.join('--' + k.replace('_', '-') for k in more)} than "
               f"this command names: this run covers their union (--traces {cfg['traces']}, --unscaled "
               f"{cfg['unscaled']}, --loads {','.join(f'{x:g}' for x in cfg['loads'])}{weeks})", file=sys.stderr)

@@ -254,11 +254,12 @@ def test_a_sweep_is_extended_by_more_hpc2n_weeks_of_the_same_file(tmp_path, caps
     lublin = ["--traces", "1", "--loads", "0.5", "--hpc2n", str(tmp_path / "elsewhere.swf")]
     assert sweep_main([*argv[:-3], "--no-progress", *lublin]) == 0  # no weeks named: the stored file's
     err = capsys.readouterr().err
-    assert "3 cells; 2 stored, 1 to run" in err and "--hpc2n-weeks 0,1)" in err, err
+    assert "3 cells; 2 stored, 1 to run" in err and f"--hpc2n-weeks 0,1 of {swf})" in err, err
     assert json.loads((out / "config.json").read_text())["hpc2n"] == str(swf)
     _two_weeks(swf, run_time=70)  # the stored weeks' file is another now: refused, not run on it
     assert sweep_main([*argv[:-3], "--no-progress", *lublin]) == 2
-    assert f"{swf} is not the HPC2N file the stored cells ran" in capsys.readouterr().err
+    assert (f"vcemu sweep: the stored sweep's HPC2N weeks ran on {swf}, which is another file now; name them with "
+            "--hpc2n-weeks and --hpc2n of the file they ran, or use another --out") in capsys.readouterr().err
 
 
 def test_hpc2n_weeks_that_are_all_skipped_leave_no_trace_and_are_refused(tmp_path, capsys, fake_ray):
