@@ -668,18 +668,12 @@ def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
         return
     named = cfg["hpc2n"]
     if old.get("hpc2n_weeks") and not cfg["hpc2n_weeks"]:
-        from coordinator.provenance import file_sha256
-
         cfg["hpc2n"] = old.get("hpc2n", cfg["hpc2n"])
-        try:
-            now = file_sha256(cfg["hpc2n"])
-        except OSError as exc:
-            now, why = None, f"cannot be read now ({exc.strerror or exc})"
-        else:
-            why = "is another file now"
+        now, unread = _digest_now(cfg["hpc2n"])
         if now is None or old.get("hpc2n_sha256", now) != now:  # (none stored: older vcemu, the file at its path)
-            raise SystemExit(f"vcemu sweep: the stored sweep's HPC2N weeks ran on {cfg['hpc2n']}, which {why}; name "
-                             "them with --hpc2n-weeks and --hpc2n of the file they ran, or use another --out")
+            raise SystemExit(f"vcemu sweep: the stored sweep's HPC2N weeks ran on {cfg['hpc2n']}, which "
+                             f"{unread or 'is another file now'}; name them with --hpc2n-weeks and --hpc2n of the "
+                             "file they ran, or use another --out")
         cfg["hpc2n_sha256"] = now
     was = {k: cfg[k] for k in _EXTENDED}
     cfg["hpc2n_weeks"] = sorted(set(old.get("hpc2n_weeks") or ()) | set(cfg["hpc2n_weeks"]))
@@ -703,18 +697,26 @@ def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
               f"{cfg['unscaled']}, --loads {','.join(f'{x:g}' for x in cfg['loads'])}{weeks})", file=sys.stderr)
 
 
+def _digest_now(path: str) -> tuple[str | None, str]:
+    """The sha256 of the file at ``path`` now, or None and why (``cannot be read now (...)``): a stored sweep's
+    HPC2N file, checked before its weeks are reported or run again."""
+    from coordinator.provenance import file_sha256
+
+    try:
+        return file_sha256(path), ""
+    except OSError as exc:
+        return None, f"cannot be read now ({exc.strerror or exc})"
+
+
 def _stale_hpc2n(old: dict[str, Any]) -> str | None:
     """Why the HPC2N file a stored sweep ran is no longer at its path (another file, or none), or None:
     ``--report-only`` reports the stored cells all the same, and says so (it reported them in silence)."""
-    from coordinator.provenance import file_sha256
-
     path, digest = old.get("hpc2n"), old.get("hpc2n_sha256")
     if not old.get("hpc2n_weeks") or not isinstance(path, str) or not isinstance(digest, str):
         return None
-    try:
-        now = file_sha256(path)
-    except OSError as exc:
-        return f"the HPC2N file the stored cells ran, {path}, cannot be read now ({exc.strerror or exc})"
+    now, unread = _digest_now(path)
+    if now is None:
+        return f"the HPC2N file the stored cells ran, {path}, {unread}"
     if now == digest:
         return None
     return (f"{path} is not the HPC2N file the stored cells ran (sha256 {now[:12]}, they ran {digest[:12]}); the "

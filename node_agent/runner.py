@@ -313,9 +313,7 @@ class Task:
     def set_share(self, share: float) -> None:
         if not self.state.finished and self._booted:
             self._driver.set_cpu(self.cgroup, share * self.spec.host_cores)
-            if self._share_unwritten:
-                log.info("task %s: its share of %.3f is set", self.spec.task_id, share)
-            self._share_unwritten = False
+            self._share_written(share)
         self.cpu_share = share
 
     def _write_share(self) -> None:
@@ -329,9 +327,13 @@ class Task:
                             "poll", self.spec.task_id, self.cpu_share, e)
             self._share_unwritten = True
         else:
-            if self._share_unwritten:
-                log.info("task %s: its share of %.3f is set", self.spec.task_id, self.cpu_share)
-            self._share_unwritten = False
+            self._share_written(self.cpu_share)
+
+    def _share_written(self, share: float) -> None:
+        """A write of the task's share held: the retry after a failed one at its boot's end ends, and is said."""
+        if self._share_unwritten:
+            log.info("task %s: its share of %.3f is set", self.spec.task_id, share)
+        self._share_unwritten = False
 
     def pause(self) -> None:
         if self.state in (State.STARTING, State.RUNNING):
