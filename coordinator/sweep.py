@@ -545,12 +545,20 @@ def _weeks(text: str) -> list[int]:
 def _refuse_empty_grid(a: argparse.Namespace, algs: Sequence[str], pens: Sequence[float], loads: Sequence[float],
                        weeks: Sequence[int]) -> None:
     """Refuse settings that give no cell, naming the flags that make it so: such a run reported "0 cells", wrote
-    tables of nan and exited 0, as if it had run a sweep."""
+    tables of nan and exited 0, as if it had run a sweep. No trace named is no refusal where ``--out`` holds a sweep:
+    a rerun covers the stored sweep's traces too (:func:`_extend`), so ``--traces 0`` alone resumes a sweep of HPC2N
+    weeks; :func:`_refuse_no_trace` checks the union."""
     if not algs:
         raise SystemExit(f"vcemu sweep: --algorithms: no algorithm in {a.algorithms!r}; nothing to run")
     if not pens:
         raise SystemExit(f"vcemu sweep: --penalties: no penalty in {a.penalties!r}; nothing to run")
-    if (a.traces and loads) or a.unscaled or weeks:
+    if not (Path(a.out) / "config.json").exists():
+        _refuse_no_trace(a, {"traces": a.traces, "loads": loads, "unscaled": a.unscaled, "hpc2n_weeks": weeks})
+
+
+def _refuse_no_trace(a: argparse.Namespace, cfg: dict[str, Any]) -> None:
+    """Refuse a sweep whose settings ``cfg`` (the command's, or their union with a stored sweep's) name no trace."""
+    if (cfg["traces"] and cfg["loads"]) or cfg["unscaled"] or cfg["hpc2n_weeks"]:
         return
     lublin = f"--traces {a.traces}" if not a.traces else f"--loads {a.loads!r} (no load)"
     raise SystemExit(f"vcemu sweep: no trace to run: {lublin}, --unscaled {a.unscaled} and --hpc2n-weeks "
@@ -839,6 +847,8 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                 cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=policy_order)
                 cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
                 _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
+            if not a.report_only:  # (not refused before: --out held a sweep, whose traces the run covers too)
+                _refuse_no_trace(a, cfg)
             try:
                 traces = build_traces(cfg)
             except (OSError, ValueError) as exc:

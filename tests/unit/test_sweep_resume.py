@@ -262,6 +262,23 @@ def test_a_sweep_is_extended_by_more_hpc2n_weeks_of_the_same_file(tmp_path, caps
             "--hpc2n-weeks and --hpc2n of the file they ran, or use another --out") in capsys.readouterr().err
 
 
+def test_a_sweep_of_hpc2n_weeks_alone_is_resumed_naming_no_trace(tmp_path, capsys, fake_ray, no_reports):
+    """``--traces 0`` with no weeks named resumes a stored sweep of HPC2N weeks (the run covers the stored traces);
+    it was refused as "no trace to run" before the stored sweep was read. Into an empty --out it still is."""
+    swf = _two_weeks(tmp_path / "log.swf")
+    out = tmp_path / "sweep"
+    argv = ["--out", str(out), "--algorithms", "fcfs", "--penalties", "0", "--traces", "0", "--no-progress"]
+    fake_ray()
+    assert sweep_main([*argv, "--hpc2n", str(swf), "--hpc2n-weeks", "0,1"]) == 0
+    capsys.readouterr()
+    assert sweep_main(argv) == 0
+    err = capsys.readouterr().err
+    assert "2 cells; 2 stored, 0 to run" in err and f"--hpc2n-weeks 0,1 of {swf})" in err, err
+    assert sweep_main([*argv[:1], str(tmp_path / "empty"), *argv[2:]]) == 2
+    assert "vcemu sweep: no trace to run: --traces 0, --unscaled 0 and --hpc2n-weeks" in capsys.readouterr().err
+    assert not (tmp_path / "empty").exists()
+
+
 def test_hpc2n_weeks_that_are_all_skipped_leave_no_trace_and_are_refused(tmp_path, capsys, fake_ray):
     """Weeks with fewer than 2 jobs are skipped: when every week named is, the grid is empty, which ran as a sweep
     of "0 cells ... in 0.0 s" with tables of nan, exit status 0."""
