@@ -128,11 +128,17 @@ class _StateCollector(Collector):
             used = GaugeMetricFamily(
                 "vcemu_host_memory_used_bytes", "Measured memory in use on a host", labels=["host"]
             )
+            # The capacities, as the agents report them: what turns the measured bytes into a fraction (the
+            # allocated ratio's terms), and the cores the CPU ratios are fractions of (metrics review).
+            cores = GaugeMetricFamily("vcemu_host_cpu_cores", "CPU capacity of a host, in real cores",
+                                      labels=["host"])
+            memory = GaugeMetricFamily("vcemu_host_memory_bytes", "Memory capacity of a host", labels=["host"])
             for name, hs in self.host_status().items():
                 measured.add_metric([name], hs.cpu_measured)
                 used.add_metric([name], hs.memory_used_bytes)
-            yield measured
-            yield used
+                cores.add_metric([name], hs.cpu_cores)
+                memory.add_metric([name], hs.memory_bytes)
+            yield from (measured, used, cores, memory)
 
 
 class _MoveCounter(Collector):
@@ -239,14 +245,27 @@ class CoordinatorMetrics:
             "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
             registry=self.registry,
         )  # exposed as vcemu_agents_lost_total (issue 7)
+        self.agent_registrations = Counter(
+            "vcemu_agent_registrations", "Registrations of an agent with this coordinator: one when its process "
+            "starts, and one more each time it registers again (a restarted agent process, or one that found "
+            "itself unknown after a coordinator restart)", ["agent"], registry=self.registry,
+        )  # exposed as vcemu_agent_registrations_total
+        self.requeues = Counter(
+            "vcemu_jobs_requeued", "Running or paused jobs sent back to the queue, to start again from their last "
+            "progress: their agent was lost, restarted (a task vanished) or came back with other hosts, or a plan "
+            "carrying them out was interrupted",
+            ["policy"], registry=self.registry,
+        )  # exposed as vcemu_jobs_requeued_total
         self.tasks_unfenced = Counter(
             "vcemu_tasks_unfenced", "Tasks an agent froze when its lease ran out (no word from the coordinator) and "
             "the coordinator resumed", registry=self.registry,
         )  # exposed as vcemu_tasks_unfenced_total
         self.policy = policy
         self.engine = engine
-        for c in (self.stretch, self.decisions):
+        for c in (self.stretch, self.decisions, self.requeues):
             c.labels(policy)  # present from the start, at 0, so increase()/rate() see the first events
+        for state in JobState:  # (each state: a first cancel or failure after a start was no increase(); review)
+            self.transitions.labels(state.value, policy)
         engine.listeners.append(self._on_transition)
         engine.decision_listeners.append(self._on_decision)
 
@@ -257,6 +276,8 @@ class CoordinatorMetrics:
     def _on_transition(self, t: Transition) -> None:
         if t.src is not t.dst:  # (a share change or a move of a running job is recorded as running -> running)
             self.transitions.labels(t.dst.value, self.policy).inc()
+        if t.dst is JobState.PENDING and t.src in (JobState.RUNNING, JobState.PAUSED):
+            self.requeues.labels(self.policy).inc()
         self.moves.observe(t)
         if t.dst is JobState.DONE:
             spec = self.engine.history.specs[t.job]

@@ -196,9 +196,10 @@ class AgentCore:
         self._freezer = driver.fencer_args() is not None
         self._fencer_starts = 0
         self._fencer: subprocess.Popen[bytes] | None = self._start_fencer()
+        self._spares_for = [w for w in PROGRAMS if w in self.rates]  # the workloads whose programs have spares
         #: Programs started ahead, ``spares`` per calibrated workload once it has had a start (0: none; see
         #: :mod:`node_agent.spares`). Made last: it starts no process until the first start of a workload program.
-        self._spares = Spares(self._workdir, [w for w in PROGRAMS if w in self.rates], spares)
+        self._spares = Spares(self._workdir, self._spares_for, spares)
         self._monitor = threading.Thread(target=self._monitor_loop, name="agent-monitor", daemon=True)
         self._monitor.start()
 
@@ -755,7 +756,10 @@ class AgentCore:
         """How many task programs this agent has started, by (workload, "spare" or "cold"): a start that took a
         spare (:mod:`node_agent.spares`) or started the program then. A start that failed is not counted."""
         with self._lock:
-            return dict(self._program_starts)
+            # each program workload's series from the start, at 0: a counter that first appears at 1 reads as no
+            # increase() (metrics review)
+            zero = dict.fromkeys(((w, how) for w in self._spares_for for how in ("spare", "cold")), 0)
+            return {**zero, **self._program_starts}
 
     def _end_outside(self, task_id: str, task: Task | ModeledTask, kill: Callable[[], None]) -> None:
         """Mark a finished task as ending (reported as it is now) and ``kill`` it in a thread of its own, outside
