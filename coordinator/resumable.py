@@ -121,11 +121,13 @@ def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, 
 
 
 def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: Mapping[str, Any],
-                    ignore: Iterable[str], command: str) -> tuple[list[dict[str, str]], int] | None:
+                    ignore: Iterable[str], command: str,
+                    held: str = "the journal of a run") -> tuple[list[dict[str, str]], int] | None:
     """The journal ``out/journal`` of a run with the same settings (``ignore`` aside) and the same code as
     ``config``: its rows and dropped lines as :func:`read_journal` gives them; ``([], 0)`` when there is no
     journal; None, with one line on stderr saying why (:func:`stale_reason`), when ``out/config.json`` is another
-    run's or another code's, or unreadable: the caller then starts over."""
+    run's or another code's, or unreadable: the caller then starts over. ``held``: what the line says ``out`` holds
+    (a finished run's results, read as a journal, are no journal)."""
     import json
 
     path = out / journal
@@ -137,7 +139,7 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
     except (OSError, ValueError):
         why = "with an unreadable config.json"
     if why:
-        print(f"{command}: {out} holds the journal of a run {why}; starting over", file=sys.stderr)
+        print(f"{command}: {out} holds {held} {why}; starting over", file=sys.stderr)
         return None
     return read_journal(path, fieldnames)
 

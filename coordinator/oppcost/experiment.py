@@ -3,7 +3,8 @@ E-Mosix on identical job streams, the two averages of Table 2 and the scatter pl
 
 Execution ``k`` uses seed ``seed + k`` for its job stream (:func:`workloads.oppcost_mix.generate`) and for the
 methods' random choices, so any execution can be rerun alone. Executions run in worker processes (``--jobs``),
-which end if the command is killed (:func:`coordinator.resumable.die_with_parent`).
+which end if the command is killed (:func:`coordinator.resumable.die_with_parent`), and are handed to them a few at
+a time (:data:`AHEAD` per worker), not all at once (a queue whose memory grew with ``--executions``).
 
 Outputs in ``--out``: ``executions.csv`` (one row per execution: jobs, and per method mean slowdown, slowdown
 sum and migrations; a "job" in these counts and averages is one process: each component of a parallel job counts
@@ -21,8 +22,10 @@ so a run that is killed, or interrupted by Ctrl-C or SIGTERM (the finished execu
 ``summary.json`` says ``"interrupted": true`` and the exit code is 130), loses nothing: rerun the same command and
 it keeps those executions and runs only the missing ones, with the same results as an uninterrupted run. A
 finished run is kept the same way when the command is run again with more ``--executions`` (execution k depends
-on ``seed + k`` alone): only the new ones run. If the settings differ from the stored ``config.json`` (anything but
-``--jobs`` and ``--executions``), or the code does (its source fingerprint), it says so and starts over.
+on ``seed + k`` alone): only the new ones run. With fewer ``--executions`` the outputs describe those asked for: the
+stored executions past them are deleted (a later run with more runs them again), and a warning says how many. If the
+settings differ from the stored ``config.json`` (anything but ``--jobs`` and ``--executions``), or the code does (its
+source fingerprint), it says so and starts over.
 Interrupted before any execution finished, it says so and exits 130 too.
 
 ``summary.json``'s ``wall_seconds`` is the wall-clock time spent on its executions, whichever runs ran them: a
@@ -52,13 +55,15 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import itertools
 import json
 import math
 import os
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -96,6 +101,10 @@ OUTPUTS = ("executions.csv", JOURNAL, "table2.csv", "summary.json",
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
 #: ``executions`` too: execution k depends on ``seed + k`` alone, so a run of 400 keeps a run's first 300.
 NOT_RESULTS = ("jobs", "argv", "complete", "executions")
+#: Executions handed to the pool per worker ahead of the results taken: enough to keep every worker busy, few enough
+#: that memory does not grow with ``--executions`` (all submitted up front, 1,000,000 took 1.5 GB in 30 s before the
+#: first finished).
+AHEAD = 4
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,20 @@ def run_execution(cfg: Config, k: int) -> dict[str, float]:
         row[f"{name}_sum"] = sum(res.slowdowns)
         row[f"{name}_migrations"] = res.migrations
     return row
+
+
+def finished_executions(pool: ProcessPoolExecutor, cfg: Config, todo: Iterable[int],
+                        ahead: int) -> Iterator[tuple[int, Future]]:
+    """``(k, future)`` for each execution ``k`` of ``todo`` as it finishes, with at most ``ahead`` of them in
+    ``pool`` at a time: the next is submitted as each one is taken, before it is yielded, so the workers keep busy."""
+    todo = iter(todo)
+    pending = {pool.submit(run_execution, cfg, k): k for k in itertools.islice(todo, ahead)}
+    while pending:
+        fut = next(as_completed(pending))
+        k = pending.pop(fut)
+        for nxt in itertools.islice(todo, 1):
+            pending[pool.submit(run_execution, cfg, nxt)] = nxt
+        yield k, fut
 
 
 def with_jobs(rows: list[dict[str, float]]) -> list[dict[str, float]]:
@@ -299,26 +322,35 @@ def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] 
     of executions: an unfinished run's (its journal), or a finished run's (``executions.csv``; so that 300
     executions can be taken to 400 without running the 300 again). None (with a line on stderr) if ``out`` holds
     a run with other settings. Rows that do not check out are dropped, to be run again; rows past
-    ``--executions`` are left out."""
+    ``--executions`` are left out, and deleted (the journal is rewritten with the rows kept, and the run's outputs
+    removed): a line on stderr warns of it, as the outputs of a run of fewer executions no longer hold them."""
     finished = not (out / JOURNAL).exists() and (out / "executions.csv").exists()
     stored = unfinished_rows(out, "executions.csv" if finished else JOURNAL, FIELDS, config, NOT_RESULTS,
-                             "vcemu oppcost")
+                             "vcemu oppcost", "the results of a finished run" if finished else "the journal of a run")
     if stored is None:
         return None
     raw, dropped = stored
     rows: dict[int, dict[str, float]] = {}
-    beyond = 0
+    beyond: set[int] = set()
     for r in raw:
         row = _journal_row(r, replace(cfg, executions=2**62))
         if row is not None and row["execution"] >= cfg.executions:
-            beyond += 1
+            beyond.add(int(row["execution"]))
         elif row is None or row["execution"] in rows:
             dropped += 1
         else:
             rows[int(row["execution"])] = row
     say_resumed("vcemu oppcost", out, len(rows), cfg.executions, "executions", dropped,
                 source="the finished run" if finished else "the unfinished run",
-                carried=f"{beyond} past --executions {cfg.executions} left out" if beyond else "")
+                carried=f"{len(beyond)} past --executions {cfg.executions} left out" if beyond else "")
+    if beyond:
+        low, high = min(beyond), max(beyond)
+        span = (f"{low}" if low == high else f"{low}-{high}" if high - low + 1 == len(beyond)
+                else f"between {low} and {high}")  # (an unfinished run's journal may have gaps)
+        them = (f"the {len(beyond)} stored executions past it ({span}); they are" if len(beyond) > 1 else
+                f"the 1 stored execution past it ({span}); it is")
+        print(f"vcemu oppcost: warning: --executions {cfg.executions}: this run's outputs leave out {them} deleted, "
+              "not kept: a later run with more executions runs them again", file=sys.stderr)
     if finished and rows:  # into the journal before the run's outputs, executions.csv among them, are cleared
         Journal(out / JOURNAL, FIELDS, [rows[k] for k in sorted(rows)]).close()
     return [rows[k] for k in sorted(rows)]
@@ -473,6 +505,9 @@ def oppcost_main(argv: list[str]) -> int:
             print(f"vcemu oppcost: {flag}: must be >= 0 (random.Random(-s) draws what random.Random(s) does, so a "
                   f"negative seed repeats a positive one), got {seed}", file=sys.stderr)
             return 2
+    if not args.out.strip():  # (Path("") is the current directory: the results went there)
+        print("vcemu oppcost: --out: must be a folder's path, got an empty one", file=sys.stderr)
+        return 2
     cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
                  threshold=args.threshold, interval=args.interval, scale=args.scale,
                  cost_load=args.cost_load, fit=args.fit, split_memory=not args.whole_memory_per_component,
@@ -500,20 +535,20 @@ def oppcost_main(argv: list[str]) -> int:
     write_json(out / "config.json", config)
     t0 = time.monotonic()
     rows: list[dict[str, float]] = list(kept or [])
-    todo = sorted(set(range(cfg.executions)) - {int(r["execution"]) for r in rows})
+    done = {int(r["execution"]) for r in rows}
+    todo = (k for k in range(cfg.executions) if k not in done)  # (a generator: --executions 1000000 is no list)
     interrupted = False
     failed: str | None = None
     with signals_interrupt():  # SIGTERM as Ctrl-C here; a just-forked worker that gets either exits
         pool = ProcessPoolExecutor(max_workers=cfg.jobs, initializer=die_with_parent)
         try:
             with Journal(out / JOURNAL, FIELDS, rows) as journal:
-                futures = {pool.submit(run_execution, cfg, k): k for k in todo}
-                for fut in tqdm(as_completed(futures), total=cfg.executions, initial=len(rows),
-                                desc="oppcost executions", unit="exec", disable=None):  # (no bar off a terminal)
+                for k, fut in tqdm(finished_executions(pool, cfg, todo, AHEAD * cfg.jobs), total=cfg.executions,
+                                   initial=len(rows), desc="oppcost executions", unit="exec",
+                                   disable=None):  # (no bar off a terminal)
                     try:
                         rows.append(fut.result())
                     except SimulationTooLong as exc:
-                        k = futures[fut]
                         failed = _too_long(exc, f"execution {k} (seed {cfg.seed + k})", cfg)
                         break
                     journal.append(rows[-1:])
@@ -538,7 +573,7 @@ def oppcost_main(argv: list[str]) -> int:
         return 130
     # (a run that ran no execution, all kept, adds nothing: its summary has the earlier run's figure, not one that
     # grows by a fraction of a second every time the command is run again)
-    wall = time.monotonic() - t0 if todo else None
+    wall = time.monotonic() - t0 if len(done) < cfg.executions else None
     rows.sort(key=lambda r: r["execution"])
     write_text(out / "executions.csv", _csv_text(list(FIELDS), [[r[f] for f in FIELDS] for r in rows]))
     table = summarize(rows)

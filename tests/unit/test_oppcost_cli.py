@@ -247,3 +247,108 @@ def test_a_resumed_run_keeps_the_wall_time_of_the_executions_it_keeps(
     assert wall() < 4.0  # (this run's own: one execution)
     assert ("not counting the 2 executions kept whose time no summary.json recorded (a run killed before writing "
             "it)" in capsys.readouterr().out)
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``--out ''`` wrote every result into the current directory and exited 0 (user review), as ``vcemu apc`` did
+    before it refused it."""
+    monkeypatch.chdir(tmp_path)
+    assert oc.oppcost_main([*QUICK, "--out", ""]) == 2
+    _one_line(capsys.readouterr().err, "vcemu oppcost: --out: must be a folder's path, got an empty one")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fewer_executions_than_a_stored_run_warn_that_the_rest_are_deleted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--executions 4`` then ``--executions 2`` into the same --out dropped executions 2 and 3 without a word
+    (user review). The outputs still describe the 2 asked for; one line warns that the other 2 are gone for good
+    (the journal keeps only this run's executions, so a later run with more runs them again). Likewise from an
+    unfinished run's journal. Nothing is said when none is left out."""
+    out = tmp_path / "out"
+    args = ["--jobs", "1", "--duration", "30", "--out", str(out)]
+    assert oc.oppcost_main(["--executions", "4", *args]) == 0
+    capsys.readouterr()
+    assert oc.oppcost_main(["--executions", "2", *args]) == 0
+    (warning,) = [x for x in capsys.readouterr().err.splitlines() if "warning" in x]
+    assert warning == ("vcemu oppcost: warning: --executions 2: this run's outputs leave out the 2 stored executions "
+                       "past it (2-3); they are deleted, not kept: a later run with more executions runs them again")
+    assert [r["execution"] for r in csv.DictReader((out / "executions.csv").open(newline=""))] == ["0", "1"]
+    assert oc.oppcost_main(["--executions", "2", *args]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert oc.oppcost_main(["--executions", "1", *args]) == 0
+    assert ("vcemu oppcost: warning: --executions 1: this run's outputs leave out the 1 stored execution past it (1); "
+            "it is deleted" in capsys.readouterr().err)
+
+    assert oc.oppcost_main(["--executions", "4", *args]) == 0
+    lines = (out / "executions.csv").read_text().splitlines(keepends=True)
+    (out / oc.JOURNAL).write_text("".join(lines[:3] + lines[4:]))  # as an interrupted run of 4 leaves it: 0, 1, 3
+    conf = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    capsys.readouterr()
+    assert oc.oppcost_main(["--executions", "1", *args]) == 0
+    assert ("vcemu oppcost: warning: --executions 1: this run's outputs leave out the 2 stored executions past it "
+            "(between 1 and 3); they are deleted" in capsys.readouterr().err)
+    assert oc.oppcost_main(["--executions", "4", *args]) == 0  # run again, not taken from anywhere
+    assert "1 of 4 executions kept" in capsys.readouterr().err
+
+
+class _CountingPool(_InlinePool):
+    """:class:`_InlinePool` that records how many executions were handed to it ahead of the results taken."""
+
+    def __init__(self, *_, **__) -> None:
+        self.ahead = 0
+        self.most_ahead = 0
+
+    def submit(self, fn, *args):  # noqa: ANN001, ANN202
+        fut = super().submit(fn, *args)
+        real_result = fut.result
+
+        def result(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            self.ahead -= 1
+            return real_result(*a, **kw)
+
+        fut.result = result
+        self.ahead += 1
+        self.most_ahead = max(self.most_ahead, self.ahead)
+        return fut
+
+
+def test_executions_are_handed_to_the_pool_a_few_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every execution was submitted up front: ``--executions 1000000`` grew to 1.5 GB in 30 s before the first
+    finished (user review). At most :data:`~coordinator.oppcost.experiment.AHEAD` per worker are in the pool ahead
+    of the results taken, and the one being taken (its successor is submitted first); the results are those of the
+    same run in worker processes."""
+    pools: list[_CountingPool] = []
+
+    def counting(*args, **kwargs) -> _CountingPool:  # noqa: ANN002, ANN003
+        pools.append(_CountingPool(*args, **kwargs))
+        return pools[-1]
+
+    args = ["--executions", "12", "--duration", "30"]
+    assert oc.oppcost_main([*args, "--jobs", "1", "--out", str(tmp_path / "ref")]) == 0
+    monkeypatch.setattr(oc, "ProcessPoolExecutor", counting)
+    assert oc.oppcost_main([*args, "--jobs", "2", "--out", str(tmp_path / "out")]) == 0
+    assert pools[0].most_ahead == 2 * oc.AHEAD + 1 < 12
+    for name in ("executions.csv", "table2.csv"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+
+
+def test_a_stored_run_with_other_settings_is_named_as_finished_or_unfinished(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A finished run has no journal, yet a rerun with other settings said --out "holds the journal of a run with
+    other settings" (user review); an unfinished run's journal is still named as such."""
+    out = tmp_path / "out"
+    args = [*QUICK, "--out", str(out)]
+    assert oc.oppcost_main(args) == 0
+    capsys.readouterr()
+    assert oc.oppcost_main([*args, "--seed", "2"]) == 0
+    _one_line(capsys.readouterr().err,
+              f"vcemu oppcost: {out} holds the results of a finished run with other settings (seed); starting over")
+    (out / oc.JOURNAL).write_text((out / "executions.csv").read_text())  # as an interrupted run leaves it
+    conf = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    assert oc.oppcost_main(args) == 0
+    _one_line(capsys.readouterr().err,
+              f"vcemu oppcost: {out} holds the journal of a run with other settings (seed); starting over")
