@@ -245,10 +245,13 @@ class CoordinatorMetrics:
             "vcemu_agents_lost", "Agents declared lost (missed heartbeats); their jobs were requeued",
             registry=self.registry,
         )  # exposed as vcemu_agents_lost_total (issue 7)
+        # No agent label: an agent started without --agent-id takes a new id at each start (its pid), and a series
+        # per id would outlive the LOST_KEPT bound on the others; and one there from the start, at 0, lets
+        # increase() count a first registration too (review). Which agent: the coordinator's log says.
         self.agent_registrations = Counter(
-            "vcemu_agent_registrations", "Registrations of an agent with this coordinator: one when its process "
-            "starts, and one more each time it registers again (a restarted agent process, or one that found "
-            "itself unknown after a coordinator restart)", ["agent"], registry=self.registry,
+            "vcemu_agent_registrations", "Agent registrations this coordinator accepted: an agent process's start, "
+            "and each registration again (a restarted process under the same id, an agent back after it was "
+            "declared lost or unknown, a registration retried after its reply was late)", registry=self.registry,
         )  # exposed as vcemu_agent_registrations_total
         self.requeues = Counter(
             "vcemu_jobs_requeued", "Running or paused jobs sent back to the queue, to start again from their last "

@@ -435,7 +435,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 if self.s.backend.reference is not None:
                     self.s.store.keep_reference(self.s.backend.reference.SerializeToString())
             lease_s = self.s.grant(d.agent_id)
-        self.s.metrics.agent_registrations.labels(d.agent_id).inc()
+        self.s.metrics.agent_registrations.inc()
         log.info("agent %s at %s registered %d host%s", d.agent_id, request.address, len(hosts),
                  "" if len(hosts) == 1 else "s")
         return pb.RegisterAgentReply(hosts=[h.name for h in hosts], heartbeat_interval_s=self.s.heartbeat_s,

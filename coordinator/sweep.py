@@ -856,6 +856,10 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
             if not traces and not a.report_only:  # the flags named some (config_from_args): HPC2N weeks, all skipped
                 raise SystemExit(f"vcemu sweep: no trace to run: every week of --hpc2n-weeks {a.hpc2n_weeks!r} was "
                                  "skipped (fewer than 2 jobs), and --traces and --unscaled give none")
+            if not traces:  # (--report-only of stored cells without a config.json: it wrote empty tables, exit 0)
+                where = "the stored config.json" if cfg_path.exists() else "the command (there is no config.json)"
+                raise SystemExit(f"vcemu sweep: --report-only: no trace to report: {where} names none; give the "
+                                 "--traces, --unscaled or --hpc2n-weeks its cells ran")
             code = source_fingerprint()
             grid = [(cell_key(tr.id, alg, pen), tr, alg, pen)
                     for tr in traces for pen in cfg["penalties"] for alg in cfg["algorithms"]]

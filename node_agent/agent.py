@@ -759,6 +759,7 @@ class AgentCore:
             # each program workload's series from the start, at 0: a counter that first appears at 1 reads as no
             # increase() (metrics review)
             zero = dict.fromkeys(((w, how) for w in self._spares_for for how in ("spare", "cold")), 0)
+            zero[TRANSACTIONAL, "cold"] = 0  # (a server never starts from a spare: its stdout is a pipe)
             return {**zero, **self._program_starts}
 
     def _end_outside(self, task_id: str, task: Task | ModeledTask, kill: Callable[[], None]) -> None:

@@ -345,8 +345,9 @@ def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] 
                 carried=f"{len(beyond)} past --executions {cfg.executions} left out" if beyond else "")
     if beyond:
         low, high = min(beyond), max(beyond)
-        span = (f"{low}" if low == high else f"{low}-{high}" if high - low + 1 == len(beyond)
-                else f"between {low} and {high}")  # (an unfinished run's journal may have gaps)
+        # (an unfinished run's journal may have gaps: "between 1 and 3" read as if 2 were among them; review)
+        span = (f"{low}-{high}" if high - low + 1 == len(beyond) > 1 else ", ".join(map(str, sorted(beyond)))
+                if len(beyond) <= 5 else f"from {low} to {high}, with gaps")
         them = (f"the {len(beyond)} stored executions past it ({span}); they are" if len(beyond) > 1 else
                 f"the 1 stored execution past it ({span}); it is")
         print(f"vcemu oppcost: warning: --executions {cfg.executions}: this run's outputs leave out {them} deleted, "
@@ -505,9 +506,6 @@ def oppcost_main(argv: list[str]) -> int:
             print(f"vcemu oppcost: {flag}: must be >= 0 (random.Random(-s) draws what random.Random(s) does, so a "
                   f"negative seed repeats a positive one), got {seed}", file=sys.stderr)
             return 2
-    if not args.out.strip():  # (Path("") is the current directory: the results went there)
-        print("vcemu oppcost: --out: must be a folder's path, got an empty one", file=sys.stderr)
-        return 2
     cfg = Config(executions=args.executions, seed=args.seed, jobs=args.jobs, beta=args.beta, window=args.window,
                  threshold=args.threshold, interval=args.interval, scale=args.scale,
                  cost_load=args.cost_load, fit=args.fit, split_memory=not args.whole_memory_per_component,
@@ -521,6 +519,9 @@ def oppcost_main(argv: list[str]) -> int:
             return 1
         print("\n".join(lines))
         return 0
+    if not args.out.strip():  # (Path("") is the current directory: the results went there; --explain writes none)
+        print("vcemu oppcost: --out: must be a folder's path, got an empty one", file=sys.stderr)
+        return 2
     try:
         out = usable_out_dir(args.out)
     except ValueError as exc:

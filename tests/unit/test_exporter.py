@@ -98,6 +98,7 @@ def test_every_state_and_the_requeues_are_series_from_the_start_and_count_a_requ
     for state in ("pending", "running", "paused", "done", "failed", "cancelled"):
         assert sample(m, "vcemu_job_transitions_total", to_state=state, policy="greedy") == 0, state
     assert sample(m, "vcemu_jobs_requeued_total", policy="greedy") == 0
+    assert sample(m, "vcemu_agent_registrations_total") == 0
     engine.arrive(JobSpec("a", 0.0, 1, 1.0, 0.3, 100.0))
     while engine.jobs["a"].state is not JobState.RUNNING:
         engine.step()
@@ -139,7 +140,7 @@ def test_a_lost_agent_stays_down_until_it_registers_again():
             assert sample(server.metrics, "vcemu_agent_up", agent="a0", mode="cgroup-v1") == 1
             assert sample(server.metrics, "vcemu_agents_registered") == 1
             # (a restart under the same id, seen only as a registration more when it beats its loss; review)
-            assert sample(server.metrics, "vcemu_agent_registrations_total", agent="a0") == 2
+            assert sample(server.metrics, "vcemu_agent_registrations_total") == 2
             assert len([a for a in server.agent_health() if a.agent == "a0"]) == 1
     finally:
         server.stop()

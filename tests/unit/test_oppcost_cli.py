@@ -257,6 +257,8 @@ def test_an_empty_out_is_refused_not_taken_for_the_current_directory(tmp_path: P
     assert oc.oppcost_main([*QUICK, "--out", ""]) == 2
     _one_line(capsys.readouterr().err, "vcemu oppcost: --out: must be a folder's path, got an empty one")
     assert list(tmp_path.iterdir()) == []
+    assert oc.oppcost_main(["--explain", "1", "--duration", "100", "--out", ""]) == 0  # (it writes nothing)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fewer_executions_than_a_stored_run_warn_that_the_rest_are_deleted(
@@ -288,7 +290,7 @@ def test_fewer_executions_than_a_stored_run_warn_that_the_rest_are_deleted(
     capsys.readouterr()
     assert oc.oppcost_main(["--executions", "1", *args]) == 0
     assert ("vcemu oppcost: warning: --executions 1: this run's outputs leave out the 2 stored executions past it "
-            "(between 1 and 3); they are deleted" in capsys.readouterr().err)
+            "(1, 3); they are deleted" in capsys.readouterr().err)
     assert oc.oppcost_main(["--executions", "4", *args]) == 0  # run again, not taken from anywhere
     assert "1 of 4 executions kept" in capsys.readouterr().err
 

@@ -614,6 +614,21 @@ def test_report_only_of_a_folder_without_a_sweep_creates_nothing(tmp_path, capsy
     assert not list(tmp_path.iterdir())
 
 
+def test_report_only_of_cells_without_a_config_that_names_no_trace_is_refused(tmp_path, capsys, fake_ray,
+                                                                             no_reports):
+    """Stored cells, no config.json and ``--traces 0``: it reported "0 cells; 0 stored", wrote empty tables and
+    exited 0, leaving the stored cells out (review)."""
+    out = tmp_path / "sweep"
+    assert sweep_main(_argv(out, algorithms="fcfs")) == 0
+    (out / "config.json").unlink()
+    capsys.readouterr()
+    assert sweep_main([*_argv(out, "--report-only", algorithms="fcfs"), "--traces", "0"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "vcemu sweep: --report-only: no trace to report: the command (there is no config.json) names none; give the "
+        "--traces, --unscaled or --hpc2n-weeks its cells ran")
+    assert sweep_main(_argv(out, "--report-only", algorithms="fcfs")) == 0  # naming them reports the cell
+
+
 def test_report_only_words_what_it_leaves_out_and_exits_1_when_cells_are_missing(tmp_path, capsys, fake_ray):
     out = tmp_path / "sweep"
     fake_ray()
