@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_parsers(sub)
 
     sp = sub.add_parser("simulate", help="run a job file through a policy in virtual time")
-    sp.add_argument("jobs_file", help="JSON lines or CSV (.gz too), or an SWF trace (.swf, .swf.gz; see --segment)")
+    sp.add_argument("jobs_file", help="JSON lines or CSV (.gz too), or an SWF trace (.swf, .swf.gz; see --segment); "
+                    "- reads JSON lines from standard input")
     sp.add_argument("--policy", type=policy_name, required=True,
                     help=POLICY_HELP.replace(" (default %(default)s)", ""))
     sp.add_argument("--hosts", type=positive("--hosts", int), default=4, help="identical hosts (default 4)")

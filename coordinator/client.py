@@ -548,7 +548,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--request-id", default=None,
                     help="makes the submit idempotent; with --file, the prefix of every job's request id")
     sp.add_argument("--file", default=None, metavar="JOBS",
-                    help="submit every job of a job file (.jsonl or .csv, see README) in batches, all at once: its "
+                    help="submit every job of a job file (.jsonl or .csv, see README; - reads JSON lines from standard "
+                    "input) in batches, all at once: its "
                     "submit times are ignored, as are the other job flags")
     sp.set_defaults(func=cmd_submit)
 

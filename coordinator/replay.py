@@ -116,7 +116,8 @@ def _mem_size(text: str) -> str:
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p = Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]), epilog=EXIT_STATUS)
-    p.add_argument("trace", help="job file (JSON lines / CSV) or SWF trace (.swf, .swf.gz)")
+    p.add_argument("trace", help="job file (JSON lines / CSV; - reads JSON lines from standard input) or SWF trace "
+                   "(.swf, .swf.gz)")
     p.add_argument("--policy", default="dynmcb8-asap-per", help=POLICY_HELP)
     p.add_argument("--compress", type=positive("--compress"), default=60.0,
                    help="time compression factor K (> 0; default %(default)g: an hour of the trace in a minute)")

@@ -32,6 +32,7 @@ import io
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -118,9 +119,15 @@ def _is_csv(path: str) -> bool:
     return path.lower().endswith((".csv", ".csv.gz"))
 
 
+#: The path that names standard input, as in most command-line tools (a job file piped from a generator: JSON lines).
+STDIN = "-"
+
+
 def _read_bytes(path: str) -> bytes:
     """The whole file, read once: what is parsed is then what is hashed, even if the file changes meanwhile or
-    is a pipe (``/dev/stdin``). OSError as open() raises it."""
+    is a pipe (``/dev/stdin``, or :data:`STDIN`). OSError as open() raises it."""
+    if path == STDIN:
+        return sys.stdin.buffer.read()
     with open(path, "rb") as fh:
         return fh.read()
 
@@ -408,7 +415,8 @@ def load_jobs(
     timed: bool = True,
 ) -> JobFile:
     """Read a job file whole, once, and check it: its jobs in file order, with the hash of the bytes parsed
-    (hashing the path later would hash whatever is there then, and the empty string for ``/dev/stdin``).
+    (hashing the path later would hash whatever is there then, and the empty string for ``/dev/stdin``). ``-``
+    (:data:`STDIN`) is standard input, read as JSON lines.
 
     ``.swf`` / ``.swf.gz`` files go through the HPC2N conversion of 001 Sec. IV-C
     (:func:`workloads.annotate.convert_hpc2n`); with ``segment=k`` only week ``k`` is returned, its
@@ -425,7 +433,7 @@ def load_jobs(
         raise ValueError("--segment: only SWF traces are split into weeks")
     data = _read_bytes(p)
     digest = hashlib.sha256(data).hexdigest()
-    abspath = os.path.abspath(p)
+    abspath = p if p == STDIN else os.path.abspath(p)  # (not a file "-" in the current folder)
     if is_swf(p):
         return _load_swf(p, abspath, data, digest, hosts, segment, workload, refuse)
     numbered = list(_iter_numbered(p, data, hosts, refuse, _REQUIRED if timed else _UNTIMED))

@@ -188,15 +188,18 @@ def test_config_hashes_the_bytes_the_run_parsed_not_what_the_path_holds_after(
     assert config["swf_conversion"] is None
 
 
-def test_config_of_jobs_read_from_stdin_hashes_them(jobs: Path, tmp_path: Path) -> None:
-    """/dev/stdin read a second time after the run is empty: config.json had the empty string's hash."""
+@pytest.mark.parametrize("name", ["/dev/stdin", "-"])
+def test_config_of_jobs_read_from_stdin_hashes_them(jobs: Path, tmp_path: Path, name: str) -> None:
+    """/dev/stdin read a second time after the run is empty: config.json had the empty string's hash. ``-`` is
+    standard input too (it was a file named "-" that was not there)."""
     out = tmp_path / "results"
     p = subprocess.run([sys.executable, "-m", "coordinator.cli", "simulate", "--policy", "greedy", "--json",
-                        "/dev/stdin", "--out", str(out)], input=jobs.read_bytes(), capture_output=True, cwd=ROOT,
+                        name, "--out", str(out)], input=jobs.read_bytes(), capture_output=True, cwd=ROOT,
                        timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     config = json.loads(next(out.iterdir()).joinpath("config.json").read_text())
     assert config["jobs_file_sha256"] == hashlib.sha256(jobs.read_bytes()).hexdigest()
+    assert config["jobs_file"] == name and (config["jobs_file_abspath"] == "-") == (name == "-")
     assert json.loads(p.stdout)["completed"] == 3
 
 
