@@ -38,6 +38,10 @@ untimed, on a tiny instance (:func:`_warm`): the first MCB8 call of a process lo
 (about 0.4 s, against well under a millisecond for a small instance), which would otherwise land in the run time of
 whichever instance that worker solved first.
 
+A row's ``status`` is its solver's: the MILP's for the MILP row, and the LP relaxation's for the RRND and RRNZ rows
+(which round it), so a rounding that found no allocation is ``failed`` 1 beside the relaxation's ``optimal``; empty for
+the heuristics and the LP bound.
+
 The MILP's ``--milp-time-limit`` is wall-clock time: where it binds (status ``time_limit``: the best solution found
 by then, or a failure), the row depends on the machine's speed and load, and two identical runs can differ. MILP
 rows are reproducible only where the limit does not bind; each set's report counts the ``time_limit`` rows (on
