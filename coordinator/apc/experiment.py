@@ -50,12 +50,14 @@ is everything it carries from one cycle to the next, so a continued simulation w
 journal rows of an uninterrupted one (its measured ``seconds`` are those up to the checkpoint plus those after it).
 There is one checkpoint file: a simulation that runs past 10 s saves over another's. A kill therefore loses at most
 10 s plus one control cycle of the simulation it interrupts, if its saves succeed (a simulation quicker than 10 s
-never saves, and is run again in full). Measured at the default settings on 2 shared cores: EDF and FCFS cells and
-the static configurations take under a second, an APC cell of Experiment Two 25 s (inter-arrival 200 s) to 85 s
-(50 s), Experiment One 35 s, and Experiment Three's dynamic configuration 9 minutes (545 s) over 217 cycles of 2.5 s
-on average and 23 s at most (its 5 longest 12 to 23 s), so a kill there now loses at most about 33 s instead of up
-to 9 minutes. A save writes everything recorded so far (about 150 KB at the end of that simulation, 200 KB for an
-Experiment Two cell of 800 jobs) and took 10 to 55 ms (the JSON encoding about 4 ms of it): at most one every 10 s.
+never saves, and is run again in full). Measured at the default settings on this project's 2-core development
+machine: EDF and FCFS cells and the static configurations take 0.1 to 0.3 s, an APC cell of Experiment Two 6 s
+(inter-arrival 200 s) to 18 s (50 s), Experiment One 7.5 s (the whole ``--experiments one`` 8.5 s, and
+``--experiments two --exp2-iats 50`` with its four algorithms 20 s), and Experiment Three's dynamic configuration
+34 s over 217 cycles of 0.15 s on average and 1.5 s at most (its 5 longest 0.4 to 1.5 s), so a kill there loses at
+most about 12 s instead of up to 34 s. A save writes everything recorded so far (about 140 KB at the end of that
+simulation, 180 to 200 KB for an Experiment Two cell of 800 jobs) and took 2 to 4 ms (the JSON encoding 2 to 3 ms of
+it; each final state saved five times in a row): at most one every 10 s.
 """
 
 from __future__ import annotations
@@ -77,8 +79,16 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from coordinator.apc.sim import SimConfig, SimResult, SimState, simulate
-from coordinator.apc.workloads import cluster, describe, exp1_jobs, exp2_jobs, exp3_app, exp3_jobs
+from coordinator.apc.sim import SimConfig, SimResult, SimState, SimulationStuck, horizon_cycles, simulate
+from coordinator.apc.workloads import (
+    cluster,
+    describe,
+    exp1_jobs,
+    exp2_jobs,
+    exp3_app,
+    exp3_jobs,
+    shortest_relative_goal,
+)
 from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
@@ -123,6 +133,18 @@ FIELDS = ("unit", "record", "data")
 #: :func:`unit_settings`, and is reused only by a run with the same). ``--seed`` and ``--cycle`` are not here.
 NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent", "exp1_jobs",
                "exp2_jobs", "exp2_iats", "exp2_algorithms", "exp3_horizon")
+#: The longest ``--cycle`` [s]. A job can wait a whole control cycle before APC first places it, and its relative
+#: performance (eq. 2) is then about 1 - T / its relative goal; APC compares values only down to -1000
+#: (:mod:`coordinator.policies.apc`'s floor), below which placing a job and leaving it queued look alike. At
+#: ``--cycle 1e8`` every Experiment One job (relative goal 47,520 s) was there: APC placed none and the run never
+#: ended (5e7 did the same; 4.7e7 finished). 100 times the shortest relative goal of the experiments' jobs (780 s,
+#: Experiment Two's) keeps a job that waited one cycle at about -100 at worst: ten cycles before APC loses sight of it.
+MAX_CYCLE = 100 * shortest_relative_goal()
+#: The most jobs an Experiment Two stream may draw (:func:`exp2_draws`): a million took 4.5 s and 0.5 GB to draw on 2
+#: cores; ``--exp2-iats 1e-9`` tried to allocate 72.8 TiB for 8e14.
+MAX_EXP2_DRAWS = 1_000_000
+#: ``--live-seconds`` when not given (it may be given only with ``--live``).
+LIVE_SECONDS = 40.0
 #: What :func:`coordinator.apc.live.live_experiment_three` writes in ``--out``/live (not imported from there: it
 #: needs gRPC, and only ``--live`` does).
 LIVE_OUTPUTS = ("config.json", "live_cycles.csv", "fig_live.png")
@@ -478,6 +500,13 @@ def experiment_one(out: Path, seed: int, jobs: int, T: float, units: Units | Non
 # --------------------------------------------------------------------------- Experiment Two
 
 
+def exp2_draws(jobs: int, iat: float) -> float:
+    """How many jobs Experiment Two draws (the whole part) for a run of ``jobs`` completions at mean inter-arrival
+    time ``iat``: three times as many, or more, enough to keep arriving for 1000 s per completion. A float, inf
+    for an ``iat`` near 0, so that :func:`apc_main` can refuse too many before drawing any."""
+    return jobs * max(3.0, 1000.0 / iat)
+
+
 def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: float,
                    algos: tuple[str, ...] = ALGOS, units: Units | None = None) -> dict[str, Any]:
     units = units or Units()
@@ -487,7 +516,7 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
         for algo in algos:
             key = _key_two(iat, algo)
             if stream is None and not units.has(key):
-                stream = exp2_jobs(int(jobs * max(3.0, 1000.0 / iat)), seed, iat)
+                stream = exp2_jobs(int(exp2_draws(jobs, iat)), seed, iat)
             done = units.run(key, SimConfig(cluster(), algo, T, Costs.none(), stop_after_completed=jobs),
                              stream or [], jobs, cycles=False)
             res = done.result
@@ -537,10 +566,18 @@ def _symlog_margins(ax: Any, ys: Sequence[float], linthresh: float, margin: floa
     ax.yaxis.set_major_formatter(FuncFormatter(label))
 
 
+def fig5_iats(iats: Sequence[float]) -> list[float]:
+    """The inter-arrival times Fig. 5 has a panel for, at most two of those run: the paper's 200 s and 50 s where run
+    (in that order), then the others in the order given (``--exp2-iats 100,200`` showed only 200 s)."""
+    paper = [i for i in (200.0, 50.0) if i in iats]
+    return (paper + [i for i in iats if i not in paper])[:2]
+
+
 def plot_exp2(out: Path, summary: Sequence[Mapping[str, Any]], all_jobs: Sequence[Mapping[str, Any]],
               iats: Sequence[float], algos: Sequence[str]) -> None:
     """Figs. 3-5 from Experiment Two's summary rows and per-job rows (as written to ``exp2_summary.csv`` and
-    ``exp2_jobs.csv``)."""
+    ``exp2_jobs.csv``). Fig. 5 has a panel for each of the paper's 200 s and 50 s that was run, and fills up to two
+    panels with the other inter-arrival times run, in the order given (:func:`fig5_iats`)."""
     import matplotlib.pyplot as plt
 
     for key, fname, ylabel, title in (
@@ -563,7 +600,7 @@ def plot_exp2(out: Path, summary: Sequence[Mapping[str, Any]], all_jobs: Sequenc
         fig.tight_layout()
         save_figure(fig, out / fname, dpi=120)
         plt.close(fig)
-    shown = [i for i in (200.0, 50.0) if i in iats] or list(iats[:2])
+    shown = fig5_iats(iats)
     fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown) + 1.2, 4.5), squeeze=False)
     offsets = {"apc": -0.3, "edf": -0.1, "fcfs": 0.1, "edf-repack": 0.3}
     factors = sorted({j["goal_factor"] for j in all_jobs})
@@ -603,7 +640,7 @@ def experiment_three(out: Path, seed: int, T: float, horizon: float, units: Unit
         static_nodes = tuple(n.id for n in nodes[:static]) if static else ()
         cfg = SimConfig(nodes, "apc" if not static else "fcfs", T, Costs(), apps=(app,),
                         static_app_nodes=static_nodes, horizon=horizon)
-        res = units.run(_key_three(name), cfg, jobs, int(horizon // T), per="cycle").result
+        res = units.run(_key_three(name), cfg, jobs, horizon_cycles(horizon, T), per="cycle").result
         for c in res.cycles:
             cycles.append({"config": name, **c})
         ta = np.array([c["web_rp"] for c in res.cycles], dtype=float)
@@ -677,7 +714,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/apc",
                    help="results folder; a rerun there reuses its journalled simulations (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the job streams (default %(default)s)")
-    p.add_argument("--cycle", type=float, default=600.0, help="control cycle T [s] (003: 600)")
+    p.add_argument("--cycle", type=float, default=600.0, help=f"control cycle T [s] (003: 600; at most {MAX_CYCLE:g})")
     p.add_argument("--exp1-jobs", type=int, default=800,
                    help="completions in Experiment One (003: 800; see --exp2-jobs)")
     p.add_argument("--exp2-jobs", type=int, default=800,
@@ -692,10 +729,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="simulated seconds of Experiment Three (> 0; default %(default)g)")
     p.add_argument("--live", action="store_true",
                    help="also run a shortened Experiment Three live (never resumed: a rerun runs it again in full)")
-    p.add_argument("--live-seconds", type=float, default=40.0,
-                   help="length of the live run [s] (at least 2; default %(default)g)")
+    # (no default here: given without --live it is refused, LIVE_SECONDS otherwise)
+    p.add_argument("--live-seconds", type=float, default=None,
+                   help=f"length of the live run [s], with --live (at least 2; default {LIVE_SECONDS:g})")
     p.add_argument("--live-agent", metavar="HOST:PORT", default=None,
-                   help="run the live experiment on this running `vcemu agent` (its first host); "
+                   help="with --live, run the live experiment on this running `vcemu agent` (its first host); "
                         "default: an in-process agent with one 1-core host")
     return p
 
@@ -741,19 +779,38 @@ def apc_main(argv: list[str]) -> int:
               ("--exp2-jobs", args.exp2_jobs, args.exp2_jobs >= 1, "must be >= 1"),
               ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) and i > 0 for i in iats),
                "must be finite numbers > 0")]
-    # (checked whether or not they are used: a --live-seconds of -1 without --live was taken without a word)
+    # A --cycle of 1e8 ran for ever, placing nothing (MAX_CYCLE); --exp2-iats 1e-9 tried to allocate 72.8 TiB
+    checks.append(("--cycle", args.cycle, not args.cycle > MAX_CYCLE,
+                   f"must be at most {MAX_CYCLE:g} s, 100 times the shortest relative goal of the experiments' jobs "
+                   f"({shortest_relative_goal():g} s): a job may wait a cycle before APC first places it, and with its "
+                   f"relative performance then below -1000 (about -T / {shortest_relative_goal():g} s) APC cannot tell "
+                   "placing it from not (the run may never end)"))
+    most = MAX_EXP2_DRAWS
+    checks.append(("--exp2-jobs", args.exp2_jobs, 3 * args.exp2_jobs <= most,
+                   f"must be at most {most // 3:,} (Experiment Two draws at least three times as many jobs, at most "
+                   f"{most:,})"))
+    many = [i for i in iats if math.isfinite(i) and i > 0 and exp2_draws(args.exp2_jobs, i) > most]
+    checks.append(("--exp2-iats", ",".join(f"{i:g}" for i in many), not many,
+                   f"must each be at least {1000.0 * args.exp2_jobs / most:g} s for {args.exp2_jobs} completions "
+                   f"(Experiment Two draws max(3, 1000 / the inter-arrival time) jobs per completion, at most "
+                   f"{most:,})"))
+    # (checked whether or not they are used: an --exp3-horizon of -1 without Experiment Three was taken without a
+    # word; --live-seconds and --live-agent without --live were ignored, and config.json recorded them as run)
     checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
                    "must be a finite number > 0 (simulated seconds)"))
+    checks += [(flag, value, args.live or value is None, "needs --live (without it no live experiment runs)")
+               for flag, value in (("--live-seconds", args.live_seconds), ("--live-agent", args.live_agent))]
     from coordinator.apc.live import LiveConfig
 
     cycle = LiveConfig().T
-    checks.append(("--live-seconds", args.live_seconds,
-                   math.isfinite(args.live_seconds) and args.live_seconds >= cycle,
+    seconds = LIVE_SECONDS if args.live_seconds is None else args.live_seconds
+    checks.append(("--live-seconds", seconds, math.isfinite(seconds) and seconds >= cycle,
                    f"must be a finite number >= {cycle:g} (one control cycle of the live run)"))
     line = first_refusal("vcemu apc", checks)
     if line is not None:
         print(line, file=sys.stderr)
         return 2
+    args.live_seconds = seconds  # (what config.json records and the live run takes)
     if args.live and args.live_agent is not None:
         from coordinator.apc.live import LiveAgentError, check_agent
 
@@ -809,6 +866,10 @@ def _run(out: Path, args: argparse.Namespace, exps: list[str], iats: tuple[float
         print(f"vcemu apc: interrupted; the finished simulations are kept in {out / JOURNAL}{also}: run the same "
               "command again to continue", file=sys.stderr)
         return 130
+    except SimulationStuck as exc:  # (a traceback before; the finished simulations stay journalled)
+        under_way = units.under_way() if units is not None else None
+        print(f"vcemu apc: {under_way[0] + ': ' if under_way else ''}{exc}", file=sys.stderr)
+        return 1
     if args.live:
         from coordinator.apc.live import LiveAgentError, live_experiment_three
 

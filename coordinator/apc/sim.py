@@ -19,7 +19,10 @@ Semantics, per cycle ``[t, t + T)``:
   Experiment Two ("we did not consider the cost of the various types of placement changes");
 * a job completes at the exact instant its remaining work is done (stages change speed caps in-cycle);
 * a static partition (Experiment Three's baselines) gives the transactional app a fixed set of nodes and
-  all their CPU (up to saturation), and runs the batch policy on the other nodes.
+  all their CPU (up to saturation), and runs the batch policy on the other nodes;
+* a run without a horizon that can no longer change (:data:`IDLE_CYCLES` cycles in a row in which the policy
+  placed no job although jobs were queued and none was still to arrive) raises :class:`SimulationStuck`: it would
+  never reach its completions.
 """
 
 from __future__ import annotations
@@ -46,6 +49,17 @@ from coordinator.policies.apc import (
 from coordinator.policies.apc_rpf import Hypothetical, Job, TransactionalApp
 
 POLICIES = ("apc", "edf", "edf-repack", "fcfs")
+#: How many control cycles in a row a run without a horizon may place no job while jobs are queued and none is still
+#: to arrive before :func:`simulate` gives up on it (:class:`SimulationStuck`). Then nothing can change any more: the
+#: baselines decide from the queue alone, which no longer changes, and on an idle cluster APC places every job
+#: whose relative performance it can tell from leaving it queued, which time only lowers. One such cycle would prove
+#: it for the policies here; ten leave room. APC placed nothing at ``--cycle 1e8`` (every job's relative
+#: performance below the -1000 it compares down to) and the run never ended.
+IDLE_CYCLES = 10
+
+
+class SimulationStuck(RuntimeError):
+    """A run that would never end: the policy places no job and nothing is left that could change that."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +187,17 @@ class SimState:
                    SimResult(list(cycles), list(records), Counter(changes)))
 
 
+def horizon_cycles(horizon: float, T: float) -> int:
+    """How many control cycles :func:`simulate` runs to ``horizon``: one starting at each multiple ``k * T`` below
+    it (the last may end after the horizon), so 34 for 20,000 s of 600 s cycles, not 20,000 // 600 = 33."""
+    n = max(0, math.ceil(horizon / T))  # (the division may round either way: k * T is what the simulator compares)
+    while n > 0 and (n - 1) * T >= horizon:
+        n -= 1
+    while n * T < horizon:
+        n += 1
+    return n
+
+
 def _is_int(x: Any) -> bool:
     """Whether ``x`` is a JSON integer (bool is an int to Python, not to JSON)."""
     return isinstance(x, int) and not isinstance(x, bool)
@@ -182,7 +207,11 @@ def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, f
              state: SimState | None = None, checkpoint: Callable[[SimState], None] | None = None) -> SimResult:
     """Run ``arrivals`` (sorted by submission time) through ``cfg``'s policy, cycle by cycle: from the start,
     or from ``state`` (saved by an earlier run of the same ``cfg`` and ``arrivals``). ``checkpoint`` is called
-    after each cycle with the state the next one starts from (the live object: save it before returning)."""
+    after each cycle with the state the next one starts from (the live object: save it before returning).
+
+    Raises :class:`SimulationStuck` if a run without a horizon can no longer change (:data:`IDLE_CYCLES`). The
+    count of such cycles is not part of the state: a continued run counts them afresh, and so gives up at most
+    that many cycles later than an uninterrupted one (a stuck run records nothing)."""
     pending = sorted(arrivals, key=lambda j: (j.submit, j.id))
     goal_factor = {j.id: j.relative_goal / j.min_remaining_time() for j in pending}
     min_exec = {j.id: j.min_remaining_time() for j in pending}
@@ -191,6 +220,7 @@ def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, f
     app_cpu_static = sum(n.cpu for n in cfg.nodes if n.id in static)
     s = state or SimState(apps={a.id: a for a in cfg.apps})
     res = s.result
+    idle = 0  # cycles in a row that placed no job with jobs queued and none to arrive (IDLE_CYCLES)
     while True:
         while s.arrived < len(pending) and pending[s.arrived].submit <= s.t + 1e-9:
             s.jobs[pending[s.arrived].id] = pending[s.arrived]
@@ -211,6 +241,12 @@ def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, f
             d = edf_place(state_now, sticky=cfg.policy == "edf")
         else:
             d = fcfs_place(state_now)
+        idle = idle + 1 if cfg.horizon is None and jobs and not d.placement and s.arrived >= len(pending) else 0
+        if idle >= IDLE_CYCLES:  # (a run with a horizon ends there, and its idle cycles are results up to it)
+            raise SimulationStuck(
+                f"stuck at simulated time {t:g} s: {cfg.policy} placed none of the {len(jobs)} queued jobs for "
+                f"{idle} control cycles in a row on an idle cluster, with none still to arrive, so nothing can change "
+                f"and the run would never reach its {cfg.stop_after_completed} completions")
         if static:
             app_cpu = {a: min(apps[a].model.saturation, app_cpu_static) for a in apps}
         else:
@@ -256,7 +292,7 @@ def simulate(cfg: SimConfig, arrivals: Iterable[Job], progress: Callable[[int, f
         res.cycles.append(row)
         if progress is not None:
             progress(s.completed, t)
-        s.t = t + cfg.T
+        s.t = len(res.cycles) * cfg.T  # (not t + T: a sum of T that are not whole drifts from k * T, cycle by cycle)
         if checkpoint is not None:
             checkpoint(s)
     return res

@@ -82,6 +82,13 @@ def exp3_jobs(seed: int, initial: int = EXP3_INITIAL,
     return [_job(f"j{k:04d}", t, EXP1_WORK, EXP1_SPEED, EXP1_MEMORY, EXP1_FACTOR) for k, t in enumerate(times)]
 
 
+def shortest_relative_goal() -> float:
+    """The shortest relative goal (goal factor times minimum execution time) of the experiments' jobs: 780 s, an
+    Experiment Two job of 600 s at goal factor 1.3 (Experiment One's and Three's are all 2.7 x 17,600 s)."""
+    return min(EXP1_FACTOR * EXP1_WORK / EXP1_SPEED,
+               min(f for f, _ in EXP2_FACTORS) * min(ex for (ex, _), _ in EXP2_PROFILES))
+
+
 def exp3_app(memory: float = 512.0) -> TransactionalApp:
     """One transactional app: goal tau = 1 s; M/M/1-PS model with 60,000 MHz of offered load
     (2.52 requests/s of 23,800 Mcycles) saturating at 130,000 MHz, where t = 0.34 s and u = 0.66, the

@@ -11,7 +11,7 @@ import pytest
 from coordinator.apc import experiment as apc
 
 FLAGS = ("--seed", "--cycle", "--exp1-jobs", "--exp2-jobs", "--exp2-iats", "--exp2-algorithms", "--exp3-horizon",
-         "--experiments", "--live-seconds")
+         "--experiments", "--live-seconds", "--live-agent")
 
 
 def _one_line(err: str, start: str) -> str:
@@ -38,8 +38,14 @@ def _one_line(err: str, start: str) -> str:
     (["--experiments", "One,1"], "vcemu apc: --experiments: each value once, got one more than once"),
     (["--experiments", "One,Four"], "vcemu apc: --experiments: unknown Four; known: one, two, three"),
     # flags of a part not run were taken as they came (APC review)
-    (["--live-seconds", "-1"], "vcemu apc: --live-seconds: must be a finite number >= 2"),
+    (["--live-seconds", "-1", "--live"], "vcemu apc: --live-seconds: must be a finite number >= 2"),
     (["--exp3-horizon", "-1"], "vcemu apc: --exp3-horizon: must be a finite number > 0"),
+    # without --live they were ignored, exit 0, and config.json recorded an agent no run used (user review)
+    (["--live-seconds", "30"], "vcemu apc: --live-seconds: needs --live (without it no live experiment runs), got "
+                               "30.0"),
+    (["--live-seconds", "-1"], "vcemu apc: --live-seconds: needs --live"),
+    (["--live-agent", "127.0.0.1:1"], "vcemu apc: --live-agent: needs --live (without it no live experiment runs), "
+                                      "got 127.0.0.1:1"),
 ])
 def test_a_bad_flag_is_refused_in_one_line_naming_it_alone_before_anything_is_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], start: str) -> None:

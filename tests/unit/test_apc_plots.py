@@ -90,6 +90,24 @@ def test_fig5_shows_every_point_whole_and_its_legend_covers_none(tmp_path: Path,
         assert not any(box.contains(x, y) for xy in points for x, y in xy), "the legend covers points"
 
 
+@pytest.mark.parametrize(("iats", "shown"), [
+    ((100.0, 200.0), (200.0, 100.0)),  # only the 200 s panel was drawn (user review)
+    ((75.0, 100.0, 150.0), (75.0, 100.0)),
+    ((50.0, 75.0, 200.0, 400.0), (200.0, 50.0)),  # the paper's two
+    ((400.0, 50.0), (50.0, 400.0)),
+    ((300.0,), (300.0,)),
+])
+def test_fig5_shows_the_papers_inter_arrival_times_where_run_then_others_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, iats: tuple[float, ...], shown: tuple[float, ...]) -> None:
+    figures = _record_figures(monkeypatch)
+    jobs = {apc._key_two(iat, algo): [{"id": "j0", "goal_factor": 1.3, "distance": 10.0 * iat, "met": 1.0}]
+            for iat in iats for algo in ("apc", "fcfs")}
+    apc.experiment_two(tmp_path, 0, 1, iats, 600.0, ("apc", "fcfs"), _Units(jobs))  # type: ignore[arg-type]
+    titles = [ax.get_title() for ax in figures["fig5_distance.png"].axes]
+    assert titles == [f"Experiment Two, mean inter-arrival {iat:g} s" for iat in shown]
+    assert apc.fig5_iats(iats) == list(shown)
+
+
 def _exp3_cycles() -> list[dict[str, Any]]:
     """Experiment Three's cycles as a short run draws them: the long-running jobs' CPU rising from 23,400 MHz at
     the start, the transactional app's flat."""
