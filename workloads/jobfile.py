@@ -26,6 +26,7 @@ field. :func:`load_jobs` reads a file's bytes once, and gives its jobs with the 
 from __future__ import annotations
 
 import csv
+import errno
 import gzip
 import hashlib
 import io
@@ -127,6 +128,10 @@ def _read_bytes(path: str) -> bytes:
     """The whole file, read once: what is parsed is then what is hashed, even if the file changes meanwhile or
     is a pipe (``/dev/stdin``, or :data:`STDIN`). OSError as open() raises it."""
     if path == STDIN:
+        if sys.stdin is None:  # (descriptor 0 closed: an AttributeError's traceback)
+            raise OSError(errno.EBADF, "standard input is closed")
+        if sys.stdin.isatty():  # (else it waits in silence)
+            print("reading JSON lines from standard input; Ctrl-D ends them", file=sys.stderr)
         return sys.stdin.buffer.read()
     with open(path, "rb") as fh:
         return fh.read()
@@ -300,6 +305,8 @@ def _iter_jsonl(
             # damaged line further down is only that)
             hint = ("; a file that is not JSON lines is read by its suffix: .csv for CSV, .swf for an SWF trace "
                     "(.gz after either)") if first and not text.startswith(("{", "[")) and "," in text else ""
+            if hint and path == STDIN:  # (a pipe has no suffix)
+                hint = "; standard input is read as JSON lines only: save a CSV to a file named .csv"
             raise JobFileError(path, lineno, None, f"not valid JSON ({exc.msg} at column {exc.colno}){hint}") from None
         except _DuplicateKey as exc:
             raise JobFileError(path, lineno, str(exc), "duplicate key") from None

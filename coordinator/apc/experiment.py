@@ -786,14 +786,17 @@ def apc_main(argv: list[str]) -> int:
                    f"relative performance then below -1000 (about -T / {shortest_relative_goal():g} s) APC cannot tell "
                    "placing it from not (the run may never end)"))
     most = MAX_EXP2_DRAWS
+    # (Experiment One draws its jobs at once too: 1e13 of them tried to allocate 72.8 TiB; review)
+    checks.append(("--exp1-jobs", args.exp1_jobs, args.exp1_jobs <= most, f"must be at most {most:,} (jobs drawn)"))
     checks.append(("--exp2-jobs", args.exp2_jobs, 3 * args.exp2_jobs <= most,
                    f"must be at most {most // 3:,} (Experiment Two draws at least three times as many jobs, at most "
                    f"{most:,})"))
     many = [i for i in iats if math.isfinite(i) and i > 0 and exp2_draws(args.exp2_jobs, i) > most]
+    # (named with --exp2-jobs: a large --exp2-jobs alone was refused as "--exp2-iats ... got 50", the default; review)
     checks.append(("--exp2-iats", ",".join(f"{i:g}" for i in many), not many,
-                   f"must each be at least {1000.0 * args.exp2_jobs / most:g} s for {args.exp2_jobs} completions "
+                   f"must each be at least {1000.0 * args.exp2_jobs / most:g} s with --exp2-jobs {args.exp2_jobs} "
                    f"(Experiment Two draws max(3, 1000 / the inter-arrival time) jobs per completion, at most "
-                   f"{most:,})"))
+                   f"{most:,}; lower --exp2-jobs or raise the inter-arrival times)"))
     # (checked whether or not they are used: an --exp3-horizon of -1 without Experiment Three was taken without a
     # word; --live-seconds and --live-agent without --live were ignored, and config.json recorded them as run)
     checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,

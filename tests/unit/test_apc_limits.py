@@ -109,7 +109,8 @@ def test_a_stuck_simulation_ends_the_command_with_one_line_and_status_1(
 
 def test_an_exp2_stream_too_large_to_draw_is_refused_before_anything_is_drawn(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """User review: ``--exp2-jobs 10 --exp2-iats 1e-9`` tried to allocate 72.8 TiB for 1e13 jobs, a traceback."""
+    """User review: ``--exp2-jobs 10 --exp2-iats 1e-9`` tried to allocate 72.8 TiB for 1e13 jobs, a traceback (and
+    ``--exp1-jobs 1e13`` the same, review)."""
     def drawn(n: int, *_: Any) -> list[Job]:
         raise AssertionError(f"drew a stream of {n} jobs")
 
@@ -119,14 +120,15 @@ def test_an_exp2_stream_too_large_to_draw_is_refused_before_anything_is_drawn(
     argv = ["--experiments", "two", "--exp2-algorithms", "fcfs", "--out", str(out)]
     for flags, start in (
             (["--exp2-jobs", "10", "--exp2-iats", "1e-9"], "vcemu apc: --exp2-iats: must each be at least 0.01 s "
-             "for 10 completions"),
-            (["--exp2-iats", "50,0.5,5e-324"], "vcemu apc: --exp2-iats: must each be at least 0.8 s for 800 "
-             "completions"),
+             "with --exp2-jobs 10"),
+            (["--exp2-iats", "50,0.5,5e-324"], "vcemu apc: --exp2-iats: must each be at least 0.8 s with "
+             "--exp2-jobs 800"),
+            (["--exp1-jobs", "10000000000000"], "vcemu apc: --exp1-jobs: must be at most 1,000,000"),
             (["--exp2-jobs", "400000", "--exp2-iats", "400"], "vcemu apc: --exp2-jobs: must be at most 333,333")):
         assert apc.apc_main([*argv, *flags]) == 2, flags
         err = _one_line(capsys.readouterr().err, start)
         assert err.endswith({"1e-9": "got 1e-09", "50,0.5,5e-324": "got 0.5,4.94066e-324",
-                             "400": "got 400000"}[flags[-1]]), err
+                             "400": "got 400000", "10000000000000": "got 10000000000000"}[flags[-1]]), err
         assert not out.exists()
     assert apc.exp2_draws(10, 0.01) == apc.MAX_EXP2_DRAWS  # (at the bound: drawn)
     assert apc.exp2_draws(800, 50.0) == 16_000  # the paper's settings, as drawn before

@@ -463,3 +463,21 @@ def test_a_file_for_submit_may_leave_out_submit_time_and_one_for_the_simulator_m
     jsonl.write_text('{"id": "a", "submit_time": -1, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n')
     with pytest.raises(JobFileError, match="submit_time: must be >= 0"):
         load_jobs(jsonl, timed=False)
+
+
+def test_standard_input_closed_or_of_csv_is_refused_in_words_that_fit_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-`` with descriptor 0 closed was an AttributeError's traceback; CSV piped in was told to use a suffix, which
+    a pipe has not (review)."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", None)
+    with pytest.raises(OSError, match="standard input is closed"):
+        read_jobs("-")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"id,submit_time,tasks\nj0,0,1\n")))
+    with pytest.raises(JobFileError, match="standard input is read as JSON lines only: save a CSV to a file named "
+                                           ".csv"):
+        read_jobs("-")
+    line = b'{"id": "j0", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line)))
+    assert [j.id for j in read_jobs("-")] == ["j0"]

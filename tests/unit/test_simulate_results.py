@@ -200,6 +200,7 @@ def test_config_of_jobs_read_from_stdin_hashes_them(jobs: Path, tmp_path: Path, 
     config = json.loads(next(out.iterdir()).joinpath("config.json").read_text())
     assert config["jobs_file_sha256"] == hashlib.sha256(jobs.read_bytes()).hexdigest()
     assert config["jobs_file"] == name and (config["jobs_file_abspath"] == "-") == (name == "-")
+    assert next(out.iterdir()).name.endswith("-greedy-stdin")  # (the folder of "-" was "...-greedy--")
     assert json.loads(p.stdout)["completed"] == 3
 
 
