@@ -112,8 +112,9 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     folder, made = None, []
     if out is not None:
         from coordinator.outputs import new_run_dir
+        from workloads.jobfile import STDIN
 
-        source = "stdin" if path == "-" else os.path.basename(path)  # (workloads.jobfile.STDIN; not "greedy--")
+        source = "stdin" if path == STDIN else os.path.basename(path)  # (not "greedy--")
         name = f"{policy}-{source}" + ("" if segment is None else f"-week{segment}")
         # Normalised first ("new/../results" is "results"): the folders it makes and may remove again are then
         # those the path names, not a "new" made on the way and a "results" the user had, taken for made.

@@ -140,9 +140,9 @@ NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds",
 #: ended (5e7 did the same; 4.7e7 finished). 100 times the shortest relative goal of the experiments' jobs (780 s,
 #: Experiment Two's) keeps a job that waited one cycle at about -100 at worst: ten cycles before APC loses sight of it.
 MAX_CYCLE = 100 * shortest_relative_goal()
-#: The most jobs an Experiment Two stream may draw (:func:`exp2_draws`): a million took 4.5 s and 0.5 GB to draw on 2
-#: cores; ``--exp2-iats 1e-9`` tried to allocate 72.8 TiB for 8e14.
-MAX_EXP2_DRAWS = 1_000_000
+#: The most jobs an experiment's stream may draw (Experiment Two's: :func:`exp2_draws`): a million took 4.5 s and
+#: 0.5 GB to draw on 2 cores; ``--exp2-iats 1e-9`` tried to allocate 72.8 TiB for 8e14.
+MAX_DRAWS = 1_000_000
 #: ``--live-seconds`` when not given (it may be given only with ``--live``).
 LIVE_SECONDS = 40.0
 #: What :func:`coordinator.apc.live.live_experiment_three` writes in ``--out``/live (not imported from there: it
@@ -785,7 +785,7 @@ def apc_main(argv: list[str]) -> int:
                    f"({shortest_relative_goal():g} s): a job may wait a cycle before APC first places it, and with its "
                    f"relative performance then below -1000 (about -T / {shortest_relative_goal():g} s) APC cannot tell "
                    "placing it from not (the run may never end)"))
-    most = MAX_EXP2_DRAWS
+    most = MAX_DRAWS
     # (Experiment One draws its jobs at once too: 1e13 of them tried to allocate 72.8 TiB; review)
     checks.append(("--exp1-jobs", args.exp1_jobs, args.exp1_jobs <= most, f"must be at most {most:,} (jobs drawn)"))
     checks.append(("--exp2-jobs", args.exp2_jobs, 3 * args.exp2_jobs <= most,

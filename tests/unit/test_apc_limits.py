@@ -130,7 +130,7 @@ def test_an_exp2_stream_too_large_to_draw_is_refused_before_anything_is_drawn(
         assert err.endswith({"1e-9": "got 1e-09", "50,0.5,5e-324": "got 0.5,4.94066e-324",
                              "400": "got 400000", "10000000000000": "got 10000000000000"}[flags[-1]]), err
         assert not out.exists()
-    assert apc.exp2_draws(10, 0.01) == apc.MAX_EXP2_DRAWS  # (at the bound: drawn)
+    assert apc.exp2_draws(10, 0.01) == apc.MAX_DRAWS  # (at the bound: drawn)
     assert apc.exp2_draws(800, 50.0) == 16_000  # the paper's settings, as drawn before
 
 
