@@ -81,6 +81,7 @@ from tqdm import tqdm
 
 from coordinator.apc.sim import SimConfig, SimResult, SimState, SimulationStuck, horizon_cycles, simulate
 from coordinator.apc.workloads import (
+    EXP1_MEAN_IAT,
     cluster,
     describe,
     exp1_jobs,
@@ -143,6 +144,10 @@ MAX_CYCLE = 100 * shortest_relative_goal()
 #: The most jobs an experiment's stream may draw (Experiment Two's: :func:`exp2_draws`): a million took 4.5 s and
 #: 0.5 GB to draw on 2 cores; ``--exp2-iats 1e-9`` tried to allocate 72.8 TiB for 8e14.
 MAX_DRAWS = 1_000_000
+#: The most control cycles an experiment may simulate (:func:`_length_checks`): the defaults' runs take 217 to about
+#: 540; an APC cycle took 0.15 s on average in Experiment Three, so this is hours already, and a cycle's row about
+#: 0.5 KB in memory and 0.2 KB in every checkpoint save.
+MAX_CYCLES = 1_000_000
 #: ``--live-seconds`` when not given (it may be given only with ``--live``).
 LIVE_SECONDS = 40.0
 #: What :func:`coordinator.apc.live.live_experiment_three` writes in ``--out``/live (not imported from there: it
@@ -700,6 +705,32 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- CLI
 
 
+def _length_checks(args: argparse.Namespace, exps: Sequence[str], iats: Sequence[float]) -> list[tuple]:
+    """Refusals (for :func:`coordinator.flagcheck.first_refusal`) of experiments that would simulate more than
+    :data:`MAX_CYCLES` control cycles, each naming the flag of the experiment that runs: ``--exp2-iats 1e7`` passed
+    every check and would have simulated about 13 million cycles (7 GB of rows), ``--exp3-horizon 1e12`` or
+    ``--cycle 1e-3`` about as long (review). The estimates are the arrivals' span over the cycle (the runs end soon
+    after their last arrivals at the default loads) and Experiment Three's horizon; only well-formed values are
+    estimated (the checks before refuse the others)."""
+    T = args.cycle
+    if not (math.isfinite(T) and T > 0):
+        return []
+    out: list[tuple] = []
+    bound = f"must leave at most {MAX_CYCLES:,} control cycles of --cycle {T:g} s to simulate"
+    if "one" in exps and args.exp1_jobs >= 1:
+        n = args.exp1_jobs * EXP1_MEAN_IAT / T
+        out.append(("--exp1-jobs", args.exp1_jobs, n <= MAX_CYCLES,
+                    f"{bound} (about --exp1-jobs x {EXP1_MEAN_IAT:g} s of arrivals / T: {n:,.0f})"))
+    if "two" in exps and args.exp2_jobs >= 1:
+        long = [i for i in iats if math.isfinite(i) and args.exp2_jobs * i / T > MAX_CYCLES]
+        out.append(("--exp2-iats", ",".join(f"{i:g}" for i in long), not long,
+                    f"{bound} (about --exp2-jobs {args.exp2_jobs} x the inter-arrival time / T)"))
+    if "three" in exps and math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0:
+        n = horizon_cycles(args.exp3_horizon, T)
+        out.append(("--exp3-horizon", args.exp3_horizon, n <= MAX_CYCLES, f"{bound} (horizon / T: {n:,})"))
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
     # The module docstring up to the files it writes; how a run resumes (the rest of it) is for the README's reader
     # and the code's: --help is not the place for 40 lines on journals and checkpoints.
@@ -803,6 +834,7 @@ def apc_main(argv: list[str]) -> int:
                    "must be a finite number > 0 (simulated seconds)"))
     checks += [(flag, value, args.live or value is None, "needs --live (without it no live experiment runs)")
                for flag, value in (("--live-seconds", args.live_seconds), ("--live-agent", args.live_agent))]
+    checks += _length_checks(args, exps, iats)
     from coordinator.apc.live import LiveConfig
 
     cycle = LiveConfig().T

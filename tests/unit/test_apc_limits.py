@@ -158,3 +158,24 @@ def test_experiment_three_counts_on_its_progress_bar_the_cycles_it_runs(
     for horizon, T in ((1500.0, 0.3), (1.0, 0.1), (0.3, 0.1), (1200.0, 600.0), (599.9, 0.7)):
         ran = simulate(SimConfig(cluster(1), "fcfs", T, horizon=horizon), []).cycles
         assert horizon_cycles(horizon, T) == len(ran), (horizon, T)
+
+
+def test_experiments_that_would_simulate_too_many_cycles_are_refused_naming_the_experiments_flag(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: ``--exp2-iats 1e7`` passed every check and would have simulated about 13 million cycles; a horizon of
+    1e12 s or a cycle of 1 ms as long. Each is refused before anything runs, naming the flag of the experiment that
+    runs; the same flags for an experiment that does not run are not judged."""
+    _no_simulation(monkeypatch)
+    out = tmp_path / "out"
+    for flags, start, got in (
+            (["--experiments", "two", "--exp2-iats", "50,1e7"], "vcemu apc: --exp2-iats: must leave at most "
+             "1,000,000 control cycles of --cycle 600 s", "got 1e+07"),
+            (["--experiments", "three", "--exp3-horizon", "1e12"], "vcemu apc: --exp3-horizon: must leave at most",
+             "got 1000000000000.0"),
+            (["--experiments", "one", "--cycle", "0.1"], "vcemu apc: --exp1-jobs: must leave at most 1,000,000 "
+             "control cycles of --cycle 0.1 s", "(about --exp1-jobs x 260 s of arrivals / T: 2,080,000), got 800")):
+        assert apc.apc_main([*flags, "--out", str(out)]) == 2, flags
+        assert _one_line(capsys.readouterr().err, start).endswith(got)
+        assert not out.exists()
+    lines = list(apc._length_checks(apc._parser().parse_args(["--exp3-horizon", "1e12"]), ["one", "two"], (50.0,)))
+    assert [flag for flag, *_ in lines] == ["--exp1-jobs", "--exp2-iats"] and all(ok for _, _, ok, _ in lines)
