@@ -68,7 +68,10 @@ def non_negative(text: str) -> float:
 
 def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
     """Create the output directory ``path`` now and check that a file can be written in it, so that a long run
-    never ends by failing to write its results. ValueError naming ``flag`` otherwise."""
+    never ends by failing to write its results. ValueError naming ``flag`` otherwise, and for an empty path, which
+    ``Path`` takes for the current directory (the results went there)."""
+    if not os.fspath(path).strip():
+        raise ValueError(f"{flag}: must be a folder's path, got an empty one")
     out = Path(path)
     if out.exists() and not out.is_dir():  # (mkdir's "File exists" reads as if the directory were there)
         raise ValueError(f"{flag} {path}: cannot write results there: it is a file, not a directory")

@@ -144,7 +144,7 @@ MAX_CYCLE = 100 * shortest_relative_goal()
 #: The most jobs an experiment's stream may draw (Experiment Two's: :func:`exp2_draws`): a million took 4.5 s and
 #: 0.5 GB to draw on 2 cores; ``--exp2-iats 1e-9`` tried to allocate 72.8 TiB for 8e14.
 MAX_DRAWS = 1_000_000
-#: The most control cycles an experiment may simulate (:func:`_length_checks`): the defaults' runs take 217 to about
+#: The most control cycles an experiment may simulate (:func:`_size_checks`): the defaults' runs take 217 to about
 #: 540; an APC cycle took 0.15 s on average in Experiment Three, so this is hours already, and a cycle's row about
 #: 0.5 KB in memory and 0.2 KB in every checkpoint save.
 MAX_CYCLES = 1_000_000
@@ -705,17 +705,35 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- CLI
 
 
-def _length_checks(args: argparse.Namespace, exps: Sequence[str], iats: Sequence[float]) -> list[tuple]:
-    """Refusals (for :func:`coordinator.flagcheck.first_refusal`) of experiments that would simulate more than
+def _size_checks(args: argparse.Namespace, exps: Sequence[str], iats: Sequence[float]) -> list[tuple]:
+    """Refusals (for :func:`coordinator.flagcheck.first_refusal`) of runs too large to end: a ``--cycle`` above
+    :data:`MAX_CYCLE` (``1e8`` ran for ever, placing nothing), job streams of more than :data:`MAX_DRAWS` jobs
+    (``--exp2-iats 1e-9`` tried to allocate 72.8 TiB), and experiments that would simulate more than
     :data:`MAX_CYCLES` control cycles, each naming the flag of the experiment that runs: ``--exp2-iats 1e7`` passed
     every check and would have simulated about 13 million cycles (7 GB of rows), ``--exp3-horizon 1e12`` or
-    ``--cycle 1e-3`` about as long (review). The estimates are the arrivals' span over the cycle (the runs end soon
-    after their last arrivals at the default loads) and Experiment Three's horizon; only well-formed values are
-    estimated (the checks before refuse the others)."""
+    ``--cycle 1e-3`` about as long (review). The cycle estimates are the arrivals' span over the cycle (the runs end
+    soon after their last arrivals at the default loads) and Experiment Three's horizon; only well-formed values
+    are estimated (the checks beside these refuse the others)."""
+    goal, most = shortest_relative_goal(), MAX_DRAWS
+    out: list[tuple] = [
+        ("--cycle", args.cycle, not args.cycle > MAX_CYCLE,
+         f"must be at most {MAX_CYCLE:g} s, 100 times the shortest relative goal of the experiments' jobs ({goal:g} "
+         f"s): a job may wait a cycle before APC first places it, and with its relative performance then below -1000 "
+         f"(about -T / {goal:g} s) APC cannot tell placing it from not (the run may never end)"),
+        # (Experiment One draws its jobs at once too: 1e13 of them tried to allocate 72.8 TiB; review)
+        ("--exp1-jobs", args.exp1_jobs, args.exp1_jobs <= most, f"must be at most {most:,} (jobs drawn)"),
+        ("--exp2-jobs", args.exp2_jobs, 3 * args.exp2_jobs <= most,
+         f"must be at most {most // 3:,} (Experiment Two draws at least three times as many jobs, at most {most:,})"),
+    ]
+    many = [i for i in iats if math.isfinite(i) and i > 0 and exp2_draws(args.exp2_jobs, i) > most]
+    # (named with --exp2-jobs: a large --exp2-jobs alone was refused as "--exp2-iats ... got 50", the default; review)
+    out.append(("--exp2-iats", ",".join(f"{i:g}" for i in many), not many,
+                f"must each be at least {1000.0 * args.exp2_jobs / most:g} s with --exp2-jobs {args.exp2_jobs} "
+                f"(Experiment Two draws max(3, 1000 / the inter-arrival time) jobs per completion, at most {most:,}; "
+                "lower --exp2-jobs or raise the inter-arrival times)"))
     T = args.cycle
     if not (math.isfinite(T) and T > 0):
-        return []
-    out: list[tuple] = []
+        return out
     bound = f"must leave at most {MAX_CYCLES:,} control cycles of --cycle {T:g} s to simulate"
     if "one" in exps and args.exp1_jobs >= 1:
         n = args.exp1_jobs * EXP1_MEAN_IAT / T
@@ -799,9 +817,6 @@ def apc_main(argv: list[str]) -> int:
         if twice:
             print(f"vcemu apc: {flag}: each value once, got {', '.join(twice)} more than once", file=sys.stderr)
             return 2
-    if not args.out.strip():  # (Path("") is the current directory: the results went there)
-        print("vcemu apc: --out: must be a folder's path, got an empty one", file=sys.stderr)
-        return 2
     # Everything is refused here, before anything is written in --out: not by a traceback (or an empty result) later.
     checks = [  # numpy's SeedSequence, which seeds the job streams, takes only non-negative entropy
               ("--seed", args.seed, args.seed >= 0, "must be >= 0"),
@@ -810,31 +825,13 @@ def apc_main(argv: list[str]) -> int:
               ("--exp2-jobs", args.exp2_jobs, args.exp2_jobs >= 1, "must be >= 1"),
               ("--exp2-iats", args.exp2_iats, all(math.isfinite(i) and i > 0 for i in iats),
                "must be finite numbers > 0")]
-    # A --cycle of 1e8 ran for ever, placing nothing (MAX_CYCLE); --exp2-iats 1e-9 tried to allocate 72.8 TiB
-    checks.append(("--cycle", args.cycle, not args.cycle > MAX_CYCLE,
-                   f"must be at most {MAX_CYCLE:g} s, 100 times the shortest relative goal of the experiments' jobs "
-                   f"({shortest_relative_goal():g} s): a job may wait a cycle before APC first places it, and with its "
-                   f"relative performance then below -1000 (about -T / {shortest_relative_goal():g} s) APC cannot tell "
-                   "placing it from not (the run may never end)"))
-    most = MAX_DRAWS
-    # (Experiment One draws its jobs at once too: 1e13 of them tried to allocate 72.8 TiB; review)
-    checks.append(("--exp1-jobs", args.exp1_jobs, args.exp1_jobs <= most, f"must be at most {most:,} (jobs drawn)"))
-    checks.append(("--exp2-jobs", args.exp2_jobs, 3 * args.exp2_jobs <= most,
-                   f"must be at most {most // 3:,} (Experiment Two draws at least three times as many jobs, at most "
-                   f"{most:,})"))
-    many = [i for i in iats if math.isfinite(i) and i > 0 and exp2_draws(args.exp2_jobs, i) > most]
-    # (named with --exp2-jobs: a large --exp2-jobs alone was refused as "--exp2-iats ... got 50", the default; review)
-    checks.append(("--exp2-iats", ",".join(f"{i:g}" for i in many), not many,
-                   f"must each be at least {1000.0 * args.exp2_jobs / most:g} s with --exp2-jobs {args.exp2_jobs} "
-                   f"(Experiment Two draws max(3, 1000 / the inter-arrival time) jobs per completion, at most "
-                   f"{most:,}; lower --exp2-jobs or raise the inter-arrival times)"))
+    checks += _size_checks(args, exps, iats)
     # (checked whether or not they are used: an --exp3-horizon of -1 without Experiment Three was taken without a
     # word; --live-seconds and --live-agent without --live were ignored, and config.json recorded them as run)
     checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
                    "must be a finite number > 0 (simulated seconds)"))
     checks += [(flag, value, args.live or value is None, "needs --live (without it no live experiment runs)")
                for flag, value in (("--live-seconds", args.live_seconds), ("--live-agent", args.live_agent))]
-    checks += _length_checks(args, exps, iats)
     from coordinator.apc.live import LiveConfig
 
     cycle = LiveConfig().T

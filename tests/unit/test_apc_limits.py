@@ -177,5 +177,5 @@ def test_experiments_that_would_simulate_too_many_cycles_are_refused_naming_the_
         assert apc.apc_main([*flags, "--out", str(out)]) == 2, flags
         assert _one_line(capsys.readouterr().err, start).endswith(got)
         assert not out.exists()
-    lines = list(apc._length_checks(apc._parser().parse_args(["--exp3-horizon", "1e12"]), ["one", "two"], (50.0,)))
-    assert [flag for flag, *_ in lines] == ["--exp1-jobs", "--exp2-iats"] and all(ok for _, _, ok, _ in lines)
+    lines = list(apc._size_checks(apc._parser().parse_args(["--exp3-horizon", "1e12"]), ["one", "two"], (50.0,)))
+    assert "--exp3-horizon" not in [flag for flag, *_ in lines] and all(ok for _, _, ok, _ in lines)
