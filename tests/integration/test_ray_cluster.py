@@ -180,7 +180,9 @@ def test_hosts_on_distinct_ray_nodes_run_jobs_to_completion_in_enforced_shares(r
                 assert 0.3 <= h.cpu_measured <= 1.15, (h.name, h.cpu_measured)
             job = _wait_job(stub, job_id, "done", timeout_s=40)
             assert sorted(job.hosts) == sorted(placement) or job.hosts == []
-            assert WORK <= job.end_time - job.start_time <= 3 * WORK + 4.0  # slower only if starved
+            # Slower only if starved. Not faster than WORK by more than CFS's granularity: the cap is a quota of
+            # 30 ms per 100 ms period, and the last period's quota is used at its start (3.998 s was seen in CI).
+            assert WORK - 0.2 <= job.end_time - job.start_time <= 3 * WORK + 4.0
             assert job.virtual_time == pytest.approx(WORK)
     finally:
         rc = up.stop()
