@@ -153,7 +153,8 @@ def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
     # Before ray.init: its message thread starts inside it. Put back if it fails (or on close).
     before = None if kwargs["log_to_driver"] else _set_ray_messages(False)
     try:
-        info = _init(ray, address, timeout_s, setting, kwargs, ray_forms)
+        with _sigterm_kept(ray):
+            info = _init(ray, address, timeout_s, setting, kwargs, ray_forms)
         try:
             gcs = getattr(info, "address_info", {}).get("gcs_address") or ray.get_runtime_context().gcs_address
             return RayContext(address, gcs, ray.util.get_node_ip_address(), _auth_mode(), ray.__version__,
@@ -166,6 +167,39 @@ def connect(address: str | None, timeout_s: float = 5.0, setting: str = "--ray",
         if before is not None:
             _set_ray_messages(before)
         raise
+
+
+@contextlib.contextmanager
+def _sigterm_kept(ray: Any) -> Iterator[None]:
+    """Keep the caller's SIGTERM handler across ``ray.init``, which, in the main thread, replaces it with one of
+    its own that calls ``sys.exit(SIGTERM)``: a SIGTERM in the second or two of the connect ended ``vcemu replay
+    --ray`` with status 15 and no line, where one just before it ended the run as an interruption (status 130,
+    its one line). The handler is put back whatever ``ray.init`` did, and a SIGTERM that Ray's handler turned
+    into ``SystemExit(15)`` meanwhile is given to it (after ``ray.shutdown``: a local Ray half started is not
+    left behind); the default action, too (the process ends by the signal, as it would have a moment before).
+    An ignored SIGTERM that Ray made an exit cannot be undone: that exit goes on."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # (ray.init sets no handler there)
+        yield
+        return
+    caller = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM or caller is signal.SIG_IGN or caller is None:
+            raise
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        signal.signal(signal.SIGTERM, caller)
+        if callable(caller):
+            caller(signal.SIGTERM, None)  # (raises, as a handler that interrupts does; else the exit goes on)
+        else:
+            signal.raise_signal(signal.SIGTERM)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, caller)
 
 
 def _init(ray: Any, address: str | None, timeout_s: float, setting: str, kwargs: dict[str, Any],

@@ -294,20 +294,16 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
     """The replay with its agents as actors on the Ray cluster at ``--ray`` (``vcemu up --ray``'s placement and
     start-up, :func:`coordinator.backends.ray.cluster.start_on_ray`), the coordinator in this process. Connected
     before the run's folder is made: an address that does not answer leaves none."""
-    import signal
-
     from coordinator.backends.ray.cluster import RayStartError, placement_table, start_on_ray
     from coordinator.raycluster import RayUnavailable, connect
     from coordinator.servers import coordinator_log
     from node_agent.cli import parse_size
 
-    term = signal.getsignal(signal.SIGTERM)  # (replay_main's: it unwinds through the cleanup)
-    try:
+    try:  # (connect keeps replay_main's SIGTERM handler, which unwinds through the cleanup, across ray.init)
         ctx = connect(a.ray)
     except RayUnavailable as exc:
         print(f"vcemu replay: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, term)  # ray.init installs its own
     with ctx:
         try:
             d, agent_log, wall0 = _run_dir(a, source)

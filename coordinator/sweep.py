@@ -831,92 +831,90 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
     ray_started = False
     ray_ctx: RayContext | None = None
     try:
-        with contextlib.ExitStack() as stack:
-            if cfg_path.exists():
-                old = _read_config(cfg_path)
-                if a.report_only:  # the stored sweep's reports, whatever settings flags came with the command
-                    if (stale := _stale_hpc2n(old)) is not None:
-                        print(f"vcemu sweep: warning: {stale}", file=sys.stderr)
-                    cfg.update({k: _stored_setting(old, k, cfg) for k in _RESULT_KEYS})
-                    cfg.update({k: old[k] for k in ("hpc2n", "algorithms", "penalties", "cell_timeout") if k in old})
-                else:
-                    _extend(cfg, old)
-                if diff := _mismatched(cfg, old):
-                    raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
-                                     "use another --out")
-                cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=policy_order)
-                cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
-                _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
-            if not a.report_only:  # (not refused before: --out held a sweep, whose traces the run covers too)
-                _refuse_no_trace(a, cfg)
+        if cfg_path.exists():
+            old = _read_config(cfg_path)
+            if a.report_only:  # the stored sweep's reports, whatever settings flags came with the command
+                if (stale := _stale_hpc2n(old)) is not None:
+                    print(f"vcemu sweep: warning: {stale}", file=sys.stderr)
+                cfg.update({k: _stored_setting(old, k, cfg) for k in _RESULT_KEYS})
+                cfg.update({k: old[k] for k in ("hpc2n", "algorithms", "penalties", "cell_timeout") if k in old})
+            else:
+                _extend(cfg, old)
+            if diff := _mismatched(cfg, old):
+                raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
+                                 "use another --out")
+            cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=policy_order)
+            cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
+            _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
+        if not a.report_only:  # (not refused before: --out held a sweep, whose traces the run covers too)
+            _refuse_no_trace(a, cfg)
+        try:
+            traces = build_traces(cfg)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"vcemu sweep: {exc}") from None
+        if not traces and not a.report_only:  # the flags named some (config_from_args): HPC2N weeks, all skipped
+            raise SystemExit(f"vcemu sweep: no trace to run: every week of --hpc2n-weeks {a.hpc2n_weeks!r} was "
+                             "skipped (fewer than 2 jobs), and --traces and --unscaled give none")
+        if not traces:  # (--report-only of stored cells without a config.json: it wrote empty tables, exit 0)
+            where = "the stored config.json" if cfg_path.exists() else "the command (there is no config.json)"
+            raise SystemExit(f"vcemu sweep: --report-only: no trace to report: {where} names none; give the "
+                             "--traces, --unscaled or --hpc2n-weeks its cells ran")
+        code = source_fingerprint()
+        grid = [(cell_key(tr.id, alg, pen), tr, alg, pen)
+                for tr in traces for pen in cfg["penalties"] for alg in cfg["algorithms"]]
+        settings = {key: cell_settings(cfg, tr, pen) for key, tr, _, pen in grid}
+        unreadable = "the reports leave it out" if a.report_only else "it is run again"
+        stored = {key: _read_cell(cells_dir / f"{key}.json", unreadable) for key, *_ in grid}
+        why = {key: _unusable(stored[key], code, settings[key]) for key in stored}
+        usable = {key for key, w in why.items() if w is None}
+        todo = [c for c in grid if _to_run(stored[c[0]], cfg["cell_timeout"], a.retry_failed, code, settings[c[0]])]
+        _say_plan(a, cfg, out, len(traces), len(grid), asked, todo, usable, Counter(why.values()), code)
+        run = bool(todo) and not a.report_only
+        if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
+            ray_started = True
+            ray_ctx = ray_init(a.address, a.workers)  # (it keeps the SIGTERM handler above across ray.init)
+        # This run writes the reports again at its end: until then there are none, so that a run killed
+        # before it leaves cells and config, never an older run's tables beside them.
+        try:
+            clear_outputs(out, REPORT_PATTERNS)
+            clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
+            if not a.report_only:  # --report-only reads a sweep: it never records settings it did not run
+                cfg["code"] = code_version()
+                write_json(cfg_path, cfg)
+        except OSError as exc:  # checked writable above: a disk that has just filled up, say
+            print(f"vcemu sweep: cannot write in {out} ({exc.strerror or exc}: {exc.filename}); no cell run",
+                  file=sys.stderr)
+            return 1
+        t0 = time.perf_counter()
+        if run:
             try:
-                traces = build_traces(cfg)
-            except (OSError, ValueError) as exc:
-                raise SystemExit(f"vcemu sweep: {exc}") from None
-            if not traces and not a.report_only:  # the flags named some (config_from_args): HPC2N weeks, all skipped
-                raise SystemExit(f"vcemu sweep: no trace to run: every week of --hpc2n-weeks {a.hpc2n_weeks!r} was "
-                                 "skipped (fewer than 2 jobs), and --traces and --unscaled give none")
-            if not traces:  # (--report-only of stored cells without a config.json: it wrote empty tables, exit 0)
-                where = "the stored config.json" if cfg_path.exists() else "the command (there is no config.json)"
-                raise SystemExit(f"vcemu sweep: --report-only: no trace to report: {where} names none; give the "
-                                 "--traces, --unscaled or --hpc2n-weeks its cells ran")
-            code = source_fingerprint()
-            grid = [(cell_key(tr.id, alg, pen), tr, alg, pen)
-                    for tr in traces for pen in cfg["penalties"] for alg in cfg["algorithms"]]
-            settings = {key: cell_settings(cfg, tr, pen) for key, tr, _, pen in grid}
-            unreadable = "the reports leave it out" if a.report_only else "it is run again"
-            stored = {key: _read_cell(cells_dir / f"{key}.json", unreadable) for key, *_ in grid}
-            why = {key: _unusable(stored[key], code, settings[key]) for key in stored}
-            usable = {key for key, w in why.items() if w is None}
-            todo = [c for c in grid if _to_run(stored[c[0]], cfg["cell_timeout"], a.retry_failed, code, settings[c[0]])]
-            _say_plan(a, cfg, out, len(traces), len(grid), asked, todo, usable, Counter(why.values()), code)
-            run = bool(todo) and not a.report_only
-            if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
-                ray_started = True
-                ray_ctx = ray_init(a.address, a.workers)
-                stack.enter_context(signals_interrupt())  # again: ray.init makes SIGTERM end the process at once
-            # This run writes the reports again at its end: until then there are none, so that a run killed
-            # before it leaves cells and config, never an older run's tables beside them.
-            try:
-                clear_outputs(out, REPORT_PATTERNS)
-                clear_outputs(cells_dir, ["*.json.tmp"])  # an older vcemu's temporary cell files
-                if not a.report_only:  # --report-only reads a sweep: it never records settings it did not run
-                    cfg["code"] = code_version()
-                    write_json(cfg_path, cfg)
-            except OSError as exc:  # checked writable above: a disk that has just filled up, say
-                print(f"vcemu sweep: cannot write in {out} ({exc.strerror or exc}: {exc.filename}); no cell run",
-                      file=sys.stderr)
+                run_cells(todo, cfg, cells_dir, progress=not a.no_progress, results=ran)
+            except CellNotStored as exc:
+                kept = len(usable | _stored_keys(ran, code))
+                print(f"vcemu sweep: {exc}; stopped: {kept} of {len(grid)} cells stored, the cells still running "
+                      "cancelled, no reports written; run the same command again to resume once it can store "
+                      "there", file=sys.stderr)
                 return 1
-            t0 = time.perf_counter()
-            if run:
-                try:
-                    run_cells(todo, cfg, cells_dir, progress=not a.no_progress, results=ran)
-                except CellNotStored as exc:
-                    kept = len(usable | _stored_keys(ran, code))
-                    print(f"vcemu sweep: {exc}; stopped: {kept} of {len(grid)} cells stored, the cells still running "
-                          "cancelled, no reports written; run the same command again to resume once it can store "
-                          "there", file=sys.stderr)
-                    return 1
-            wall = time.perf_counter() - t0
-            for r in ran:
-                if r["status"] != LOST:
-                    stored[r["cell"]] = r
-            rows = [c for key, *_ in grid
-                    if (c := stored[key]) is not None and _unusable(c, code, settings[key]) is None]
-            reported = True
-            try:
-                paths = write_reports(rows, cfg, out)
-            except OSError as exc:
-                print(f"vcemu sweep: cannot write the reports in {out} ({exc.strerror or exc}); the cells are stored: "
-                      "--report-only writes the reports again", file=sys.stderr)
-                paths, reported = [], False
-            bad = sum(1 for r in rows if r.get("status") != "ok")
-            print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
-                  + (", ".join(str(p) for p in paths) or "no reports"), file=sys.stderr)
-            missing = len(grid) - len(rows)
-            if a.report_only:
-                return 1 if missing or not reported else 0
-            return _say_outcome(ran, code) or (0 if reported else 1)
+        wall = time.perf_counter() - t0
+        for r in ran:
+            if r["status"] != LOST:
+                stored[r["cell"]] = r
+        rows = [c for key, *_ in grid
+                if (c := stored[key]) is not None and _unusable(c, code, settings[key]) is None]
+        reported = True
+        try:
+            paths = write_reports(rows, cfg, out)
+        except OSError as exc:
+            print(f"vcemu sweep: cannot write the reports in {out} ({exc.strerror or exc}); the cells are stored: "
+                  "--report-only writes the reports again", file=sys.stderr)
+            paths, reported = [], False
+        bad = sum(1 for r in rows if r.get("status") != "ok")
+        print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
+              + (", ".join(str(p) for p in paths) or "no reports"), file=sys.stderr)
+        missing = len(grid) - len(rows)
+        if a.report_only:
+            return 1 if missing or not reported else 0
+        return _say_outcome(ran, code) or (0 if reported else 1)
     except KeyboardInterrupt:
         # The cells under way are abandoned: the errors of their killed workers, which nothing will read, are no news.
         # Ray logged each as "ERROR worker.py -- Unhandled error ... The worker died unexpectedly" after the line

@@ -257,8 +257,8 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     except RayUnavailable as exc:
         print(f"vcemu up: {exc}", file=sys.stderr)
         return 2
-    # After ray.init, which installs its own SIGTERM handler: from here SIGTERM unwinds through the
-    # cleanup below, even during start-up.
+    # From here SIGTERM unwinds through the cleanup below, even during start-up (until here it ends the process
+    # at once, as it does when it comes during ray.init: connect keeps the handler the process had across it).
     signal.signal(signal.SIGTERM, _interrupt)
     server = agents = None
     try:
