@@ -146,6 +146,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                         "RAY_AUTH_TOKEN)")
     p.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
                    "(default: each node's IP as Ray reports it)")
+    p.add_argument("--token-file", default=None, help="with --ray: require this bearer token on the coordinator's user "
+                   "API while the replay runs (it listens on a Ray node's address), as vcemu up --token-file does")
     add_agent_spares(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default="results/replay",
@@ -155,8 +157,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
     if a.agents > a.hosts:
         p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
-    if a.ray is None and a.bind is not None:
-        p.error("argument --bind: only with --ray (a local cluster listens on 127.0.0.1)")
+    for flag, value in (("--bind", a.bind), ("--token-file", a.token_file)):
+        if a.ray is None and value is not None:
+            p.error(f"argument {flag}: only with --ray (a local cluster listens on 127.0.0.1)")
     if a.ray is None:  # (a Ray node's memory is not this machine's: the least only, as vcemu up --ray checks it)
         from node_agent.cli import host_memory_refusal, parse_size
 
@@ -296,9 +299,10 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
     before the run's folder is made: an address that does not answer leaves none."""
     from coordinator.backends.ray.cluster import RayStartError, placement_table, start_on_ray
     from coordinator.raycluster import RayUnavailable, connect
-    from coordinator.servers import coordinator_log
+    from coordinator.servers import coordinator_log, read_token
     from node_agent.cli import parse_size
 
+    options = {"compression": a.compress, "token": read_token(a.token_file)}  # (before Ray: a bad file ends it)
     try:  # (connect keeps replay_main's SIGTERM handler, which unwinds through the cleanup, across ray.init)
         ctx = connect(a.ray)
     except RayUnavailable as exc:
@@ -318,7 +322,7 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
             try:
                 server, agents, infos = start_on_ray(
                     ctx, a.policy, a.hosts, a.cpus_per_host, parse_size(a.mem_per_host), bind=a.bind,
-                    no_cgroups=a.no_cgroups, options={"compression": a.compress}, tag="replay",
+                    no_cgroups=a.no_cgroups, options=options, tag="replay",
                     spares=a.agent_spares or 0, note=lambda line: print(f"vcemu replay: {line}", file=sys.stderr))
             except RayStartError as exc:
                 print(f"vcemu replay: {exc}", file=sys.stderr)

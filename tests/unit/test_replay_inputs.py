@@ -139,6 +139,7 @@ def test_replay_says_what_the_swf_conversion_dropped_and_records_it(tmp_path: Pa
 
 @pytest.mark.parametrize(("argv", "why"), [
     (["--bind", "0.0.0.0"], "argument --bind: only with --ray (a local cluster listens on 127.0.0.1)"),
+    (["--token-file", "t"], "argument --token-file: only with --ray (a local cluster listens on 127.0.0.1)"),
     (["--ray", "127.0.0.1:6379", "--hosts", "4", "--agents", "2"],
      "argument --agents: not with --ray (each emulated host is its own agent actor)"),
 ])
@@ -194,3 +195,40 @@ def test_replay_on_ray_refused_a_setting_leaves_no_folder(tmp_path: Path, monkey
                         "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and "vcemu replay: error: --bind" in err, err
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_replay_on_ray_gives_its_coordinator_the_token_of_token_file(tmp_path: Path, no_cluster: None,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``replay --ray``'s coordinator listens on a Ray node's address: ``--token-file`` makes it require the token on
+    the user API, as ``up --ray --token-file`` does (it took any client). A file that cannot be used is refused
+    before Ray is connected to."""
+    import contextlib
+
+    import coordinator.backends.ray.cluster
+    import coordinator.raycluster
+    from coordinator.backends.ray.cluster import RayStartError
+
+    connected: list[str] = []
+    given: list[dict[str, object]] = []
+
+    def connect(address: str, *_a: object, **_k: object) -> contextlib.AbstractContextManager[None]:
+        connected.append(address)
+        return contextlib.nullcontext()
+
+    def start_on_ray(*_a: object, options: dict[str, object], **_k: object) -> None:
+        given.append(options)
+        raise RayStartError("error: stopped here by the test", 1)
+
+    monkeypatch.setattr(coordinator.raycluster, "connect", connect)
+    monkeypatch.setattr(coordinator.backends.ray.cluster, "start_on_ray", start_on_ray)
+    trace = _trace(tmp_path / "t.jsonl", [{"id": "a", **JOB}])
+    argv = ["replay", str(trace), "--ray", "127.0.0.1:6379", "--out", str(tmp_path / "out")]
+    (tmp_path / "token").write_text("s3cret\n")
+    code, _, err = run([*argv, "--token-file", str(tmp_path / "token")], capsys)
+    assert code == 1 and "stopped here by the test" in err, err
+    assert [o["token"] for o in given] == ["s3cret"] and connected == ["127.0.0.1:6379"]
+    (tmp_path / "empty").write_text("")
+    code, _, err = run([*argv, "--token-file", str(tmp_path / "empty")], capsys)
+    assert (code, err) == (2, f"vcemu: --token-file {tmp_path / 'empty'}: the file is empty\n")
+    assert len(connected) == 1
