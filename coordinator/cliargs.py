@@ -66,10 +66,32 @@ def non_negative(text: str) -> float:
     return value
 
 
-def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+#: For each command that writes its results straight into ``--out`` (and resumes from them there), a setting that
+#: its ``config.json`` alone records: how a folder is told to hold another command's results.
+RESULTS_MARKS = {"apc": "exp2_iats", "oppcost": "executions", "sweep": "penalties", "vcsched": "slacks"}
+
+
+def others_results(out: Path, command: str) -> str | None:
+    """The command of :data:`RESULTS_MARKS` other than ``command`` whose results ``out`` holds, by its
+    ``config.json`` (None: none, or a file that cannot be read, which the command itself then judges)."""
+    import json
+
+    try:
+        config = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    return next((c for c, key in RESULTS_MARKS.items() if c != command and key in config), None)
+
+
+def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out", command: str | None = None) -> Path:
     """Create the output directory ``path`` now and check that a file can be written in it, so that a long run
     never ends by failing to write its results. ValueError naming ``flag`` otherwise, and for an empty path, which
-    ``Path`` takes for the current directory (the results went there)."""
+    ``Path`` takes for the current directory (the results went there). With ``command`` (a key of
+    :data:`RESULTS_MARKS`), also if ``path`` holds another such command's results: each writes ``config.json`` and
+    ``summary.json`` of its own there (``vcemu oppcost`` into an ``apc`` folder replaced both, and a rerun of
+    ``apc`` there then started over)."""
     if not os.fspath(path).strip():
         raise ValueError(f"{flag}: must be a folder's path, got an empty one")
     out = Path(path)
@@ -81,6 +103,8 @@ def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
             pass
     except OSError as exc:
         raise ValueError(f"{flag} {path}: cannot write results there: {exc.strerror or exc}") from None
+    if command is not None and (other := others_results(out, command)) is not None:
+        raise ValueError(f"{flag} {path}: holds the results of vcemu {other} (its config.json); give another {flag}")
     return out
 
 

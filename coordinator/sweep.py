@@ -805,7 +805,7 @@ def _sweep(argv: Sequence[str]) -> int:
         raise SystemExit(f"vcemu sweep: --report-only: {out} holds no sweep (no config.json, no stored cells); "
                          "nothing to report")
     try:  # before anything runs: a long sweep must not end by failing to store its first cell
-        usable_out_dir(out)
+        usable_out_dir(out, command="sweep")
         if not a.report_only:
             usable_out_dir(out / "cells")
     except ValueError as exc:

@@ -853,7 +853,7 @@ def apc_main(argv: list[str]) -> int:
             return 2
 
     try:
-        out = usable_out_dir(args.out)
+        out = usable_out_dir(args.out, command="apc")
     except ValueError as exc:
         print(f"vcemu apc: {exc}", file=sys.stderr)
         return 2

@@ -520,7 +520,7 @@ def oppcost_main(argv: list[str]) -> int:
         print("\n".join(lines))
         return 0
     try:
-        out = usable_out_dir(args.out)
+        out = usable_out_dir(args.out, command="oppcost")
     except ValueError as exc:
         print(f"vcemu oppcost: {exc}", file=sys.stderr)
         return 2

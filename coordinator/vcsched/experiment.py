@@ -799,7 +799,7 @@ def vcsched_main(argv: list[str]) -> int:
         slacks=slacks,
     )
     try:
-        out = usable_out_dir(args.out)
+        out = usable_out_dir(args.out, command="vcsched")
         for s in cfg.sets:  # each set's results go to a folder of its own: checked now, not after the work
             usable_out_dir(out / s)
     except ValueError as exc:
