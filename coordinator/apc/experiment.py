@@ -842,7 +842,8 @@ def apc_main(argv: list[str]) -> int:
     if line is not None:
         print(line, file=sys.stderr)
         return 2
-    args.live_seconds = seconds  # (what config.json records and the live run takes)
+    args.live_seconds = seconds if args.live else None  # (what config.json records and the live run takes; a run
+    # without --live recorded 40.0 beside "live": false, as if it had run that long)
     if args.live and args.live_agent is not None:
         from coordinator.apc.live import LiveAgentError, check_agent
 

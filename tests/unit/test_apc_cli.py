@@ -3,6 +3,7 @@ written in ``--out``) and the Experiment Two table it prints."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -131,6 +132,9 @@ def test_an_experiment_is_named_in_any_case_or_by_its_number(tmp_path: Path, nam
     out = tmp_path / "out"
     assert apc.apc_main(["--experiments", name, "--exp1-jobs", "5", "--out", str(out)]) == 0
     assert (out / "exp1_cycles.csv").exists() and not any(out.glob("exp2*")), sorted(p.name for p in out.iterdir())
+    config = json.loads((out / "config.json").read_text())
+    # (no live run, so no live length: 40.0 was recorded beside "live": false, as if it had run that long)
+    assert config["live"] is False and config["live_seconds"] is None, config
 
 
 def test_the_help_says_what_is_written_and_how_to_resume_without_the_journal_internals(
