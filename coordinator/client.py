@@ -359,7 +359,7 @@ def _submit_file(args: argparse.Namespace) -> int:
     import dataclasses
 
     from vcemu.v1 import coordinator_pb2 as pb
-    from workloads.jobfile import JobFileError, is_swf, load_jobs, unreadable
+    from workloads.jobfile import JobFileError, is_swf, load_jobs, shown, unreadable
 
     if is_swf(args.file):  # a trace's point is its submit times, which submit ignores: replay is the command
         refuse(f"vcemu submit: {args.file}: SWF traces are read by simulate and replay only; submit --file takes "
@@ -370,7 +370,7 @@ def _submit_file(args: argparse.Namespace) -> int:
         refuse(f"vcemu submit: {unreadable(args.file, exc) if isinstance(exc, OSError) else exc}")
     specs = source.jobs
     if not specs:  # "0 accepted" and exit status 0 read as if the file had been submitted
-        refuse(f"vcemu submit: no jobs in {args.file}")
+        refuse(f"vcemu submit: no jobs in {shown(args.file)}")
     request_ids = [f"{args.request_id}:{s.id}" if args.request_id else _job_request_id(s) for s in specs]
     for s, rid in zip(specs, request_ids, strict=True):  # what the coordinator refuses, before connecting (its
         # bounds are below what a simulation of the file takes: more work, say)

@@ -178,12 +178,13 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int, JobFile]:
     since the engine would refuse it only at its arrival, in the middle of the live run."""
     from coordinator.experiments import homogeneous_hosts
     from coordinator.policies import get_policy
-    from workloads.jobfile import check_jobs, load_jobs
+    from workloads.jobfile import check_jobs, load_jobs, shown
 
     source = load_jobs(a.trace, segment=a.segment)
     jobs = sorted(source.jobs, key=lambda j: (j.submit_time, j.id))
     if not jobs:
-        raise ValueError(f"no jobs in {a.trace}" if a.segment is None else f"no jobs in week {a.segment} of {a.trace}")
+        raise ValueError(f"no jobs in {shown(a.trace)}" if a.segment is None
+                         else f"no jobs in week {a.segment} of {a.trace}")
     fit: list[JobSpec] = []
     dropped = 0
     for j in jobs:

@@ -83,7 +83,7 @@ def unreadable(path: str, exc: OSError) -> str:
         why = "a directory, not a job file or trace"
     else:
         why = (exc.strerror or str(exc)).lower()
-    return f"{path}: {why}"
+    return f"{shown(path)}: {why}"
 
 
 class JobFileError(ValueError):
@@ -124,12 +124,17 @@ def _is_csv(path: str) -> bool:
 STDIN = "-"
 
 
+def shown(path: str) -> str:
+    """``path`` as a message names it: :data:`STDIN` is "standard input" ("no jobs in -" read as a typo)."""
+    return "standard input" if path == STDIN else path
+
+
 def _read_bytes(path: str) -> bytes:
     """The whole file, read once: what is parsed is then what is hashed, even if the file changes meanwhile or
     is a pipe (``/dev/stdin``, or :data:`STDIN`). OSError as open() raises it."""
     if path == STDIN:
         if sys.stdin is None:  # (descriptor 0 closed: an AttributeError's traceback)
-            raise OSError(errno.EBADF, "standard input is closed")
+            raise OSError(errno.EBADF, "it is closed")  # (unreadable: "standard input: it is closed")
         if sys.stdin.isatty():  # (else it waits in silence)
             print("reading JSON lines from standard input; Ctrl-D ends them", file=sys.stderr)
         return sys.stdin.buffer.read()

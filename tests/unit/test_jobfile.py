@@ -12,7 +12,7 @@ import pytest
 from coordinator.model import Host, JobSpec
 from coordinator.policies.batch import refuse_oversized
 from workloads.annotate import synthetic_trace
-from workloads.jobfile import FIELDS, JobFileError, iter_jobs, read_jobs, write_jobs
+from workloads.jobfile import FIELDS, JobFileError, iter_jobs, read_jobs, unreadable, write_jobs
 from workloads.swf import parse_record, write_swf
 
 TRACE = Path("/work/shared/traces/HPC2N-2002-2.2-cln.swf.gz")
@@ -472,8 +472,9 @@ def test_standard_input_closed_or_of_csv_is_refused_in_words_that_fit_it(monkeyp
     import sys
 
     monkeypatch.setattr(sys, "stdin", None)
-    with pytest.raises(OSError, match="standard input is closed"):
+    with pytest.raises(OSError, match="it is closed") as closed:
         read_jobs("-")
+    assert unreadable("-", closed.value) == "standard input: it is closed"  # (it said "-: ...")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"id,submit_time,tasks\nj0,0,1\n")))
     with pytest.raises(JobFileError, match="standard input is read as JSON lines only: save a CSV to a file named "
                                            ".csv"):

@@ -204,6 +204,17 @@ def test_config_of_jobs_read_from_stdin_hashes_them(jobs: Path, tmp_path: Path, 
     assert json.loads(p.stdout)["completed"] == 3
 
 
+@pytest.mark.parametrize("command", [["simulate", "--policy", "greedy"], ["replay"], ["submit", "--file"]])
+def test_an_empty_standard_input_is_named_so(command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """It was "no jobs in -" (a typo, to a reader)."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    code, _, err = run([*command, "-", *(["--out", str(tmp_path)] if command[0] != "submit" else [])], capsys)
+    assert code == 2 and err.endswith(": no jobs in standard input\n"), err
+
+
 def test_swf_records_the_conversion_drops_say_it_and_record_them(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """Records the conversion's rules dropped went without a word, in the output or in config.json."""
