@@ -37,6 +37,7 @@ from typing import Any
 
 from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
+from node_agent.signals import INTERRUPTED, signals_interrupt
 
 BENCH_ALGS = ("greedy-pmtn", "dynmcb8-asap-per")
 SWEEP_JOBS = 1000
@@ -149,13 +150,18 @@ def bench_dfrs_main(argv: Sequence[str]) -> int:
         print(line, file=sys.stderr)
         return 2
     out: dict[str, Any] = {"jobs": a.jobs, "seed": a.seed}
-    if not a.no_sim:
-        out.update(bench_sim(a.jobs, a.seed))
-    if not a.no_sweep:
-        w1 = _sweep_wall(1, a.seed)
-        w2 = _sweep_wall(2, a.seed)
-        out.update(sweep_policies=",".join(BENCH_ALGS), sweep_1worker_s=w1, sweep_2workers_s=w2,
-                   sweep_speedup_2cores=w1 / w2)
+    try:  # SIGTERM as Ctrl-C: one line, Ray shut down (it ended at once, leaving Ray's agents; Ctrl-C a traceback)
+        with signals_interrupt():
+            if not a.no_sim:
+                out.update(bench_sim(a.jobs, a.seed))
+            if not a.no_sweep:
+                w1 = _sweep_wall(1, a.seed)
+                w2 = _sweep_wall(2, a.seed)
+                out.update(sweep_policies=",".join(BENCH_ALGS), sweep_1worker_s=w1, sweep_2workers_s=w2,
+                           sweep_speedup_2cores=w1 / w2)
+    except KeyboardInterrupt:
+        print("vcemu bench dfrs: interrupted", file=sys.stderr)
+        return INTERRUPTED
     out["targets"] = {key: f"{op} {limit:g}" for key, (op, limit) in TARGETS.items()}
     out["met"] = judged(out) if a.jobs == 1000 else {k: v for k, v in judged(out).items() if k not in SIM_TARGETS}
     if a.json:

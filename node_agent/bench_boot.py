@@ -17,7 +17,6 @@ a shared machine is slow whatever the agent.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -26,11 +25,12 @@ import sys
 import threading
 import time
 
-from coordinator.cliargs import format_table, whole_in
+from coordinator.cliargs import Parser, format_table, whole_in
 from node_agent import agent as agent_mod
 from node_agent.agent import AgentCore, HostSpec
 from node_agent.cgroups import CgroupDriver, open_driver
 from node_agent.dutycycle import DutyCycleDriver
+from node_agent.signals import INTERRUPTED, signals_deferred, signals_interrupt
 
 #: (name, spares, boot poll interval: None for as shipped)
 VARIANTS = (("spares", 1, None), ("cold", 0, None), ("cold_rounds_only", 0, agent_mod.POLL_INTERVAL_S))
@@ -69,9 +69,10 @@ def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgr
                 time.sleep(0.0005)
             out.append(time.perf_counter() - t0)
     finally:
-        stop.set()
-        watcher.join()
-        core.shutdown()
+        with signals_deferred():  # a second signal must not cut the shutdown short (tasks and cgroups left)
+            stop.set()
+            watcher.join()
+            core.shutdown()
     return out
 
 
@@ -102,7 +103,7 @@ def _table(out: dict) -> str:
 
 def boot_main(argv: list[str]) -> int:
     """``vcemu bench boot [--starts N] [--rounds N] [--no-cgroups] [--json]``; returns the exit status."""
-    p = argparse.ArgumentParser(prog="vcemu bench boot", description=__doc__.splitlines()[0])
+    p = Parser(prog="vcemu bench boot", description=__doc__.splitlines()[0])
     p.add_argument("--starts", type=whole_in(1, 1000), default=8, help="starts timed per agent (default 8)")
     p.add_argument("--rounds", type=whole_in(1, 100), default=3,
                    help="times each of the three agents runs, in turn (default 3)")
@@ -110,10 +111,11 @@ def boot_main(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     try:
-        out = run(args.starts, args.rounds, not args.no_cgroups)
+        with signals_interrupt():  # SIGTERM too unwinds through the shutdowns (it left the cgroups and work directory)
+            out = run(args.starts, args.rounds, not args.no_cgroups)
     except KeyboardInterrupt:
         print("vcemu bench boot: interrupted; its tasks and their cgroups are removed", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Exception as e:  # one clear line (cgroups unavailable, say)
         print(f"vcemu bench boot: error: {e}", file=sys.stderr)
         return 1

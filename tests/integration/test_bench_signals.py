@@ -1,4 +1,4 @@
-"""``vcemu bench scale|load|cpu-share`` stopped by Ctrl-C or SIGTERM (found by review). SIGTERM ended them at once:
+"""``vcemu bench scale|load|cpu-share|boot`` stopped by Ctrl-C or SIGTERM (found by review). SIGTERM ended them at once:
 scale's agent processes (sessions of their own, no ``--parent-pid``) ran on, re-parented to init; cpu-share left
 its reference task frozen in its freezer cgroup and its /dev/shm directory; load left its agent's /dev/shm
 directory. SIGINT printed a traceback. Each must stop what it started and end with one line and status 130, as
@@ -112,3 +112,25 @@ def test_bench_cpu_share_stopped_by_a_signal_leaves_no_task_cgroup_or_directory(
                       "vcemu bench cpu-share: interrupted; its tasks, their cgroups and work directories are removed")
     assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-bench-{proc.pid}*")
     assert not shm_left(f"vcemu-agent-bench-{proc.pid}-*")
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_bench_boot_stopped_by_a_signal_leaves_no_task_cgroup_or_directory(
+        cgroups_required: None, sig: signal.Signals, tmp_path: Path) -> None:
+    """SIGTERM ended it at once, leaving its agent's cgroups with a task group per start and its /dev/shm
+    directory (review); Ctrl-C did not."""
+    proc, err_path = start_bench(tmp_path, "boot", "--starts", "50", "--rounds", "1")
+    stop_once_started(proc, sig, err_path, lambda spawned: sum(b"workloads.dgemm" in a for a in spawned.values()) >= 2,
+                      "bench boot never started its tasks", 1.0,
+                      "vcemu bench boot: interrupted; its tasks and their cgroups are removed")
+    assert not glob.glob(f"/sys/fs/cgroup/*/vcemu-bench-boot-{proc.pid}-*")
+    assert not shm_left(f"vcemu-agent-bench-boot-{proc.pid}-*")
+
+
+def test_bench_dfrs_stopped_by_sigterm_shuts_ray_down_in_one_line(tmp_path: Path) -> None:
+    """SIGTERM ended it at once during its Ray sweep, leaving Ray's dashboard and runtime-env agents running under
+    init; Ctrl-C printed a traceback (review)."""
+    pytest.importorskip("ray", reason="ray is not installed")
+    proc, err_path = start_bench(tmp_path, "dfrs", "--no-sim")
+    stop_once_started(proc, signal.SIGTERM, err_path, lambda spawned: any(b"raylet" in a for a in spawned.values()),
+                      "bench dfrs never started Ray", 3.0, "vcemu bench dfrs: interrupted")
