@@ -30,6 +30,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import queue
 import shutil
 import signal
 import statistics
@@ -42,7 +43,7 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from coordinator.cliargs import POLICY_HELP, Parser, number_in, policy_name, positive
+from coordinator.cliargs import POLICY_HELP, Parser, number_in, policy_name, positive, usable_out_dir
 from coordinator.policy_names import MAX_PERIOD_S, MIN_PERIOD_S
 from coordinator.servers import interrupted, spawn_agent, stop_agents
 from node_agent.signals import signals_deferred, signals_interrupt
@@ -51,6 +52,10 @@ from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 GIB = 1 << 30
+#: How long ``bench load`` waits for its clients to connect before giving up.
+READY_TIMEOUT_S = 120.0
+#: How often ``bench starts`` counts the jobs running: the resolution of its seconds_to_all_running.
+STARTS_POLL_S = 0.01
 
 
 def _int_at_least(low: int):  # type: ignore[no-untyped-def]
@@ -91,9 +96,10 @@ def _register(server_address: str, agent_address: str) -> None:
                                                   timeout=10)
 
 
-def _load_client(address: str, ids: list[int], batch: int, go, out) -> None:  # type: ignore[no-untyped-def]
+def _load_client(address: str, ids: list[int], batch: int, ready, go, out) -> None:  # type: ignore[no-untyped-def]
     """One client process (its own GIL), one channel, 4 calls in flight: unary Submits (``batch`` 1) or
-    SubmitBatch calls of ``batch`` submissions each (every submission still answered on its own)."""
+    SubmitBatch calls of ``batch`` submissions each (every submission still answered on its own). Says it is
+    ``ready`` once connected, then waits for ``go``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches us too: the bench stops us
     spec = pb.JobSpec(tasks=1, cpu_need=0.1, memory=0.01, work_seconds=2.0, workload="modeled")
     acked: list[str] = []
@@ -101,6 +107,7 @@ def _load_client(address: str, ids: list[int], batch: int, go, out) -> None:  # 
     with grpc.insecure_channel(address) as ch:
         stub = pb_grpc.CoordinatorStub(ch)
         grpc.channel_ready_future(ch).result(timeout=30)
+        ready.put(os.getpid())
         go.wait()
         window: list = []
         for k in range(0, len(ids), batch):
@@ -135,6 +142,20 @@ def _collect(future, acked: list, errors: list) -> None:  # type: ignore[no-unty
             errors.append(f"{_CODE_NAMES.get(r.code, r.code)}: {r.error}")
 
 
+def _wait_ready(ready, procs: list) -> None:  # type: ignore[no-untyped-def]
+    """Until every client process has said it is connected; SystemExit naming how many did not, should one exit
+    first or :data:`READY_TIMEOUT_S` pass."""
+    waiting, deadline = len(procs), time.monotonic() + READY_TIMEOUT_S
+    while waiting:
+        try:
+            ready.get(timeout=0.5)
+            waiting -= 1
+        except queue.Empty:
+            if time.monotonic() > deadline or any(not pr.is_alive() for pr in procs):
+                raise SystemExit(f"vcemu bench load: error: {waiting} of {len(procs)} clients did not connect to the "
+                                 "coordinator") from None
+
+
 def _load_round(args: argparse.Namespace, batch: int) -> dict:
     """One measured round on a fresh coordinator (with its own SQLite store) and agent."""
     from coordinator.policies import get_policy
@@ -148,7 +169,7 @@ def _load_round(args: argparse.Namespace, batch: int) -> dict:
     acked: list[str] = []
     errors: list[str] = []
     ctx = multiprocessing.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
+    ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
     agent = server = None
     procs: list = []
     try:  # whatever stops the round (Ctrl-C, SIGTERM, a failure), the agent, server and clients go with it
@@ -160,10 +181,13 @@ def _load_round(args: argparse.Namespace, batch: int) -> dict:
         server.start()
         _register(server.address, agent.address)
         procs = [ctx.Process(target=_load_client, args=(server.address, list(range(k, args.jobs, args.clients)),
-                                                          batch, go, out), daemon=True) for k in range(args.clients)]
+                                                          batch, ready, go, out), daemon=True)
+                 for k in range(args.clients)]
         for pr in procs:
             pr.start()
-        time.sleep(3.0)  # the clients import and connect before the clock starts
+        # The clock starts once every client has imported and connected (a fixed 3 s was too short for 32 clients
+        # on 2 cores: their start-up, 5.8 s, was measured as submission time; review).
+        _wait_ready(ready, procs)
         t0 = time.perf_counter()
         go.set()
         label = "submit" if batch == 1 else f"submit (batches of {batch})"
@@ -218,10 +242,8 @@ def bench_load_main(argv: list[str]) -> int:
     p.add_argument("--policy", type=policy_name, default="fcfs", help=POLICY_HELP)
     p.add_argument("--synchronous", choices=SYNCHRONOUS, type=str.upper, default=DEFAULT_SYNCHRONOUS,
                    help="SQLite synchronous mode of the store (default %(default)s, the coordinator's)")
-    p.add_argument("--out", default="results/bench-load",
-                   help="where the result and its config go, load.json and load-config.json (default %(default)s)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    args = p.parse_args(argv)
+    _output_flags(p, "load")
+    args = _parse(p, argv)
     if not 1 <= args.batch <= 1000:
         p.error(f"--batch: must be 1..1000, got {args.batch}")
     with signals_interrupt():
@@ -237,7 +259,12 @@ def bench_load_main(argv: list[str]) -> int:
               "refused": sum(r["refused"] for r in rounds.values()), "clients": args.clients,
               "policy": args.policy, "synchronous": args.synchronous.upper(), "rounds": rounds}
     _write(args.out, "load", result, vars(args))
-    print(json.dumps(result) if args.json else "\n".join(f"{k:>18}  {v}" for k, v in result.items()))
+    if args.json:
+        print(json.dumps(result))
+    else:  # (each round on a line of its own: it was printed as a Python dict)
+        print("\n".join([*(f"{k:>18}  {v}" for k, v in result.items() if k != "rounds"),
+                         *(f"{name + ' round':>18}  " + ", ".join(f"{k} {v}" for k, v in r.items() if v != "")
+                           for name, r in rounds.items())]))
     return 0 if result["lost"] == 0 else 1
 
 
@@ -274,7 +301,7 @@ def bench_scale_main(argv: list[str]) -> int:
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle (default %(default)s)")
     _output_flags(p, "scale")
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
     if args.agents > args.hosts:
         p.error(f"argument --agents: must be <= --hosts ({args.hosts}), got {args.agents}")
     return _interruptible("scale", _bench_scale, args)
@@ -285,6 +312,17 @@ def _output_flags(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--out", default=f"results/bench-{name}", help=f"where the result and its config go, {name}.json "
                    f"and {name}-config.json (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _parse(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments, with ``--out`` made and checked writable before any work (review: ``--out ''`` wrote into the
+    current folder, and a file's path ran the whole bench, then lost its result in a traceback)."""
+    args = p.parse_args(argv)
+    try:
+        usable_out_dir(args.out)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 def _interruptible(name: str, run, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
@@ -399,7 +437,7 @@ def bench_starts_main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
                    help="give up after this many seconds (default %(default)g)")
     _output_flags(p, "starts")
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
     if args.cpu_need > 1:
         p.error(f"argument --cpu-need: must be at most 1, got {args.cpu_need:g}")
     return _interruptible("starts", _bench_starts, args)
@@ -482,7 +520,7 @@ def _bench_starts(args: argparse.Namespace) -> int:
                     return 1
                 job_ids += [r.job.job_id for r in reply.results]
             while not samples or (samples[-1][1] < args.jobs and samples[-1][0] < args.timeout):
-                time.sleep(0.1)
+                time.sleep(STARTS_POLL_S)
                 running = board.counts_and_running()[0].get(JobState.RUNNING, 0)
                 samples.append((time.perf_counter() - t0, running))
                 bar.update(running - bar.n)
@@ -497,7 +535,8 @@ def _bench_starts(args: argparse.Namespace) -> int:
         stop_agents(procs, timeout=20)
     seconds, running = samples[-1]
     result = {"jobs": args.jobs, "tasks": args.tasks, "hosts": args.hosts, "policy": args.policy, "running": running,
-              "seconds_to_all_running": round(seconds, 2) if running == args.jobs else None,
+              "seconds_to_all_running": round(seconds, 3) if running == args.jobs else None,
+              "poll_s": STARTS_POLL_S,  # (the resolution of the seconds above: it was 0.1 s, and 20 jobs took 0.1 s)
               "starts_per_s": round(running / seconds, 1),
               # jobs running at each quarter of the time: a rate that falls as hosts fill shows here
               "running_at_quarters": [next(n for t, n in samples if t >= seconds * q / 4) for q in (1, 2, 3)],

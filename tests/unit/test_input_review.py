@@ -336,6 +336,7 @@ def test_a_value_that_reads_as_a_flag_gets_the_equals_form_as_a_hint(argv: list[
 
 @pytest.mark.parametrize("argv", [["sweep", "--seed", "x"], ["bench", "load", "--jobs", "x"],
                                   ["bench", "dfrs", "--seed", "x"], ["bench", "packing", "--bogus"],
+                                  ["bench", "boot", "--starts", "x"],  # (plain argparse: its usage block; review)
                                   ["vcsched", "--instances", "x"], ["oppcost", "--executions", "1.5"],
                                   ["apc", "--seed", "x"]])
 def test_the_experiment_and_benchmark_commands_refuse_a_bad_flag_in_one_line(argv: list[str],
@@ -345,3 +346,17 @@ def test_the_experiment_and_benchmark_commands_refuse_a_bad_flag_in_one_line(arg
     code, _, err = run(argv, capsys)
     assert code == 2 and "usage:" not in err and len(err.strip().splitlines()) == 1, err
     assert f"(see vcemu {' '.join(argv[:2]) if argv[0] == 'bench' else argv[0]} --help)" in err, err
+
+
+@pytest.mark.parametrize("bench", ["load", "scale", "starts"])
+def test_a_bench_whose_out_cannot_hold_its_result_is_refused_before_it_runs(
+        bench: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: ``--out ''`` wrote the result into the current folder, and a file's path ran the whole bench, then lost
+    its result in a FileExistsError's traceback."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["bench", bench, "--out", ""], capsys)
+    refused(code, err, "--out: must be a folder's path, got an empty one")
+    (tmp_path / "afile").write_text("")
+    code, _, err = run(["bench", bench, "--out", str(tmp_path / "afile")], capsys)
+    refused(code, err, f"--out {tmp_path / 'afile'}: cannot write results there: it is a file, not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
