@@ -55,6 +55,9 @@ XEN = {"overhead_pct": 0.27, "avg_error_pct": 0.72, "max_error_pct": 5.99, "cap_
 HOST = "bench-h0"
 REF_HOST, REF = "bench-ref", "bench-reference"
 TASK_WINDOW_S = 2.0
+#: A task whose quota ran out in fewer than this fraction of its CFS periods was starved (bench review: with the
+#: machine's load average at 9, a task capped at 0.9 ran at 0.82 of the CPU, and that counted as a 7.7-point cap error).
+STARVED_BELOW = 0.5
 RAW_WINDOW_S = 0.5
 
 
@@ -138,6 +141,14 @@ class TaskResult:
     units_per_cpu_s: float
     raw_rate: float  # R, of the raw process in the windows between the task windows
     isolated_raw_rate: float = 0.0  # of raw processes running right before and after the configuration
+    #: Of the CFS periods in which the task could run in its windows, the fraction at whose end its quota was used
+    #: up (cpu.stat's nr_throttled / nr_periods; None without cgroups). Below :data:`STARVED_BELOW`, the task did
+    #: not get its cap because the CPU was busy with other work: no measure of the cap (see :func:`summarize`).
+    throttled_fraction: float | None = None
+
+    @property
+    def starved(self) -> bool:
+        return self.throttled_fraction is not None and self.throttled_fraction < STARVED_BELOW
 
     @property
     def error_pct(self) -> float:
@@ -161,21 +172,44 @@ def _wait_running(core: AgentCore, ids: list[str]) -> None:
         time.sleep(0.05)
 
 
-def _window(core: AgentCore, ids: list[str], seconds: float) -> dict[str, tuple[float, float, float]]:
-    """Per task over ``seconds``: (units per wall-second, CPU fraction, units per CPU-second)."""
+def _cfs_periods(core: AgentCore, tid: str) -> tuple[int, int] | None:
+    """The task's cgroup's (nr_periods, nr_throttled) from its ``cpu.stat``; None without one (duty cycling)."""
+    task = core._tasks.get(tid)
+    for d in core.driver.dirs(task.cgroup) if task is not None else []:
+        with contextlib.suppress(OSError):
+            with open(os.path.join(d, "cpu.stat")) as f:
+                fields = dict(line.split() for line in f if line.strip())
+            if "nr_throttled" in fields:
+                return int(fields["nr_periods"]), int(fields["nr_throttled"])
+    return None
+
+
+def _window(core: AgentCore, ids: list[str], seconds: float
+            ) -> dict[str, tuple[float, float, float, tuple[int, int] | None]]:
+    """Per task over ``seconds``: (units per wall-second, CPU fraction, units per CPU-second, and the CFS periods
+    and throttled periods of the window, or None)."""
     samples: dict[str, list[tuple[float, int, float, float]]] = {t: [] for t in ids}
+    before = {tid: _cfs_periods(core, tid) for tid in ids}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         for tid in ids:
             samples[tid].append(core.sample(tid))
         time.sleep(0.01)
+    after = {tid: _cfs_periods(core, tid) for tid in ids}
     out = {}
     for tid, ss in samples.items():
         rate = _fit(*_records(ss))[0]
         cpu_rate = _fit([s[0] for s in ss], [s[3] for s in ss])[0]
         per_cpu = _fit([s[3] for s in ss], [float(s[1]) for s in ss])[0]
-        out[tid] = (rate, cpu_rate, per_cpu)
+        b, a = before[tid], after[tid]
+        periods = None if a is None or b is None else (a[0] - b[0], a[1] - b[1])
+        out[tid] = (rate, cpu_rate, per_cpu, periods)
     return out
+
+
+def _rounds(seconds: float, task_window: float) -> int:
+    """Task windows per configuration: ``seconds`` in whole windows, at least one."""
+    return max(1, round(seconds / task_window))
 
 
 def run_config(core: AgentCore, n: int, seconds: float, cpu: int, task_window: float = TASK_WINDOW_S,
@@ -192,8 +226,8 @@ def run_config(core: AgentCore, n: int, seconds: float, cpu: int, task_window: f
     and then get their caps."""
     caps = sorted(TOTAL_CAP * (i + 1) / (n * (n + 1) / 2) for i in range(n))
     ids = [f"bench-{n}-{i}" for i in range(n)]
-    rounds = max(1, round(seconds / task_window))
-    windows: list[dict[str, tuple[float, float, float]]] = []
+    rounds = _rounds(seconds, task_window)
+    windows: list[dict[str, tuple[float, float, float, tuple[int, int] | None]]] = []
     raws: list[float] = []
     try:
         for tid in ids:
@@ -229,8 +263,11 @@ def run_config(core: AgentCore, n: int, seconds: float, cpu: int, task_window: f
     results = []
     for tid, cap in zip(ids, caps, strict=True):
         rate, cpu_rate, per_cpu = (sum(w[tid][k] for w in windows) / len(windows) for k in range(3))
+        counts = [w[tid][3] for w in windows]
+        periods = sum(c[0] for c in counts if c is not None)
+        throttled = None if None in counts or not periods else sum(c[1] for c in counts if c is not None) / periods
         results.append(TaskResult(n=n, cap=cap, rate_ratio=rate / raw, cpu_ratio=cpu_rate,
-                                  units_per_cpu_s=per_cpu, raw_rate=raw))
+                                  units_per_cpu_s=per_cpu, raw_rate=raw, throttled_fraction=throttled))
     return results
 
 
@@ -272,15 +309,29 @@ MET, MISSED, NOT_MEASURED = "MET", "MISSED", "NOT MEASURED"
 def summarize(results: list[TaskResult], delays: list[float]) -> dict:
     """The headline figures of a run (:data:`TARGETS`' keys and the cpuacct ones), its ``verdicts`` (one per
     figure with a target) and ``notes`` on the figures that could not be measured (reported as None)."""
-    errors = [r.error_pct for r in results]
-    cpu_errors = [r.cpu_error_pct for r in results]
+    # A starved task (TaskResult.starved) ran below its cap for want of CPU, not for its quota: left out of the
+    # error figures, and said; with every task starved, they are not measured.
+    capped = [r for r in results if not r.starved]
+    errors = [r.error_pct for r in capped]
+    cpu_errors = [r.cpu_error_pct for r in capped]
     eff = sum(r.units_per_cpu_s / r.raw_rate for r in results) / len(results)
     eff_alone = sum(r.units_per_cpu_s / r.isolated_raw_rate for r in results) / len(results)
     out: dict = {"overhead_pct": 100 * (1 - eff), "overhead_vs_isolated_raw_pct": 100 * (1 - eff_alone),
-                 "avg_error_pct": sum(errors) / len(errors), "max_error_pct": max(errors),
+                 "avg_error_pct": sum(errors) / len(errors) if errors else None,
+                 "max_error_pct": max(errors) if errors else None,
                  "cap_change_s": max(delays) if delays else None,
-                 "cpu_avg_error_pct": sum(cpu_errors) / len(cpu_errors), "cpu_max_error_pct": max(cpu_errors)}
+                 "cpu_avg_error_pct": sum(cpu_errors) / len(cpu_errors) if cpu_errors else None,
+                 "cpu_max_error_pct": max(cpu_errors) if cpu_errors else None,
+                 "starved_tasks": len(results) - len(capped)}
     notes: dict[str, str] = {}
+    if len(capped) < len(results):
+        starved = [r for r in results if r.starved]
+        notes["starved_tasks"] = (
+            f"{len(starved)} of {len(results)} tasks used up their quota in fewer than {STARVED_BELOW:.0%} of their "
+            "CFS periods (the CPU was busy with other work; e.g. "
+            f"{starved[0].n} task(s), cap {starved[0].cap:.3f}: CPU {starved[0].cpu_ratio:.3f}, quota used up in "
+            f"{starved[0].throttled_fraction:.0%} of its periods): left out of the error figures"
+            + ("" if capped else ", which are therefore not measured"))
     for key in ("overhead_pct", "overhead_vs_isolated_raw_pct"):
         if out[key] < 0:
             notes[key] = (f"not measured: the fit gave {out[key]:.2f}% (capped tasks did more units per CPU-second "
@@ -314,8 +365,8 @@ def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr,  
         results: list[TaskResult] = []
         raws = [raw_rate(raw_window, cpu)]
         for k, n in enumerate(ns):
-            eta = (time.monotonic() - started) / (k or 1) * (len(ns) - k) if k else float("nan")
-            print(f"bench cpu-share: {n} task(s) [{k + 1}/{len(ns)}], ETA {eta:.0f} s", file=progress_out)
+            eta = f", ETA {(time.monotonic() - started) / k * (len(ns) - k):.0f} s" if k else ""  # (it was "nan")
+            print(f"bench cpu-share: {n} task(s) [{k + 1}/{len(ns)}]{eta}", file=progress_out)
             res = run_config(core, n, window, cpu, task_window, ref_window)
             raws.append(raw_rate(raw_window, cpu))
             for r in res:
@@ -335,7 +386,8 @@ def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr,  
         "mode": mode,
         "quick": quick,
         "pinned_cpu": cpu,
-        "window_s": window,
+        # measured per configuration: whole task windows (--seconds 0.5 with 4 s windows reported 0.5, ran 4)
+        "window_s": _rounds(window, task_window) * task_window,
         "task_window_s": task_window,
         "ref_window_s": ref_window,
         "tasks": [asdict(r) | {"error_pct": r.error_pct, "cpu_error_pct": r.cpu_error_pct} for r in results],
@@ -348,10 +400,13 @@ def run(quick: bool, seconds: float | None, cpu: int, progress_out=sys.stderr,  
 
 
 def _table(out: dict) -> str:
-    lines = [f"{'tasks':>5} {'cap':>7} {'rate/R':>8} {'err (pp)':>9} {'cpu':>7} {'cpu err (pp)':>13}"]
+    lines = [f"{'tasks':>5} {'cap':>7} {'rate/R':>8} {'err (pp)':>9} {'cpu':>7} {'cpu err (pp)':>13} "
+             f"{'throttled':>12}"]
     for t in out["tasks"]:
+        share = t["throttled_fraction"]
+        throttled = "-" if share is None else f"{share:.2f}" + (" starved" if share < STARVED_BELOW else "")
         lines.append(f"{t['n']:>5} {t['cap']:>7.4f} {t['rate_ratio']:>8.4f} {t['error_pct']:>9.2f} "
-                     f"{t['cpu_ratio']:>7.4f} {t['cpu_error_pct']:>13.2f}")
+                     f"{t['cpu_ratio']:>7.4f} {t['cpu_error_pct']:>13.2f} {throttled:>12}")
     lines += ["", f"{'':<28}{'measured':>10}{'target':>9}{'Xen':>8}  verdict"]
     for key, label in (("overhead_pct", "overhead (%)"), ("avg_error_pct", "average abs. error (pp)"),
                        ("max_error_pct", "maximum abs. error (pp)"), ("cap_change_s", "cap change (s)")):
@@ -360,8 +415,9 @@ def _table(out: dict) -> str:
         verdict = out["verdicts"].get(key, "-")
         lines.append(f"{label:<28}{measured:>10}{'-' if target is None else f'<= {target}':>9}"
                      f"{XEN[key]:>8}  {verdict}")
-    lines.append(f"quota alone (cpuacct): average {out['cpu_avg_error_pct']:.3f} pp, maximum "
-                 f"{out['cpu_max_error_pct']:.3f} pp; raw rate drifted {out['raw_rate_spread_pct']:.1f}% "
+    quota = ("n/a" if out["cpu_avg_error_pct"] is None else
+             f"average {out['cpu_avg_error_pct']:.3f} pp, maximum {out['cpu_max_error_pct']:.3f} pp")
+    lines.append(f"quota alone (cpuacct): {quota}; raw rate drifted {out['raw_rate_spread_pct']:.1f}% "
                  f"during the run ({out['runtime_s']:.0f} s)")
     lines += [f"{key}: {note}" for key, note in out["notes"].items()]
     return "\n".join(lines)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -104,15 +105,19 @@ class FakeCore:
 
 
 def _fake_run(monkeypatch: pytest.MonkeyPatch, rate_ratio: float, units_per_cpu_s: float,
-              delays: list[float]) -> None:
-    """cpu-share's measurements replaced by given figures: every task ``rate_ratio`` of R against its cap."""
+              delays: list[float], starved: Callable[[int, int], bool] = lambda _n, _i: False) -> None:
+    """cpu-share's measurements replaced by given figures: every task ``rate_ratio`` of R against its cap, and
+    the ``i``-th task of ``n`` starved if ``starved(n, i)`` (its quota used up in 10% of its periods, its CPU a
+    tenth below its cap; the others throttled in every period)."""
     monkeypatch.setattr(bench, "open_core", lambda *_a, **_k: FakeCore())
     monkeypatch.setattr(bench, "raw_rate", lambda *_a, **_k: 100.0)
 
     def run_config(_core, n, *_a, **_k):  # type: ignore[no-untyped-def]
         caps = [bench.TOTAL_CAP * (i + 1) / (n * (n + 1) / 2) for i in range(n)]
-        return [bench.TaskResult(n=n, cap=c, rate_ratio=c + rate_ratio, cpu_ratio=c, units_per_cpu_s=units_per_cpu_s,
-                                 raw_rate=100.0) for c in caps]
+        return [bench.TaskResult(n=n, cap=c, rate_ratio=c * (0.9 if starved(n, i) else 1.0) + rate_ratio,
+                                 cpu_ratio=c * (0.9 if starved(n, i) else 1.0), units_per_cpu_s=units_per_cpu_s,
+                                 raw_rate=100.0, throttled_fraction=0.1 if starved(n, i) else 1.0)
+                for i, c in enumerate(caps)]
 
     monkeypatch.setattr(bench, "run_config", run_config)
     monkeypatch.setattr(bench, "cap_change_delay", lambda *_a, **_k: delays)
@@ -157,6 +162,28 @@ def test_cpu_share_reports_negative_fits_as_not_measured(monkeypatch: pytest.Mon
     assert "n/a" in change and change.split()[-2:] == ["NOT", "MEASURED"], change
     assert "cap_change_s: not measured" in text
 
+
+
+def test_cpu_share_leaves_starved_tasks_out_of_the_cap_errors_and_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """Review: with the machine's load average at 9, a task capped at 0.9 ran at 0.82 of the CPU (not throttled:
+    other work had the CPU), and the benchmark reported a 7.7-point cap error, MISSED. A task whose quota ran out
+    in under half of its CFS periods did not get its cap for want of CPU: it is no measure of the cap."""
+    _fake_run(monkeypatch, 0.001, 95.0, [0.05, 0.1], starved=lambda n, i: n == 1)  # the one task of n = 1 (cap 0.9)
+    assert bench.cpu_share_main(["--quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["starved_tasks"] == 1 and "1 of 18 tasks used up their quota" in out["notes"]["starved_tasks"]
+    assert out["max_error_pct"] == pytest.approx(0.1) and out["verdicts"]["max_error_pct"] == "MET"  # (9 with it)
+    assert bench.cpu_share_main(["--quick"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[1].endswith(" 0.10 starved") and text.splitlines()[2].endswith(" 1.00"), text
+    _fake_run(monkeypatch, 0.001, 95.0, [0.05, 0.1], starved=lambda _n, _i: True)
+    assert bench.cpu_share_main(["--quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["avg_error_pct"] is None and out["cpu_max_error_pct"] is None
+    assert out["verdicts"]["avg_error_pct"] == out["verdicts"]["max_error_pct"] == "NOT MEASURED"
+    assert bench.cpu_share_main(["--quick"]) == 0
+    assert "quota alone (cpuacct): n/a" in capsys.readouterr().out
 
 
 def test_scale_places_at_least_one_job() -> None:
