@@ -22,7 +22,9 @@ caps are proportional to 1..n and sum to :data:`TOTAL_CAP`. Definitions:
   0.4 s after it intersect at the moment the new rate took effect; the delay is from the SetShare call.
 
 Caps sum to 0.9, not 1: the emulated host then needs less than its CPU, so other processes on a shared
-machine do not turn a scheduling shortfall into a (false) cap error.
+machine do not turn a scheduling shortfall into a (false) cap error. Other cgroups of heavy weight (another
+agent's tasks) can still take the CPU from a task: one whose quota ran out in fewer than half of its CFS periods
+(``cpu.stat``) was starved, not capped, and is left out of the error figures, which the output says.
 
 Each figure with a target gets a verdict: MET, MISSED, or NOT MEASURED when the fit gave no usable value (a
 negative overhead: the tasks did more units per CPU-second than the reference, i.e. below this machine's noise;
