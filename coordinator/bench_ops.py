@@ -7,7 +7,9 @@ provides the hosts, and the engine loop schedules the jobs while they arrive.
 
 scale: 1,000 emulated hosts across a few real agent processes (``modeled`` workload, no processes per
 task), one job per two hosts, under DYNMCB8-PER; reports the control cycle (the periodic Tick: policy
-decision plus applying the plan over gRPC) p50/p99, and the agents' resident memory per emulated host.
+decision plus applying its plan) p50/p99, and the agents' resident memory per emulated host. Once the jobs are
+placed nothing arrives or ends, so the measured cycles' plans are empty (``actions_per_cycle``): the decision and
+the cycle's own cost at scale; ``starts`` times plans that move, pause and resume every job.
 
 starts: how fast jobs start when every start re-shares its host: N one-task modeled jobs submitted at once
 to a coordinator (greedy by default) with one agent process of a few hosts; reports the seconds until all run,
