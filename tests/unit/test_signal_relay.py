@@ -5,6 +5,7 @@ with a deadline: on the old handlers it hangs."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,33 @@ print("ok")
 """
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert (p.returncode, p.stdout.strip()) == (0, "ok"), p.stderr
+
+
+def test_an_interrupt_python_swallowed_in_a_weakref_callback_is_delivered_again() -> None:
+    """Operator review: a SIGTERM to ``vcemu up`` while it started raised its KeyboardInterrupt inside an import's
+    module-lock weakref callback, where Python prints "Exception ignored" and runs on: up kept running (1 run in
+    21), and a second SIGTERM ended it with status 0. The swallowed interrupt is now sent again."""
+    import gc
+    import time
+    import weakref
+
+    from node_agent.signals import signals_interrupt
+
+    class Thing:
+        pass
+
+    def callback(_ref: object) -> None:
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(10_000):  # (the handler runs here, inside the callback)
+            pass
+
+    unraisable = sys.unraisablehook
+    with pytest.raises(KeyboardInterrupt), signals_interrupt():
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        del thing  # the callback runs: its KeyboardInterrupt is ignored, and the signal sent again
+        gc.collect()
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:  # interrupted within 10 ms or so
+            time.sleep(0.01)
+    assert ref() is None and sys.unraisablehook is unraisable
