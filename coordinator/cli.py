@@ -209,7 +209,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
             from coordinator.bench_dfrs import bench_dfrs_main
 
             return bench_dfrs_main(argv[2:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command they were given to, as its other refusals are (it was "vcemu: error: ...")
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
 
 

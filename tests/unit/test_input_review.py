@@ -360,3 +360,13 @@ def test_a_bench_whose_out_cannot_hold_its_result_is_refused_before_it_runs(
     code, _, err = run(["bench", bench, "--out", str(tmp_path / "afile")], capsys)
     refused(code, err, f"--out {tmp_path / 'afile'}: cannot write results there: it is a file, not a directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize(("argv", "command"), [(["jobs", "--jsn"], "jobs"), (["status", "extra"], "status"),
+                                               (["simulate", "j.jsonl", "--policy", "fcfs", "x"], "simulate")])
+def test_an_argument_no_command_takes_is_refused_by_the_command_it_was_given_to(
+        argv: list[str], command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Operator review: ``vcemu jobs --jsn`` said "vcemu: error: unrecognized arguments: --jsn (see vcemu --help)",
+    where every other refusal of a command names it."""
+    code, _, err = run(argv, capsys)
+    refused(code, err, f"vcemu {command}: error: unrecognized arguments: {argv[-1]} (see vcemu {command} --help)")
