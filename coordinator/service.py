@@ -859,9 +859,17 @@ class CoordinatorServer:
         self.engine.restore(records, loaded.transitions)
         self.ids = itertools.count(top + 1)
         unfinished = sum(1 for r in records if not r.state.finished)
-        self.restored_note = (f"restored {len(records):,} jobs ({unfinished:,} unfinished) and {len(loaded.agents)} "
-                              f"agents from {self.store.path if self.store else 'the state file'}")
-        log.info("%s", self.restored_note)
+        where = self.store.path if self.store else "the state file"
+
+        def many(n: int, what: str) -> str:
+            return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+        # (printed by vcemu up and coordinator; it was logged at INFO too, so their terminals showed it twice, and a
+        # new file read "restored 0 jobs (0 unfinished) and 0 agents"; operator review)
+        self.restored_note = (f"restored {many(len(records), 'job')} ({unfinished:,} unfinished) and "
+                              f"{many(len(loaded.agents), 'agent')} from {where}" if records or loaded.agents
+                              else f"no earlier run in {where}: this one is recorded there")
+        log.debug("%s", self.restored_note)
 
     # ---- agent health -------------------------------------------------------------------------------
 

@@ -512,6 +512,10 @@ def test_a_restart_starts_over_a_job_left_on_a_host_no_agent_has(tmp_path):
         fresh = CoordinatorServer(get_policy("greedy"), port=0)
         assert fresh.restored_note is None  # (no state file: nothing to say)
         fresh.stop()
+        new = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "new.db"))
+        # (it said "restored 0 jobs (0 unfinished) and 0 agents"; operator review)
+        assert new.restored_note == f"no earlier run in {tmp_path / 'new.db'}: this one is recorded there"
+        new.stop()
         with grpc.insecure_channel(again.address) as ch:
             api = pb_grpc.CoordinatorStub(ch)
             api.RegisterAgent(pb.RegisterAgentRequest(address=y_address, description=y.Describe(None, None)),
