@@ -515,6 +515,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         yields = "min yield -  avg yield -"
     print(f"policy {_policy_line(s)}  t={s.now:.1f}s  {yields}")
     print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(s.jobs_by_state.items()) if v) or "none"))
+    if not s.hosts:  # (a header over no rows read as a cluster that had not come up yet, whatever happened)
+        print("no hosts: no agent is registered now (a lost agent's hosts are removed until it registers again; "
+              "the coordinator's log names it, and vcemu_agents_lost_total counts them)")
+        return 0
     rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
     for h in s.hosts:
         rows.append((h.name, h.agent, f"{h.cpu_cores:.2f}", f"{h.cpu_allocated:.2f}", f"{h.cpu_measured:.2f}",

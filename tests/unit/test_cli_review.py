@@ -118,6 +118,19 @@ def test_status_says_when_there_are_no_jobs(server: CoordinatorServer, capsys: p
     assert out.splitlines()[0].endswith("min yield -  avg yield -"), out  # not 0.00: no job runs, none starves
 
 
+def test_status_says_when_no_agent_is_registered(server: CoordinatorServer,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Operator review: with its one agent lost, status printed the table's header over no rows, as before any agent
+    had come up."""
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    assert code == 0 and out.splitlines()[2].split() == ["HOST", "AGENT", "CORES", "CPU", "ALLOC", "CPU", "MEASURED",
+                                                         "MEM", "ALLOC"], out
+    server.lose_agent("a0", "agent a0 lost (test)")
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    assert code == 0 and out.splitlines()[2].startswith("no hosts: no agent is registered now"), out
+    assert len(out.splitlines()) == 3, out
+
+
 def test_cancel_of_a_finished_job_says_nothing_was_cancelled(server: CoordinatorServer,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["submit", "--coordinator", server.address, "--work", "1"], capsys)
