@@ -631,6 +631,7 @@ class AgentCore:
 
         with self._lock:
             others = list(self._ending.values())  # Stops, aborts and failed starts under way: not ours to kill
+            unfinished = sum(1 for t in self._tasks.values() if not t.view().state.finished)
             mine = ours()
         self._stop_at_shutdown(mine)
         for e in others:  # they end within their kill's time limit (each in a thread of its own: together)
@@ -649,6 +650,10 @@ class AgentCore:
         shutil.rmtree(self._workdir, ignore_errors=True)
         for close in self._closers:
             close()
+        # (a SIGTERM'd agent said nothing of what it stopped; operator review)
+        log.info("shut down: %d unfinished task%s stopped, %s", unfinished, "" if unfinished == 1 else "s",
+                 "cgroups and work directory removed" if self.driver.mode.startswith("cgroup") else
+                 "work directory removed")
 
     def _stop_at_shutdown(self, batch: list[tuple[str, Task | ModeledTask, _Ending]]) -> None:
         """Stop the tasks the shutdown has marked as ending, each in a thread of its own (a modeled task, which has

@@ -391,3 +391,15 @@ def test_a_batch_calls_deadline_grows_with_its_requests_up_to_a_bound_and_not_fo
         backend.agents["x"].silent = True
         backend._retry(call, None, host="h0", items=1000)
         assert timeouts == [pytest.approx(min(attempt, live.FAST_TIMEOUT_S))]
+
+
+def test_an_agents_shutdown_says_how_many_unfinished_tasks_it_stopped(caplog: pytest.LogCaptureFixture) -> None:
+    """Operator review: a ``vcemu agent`` stopped by SIGTERM with 3 tasks running said nothing of them."""
+    import logging
+
+    core = started_core(3)
+    core.stop_tasks(["t0"])
+    with caplog.at_level(logging.INFO, logger="vcemu.agent"):
+        core.shutdown()
+    said = [r.getMessage() for r in caplog.records if r.name == "vcemu.agent" and "shut down" in r.getMessage()]
+    assert said == ["shut down: 2 unfinished tasks stopped, work directory removed"], caplog.text
