@@ -185,12 +185,16 @@ def _sigterm_kept(ray: Any) -> Iterator[None]:
         yield
         return
     caller = signal.getsignal(signal.SIGTERM)
+    if caller is None:  # (a handler not set from Python: none to keep, nor to put back)
+        yield
+        return
     try:
         yield
     except SystemExit as exc:
-        if exc.code != signal.SIGTERM or caller is signal.SIG_IGN or caller is None:
+        if exc.code != signal.SIGTERM or caller is signal.SIG_IGN:
             raise
-        with contextlib.suppress(Exception):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM meanwhile is this one (review: it was
+        with contextlib.suppress(Exception):           # Ray's handler's, and exit 15 again)
             ray.shutdown()
         signal.signal(signal.SIGTERM, caller)
         if callable(caller):

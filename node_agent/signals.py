@@ -11,11 +11,13 @@ Here the handler only writes a byte to a pipe (no lock at all), and a thread of 
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -56,6 +58,9 @@ def set_on_signals(event: threading.Event, signals: Iterable[int] = (signal.SIGI
     return restore
 
 
+#: How long after a swallowed interrupt :func:`signals_interrupt` sends its signal again.
+RESEND_AFTER_S = 0.01
+
 #: The exit status of a command stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT, for either signal).
 INTERRUPTED = 130
 
@@ -78,22 +83,36 @@ def signals_interrupt() -> Iterator[None]:
     owner = os.getpid()
     hook = sys.unraisablehook
 
+    #: "active" until the context ends; "due": re-sends scheduled and not yet sent; "signal": the last one handled
+    #: (no lock: the hook may run in the main thread anywhere, even where it would hold one; single dict operations
+    #: are atomic under the GIL).
+    state = {"active": True, "due": 0, "signal": signal.SIGTERM}
+
     def interrupt(signum: int, _frame: object) -> None:
         if os.getpid() != owner:
             os._exit(128 + signum)
-        raise KeyboardInterrupt(signum)
+        state["signal"] = signum
+        raise KeyboardInterrupt
+
+    def resend(signum: int) -> None:
+        time.sleep(RESEND_AFTER_S)
+        if state["active"]:  # (past the context's end: the exit raises it instead, below)
+            state["due"] -= 1
+            os.kill(owner, signum)
 
     def swallowed(unraisable: Any) -> None:
         """A KeyboardInterrupt of :func:`interrupt` that Python ignored: raised while the main thread ran a weakref
         callback or a ``__del__`` (an import's module-lock callback, in ``vcemu up``'s start-up: it printed
         "Exception ignored" and ran on; operator review, 1 run in 21). The signal is sent again a moment later,
-        from a thread, so that its handler runs once that callback has returned."""
+        from a thread (``_thread``'s: ``threading``'s start takes a lock this thread may hold here), so that its
+        handler runs once that callback has returned."""
         tb = unraisable.exc_traceback
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and tb is not None \
-                and tb.tb_frame.f_code is interrupt.__code__ and unraisable.exc_value.args:
-            threading.Timer(0.01, os.kill, (owner, unraisable.exc_value.args[0])).start()
+                and tb.tb_frame.f_code is interrupt.__code__:
+            state["due"] += 1
+            _thread.start_new_thread(resend, (state["signal"],))
             return
         hook(unraisable)
 
@@ -104,9 +123,12 @@ def signals_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
-        sys.unraisablehook = hook
+        state["active"] = False
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = hook  # (last: an interrupt swallowed until the handlers are back is still seen)
+    if state["due"] > 0:  # swallowed within, not yet sent again (review: it fired after the context had ended)
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

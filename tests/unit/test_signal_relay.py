@@ -86,3 +86,29 @@ def test_an_interrupt_python_swallowed_in_a_weakref_callback_is_delivered_again(
         while time.monotonic() < deadline:  # interrupted within 10 ms or so
             time.sleep(0.01)
     assert ref() is None and sys.unraisablehook is unraisable
+
+
+def test_an_interrupt_swallowed_just_before_the_context_ends_is_raised_as_it_ends() -> None:
+    """Review: the signal sent again could come after the context had given the handlers back (a KeyboardInterrupt
+    outside it, or a SIGTERM's default action). Swallowed and not yet sent again when the context ends: raised
+    there, and nothing comes after it."""
+    import time
+    import weakref
+
+    from node_agent.signals import RESEND_AFTER_S, signals_interrupt
+
+    class Thing:
+        pass
+
+    def callback(_ref: object) -> None:
+        signal.raise_signal(signal.SIGINT)
+        for _ in range(10_000):
+            pass
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), signals_interrupt():
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        del thing  # swallowed, and the context ends at once
+    assert ref() is None and signal.getsignal(signal.SIGINT) is before
+    time.sleep(10 * RESEND_AFTER_S)  # no signal comes after: pytest would have stopped here (its SIGINT handler)
