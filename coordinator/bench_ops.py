@@ -245,9 +245,10 @@ def bench_load_main(argv: list[str]) -> int:
     p.add_argument("--synchronous", choices=SYNCHRONOUS, type=str.upper, default=DEFAULT_SYNCHRONOUS,
                    help="SQLite synchronous mode of the store (default %(default)s, the coordinator's)")
     _output_flags(p, "load")
-    args = _parse(p, argv)
+    args = p.parse_args(argv)
     if not 1 <= args.batch <= 1000:
         p.error(f"--batch: must be 1..1000, got {args.batch}")
+    _check_out(p, args)
     with signals_interrupt():
         try:
             rounds = {"batch": _load_round(args, args.batch)} if args.batch > 1 else {}
@@ -305,9 +306,10 @@ def bench_scale_main(argv: list[str]) -> int:
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle (default %(default)s)")
     _output_flags(p, "scale")
-    args = _parse(p, argv)
+    args = p.parse_args(argv)
     if args.agents > args.hosts:
         p.error(f"argument --agents: must be <= --hosts ({args.hosts}), got {args.agents}")
+    _check_out(p, args)
     return _interruptible("scale", _bench_scale, args)
 
 
@@ -318,15 +320,14 @@ def _output_flags(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _parse(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """The arguments, with ``--out`` made and checked writable before any work (review: ``--out ''`` wrote into the
-    current folder, and a file's path ran the whole bench, then lost its result in a traceback)."""
-    args = p.parse_args(argv)
+def _check_out(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--out`` made and checked writable before any work, after the other flags' checks (a refused command makes
+    no folder) (review: ``--out ''`` wrote into the current folder, and a file's path ran the whole bench, then lost
+    its result in a traceback)."""
     try:
         usable_out_dir(args.out)
     except ValueError as exc:
         p.error(str(exc))
-    return args
 
 
 def _interruptible(name: str, run, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
@@ -446,9 +447,10 @@ def bench_starts_main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
                    help="give up after this many seconds (default %(default)g)")
     _output_flags(p, "starts")
-    args = _parse(p, argv)
+    args = p.parse_args(argv)
     if args.cpu_need > 1:
         p.error(f"argument --cpu-need: must be at most 1, got {args.cpu_need:g}")
+    _check_out(p, args)
     return _interruptible("starts", _bench_starts, args)
 
 

@@ -150,7 +150,9 @@ class TaskResult:
 
     @property
     def starved(self) -> bool:
-        return self.throttled_fraction is not None and self.throttled_fraction < STARVED_BELOW
+        """Below its cap and rarely throttled (one above its cap is a cap error, however rarely throttled)."""
+        return self.throttled_fraction is not None and self.throttled_fraction < STARVED_BELOW \
+            and self.cpu_ratio < self.cap
 
     @property
     def error_pct(self) -> float:

@@ -43,20 +43,23 @@ BOOT_TIMEOUT_S = 60.0
 def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgroups: bool, k: int) -> list[float]:
     """Seconds from each start to its boot's end, for ``starts`` starts in a fresh agent."""
     agent_id = f"bench-boot-{os.getpid()}-{k}"
-    driver: CgroupDriver = open_driver(agent_id) if cgroups else DutyCycleDriver()
-    core = AgentCore(agent_id, [HostSpec("h", 1.0, 1 << 30)], driver, {"dgemm": 1e6}, spares=spares)
-    if boot_poll is not None:
-        core.boot_poll_s = boot_poll
     stop = threading.Event()
-
-    def coordinator() -> None:
-        while not stop.wait(STATUS_S):
-            core.status()
-
-    watcher = threading.Thread(target=coordinator, name="bench-boot-status", daemon=True)
-    watcher.start()
+    core: AgentCore | None = None
+    watcher: threading.Thread | None = None
     out: list[float] = []
     try:
+        with signals_deferred():  # made whole (a signal meanwhile is raised as this ends, inside the try: review)
+            driver: CgroupDriver = open_driver(agent_id) if cgroups else DutyCycleDriver()
+            core = AgentCore(agent_id, [HostSpec("h", 1.0, 1 << 30)], driver, {"dgemm": 1e6}, spares=spares)
+            if boot_poll is not None:
+                core.boot_poll_s = boot_poll
+
+            def coordinator() -> None:
+                while not stop.wait(STATUS_S):
+                    core.status()  # type: ignore[union-attr]
+
+            watcher = threading.Thread(target=coordinator, name="bench-boot-status", daemon=True)
+            watcher.start()
         core.start_task("first/0", "h", "dgemm", 0.05, 0.05, 3600.0, TASK_MEMORY)
         for i in range(starts):
             time.sleep(GAP_S)  # (a spare taken is refilled meanwhile, as between a plan's starts in a live run)
@@ -71,8 +74,10 @@ def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgr
     finally:
         with signals_deferred():  # a second signal must not cut the shutdown short (tasks and cgroups left)
             stop.set()
-            watcher.join()
-            core.shutdown()
+            if watcher is not None:
+                watcher.join()
+            if core is not None:
+                core.shutdown()
     return out
 
 

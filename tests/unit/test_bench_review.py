@@ -263,3 +263,15 @@ def test_bench_packing_records_its_seed_and_repeat_and_times_no_kernel_loading(c
     out = json.loads(capsys.readouterr().out)
     assert (out["seed"], out["repeat"]) == (2, 1)
     assert out["mcb8_500x64_ms_max"] < 100 * out["mcb8_500x64_ms"]
+
+
+def test_a_task_above_its_cap_is_a_cap_error_however_rarely_throttled() -> None:
+    """Review: quotas set too high leave tasks rarely throttled and above their caps; called starved, they were left
+    out, and the benchmark could no longer see an over-cap defect."""
+    over = bench.TaskResult(n=2, cap=0.3, rate_ratio=0.45, cpu_ratio=0.45, units_per_cpu_s=1.0, raw_rate=1.0,
+                            isolated_raw_rate=1.0, throttled_fraction=0.1)
+    under = bench.TaskResult(n=2, cap=0.3, rate_ratio=0.2, cpu_ratio=0.2, units_per_cpu_s=1.0, raw_rate=1.0,
+                             isolated_raw_rate=1.0, throttled_fraction=0.1)
+    assert not over.starved and under.starved
+    summary = bench.summarize([over, under], [0.1])
+    assert summary["starved_tasks"] == 1 and summary["max_error_pct"] == pytest.approx(15.0)

@@ -370,3 +370,14 @@ def test_an_argument_no_command_takes_is_refused_by_the_command_it_was_given_to(
     where every other refusal of a command names it."""
     code, _, err = run(argv, capsys)
     refused(code, err, f"vcemu {command}: error: unrecognized arguments: {argv[-1]} (see vcemu {command} --help)")
+
+
+@pytest.mark.parametrize(("argv", "flag"), [(["load", "--batch", "0"], "--batch"),
+                                             (["scale", "--hosts", "1", "--agents", "2"], "--agents"),
+                                             (["starts", "--cpu-need", "2"], "--cpu-need")])
+def test_a_bench_refused_for_another_flag_makes_no_out_folder(argv: list[str], flag: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Review: --out was made before these flags were checked, and a refused command left an empty folder."""
+    code, _, err = run(["bench", *argv, "--out", str(tmp_path / "out")], capsys)
+    refused(code, err, flag)
+    assert not (tmp_path / "out").exists()
