@@ -94,7 +94,7 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
         print(f"vcemu simulate: {path}: {note}", file=sys.stderr)
     if not specs:
-        what = f"week {segment} of {path}" if segment is not None else shown(path)
+        what = f"week {segment} of {shown(path)}" if segment is not None else shown(path)
         print(f"vcemu simulate: no jobs in {what}", file=sys.stderr)
         return 2
     if segment is None and is_swf(path):  # (the whole HPC2N trace is 202,871 jobs: about 40 min, a week ~13 s)

@@ -184,7 +184,7 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int, JobFile]:
     jobs = sorted(source.jobs, key=lambda j: (j.submit_time, j.id))
     if not jobs:
         raise ValueError(f"no jobs in {shown(a.trace)}" if a.segment is None
-                         else f"no jobs in week {a.segment} of {a.trace}")
+                         else f"no jobs in week {a.segment} of {shown(a.trace)}")
     fit: list[JobSpec] = []
     dropped = 0
     for j in jobs:

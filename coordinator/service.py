@@ -868,7 +868,7 @@ class CoordinatorServer:
         # new file read "restored 0 jobs (0 unfinished) and 0 agents"; operator review)
         self.restored_note = (f"restored {many(len(records), 'job')} ({unfinished:,} unfinished) and "
                               f"{many(len(loaded.agents), 'agent')} from {where}" if records or loaded.agents
-                              else f"no earlier run in {where}: this one is recorded there")
+                              else f"{where} holds no job or agent yet: this run is recorded there")
         log.debug("%s", self.restored_note)
 
     # ---- agent health -------------------------------------------------------------------------------

@@ -631,8 +631,8 @@ class AgentCore:
 
         with self._lock:
             others = list(self._ending.values())  # Stops, aborts and failed starts under way: not ours to kill
-            unfinished = sum(1 for t in self._tasks.values() if not t.view().state.finished)
             mine = ours()
+            unfinished = sum(1 for _, task, _ in mine if not task.view().state.finished)  # (Stops under way aside)
         self._stop_at_shutdown(mine)
         for e in others:  # they end within their kill's time limit (each in a thread of its own: together)
             e.done.wait(cgroups.KILL_TIMEOUT_S + 5.0)
@@ -642,18 +642,19 @@ class AgentCore:
         with self._lock:
             self._tasks.clear()
             self._unended.clear()
+        removed = "cgroups and work directory" if self.driver.mode.startswith("cgroup") else "work directory"
         try:  # (no task left to act on: outside the lock too)
             self.driver.cleanup(remove_parent=True)
         except (CgroupError, OSError) as e:  # the next agent to start removes them (their owner has ended)
             log.error("cannot remove this agent's cgroups at shutdown: %s", e)
+            removed = "work directory (not the cgroups: above)"
         self.driver.close()
         shutil.rmtree(self._workdir, ignore_errors=True)
         for close in self._closers:
             close()
         # (a SIGTERM'd agent said nothing of what it stopped; operator review)
-        log.info("shut down: %d unfinished task%s stopped, %s", unfinished, "" if unfinished == 1 else "s",
-                 "cgroups and work directory removed" if self.driver.mode.startswith("cgroup") else
-                 "work directory removed")
+        log.info("shut down: %d unfinished task%s stopped, %s removed", unfinished, "" if unfinished == 1 else "s",
+                 removed)
 
     def _stop_at_shutdown(self, batch: list[tuple[str, Task | ModeledTask, _Ending]]) -> None:
         """Stop the tasks the shutdown has marked as ending, each in a thread of its own (a modeled task, which has

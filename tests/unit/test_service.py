@@ -514,7 +514,7 @@ def test_a_restart_starts_over_a_job_left_on_a_host_no_agent_has(tmp_path):
         fresh.stop()
         new = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "new.db"))
         # (it said "restored 0 jobs (0 unfinished) and 0 agents"; operator review)
-        assert new.restored_note == f"no earlier run in {tmp_path / 'new.db'}: this one is recorded there"
+        assert new.restored_note == f"{tmp_path / 'new.db'} holds no job or agent yet: this run is recorded there"
         new.stop()
         with grpc.insecure_channel(again.address) as ch:
             api = pb_grpc.CoordinatorStub(ch)
