@@ -538,6 +538,7 @@ def test_the_settings_digest_covers_what_cell_ids_leave_out():
 
 
 def test_an_out_that_cannot_hold_results_is_refused_in_one_line(tmp_path, capsys, fake_ray, no_reports):
+    fake_ray()  # (refused before Ray: should it not be, no real one starts)
     (afile := tmp_path / "afile").write_text("x")
     assert sweep_main(_argv(afile)) == 2
     (line,) = capsys.readouterr().err.splitlines()
@@ -619,6 +620,7 @@ def test_report_only_of_cells_without_a_config_that_names_no_trace_is_refused(tm
     """Stored cells, no config.json and ``--traces 0``: it reported "0 cells; 0 stored", wrote empty tables and
     exited 0, leaving the stored cells out (review)."""
     out = tmp_path / "sweep"
+    fake_ray()  # (asked for and never installed, the first run started a real local Ray: CI once timed it out)
     assert sweep_main(_argv(out, algorithms="fcfs")) == 0
     (out / "config.json").unlink()
     capsys.readouterr()
