@@ -181,11 +181,9 @@ def _sigterm_kept(ray: Any) -> Iterator[None]:
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread():  # (ray.init sets no handler there)
-        yield
-        return
     caller = signal.getsignal(signal.SIGTERM)
-    if caller is None:  # (a handler not set from Python: none to keep, nor to put back)
+    # (ray.init sets no handler outside the main thread; None: a handler not set from Python, none to put back)
+    if threading.current_thread() is not threading.main_thread() or caller is None:
         yield
         return
     try:

@@ -178,8 +178,7 @@ def _wait_running(core: AgentCore, ids: list[str]) -> None:
 
 def _cfs_periods(core: AgentCore, tid: str) -> tuple[int, int] | None:
     """The task's cgroup's (nr_periods, nr_throttled) from its ``cpu.stat``; None without one (duty cycling)."""
-    task = core._tasks.get(tid)
-    for d in core.driver.dirs(task.cgroup) if task is not None else []:
+    for d in core.cgroup_dirs(tid):
         with contextlib.suppress(OSError):
             with open(os.path.join(d, "cpu.stat")) as f:
                 fields = dict(line.split() for line in f if line.strip())
