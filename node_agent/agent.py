@@ -992,7 +992,7 @@ def _check_fraction(field: str, value: float) -> None:
 
 
 def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
-              progress_by: str = "cpu-time", spares: int = 0) -> AgentCore:
+              progress_by: str = "cpu-time", spares: int = 0, rates_file: str | None = None) -> AgentCore:
     """Claim the agent id, remove what dead agents left in cgroups (:func:`_sweep_cgroups`), probe cgroups (or
     use duty cycling if ``no_cgroups``), calibrate the workloads, and return a running core.
 
@@ -1001,12 +1001,14 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
     ``apc --live``) none, unless it asks.
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are needed but not writable, and ValueError for
-    a ``spares`` out of range (before anything is claimed)."""
+    a ``spares`` out of range (before anything is claimed). ``rates_file``: where an earlier process of this agent
+    wrote its calibration, read instead of measuring it again, or where this one writes it
+    (:func:`~node_agent.runner.calibrated_rates`)."""
     if not 0 <= spares <= MAX_SPARES:
         raise ValueError(f"spares: must be in 0..{MAX_SPARES}, got {spares}")
     from node_agent.cgroups import open_driver
     from node_agent.dutycycle import DutyCycleDriver
-    from node_agent.runner import calibrate
+    from node_agent.runner import calibrated_rates
 
     locks = [_lock_agent_id(agent_id)]
     try:
@@ -1014,7 +1016,7 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
         _sweep_cgroups(agent_id, strict=not no_cgroups)  # a --no-cgroups agent too: cgroup runs may precede it
         driver: CgroupDriver = DutyCycleDriver() if no_cgroups else open_driver(agent_id)
         _remove_old_workdirs(agent_id)
-        rates = {w: calibrate(w) for w in PROGRAMS}
+        rates = calibrated_rates(PROGRAMS, rates_file)
     except BaseException:
         for lock in locks:
             lock.close()

@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spares", type=whole_in(0, MAX_SPARES), default=DEFAULT_SPARES, metavar="N",
                    help=f"programs of each workload started ahead, numpy loaded, so that a task's start or resume "
                         f"does not wait for them (0: none; default {DEFAULT_SPARES})")
+    p.add_argument("--rates-file", default=None, metavar="FILE",
+                   help="the workloads' calibration: read from FILE if an earlier agent wrote it there, else "
+                        "measured (about 4 s) and written there; vcemu up passes one, so that an agent it starts "
+                        "again registers before its hosts are declared lost")
     p.add_argument("--no-cgroups", action="store_true",
                    help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
@@ -135,6 +139,19 @@ def _hosts(args: argparse.Namespace, parser: argparse.ArgumentParser):  # type: 
             for i in range(args.hosts)]
 
 
+def _rates_file_refusal(path: str) -> str | None:
+    """Why ``--rates-file`` cannot be a calibration's file, or None: before the agent calibrates, not after (a
+    folder, or one that does not exist, was warned about only once the calibration was made)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{path} is a folder"
+    if not os.path.isdir(folder):
+        return f"{path}: no folder {folder}"
+    if not os.access(folder, os.W_OK | os.X_OK) and not os.path.isfile(path):
+        return f"{path}: cannot write in {folder}"
+    return None
+
+
 def agent_main(argv: list[str]) -> int:
     """Run an agent until SIGTERM/SIGINT; returns the exit status (0 after a clean shutdown, 2 for bad
     flags, a port in use included, 1 if the agent cannot start, e.g. cgroups not writable without
@@ -156,6 +173,8 @@ def agent_main(argv: list[str]) -> int:
             parser.error(f"argument --parent-pid: process {args.parent_pid} is not this agent's parent (that is "
                          f"{os.getppid()})")
         hosts = _hosts(args, parser)
+        if args.rates_file is not None and (why := _rates_file_refusal(args.rates_file)) is not None:
+            parser.error(f"argument --rates-file: {why}")
         # Checked before anything starts: the registrar retried a name with no port, or an address the coordinator
         # refuses, for ever (input review).
         if args.coordinator is not None and (why := target_refusal(args.coordinator)) is not None:
@@ -195,7 +214,7 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
         try:
             agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
                                 no_cgroups=args.no_cgroups, metrics_port=args.metrics_port, tls=args.tls,
-                                progress_by=args.progress_by, spares=args.spares)
+                                progress_by=args.progress_by, spares=args.spares, rates_file=args.rates_file)
         except CgroupUnavailable as e:
             print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
                   "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)

@@ -53,12 +53,13 @@ import contextlib
 import enum
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,6 +121,57 @@ def calibrate(workload: str, seconds: float = CALIBRATION_SECONDS) -> float:
                 raise RuntimeError(f"calibration of {workload} failed: {out.stderr.strip()[-500:]}")
             _CALIBRATION[workload] = float(json.loads(out.stdout.splitlines()[-1])["units_per_cpu_second"])
         return _CALIBRATION[workload]
+
+
+def calibrated_rates(workloads: Collection[str], path: str | None = None) -> dict[str, float]:
+    """Each of ``workloads``' rate (:func:`calibrate`), or, with ``path``, the rates an earlier agent process
+    calibrated and wrote there, if it holds one for each (``vcemu agent --rates-file``); otherwise they are
+    measured and written there (atomically) for the next process.
+
+    Why: calibrating takes an agent about 4 s before it serves (two workloads, 1.5 CPU-s each, and a program's
+    start-up each). ``vcemu up`` starts a killed agent again under its id, and the coordinator requeues its
+    jobs from their progress once it registers, or declares its hosts lost 6 s after its last heartbeat: with a
+    calibration to measure, a restart registered 5.3 s after the kill on an idle machine, close enough to 6 s
+    that a loaded one lost it (session 37 measured it). The machine is the same, so are its rates. A file that
+    cannot be read, or holds no valid rate for a workload, is warned about and measured again."""
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                stored = json.load(f)
+            rates = {w: float(stored[w]) for w in workloads}
+            if not all(math.isfinite(r) and r > 0 for r in rates.values()):
+                raise ValueError(f"a rate is not a positive number: {rates}")
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("--rates-file %s: %s; calibrating again", path, _why(exc))
+        else:
+            log.info("calibration read from %s (an earlier process of this agent measured it)", path)
+            return rates
+    rates = {w: calibrate(w) for w in workloads}
+    if path is not None:
+        try:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(rates, f)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("--rates-file %s: cannot write the calibration there (%s): a restart calibrates again",
+                        path, exc.strerror or exc)
+    return rates
+
+
+def _why(exc: BaseException) -> str:
+    """A rates file's fault, in a few words."""
+    if isinstance(exc, KeyError):
+        return f"no rate for {exc.args[0]}"
+    if isinstance(exc, OSError):
+        return str(exc.strerror or exc)
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON ({exc.msg}, line {exc.lineno})"
+    if isinstance(exc, TypeError | AttributeError):
+        return "not an object of rates"
+    return str(exc)
 
 
 @dataclass(frozen=True)

@@ -258,8 +258,9 @@ class PortUnavailable(RuntimeError):
 
 def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str = "127.0.0.1",
                 no_cgroups: bool = False, metrics_port: int | None = None, tls: TlsFiles | None = None,
-                progress_by: str = "cpu-time", spares: int = 0) -> RunningAgent:
-    """Open cgroups, calibrate, and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
+                progress_by: str = "cpu-time", spares: int = 0, rates_file: str | None = None) -> RunningAgent:
+    """Open cgroups, calibrate (or read the calibration from ``rates_file``: :func:`~node_agent.agent.open_core`),
+    and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and
     ``no_cgroups`` is false, and :class:`PortUnavailable` if the port or the metrics port cannot be bound
@@ -267,7 +268,8 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
     refusal = ports_refusal(bind, port, metrics_port)
     if refusal is not None:
         raise PortUnavailable(refusal)
-    core = open_core(agent_id, hosts, no_cgroups=no_cgroups, progress_by=progress_by, spares=spares)
+    core = open_core(agent_id, hosts, no_cgroups=no_cgroups, progress_by=progress_by, spares=spares,
+                     rates_file=rates_file)
     try:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"),
                              options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

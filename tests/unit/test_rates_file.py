@@ -1,0 +1,120 @@
+"""``vcemu agent --rates-file``: a calibration kept for the agent process started again in its place
+(:func:`node_agent.runner.calibrated_rates`), which ``vcemu up`` gives each of its agents. Without it a restarted
+agent measured its calibration again for about 4 s before it registered, close to the 6 s after which its hosts
+are declared lost (session 37 measured 5.3 s on an idle machine; 1.6 s with the file)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import node_agent.runner as runner
+from coordinator.cli import main
+from node_agent.runner import calibrated_rates
+
+WORKLOADS = {"dgemm": "workloads.dgemm", "arraycycle": "workloads.arraycycle"}
+
+
+@pytest.fixture
+def measured(monkeypatch) -> list[str]:
+    """Calibrations made (a fake: dgemm 100.0, arraycycle 7.0), in order."""
+    made: list[str] = []
+
+    def calibrate(workload: str) -> float:
+        made.append(workload)
+        return {"dgemm": 100.0, "arraycycle": 7.0}[workload]
+
+    monkeypatch.setattr(runner, "calibrate", calibrate)
+    return made
+
+
+def test_without_a_file_each_workload_is_calibrated(measured: list[str]) -> None:
+    assert calibrated_rates(WORKLOADS) == {"dgemm": 100.0, "arraycycle": 7.0}
+    assert measured == ["dgemm", "arraycycle"]
+
+
+def test_a_new_file_is_written_and_the_next_process_reads_it_instead_of_calibrating(
+        measured: list[str], tmp_path: Path, caplog) -> None:
+    path = tmp_path / "agent0.json"
+    assert calibrated_rates(WORKLOADS, str(path)) == {"dgemm": 100.0, "arraycycle": 7.0}
+    assert json.loads(path.read_text()) == {"dgemm": 100.0, "arraycycle": 7.0}
+    assert sorted(os.listdir(tmp_path)) == ["agent0.json"]  # (no temporary file left)
+    measured.clear()
+    path.write_text(json.dumps({"dgemm": 250.5, "arraycycle": 3.25}))
+    with caplog.at_level(logging.INFO, logger="vcemu.agent"):
+        assert calibrated_rates(WORKLOADS, str(path)) == {"dgemm": 250.5, "arraycycle": 3.25}
+    assert measured == []
+    assert f"calibration read from {path} (an earlier process of this agent measured it)" in caplog.text
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("{", "not JSON (Expecting property name enclosed in double quotes, line 1)"),
+    ('{"dgemm": 250.5}', "no rate for arraycycle"),
+    ('{"dgemm": 250.5, "arraycycle": -1}', "a rate is not a positive number"),
+    ('{"dgemm": 250.5, "arraycycle": "NaN"}', "a rate is not a positive number"),
+    ('{"dgemm": 250.5, "arraycycle": "fast"}', "could not convert string to float: 'fast'"),
+    ('{"dgemm": 250.5, "arraycycle": null}', "not an object of rates"),
+    ("[1, 2]", "not an object of rates"),
+])
+def test_a_file_without_a_valid_rate_for_each_workload_is_warned_of_and_measured_again(
+        content: str, why: str, measured: list[str], tmp_path: Path, caplog) -> None:
+    path = tmp_path / "agent0.json"
+    path.write_text(content)
+    with caplog.at_level(logging.WARNING, logger="vcemu.agent"):
+        assert calibrated_rates(WORKLOADS, str(path)) == {"dgemm": 100.0, "arraycycle": 7.0}
+    assert measured == ["dgemm", "arraycycle"]
+    assert f"--rates-file {path}: {why}" in caplog.text and "calibrating again" in caplog.text, caplog.text
+    assert json.loads(path.read_text()) == {"dgemm": 100.0, "arraycycle": 7.0}  # the next restart reads this one
+
+
+def test_a_file_that_cannot_be_written_is_warned_of_and_the_agent_goes_on(measured: list[str], tmp_path: Path,
+                                                                           caplog) -> None:
+    (tmp_path / "file").write_text("")
+    path = tmp_path / "file" / "agent0.json"  # (its folder is a file: root may write anywhere else)
+    with caplog.at_level(logging.WARNING, logger="vcemu.agent"):
+        assert calibrated_rates(WORKLOADS, str(path)) == {"dgemm": 100.0, "arraycycle": 7.0}
+    assert f"--rates-file {path}: cannot write the calibration there (Not a directory)" in caplog.text
+
+
+@pytest.mark.parametrize(("where", "why"), [("folder", "is a folder"), ("missing/agent0.json", ": no folder")])
+def test_the_agent_refuses_a_rates_file_it_could_not_use_before_it_calibrates(where: str, why: str, tmp_path: Path,
+                                                                               monkeypatch, capsys) -> None:
+    import node_agent.server
+
+    (tmp_path / "folder").mkdir()
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
+    path = tmp_path / where
+    assert main(["agent", "--rates-file", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vcemu agent: error: argument --rates-file: {path}"), err
+    assert why in err[0], err
+
+
+def test_up_gives_each_agent_a_rates_file_in_one_folder_it_removes_at_the_end(tmp_path: Path, monkeypatch,
+                                                                              capsys) -> None:
+    """Agent i's is ``<folder>/agent<i>.json``; the folder goes when ``up`` ends (here interrupted once both agents
+    were started)."""
+    import coordinator.servers
+
+    files: list[str] = []
+
+    def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None):  # type: ignore[no-untyped-def]
+        extra = list(extra)
+        files.append(extra[extra.index("--rates-file") + 1])
+        assert os.path.isdir(os.path.dirname(files[-1]))
+        Path(files[-1]).write_text("{}")  # (as the agent writes it)
+        if len(files) == 2:
+            raise KeyboardInterrupt
+        return subprocess.Popen(["sleep", "60"])
+
+    monkeypatch.setattr(coordinator.servers, "spawn_agent", spawn)
+    assert main(["up", "--hosts", "2", "--agents", "2", "--port", "0"]) == 130, capsys.readouterr().err
+    folder = os.path.dirname(files[0])
+    assert [os.path.basename(f) for f in files] == ["agent0.json", "agent1.json"]
+    assert os.path.dirname(files[1]) == folder and os.path.basename(folder).startswith("vcemu-up-rates-")
+    assert not os.path.exists(folder)
