@@ -516,15 +516,46 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"policy {_policy_line(s)}  t={s.now:.1f}s  {yields}")
     print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(s.jobs_by_state.items()) if v) or "none"))
     if not s.hosts:  # (a header over no rows read as a cluster that had not come up yet, whatever happened)
-        print("no hosts: no agent is registered now (a lost agent's hosts are removed until it registers again; "
-              "the coordinator's log names it, and vcemu_agents_lost_total counts them)")
-        return 0
-    rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
-    for h in s.hosts:
-        rows.append((h.name, h.agent, f"{h.cpu_cores:.2f}", f"{h.cpu_allocated:.2f}", f"{h.cpu_measured:.2f}",
-                     f"{h.memory_allocated:.2f}"))
-    print(format_table(rows))
+        print("no hosts: no agent is registered now" + (" (a lost agent's hosts are removed until it registers "
+                                                        "again)" if s.lost_agents else ""))
+    else:
+        rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
+        for h in s.hosts:
+            rows.append((h.name, h.agent, f"{h.cpu_cores:.2f}", f"{h.cpu_allocated:.2f}", f"{h.cpu_measured:.2f}",
+                         f"{h.memory_allocated:.2f}"))
+        print(format_table(rows))
+    if s.lost_agents:
+        print()
+        print("\n".join(lost_agent_lines(list(s.lost_agents))))
     return 0
+
+
+#: Lost agents ``vcemu status`` lists (the latest); a count says how many more the coordinator keeps.
+LOST_SHOWN = 10
+
+
+def lost_agent_lines(lost: list[Any]) -> list[str]:
+    """``vcemu status``'s table of the agents declared lost that have not registered again (``LostAgentView``s,
+    the latest first): an operator whose agent died saw its hosts vanish from the table, and only the coordinator's
+    log said which agent had gone, when and why (operator review, session 36)."""
+    rows = [("LOST AGENT", "LOST", "HOSTS REMOVED", "JOBS REQUEUED", "WHY")]
+    for a in lost[:LOST_SHOWN]:
+        why = a.reason.removeprefix(f"agent {a.agent} lost: ")
+        rows.append((a.agent, f"{_ago(a.seconds_ago)} ago", compress_hosts(a.hosts), str(a.jobs_requeued), why))
+    lines = format_table(rows).splitlines()
+    if len(lost) > LOST_SHOWN:
+        lines.append(f"and {len(lost) - LOST_SHOWN} more lost agents")
+    return lines
+
+
+def _ago(seconds: float) -> str:
+    """A time since, for a person: "42 s", "3 min", "5 h 12 min"."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def _connection_flags(sp: argparse.ArgumentParser) -> None:
@@ -572,7 +603,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sp.set_defaults(func=cmd_cancel)
 
     sp = sub.add_parser("status", help="cluster status", description=(
-        "Cluster status: the policy, the yields of the running jobs, the jobs by state (every accepted job) and "
-        "each host's CPU and memory."))
+        "Cluster status: the policy, the yields of the running jobs, the jobs by state (every accepted job), "
+        "each host's CPU and memory, and the agents declared lost that have not registered again (when, their "
+        "hosts, the jobs requeued, why)."))
     _connection_flags(sp)
     sp.set_defaults(func=cmd_status)

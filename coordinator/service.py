@@ -94,6 +94,22 @@ MIN_FENCE_SLACK_S = 0.3
 BATCH_WINDOW_S = 0.02
 
 
+@dataclasses.dataclass(frozen=True)
+class LostAgent:
+    """An agent declared lost and not registered since (:meth:`CoordinatorServer.lose_agent`): for its
+    ``vcemu_agent_up`` 0 series and for ``vcemu status``, which named no lost agent (only the log did)."""
+
+    mode: str
+    #: Monotonic time of its last sign of life (-inf if none was heard from this process).
+    last_heard: float
+    #: Monotonic time it was declared lost.
+    lost_at: float
+    hosts: tuple[str, ...]
+    #: Why, as the log says it ("agent a0 lost: no heartbeat for 3 x 2 s").
+    reason: str
+    requeued: int
+
+
 def _host_changes(before: dict[str, agent_pb2.HostInfo], now: dict[str, tuple[float, int]], changed: list[str]) -> str:
     """What changed in a re-registering agent's hosts, for a person: the ones it no longer has, and the ones
     whose size changed with the sizes (live review: "without host(s) h0, h1 as they were" listed hosts that were
@@ -392,6 +408,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             )
         for state, count in counts.items():  # (accepted jobs not yet taken in by the loop included)
             reply.jobs_by_state[state.value] = count
+        now = time.monotonic()
+        for agent, lost in reversed(self.s.lost_agents()):  # the latest first
+            reply.lost_agents.append(pb.LostAgentView(agent=agent, hosts=lost.hosts, reason=lost.reason,
+                                                      seconds_ago=now - lost.lost_at, jobs_requeued=lost.requeued))
         yields = [r.cpu / r.spec.cpu_need for r in running]
         reply.min_yield = min(yields, default=0.0)
         reply.avg_yield = sum(yields) / len(yields) if yields else 0.0
@@ -566,9 +586,10 @@ class CoordinatorServer:
             #: agents that registered with this coordinator process (not merely restored from the store): what
             #: ``vcemu up`` waits for before it says its cluster is up.
             self.registered: set[str] = set()
-            #: agents declared lost and not registered since: their mode and the monotonic time of their last sign
-            #: of life, so that ``vcemu_agent_up`` stays 0 for them (an alert on it can fire) until they return.
-            self.lost: dict[str, tuple[str, float]] = {}
+            #: agents declared lost and not registered since (the latest :data:`LOST_KEPT`, the latest last), so
+            #: that ``vcemu_agent_up`` stays 0 for them (an alert on it can fire) until they return, and ``status``
+            #: names them.
+            self.lost: dict[str, LostAgent] = {}
             self.watchers: list[EventQueue] = []
             self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
             # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
@@ -970,11 +991,11 @@ class CoordinatorServer:
             if silent is not None and handle is not silent:  # registered again meanwhile (or removed already)
                 log.info("agent %s registered again as it was being declared lost: kept", agent_id)
                 return []
-            if handle is not None:
+            if handle is not None:  # (recorded first: a scrape in between would find it neither up nor down)
                 # (a restored agent's heartbeat stamp is a grace in the future, not a sign of life: not its age)
-                beat = self.heartbeats.get(agent_id, -math.inf) if handle.heard else -math.inf
+                beat = max(self.heartbeats.get(agent_id, -math.inf), handle.last_seen) if handle.heard else -math.inf
                 self.lost.pop(agent_id, None)  # (to the end: the latest lost last)
-                self.lost[agent_id] = (handle.mode, max(beat, handle.last_seen if handle.heard else -math.inf))
+                self.lost[agent_id] = LostAgent(handle.mode, beat, time.monotonic(), tuple(handle.hosts), reason, 0)
                 while len(self.lost) > LOST_KEPT:
                     del self.lost[next(iter(self.lost))]
             self.registered.discard(agent_id)
@@ -984,6 +1005,8 @@ class CoordinatorServer:
             self.beating.discard(agent_id)
             self.granted.pop(agent_id, None)  # (the store drops its record with the agent)
             jobs = self.engine.lose_hosts(hosts, reason)  # a failure to record one is logged, not raised
+            if (lost := self.lost.get(agent_id)) is not None:
+                self.lost[agent_id] = dataclasses.replace(lost, requeued=len(jobs))
             if self.store is not None:
                 try:
                     self.store.drop_agent(agent_id)
@@ -1005,9 +1028,14 @@ class CoordinatorServer:
                         heard=h.heard)
             for a, h in agents
         ] + [  # lost ones, until they register again: down, with no hosts
-            AgentHealth(a, mode, max(0.0, now - last) if math.isfinite(last) else math.inf, 0, stale, lost=True)
-            for a, (mode, last) in list(self.lost.items()) if a not in self.backend.agents
+            AgentHealth(a, lost.mode, max(0.0, now - lost.last_heard) if math.isfinite(lost.last_heard) else math.inf,
+                        0, stale, lost=True)
+            for a, lost in self.lost_agents()
         ]
+
+    def lost_agents(self) -> list[tuple[str, LostAgent]]:
+        """The agents declared lost that have not registered again, the latest lost last."""
+        return [(a, lost) for a, lost in list(self.lost.items()) if a not in self.backend.agents]
 
     def _broadcast(self, t: Transition) -> None:
         for q in list(self.watchers):

@@ -125,10 +125,55 @@ def test_status_says_when_no_agent_is_registered(server: CoordinatorServer,
     code, out, _ = run(["status", "--coordinator", server.address], capsys)
     assert code == 0 and out.splitlines()[2].split() == ["HOST", "AGENT", "CORES", "CPU", "ALLOC", "CPU", "MEASURED",
                                                          "MEM", "ALLOC"], out
-    server.lose_agent("a0", "agent a0 lost (test)")
+    server.lose_agent("a0", "agent a0 lost: no heartbeat for 3 x 2 s")
     code, out, _ = run(["status", "--coordinator", server.address], capsys)
-    assert code == 0 and out.splitlines()[2].startswith("no hosts: no agent is registered now"), out
-    assert len(out.splitlines()) == 3, out
+    assert code == 0 and out.splitlines()[2] == ("no hosts: no agent is registered now (a lost agent's hosts are "
+                                                 "removed until it registers again)"), out
+    assert [line.split("  ")[0] for line in out.splitlines()[4:]] == ["LOST AGENT", "a0"], out
+
+
+def test_status_names_the_lost_agents_latest_first_until_they_register_again(
+        server: CoordinatorServer, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """Operator review (session 36): a lost agent's hosts vanished from ``status``'s table, and only the
+    coordinator's log said which agent had gone, when and why."""
+    import coordinator.client
+
+    def register(agent: str, hosts: int) -> None:
+        desc = agent_pb2.DescribeReply(agent_id=agent, mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name=f"{agent}-h{i}", cpu_cores=0.5, memory_bytes=1 << 30) for i in range(hosts)])
+        with grpc.insecure_channel(server.address) as ch:
+            pb_grpc.CoordinatorStub(ch).RegisterAgent(
+                pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+
+    register("b1", 4)
+    server.lose_agent("a0", "agent a0 lost: no heartbeat for 3 x 2 s")
+    # (the jobs the engine requeued: a job cannot run on these agents, whose addresses answer nothing)
+    lose_hosts = server.engine.lose_hosts
+    monkeypatch.setattr(server.engine, "lose_hosts", lambda hosts, reason: [*lose_hosts(hosts, reason), "job-00001",
+                                                                             "job-00002"])
+    server.lose_agent("b1", "agent b1 lost: its lease ran out")
+    monkeypatch.setattr(coordinator.client, "LOST_SHOWN", 1)
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[2].startswith("no hosts: no agent is registered now"), out
+    assert lines[4].split() == ["LOST", "AGENT", "LOST", "HOSTS", "REMOVED", "JOBS", "REQUEUED", "WHY"], out
+    assert lines[5].split() == ["b1", "0", "s", "ago", "b1-h[0-3]", "2", "its", "lease", "ran", "out"], out
+    assert lines[6:] == ["and 1 more lost agents"], out
+    monkeypatch.setattr(coordinator.client, "LOST_SHOWN", 10)
+    register("a0", 1)  # back: no longer lost
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    lines = out.splitlines()
+    assert lines[2].split()[:2] == ["HOST", "AGENT"] and lines[3].split()[:2] == ["a0-h0", "a0"], out
+    assert [line.split()[0] for line in lines[5:]] == ["LOST", "b1"], out
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [(0.4, "0 s"), (119.9, "119 s"), (120, "2 min"), (7199, "119 min"),
+                                                (7200, "2 h 0 min"), (90061, "25 h 1 min")])
+def test_a_lost_agent_s_time_is_said_for_a_person(seconds: float, shown: str) -> None:
+    from coordinator.client import _ago
+
+    assert _ago(seconds) == shown
+
 
 
 def test_cancel_of_a_finished_job_says_nothing_was_cancelled(server: CoordinatorServer,
