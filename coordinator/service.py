@@ -1,8 +1,10 @@
 """The coordinator's gRPC service: the network face of one engine driving the live backend.
 
-``CoordinatorServer`` owns three things: the engine (with a live backend), a loop thread that calls
-``engine.step`` (the same loop the simulator runs, on a real clock), and the gRPC server whose handlers
-only validate, translate and hand work to the engine. A refused job gets INVALID_ARGUMENT with a message
+``CoordinatorServer`` owns the engine (with a live backend), a loop thread that calls ``engine.step`` (the same
+loop the simulator runs, on a real clock), the gRPC server whose handlers only validate, translate and hand work
+to the engine, and what watches the agents (the ``agent-watch`` thread, which declares the silent ones lost, and
+the ``stall-ticker``, which notes when this process did not run); with ``metrics_port``, a Prometheus HTTP
+server too. A refused job gets INVALID_ARGUMENT with a message
 naming the field, and nothing already accepted is touched.
 
 Reliability (issue 7). With ``state`` (a SQLite file, :mod:`coordinator.store`) every accepted job and

@@ -393,12 +393,3 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
     return paths
 
 
-def format_table1(t1: Sequence[dict[str, Any]]) -> str:
-    """Table I as text, the paper's layout (avg / std / max per trace group)."""
-    groups = [g for g, _ in GROUPS if any(r[f"{g}_n"] for r in t1)]
-    head = f"{'algorithm':<22}" + "".join(f"{g + ' avg':>14}{'std':>10}{'max':>11}" for g in groups)
-    lines = [head]
-    for r in t1:
-        lines.append(f"{r['algorithm'].upper():<22}" + "".join(
-            f"{r[f'{g}_avg']:>14.2f}{r[f'{g}_std']:>10.2f}{r[f'{g}_max']:>11.2f}" for g in groups))
-    return "\n".join(lines)

@@ -30,7 +30,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-CGROUP_ROOT = "/sys/fs/cgroup"
 DEFAULT_PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000  # the kernel refuses smaller quotas
 MAX_PERIOD_US = 1_000_000  # the kernel refuses longer periods
@@ -538,9 +537,6 @@ class CgroupDriver(ABC):
         """Total CPU time used by the group's processes, in seconds."""
 
     @abstractmethod
-    def memory_usage(self, name: str) -> int: ...
-
-    @abstractmethod
     def pids(self, name: str) -> list[int]: ...
 
     @abstractmethod
@@ -705,9 +701,6 @@ class CgroupV1Driver(_WeighedDriver):
     def cpu_usage_s(self, name: str) -> float:
         return int(_read(os.path.join(self._dir("cpuacct", name), "cpuacct.usage"))) / 1e9
 
-    def memory_usage(self, name: str) -> int:
-        return int(_read(os.path.join(self._dir("memory", name), "memory.usage_in_bytes")))
-
     def oom_kills(self, name: str) -> int | None:
         return _counter(os.path.join(self._dir("memory", name), "memory.oom_control"), "oom_kill")
 
@@ -791,9 +784,6 @@ class CgroupV2Driver(_WeighedDriver):
             if key == "usage_usec":
                 return int(value) / 1e6
         raise CgroupError(f"no usage_usec in {self._file(name, 'cpu.stat')}")
-
-    def memory_usage(self, name: str) -> int:
-        return int(_read(self._file(name, "memory.current")))
 
     def oom_kills(self, name: str) -> int | None:
         return _counter(self._file(name, "memory.events"), "oom_kill")

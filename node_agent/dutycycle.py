@@ -178,13 +178,6 @@ class DutyCycleDriver(CgroupDriver):
         g.last_cpu_s = max(g.last_cpu_s, total)  # an exited process keeps its last reading
         return g.last_cpu_s
 
-    def memory_usage(self, name: str) -> int:
-        total = 0
-        for p in self._procs(name):
-            with contextlib.suppress(psutil.Error):
-                total += p.memory_info().rss
-        return total
-
     def pids(self, name: str) -> list[int]:
         with self._lock:
             g = self._groups.get(name)

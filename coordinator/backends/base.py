@@ -1,8 +1,10 @@
 """The backend interface: a cluster that executes actions and reports what finished.
 
-Two implementations share it and differ only in their clock (as SimPy's Environment and
-RealtimeEnvironment do): ``sim`` advances virtual time to the next completion at once; ``live`` waits in
-real (optionally compressed) time while node agents run real processes.
+Two implementations share it, and the engine drives both with the same code (as SimPy's Environment and
+RealtimeEnvironment differ in their clock): ``sim`` advances virtual time to the next completion at once; ``live``
+waits in real (optionally compressed) time while node agents run real processes. Beyond the clock, the live one
+defines a few optional calls a real cluster needs (deferred moves, batched shares, a retry delay: listed in
+:class:`Backend`'s docstring), which the engine looks up and skips where a backend has none.
 """
 
 from __future__ import annotations
@@ -87,17 +89,7 @@ class Backend(Protocol):
         """Let time pass until ``until``, or less if a job finishes (or, live, if woken); return finished jobs."""
         ...
 
-    # Optional: ``flush() -> list[tuple[job, BackendError]]``, called by the engine after each plan, for a
-    # backend that defers the second half of its migrations (the live one: every task leaves its host
-    # before any arrives, since only the plan's final state is checked to fit).
-    # Optional: ``abandon_moves()``, called by the engine when a plan ends in an exception other than a
-    # BackendError, for a backend with such deferred moves: it must not start them with a later plan.
-    # Optional: ``retry_after`` (model seconds), how long the engine waits before it offers a job whose
-    # Start was refused as unreachable to the policy again (default 0: at once).
-    # Optional: ``paused_progress_fixed = True`` for a backend whose paused jobs make no progress until they
-    # are resumed (the simulator). The engine reads a job's progress when it pauses it, and with this flag
-    # not again at later snapshots; a live agent may report a paused job's last progress late, so there it is
-    # read at every snapshot too.
+    # (The optional calls are listed in the class's docstring.)
 
     def wake(self) -> None:
         """Make a blocking ``advance`` return early (new work arrived). A no-op in virtual time."""

@@ -1,7 +1,8 @@
 """Pure scheduling policies. Look one up by name with :func:`get_policy`.
 
-Nothing in this package does I/O, reads a clock or imports grpc, ray or prometheus_client; an
-import-linter contract in pyproject.toml keeps it that way.
+Nothing in this package does I/O, reads a clock, starts a thread or process, or imports grpc, ray,
+prometheus_client, the store or the node agent; an import-linter contract in pyproject.toml keeps it that way
+(indirect imports included).
 """
 
 from __future__ import annotations
