@@ -1128,7 +1128,10 @@ class LiveBackend:
 
     def poll(self) -> list[Report]:
         """One Status round over all agents; returns jobs that finished since the last round (and jobs to
-        requeue: a task vanished, or a plan's move was interrupted)."""
+        requeue: a task vanished, or a plan's move was interrupted). In four steps, under the lock: the round
+        itself (:meth:`_status_round`), the orphans' stops and the reconciliation of what the agents hold with
+        what the jobs own, each job's report (:meth:`_job_reports`), and, every :data:`JOURNAL_PROGRESS_S`, the
+        tasks' progress written to the journal (:meth:`_journal_progress`)."""
         with self._lock:
             # Jobs a plan's exception cut short (:meth:`abandon_moves`, :meth:`_requeued_if_cut_short`, an
             # adopted job that contradicts its state): requeued. Reported at every poll until the engine
@@ -1137,95 +1140,116 @@ class LiveBackend:
             interrupted = dict.fromkeys(self._interrupted)
             reports = [Report(job, JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")
                        for job in interrupted]
-            answered: set[str] = set()  # hosts whose agent answered this round
-            # hosts whose agent holds a lease that has not run out (after this poll's renewal), or none at all
-            resumable: set[str] = set()
-            # This round's answers only: an agent that did not answer may have been told to stop or move a
-            # task since its last Status, which would otherwise bring that task back as it was.
-            seen: dict[str, agent_pb2.TaskStatus] = {}
-            for handle in list(self.agents.values()):
-                if handle.lost:
-                    continue  # being removed
-                try:
-                    reply = handle.stub.Status(
-                        agent_pb2.StatusRequest(lease_s=self.lease_s if self.lease_s > 0 else -1.0,
-                                                lease_since=handle.clock),
-                        timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
-                except grpc.RpcError:
-                    handle.silent = True
-                    continue  # an unreachable agent is noticed by heartbeats, not here
-                if reply.agent_id and reply.agent_id != handle.agent_id:
-                    # Another agent now listens at this one's address (a restored agent's stored address, reused
-                    # by a pod on a replaced node, say): this one did not answer, and is to be declared lost, not
-                    # given tasks its successor at the address refuses as NOT_FOUND.
-                    if not handle.silent:
-                        log.warning("agent %s: %s now answers as agent %s; %s is silent", handle.agent_id,
-                                    handle.address, reply.agent_id, handle.agent_id)
-                    handle.silent = True
-                    continue
-                handle.last_status = reply
-                handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
-                handle.clock = reply.clock
-                answered.update(handle.hosts)
-                if handle.last_status.lease_left != 0:
-                    resumable.update(handle.hosts)
-                for ts in handle.last_status.tasks:
-                    seen[ts.task_id] = ts
+            answered, resumable, seen = self._status_round()
             round_start = time.monotonic()
             self._stop_orphans()
             for t in self._orphans:  # its agent answered this poll, and its Stop, tried now, still failed
                 if t.host in answered and t.retried >= round_start:
                     t.refused_since = min(t.refused_since, time.monotonic())
             self._reconcile(seen, answered)
-            for job, tasks in list(self._tasks.items()):
-                if job in interrupted:  # requeued: no second report
-                    continue
-                requeue = ""
-                for t in tasks:
-                    ts = seen.get(t.task_id)
-                    # A saved task's progress is its checkpoint, and a finished one is finished: no agent
-                    # speaks for them (a finished task moved by a repacking keeps its id on a new host).
-                    if ts is not None and ts.host == t.host and not t.saved and t.state != agent_pb2.TASK_STATE_DONE:
-                        t.progress, t.state, t.message = ts.progress, ts.state, ts.message
-                        if ts.fenced and t.host in resumable:
-                            requeue = requeue or self._unfence(t)
-                    elif not t.saved and t.host in answered and t.state != agent_pb2.TASK_STATE_DONE:
-                        # its agent answered without it: the agent restarted
-                        requeue = requeue or f"task {t.task_id} vanished from {t.host}"
-                if requeue:
-                    log.info("job %s requeued from its last progress: %s", job, requeue)
-                    reports.append(Report(job, JobState.PENDING, requeue))
-                    continue
-                if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
-                    for t in tasks:
-                        t.progress = 1.0
-                    self._stop_tasks(tasks, self._batched(job))
-                    del self._tasks[job]
-                    self._persist_quietly(job)
-                    reports.append(Report(job, JobState.DONE))
-                elif any(t.saved for t in tasks):
-                    continue
-                else:
-                    failed = [t for t in tasks if t.state == agent_pb2.TASK_STATE_FAILED]
-                    if failed:
-                        reports.append(Report(job, JobState.FAILED, f"task {failed[0].task_id}: {failed[0].message}"))
-            if self.journal is not None and time.monotonic() >= self._journal_at:  # progress: the checkpoints
+            reports += self._job_reports(seen, answered, resumable, interrupted)
+            if self.journal is not None and time.monotonic() >= self._journal_at:
                 self._journal_at = time.monotonic() + JOURNAL_PROGRESS_S
-                try:
-                    with self.journal_batch():
-                        for job in self._tasks:
-                            self._persist(job)
-                except Exception as exc:  # checkpoints only: written again a second later, and the reports still go
-                    # out. Said once until it works again (a full disk logged a 12-line traceback every second).
-                    if not self._journal_failing:
-                        log.warning("journal of the tasks' progress failed (%s: %s); tried again every %g s",
-                                    type(exc).__name__, exc, JOURNAL_PROGRESS_S)
-                    self._journal_failing = True
-                else:
-                    if self._journal_failing:
-                        log.warning("journal of the tasks' progress written again")
-                    self._journal_failing = False
+                self._journal_progress()
             return reports
+
+    def _status_round(self) -> tuple[set[str], set[str], dict[str, agent_pb2.TaskStatus]]:
+        """Ask every agent not being removed for its Status (renewing its lease): (the hosts whose agent
+        answered, those of them whose agent holds a lease that has not run out or none at all, and this round's
+        task statuses by task id). Only this round's answers: an agent that did not answer may have been told
+        to stop or move a task since its last Status, which would otherwise bring that task back as it was. An
+        agent that does not answer is marked silent, and left to its heartbeats. Called under the lock."""
+        answered: set[str] = set()
+        resumable: set[str] = set()
+        seen: dict[str, agent_pb2.TaskStatus] = {}
+        for handle in list(self.agents.values()):
+            if handle.lost:
+                continue  # being removed
+            try:
+                reply = handle.stub.Status(
+                    agent_pb2.StatusRequest(lease_s=self.lease_s if self.lease_s > 0 else -1.0,
+                                            lease_since=handle.clock),
+                    timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))
+            except grpc.RpcError:
+                handle.silent = True
+                continue  # an unreachable agent is noticed by heartbeats, not here
+            if reply.agent_id and reply.agent_id != handle.agent_id:
+                # Another agent now listens at this one's address (a restored agent's stored address, reused
+                # by a pod on a replaced node, say): this one did not answer, and is to be declared lost, not
+                # given tasks its successor at the address refuses as NOT_FOUND.
+                if not handle.silent:
+                    log.warning("agent %s: %s now answers as agent %s; %s is silent", handle.agent_id,
+                                handle.address, reply.agent_id, handle.agent_id)
+                handle.silent = True
+                continue
+            handle.last_status = reply
+            handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
+            handle.clock = reply.clock
+            answered.update(handle.hosts)
+            if reply.lease_left != 0:
+                resumable.update(handle.hosts)
+            for ts in reply.tasks:
+                seen[ts.task_id] = ts
+        return answered, resumable, seen
+
+    def _job_reports(self, seen: dict[str, agent_pb2.TaskStatus], answered: set[str], resumable: set[str],
+                     interrupted: dict[str, None]) -> list[Report]:
+        """Take this round's statuses (:meth:`_status_round`) into each job's tasks, and report the jobs to
+        requeue (a task vanished from an agent that answered: it restarted; or a fenced task could not be
+        thawed), those done (their tasks are stopped and the job forgotten) and those failed. A job in
+        ``interrupted`` is reported already. Called under the lock."""
+        reports: list[Report] = []
+        for job, tasks in list(self._tasks.items()):
+            if job in interrupted:  # requeued: no second report
+                continue
+            requeue = ""
+            for t in tasks:
+                ts = seen.get(t.task_id)
+                # A saved task's progress is its checkpoint, and a finished one is finished: no agent
+                # speaks for them (a finished task moved by a repacking keeps its id on a new host).
+                if ts is not None and ts.host == t.host and not t.saved and t.state != agent_pb2.TASK_STATE_DONE:
+                    t.progress, t.state, t.message = ts.progress, ts.state, ts.message
+                    if ts.fenced and t.host in resumable:
+                        requeue = requeue or self._unfence(t)
+                elif not t.saved and t.host in answered and t.state != agent_pb2.TASK_STATE_DONE:
+                    # its agent answered without it: the agent restarted
+                    requeue = requeue or f"task {t.task_id} vanished from {t.host}"
+            if requeue:
+                log.info("job %s requeued from its last progress: %s", job, requeue)
+                reports.append(Report(job, JobState.PENDING, requeue))
+                continue
+            if all(t.state == agent_pb2.TASK_STATE_DONE for t in tasks):
+                for t in tasks:
+                    t.progress = 1.0
+                self._stop_tasks(tasks, self._batched(job))
+                del self._tasks[job]
+                self._persist_quietly(job)
+                reports.append(Report(job, JobState.DONE))
+            elif any(t.saved for t in tasks):
+                continue
+            else:
+                failed = [t for t in tasks if t.state == agent_pb2.TASK_STATE_FAILED]
+                if failed:
+                    reports.append(Report(job, JobState.FAILED, f"task {failed[0].task_id}: {failed[0].message}"))
+        return reports
+
+    def _journal_progress(self) -> None:
+        """Write every job's tasks and their progress (its checkpoints) to the journal. A failure is said once
+        until it works again (a full disk logged a 12-line traceback every second): they are written again
+        :data:`JOURNAL_PROGRESS_S` later, and the poll's reports still go out. Called under the lock."""
+        try:
+            with self.journal_batch():
+                for job in self._tasks:
+                    self._persist(job)
+        except Exception as exc:
+            if not self._journal_failing:
+                log.warning("journal of the tasks' progress failed (%s: %s); tried again every %g s",
+                            type(exc).__name__, exc, JOURNAL_PROGRESS_S)
+            self._journal_failing = True
+        else:
+            if self._journal_failing:
+                log.warning("journal of the tasks' progress written again")
+            self._journal_failing = False
 
     def _unfence(self, t: _Task) -> str:
         """Thaw a task of ours that its agent froze when its lease ran out (it heard nothing from us for a while:
