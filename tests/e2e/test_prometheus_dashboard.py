@@ -233,7 +233,20 @@ def test_every_dashboard_panel_returns_data(live_run: tuple[str, list[str], floa
         while not all(stub.GetJob(pb.JobRef(job_id=j), timeout=5).state == "done" for j in jobs):
             assert time.monotonic() < deadline, [str(stub.GetJob(pb.JobRef(job_id=j), timeout=5)) for j in jobs]
             time.sleep(0.5)
-    time.sleep(2.5)  # at least two more scrapes after the last completion
+    # Until Prometheus has scraped the last completion (the coordinator's and the agent's counts), not a fixed
+    # 2.5 s: a scrape can come late on a loaded machine (the test audit of session 36).
+    def scraped() -> bool:
+        try:
+            return (scalar(prometheus, "sum(vcemu_job_bounded_stretch_count)") == len(jobs)
+                    and scalar(prometheus, 'sum(vcemu_agent_tasks_ended_total{state="done"})') == len(jobs))
+        except ValueError:  # (no series yet)
+            return False
+
+    deadline = time.monotonic() + 30
+    while not scraped():
+        assert time.monotonic() < deadline, "Prometheus did not scrape the last completions within 30 s"
+        time.sleep(0.25)
+    time.sleep(1.0)  # and one more scrape, so that the range queries' last samples are after it
     end = time.time()
     range_s = math.ceil(end - t0) + 1
 
