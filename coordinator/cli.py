@@ -15,6 +15,7 @@ Nothing imports this module: it is the entry point only (an import-linter contra
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -160,58 +161,40 @@ def _pipe_gone(fd: int) -> bool:
     return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
+#: Commands that parse their own arguments, each in its own module (loaded only when run): name -> (module,
+#: function taking the arguments after the name). ``bench`` has one per benchmark.
+OWN_PARSERS: dict[str, tuple[str, str]] = {
+    "agent": ("node_agent.cli", "agent_main"),
+    "vcsched": ("coordinator.vcsched.experiment", "vcsched_main"),
+    "oppcost": ("coordinator.oppcost.experiment", "oppcost_main"),
+    "apc": ("coordinator.apc.experiment", "apc_main"),
+    "sweep": ("coordinator.sweep", "sweep_main"),
+    "replay": ("coordinator.replay", "replay_main"),
+}
+BENCH_PARSERS: dict[str, tuple[str, str]] = {
+    "cpu-share": ("node_agent.bench", "cpu_share_main"),
+    "packing": ("coordinator.vcsched.bench", "bench_packing_main"),
+    "load": ("coordinator.bench_ops", "bench_load_main"),
+    "scale": ("coordinator.bench_ops", "bench_scale_main"),
+    "starts": ("coordinator.bench_ops", "bench_starts_main"),
+    "boot": ("node_agent.bench_boot", "boot_main"),
+    "dfrs": ("coordinator.bench_dfrs", "bench_dfrs_main"),
+}
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Subcommands implemented by other packages parse their own arguments.
-    if argv and argv[0] == "agent":
-        from node_agent.cli import agent_main
-
-        return agent_main(argv[1:])
-    if argv and argv[0] == "vcsched":
-        from coordinator.vcsched.experiment import vcsched_main
-
-        return vcsched_main(argv[1:])
-    if argv and argv[0] == "oppcost":
-        from coordinator.oppcost.experiment import oppcost_main
-
-        return oppcost_main(argv[1:])
-    if argv and argv[0] == "apc":
-        from coordinator.apc.experiment import apc_main
-
-        return apc_main(argv[1:])
-    if argv and argv[0] == "sweep":
-        from coordinator.sweep import sweep_main
-
-        return sweep_main(argv[1:])
-    if argv and argv[0] == "replay":
-        from coordinator.replay import replay_main
-
-        return replay_main(argv[1:])
-    if len(argv) >= 2 and argv[0] == "bench":
-        if argv[1] == "cpu-share":
-            from node_agent.bench import cpu_share_main
-
-            return cpu_share_main(argv[2:])
-        if argv[1] == "packing":
-            from coordinator.vcsched.bench import bench_packing_main
-
-            return bench_packing_main(argv[2:])
-        if argv[1] in ("load", "scale", "starts"):
-            from coordinator import bench_ops
-
-            return {"load": bench_ops.bench_load_main, "scale": bench_ops.bench_scale_main,
-                    "starts": bench_ops.bench_starts_main}[argv[1]](argv[2:])
-        if argv[1] == "boot":
-            from node_agent.bench_boot import boot_main
-
-            return boot_main(argv[2:])
-        if argv[1] == "dfrs":
-            from coordinator.bench_dfrs import bench_dfrs_main
-
-            return bench_dfrs_main(argv[2:])
+    own = (OWN_PARSERS.get(argv[0]) if argv else None) or (
+        BENCH_PARSERS.get(argv[1]) if len(argv) >= 2 and argv[0] == "bench" else None)
+    if own is not None:
+        module, function = own
+        rest = argv[1:] if argv[0] in OWN_PARSERS else argv[2:]
+        return int(getattr(importlib.import_module(module), function)(rest))
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, as its other refusals are (it was "vcemu: error: ...")
+        if argv.index(extra[0]) < argv.index(args.command):  # given before the command: vcemu's (`vcemu --x jobs`)
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)

@@ -372,6 +372,15 @@ def test_an_argument_no_command_takes_is_refused_by_the_command_it_was_given_to(
     refused(code, err, f"vcemu {command}: error: unrecognized arguments: {argv[-1]} (see vcemu {command} --help)")
 
 
+@pytest.mark.parametrize("argv", [["--x", "jobs"], ["--x", "status", "--json"]])
+def test_an_argument_given_before_the_command_is_refused_by_vcemu(argv: list[str],
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``vcemu --x jobs`` blamed ``--x`` on ``jobs`` (left alone in session 36)."""
+    code, _, err = run(argv, capsys)
+    refused(code, err, f"vcemu: error: unrecognized arguments: {' '.join(a for a in argv if a.startswith('--'))} "
+                       "(see vcemu --help)")
+
+
 @pytest.mark.parametrize(("argv", "flag"), [(["load", "--batch", "0"], "--batch"),
                                              (["scale", "--hosts", "1", "--agents", "2"], "--agents"),
                                              (["starts", "--cpu-need", "2"], "--cpu-need")])
