@@ -240,6 +240,12 @@ POLICY_HELP = (f"scheduling policy: {', '.join(POLICY_NAMES)}; a periodic one ma
                f"{PERIODIC_NAMES[0]}-60 (001's DYNMCB8-PER-T; default T {DEFAULT_PERIOD_S:g}) (default %(default)s)")
 
 
+def yield_text(y: float) -> str:
+    """A yield in a table: two decimals, or three significant digits under 0.005, where two decimals showed a
+    running job's small yield as 0.00, as if it got nothing (review of the simulation commands)."""
+    return f"{y:.3g}" if 0 < y < 0.005 else f"{y:.2f}"
+
+
 def format_table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

@@ -11,7 +11,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from coordinator.cliargs import format_table, refuse, whole_in
+from coordinator.cliargs import format_table, refuse, whole_in, yield_text
 from coordinator.hostlist import compress_hosts
 from coordinator.limits import (
     KNOWN_METADATA,
@@ -433,7 +433,7 @@ def _job_table(jobs) -> str:
         name = (j.spec.name if j.spec.name and j.spec.name != j.job_id else "-",) if named else ()
         rows.append((
             j.job_id, *name, j.state, str(j.spec.tasks), f"{j.spec.cpu_need:.2f}", f"{j.spec.memory:.2f}",
-            f"{j.spec.work_seconds:.0f}", f"{getattr(j, 'yield'):.2f}" if j.state == "running" else "-",
+            f"{j.spec.work_seconds:.0f}", yield_text(getattr(j, "yield")) if j.state == "running" else "-",
             f"{j.virtual_time:.1f}",
             compress_hosts(j.hosts), f"{stretch:.2f}" if done else "-",
             f"{j.bounded_stretch:.2f}" if j.bounded_stretch else "-",
@@ -510,7 +510,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with Connection(args, "status") as client:
         s = client.rpc("ClusterStatus", pb.ClusterStatusRequest())
     if s.jobs_by_state.get("running", 0):
-        yields = f"min yield {s.min_yield:.2f}  avg yield {s.avg_yield:.2f}"
+        yields = f"min yield {yield_text(s.min_yield)}  avg yield {yield_text(s.avg_yield)}"
     else:  # the yields are of running jobs: with none there are none (the reply's 0.0 read as starved jobs)
         yields = "min yield -  avg yield -"
     print(f"policy {_policy_line(s)}  t={s.now:.1f}s  {yields}")

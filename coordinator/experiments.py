@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.backends.sim import SimBackend
-from coordinator.cliargs import format_table
+from coordinator.cliargs import format_table, yield_text
 from coordinator.engine import Engine, Stalled
 from coordinator.metrics import History, JobResult, Summary, job_results, summarize
 from coordinator.model import Host, JobSpec
@@ -66,7 +66,8 @@ def results_table(results: Sequence[JobResult]) -> list[tuple[str, ...]]:
     for r in results:
         rows.append((
             r.job, r.state.value, _fmt(r.submit, 1), _fmt(r.wait, 1), _fmt(r.run_time, 1),
-            _fmt(r.stretch), _fmt(r.bounded_stretch), _fmt(r.final_yield),
+            _fmt(r.stretch), _fmt(r.bounded_stretch),
+            "-" if r.final_yield is None or math.isnan(r.final_yield) else yield_text(r.final_yield),
         ))
     return rows
 

@@ -236,3 +236,13 @@ def test_cancel_of_an_unknown_job_is_still_refused(server: CoordinatorServer,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["cancel", "--coordinator", server.address, "job-09999"], capsys)
     assert code != 0 and "job-09999" in err and not out
+
+
+@pytest.mark.parametrize(("y", "shown"), [(0.0, "0.00"), (0.004, "0.004"), (0.00123, "0.00123"), (0.005, "0.01"),
+                                          (0.25, "0.25"), (1.0, "1.00")])
+def test_a_small_yield_is_not_shown_as_none(y: float, shown: str) -> None:
+    """``jobs``, ``status`` and ``simulate`` showed a running job's yield under 0.005 as 0.00 (review of the
+    simulation commands, session 31)."""
+    from coordinator.cliargs import yield_text
+
+    assert yield_text(y) == shown
