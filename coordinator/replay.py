@@ -46,6 +46,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import math
 import os
 import shutil
@@ -332,8 +333,11 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
                 return exc.status
             try:
                 nodes = len({p.node.node_id for p in agents.placements})
+                token = ", its user API takes the --token-file token only" if a.token_file else ""
                 placed = (f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "
-                          f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}")
+                          f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}\n"
+                          f"vcemu replay: coordinator on {server.address}{token} (vcemu jobs --coordinator "
+                          f"{server.address} follows the run)")
                 print(placed, file=sys.stderr, flush=True)
                 with open(d / "agents.log", "a", encoding="utf-8") as log:  # where the run was, with its results
                     log.write(placed + "\n")
@@ -552,6 +556,8 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         from coordinator.experiments import follow_jobs, simulate
         from coordinator.metrics import job_results
 
+        # Where the run's coordinator listens, for `vcemu jobs` or `status` while it runs (it was said nowhere).
+        logging.getLogger("vcemu.replay").info("coordinator on %s (%s)", server.address, a.policy)
         seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
         hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
         # during the run takes its hosts out of the engine's list)

@@ -411,6 +411,8 @@ def test_replay_on_ray_runs_a_trace_on_hosts_of_distinct_nodes_beside_its_simula
     assert out["mode"].startswith("cgroup"), out["mode"]
     assert out["per_job"]["jobs"] == 3, out["per_job"]
     assert f"{n} hosts on {n} Ray nodes (Ray " in r.stderr, r.stderr
+    assert re.search(r"^vcemu replay: coordinator on 127\.0\.0\.1:\d+ \(vcemu jobs --coordinator ", r.stderr,
+                     re.MULTILINE), r.stderr  # where to follow the run (said nowhere before)
     rows = [ln.split() for ln in r.stderr.splitlines() if re.match(r"replay\d-h\d ", ln)]
     assert len({row[4] for row in rows}) == n, rows  # one host per Ray node
     d = next((tmp_path / "out").iterdir())

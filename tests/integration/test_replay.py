@@ -54,6 +54,7 @@ def test_replay_runs_live_and_simulated_side_by_side(cgroups_required, tmp_path:
     assert "vcemu agent" not in captured.err, captured.err[-500:]
     # And the coordinator into a log of its own there.
     assert " INFO agent replay0 at 127.0.0.1:" in (written / "coordinator.log").read_text()
+    assert " INFO coordinator on 127.0.0.1:" in (written / "coordinator.log").read_text()  # where to follow the run
 
 
 def test_replay_refuses_an_unknown_policy(tmp_path: Path, capsys):
