@@ -35,6 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from coordinator.bench_results import check_out, output_flags, write_results
 from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
 from node_agent.signals import INTERRUPTED, signals_interrupt
@@ -136,7 +137,7 @@ def _sweep_wall(workers: int, seed: int) -> float:
 
 def bench_dfrs_main(argv: Sequence[str]) -> int:
     p = Parser(prog="vcemu bench dfrs", description=doc_text(__doc__.split("\n\n")[0]))
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    output_flags(p, "dfrs")
     p.add_argument("--jobs", type=int, default=1000, help="jobs in the simulated trace (default 1000)")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulated trace, >= 0 (default 1)")
     p.add_argument("--no-sweep", action="store_true", help="skip the Ray speedup measurement")
@@ -149,6 +150,7 @@ def bench_dfrs_main(argv: Sequence[str]) -> int:
     if line is not None:
         print(line, file=sys.stderr)
         return 2
+    check_out(p, a)
     out: dict[str, Any] = {"jobs": a.jobs, "seed": a.seed}
     try:  # SIGTERM as Ctrl-C: one line, Ray shut down (it ended at once, leaving Ray's agents; Ctrl-C a traceback)
         with signals_interrupt():
@@ -164,6 +166,7 @@ def bench_dfrs_main(argv: Sequence[str]) -> int:
         return INTERRUPTED
     out["targets"] = {key: f"{op} {limit:g}" for key, (op, limit) in TARGETS.items()}
     out["met"] = judged(out) if a.jobs == 1000 else {k: v for k, v in judged(out).items() if k not in SIM_TARGETS}
+    write_results(a.out, "dfrs", out, vars(a))
     if a.json:
         print(json.dumps(out))
     else:

@@ -40,12 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import grpc
 from tqdm import tqdm
 
-from coordinator.cliargs import POLICY_HELP, Parser, number_in, policy_name, positive, usable_out_dir
+from coordinator.bench_results import check_out, output_flags, write_results
+from coordinator.cliargs import POLICY_HELP, Parser, number_in, policy_name, positive
 from coordinator.policy_names import MAX_PERIOD_S, MIN_PERIOD_S
 from coordinator.servers import interrupted, spawn_agent, stop_agents
 from node_agent.signals import signals_deferred, signals_interrupt
@@ -77,17 +77,6 @@ def _int_at_least(low: int):  # type: ignore[no-untyped-def]
 def _bar_off(args: argparse.Namespace) -> bool:
     """No progress bar with ``--json``, nor when stderr is not a terminal (a log, a pipe: no bar's redraws there)."""
     return bool(args.json) or not sys.stderr.isatty()
-
-
-def _write(out: str, name: str, result: dict, config: dict) -> None:
-    """The result and its config (with the code that produced them, as every result folder's), atomically."""
-    from coordinator.outputs import json_safe, write_json
-    from coordinator.provenance import code_version
-
-    path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    write_json(path / f"{name}.json", json_safe(result), sort_keys=False)
-    write_json(path / f"{name}-config.json", {**config, "code": code_version()}, sort_keys=False)
 
 
 def _register(server_address: str, agent_address: str) -> None:
@@ -244,11 +233,11 @@ def bench_load_main(argv: list[str]) -> int:
     p.add_argument("--policy", type=policy_name, default="fcfs", help=POLICY_HELP)
     p.add_argument("--synchronous", choices=SYNCHRONOUS, type=str.upper, default=DEFAULT_SYNCHRONOUS,
                    help="SQLite synchronous mode of the store (default %(default)s, the coordinator's)")
-    _output_flags(p, "load")
+    output_flags(p, "load")
     args = p.parse_args(argv)
     if not 1 <= args.batch <= 1000:
         p.error(f"--batch: must be 1..1000, got {args.batch}")
-    _check_out(p, args)
+    check_out(p, args)
     with signals_interrupt():
         try:
             rounds = {"batch": _load_round(args, args.batch)} if args.batch > 1 else {}
@@ -261,7 +250,7 @@ def bench_load_main(argv: list[str]) -> int:
               "duplicates": sum(r["duplicates"] for r in rounds.values()),
               "refused": sum(r["refused"] for r in rounds.values()), "clients": args.clients,
               "policy": args.policy, "synchronous": args.synchronous.upper(), "rounds": rounds}
-    _write(args.out, "load", result, vars(args))
+    write_results(args.out, "load", result, vars(args))
     if args.json:
         print(json.dumps(result))
     else:  # (each round on a line of its own: it was printed as a Python dict)
@@ -305,29 +294,12 @@ def bench_scale_main(argv: list[str]) -> int:
                    help=f"DYNMCB8-PER period, seconds, {MIN_PERIOD_S:g} to {MAX_PERIOD_S:g} (default %(default)g)")
     p.add_argument("--cycles", type=_int_at_least(1), default=5,
                    help="control cycles to measure after the first (placement) cycle (default %(default)s)")
-    _output_flags(p, "scale")
+    output_flags(p, "scale")
     args = p.parse_args(argv)
     if args.agents > args.hosts:
         p.error(f"argument --agents: must be <= --hosts ({args.hosts}), got {args.agents}")
-    _check_out(p, args)
+    check_out(p, args)
     return _interruptible("scale", _bench_scale, args)
-
-
-def _output_flags(p: argparse.ArgumentParser, name: str) -> None:
-    """``--out`` and ``--json`` of ``vcemu bench NAME``."""
-    p.add_argument("--out", default=f"results/bench-{name}", help=f"where the result and its config go, {name}.json "
-                   f"and {name}-config.json (default %(default)s)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _check_out(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """``--out`` made and checked writable before any work, after the other flags' checks (a refused command makes
-    no folder) (review: ``--out ''`` wrote into the current folder, and a file's path ran the whole bench, then lost
-    its result in a traceback)."""
-    try:
-        usable_out_dir(args.out)
-    except ValueError as exc:
-        p.error(str(exc))
 
 
 def _interruptible(name: str, run, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
@@ -425,7 +397,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
         print(f"vcemu bench scale: error: no control cycle after the first within "
               f"{(args.cycles + 2) * args.period + 600:.0f} s", file=sys.stderr)
         return 1
-    _write(args.out, "scale", result, vars(args))
+    write_results(args.out, "scale", result, vars(args))
     print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
     return 0
 
@@ -446,11 +418,11 @@ def bench_starts_main(argv: list[str]) -> int:
                    help="each job's CPU need, a fraction of a host, at most 1 (default %(default)g)")
     p.add_argument("--timeout", type=positive("--timeout"), default=600.0,
                    help="give up after this many seconds (default %(default)g)")
-    _output_flags(p, "starts")
+    output_flags(p, "starts")
     args = p.parse_args(argv)
     if args.cpu_need > 1:
         p.error(f"argument --cpu-need: must be at most 1, got {args.cpu_need:g}")
-    _check_out(p, args)
+    check_out(p, args)
     return _interruptible("starts", _bench_starts, args)
 
 
@@ -555,7 +527,7 @@ def _bench_starts(args: argparse.Namespace) -> int:
               **{f"seconds_to_{k}_all": None if v is None else round(v, 2) for k, v in plans.items()},
               # then every job cancelled: seconds until the agent has none of their tasks left
               "seconds_to_cancel_all": None if cancel is None else round(cancel, 2)}
-    _write(args.out, "starts", result, vars(args))
+    write_results(args.out, "starts", result, vars(args))
     print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
     if running < args.jobs:
         print(f"vcemu bench starts: error: {running} of {args.jobs} jobs running after {args.timeout:g} s",

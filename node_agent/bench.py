@@ -44,6 +44,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+from coordinator.bench_results import check_out, output_flags, write_results
 from coordinator.cliargs import Parser, positive
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from node_agent.signals import INTERRUPTED, signals_deferred, signals_interrupt
@@ -429,7 +430,7 @@ def _table(out: dict) -> str:
 def cpu_share_main(argv: list[str]) -> int:
     """``vcemu bench cpu-share [--json] [--quick]``; returns the exit status."""
     p = Parser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    output_flags(p, "cpu-share")
     p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
     p.add_argument("--seconds", type=positive("--seconds"), default=None,
                    help="measurement window per configuration (default 12 s; 2 s with --quick)")
@@ -441,6 +442,7 @@ def cpu_share_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.cpu not in os.sched_getaffinity(0):
         p.error(f"argument --cpu: CPU {args.cpu} is not available to this process")
+    check_out(p, args)
     try:
         with signals_interrupt():  # SIGTERM too unwinds through the cleanups: no task left frozen in its cgroup
             out = run(args.quick, args.seconds, args.cpu, task_window=args.task_window, ref_window=args.ref_window)
@@ -451,6 +453,7 @@ def cpu_share_main(argv: list[str]) -> int:
     except Exception as e:  # one clear line for any failure (e.g. cgroups unavailable)
         print(f"vcemu bench cpu-share: error: {e}", file=sys.stderr)
         return 1
+    write_results(args.out, "cpu-share", out, vars(args))
     print(json.dumps(out) if args.json else _table(out))
     return 0
 

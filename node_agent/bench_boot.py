@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 
+from coordinator.bench_results import check_out, output_flags, write_results
 from coordinator.cliargs import Parser, format_table, whole_in
 from node_agent import agent as agent_mod
 from node_agent.agent import AgentCore, HostSpec
@@ -113,8 +114,9 @@ def boot_main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=whole_in(1, 100), default=3,
                    help="times each of the three agents runs, in turn (default 3)")
     p.add_argument("--no-cgroups", action="store_true", help="the duty-cycle driver instead of cgroups")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    output_flags(p, "boot")
     args = p.parse_args(argv)
+    check_out(p, args)
     try:
         with signals_interrupt():  # SIGTERM too unwinds through the shutdowns (it left the cgroups and work directory)
             out = run(args.starts, args.rounds, not args.no_cgroups)
@@ -124,6 +126,7 @@ def boot_main(argv: list[str]) -> int:
     except Exception as e:  # one clear line (cgroups unavailable, say)
         print(f"vcemu bench boot: error: {e}", file=sys.stderr)
         return 1
+    write_results(args.out, "boot", out, vars(args))
     with contextlib.suppress(BrokenPipeError):
         print(json.dumps(out) if args.json else _table(out))
     return 0

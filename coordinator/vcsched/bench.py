@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from coordinator.bench_results import check_out, output_flags, write_results
 from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack, placement_min_yield
@@ -72,7 +73,7 @@ def _generic_allocate(jobs: list[PackJob], hosts: int) -> object:
 def bench_packing_main(argv: list[str]) -> int:
     """Entry point of ``vcemu bench packing [--json]``."""
     p = Parser(prog="vcemu bench packing", description=doc_text(__doc__.splitlines()[0]))
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    output_flags(p, "packing")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated instances, >= 0 (default 0)")
     p.add_argument("--repeat", type=int, default=3, help="runs per instance, >= 1; the best is kept (default 3)")
     p.add_argument("--no-generic", action="store_true", help="skip the unoptimised baseline")
@@ -84,6 +85,7 @@ def bench_packing_main(argv: list[str]) -> int:
     if line is not None:
         print(line, file=sys.stderr)
         return 2
+    check_out(p, args)
     rng = np.random.default_rng(args.seed)
     small = [
         generate(InstanceSpec(64, 500, s, cm, cc), rng)
@@ -116,6 +118,7 @@ def bench_packing_main(argv: list[str]) -> int:
     out["repeat"] = args.repeat  # take the best of (the 10000x1000, generic and wall figures: one run each)
     out["python"] = platform.python_version()
     out["machine"] = platform.machine()
+    write_results(args.out, "packing", out, vars(args))
     if args.json:
         print(json.dumps(out))
     else:

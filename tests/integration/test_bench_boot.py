@@ -12,10 +12,12 @@ from node_agent.bench_boot import boot_main
 pytestmark = pytest.mark.integration
 
 
-def test_bench_boot_times_each_agents_starts_and_leaves_no_process(capsys) -> None:
+def test_bench_boot_times_each_agents_starts_and_leaves_no_process(capsys, tmp_path) -> None:
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    assert boot_main(["--starts", "2", "--rounds", "1", "--no-cgroups", "--json"]) == 0
+    assert boot_main(["--starts", "2", "--rounds", "1", "--no-cgroups", "--json", "--out", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert json.loads((tmp_path / "boot.json").read_text()) == out  # kept with its config
+    assert json.loads((tmp_path / "boot-config.json").read_text())["starts"] == 2
     assert out["driver"] == "duty-cycle" and out["starts_per_agent"] == 2 and out["rounds"] == 1
     for name in ("spares", "cold", "cold_rounds_only"):
         each = out[f"{name}_ms"]["each"]

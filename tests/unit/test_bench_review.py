@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,12 @@ from node_agent import bench
 
 class Ran(AssertionError):
     """The bench went past its argument checks."""
+
+
+@pytest.fixture(autouse=True)
+def _results_elsewhere(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The benches' default ``--out`` is results/bench-NAME under the current folder: here a temporary one."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture
@@ -127,8 +134,9 @@ def test_cpu_share_says_when_it_misses_its_targets(monkeypatch: pytest.MonkeyPat
                                                    capsys: pytest.CaptureFixture) -> None:
     """2.3 pp of error against targets of 0.5 and 2: both MISSED, in the text and in the JSON; exit status 0."""
     _fake_run(monkeypatch, 0.023, 95.0, [0.05, 0.1])
-    assert bench.cpu_share_main(["--quick", "--json"]) == 0
+    assert bench.cpu_share_main(["--quick", "--json", "--out", "kept"]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert json.loads(Path("kept/cpu-share.json").read_text()) == out
     assert out["verdicts"] == {"avg_error_pct": "MISSED", "max_error_pct": "MISSED", "cap_change_s": "MET"}
     assert out["cap_change_s"] == pytest.approx(0.1)
     _fake_run(monkeypatch, 0.023, 95.0, [-0.041, 0.037])  # one fit below resolution: the other is the figure
@@ -262,6 +270,10 @@ def test_bench_packing_records_its_seed_and_repeat_and_times_no_kernel_loading(c
     assert main(["bench", "packing", "--json", "--no-generic", "--repeat", "1", "--seed", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["seed"], out["repeat"]) == (2, 1)
+    # kept with its flags and code, as bench load|scale|starts keep theirs (it was printed only)
+    assert json.loads(Path("results/bench-packing/packing.json").read_text()) == out
+    config = json.loads(Path("results/bench-packing/packing-config.json").read_text())
+    assert (config["seed"], config["repeat"]) == (2, 1) and "git_commit" in config["code"]
     assert out["mcb8_500x64_ms_max"] < 100 * out["mcb8_500x64_ms"]
 
 

@@ -746,7 +746,7 @@ def test_sweep_weeks_still_take_ranges_and_lists() -> None:
     assert _weeks("") == []
 
 
-def test_bench_dfrs_says_the_real_job_count_and_judges_only_what_it_measured(monkeypatch, capsys) -> None:
+def test_bench_dfrs_says_the_real_job_count_and_judges_only_what_it_measured(monkeypatch, capsys, tmp_path) -> None:
     """``bench dfrs --jobs 200 --json`` reported a 200-job time under ``sim_1000jobs_s``, beside the 1,000-job
     target (found by two reviews); and no output said which target was met."""
     import coordinator.bench_dfrs as bench
@@ -756,19 +756,20 @@ def test_bench_dfrs_says_the_real_job_count_and_judges_only_what_it_measured(mon
                 "decision_p99_ms": 60.0}
 
     monkeypatch.setattr(bench, "bench_sim", fake)
-    code, out, _ = run(["--jobs", "50", "--no-sweep"], capsys, bench.bench_dfrs_main)
+    code, out, _ = run(["--jobs", "50", "--no-sweep", "--out", str(tmp_path)], capsys, bench.bench_dfrs_main)
     assert code == 0
     assert "sim_50jobs_s: 0.05" in out and "sim_50jobs_per_ref" in out
     assert "sim_1000jobs_s <= 1: not judged (--jobs 50, not 1000)" in out
     assert "decision_p99_ms <= 50: not judged (--jobs 50, not 1000)" in out  # the 1,000-job run's target
     assert "sweep_speedup_2cores >= 1.7: not measured" in out
-    code, out, _ = run(["--jobs", "50", "--no-sweep", "--json"], capsys, bench.bench_dfrs_main)
+    code, out, _ = run(["--jobs", "50", "--no-sweep", "--json", "--out", str(tmp_path)], capsys,
+                       bench.bench_dfrs_main)
     got = json.loads(out)
     assert got["sim_50jobs_s"] == 0.05 and "sim_1000jobs_s" not in got
     assert got["met"] == {}
-    code, out, _ = run(["--no-sim", "--no-sweep"], capsys, bench.bench_dfrs_main)
+    code, out, _ = run(["--no-sim", "--no-sweep", "--out", str(tmp_path)], capsys, bench.bench_dfrs_main)
     assert "sim_1000jobs_s <= 1: not measured" in out and "--jobs" not in out
-    code, out, _ = run(["--no-sweep", "--json"], capsys, bench.bench_dfrs_main)
+    code, out, _ = run(["--no-sweep", "--json", "--out", str(tmp_path)], capsys, bench.bench_dfrs_main)
     got = json.loads(out)
     assert got["sim_1000jobs_s"] == 0.05 and got["met"] == {"sim_1000jobs_s": True, "decision_p99_ms": False}
 
