@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("bench", help="benchmarks: cpu-share, load, scale, starts, boot (live); packing, dfrs "
                         "(simulation only)",
                         description=BENCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sp.add_argument("name", choices=["cpu-share", "packing", "dfrs", "load", "scale", "starts", "boot"],
+    sp.add_argument("name", choices=list(BENCH_PARSERS),
                     help="the benchmark (see above); vcemu bench NAME --help gives its flags")
     return p
 
@@ -174,11 +174,11 @@ OWN_PARSERS: dict[str, tuple[str, str]] = {
 BENCH_PARSERS: dict[str, tuple[str, str]] = {
     "cpu-share": ("node_agent.bench", "cpu_share_main"),
     "packing": ("coordinator.vcsched.bench", "bench_packing_main"),
+    "dfrs": ("coordinator.bench_dfrs", "bench_dfrs_main"),
     "load": ("coordinator.bench_ops", "bench_load_main"),
     "scale": ("coordinator.bench_ops", "bench_scale_main"),
     "starts": ("coordinator.bench_ops", "bench_starts_main"),
     "boot": ("node_agent.bench_boot", "boot_main"),
-    "dfrs": ("coordinator.bench_dfrs", "bench_dfrs_main"),
 }
 
 
@@ -193,8 +193,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to, as its other refusals are (it was "vcemu: error: ...")
-        if argv.index(extra[0]) < argv.index(args.command):  # given before the command: vcemu's (`vcemu --x jobs`)
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        before = [a for a in argv[:argv.index(args.command)] if a in extra]  # vcemu's own (`vcemu --x jobs`)
+        if before:
+            parser.error(f"unrecognized arguments: {' '.join(before)}")
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)

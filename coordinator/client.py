@@ -544,7 +544,8 @@ def lost_agent_lines(lost: list[Any]) -> list[str]:
         rows.append((a.agent, f"{_ago(a.seconds_ago)} ago", compress_hosts(a.hosts), str(a.jobs_requeued), why))
     lines = format_table(rows).splitlines()
     if len(lost) > LOST_SHOWN:
-        lines.append(f"and {len(lost) - LOST_SHOWN} more lost agents")
+        more = len(lost) - LOST_SHOWN
+        lines.append(f"and {more} more lost agent{'' if more == 1 else 's'}")
     return lines
 
 

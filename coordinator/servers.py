@@ -10,6 +10,7 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -349,13 +350,43 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     :func:`~node_agent.signals.signals_interrupt`: while starting, Ctrl-C and SIGTERM stop at once, and
     start_local_cluster takes down what it started."""
     # Each agent's calibration, kept for a process started again in its place (``vcemu agent --rates-file``):
-    # removed at the end, after the agents have stopped.
-    with tempfile.TemporaryDirectory(prefix="vcemu-up-rates-") as rates_dir:
+    # removed at the end, after the agents have stopped (a killed up's, by the next up). Without a folder for them
+    # (no writable temporary folder), up runs on, and a restarted agent measures its calibration again.
+    _remove_dead_rates_dirs()
+    try:
+        rates = tempfile.TemporaryDirectory(prefix=f"{RATES_DIR_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True)
+    except OSError as exc:
+        print(f"vcemu up: warning: no folder for the agents' calibrations ({exc.strerror or exc}): an agent started "
+              "again measures its own", file=sys.stderr)
+        return _serve_local_up(args, options, None)
+    with rates as rates_dir:
         return _serve_local_up(args, options, rates_dir)
 
 
-def _serve_local_up(args: argparse.Namespace, options: dict, rates_dir: str) -> int:
-    """:func:`_run_local_up`'s run, its agents' calibrations kept in ``rates_dir``."""
+#: ``vcemu up``'s folder of its agents' calibrations: this, up's pid, "-" and a random part, in the temporary folder.
+RATES_DIR_PREFIX = "vcemu-up-rates-"
+
+
+def _remove_dead_rates_dirs() -> None:
+    """Remove the calibration folders of ``vcemu up`` processes that are gone (killed: up removes its own)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{RATES_DIR_PREFIX}*-*"):
+        pid = folder.name[len(RATES_DIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's)
+        return True
+    return True
+
+
+def _serve_local_up(args: argparse.Namespace, options: dict, rates_dir: str | None) -> int:
+    """:func:`_run_local_up`'s run, its agents' calibrations kept in ``rates_dir`` (None: not kept)."""
     from coordinator.store import StoreError
 
     restarts = Restarts(DEFAULT_RESTARTS if args.restart_agents is None else args.restart_agents)

@@ -92,9 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"programs of each workload started ahead, numpy loaded, so that a task's start or resume "
                         f"does not wait for them (0: none; default {DEFAULT_SPARES})")
     p.add_argument("--rates-file", default=None, metavar="FILE",
-                   help="the workloads' calibration: read from FILE if an earlier agent wrote it there, else "
-                        "measured (about 4 s) and written there; vcemu up passes one, so that an agent it starts "
-                        "again registers before its hosts are declared lost")
+                   help="the workloads' calibration: read from FILE if an earlier agent wrote it there (trusted "
+                        "as long as it is there: give a file of this run's), else measured (about 4 s) and written "
+                        "there; vcemu up passes one per agent, so that an agent it starts again registers before "
+                        "its hosts are declared lost")
     p.add_argument("--no-cgroups", action="store_true",
                    help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
@@ -142,6 +143,8 @@ def _hosts(args: argparse.Namespace, parser: argparse.ArgumentParser):  # type: 
 def _rates_file_refusal(path: str) -> str | None:
     """Why ``--rates-file`` cannot be a calibration's file, or None: before the agent calibrates, not after (a
     folder, or one that does not exist, was warned about only once the calibration was made)."""
+    if not path:
+        return "no file's path (an empty one)"
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         return f"{path} is a folder"

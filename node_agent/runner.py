@@ -57,6 +57,7 @@ import math
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -136,42 +137,68 @@ def calibrated_rates(workloads: Collection[str], path: str | None = None) -> dic
     cannot be read, or holds no valid rate for a workload, is warned about and measured again."""
     if path is not None:
         try:
-            with open(path, encoding="utf-8") as f:
-                stored = json.load(f)
-            rates = {w: float(stored[w]) for w in workloads}
-            if not all(math.isfinite(r) and r > 0 for r in rates.values()):
-                raise ValueError(f"a rate is not a positive number: {rates}")
+            rates = _stored_rates(path, workloads)
         except FileNotFoundError:
             pass
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        except Exception as exc:  # whatever the file holds (a huge integer, deep nesting), the agent measures
             log.warning("--rates-file %s: %s; calibrating again", path, _why(exc))
         else:
             log.info("calibration read from %s (an earlier process of this agent measured it)", path)
             return rates
     rates = {w: calibrate(w) for w in workloads}
     if path is not None:
-        try:
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(rates, f)
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("--rates-file %s: cannot write the calibration there (%s): a restart calibrates again",
-                        path, exc.strerror or exc)
+        _write_rates(path, rates)
     return rates
+
+
+def _stored_rates(path: str, workloads: Collection[str]) -> dict[str, float]:
+    """The rates in the file at ``path``, one for each of ``workloads``; ValueError (or the reader's error) if it
+    does not hold them."""
+    with open(path, encoding="utf-8") as f:
+        stored = json.load(f)
+    if not isinstance(stored, dict):
+        raise ValueError(f"not an object of rates (a JSON {type(stored).__name__})")
+    rates: dict[str, float] = {}
+    for w in workloads:
+        if w not in stored:
+            raise ValueError(f"no rate for {w}")
+        r = stored[w]
+        try:
+            rate = float(r) if isinstance(r, int | float) and not isinstance(r, bool) else math.nan
+        except OverflowError:  # (an integer of hundreds of digits)
+            rate = math.inf
+        if not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"the rate of {w} is not a positive number: {json.dumps(r)[:40]}")
+        rates[w] = rate
+    return rates
+
+
+def _write_rates(path: str, rates: dict[str, float]) -> None:
+    """``rates`` to ``path`` through a new temporary file beside it (made by mkstemp: no link followed, no name
+    taken), renamed over it; on failure a warning, and nothing left."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".rates-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(rates, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        log.warning("--rates-file %s: cannot write the calibration there (%s): a restart calibrates again",
+                    path, exc.strerror or exc)
 
 
 def _why(exc: BaseException) -> str:
     """A rates file's fault, in a few words."""
-    if isinstance(exc, KeyError):
-        return f"no rate for {exc.args[0]}"
     if isinstance(exc, OSError):
         return str(exc.strerror or exc)
     if isinstance(exc, json.JSONDecodeError):
         return f"not JSON ({exc.msg}, line {exc.lineno})"
-    if isinstance(exc, TypeError | AttributeError):
-        return "not an object of rates"
-    return str(exc)
+    if isinstance(exc, ValueError):
+        return str(exc)
+    return f"unreadable ({type(exc).__name__})"
 
 
 @dataclass(frozen=True)

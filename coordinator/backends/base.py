@@ -2,9 +2,10 @@
 
 Two implementations share it, and the engine drives both with the same code (as SimPy's Environment and
 RealtimeEnvironment differ in their clock): ``sim`` advances virtual time to the next completion at once; ``live``
-waits in real (optionally compressed) time while node agents run real processes. Beyond the clock, the live one
-defines a few optional calls a real cluster needs (deferred moves, batched shares, a retry delay: listed in
-:class:`Backend`'s docstring), which the engine looks up and skips where a backend has none.
+waits in real (optionally compressed) time while node agents run real processes. Beyond the clock, each may define
+a few optional calls and flags (the live one: deferred moves, batched shares, a retry delay; the simulator: paused
+progress that cannot change), listed in :class:`Backend`'s docstring, which the engine looks up and does without
+where a backend has none.
 """
 
 from __future__ import annotations

@@ -235,16 +235,21 @@ def test_every_dashboard_panel_returns_data(live_run: tuple[str, list[str], floa
             time.sleep(0.5)
     # Until Prometheus has scraped the last completion (the coordinator's and the agent's counts), not a fixed
     # 2.5 s: a scrape can come late on a loaded machine (the test audit of session 36).
+    # (At least: a count above it is a defect the exact checks below name.)
+    last: list[float] = []
+
     def scraped() -> bool:
         try:
-            return (scalar(prometheus, "sum(vcemu_job_bounded_stretch_count)") == len(jobs)
-                    and scalar(prometheus, 'sum(vcemu_agent_tasks_ended_total{state="done"})') == len(jobs))
-        except ValueError:  # (no series yet)
+            last[:] = [scalar(prometheus, "sum(vcemu_job_bounded_stretch_count)"),
+                       scalar(prometheus, 'sum(vcemu_agent_tasks_ended_total{state="done"})')]
+        except (ValueError, OSError, AssertionError):  # (no series yet; a busy Prometheus)
             return False
+        return min(last) >= len(jobs)
 
     deadline = time.monotonic() + 30
     while not scraped():
-        assert time.monotonic() < deadline, "Prometheus did not scrape the last completions within 30 s"
+        assert time.monotonic() < deadline, (f"Prometheus did not scrape the last completions within 30 s: stretch "
+                                             f"count and tasks done {last}, {len(jobs)} jobs")
         time.sleep(0.25)
     time.sleep(1.0)  # and one more scrape, so that the range queries' last samples are after it
     end = time.time()

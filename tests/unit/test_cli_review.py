@@ -157,8 +157,10 @@ def test_status_names_the_lost_agents_latest_first_until_they_register_again(
     lines = out.splitlines()
     assert code == 0 and lines[2].startswith("no hosts: no agent is registered now"), out
     assert lines[4].split() == ["LOST", "AGENT", "LOST", "HOSTS", "REMOVED", "JOBS", "REQUEUED", "WHY"], out
-    assert lines[5].split() == ["b1", "0", "s", "ago", "b1-h[0-3]", "2", "its", "lease", "ran", "out"], out
-    assert lines[6:] == ["and 1 more lost agents"], out
+    row = lines[5].split()
+    assert row[0] == "b1" and row[1].isdigit() and row[2:] == ["s", "ago", "b1-h[0-3]", "2", "its", "lease", "ran",
+                                                               "out"], out
+    assert lines[6:] == ["and 1 more lost agent"], out
     monkeypatch.setattr(coordinator.client, "LOST_SHOWN", 10)
     register("a0", 1)  # back: no longer lost
     code, out, _ = run(["status", "--coordinator", server.address], capsys)

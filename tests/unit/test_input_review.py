@@ -372,13 +372,29 @@ def test_an_argument_no_command_takes_is_refused_by_the_command_it_was_given_to(
     refused(code, err, f"vcemu {command}: error: unrecognized arguments: {argv[-1]} (see vcemu {command} --help)")
 
 
-@pytest.mark.parametrize("argv", [["--x", "jobs"], ["--x", "status", "--json"]])
+@pytest.mark.parametrize("argv", [["--x", "jobs"], ["--x", "status", "--json"], ["--x", "--y", "jobs"]])
 def test_an_argument_given_before_the_command_is_refused_by_vcemu(argv: list[str],
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """``vcemu --x jobs`` blamed ``--x`` on ``jobs`` (left alone in session 36)."""
+    """``vcemu --x jobs`` blamed ``--x`` on ``jobs`` (left alone in session 36); only those before the command are
+    named (``--json`` was given to ``status``)."""
     code, _, err = run(argv, capsys)
-    refused(code, err, f"vcemu: error: unrecognized arguments: {' '.join(a for a in argv if a.startswith('--'))} "
-                       "(see vcemu --help)")
+    before = " ".join(argv[:next(i for i, a in enumerate(argv) if not a.startswith("--"))])
+    refused(code, err, f"vcemu: error: unrecognized arguments: {before} (see vcemu --help)")
+    assert "--json" not in err, err
+
+
+def test_every_command_with_a_parser_of_its_own_resolves_to_a_function() -> None:
+    """The dispatch tables name modules and functions by string: a typo would show only when that command ran."""
+    import importlib
+
+    from coordinator.cli import BENCH_PARSERS, OWN_PARSERS, build_parser
+
+    for module, function in [*OWN_PARSERS.values(), *BENCH_PARSERS.values()]:
+        assert callable(getattr(importlib.import_module(module), function)), (module, function)
+    bench = build_parser().parse_args(["bench", "load"])  # the bench command's choices are the table's
+    assert bench.name == "load"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "nosuch"])
 
 
 @pytest.mark.parametrize(("argv", "flag"), [(["load", "--batch", "0"], "--batch"),

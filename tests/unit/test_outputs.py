@@ -78,7 +78,7 @@ def test_json_safe_writes_non_finite_floats_as_null_at_any_depth() -> None:
 
 
 def test_bench_results_record_their_code_and_are_strict_json(tmp_path: Path) -> None:
-    from coordinator.bench_ops import _write
+    from coordinator.bench_results import write_results as _write
     from coordinator.provenance import code_version
 
     _write(str(tmp_path), "load", {"rate": 5.0, "p99_ms": float("nan")}, {"jobs": 10})

@@ -55,16 +55,23 @@ def test_a_new_file_is_written_and_the_next_process_reads_it_instead_of_calibrat
 @pytest.mark.parametrize(("content", "why"), [
     ("{", "not JSON (Expecting property name enclosed in double quotes, line 1)"),
     ('{"dgemm": 250.5}', "no rate for arraycycle"),
-    ('{"dgemm": 250.5, "arraycycle": -1}', "a rate is not a positive number"),
-    ('{"dgemm": 250.5, "arraycycle": "NaN"}', "a rate is not a positive number"),
-    ('{"dgemm": 250.5, "arraycycle": "fast"}', "could not convert string to float: 'fast'"),
-    ('{"dgemm": 250.5, "arraycycle": null}', "not an object of rates"),
-    ("[1, 2]", "not an object of rates"),
+    ('{"dgemm": 250.5, "arraycycle": -1}', "the rate of arraycycle is not a positive number: -1"),
+    ('{"dgemm": 250.5, "arraycycle": NaN}', "the rate of arraycycle is not a positive number: NaN"),
+    ('{"dgemm": 250.5, "arraycycle": "fast"}', 'the rate of arraycycle is not a positive number: "fast"'),
+    ('{"dgemm": 250.5, "arraycycle": null}', "the rate of arraycycle is not a positive number: null"),
+    ('{"dgemm": true, "arraycycle": true}', "the rate of dgemm is not a positive number: true"),
+    ('{"dgemm": 1' + "0" * 400 + ', "arraycycle": 7}', "the rate of dgemm is not a positive number: 1000"),
+    ("[1, 2]", "not an object of rates (a JSON list)"),
+    ("[" * 100_000 + "]" * 100_000, "unreadable (RecursionError)"),
+    (b"\xff\xfe", "'utf-8' codec can't decode byte 0xff"),
 ])
 def test_a_file_without_a_valid_rate_for_each_workload_is_warned_of_and_measured_again(
-        content: str, why: str, measured: list[str], tmp_path: Path, caplog) -> None:
+        content: str | bytes, why: str, measured: list[str], tmp_path: Path, caplog) -> None:
     path = tmp_path / "agent0.json"
-    path.write_text(content)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
     with caplog.at_level(logging.WARNING, logger="vcemu.agent"):
         assert calibrated_rates(WORKLOADS, str(path)) == {"dgemm": 100.0, "arraycycle": 7.0}
     assert measured == ["dgemm", "arraycycle"]
@@ -81,15 +88,25 @@ def test_a_file_that_cannot_be_written_is_warned_of_and_the_agent_goes_on(measur
     assert f"--rates-file {path}: cannot write the calibration there (Not a directory)" in caplog.text
 
 
-@pytest.mark.parametrize(("where", "why"), [("folder", "is a folder"), ("missing/agent0.json", ": no folder")])
+def test_a_failed_write_leaves_no_temporary_file(measured: list[str], tmp_path: Path, monkeypatch) -> None:
+    def refuse(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner.os, "replace", refuse)
+    assert calibrated_rates(WORKLOADS, str(tmp_path / "agent0.json")) == {"dgemm": 100.0, "arraycycle": 7.0}
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(("where", "why"), [("folder", "is a folder"), ("missing/agent0.json", ": no folder"),
+                                            ("", "no file's path")])
 def test_the_agent_refuses_a_rates_file_it_could_not_use_before_it_calibrates(where: str, why: str, tmp_path: Path,
                                                                                monkeypatch, capsys) -> None:
     import node_agent.server
 
     (tmp_path / "folder").mkdir()
     monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
-    path = tmp_path / where
-    assert main(["agent", "--rates-file", str(path)]) == 2
+    path = str(tmp_path / where) if where else ""
+    assert main(["agent", "--rates-file", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"vcemu agent: error: argument --rates-file: {path}"), err
     assert why in err[0], err
@@ -97,15 +114,17 @@ def test_the_agent_refuses_a_rates_file_it_could_not_use_before_it_calibrates(wh
 
 def test_up_gives_each_agent_a_rates_file_in_one_folder_it_removes_at_the_end(tmp_path: Path, monkeypatch,
                                                                               capsys) -> None:
-    """Agent i's is ``<folder>/agent<i>.json``; the folder goes when ``up`` ends (here interrupted once both agents
-    were started)."""
+    """Each agent's is ``<folder>/<its id>.json`` (``agent0``, ``agent1``, or the next free ids if another cluster
+    holds these); the folder goes when ``up`` ends (here interrupted once both agents were started)."""
     import coordinator.servers
 
     files: list[str] = []
+    ids: list[str] = []
 
     def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None):  # type: ignore[no-untyped-def]
         extra = list(extra)
         files.append(extra[extra.index("--rates-file") + 1])
+        ids.append(agent_id)
         assert os.path.isdir(os.path.dirname(files[-1]))
         Path(files[-1]).write_text("{}")  # (as the agent writes it)
         if len(files) == 2:
@@ -115,6 +134,26 @@ def test_up_gives_each_agent_a_rates_file_in_one_folder_it_removes_at_the_end(tm
     monkeypatch.setattr(coordinator.servers, "spawn_agent", spawn)
     assert main(["up", "--hosts", "2", "--agents", "2", "--port", "0"]) == 130, capsys.readouterr().err
     folder = os.path.dirname(files[0])
-    assert [os.path.basename(f) for f in files] == ["agent0.json", "agent1.json"]
-    assert os.path.dirname(files[1]) == folder and os.path.basename(folder).startswith("vcemu-up-rates-")
+    assert [os.path.basename(f) for f in files] == [f"{i}.json" for i in ids] and ids[0].startswith("agent0")
+    assert os.path.dirname(files[1]) == folder
+    assert os.path.basename(folder).startswith(f"vcemu-up-rates-{os.getpid()}-")
     assert not os.path.exists(folder)
+
+
+def test_up_removes_the_calibration_folders_of_up_processes_that_are_gone(tmp_path: Path, monkeypatch) -> None:
+    """A killed ``up`` cannot remove its folder: the next one does, and leaves a living one's alone."""
+    import tempfile
+
+    import coordinator.servers as servers
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = tmp_path / f"vcemu-up-rates-{dead.pid}-abc"
+    living = tmp_path / f"vcemu-up-rates-{os.getpid()}-def"
+    other = tmp_path / "vcemu-up-rates-notapid-x"
+    for folder in (gone, living, other):
+        folder.mkdir()
+        (folder / "agent0.json").write_text("{}")
+    servers._remove_dead_rates_dirs()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([living.name, other.name])
