@@ -21,6 +21,7 @@ from coordinator.metrics import History, JobResult, Summary, job_results, summar
 from coordinator.model import Host, JobSpec
 from coordinator.policies import get_policy
 from coordinator.policy_names import thrashing
+from node_agent.signals import signals_interrupt
 
 
 def homogeneous_hosts(n: int, prefix: str = "h") -> list[Host]:
@@ -76,9 +77,11 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
                   segment: int | None = None, out: str | None = None) -> int:
     """``vcemu simulate``: a job file (JSON lines, CSV, or an SWF trace week) through one policy, with a
     progress bar on a terminal; with ``out``, the results also go to a new folder under it
-    (:func:`write_simulation`). A run that fails or is interrupted removes that folder again, and the parents
-    of it that it created, saying so: a folder under ``out`` always holds a finished run. Its results still
-    print when only writing them failed (exit status 1)."""
+    (:func:`write_simulation`), named after the run's start and made once the run has finished (``out`` is made
+    and checked writable before it starts): a run that fails, is interrupted (Ctrl-C, SIGTERM) or is killed leaves
+    no folder, and one that fails removes the parents of ``out`` it created, saying so. A folder under ``out``
+    holds a finished run (whole but for a crash while its files are written, a moment). The results still print
+    when only writing them failed (exit status 1)."""
     from tqdm import tqdm
 
     from workloads.jobfile import JobFileError, is_swf, load_jobs, shown, unreadable
@@ -110,9 +113,10 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         return 2
     if (why := thrashing(policy, penalty)) is not None:
         print(f"vcemu simulate: warning: {why} (Ctrl-C stops it)", file=sys.stderr)
-    folder, made = None, []
+    made: list[Path] = []
+    name = ""
     if out is not None:
-        from coordinator.outputs import new_run_dir
+        from coordinator.cliargs import usable_out_dir
         from workloads.jobfile import STDIN
 
         source = "stdin" if path == STDIN else os.path.basename(path)  # (not "greedy--")
@@ -122,23 +126,23 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         out = os.path.abspath(out)
         made = _missing_dirs(Path(out))
         try:  # before the run: its results must have somewhere to go
-            folder = new_run_dir(out, name)
-        except OSError as exc:
+            usable_out_dir(out)
+        except ValueError as exc:
             _discard_run_dir(None, made)
-            print(f"vcemu simulate: --out {out}: cannot write results there: {exc.strerror or exc}", file=sys.stderr)
+            print(f"vcemu simulate: {exc}", file=sys.stderr)
             return 2
-    wall0 = time.monotonic()
-    try:
-        with tqdm(total=len(specs), unit="job", desc="jobs done", disable=None, file=sys.stderr,
-                  leave=False) as bar:
+    wall0, started = time.monotonic(), time.time()
+    try:  # SIGTERM as Ctrl-C (it ended the run at once, saying nothing, and left the folder made before it, empty)
+        with signals_interrupt(), tqdm(total=len(specs), unit="job", desc="jobs done", disable=None,
+                                       file=sys.stderr, leave=False) as bar:
             history = simulate(specs, policy, cluster, penalty, on_finish=lambda: bar.update(1))
         results = job_results(history)
         summary = summarize(results)
     except BaseException as exc:  # a bug, Ctrl-C: no folder claiming a run that produced nothing
-        if folder is not None:
-            _discard_run_dir(folder, made)
-            print(f"vcemu simulate: the run did not finish ({type(exc).__name__}); removed its results folder "
-                  f"{folder}", file=sys.stderr)
+        if out is not None:
+            _discard_run_dir(None, made)
+            print(f"vcemu simulate: the run did not finish ({type(exc).__name__}); no results folder was made in "
+                  f"{out}", file=sys.stderr)
         if isinstance(exc, KeyboardInterrupt):
             return 130
         if isinstance(exc, Stalled):  # jobs left that nothing will ever run: said, as a refused input is
@@ -146,18 +150,23 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
             return 1
         raise
     written = True
-    if folder is not None:
+    if out is not None:
+        from coordinator.outputs import new_run_dir
+
+        folder: Path | None = None
         try:  # the hash of the bytes that were parsed, not of what the path holds by now
             config = {**jobs_file.provenance(), "segment": segment, "policy": policy, "hosts": hosts,
                       "penalty": penalty}
+            folder = new_run_dir(out, name, started)
             write_simulation(folder, config, specs, results, summary, time.monotonic() - wall0)
         except BaseException as exc:  # a full disk, the job file gone: no folder half written
             _discard_run_dir(folder, made)
             if not isinstance(exc, OSError | KeyboardInterrupt):
                 raise
             why = "interrupted" if isinstance(exc, KeyboardInterrupt) else exc.strerror or exc
-            print(f"vcemu simulate: --out {out}: results not written ({why}); removed the unfinished folder "
-                  f"{folder} (the results are printed below)", file=sys.stderr)
+            removed = "" if folder is None else f"; removed the unfinished folder {folder}"
+            print(f"vcemu simulate: --out {out}: results not written ({why}){removed} (the results are printed "
+                  "below)", file=sys.stderr)
             written = False
         else:
             print(f"vcemu simulate: results in {folder}", file=sys.stderr)
