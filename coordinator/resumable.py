@@ -25,8 +25,8 @@ from typing import Any
 
 from coordinator.outputs import write_text
 
-__all__ = ["Journal", "changed_settings", "die_with_parent", "read_journal", "say_resumed", "stale_reason",
-           "unfinished_rows"]
+__all__ = ["Journal", "changed_settings", "die_with_parent", "other_settings_refusal", "read_journal", "say_resumed",
+           "stale_reason", "unfinished_rows"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -70,6 +70,30 @@ def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Ite
     skip = {*ignore, KEY}
     new_json = json.loads(json.dumps(dict(new)))
     return sorted(k for k in set(old) | set(new_json) if k not in skip and old.get(k) != new_json.get(k))
+
+
+def other_settings_refusal(out: Path, config: Mapping[str, Any], ignore: Iterable[str], command: str,
+                           flags: Mapping[str, str | None] | None = None) -> str | None:
+    """The line refusing a run into ``out`` when ``out/config.json`` records a run, finished or not, with other
+    settings than ``config`` (``ignore`` aside, :func:`changed_settings`), naming the flags that differ (``--``
+    and the key with dashes, or ``flags[key]``; a key mapped to None is derived from others, and not named); None
+    otherwise (no config.json, an unreadable one, or other code
+    alone: the command then starts over, as a run of other code cannot be reused). Asked before anything in ``out``
+    is touched: a rerun with one flag changed removed an hour's finished instances, or a finished run's results
+    (crash-and-resume review), where ``vcemu sweep`` refused."""
+    import json
+
+    try:
+        old = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict) or not (diff := changed_settings(old, config, ignore)):
+        return None
+    named = ", ".join(dict.fromkeys(f for k in diff if (f := (flags or {}).get(k, "--" + k.replace("_", "-"))))) \
+        or ", ".join(diff)
+    state = "a finished run" if old.get("complete") is True else "an unfinished run"
+    return (f"{command}: {out} holds {state} with other settings ({named}); give another --out, or remove {out} "
+            "to replace it")
 
 
 def stale_reason(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str]) -> str | None:

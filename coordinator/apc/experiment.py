@@ -32,10 +32,12 @@ One once, and a run that needs a simulation with other settings (``--exp1-jobs``
 inter-arrival time and algorithm, ``--exp3-horizon``) runs it again in its place. The simulations a run does not
 need are kept for later runs, but only the 40 used last (:data:`MAX_CARRIED`, more than a default run's 36; the
 journal lists its simulations least recently used first): without that bound the journal would keep every
-Experiment Two cell (about 190 KB at 800 jobs) of every ``--exp2-iats`` ever run in ``--out``. A run starts over
-if ``--out`` holds no journal, or if ``--seed`` or ``--cycle`` (which every simulation depends on) differ from the
-stored ``config.json`` or the code does (its source fingerprint), which it says: it removes the journal and the
-checkpoint. The live part is not resumed: a rerun runs it again in full.
+Experiment Two cell (about 190 KB at 800 jobs) of every ``--exp2-iats`` ever run in ``--out``. A run with another
+``--seed`` or ``--cycle`` (which every simulation depends on) than the stored ``config.json`` is refused, naming
+them, and ``--out`` left as it was (:func:`coordinator.resumable.other_settings_refusal`: it started over, and
+dropped every simulation). A run starts over if ``--out`` holds no journal, or if the code differs (its source
+fingerprint), which it says: it removes the journal and the checkpoint. The live part is not resumed: a rerun runs
+it again in full.
 
 A kill does not lose the whole simulation it interrupts, only what that simulation did since its last checkpoint.
 The simulation under way saves its state to ``simulation.checkpoint.json`` (atomically) at the end of the first
@@ -96,7 +98,7 @@ from coordinator.outputs import clear_outputs, json_safe, save_figure, write_jso
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
 from coordinator.provenance import code_version, fingerprint_of
-from coordinator.resumable import Journal, say_resumed, unfinished_rows
+from coordinator.resumable import Journal, other_settings_refusal, say_resumed, unfinished_rows
 from node_agent.signals import signals_interrupt
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
@@ -864,6 +866,9 @@ def apc_main(argv: list[str]) -> int:
               "experiments": ",".join(exps), "exp2_algorithms": ",".join(algos)}
     keys = unit_keys(exps, iats, algos)
     settings = {k: unit_settings(k, args) for k in keys}
+    if (refusal := other_settings_refusal(out, config, NOT_RESULTS, "vcemu apc")) is not None:
+        print(refusal, file=sys.stderr)
+        return 2
     stored = resume_units(out, config, keys, settings)
     # config.json is replaced below, atomically, never removed: a kill at any moment leaves no journal without
     # the config it belongs to

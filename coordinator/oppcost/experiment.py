@@ -24,8 +24,9 @@ it keeps those executions and runs only the missing ones, with the same results 
 finished run is kept the same way when the command is run again with more ``--executions`` (execution k depends
 on ``seed + k`` alone): only the new ones run. With fewer ``--executions`` the outputs describe those asked for: the
 stored executions past them are deleted (a later run with more runs them again), and a warning says how many. If the
-settings differ from the stored ``config.json`` (anything but ``--jobs`` and ``--executions``), or the code does (its
-source fingerprint), it says so and starts over.
+settings differ from the stored ``config.json`` (anything but ``--jobs`` and ``--executions``), the run is refused,
+naming the flags, and ``--out`` is left as it was (:func:`coordinator.resumable.other_settings_refusal`: it started
+over, deleting what was finished); if only the code does (its source fingerprint), it says so and starts over.
 Interrupted before any execution finished, it says so and exits 130 too.
 
 ``summary.json``'s ``wall_seconds`` is the wall-clock time spent on its executions, whichever runs ran them: a
@@ -83,7 +84,7 @@ from coordinator.policies.opportunity_cost import (
     out_of_memory,
 )
 from coordinator.provenance import code_version
-from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
+from coordinator.resumable import Journal, die_with_parent, other_settings_refusal, say_resumed, unfinished_rows
 from node_agent.signals import signals_interrupt
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
@@ -101,6 +102,9 @@ OUTPUTS = ("executions.csv", JOURNAL, "table2.csv", "summary.json",
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
 #: ``executions`` too: execution k depends on ``seed + k`` alone, so a run of 400 keeps a run's first 300.
 NOT_RESULTS = ("jobs", "argv", "complete", "executions")
+#: The flags of ``config.json`` keys not named after theirs (``--`` and the key with dashes); None: a key derived
+#: from others (the cluster from ``--memory``, the mix from ``--duration`` and the memory split).
+FLAGS = {"split_memory": "--whole-memory-per-component", "cluster": None, "mix": None}
 #: Executions handed to the pool per worker ahead of the results taken: enough to keep every worker busy, few enough
 #: that memory does not grow with ``--executions`` (all submitted up front, 1,000,000 took 1.5 GB in 30 s before the
 #: first finished).
@@ -527,6 +531,9 @@ def oppcost_main(argv: list[str]) -> int:
     from tqdm import tqdm
 
     config = config_json(cfg, argv)
+    if (refusal := other_settings_refusal(out, config, NOT_RESULTS, "vcemu oppcost", FLAGS)) is not None:
+        print(refusal, file=sys.stderr)
+        return 2
     kept = resume_rows(out, config, cfg)
     before = earlier_wall(out, len(kept or []))  # (read before summary.json is removed)
     clear_outputs(out, [n for n in OUTPUTS if n != JOURNAL or kept is None])

@@ -19,8 +19,10 @@ in both set directories) and writes ``config.json`` with ``"complete": false``, 
 written; every file is replaced atomically, and ``--replot`` refuses an unfinished run. Each instance's rows are
 appended to ``results.partial.csv`` (one level up, flushed to disk) as it finishes, so a killed or interrupted run
 loses no finished instance: rerun the same command and it keeps them (checking each) and solves only the rest.
-If the settings differ from the stored ``config.json`` (anything but ``--jobs``), or the code does (its source
-fingerprint), it says so and starts over.
+If the settings differ from the stored ``config.json`` (anything but ``--jobs``; ``--slacks`` and ``--algorithms``
+are stored in one order whatever the order given), the run is refused, naming the flags, and ``--out`` is left as
+it was (:func:`coordinator.resumable.other_settings_refusal`); if only the code does (its source fingerprint), it
+says so and starts over.
 Worker processes end when the command is killed (:func:`coordinator.resumable.die_with_parent`).
 
 Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])`` (``set`` 0 for
@@ -82,8 +84,9 @@ from coordinator.outputs import clear_outputs, save_figure, write_json, write_te
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, PackJob, PackProblem, lp_bound, mcb_search
 from coordinator.provenance import code_version
-from coordinator.resumable import Journal, die_with_parent, say_resumed, unfinished_rows
+from coordinator.resumable import Journal, die_with_parent, other_settings_refusal, say_resumed, unfinished_rows
 from coordinator.vcsched.generator import InstanceSpec, generate
+from node_agent.signals import signals_interrupt
 
 __all__ = ["ExperimentConfig", "run_instance", "vcsched_main"]
 
@@ -103,6 +106,8 @@ SET_OUTPUTS = ("results.csv", "summary.csv", "degradation.csv", "checks.json",
                                                                        "runtime")))
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
 NOT_RESULTS = ("argv", "complete", "sessions")
+#: The flags of ``config.json`` keys not named after theirs (``--`` and the key with dashes).
+FLAGS = {"sets": "--set"}
 #: What ``--help`` says about the run times (the ``seconds`` column) of a resumed run.
 TIMING_HELP = """run times: `seconds` is the CPU time of one worker process per algorithm. A resumed run keeps the
 rows an earlier run (session) finished, so its results mix run times of several sessions: results.csv's
@@ -788,7 +793,9 @@ def vcsched_main(argv: list[str]) -> int:
         instances=args.instances,
         large_instances=args.large_instances,
         seed=args.seed,
-        algorithms=algos,
+        # Each in one order whatever the order given (an instance depends on its settings' values, never their
+        # places): a resume with --slacks or --algorithms reordered found "other settings" and dropped its work.
+        algorithms=tuple(a for a in ALL_ALGOS if a in algos),
         accuracy=args.accuracy,
         search=args.search,
         backtrack_limit=args.backtrack_limit,
@@ -796,7 +803,7 @@ def vcsched_main(argv: list[str]) -> int:
         milp_time_limit=args.milp_time_limit,
         rr_max_tasks=args.rr_max_tasks,
         parallel_jobs=args.parallel_jobs,
-        slacks=slacks,
+        slacks=tuple(sorted(slacks)),
     )
     try:
         out = usable_out_dir(args.out, command="vcsched")
@@ -810,6 +817,9 @@ def vcsched_main(argv: list[str]) -> int:
     conf["paper"] = "Casanova et al., Resource Allocation using Virtual Clusters, RR-6692 (seed 002), Sec. 4-5"
     conf["code"] = code_version()
     conf["complete"] = False
+    if (refusal := other_settings_refusal(out, conf, NOT_RESULTS, "vcemu vcsched", FLAGS)) is not None:
+        print(refusal, file=sys.stderr)
+        return 2
     kept = resume_rows(out, conf, cfg)
     if kept is None:  # (config.json is replaced below, atomically: never removed, so a journal never lacks it)
         clear_outputs(out, [JOURNAL])
@@ -819,8 +829,9 @@ def vcsched_main(argv: list[str]) -> int:
         clear_outputs(out / s, SET_OUTPUTS)
     write_json(out / "config.json", conf, indent=1, sort_keys=False)
     t0 = time.perf_counter()
-    try:
-        rows = _run_all(cfg, args.jobs, out / JOURNAL, kept or {}, session)
+    try:  # SIGTERM as Ctrl-C: the workers stopped, and the line below (it ended at once, saying nothing)
+        with signals_interrupt():
+            rows = _run_all(cfg, args.jobs, out / JOURNAL, kept or {}, session)
     except KeyboardInterrupt:
         print(f"vcemu vcsched: interrupted; the finished instances are kept in {out / JOURNAL}: run the same "
               "command again to continue", file=sys.stderr)

@@ -119,23 +119,28 @@ def test_oppcost_resume_keeps_checked_rows_runs_only_the_rest_and_equals_an_unin
     _same_outputs(a, out)
 
 
-def test_oppcost_unfinished_run_with_other_settings_starts_over(
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_oppcost_unfinished_run_with_other_settings_is_refused_and_kept(
         tmp_path: Path, watch: Callable, capsys: pytest.CaptureFixture[str]) -> None:
+    """Crash-and-resume review: a rerun with one setting changed said "starting over" and removed the finished
+    executions (as vcsched and apc did); ``vcemu sweep`` refused. Now all four refuse, naming the flag."""
     out = tmp_path / "b"
     assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0  # seed 1, finished
     conf = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
     (out / "executions.partial.csv").write_text((out / "executions.csv").read_text())
+    before = _tree(out)
     log = watch(out)
     capsys.readouterr()
-    assert oc.oppcost_main([*OPPCOST, "--seed", "2", "--out", str(out)]) == 0
-    assert "with other settings (seed); starting over" in capsys.readouterr().err
-    ran = log()
-    assert sorted(r["unit"] for r in ran) == [0, 1, 2, 3]
-    for r in ran:  # never seed 1's results beside seed 2's config
-        assert r["seed"] == 2 and r["complete"] is False
-        assert not {"executions.csv", "summary.json", "table2.csv"} & set(r["files"])
-    assert [r["seed"] for r in _csv_rows(out / "executions.csv")] == ["2", "3", "4", "5"]
+    assert oc.oppcost_main([*OPPCOST, "--seed", "2", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"vcemu oppcost: {out} holds an unfinished run with other settings (--seed); "
+                                       f"give another --out, or remove {out} to replace it\n")
+    assert log() == [] and _tree(out) == before
+    assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0  # the same settings: resumed
+    assert "resuming the unfinished run" in capsys.readouterr().err
 
 
 def _children(pid: int) -> list[int]:
@@ -159,12 +164,14 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_oppcost_sigkilled_run_leaves_no_workers_and_resumes_to_the_uninterrupted_results(tmp_path: Path) -> None:
-    """The reviewer's case: a finished run of seed 1, then a run of other settings SIGKILLed into the same
-    --out. The kill leaves that run's config, unfinished, no seed-1 results, and no live workers; the same
-    command again keeps the finished executions and ends with an uninterrupted run's results."""
+    """The reviewer's case: a finished run of 2 executions, then a run of more executions SIGKILLed into the same
+    --out (a run of other settings is refused now). The kill leaves that run's config, unfinished, no results of the
+    finished run, and no live workers; the same command again keeps the finished executions and ends with an
+    uninterrupted run's results."""
     argv = ["--executions", "6", "--jobs", "2", "--duration", "1000", "--seed", "100"]
     out, ref = tmp_path / "b", tmp_path / "a"
-    assert oc.oppcost_main(["--executions", "2", "--jobs", "1", "--duration", "300", "--out", str(out)]) == 0
+    assert oc.oppcost_main(["--executions", "2", "--jobs", "1", "--duration", "1000", "--seed", "100",
+                            "--out", str(out)]) == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     code = "import sys; from coordinator.oppcost.experiment import oppcost_main; sys.exit(oppcost_main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-c", code, *argv, "--out", str(out)], cwd=ROOT, env=env,
@@ -174,7 +181,7 @@ def test_oppcost_sigkilled_run_leaves_no_workers_and_resumes_to_the_uninterrupte
         deadline = time.monotonic() + 60
         journal = out / "executions.partial.csv"
         while time.monotonic() < deadline and proc.poll() is None:
-            if journal.exists() and journal.read_text().count("\n") >= 3:  # header + two executions
+            if journal.exists() and journal.read_text().count("\n") >= 5:  # header, the 2 kept, 2 of this run's
                 break
             time.sleep(0.02)
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -345,7 +352,7 @@ def test_apc_sigkilled_run_resumes_skipping_journalled_simulations_to_the_uninte
     assert [r["unit"] for r in _csv_rows(journal) if r["record"] == "end"] == every  # kept for later runs
 
 
-def test_apc_interrupted_run_keeps_its_journal_and_a_run_with_other_settings_starts_over(
+def test_apc_interrupted_run_keeps_its_journal_and_a_run_with_other_settings_is_refused(
         tmp_path: Path, simulations: list[str], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "apc"
@@ -364,9 +371,11 @@ def test_apc_interrupted_run_keeps_its_journal_and_a_run_with_other_settings_sta
     assert {r["unit"] for r in _csv_rows(out / apc.JOURNAL)} == {"exp1 apc"}
     monkeypatch.setattr(apc, "simulate_unit", real)
     simulations.clear()
-    assert apc.apc_main([*argv, "--seed", "1"]) == 0
-    assert "with other settings (seed); starting over" in capsys.readouterr().err
-    assert simulations == ["exp1 apc", "exp2 apc iat=200.0", "exp2 apc iat=100.0"]
+    before = _tree(out)
+    assert apc.apc_main([*argv, "--seed", "1", "--cycle", "300"]) == 2
+    assert capsys.readouterr().err == (f"vcemu apc: {out} holds an unfinished run with other settings (--cycle, "
+                                       f"--seed); give another --out, or remove {out} to replace it\n")
+    assert simulations == [] and _tree(out) == before
 
 
 # ---- the code that wrote a journal ----------------------------------------------------------------------------------
@@ -464,8 +473,11 @@ def test_apc_reruns_with_other_experiments_reuse_every_journalled_simulation_wit
     assert run("one,two") == ["exp1 apc"]
     ends = [r["unit"] for r in _csv_rows(out / apc.JOURNAL) if r["record"] == "end"]
     assert sorted(ends) == sorted(["exp1 apc", *two])  # one entry per simulation
-    assert run("one,two", "--seed", "3") == ["exp1 apc", *two]  # what every simulation depends on: start over
-    assert "with other settings (seed); starting over" in capsys.readouterr().err
+    capsys.readouterr()
+    simulations.clear()  # what every simulation depends on: refused (it started over, and dropped them all)
+    assert apc.apc_main(["--experiments", "one,two", *common, "--seed", "3"]) == 2
+    assert "holds a finished run with other settings (--seed)" in capsys.readouterr().err
+    assert simulations == []
 
 
 def test_apc_reused_simulations_give_the_outputs_of_a_fresh_run(tmp_path: Path, simulations: list[str]) -> None:

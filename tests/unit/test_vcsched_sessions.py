@@ -120,12 +120,36 @@ def test_a_resume_after_a_session_that_finished_nothing_says_which_sessions_time
 
 
 def test_a_new_run_into_the_same_out_starts_at_one(tmp_path: Path) -> None:
-    """A finished run's sessions are not continued by the next run (it solves everything again), nor are those of
-    a run with other settings."""
+    """A finished run's sessions are not continued by the next run (it solves everything again); a run with other
+    settings is refused, and changes nothing (it started over, at session 1)."""
     out = tmp_path / "out"
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
     assert [s["session"] for s in _sessions(out)] == [1]
     _kill_before_any_row(out)
-    assert vc.vcsched_main([*ARGV, "--seed", "5", "--out", str(out)]) == 0
-    assert [s["session"] for s in _sessions(out)] == [1] and _row_sessions(out) == {"1"}
+    before = (out / "config.json").read_text()
+    assert vc.vcsched_main([*ARGV, "--seed", "5", "--out", str(out)]) == 2
+    assert (out / "config.json").read_text() == before
+
+
+def test_a_rerun_with_its_slacks_or_algorithms_in_another_order_is_the_same_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Crash-and-resume review: ``--slacks 0.4,0.2`` after ``--slacks 0.2,0.4`` was a run "with other settings"
+    (and dropped the finished instances), though an instance depends on its slack's value, not its place."""
+    out = tmp_path / "out"
+    argv = ["--set", "small", "--instances", "1", "--jobs", "1", "--out", str(out)]
+    assert vc.vcsched_main([*argv, "--slacks", "0.3,0.7", "--algorithms", "MCB8,GR"]) == 0
+    conf = json.loads((out / "config.json").read_text())  # as a run killed after every instance leaves it
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    with (out / "small" / "results.csv").open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    with (out / vc.JOURNAL).open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    capsys.readouterr()
+    assert vc.vcsched_main([*argv, "--slacks", "0.7,0.3", "--algorithms", "GR,MCB8"]) == 0
+    err = capsys.readouterr().err
+    assert "other settings" not in err and "resuming the unfinished run" in err, err
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["slacks"] == [0.3, 0.7] and conf["algorithms"] == ["MCB8", "GR"]
