@@ -122,7 +122,7 @@ def test_simulate_refuses_a_job_the_batch_policy_cannot_run_before_the_run(
 def test_simulate_out_that_is_a_file_says_so(jobs: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "afile").write_text("")
     code, _, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(tmp_path / "afile")], capsys)
-    refused(code, err, f"--out {tmp_path / 'afile'}: cannot write results there: is a file, not a directory")
+    refused(code, err, f"--out {tmp_path / 'afile'}: cannot write results there: it is a file, not a directory")
 
 
 @pytest.fixture
