@@ -32,7 +32,8 @@ Interrupted before any execution finished, it says so and exits 130 too.
 ``summary.json``'s ``wall_seconds`` is the wall-clock time spent on its executions, whichever runs ran them: a
 resumed run adds its own time to the figure the run it resumes recorded in ``summary.json`` (all of it, or the
 kept executions' share of it, by count, when it kept fewer than that run had), and says so. A run killed before it
-wrote ``summary.json`` recorded no time: the executions kept from it are not counted, and the command says how many.
+wrote ``summary.json`` recorded no time: the executions kept from it are not counted, and the command says how many,
+as ``summary.json`` does (``executions_without_wall_time``).
 
 An execution whose stream has no job (arrivals are uniform in [0, 20) s apart, so a ``--duration`` of a few tens of
 seconds leaves some streams empty) has no average slowdown: it is kept in ``executions.csv`` (``jobs`` 0, means
@@ -402,11 +403,14 @@ def earlier_wall(out: Path, kept: int) -> EarlierWall:
         return EarlierWall(unknown=kept)
     seconds = old.get("wall_seconds") if isinstance(old, dict) else None
     count = old.get("executions") if isinstance(old, dict) else None
+    untimed = old.get("executions_without_wall_time", 0) if isinstance(old, dict) else 0
     if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf
-            or isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            or isinstance(count, bool) or not isinstance(count, int) or count < 1
+            or isinstance(untimed, bool) or not isinstance(untimed, int) or not 0 <= untimed < count):
         return EarlierWall(unknown=kept)
-    known = min(kept, count)
-    return EarlierWall(seconds * known / count, known, count, kept - known)
+    timed = count - untimed  # (its wall_seconds covers these: the others' time was unknown to it too)
+    known = min(kept, timed)
+    return EarlierWall(seconds * known / timed, known, timed, kept - known)
 
 
 def _csv_text(header: list[str], rows: list[list]) -> str:
@@ -591,6 +595,8 @@ def oppcost_main(argv: list[str]) -> int:
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
                "executions_without_jobs": len(rows) - len(counted),
                "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(before.seconds + (wall or 0.0), 1),
+               # executions whose time wall_seconds leaves out (kept from a run killed before it wrote its summary)
+               "executions_without_wall_time": before.unknown,
                "table2": table, "wins": wins(rows), "code": config["code"]}
     write_json(out / "summary.json", json_safe(summary), sort_keys=False)
     figs = plot(rows, out, cfg.plot_first)

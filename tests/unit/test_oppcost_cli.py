@@ -247,6 +247,15 @@ def test_a_resumed_run_keeps_the_wall_time_of_the_executions_it_keeps(
     assert wall() < 4.0  # (this run's own: one execution)
     assert ("not counting the 2 executions kept whose time no summary.json recorded (a run killed before writing "
             "it)" in capsys.readouterr().out)
+    # ... and so does its summary.json (crash-and-resume review: wall_seconds alone read as the whole run's time),
+    # which the next run reads as the time of 1 execution, not of 3
+    assert json.loads((out / "summary.json").read_text())["executions_without_wall_time"] == 2
+    one = wall()
+    assert oc.oppcost_main(["--executions", "4", *args]) == 0
+    assert json.loads((out / "summary.json").read_text())["executions_without_wall_time"] == 2
+    printed = capsys.readouterr().out
+    assert wall() >= one and f"({one:.1f} s recorded by the earlier run for the 1 executions kept; " in printed
+    assert "not counting the 2 executions kept whose time no summary.json recorded" in printed
 
 
 def test_an_empty_out_is_refused_not_taken_for_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
