@@ -334,10 +334,11 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
             try:
                 nodes = len({p.node.node_id for p in agents.placements})
                 token = ", its user API takes the --token-file token only" if a.token_file else ""
+                follow = (f"VCEMU_TOKEN_FILE={a.token_file} " if a.token_file else "") + \
+                    f"vcemu jobs --coordinator {server.address}"
                 placed = (f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "
                           f"{ctx.auth_mode}):\n{placement_table(infos, agents.placements)}\n"
-                          f"vcemu replay: coordinator on {server.address}{token} (vcemu jobs --coordinator "
-                          f"{server.address} follows the run)")
+                          f"vcemu replay: coordinator on {server.address}{token} ({follow} follows the run)")
                 print(placed, file=sys.stderr, flush=True)
                 with open(d / "agents.log", "a", encoding="utf-8") as log:  # where the run was, with its results
                     log.write(placed + "\n")

@@ -72,28 +72,51 @@ def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Ite
     return sorted(k for k in set(old) | set(new_json) if k not in skip and old.get(k) != new_json.get(k))
 
 
-def other_settings_refusal(out: Path, config: Mapping[str, Any], ignore: Iterable[str], command: str,
-                           flags: Mapping[str, str | None] | None = None) -> str | None:
-    """The line refusing a run into ``out`` when ``out/config.json`` records a run, finished or not, with other
-    settings than ``config`` (``ignore`` aside, :func:`changed_settings`), naming the flags that differ (``--``
-    and the key with dashes, or ``flags[key]``; a key mapped to None is derived from others, and not named); None
-    otherwise (no config.json, an unreadable one, or other code
-    alone: the command then starts over, as a run of other code cannot be reused). Asked before anything in ``out``
-    is touched: a rerun with one flag changed removed an hour's finished instances, or a finished run's results
-    (crash-and-resume review), where ``vcemu sweep`` refused."""
+def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mapping[str, str], journal: str,
+                           command: str, unordered: Iterable[str] = ()) -> str | None:
+    """The line refusing a run into ``out`` when ``out/config.json`` records a run that holds work (finished, or
+    with a row in its ``journal``) with other ``settings`` than ``config``, naming their flags; None otherwise.
+
+    ``settings`` maps each config key a flag sets to that flag: only those are compared, and only where the stored
+    config has them (an older vcemu's may lack one, and informational keys, such as the paper's reference or a
+    derived cluster table, are no settings). ``unordered``: keys of lists compared as sets (an older vcsched stored
+    ``--slacks`` in the order given). No config.json, an unreadable one, a run that finished nothing (stopped
+    before its first result: its rerun with a corrected flag was refused, leaving nothing to keep), or other code
+    alone: None, and the command goes on (starting over where it must, as a run of other code cannot be reused).
+    Asked before anything in ``out`` is touched: a rerun with one flag changed removed an hour's finished
+    instances, or a finished run's results (crash-and-resume review), where ``vcemu sweep`` refused."""
     import json
 
     try:
         old = json.loads((out / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(old, dict) or not (diff := changed_settings(old, config, ignore)):
+    if not isinstance(old, dict):
         return None
-    named = ", ".join(dict.fromkeys(f for k in diff if (f := (flags or {}).get(k, "--" + k.replace("_", "-"))))) \
-        or ", ".join(diff)
+    new = json.loads(json.dumps(dict(config)))
+    loose = set(unordered)
+
+    def same(key: str) -> bool:
+        was, now = old[key], new.get(key)
+        if key in loose and isinstance(was, list) and isinstance(now, list):
+            return sorted(map(str, was)) == sorted(map(str, now))
+        return was == now
+
+    diff = [flag for key, flag in settings.items() if key in old and not same(key)]
+    if not diff or not (old.get("complete") is True or _has_rows(out / journal)):
+        return None
     state = "a finished run" if old.get("complete") is True else "an unfinished run"
-    return (f"{command}: {out} holds {state} with other settings ({named}); give another --out, or remove {out} "
-            "to replace it")
+    return (f"{command}: {out} holds {state} with other settings ({', '.join(sorted(set(diff)))}); give another "
+            f"--out, or remove {out} to replace it")
+
+
+def _has_rows(path: Path) -> bool:
+    """Whether the journal at ``path`` holds a row past its header."""
+    try:
+        with path.open("rb") as f:
+            return f.readline() != b"" and f.readline() != b""
+    except OSError:
+        return False
 
 
 def stale_reason(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str]) -> str | None:

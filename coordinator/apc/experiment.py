@@ -134,6 +134,9 @@ FIELDS = ("unit", "record", "data")
 #: Settings in ``config.json`` that a stored run may differ in and still keep its journal: those that change no
 #: simulation, and those that only some simulations depend on (each journalled simulation records its own,
 #: :func:`unit_settings`, and is reused only by a run with the same). ``--seed`` and ``--cycle`` are not here.
+#: The settings every simulation depends on (the others are each simulation's, kept with it in the journal): a run
+#: with others into an ``--out`` that holds work is refused (:func:`coordinator.resumable.other_settings_refusal`).
+SETTINGS = {"seed": "--seed", "cycle": "--cycle"}
 NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent", "exp1_jobs",
                "exp2_jobs", "exp2_iats", "exp2_algorithms", "exp3_horizon")
 #: The longest ``--cycle`` [s]. A job can wait a whole control cycle before APC first places it, and its relative
@@ -866,7 +869,7 @@ def apc_main(argv: list[str]) -> int:
               "experiments": ",".join(exps), "exp2_algorithms": ",".join(algos)}
     keys = unit_keys(exps, iats, algos)
     settings = {k: unit_settings(k, args) for k in keys}
-    if (refusal := other_settings_refusal(out, config, NOT_RESULTS, "vcemu apc")) is not None:
+    if (refusal := other_settings_refusal(out, config, SETTINGS, JOURNAL, "vcemu apc")) is not None:
         print(refusal, file=sys.stderr)
         return 2
     stored = resume_units(out, config, keys, settings)

@@ -103,9 +103,12 @@ OUTPUTS = ("executions.csv", JOURNAL, "table2.csv", "summary.json",
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
 #: ``executions`` too: execution k depends on ``seed + k`` alone, so a run of 400 keeps a run's first 300.
 NOT_RESULTS = ("jobs", "argv", "complete", "executions")
-#: The flags of ``config.json`` keys not named after theirs (``--`` and the key with dashes); None: a key derived
-#: from others (the cluster from ``--memory``, the mix from ``--duration`` and the memory split).
-FLAGS = {"split_memory": "--whole-memory-per-component", "cluster": None, "mix": None}
+#: The config keys set by flags that change results, and their flags: a run with others into an ``--out`` that holds
+#: work is refused (:func:`coordinator.resumable.other_settings_refusal`).
+SETTINGS = {"seed": "--seed", "beta": "--beta", "window": "--window", "threshold": "--threshold",
+            "interval": "--interval", "scale": "--scale", "cost_load": "--cost-load", "fit": "--fit",
+            "split_memory": "--whole-memory-per-component", "migration_fixed": "--migration-fixed",
+            "migration_per_mb": "--migration-per-mb", "duration": "--duration", "memory": "--memory"}
 #: Executions handed to the pool per worker ahead of the results taken: enough to keep every worker busy, few enough
 #: that memory does not grow with ``--executions`` (all submitted up front, 1,000,000 took 1.5 GB in 30 s before the
 #: first finished).
@@ -409,7 +412,9 @@ def earlier_wall(out: Path, kept: int) -> EarlierWall:
             or isinstance(untimed, bool) or not isinstance(untimed, int) or not 0 <= untimed < count):
         return EarlierWall(unknown=kept)
     timed = count - untimed  # (its wall_seconds covers these: the others' time was unknown to it too)
-    known = min(kept, timed)
+    # The untimed ones are among those kept (they were kept from a killed run by the run that wrote this summary,
+    # and a run keeps the lowest-numbered executions): only the kept beyond them are credited with a time.
+    known = max(0, min(kept, count) - untimed)
     return EarlierWall(seconds * known / timed, known, timed, kept - known)
 
 
@@ -535,7 +540,8 @@ def oppcost_main(argv: list[str]) -> int:
     from tqdm import tqdm
 
     config = config_json(cfg, argv)
-    if (refusal := other_settings_refusal(out, config, NOT_RESULTS, "vcemu oppcost", FLAGS)) is not None:
+    journal = JOURNAL if (out / JOURNAL).exists() else "executions.csv"
+    if (refusal := other_settings_refusal(out, config, SETTINGS, journal, "vcemu oppcost")) is not None:
         print(refusal, file=sys.stderr)
         return 2
     kept = resume_rows(out, config, cfg)

@@ -106,8 +106,13 @@ SET_OUTPUTS = ("results.csv", "summary.csv", "degradation.csv", "checks.json",
                                                                        "runtime")))
 #: Settings in ``config.json`` that do not change any result: a stored run that differs only in these resumes.
 NOT_RESULTS = ("argv", "complete", "sessions")
-#: The flags of ``config.json`` keys not named after theirs (``--`` and the key with dashes).
-FLAGS = {"sets": "--set"}
+#: The config keys set by flags that change results, and their flags: a run with others into an ``--out`` that holds
+#: work is refused (:func:`coordinator.resumable.other_settings_refusal`).
+SETTINGS = {"sets": "--set", "instances": "--instances", "large_instances": "--large-instances", "seed": "--seed",
+            "algorithms": "--algorithms", "accuracy": "--accuracy", "search": "--search",
+            "backtrack_limit": "--backtrack-limit", "backtrack_limit_large": "--backtrack-limit-large",
+            "milp_time_limit": "--milp-time-limit", "rr_max_tasks": "--rr-max-tasks",
+            "parallel_jobs": "--parallel-jobs", "slacks": "--slacks"}
 #: What ``--help`` says about the run times (the ``seconds`` column) of a resumed run.
 TIMING_HELP = """run times: `seconds` is the CPU time of one worker process per algorithm. A resumed run keeps the
 rows an earlier run (session) finished, so its results mix run times of several sessions: results.csv's
@@ -807,8 +812,6 @@ def vcsched_main(argv: list[str]) -> int:
     )
     try:
         out = usable_out_dir(args.out, command="vcsched")
-        for s in cfg.sets:  # each set's results go to a folder of its own: checked now, not after the work
-            usable_out_dir(out / s)
     except ValueError as exc:
         print(f"vcemu vcsched: {exc}", file=sys.stderr)
         return 2
@@ -817,8 +820,15 @@ def vcsched_main(argv: list[str]) -> int:
     conf["paper"] = "Casanova et al., Resource Allocation using Virtual Clusters, RR-6692 (seed 002), Sec. 4-5"
     conf["code"] = code_version()
     conf["complete"] = False
-    if (refusal := other_settings_refusal(out, conf, NOT_RESULTS, "vcemu vcsched", FLAGS)) is not None:
+    if (refusal := other_settings_refusal(out, conf, SETTINGS, JOURNAL, "vcemu vcsched",
+                                          unordered=("slacks", "algorithms"))) is not None:
         print(refusal, file=sys.stderr)
+        return 2
+    try:
+        for s in cfg.sets:  # each set's results go to a folder of its own: checked now, not after the work
+            usable_out_dir(out / s)
+    except ValueError as exc:
+        print(f"vcemu vcsched: {exc}", file=sys.stderr)
         return 2
     kept = resume_rows(out, conf, cfg)
     if kept is None:  # (config.json is replaced below, atomically: never removed, so a journal never lacks it)

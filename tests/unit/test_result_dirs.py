@@ -523,3 +523,24 @@ def test_vcsched_resumed_run_says_which_session_timed_each_row(
     assert {r["sessions"] for r in _csv_rows(out / "small" / "summary.csv")} == {"2"}
     assert {r["session"] for r in _csv_rows(a / "small" / "results.csv")} == {"1"}  # an uninterrupted run: one
     assert "`session` column says which session timed each row" in vc._parser().format_help()
+
+
+def test_a_rerun_is_refused_only_for_settings_and_only_where_there_is_work_to_keep(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Second review: informational config keys (the paper's reference, a derived table, a key an older vcemu did
+    not write) were compared as settings, refusing a rerun of the very same command for good; and a run stopped
+    before its first result (oppcost's own "lower them" advice) refused its corrected rerun, with nothing to keep."""
+    out = tmp_path / "b"
+    assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0
+    conf = json.loads((out / "config.json").read_text())
+    old = {k: v for k, v in conf.items() if k != "window"}  # as an older vcemu, without a setting, wrote it
+    (out / "config.json").write_text(json.dumps({**old, "paper": "another reference", "plot_first": 7,
+                                                 "cluster": [], "mix": {}}))
+    capsys.readouterr()
+    assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0, capsys.readouterr().err
+    # nothing finished: a journal of its header alone, unfinished; a rerun with another --beta goes on
+    (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
+    (out / "executions.csv").unlink()
+    (out / oc.JOURNAL).write_text(",".join(oc.FIELDS) + "\n")
+    assert oc.oppcost_main([*OPPCOST, "--beta", "3", "--out", str(out)]) == 0, capsys.readouterr().err
+    assert json.loads((out / "config.json").read_text())["beta"] == 3

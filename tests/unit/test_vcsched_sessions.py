@@ -120,16 +120,19 @@ def test_a_resume_after_a_session_that_finished_nothing_says_which_sessions_time
 
 
 def test_a_new_run_into_the_same_out_starts_at_one(tmp_path: Path) -> None:
-    """A finished run's sessions are not continued by the next run (it solves everything again); a run with other
-    settings is refused, and changes nothing (it started over, at session 1)."""
+    """A finished run's sessions are not continued by the next run (it solves everything again), nor are those of a
+    run with other settings that finished nothing (it is not refused: there is nothing to keep); one that finished
+    something is refused, and changes nothing."""
     out = tmp_path / "out"
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
     assert [s["session"] for s in _sessions(out)] == [1]
-    _kill_before_any_row(out)
     before = (out / "config.json").read_text()
-    assert vc.vcsched_main([*ARGV, "--seed", "5", "--out", str(out)]) == 2
+    assert vc.vcsched_main([*ARGV, "--seed", "5", "--out", str(out)]) == 2  # a finished run
     assert (out / "config.json").read_text() == before
+    _kill_before_any_row(out)
+    assert vc.vcsched_main([*ARGV, "--seed", "5", "--out", str(out)]) == 0
+    assert [s["session"] for s in _sessions(out)] == [1] and _row_sessions(out) == {"1"}
 
 
 def test_a_rerun_with_its_slacks_or_algorithms_in_another_order_is_the_same_run(
