@@ -74,13 +74,10 @@ RESULTS_MARKS = {"apc": "exp2_iats", "oppcost": "executions", "sweep": "penaltie
 def others_results(out: Path, command: str) -> str | None:
     """The command of :data:`RESULTS_MARKS` other than ``command`` whose results ``out`` holds, by its
     ``config.json`` (None: none, or a file that cannot be read, which the command itself then judges)."""
-    import json
+    from coordinator.outputs import stored_config
 
-    try:
-        config = json.loads((out / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
+    config = stored_config(out)
+    if config is None:
         return None
     return next((c for c, key in RESULTS_MARKS.items() if c != command and key in config), None)
 

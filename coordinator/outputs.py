@@ -116,3 +116,13 @@ def new_run_dir(parent: str | os.PathLike[str], name: str, started: float | None
             n += 1
             continue
         return path
+
+
+def stored_config(folder: Path) -> dict[str, Any] | None:
+    """The ``config.json`` object a results folder holds, or None (none, unreadable, or not a JSON object): what
+    a command reads to judge whether it may continue, reuse or replace the run there."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from coordinator.outputs import write_text
+from coordinator.outputs import stored_config, write_text
 
 __all__ = ["Journal", "changed_settings", "die_with_parent", "other_settings_refusal", "read_journal", "say_resumed",
            "stale_reason", "unfinished_rows"]
@@ -87,11 +87,8 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
     instances, or a finished run's results (crash-and-resume review), where ``vcemu sweep`` refused."""
     import json
 
-    try:
-        old = json.loads((out / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(old, dict):
+    old = stored_config(out)
+    if old is None:
         return None
     new = json.loads(json.dumps(dict(config)))
     loose = set(unordered)
@@ -175,16 +172,12 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
     journal; None, with one line on stderr saying why (:func:`stale_reason`), when ``out/config.json`` is another
     run's or another code's, or unreadable: the caller then starts over. ``held``: what the line says ``out`` holds
     (a finished run's results, read as a journal, are no journal)."""
-    import json
 
     path = out / journal
     if not path.exists():
         return [], 0
-    try:
-        old = json.loads((out / "config.json").read_text())
-        why = stale_reason(old, config, ignore) if isinstance(old, dict) else "with an unreadable config.json"
-    except (OSError, ValueError):
-        why = "with an unreadable config.json"
+    old = stored_config(out)
+    why = "with an unreadable config.json" if old is None else stale_reason(old, config, ignore)
     if why:
         print(f"{command}: {out} holds {held} {why}; starting over", file=sys.stderr)
         return None

@@ -369,20 +369,12 @@ RATES_DIR_PREFIX = "vcemu-up-rates-"
 
 def _remove_dead_rates_dirs() -> None:
     """Remove the calibration folders of ``vcemu up`` processes that are gone (killed: up removes its own)."""
+    import psutil
+
     for folder in Path(tempfile.gettempdir()).glob(f"{RATES_DIR_PREFIX}*-*"):
         pid = folder.name[len(RATES_DIR_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # (another user's)
-        return True
-    return True
 
 
 def _serve_local_up(args: argparse.Namespace, options: dict, rates_dir: str | None) -> int:

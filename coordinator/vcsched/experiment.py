@@ -80,7 +80,7 @@ import numpy as np
 
 from coordinator.cliargs import Parser, usable_out_dir
 from coordinator.flagcheck import first_refusal
-from coordinator.outputs import clear_outputs, save_figure, write_json, write_text
+from coordinator.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, PackJob, PackProblem, lp_bound, mcb_search
 from coordinator.provenance import code_version
@@ -361,11 +361,8 @@ def _sessions(out: Path, conf: dict[str, Any], kept: dict[Unit, list[dict]] | No
 
     earlier: dict[int, dict[str, Any]] = {}
     if kept is not None:
-        try:
-            old = json.loads((out / "config.json").read_text())
-        except (OSError, ValueError):
-            old = None
-        if isinstance(old, dict) and (kept or old.get("complete") is False) \
+        old = stored_config(out)
+        if old is not None and (kept or old.get("complete") is False) \
                 and stale_reason(old, conf, NOT_RESULTS) is None and isinstance(old.get("sessions"), list):
             earlier = {s["session"]: s for s in old["sessions"]
                        if isinstance(s, dict) and type(s.get("session")) is int and s["session"] >= 1}
