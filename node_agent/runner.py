@@ -57,7 +57,6 @@ import math
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -174,18 +173,13 @@ def _stored_rates(path: str, workloads: Collection[str]) -> dict[str, float]:
 
 
 def _write_rates(path: str, rates: dict[str, float]) -> None:
-    """``rates`` to ``path`` through a new temporary file beside it (made by mkstemp: no link followed, no name
-    taken), renamed over it; on failure a warning, and nothing left."""
-    tmp = None
+    """``rates`` to ``path`` atomically (:func:`coordinator.outputs.write_json`: a new temporary file beside it,
+    made by mkstemp, renamed over it, removed on failure); on failure a warning."""
+    from coordinator.outputs import write_json
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".rates-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(rates, f)
-        os.replace(tmp, path)
+        write_json(path, rates)
     except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         log.warning("--rates-file %s: cannot write the calibration there (%s): a restart calibrates again",
                     path, exc.strerror or exc)
 
