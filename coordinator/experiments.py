@@ -138,13 +138,15 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
             history = simulate(specs, policy, cluster, penalty, on_finish=lambda: bar.update(1))
         results = job_results(history)
         summary = summarize(results)
-    except BaseException as exc:  # a bug, Ctrl-C: no folder claiming a run that produced nothing
+    except BaseException as exc:  # a bug, Ctrl-C, SIGTERM: no folder claiming a run that produced nothing
+        nothing = "" if out is None else f"; no results folder was made in {out}"
         if out is not None:
             _discard_run_dir(None, made)
-            print(f"vcemu simulate: the run did not finish ({type(exc).__name__}); no results folder was made in "
-                  f"{out}", file=sys.stderr)
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt):  # (Ctrl-C or SIGTERM: it said "(KeyboardInterrupt)" for both)
+            print(f"vcemu simulate: interrupted{nothing}", file=sys.stderr)
             return 130
+        if out is not None:
+            print(f"vcemu simulate: the run did not finish ({type(exc).__name__}){nothing}", file=sys.stderr)
         if isinstance(exc, Stalled):  # jobs left that nothing will ever run: said, as a refused input is
             print(f"vcemu simulate: {policy} on {path}: {exc}", file=sys.stderr)
             return 1

@@ -376,10 +376,10 @@ def _sessions(out: Path, conf: dict[str, Any], kept: dict[Unit, list[dict]] | No
 
 
 def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Unit, list[dict]],
-             session: int = 1) -> list[dict]:
+             session: int = 1, finished: list[Unit] | None = None) -> list[dict]:
     """Solve every instance not in ``kept``, appending each one's rows, marked with ``session``, to the journal as
-    it finishes; all rows, sorted. Ctrl-C stops the workers at once and raises KeyboardInterrupt (the journal keeps
-    what finished)."""
+    it finishes (and its unit to ``finished``, when given: what an interrupted run can say it kept); all rows,
+    sorted. Ctrl-C stops the workers at once and raises KeyboardInterrupt (the journal keeps what finished)."""
     from tqdm import tqdm
 
     units = [u for u in _units(cfg) if u not in kept]
@@ -388,12 +388,14 @@ def _run_all(cfg: ExperimentConfig, jobs: int, journal_path: Path, kept: dict[Un
     interrupted = False
     try:
         with Journal(journal_path, FIELDS, rows) as journal:
-            futs = [ex.submit(run_instance, u, cfg) for u in units]
+            futs = {ex.submit(run_instance, u, cfg): u for u in units}
             for f in tqdm(as_completed(futs), total=len(units) + len(kept), initial=len(kept), desc="vcsched instances",
                           unit="inst", file=sys.stderr, disable=None):  # (no bar off a terminal)
                 done = [{**r, "session": session} for r in f.result()]
                 journal.append(done)
                 rows.extend(done)
+                if finished is not None:
+                    finished.append(futs[f])
     except KeyboardInterrupt:
         interrupted = True
         for proc in list((getattr(ex, "_processes", None) or {}).values()):
@@ -836,12 +838,15 @@ def vcsched_main(argv: list[str]) -> int:
         clear_outputs(out / s, SET_OUTPUTS)
     write_json(out / "config.json", conf, indent=1, sort_keys=False)
     t0 = time.perf_counter()
+    finished: list[Unit] = []
     try:  # SIGTERM as Ctrl-C: the workers stopped, and the line below (it ended at once, saying nothing)
         with signals_interrupt():
-            rows = _run_all(cfg, args.jobs, out / JOURNAL, kept or {}, session)
+            rows = _run_all(cfg, args.jobs, out / JOURNAL, kept or {}, session, finished)
     except KeyboardInterrupt:
-        print(f"vcemu vcsched: interrupted; the finished instances are kept in {out / JOURNAL}: run the same "
-              "command again to continue", file=sys.stderr)
+        done, total = len(kept or {}) + len(finished), len(_units(cfg))
+        print(f"vcemu vcsched: interrupted; {done} of {total} instances finished" + (
+            f", kept in {out / JOURNAL}: run the same command again to continue" if done else
+            ": nothing to keep; run the same command again to start"), file=sys.stderr)
         return 130
     for s in cfg.sets:
         _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs)

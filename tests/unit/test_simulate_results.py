@@ -95,6 +95,19 @@ def test_simulate_that_fails_removes_the_folder_it_made_and_the_parents_it_creat
     assert f"vcemu simulate: the run did not finish (RuntimeError); no results folder was made in {out}" in err, err
 
 
+def test_simulate_interrupted_without_out_says_so(jobs: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C (or SIGTERM) of a run without --out ended with status 130 and not a word."""
+    import coordinator.experiments
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(coordinator.experiments, "simulate", interrupted)
+    code, printed, err = run(["simulate", "--policy", "greedy", str(jobs)], capsys)
+    assert (code, printed) == (130, "") and err.strip().endswith("vcemu simulate: interrupted"), err
+
+
 def test_simulate_interrupted_leaves_an_existing_out_as_it_was(jobs: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,7 +126,7 @@ def test_simulate_interrupted_leaves_an_existing_out_as_it_was(jobs: Path, tmp_p
     code, printed, err = run(argv, capsys)
     assert code == 130, err
     assert "Traceback" not in err and printed == ""
-    assert f"vcemu simulate: the run did not finish (KeyboardInterrupt); no results folder was made in {out}" in err
+    assert f"vcemu simulate: interrupted; no results folder was made in {out}" in err
     assert _listing(out) == before
 
 
@@ -269,6 +282,6 @@ def test_simulate_stopped_by_sigterm_says_so_and_leaves_no_folder(jobs: Path, tm
     out = tmp_path / "results"
     code, printed, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(out)], capsys)
     assert code == 130 and printed == "", err
-    assert f"vcemu simulate: the run did not finish (KeyboardInterrupt); no results folder was made in {out}" in err
+    assert f"vcemu simulate: interrupted; no results folder was made in {out}" in err
     assert not out.exists()  # (made by the run, and removed again)
 

@@ -80,13 +80,17 @@ def test_an_interrupted_session_that_finished_nothing_keeps_its_number(
     """Ctrl-C before the first instance finished, twice, then a session that finishes them all: number 3."""
     out = tmp_path / "out"
 
-    def interrupted(cfg: vc.ExperimentConfig, jobs: int, journal: Path, kept: dict, session: int = 1) -> list[dict]:
+    def interrupted(cfg: vc.ExperimentConfig, jobs: int, journal: Path, kept: dict, session: int = 1,
+                    finished: list | None = None) -> list[dict]:
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
         m.setattr(vc, "_run_all", interrupted)
         assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 130
         assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 130
+    # (it said the finished instances were kept when there were none)
+    err = capsys.readouterr().err
+    assert err.count("interrupted; 0 of 16 instances finished: nothing to keep") == 2, err
     assert [s["session"] for s in _sessions(out)] == [1, 2]
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
     assert [s["session"] for s in _sessions(out)] == [1, 2, 3]
