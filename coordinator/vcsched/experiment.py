@@ -792,10 +792,12 @@ def vcsched_main(argv: list[str]) -> int:
     if line is not None:
         print(line, file=sys.stderr)
         return 2
+    sets = ("small", "large") if args.set == "both" else (args.set,)
+    large = "large" in sets  # (the large set's flags change nothing without it: a rerun adding one was refused)
     cfg = ExperimentConfig(
-        sets=("small", "large") if args.set == "both" else (args.set,),
+        sets=sets,
         instances=args.instances,
-        large_instances=args.large_instances,
+        large_instances=args.large_instances if large else None,
         seed=args.seed,
         # Each in one order whatever the order given (an instance depends on its settings' values, never their
         # places): a resume with --slacks or --algorithms reordered found "other settings" and dropped its work.
@@ -803,7 +805,7 @@ def vcsched_main(argv: list[str]) -> int:
         accuracy=args.accuracy,
         search=args.search,
         backtrack_limit=args.backtrack_limit,
-        backtrack_limit_large=args.backtrack_limit_large,
+        backtrack_limit_large=args.backtrack_limit_large if large else None,
         milp_time_limit=args.milp_time_limit,
         rr_max_tasks=args.rr_max_tasks,
         parallel_jobs=args.parallel_jobs,

@@ -160,3 +160,17 @@ def test_a_rerun_with_its_slacks_or_algorithms_in_another_order_is_the_same_run(
     assert "other settings" not in err and "resuming the unfinished run" in err, err
     conf = json.loads((out / "config.json").read_text())
     assert conf["slacks"] == [0.3, 0.7] and conf["algorithms"] == ["MCB8", "GR"]
+
+
+def test_the_large_sets_flags_are_no_settings_of_a_small_run(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Second review: ``--large-instances`` or ``--backtrack-limit-large`` added to a ``--set small`` run (where
+    they change nothing) made its rerun "a finished run with other settings", refused."""
+    out = tmp_path / "out"
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert vc.vcsched_main([*ARGV, "--out", str(out), "--large-instances", "3", "--backtrack-limit-large", "9"]) == 0
+    err = capsys.readouterr().err
+    assert "other settings" not in err, err
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["large_instances"] is None and conf["backtrack_limit_large"] is None
