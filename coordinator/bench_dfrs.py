@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.bench_results import check_out, output_flags, write_results
+from coordinator.bench_results import check_out, judged, output_flags, write_results
 from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
 from node_agent.signals import INTERRUPTED, signals_interrupt
@@ -165,8 +165,9 @@ def bench_dfrs_main(argv: Sequence[str]) -> int:
         print("vcemu bench dfrs: interrupted", file=sys.stderr)
         return INTERRUPTED
     out["targets"] = {key: f"{op} {limit:g}" for key, (op, limit) in TARGETS.items()}
-    out["met"] = judged(out) if a.jobs == 1000 else {k: v for k, v in judged(out).items() if k not in SIM_TARGETS}
-    write_results(a.out, "dfrs", out, vars(a))
+    met = judged(out, TARGETS)
+    out["met"] = met if a.jobs == 1000 else {k: v for k, v in met.items() if k not in SIM_TARGETS}
+    saved = write_results(a.out, "dfrs", out, vars(a))
     if a.json:
         print(json.dumps(out))
     else:
@@ -180,16 +181,10 @@ def bench_dfrs_main(argv: Sequence[str]) -> int:
                 else "not measured"
             verdict = {True: "MET", False: "MISSED"}.get(out["met"].get(key), why)
             print(f"{'target':>{width}}: {key} {target}: {verdict}")
-    return 0
+    return 0 if saved else 1
 
 
 #: The targets: key -> (comparison, limit). The simulation's are for the 1,000-job trace only (SIM_TARGETS).
 TARGETS: dict[str, tuple[str, float]] = {
     "sim_1000jobs_s": ("<=", 1.0), "decision_p99_ms": ("<=", 50.0), "sweep_speedup_2cores": (">=", 1.7)}
 SIM_TARGETS = ("sim_1000jobs_s", "decision_p99_ms")
-
-
-def judged(out: dict[str, Any]) -> dict[str, bool]:
-    """For each target whose key ``out`` holds, whether its value meets it."""
-    return {key: bool(out[key] <= limit if op == "<=" else out[key] >= limit)
-            for key, (op, limit) in TARGETS.items() if key in out}

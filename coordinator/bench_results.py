@@ -29,14 +29,29 @@ def check_out(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(str(exc))
 
 
-def write_results(out: str, name: str, result: dict[str, Any], config: dict[str, Any]) -> Path:
+def judged(out: dict[str, Any], targets: dict[str, tuple[str, float]]) -> dict[str, bool]:
+    """For each target (key -> ("<=" or ">=", limit)) whose key ``out`` holds, whether its value meets it."""
+    return {key: bool(out[key] <= limit if op == "<=" else out[key] >= limit)
+            for key, (op, limit) in targets.items() if key in out and out[key] is not None}
+
+
+def write_results(out: str, name: str, result: dict[str, Any], config: dict[str, Any]) -> bool:
     """The result and its config (with the code that produced them, as every result folder's), each written
-    atomically; returns the result's path."""
+    atomically; whether they were. A write that fails (a full disk, the folder gone since :func:`check_out`) is
+    said in one line, and the caller prints its result all the same (it was written first, and an error lost the
+    printout too) and ends with status 1."""
+    import sys
+
     from coordinator.outputs import json_safe, write_json
     from coordinator.provenance import code_version
 
     path = Path(out)
-    path.mkdir(parents=True, exist_ok=True)
-    write_json(path / f"{name}.json", json_safe(result), sort_keys=False)
-    write_json(path / f"{name}-config.json", {**config, "code": code_version()}, sort_keys=False)
-    return path / f"{name}.json"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        write_json(path / f"{name}.json", json_safe(result), sort_keys=False)
+        write_json(path / f"{name}-config.json", {**config, "code": code_version()}, sort_keys=False)
+    except OSError as exc:
+        print(f"vcemu bench {name}: --out {out}: result not written ({exc.strerror or exc}); it is printed below",
+              file=sys.stderr)
+        return False
+    return True

@@ -453,9 +453,9 @@ def cpu_share_main(argv: list[str]) -> int:
     except Exception as e:  # one clear line for any failure (e.g. cgroups unavailable)
         print(f"vcemu bench cpu-share: error: {e}", file=sys.stderr)
         return 1
-    write_results(args.out, "cpu-share", out, vars(args))
+    saved = write_results(args.out, "cpu-share", out, vars(args))
     print(json.dumps(out) if args.json else _table(out))
-    return 0
+    return 0 if saved else 1
 
 
 if __name__ == "__main__":

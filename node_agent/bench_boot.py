@@ -126,10 +126,10 @@ def boot_main(argv: list[str]) -> int:
     except Exception as e:  # one clear line (cgroups unavailable, say)
         print(f"vcemu bench boot: error: {e}", file=sys.stderr)
         return 1
-    write_results(args.out, "boot", out, vars(args))
+    saved = write_results(args.out, "boot", out, vars(args))
     with contextlib.suppress(BrokenPipeError):
         print(json.dumps(out) if args.json else _table(out))
-    return 0
+    return 0 if saved else 1
 
 
 if __name__ == "__main__":

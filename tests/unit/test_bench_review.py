@@ -47,6 +47,8 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     (bench_ops.bench_scale_main, ["--hosts", "0"], "vcemu bench scale: error: argument --hosts: must be >= 1"),
     (bench_ops.bench_scale_main, ["--period", "0"], "vcemu bench scale: error: argument --period: must be"),
     (bench_ops.bench_scale_main, ["--period", "nan"], "vcemu bench scale: error: argument --period: must be"),
+    (bench_ops.bench_scale_main, ["--period", "1e5"],  # (accepted, then waited a week)
+     "vcemu bench scale: error: argument --period: must be 1 to 60, got 1e5"),
     (bench_ops.bench_scale_main, ["--agents", "5", "--hosts", "2"],
      "vcemu bench scale: error: argument --agents: must be <= --hosts (2)"),
     (bench_ops.bench_scale_main, ["--cycles", "0"], "vcemu bench scale: error: argument --cycles: must be >= 1"),
@@ -150,6 +152,24 @@ def test_cpu_share_says_when_it_misses_its_targets(monkeypatch: pytest.MonkeyPat
     assert avg.split()[-1] == "MISSED" and "2.300" in avg, avg
     change = next(line for line in lines if line.startswith("cap change (s)"))
     assert change.split()[-1] == "MET", change
+
+
+def test_a_bench_whose_result_cannot_be_written_prints_it_and_ends_with_status_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """Second review: the result was written before it was printed, so a write error (a full disk, the folder gone
+    since it was checked) lost the printout too, in a traceback."""
+    from coordinator import outputs
+
+    def full(*_a: object, **_k: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    _fake_run(monkeypatch, 0.003, 95.0, [0.05, 0.1])
+    monkeypatch.setattr(outputs, "write_json", full)
+    assert bench.cpu_share_main(["--quick", "--json", "--out", str(tmp_path / "b")]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["verdicts"]["cap_change_s"] == "MET"
+    assert captured.err.strip() == (f"vcemu bench cpu-share: --out {tmp_path / 'b'}: result not written (No space "
+                                    "left on device); it is printed below"), captured.err
 
 
 def test_cpu_share_reports_negative_fits_as_not_measured(monkeypatch: pytest.MonkeyPatch,
@@ -275,6 +295,14 @@ def test_bench_packing_records_its_seed_and_repeat_and_times_no_kernel_loading(c
     config = json.loads(Path("results/bench-packing/packing-config.json").read_text())
     assert (config["seed"], config["repeat"]) == (2, 1) and "git_commit" in config["code"]
     assert out["mcb8_500x64_ms_max"] < 100 * out["mcb8_500x64_ms"]
+    # its targets and verdicts, as bench dfrs and cpu-share give theirs (it gave neither)
+    assert out["targets"] == {"mcb8_500x64_ms": "<= 10", "mcb8_10000x1000_s": "<= 1"}
+    assert out["met"] == {"mcb8_500x64_ms": out["mcb8_500x64_ms"] <= 10,
+                          "mcb8_10000x1000_s": out["mcb8_10000x1000_s"] <= 1}
+    assert main(["bench", "packing", "--no-generic", "--repeat", "1", "--seed", "2"]) == 0
+    verdicts = [line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.startswith("target ")]
+    assert [v[:3] for v in verdicts] == [["mcb8_500x64_ms", "<=", "10:"], ["mcb8_10000x1000_s", "<=", "1:"]], verdicts
+    assert all(v[3] in ("MET", "MISSED") for v in verdicts), verdicts
 
 
 def test_a_task_above_its_cap_is_a_cap_error_however_rarely_throttled() -> None:
