@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from coordinator.policies.packing import EPS, Allocation, Hosts, PackJob, PackProblem, _finish
+from coordinator.policies.packing import EPS, Allocation, Hosts, PackJob, PackProblem, finish_allocation
 
 __all__ = ["GREEDY_VARIANTS", "greedy_allocate", "greedy_pack", "greedy_search"]
 
@@ -130,7 +130,7 @@ def greedy_search(
     th, attempts = greedy_pack(prob, variant, max_attempts)
     if th is None:
         return None
-    return _finish(prob, th, variant, -1.0, attempts, average)
+    return finish_allocation(prob, th, variant, -1.0, attempts, average)
 
 
 def greedy_allocate(

@@ -17,8 +17,8 @@ Stable API (used by the online DFRS policies)
 ``mcb_allocate(jobs, hosts, key="MCB8", accuracy=0.01, *, search="fast") -> Allocation | None``
     Sec. 3.4 MCB packing + binary search on the yield, followed by the Sec. 3.5 / Sec. 5 average-yield
     step. ``None`` means the heuristic found no placement (e.g. memory does not fit).
-``greedy_allocate(jobs, hosts, variant="SG", max_attempts=500_000) -> Allocation | None``
-    The Sec. 3.3 greedy packers GR, SG, GB, SGB (see :mod:`coordinator.policies.greedy_packing`).
+The Sec. 3.3 greedy packers GR, SG, GB, SGB are in :mod:`coordinator.policies.greedy_packing`
+(``greedy_allocate``), which builds on this module (it does not import that one).
 ``allocation_from_placement(jobs, hosts, task_host, algorithm) -> Allocation | None``
     Turn any placement (one host index per task, tasks in job order) into an allocation: the best
     minimum yield the placement supports, then the average-yield step. ``None`` if it does not fit.
@@ -71,6 +71,7 @@ __all__ = [
     "PackJob",
     "PackProblem",
     "allocation_from_placement",
+    "finish_allocation",
     "lp_bound",
     "mcb_allocate",
     "mcb_pack",
@@ -511,11 +512,14 @@ def placement_min_yield(prob: PackProblem, task_host: np.ndarray) -> float:
     return float(min(1.0, float(r.min()) if r.size else 1.0))
 
 
-def _finish(
+def finish_allocation(
     prob: PackProblem, task_host: np.ndarray, algorithm: str, search_yield: float, probes: int, average: bool,
     y: float | None = None,
 ) -> Allocation | None:
-    """The allocation of a placement; ``y`` is its :func:`placement_min_yield` if the caller has it."""
+    """The allocation of a placement (one host per task), found by ``algorithm`` with ``probes`` packing passes at
+    ``search_yield`` (negative: none, the placement's own minimum yield is given), raised by the average-yield step
+    (Sec. 3.5) when ``average``; None if it does not fit. ``y`` is its :func:`placement_min_yield` if the caller
+    has it. Every packer's last step: the MCB search here, the greedy packers and the benchmark's baseline."""
     if y is None:
         y = placement_min_yield(prob, task_host)
     if y < 0.0:
@@ -555,7 +559,7 @@ def mcb_search(
     if key not in MCB_KEYS:
         raise ValueError(f"key: unknown MCB variant {key!r}; known: {', '.join(MCB_KEYS)}")
     if prob.n_tasks == 0:
-        return _finish(prob, np.zeros(0, dtype=np.int64), key, 1.0, 0, average)
+        return finish_allocation(prob, np.zeros(0, dtype=np.int64), key, 1.0, 0, average)
     if not prob.memory_may_fit():
         return None
     fast = search == "fast"
@@ -566,13 +570,13 @@ def mcb_search(
         if got is None:
             return None
         best_th, sy, probes, y = got
-        return _finish(prob, best_th, key, sy, probes, average, y)
+        return finish_allocation(prob, best_th, key, sy, probes, average, y)
     probes = 0
     if fast:
         probes += 1
         th = _probe(prob, ub, key, cpu_total)
         if th is not None:
-            return _finish(prob, th, key, ub, probes, average)
+            return finish_allocation(prob, th, key, ub, probes, average)
     lo, hi = 0.0, ub
     best: np.ndarray | None = None
     best_y = 0.0
@@ -593,7 +597,7 @@ def mcb_search(
         y = (lo + hi) / 2.0
     if best is None:
         return None
-    return _finish(prob, best, key, best_sy, probes, average)
+    return finish_allocation(prob, best, key, best_sy, probes, average)
 
 
 def _mcb8_compiled(
@@ -648,7 +652,7 @@ def mcb8_yields_compiled(
     if not found:
         return None
     y = min_yield(best_th, task_need, task_mem, cpu_cap, mem_cap)
-    if y < 0.0:  # as _finish
+    if y < 0.0:  # as finish_allocation
         return None
     njobs = need.shape[0]
     if y >= 1.0:  # raise_average_yield's own shortcuts, without its argument conversions
@@ -701,7 +705,7 @@ def allocation_from_placement(
     y = placement_min_yield(prob, th)
     if y < 0.0:
         return None
-    return _finish(prob, th, algorithm, y if search_yield is None else search_yield, 0, average)
+    return finish_allocation(prob, th, algorithm, y if search_yield is None else search_yield, 0, average)
 
 
 def verify_allocation(jobs: Sequence[PackJob], hosts: Hosts, alloc: Allocation, tol: float = 1e-7) -> None:
@@ -735,14 +739,3 @@ def verify_allocation(jobs: Sequence[PackJob], hosts: Hosts, alloc: Allocation, 
     if over.size:
         raise ValueError(f"host {int(over[0])}: CPU {cpuload[over[0]]} > {prob.cpu_cap[over[0]]}")
 
-
-def greedy_allocate(
-    jobs: Sequence[PackJob], hosts: Hosts, variant: str = "SG", max_attempts: int = 500_000
-) -> Allocation | None:
-    """GR / SG / GB / SGB of Sec. 3.3 (re-exported from :mod:`coordinator.policies.greedy_packing`)."""
-    from coordinator.policies.greedy_packing import greedy_allocate as _greedy
-
-    return _greedy(jobs, hosts, variant, max_attempts)
-
-
-__all__ += ["greedy_allocate"]

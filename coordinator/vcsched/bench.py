@@ -58,7 +58,7 @@ def _wall(fn: Callable[[], object]) -> float:
 
 def _generic_allocate(jobs: list[PackJob], hosts: int) -> object:
     """The unoptimised baseline: paper bisection, numpy scan per query (same placements as MCB8)."""
-    from coordinator.policies.packing import _finish
+    from coordinator.policies.packing import finish_allocation
 
     prob = PackProblem.build(jobs, hosts)
     ub = prob.yield_upper_bound()
@@ -74,7 +74,7 @@ def _generic_allocate(jobs: list[PackJob], hosts: int) -> object:
         y = (lo + hi) / 2
     if best is None:
         return None
-    return _finish(prob, best, "MCB8", placement_min_yield(prob, best), 0, True)
+    return finish_allocation(prob, best, "MCB8", placement_min_yield(prob, best), 0, True)
 
 
 def bench_packing_main(argv: list[str]) -> int:

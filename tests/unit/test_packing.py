@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from coordinator.policies.avgyield import raise_average_yield
+from coordinator.policies.greedy_packing import greedy_allocate
 from coordinator.policies.packing import (
     MCB_KEYS,
     PackJob,
     PackProblem,
     allocation_from_placement,
-    greedy_allocate,
     lp_bound,
     mcb_allocate,
     mcb_pack,

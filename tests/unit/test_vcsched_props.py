@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.policies.avgyield import raise_average_yield
+from coordinator.policies.greedy_packing import greedy_allocate
 from coordinator.policies.packing import (
     MCB_KEYS,
     PackJob,
     PackProblem,
-    greedy_allocate,
     lp_bound,
     mcb_allocate,
     verify_allocation,
