@@ -1,0 +1,56 @@
+"""What a figure of vcemu says beside its data: the settings that produced it, and which of its lines lie under
+others. A figure is read apart from its ``config.json`` (pasted into a draft, sent to a colleague), so it names its
+seed, sizes and the settings it depends on; and where two algorithms give the same values, the line drawn last
+hides the other, which the legend still lists (figures review: MCB2 and MCB3 under MCB4, SG under SGB, EDF under
+EDF-REPACK), so each series gets its own marker and a label saying which one it equals."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["MARKERS", "coinciding_labels", "marker", "settings_note"]
+
+#: Markers told apart at 3-6 points, one per series in order (:func:`marker`).
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p")
+
+
+def marker(i: int) -> str:
+    """The marker of the ``i``-th series of a figure."""
+    return MARKERS[i % len(MARKERS)]
+
+
+def _same(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]], rel_tol: float) -> bool:
+    if len(a) != len(b):
+        return False
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        if xa != xb:
+            return False
+        if math.isnan(ya) or math.isnan(yb):
+            if not (math.isnan(ya) and math.isnan(yb)):
+                return False
+        elif not math.isclose(ya, yb, rel_tol=rel_tol, abs_tol=1e-12):
+            return False
+    return True
+
+
+def coinciding_labels(series: Mapping[str, Sequence[tuple[float, float]]], rel_tol: float = 1e-9) -> dict[str, str]:
+    """Each series' legend label, in the mapping's order: its name, followed by ``(= OTHER)`` when its (x, y)
+    points are those of an earlier series (the first such), which it then hides where both are drawn. NaN equals
+    NaN (a point neither has)."""
+    labels: dict[str, str] = {}
+    for name, points in series.items():
+        twin = next((other for other in labels if _same(series[other], points, rel_tol)), None)
+        labels[name] = name if twin is None else f"{name} (= {twin})"
+    return labels
+
+
+def settings_note(fig: Any, text: str, fontsize: float = 7.0) -> tuple[float, float, float, float]:
+    """Write ``text`` (the settings that produced the figure, one or more lines) at its bottom left, in grey;
+    returns the ``rect`` to give ``fig.tight_layout`` so that the axes leave it room."""
+    lines = text.count("\n") + 1
+    height_in = fig.get_size_inches()[1]
+    share = min(0.3, (lines * fontsize * 1.35 + 6) / 72 / height_in)
+    fig.text(0.01, 0.01, text, fontsize=fontsize, color="dimgray", ha="left", va="bottom")
+    return (0.0, share, 1.0, 1.0)
