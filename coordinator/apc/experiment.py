@@ -653,17 +653,26 @@ def experiment_three(out: Path, seed: int, T: float, horizon: float, units: Unit
         res = units.run(_key_three(name), cfg, jobs, horizon_cycles(horizon, T), per="cycle").result
         for c in res.cycles:
             cycles.append({"config": name, **c})
-        ta = np.array([c["web_rp"] for c in res.cycles], dtype=float)
-        hyp = np.array([c["hyp_rp_mean"] for c in res.cycles], dtype=float)
-        both = np.minimum(ta, np.where(np.isnan(hyp), np.inf, hyp))
-        summary[name] = {"ta_rp_mean": _mean(ta), "batch_hyp_rp_mean": _mean(hyp[~np.isnan(hyp)]),
-                         "min_of_both_mean": _mean(both),
+        summary[name] = {**exp3_means(res.cycles),
                          "jobs_completed": len(res.jobs),
                          "jobs_rp_at_completion_mean": _mean([j["rp"] for j in res.jobs]),
                          "jobs_met_pct": 100 * res.met_fraction, "placement_changes": res.job_changes}
     _write_csv(out / "exp3_cycles.csv", cycles)
     plot_exp3(out, cycles)
     return summary
+
+
+def exp3_means(cycles: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Experiment Three's means over its control cycles: the transactional app's RP over all of them; the batch
+    jobs' hypothetical RP (Sec. 4.2) and the lower of the two over the cycles that have long-running jobs (a cycle
+    without one has no batch RP). Counting those cycles as the app's RP alone made the mean of the minima (0.332)
+    larger than the batch mean beside it (0.297; figures review)."""
+    ta = np.array([c["web_rp"] for c in cycles], dtype=float)
+    hyp = np.array([c["hyp_rp_mean"] for c in cycles], dtype=float)
+    mixed = ~np.isnan(hyp)
+    return {"ta_rp_mean": _mean(ta), "batch_hyp_rp_mean": _mean(hyp[mixed]),
+            "min_of_both_mean": _mean(np.minimum(ta[mixed], hyp[mixed])),
+            "cycles": len(ta), "cycles_with_long_running_jobs": int(mixed.sum())}
 
 
 def _mean(xs: Any) -> float:
@@ -950,12 +959,13 @@ def _simulations(out: Path, args: argparse.Namespace, exps: list[str], iats: tup
         print("\n".join(exp2_table(s["rows"])))
     if "three" in exps:
         summary["three"] = s = experiment_three(out, args.seed, args.cycle, args.exp3_horizon, units)
-        print("Experiment Three (means over the run):")
+        print("Experiment Three (means over the control cycles: the transactional RP over all of them, the batch "
+              "hypothetical RP and the lower of the two over those with long-running jobs):")
         for name, v in s.items():
             met = "n/a (none completed)" if math.isnan(v["jobs_met_pct"]) else f"{v['jobs_met_pct']:.0f}%"
             print(f"  {name:<24} transactional RP {_num(v['ta_rp_mean'], '.3f')}  batch hypothetical RP "
-                  f"{_num(v['batch_hyp_rp_mean'], '.3f')}  min of both {_num(v['min_of_both_mean'], '.3f')}  jobs "
-                  f"met {met}")
+                  f"{_num(v['batch_hyp_rp_mean'], '.3f')}  min of both {_num(v['min_of_both_mean'], '.3f')}  "
+                  f"({v['cycles_with_long_running_jobs']} of {v['cycles']} cycles)  jobs met {met}")
 
 
 def exp2_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:

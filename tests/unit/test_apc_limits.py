@@ -4,6 +4,7 @@ anything is drawn, and Experiment Three's progress bar counts the cycles it runs
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,18 @@ def test_experiments_that_would_simulate_too_many_cycles_are_refused_naming_the_
         assert not out.exists()
     lines = list(apc._size_checks(apc._parser().parse_args(["--exp3-horizon", "1e12"]), ["one", "two"], (50.0,)))
     assert "--exp3-horizon" not in [flag for flag, *_ in lines] and all(ok for _, _, ok, _ in lines)
+
+
+def test_experiment_threes_lower_of_both_is_over_the_cycles_that_have_both() -> None:
+    """Figures review: a cycle with no long-running job counted in the mean of the minima as the app's RP alone,
+    so the printed "min of both" (0.332) was above the batch mean beside it (0.297)."""
+    nan = float("nan")
+    cycles = [{"web_rp": 0.6, "hyp_rp_mean": 0.2}, {"web_rp": 0.1, "hyp_rp_mean": 0.4},
+              {"web_rp": 0.66, "hyp_rp_mean": nan}, {"web_rp": 0.66, "hyp_rp_mean": nan}]
+    means = apc.exp3_means(cycles)
+    assert means["ta_rp_mean"] == pytest.approx((0.6 + 0.1 + 0.66 + 0.66) / 4)
+    assert means["batch_hyp_rp_mean"] == pytest.approx(0.3)
+    assert means["min_of_both_mean"] == pytest.approx((0.2 + 0.1) / 2)  # (was (0.2 + 0.1 + 0.66 + 0.66) / 4)
+    assert (means["cycles"], means["cycles_with_long_running_jobs"]) == (4, 2)
+    none = apc.exp3_means([{"web_rp": 0.5, "hyp_rp_mean": nan}])
+    assert math.isnan(none["batch_hyp_rp_mean"]) and math.isnan(none["min_of_both_mean"])
