@@ -84,6 +84,7 @@ from tqdm import tqdm
 from coordinator.apc.sim import SimConfig, SimResult, SimState, SimulationStuck, horizon_cycles, simulate
 from coordinator.apc.workloads import (
     EXP1_MEAN_IAT,
+    EXP3_INITIAL,
     cluster,
     describe,
     exp1_jobs,
@@ -93,6 +94,7 @@ from coordinator.apc.workloads import (
     shortest_relative_goal,
 )
 from coordinator.cliargs import Parser, doc_text, usable_out_dir
+from coordinator.figures import coinciding_labels, marker, settings_note
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.apc import Costs
@@ -481,30 +483,60 @@ def experiment_one(out: Path, seed: int, jobs: int, T: float, units: Units | Non
                                  exp1_jobs(jobs, seed), jobs).result
     _write_csv(out / "exp1_cycles.csv", res.cycles)
     _write_csv(out / "exp1_jobs.csv", res.jobs)
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.plot([c["time"] for c in res.cycles], [c["hyp_rp_mean"] for c in res.cycles], lw=1.2,
-            label="average hypothetical RP (each cycle)")
-    ax.scatter([j["completion"] for j in res.jobs], [j["rp"] for j in res.jobs], s=5, c="tab:red",
-               label="actual RP at completion")
-    ax.axhline(1 - 1 / 2.7, ls="--", c="grey", lw=0.8, label="maximum achievable 0.63")
-    ax.set_xlabel("time [s]")
-    ax.set_ylabel("relative performance")
-    ax.set_title(f"Experiment One: {jobs} identical jobs, 25 nodes, T = {T:g} s")
-    ax.legend(loc="lower left")
-    fig.tight_layout()
-    save_figure(fig, out / "fig2_exp1.png", dpi=120)
-    plt.close(fig)
+    # 003 Sec. 5.1: "when no jobs are queued, the hypothetical relative performance is 0.63". Over the cycles with
+    # an empty queue and jobs running (the first cycles have none: their NaN made max() NaN, written null)
+    empty = [c["hyp_rp_mean"] for c in res.cycles if c["queued"] == 0 and not math.isnan(c["hyp_rp_mean"])]
+    hyp_rp_when_empty_queue = max(empty, default=math.nan)
+    plot_exp1(out, res, seed, jobs, T, hyp_rp_when_empty_queue, len(empty))
     rps = [j["rp"] for j in res.jobs]
     return {"jobs_completed": len(res.jobs), "max_rp": max(rps), "mean_rp": float(np.mean(rps)),
             "min_rp": min(rps), "placement_changes": res.job_changes, "changes": dict(res.changes),
             "max_queued": max(c["queued"] for c in res.cycles),
-            # 003 Sec. 5.1: "when no jobs are queued, the hypothetical relative performance is 0.63". Over the cycles
-            # with an empty queue and jobs running (the first cycles have none: their NaN made max() NaN, written null)
-            "hyp_rp_when_empty_queue": max((c["hyp_rp_mean"] for c in res.cycles
-                                            if c["queued"] == 0 and not math.isnan(c["hyp_rp_mean"])),
-                                           default=math.nan)}
+            "hyp_rp_when_empty_queue": hyp_rp_when_empty_queue}
+
+
+def _cluster_text() -> str:
+    """The simulated cluster, for the figures' settings notes."""
+    nodes = cluster()
+    return f"{len(nodes)} nodes of {nodes[0].cpu:,.0f} MHz and {nodes[0].memory:,.0f} MB"
+
+
+def plot_exp1(out: Path, res: SimResult, seed: int, jobs: int, T: float, hyp_rp_when_empty_queue: float,
+              empty_cycles: int) -> None:
+    """Fig. 2 from Experiment One's result: the average hypothetical RP each cycle and each job's actual RP at
+    completion, against 003's 0.63 (its hypothetical RP with no job queued), beside which ours peaks at
+    ``hyp_rp_when_empty_queue`` (the most over the ``empty_cycles`` cycles with an empty queue and jobs running)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.9))
+    ax.plot([c["time"] for c in res.cycles], [c["hyp_rp_mean"] for c in res.cycles], lw=1.2,
+            label="average hypothetical RP (each cycle)")
+    ax.scatter([j["completion"] for j in res.jobs], [j["rp"] for j in res.jobs], s=5, c="tab:red",
+               label="actual RP at completion")
+    ours = ("no cycle here had an empty queue and jobs running" if math.isnan(hyp_rp_when_empty_queue) else
+            f"ours at most {hyp_rp_when_empty_queue:.4f}")
+    ax.axhline(1 - 1 / 2.7, ls="--", c="grey", lw=0.8,
+               label=f"003's 0.63: hypothetical RP with no job queued ({ours})")
+    ax.set_xlabel("time [s]")
+    ax.set_ylabel("relative performance")
+    ax.set_title(f"Experiment One: {jobs} identical jobs, 25 nodes, T = {T:g} s")
+    ax.legend(loc="lower left")
+    ax.xaxis.set_major_formatter(_thousands())
+    empty = ("no control cycle had an empty queue and jobs running" if math.isnan(hyp_rp_when_empty_queue) else
+             f"with an empty queue ({empty_cycles} control cycles) the average hypothetical RP peaks at "
+             f"{hyp_rp_when_empty_queue:.4f}, not 003's 0.63 (dashed line)")
+    rect = settings_note(fig, f"seed {seed}, {jobs} completions, control cycle T = {T:g} s, {_cluster_text()}, "
+                              f"placement changes cost time (Costs' defaults)\n{empty}")
+    fig.tight_layout(rect=rect)
+    save_figure(fig, out / "fig2_exp1.png", dpi=120)
+    plt.close(fig)
+
+
+def _thousands() -> Any:
+    """A tick formatter writing numbers with thousands separators (``300,000``)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda x, _pos=None: f"{x:,.0f}" if x == round(x) else f"{x:,g}")
 
 
 # --------------------------------------------------------------------------- Experiment Two
@@ -537,7 +569,7 @@ def experiment_two(out: Path, seed: int, jobs: int, iats: tuple[float, ...], T: 
             all_jobs += [{"inter_arrival_s": iat, "algorithm": algo, **j} for j in res.jobs]
     _write_csv(out / "exp2_summary.csv", summary)
     _write_csv(out / "exp2_jobs.csv", all_jobs)
-    plot_exp2(out, summary, all_jobs, iats, algos)
+    plot_exp2(out, summary, all_jobs, iats, algos, seed=seed, jobs=jobs, T=T)
     return {"rows": summary}
 
 
@@ -583,31 +615,70 @@ def fig5_iats(iats: Sequence[float]) -> list[float]:
     return (paper + [i for i in iats if i not in paper])[:2]
 
 
+def exp2_settings(seed: int | None, jobs: int | None, T: float | None) -> str:
+    """The settings note of Experiment Two's figures: those given (a library caller may give none)."""
+    parts = [f"seed {seed}" if seed is not None else "", f"{jobs} completions per run" if jobs is not None else "",
+             f"control cycle T = {T:g} s" if T is not None else ""]
+    return ", ".join([p for p in parts if p] + [_cluster_text(), "placement changes cost no time"])
+
+
+def coinciding_points(series: Mapping[str, Sequence[tuple[float, float]]], labels: Mapping[str, str]) -> list[str]:
+    """Lines saying at which inter-arrival times the points of series that differ elsewhere lie on one another (at
+    200 s the four algorithms met the same share of goals, one marker over the other): those whose ``labels``
+    (:func:`coordinator.figures.coinciding_labels`) already say they equal another throughout are no news."""
+    root = {name: label.split(" (= ", 1)[1][:-1] if " (= " in label else name for name, label in labels.items()}
+    xs = sorted({x for points in series.values() for x, _ in points})
+    where: dict[tuple[str, ...], list[str]] = {}  # the series that coincide -> where, and at what value
+    for x in xs:
+        at = {name: y for name, points in series.items() for px, y in points if px == x and math.isfinite(y)}
+        groups: list[list[str]] = []
+        for name, y in at.items():
+            group = next((g for g in groups if math.isclose(at[g[0]], y, rel_tol=1e-9, abs_tol=1e-12)), None)
+            if group is None:
+                groups.append([name])
+            else:
+                group.append(name)
+        for group in groups:
+            if len({root[n] for n in group}) > 1:
+                where.setdefault(tuple(group), []).append(f"{x:g} s ({at[group[0]]:.4g})")
+    return [f"{', '.join(group[:-1])} and {group[-1]} coincide at {', '.join(spots)}" for group, spots in where.items()]
+
+
 def plot_exp2(out: Path, summary: Sequence[Mapping[str, Any]], all_jobs: Sequence[Mapping[str, Any]],
-              iats: Sequence[float], algos: Sequence[str]) -> None:
+              iats: Sequence[float], algos: Sequence[str], *, seed: int | None = None, jobs: int | None = None,
+              T: float | None = None) -> None:
     """Figs. 3-5 from Experiment Two's summary rows and per-job rows (as written to ``exp2_summary.csv`` and
-    ``exp2_jobs.csv``). Fig. 5 has a panel for each of the paper's 200 s and 50 s that was run, and fills up to two
-    panels with the other inter-arrival times run, in the order given (:func:`fig5_iats`)."""
+    ``exp2_jobs.csv``), each with a note of the ``seed``, the completions per run (``jobs``) and the control cycle
+    ``T`` that produced them. Fig. 5 has a panel for each of the paper's 200 s and 50 s that was run, and fills up
+    to two panels with the other inter-arrival times run, in the order given (:func:`fig5_iats`). In Figs. 3 and 4
+    each algorithm has its own marker, and one whose points are an earlier one's says so in the legend
+    ("EDF-REPACK (= EDF)"): the line drawn last hid the other."""
     import matplotlib.pyplot as plt
 
-    for key, fname, ylabel, title in (
-            ("met_pct", "fig3_met.png", "jobs that met their goal [%]", "Experiment Two: jobs meeting the goal"),
-            ("placement_changes", "fig4_changes.png", "jobs suspended + resumed + migrated",
-             "Experiment Two: placement changes")):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        # Each algorithm its own marker and dash, drawn wider first: lines with the same values (EDF and EDF-REPACK
-        # meet the same goals at every rate) showed as one, the first hidden under the last (APC review).
-        styles = ("o-", "s--", "^-.", "D:")
-        for k, algo in enumerate(algos):
-            rows = [r for r in summary if r["algorithm"] == algo]
-            ax.plot([r["inter_arrival_s"] for r in rows], [r[key] for r in rows], styles[k % len(styles)],
-                    c=COLORS[algo], label=algo.upper(), lw=2.6 - 0.5 * k, ms=8 - 1.5 * k, alpha=0.85)
+    note = exp2_settings(seed, jobs, T)
+    for key, fname, ylabel, title, extra in (
+            ("met_pct", "fig3_met.png", "jobs that met their goal [%]", "Experiment Two: jobs meeting the goal", ""),
+            ("placement_changes", "fig4_changes.png", "suspended + resumed + migrated (sum)",
+             "Experiment Two: placement changes, the sum of\njobs suspended, resumed and migrated",
+             "\nthe three apart: columns suspends, resumes, migrations of exp2_summary.csv")):
+        fig, ax = plt.subplots(figsize=(7, 4.8))
+        series = {algo.upper(): [(float(r["inter_arrival_s"]), float(r[key])) for r in summary
+                                 if r["algorithm"] == algo] for algo in algos}
+        labels = coinciding_labels(series)
+        # Each algorithm its own marker and dash, drawn wider first, and a label naming the one it equals: lines with
+        # the same values (EDF and EDF-REPACK meet the same goals at every rate) showed as one (APC review).
+        dashes = ("-", "--", "-.", ":")
+        for k, (algo, (name, points)) in enumerate(zip(algos, series.items(), strict=True)):
+            ax.plot([x for x, _ in points], [y for _, y in points], ls=dashes[k % len(dashes)], marker=marker(k),
+                    c=COLORS[algo], label=labels[name], lw=2.6 - 0.5 * k, ms=9 - 1.5 * k, alpha=0.85,
+                    mfc="none" if k % 2 else COLORS[algo])
         ax.set_xlabel("mean inter-arrival time [s]")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-        fig.tight_layout()
+        rect = settings_note(fig, "\n".join([note, *coinciding_points(series, labels)]) + extra)
+        fig.tight_layout(rect=rect)
         save_figure(fig, out / fname, dpi=120)
         plt.close(fig)
     shown = fig5_iats(iats)
@@ -629,7 +700,8 @@ def plot_exp2(out: Path, summary: Sequence[Mapping[str, Any]], all_jobs: Sequenc
         ax.set_title(f"Experiment Two, mean inter-arrival {iat:g} s")
     # one legend for both panels, beside them: inside, it covered the goal-factor-4 points
     axes[0][-1].legend(markerscale=3, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    fig.tight_layout()
+    rect = settings_note(fig, note)
+    fig.tight_layout(rect=rect)
     save_figure(fig, out / "fig5_distance.png", dpi=120)
     plt.close(fig)
 
@@ -658,7 +730,8 @@ def experiment_three(out: Path, seed: int, T: float, horizon: float, units: Unit
                          "jobs_rp_at_completion_mean": _mean([j["rp"] for j in res.jobs]),
                          "jobs_met_pct": 100 * res.met_fraction, "placement_changes": res.job_changes}
     _write_csv(out / "exp3_cycles.csv", cycles)
-    plot_exp3(out, cycles)
+    plot_exp3(out, cycles, seed=seed, T=T, horizon=horizon,
+              jobs=sum(j.submit < horizon for j in jobs))
     return summary
 
 
@@ -687,16 +760,31 @@ def _num(x: float, fmt: str) -> str:
     return "n/a" if math.isnan(x) else format(x, fmt)
 
 
-def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
-    """Figs. 6 and 7 from Experiment Three's per-cycle rows (as written to ``exp3_cycles.csv``)."""
+def exp3_settings(seed: int | None, T: float | None, horizon: float | None, jobs: int | None) -> str:
+    """The settings note of Experiment Three's figures: those given (a library caller may give none)."""
+    parts = [f"seed {seed}" if seed is not None else "",
+             "" if jobs is None else f"{jobs} long-running jobs submitted within the horizon ({EXP3_INITIAL} at t = 0)",
+             f"control cycle T = {T:g} s" if T is not None else "",
+             f"horizon {horizon:,.0f} s" if horizon is not None else ""]
+    return ", ".join([p for p in parts if p] + [_cluster_text()]) + (
+        "\nstatic partitions: the transactional app on the first 9 or 6 nodes, the jobs FCFS on the others; "
+        "placement changes cost time (Costs' defaults)")
+
+
+def plot_exp3(out: Path, cycles: list[dict[str, Any]], *, seed: int | None = None, T: float | None = None,
+              horizon: float | None = None, jobs: int | None = None) -> None:
+    """Figs. 6 and 7 from Experiment Three's per-cycle rows (as written to ``exp3_cycles.csv``), each with a note of
+    the settings that produced them: the ``seed``, the long-running ``jobs`` submitted within the ``horizon`` and the
+    control cycle ``T``. Fig. 7's CPU is in MHz, as in the CSV, written with thousands separators."""
     import matplotlib.pyplot as plt
 
+    note = exp3_settings(seed, T, horizon, jobs)
     for fname, title, ylabel, series in (
             ("fig6_rp.png", "Experiment Three: relative performance", "relative performance",
              (("web_rp", "transactional (actual)"), ("hyp_rp_mean", "long-running (hypothetical)"))),
             ("fig7_cpu.png", "Experiment Three: CPU allocated [MHz]", "CPU [MHz]",
              (("web_cpu_mhz", "transactional"), ("batch_cpu_mhz", "long-running")))):
-        fig, axes = plt.subplots(len(EXP3_CONFIGS), 1, figsize=(9, 8), sharex=True, sharey=True)
+        fig, axes = plt.subplots(len(EXP3_CONFIGS), 1, figsize=(9, 8.5), sharex=True, sharey=True)
         for ax, (name, _) in zip(axes, EXP3_CONFIGS, strict=True):
             rows = [c for c in cycles if c["config"] == name]
             for key, label in series:
@@ -704,14 +792,18 @@ def plot_exp3(out: Path, cycles: list[dict[str, Any]]) -> None:
             ax.set_title(name, fontsize=10)
             ax.set_ylabel(ylabel, fontsize=9)
             ax.grid(alpha=0.3)
+            ax.xaxis.set_major_formatter(_thousands())
             if fname == "fig6_rp.png":
                 low = min(float(c[k]) for c in cycles for k, _ in series if math.isfinite(float(c[k])))
                 ax.set_ylim(max(-3.0, low - 0.1), 0.8)
+            else:  # 300,000 MHz, not 300000
+                ax.yaxis.set_major_formatter(_thousands())
         # beside the first panel: inside, it covered the start of the long-running line
         axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, fontsize=8)
         axes[-1].set_xlabel("time [s]")
         fig.suptitle(title)
-        fig.tight_layout()
+        rect = settings_note(fig, note)
+        fig.tight_layout(rect=rect)
         save_figure(fig, out / fname, dpi=120)
         plt.close(fig)
 

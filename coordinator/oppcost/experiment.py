@@ -70,6 +70,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coordinator.cliargs import Parser, usable_out_dir
+from coordinator.figures import settings_note
 from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
@@ -204,7 +205,68 @@ def wins(rows: list[dict[str, float]]) -> dict[str, int]:
     return {f"{ym}<{xm}": sum(r[f"{ym}_mean"] < r[f"{xm}_mean"] for r in with_jobs(rows)) for _, xm, ym in FIGURES}
 
 
-def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
+#: 004's Table 2 orderings of the average slowdown by execution, as (figure, x method, y method): y's is below x's
+#: there (E-PVM below PVM, E-Mosix below Mosix).
+TABLE2_ORDERINGS = (("fig3", "pvm", "e-pvm"), ("fig4", "mosix", "e-mosix"))
+SHORT = {"pvm": "PVM", "e-pvm": "E-PVM", "mosix": "Mosix", "e-mosix": "E-Mosix"}
+#: What ``--help`` says of the default machine memories (``--memory``), in its words.
+MEMORY_GUESS = "a guess, 004's Table 1 is not in our text"
+
+
+def table2_ordering(rows: list[dict[str, float]], xm: str, ym: str, sep: str = "; ") -> str:
+    """Whether the executions ``rows`` (those with jobs count) show 004's Table 2 ordering "``ym``'s average slowdown
+    by execution below ``xm``'s": 004's, ``sep``, this run's, with both averages and (unless ``sep`` breaks the line,
+    for a figure that says it already) the executions where ``ym``'s is below (under x = y in the pair's figure)."""
+    counted = with_jobs(rows)
+    paper = f"004 Table 2: {SHORT[ym]} below {SHORT[xm]} by execution{sep}this run: "
+    if not counted:
+        return paper + "n/a (no execution with jobs)"
+    x = sum(r[f"{xm}_mean"] for r in counted) / len(counted)
+    y = sum(r[f"{ym}_mean"] for r in counted) / len(counted)
+    side = "below, as in 004" if y < x else "above, unlike 004" if y > x else "equal, unlike 004"
+    below = sum(r[f"{ym}_mean"] < r[f"{xm}_mean"] for r in counted)
+    plural = "" if len(counted) == 1 else "s"
+    count = "" if "\n" in sep else f"; {below} of {len(counted)} execution{plural} below x = y"
+    return f"{paper}{side} ({y:.3f} vs {x:.3f}{count})"
+
+
+def memory_note(cfg: Config, sep: str = ": ") -> str:
+    """The machines' memory sizes, ``sep``, and whether they are the documented guess (no ``--memory``)."""
+    sizes = ",".join(f"{m.mem:g}" for m in cfg.cluster())
+    why = f"{MEMORY_GUESS} (--memory to change)" if cfg.memory is None else "as given (--memory)"
+    return f"machine memory {sizes} MB ({','.join(CLUSTER_NAMES)}){sep}{why}"
+
+
+def settings_text(cfg: Config | None, rows: list[dict[str, float]]) -> str:
+    """The settings note of Figs. 3-6: the seeds of the executions ``rows`` shown, the thrashing factor, the
+    flags given that change results (``--fit``, ``--scale``, ``--cost-load``, ...) and the machines' memory."""
+    seeds = sorted(int(r["seed"]) for r in rows)
+    if not seeds:
+        first = "no execution"
+    elif len(seeds) == 1:
+        first = f"seed {seeds[0]}"
+    else:
+        first = (f"seeds {seeds[0]}-{seeds[-1]}" if seeds[-1] - seeds[0] + 1 == len(seeds) else
+                 f"seeds {seeds[0]} to {seeds[-1]}, with gaps")
+    if cfg is None:
+        return first
+    first += f" (execution k: seed {cfg.seed} + k), thrashing factor beta {cfg.beta:g}"
+    default = Config()
+    given = []
+    for key, flag in SETTINGS.items():
+        value = getattr(cfg, key)
+        if key in ("seed", "beta", "memory") or value == getattr(default, key):
+            continue
+        given.append(flag if isinstance(value, bool) else f"{flag} {value:g}" if isinstance(value, float)
+                     else f"{flag} {value}")
+    return "\n".join([first, *([f"other flags given: {' '.join(given)}"] if given else []),
+                      memory_note(cfg, ":\n" if cfg.memory is None else ": ")])
+
+
+def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None = None) -> list[Path]:
+    """Figs. 3-6 of the first ``first`` executions ``rows``, each with a note of the settings ``cfg`` that produced
+    them (:func:`settings_text`); Figs. 3 and 4 also say whether the run shows 004's Table 2 ordering of their pair
+    (:func:`table2_ordering`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -231,6 +293,7 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
     empty = len(shown) - len(rows)
     count = f"{len(rows)} execution{'' if len(rows) == 1 else 's'}" + (
         f" ({empty} without jobs left out)" if empty else "")
+    note = settings_text(cfg, shown)
     paths = []
     for fig_name, xm, ym in FIGURES:
         xs, ys = [r[f"{xm}_mean"] for r in rows], [r[f"{ym}_mean"] for r in rows]
@@ -245,8 +308,9 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
         below = sum(y < x for x, y in zip(xs, ys, strict=True))
         ax.set_xlabel(f"{LABELS[xm]}: average slowdown of the execution")
         ax.set_ylabel(f"{LABELS[ym]}: average slowdown of the execution")
-        ax.set_title(f"{fig_name[:3].capitalize()}. {fig_name[3:]}: {LABELS[ym]} vs {LABELS[xm]}\n"
-                     f"{count}; {below} below x = y ({LABELS[ym]} better)", fontsize=10)
+        paper = [table2_ordering(rows, a, b, ";\n") for f, a, b in TABLE2_ORDERINGS if f == fig_name]
+        ax.set_title("\n".join([f"{fig_name[:3].capitalize()}. {fig_name[3:]}: {LABELS[ym]} vs {LABELS[xm]}",
+                                f"{count}; {below} below x = y ({LABELS[ym]} better)", *paper]), fontsize=10)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(FormatStrFormatter("%g"))
             if math.log10(hi / lo) < 0.3:  # too narrow for two ticks at k * 10**n: evenly spaced ones instead
@@ -256,7 +320,8 @@ def plot(rows: list[dict[str, float]], out: Path, first: int) -> list[Path]:
                 axis.set_minor_formatter(MinorLabels())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="upper left")
-        fig.tight_layout()
+        rect = settings_note(fig, note)
+        fig.tight_layout(rect=rect)
         path = save_figure(fig, out / f"{fig_name}_{xm}_vs_{ym}.png", dpi=110)
         plt.close(fig)
         paths.append(path)
@@ -605,7 +670,7 @@ def oppcost_main(argv: list[str]) -> int:
                "executions_without_wall_time": before.unknown,
                "table2": table, "wins": wins(rows), "code": config["code"]}
     write_json(out / "summary.json", json_safe(summary), sort_keys=False)
-    figs = plot(rows, out, cfg.plot_first)
+    figs = plot(rows, out, cfg.plot_first, cfg)
     if len(counted) < len(rows):
         print(f"{len(rows) - len(counted)} of {len(rows)} executions had no job (--duration {cfg.duration:g} s; jobs "
               f"arrive {2 * MixConfig().mean_interarrival:g} s apart at most): they are left out of the statistics by "
@@ -620,6 +685,9 @@ def oppcost_main(argv: list[str]) -> int:
     print("executions won (lower average slowdown): "
           + ", ".join(f"{LABELS[k.split('<')[0]]} over {LABELS[k.split('<')[1]]} {v}/{len(counted)}"
                       for k, v in summary["wins"].items()))
+    for _, xm, ym in TABLE2_ORDERINGS:  # where this run goes with 004's Table 2, or against it
+        print(table2_ordering(rows, xm, ym))
+    print(memory_note(cfg))
     if not interrupted:  # the run is finished: say so, then drop the journal it no longer needs
         write_json(out / "config.json", config_json(cfg, argv, complete=True))
         (out / JOURNAL).unlink(missing_ok=True)
