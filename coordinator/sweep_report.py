@@ -25,9 +25,11 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from coordinator.figures import coinciding_labels, marker, settings_note
 from coordinator.metrics import MOVE_COUNTING, degradation_factors
 from coordinator.outputs import save_figure, write_text
 from coordinator.policy_names import policy_order, split_name
@@ -209,11 +211,87 @@ def _legend(ax: Any, **kw: Any) -> None:
 
 
 def _value_label(v: Any) -> str:
-    """A bar's value, in three significant figures, whole from 1,000 up ("5,120", not "5.12e+03"); "" for a bar
-    with none."""
+    """A bar's value, in three significant figures, whole from 1,000 up ("5,120", not "5.12e+03") and in plain
+    decimals below 0.001 ("0.0000461", not "4.61e-05"); "" for a bar with none."""
     if not (isinstance(v, int | float) and math.isfinite(v)):
         return ""
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    text = f"{v:.3g}"
+    return format(Decimal(text), "f") if "e" in text else text
+
+
+def _count(n: int, word: str) -> str:
+    """``1 trace``, ``2 traces``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _span(values: Sequence[Any]) -> str:
+    """Integers as a note lists them: ``100``, ``87-150`` (a range of values), ``0-3, 7`` (of weeks)."""
+    vs = sorted(set(values))
+    runs: list[list[int]] = []
+    for v in vs:
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _group_setting(group: str, cells: Sequence[dict[str, Any]], cfg: dict[str, Any]) -> str | None:
+    """What the traces of ``group`` among ``cells`` are (how many, which: Lublin seeds or HPC2N weeks), their jobs and
+    hosts, as a figure's note says it; None when no cell is of the group."""
+    mine = [c for c in cells if c.get("group") == group]
+    if not mine:
+        return None
+    traces = {c["trace"] for c in mine}
+    seed, lublin = cfg.get("seed"), cfg.get("traces" if group == "scaled" else "unscaled")
+    if isinstance(seed, int) and lublin:
+        first = seed + (10_000 if group == "unscaled" else 0)  # (coordinator.sweep.build_traces' seeds)
+        seeds = f"seed {first}" if lublin == 1 else f"seeds {first}-{first + lublin - 1}"
+    else:
+        seeds = ""
+    if group == "scaled":
+        per_load: dict[float, set[str]] = defaultdict(set)
+        for c in mine:
+            per_load[c["load"]].add(c["trace"])
+        each = _span([len(v) for v in per_load.values()]).replace(", ", "/")
+        text = (f"scaled: {each} Lublin trace{'' if each == '1' else 's'} per load{f' ({seeds})' if seeds else ''}"
+                f" x {_count(len(per_load), 'load')} ({', '.join(f'{x:g}' for x in sorted(per_load))})"
+                f" = {_count(len(traces), 'trace')}")
+    elif group == "unscaled":
+        text = f"unscaled: {_count(len(traces), 'Lublin trace')}{f' ({seeds})' if seeds else ''}"
+    else:
+        weeks = [int(t.rsplit("-w", 1)[1]) for t in traces if t.rsplit("-w", 1)[-1].isdigit()]
+        text = (f"HPC2N: {_count(len(traces), 'week')}"
+                + (f" (week{'' if len(weeks) == 1 else 's'} {_span(weeks)})" if weeks else ""))
+    jobs = [int(c["jobs"]) for c in mine if isinstance(c.get("jobs"), int | float) and math.isfinite(c["jobs"])]
+    hosts = [int(c["hosts"]) for c in mine if isinstance(c.get("hosts"), int | float)]
+    if jobs:
+        text += f", {min(jobs) if min(jobs) == max(jobs) else f'{min(jobs)}-{max(jobs)}'} jobs per trace"
+        if cfg.get("max_jobs") and max(jobs) >= cfg["max_jobs"]:  # (said where it binds)
+            text += f" (the first {cfg['max_jobs']} of a trace kept)"
+    if group != "hpc2n" and cfg.get("job_scale", 1.0) != 1.0:
+        text += f", job scale {cfg['job_scale']:g}"
+    if hosts:
+        text += f", {_span(hosts).replace(', ', '/')} hosts"
+    return text
+
+
+def _settings(cells: Sequence[dict[str, Any]], cfg: dict[str, Any] | None, groups: Sequence[str],
+              penalty: float | None = None) -> list[str]:
+    """The note of a sweep figure: per trace group shown, its traces (how many and which), jobs per trace and hosts;
+    then the penalty (``None``: one panel each, said in their titles) and what failed."""
+    cfg = cfg or {}
+    cells = [c for c in cells if penalty is None or c.get("penalty") == penalty]
+    lines = [line for g in groups if (line := _group_setting(g, cells, cfg)) is not None]
+    pens = sorted({c["penalty"] for c in cells if c.get("penalty") is not None})
+    last = (f"rescheduling penalty {penalty:g} s" if penalty is not None
+            else f"rescheduling penalties {', '.join(f'{p:g}' for p in pens)} s (one panel each)" if pens else "")
+    failed = sum(1 for c in cells if c.get("group") in groups and c.get("status") != "ok")
+    if failed:
+        last += f"; {_count(failed, 'cell')} timed out or failed, left out of the means"
+    return [*lines, last] if last else lines
 
 
 def _label_above(ax: Any, xs: Sequence[float], avg: Sequence[Any], mx: Sequence[Any], **text: Any) -> None:
@@ -237,16 +315,21 @@ def _headroom(ax: Any) -> None:
         ax.set_ylim(low, high + 0.18 * (high - low))
 
 
-def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms: Sequence[str]) -> Path | None:
-    """Fig. 1 with a panel per penalty that has a value to show; None (and no file) when none has."""
+def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms: Sequence[str],
+               cells: Sequence[dict[str, Any]] = (), cfg: dict[str, Any] | None = None) -> Path | None:
+    """Fig. 1 with a panel per penalty that has a value to show; None (and no file) when none has. ``cells`` and
+    ``cfg`` (the sweep's config) give the note of its settings: traces per point, jobs, seeds, hosts."""
     shown = {pen: data for pen, data in panels.items() if any(_plottable(d[a]) for d in data for a in algorithms)}
     if not shown:
         _say(f"{path.name} not drawn: no scaled trace's cell has a max stretch")
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown), 5), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown), 5.4), squeeze=False, sharey=True)
     try:
-        markers = "os^vD<>px*"
+        # An algorithm's label says which earlier one it equals in every panel ("DYNMCB8-STRETCH-PER (=
+        # DYNMCB8-PER)"): drawn over it, it hides it
+        series = {alg: [(d["load"], d[alg]) for _, data in sorted(shown.items()) for d in data] for alg in algorithms}
+        labels = coinciding_labels({_label(a): pts for a, pts in series.items()})
         for ax, (pen, data) in zip(axes[0], sorted(shown.items()), strict=True):
             loads = [d["load"] for d in data]
             for i, alg in enumerate(algorithms):
@@ -255,7 +338,7 @@ def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms
                     continue
                 # Hollow markers, a little smaller for each later algorithm: two algorithms of equal values (the
                 # GREEDY-PMTN pair at 1.0) show as nested outlines, not as one filled marker hiding the other.
-                ax.plot(loads, ys, marker=markers[i % len(markers)], label=_label(alg), markerfacecolor="none",
+                ax.plot(loads, ys, marker=marker(i), label=labels[_label(alg)], markerfacecolor="none",
                         markeredgewidth=1.4, markersize=max(4.0, 10.0 - 0.6 * i), linewidth=max(0.8, 2.0 - 0.12 * i))
             ax.set_yscale("log")
             ax.set_xlabel("offered load")
@@ -263,15 +346,20 @@ def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms
             ax.grid(True, which="both", alpha=0.3)
         axes[0][0].set_ylabel("max-stretch degradation factor (log)")
         _legend(axes[0][-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.tight_layout()
+        note = [*_settings([c for c in cells if c.get("penalty") in shown], cfg, ("scaled",)),
+                "each point: the mean of the degradation factors (max stretch / the best algorithm's on the trace) of "
+                "the scaled traces at that load"]
+        fig.tight_layout(rect=settings_note(fig, "\n".join(note)))
         save_figure(fig, path, dpi=120)
     finally:
         plt.close(fig)
     return path
 
 
-def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float) -> Path | None:
-    """Table I's bars, a panel per trace group that has a value to show; None (and no file) when none has."""
+def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float, cells: Sequence[dict[str, Any]] = (),
+                 cfg: dict[str, Any] | None = None) -> Path | None:
+    """Table I's bars, a panel per trace group that has a value to show; None (and no file) when none has. ``cells``
+    and ``cfg`` (the sweep's config) give the note of its settings: traces per group, jobs, seeds, hosts."""
     groups = [(g, title) for g, title in GROUPS
               if any(_plottable(r[f"{g}_avg"]) or _plottable(r[f"{g}_max"]) for r in t1)]
     if not groups:
@@ -301,42 +389,71 @@ def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float) -> Pa
         axes[0][0].set_ylabel("degradation factor (log)")
         _legend(axes[0][0], fontsize=8)
         fig.suptitle(f"Table I analogue: degradation factor, penalty {penalty:g} s")
-        fig.tight_layout()
+        note = [*_settings(cells, cfg, [g for g, _ in groups], penalty),
+                "bar: the mean over a group's traces of an algorithm's degradation factor (max stretch / the best "
+                "algorithm's on the trace); dash: the maximum"]
+        fig.tight_layout(rect=settings_note(fig, "\n".join(note)))
         save_figure(fig, path, dpi=120)
     finally:
         plt.close(fig)
     return path
 
 
-def _plot_table2(path: Path, t2: Sequence[dict[str, Any]], penalty: float) -> Path | None:
-    """Table II's bars (linear axes); None (and no file) when no algorithm has a cell."""
+#: Table II's panels: the columns' suffix, the title (with a place for the unit) and its units, each with its factor
+#: from the CSV's; a panel
+#: takes the first unit in which its smallest nonzero value is at least 0.01 (:func:`_unit`).
+TABLE2_PANELS = (("gb_s", "bandwidth ({})", (("GB/s", 1.0), ("MB/s", 1e3), ("kB/s", 1e6), ("B/s", 1e9))),
+                 ("per_hour", "occurrences {}", (("per hour", 1.0), ("per 1,000 hours", 1e3), ("per 10^6 hours", 1e6))),
+                 ("per_job", "occurrences {}", (("per job", 1.0), ("per 1,000 jobs", 1e3), ("per 10^6 jobs", 1e6))))
+
+
+def _unit(values: Sequence[Any], units: Sequence[tuple[str, float]]) -> tuple[str, float]:
+    """The unit a panel shows ``values`` in: the first in which the smallest nonzero one is at least 0.01 (a
+    bandwidth of 4.61e-05 GB/s read "4.61e-05"; it is 0.0461 MB/s)."""
+    small = min((abs(v) for v in values if isinstance(v, int | float) and math.isfinite(v) and v != 0),
+                default=1.0)
+    return next(((u, f) for u, f in units if small * f >= 0.01), units[-1])
+
+
+def _plot_table2(path: Path, t2: Sequence[dict[str, Any]], penalty: float, cells: Sequence[dict[str, Any]] = (),
+                 cfg: dict[str, Any] | None = None) -> Path | None:
+    """Table II's bars (linear axes), each panel in a unit that needs no exponent (:func:`_unit`); None (and no
+    file) when no algorithm has a cell. ``cells`` (those Table II reads: scaled traces of load >= 0.7) and ``cfg``
+    (the sweep's config) give the note of its settings; n, the cells per algorithm, is in the title (or under each
+    algorithm's name where they differ)."""
     if not any(r["n"] for r in t2):
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.2))
     try:
-        pairs = (("gb_s", "bandwidth (GB/s)"), ("per_hour", "occurrences per hour"),
-                 ("per_job", "occurrences per job"))
         algs = [r["algorithm"] for r in t2]
+        ns = {r["n"] for r in t2}
         xs = list(range(len(algs)))
         w = 0.38
-        for ax, (suffix, title) in zip(axes, pairs, strict=True):
+        for ax, (suffix, title, units) in zip(axes, TABLE2_PANELS, strict=True):
+            unit, factor = _unit([r[f"{k}_{suffix}_{s}"] for r in t2 for k in ("pmtn", "mig") for s in ("avg", "max")],
+                                 units)
             for off, kind, color in ((-w / 2, "pmtn", "tab:orange"), (w / 2, "mig", "tab:green")):
-                avg = [r[f"{kind}_{suffix}_avg"] for r in t2]
-                mx = [r[f"{kind}_{suffix}_max"] for r in t2]
+                avg = [r[f"{kind}_{suffix}_avg"] * factor for r in t2]
+                mx = [r[f"{kind}_{suffix}_max"] * factor for r in t2]
                 ax.bar([x + off for x in xs], avg, width=w, color=color, label=f"{kind} (avg)")
                 # (each bar's value: on a linear axis a preemption rate beside a migration rate 50 times larger
                 # drew no visible bar)
                 ax.scatter([x + off for x in xs], mx, color="black", marker="_", s=120, zorder=3)
                 _label_above(ax, [x + off for x in xs], avg, mx, fontsize=6, rotation=90)
             _headroom(ax)
-            ax.set_xticks(xs, [_label(a) for a in algs], rotation=45, ha="right", fontsize=8)
-            ax.set_title(title)
+            ax.set_xticks(xs, [_label(r["algorithm"]) + ("" if len(ns) == 1 else f"\n(n={r['n']})") for r in t2],
+                          rotation=45, ha="right", fontsize=8)
+            ax.set_title(title.format(unit))
             ax.grid(True, axis="y", alpha=0.3)
         _legend(axes[0], fontsize=8, title="bar: average, dash: max", title_fontsize=7)
+        n_text = f" (n = {_count(ns.pop(), 'trace')} per algorithm)" if len(ns) == 1 else " (n per algorithm)"
         fig.suptitle(f"Table II analogue: preemption/migration costs, scaled traces with load >= 0.7, "
-                     f"penalty {penalty:g} s")
-        fig.tight_layout()
+                     f"penalty {penalty:g} s{n_text}")
+        note = _settings(cells, cfg, ("scaled",), penalty)
+        if other := sum(int(r.get("other_counting") or 0) for r in t2):
+            note.append(f"{_count(other, 'cell')} counted under an earlier move-counting rule left out")
+        fig.tight_layout(rect=settings_note(fig, "\n".join(note)))
         save_figure(fig, path, dpi=120)
     finally:
         plt.close(fig)
@@ -371,7 +488,7 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
     for pen in cfg["penalties"]:
         t1 = table1(rows, algorithms, pen)
         paths.append(_write_csv(out / f"table1_p{pen:g}.csv", t1, TABLE1_FIELDS))
-        _plot(paths, _plot_table1, out / f"table1_p{pen:g}.png", t1, pen)
+        _plot(paths, _plot_table1, out / f"table1_p{pen:g}.png", t1, pen, rows, cfg)
         if pen == 300:
             paths.append(_write_csv(out / "table1_vs_paper_p300.csv", table1_vs_paper(t1), TABLE1_VS_PAPER_FIELDS))
             if other := [a for a in algorithms if a not in PAPER_TABLE1_P300]:
@@ -382,14 +499,15 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
         t2 = table2(rows, algorithms, pen)
         if t2 and any(r["n"] for r in t2):
             paths.append(_write_csv(out / f"table2_p{pen:g}.csv", t2, TABLE2_FIELDS))
-            _plot(paths, _plot_table2, out / f"table2_p{pen:g}.png", t2, pen)
+            heavy = [r for r in rows if r["group"] == "scaled" and r["load"] is not None and r["load"] >= 0.7 - 1e-9]
+            _plot(paths, _plot_table2, out / f"table2_p{pen:g}.png", t2, pen, heavy, cfg)
         elif t2:
             _say(f"no table2_p{pen:g}: no ok cell of a preempting algorithm on a scaled trace of load >= 0.7")
         if cfg["traces"]:
             panels[pen] = fig1(rows, algorithms, pen, cfg["loads"])
             paths.append(_write_csv(out / f"fig1_p{pen:g}.csv", panels[pen], ("load", *algorithms)))
     if panels:
-        _plot(paths, _plot_fig1, out / "fig1.png", panels, algorithms)
+        _plot(paths, _plot_fig1, out / "fig1.png", panels, algorithms, rows, cfg)
     return paths
 
 

@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.cliargs import Parser, usable_out_dir
+from coordinator.figures import coinciding_labels, marker, settings_note
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
@@ -119,7 +120,9 @@ rows an earlier run (session) finished, so its results mix run times of several 
 `session` column says which session timed each row (1 = the first run, +1 per resume), config.json's
 `sessions` when each started, on which host, with how many CPUs and --jobs; summary.csv's `sessions`
 counts the sessions behind each mean. Compare run times within one session, or rerun into a new --out.
-MCB8 runs compiled (numba), MCB1-MCB7 in Python: a factor of ~15 between them is the implementation's."""
+MCB8 runs compiled (numba), MCB1-MCB7 and GR/SG/GB/SGB in Python: a factor of ~15 between MCB8 and the
+other MCBs is the implementation's, and the greedy algorithms can come out slower than MCB8 (002 Sec. 4 has them
+faster)."""
 
 
 @dataclass
@@ -496,7 +499,103 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> list[Path]:
+def _listed(values: Iterable[float]) -> str:
+    """Settings values as a figure's note gives them: ``0.3, 0.6``; four or more evenly spaced ones as a range,
+    ``0.1 to 0.9 by 0.1`` (``%g``)."""
+    vs = sorted(values)
+    steps = [b - a for a, b in zip(vs, vs[1:], strict=False)]
+    if len(vs) >= 4 and all(math.isclose(d, steps[0], rel_tol=1e-6, abs_tol=1e-9) for d in steps):
+        return f"{vs[0]:g} to {vs[-1]:g} by {steps[0]:.6g}"
+    return ", ".join(f"{v:g}" for v in vs)
+
+
+def _count(n: int, word: str) -> str:
+    """``1 slack``, ``9 slacks``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _names(algos: list[str]) -> str:
+    """Algorithms as a note lists them: MCB1-MCB7 for a run of consecutive MCBs, GR/SG otherwise."""
+    mcb = [MCB.index(a) for a in algos if a in MCB]
+    if len(mcb) >= 3 and len(mcb) == len(algos) and mcb == list(range(mcb[0], mcb[-1] + 1)):
+        return f"{MCB[mcb[0]]}-{MCB[mcb[-1]]}"
+    return "/".join(algos)
+
+
+def _settings_lines(rows: list[dict], set_name: str, seed: Any) -> list[str]:
+    """What a vcsched figure says of the run that drew it: the set, its specifications (task counts, slacks and
+    CVs of the rows), instances per specification and in all, and the seed (config.json's)."""
+    tasks = sorted({int(r["tasks"]) for r in rows})
+    hosts = sorted({int(r["hosts"]) for r in rows if r.get("hosts") not in (None, "")})
+    slacks = {float(r["slack"]) for r in rows}
+    cvm, cvc = {float(r["cv_mem"]) for r in rows}, {float(r["cv_cpu"]) for r in rows}
+    specs = {(r["tasks"], r["slack"], r["cv_mem"], r["cv_cpu"]) for r in rows}
+    per_spec: dict[tuple, set] = defaultdict(set)
+    for r in rows:
+        per_spec[(r["tasks"], r["slack"], r["cv_mem"], r["cv_cpu"])].add(r["instance"])
+    counts = sorted({len(v) for v in per_spec.values()})
+    total = sum(len(v) for v in per_spec.values())
+    each = (str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}") if counts else "0"
+    cvs = (f"CV memory and CPU {_listed(cvm)} each" if cvm == cvc
+           else f"CV memory {_listed(cvm)}, CV CPU {_listed(cvc)}")
+    host_text = f"{'/'.join(map(str, hosts))} hosts, " if hosts else ""
+    return [f"{set_name} set: {host_text}{'/'.join(map(str, tasks))} tasks; memory slack {_listed(slacks)}; {cvs}",
+            f"{each} instance{'' if each == '1' else 's'} per specification x {_count(len(specs), 'specification')} "
+            f"({_count(len(tasks), 'task count')} x {_count(len(slacks), 'slack')} x "
+            f"{_count(len(cvm) * len(cvc), 'CV pair')}) = {_count(total, 'instance')}; "
+            f"seed {'not recorded' if seed is None else seed}"]
+
+
+def _runtime_lines(algos: list[str]) -> list[str]:
+    """The run-time figures' note: which algorithms run compiled and which in Python, so that a reader compares the
+    implementations' times, not the algorithms' (figures review: MCB8 came out faster than GR/SG, the reverse of
+    seed 002 Sec. 4)."""
+    from coordinator.policies.mcb8_kernel import mcb8_pack
+
+    kinds: dict[str, list[str]] = {"Compiled": [], "Plain Python": []}
+    if "MCB8" in algos:
+        kinds["Compiled" if mcb8_pack is not None else "Plain Python"].append(
+            "MCB8" + (" (numba)" if mcb8_pack is not None else ""))
+    if slow := [a for a in algos if a in MCB and a != "MCB8"]:
+        kinds["Plain Python"].append(_names(slow))
+    if greedy := [a for a in algos if a in GREEDY_VARIANTS]:
+        kinds["Plain Python"].append(_names(greedy))
+    if "MILP" in algos:
+        kinds["Compiled"].append("MILP (HiGHS solver)")
+    parts = [f"{kind}: {', '.join(names)}." for kind, names in kinds.items() if names]
+    if rr := [a for a in algos if a in ("RRND", "RRNZ")]:
+        parts.append(f"{_names(rr)}: LP relaxation (HiGHS) + rounding in Python.")
+    lines = [" ".join(["Run time: mean CPU time per instance.", *parts[:2]])]
+    if len(parts) > 1:
+        lines.append(" ".join([*parts[2:], "The times compare implementations, not algorithms"
+                               + (":" if greedy and "MCB8" in algos else ".")]))
+        if greedy and "MCB8" in algos:
+            lines.append("seed 002 Sec. 4 has the greedy algorithms faster than MCB8 (15-20 ms vs. nearly 0.5 s for "
+                         "500 tasks).")
+    return lines
+
+
+def _plain_log_ticks(ax: Any) -> None:
+    """Plain numbers on a log y axis (0.2, 0.3, not 2x10^-1): minor ticks labelled where the axis spans at most
+    about two decades (every one up to one decade, 2 and 5 up to two), none beyond, where they would crowd."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    low, high = ax.get_ylim()
+    decades = math.log10(high / low) if 0 < low < high else math.inf
+    shown = set(range(2, 10)) if decades <= 1.0 else {2, 5} if decades <= 2.2 else set()
+
+    def minor(v: float, _: Any) -> str:
+        mant = v / 10 ** math.floor(math.log10(v) + 1e-9) if v > 0 else 0.0
+        return f"{v:g}" if round(mant) in shown and abs(mant - round(mant)) < 1e-6 else ""
+
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor) if shown else NullFormatter())
+
+
+def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: Any = None) -> list[Path]:
+    """The set's figures (``mcb_*.png``, ``all_*.png``). Each series has its own colour and marker, the same for an
+    algorithm in every figure of its group, and a legend label saying which earlier series it equals (and hides):
+    ``SGB (= SG)``. Each figure names its settings at its bottom (``seed``: config.json's, as the caller knows it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -508,38 +607,52 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> lis
     label = f"{set_name} instances" + (", parallel jobs" if parallel else "")
     groups = {"mcb": [a for a in MCB if a in present], "all": [a for a in OVERALL if a in present]}
     all_tasks = {r["tasks"] for r in rows}
-    names = {}
+    suffix = {}
     for a in present:  # e.g. RRND/RRNZ run only on the smaller instances of the large set
         ts = {r["tasks"] for r in rows if r["algorithm"] == a}
-        names[a] = a if ts == all_tasks else f"{a} ({'/'.join(str(t) for t in sorted(ts))} tasks only)"
+        suffix[a] = "" if ts == all_tasks else f" ({'/'.join(str(t) for t in sorted(ts))} tasks only)"
+    settings = _settings_lines(rows, set_name, seed)
     metrics = [("min_yield", "Minimum yield"), ("avg_yield", "Average yield"), ("failure_rate", "Failure rate")]
+
+    def draw(ax: Any, series: dict[str, list[tuple[float, float]]], algos: list[str]) -> None:
+        labels = coinciding_labels(series)
+        for a, pts in series.items():
+            i = algos.index(a)  # (an algorithm's colour and marker are the same in every figure of the group)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=f"C{i % 10}", marker=marker(i), ms=6,
+                    markerfacecolor="none", markeredgewidth=1.3, lw=max(0.8, 2.2 - 0.15 * len(ax.lines)),
+                    label=labels[a] + suffix[a], ls="--" if a in ("LP", "MILP") else "-")
+
+    def save(fig: Any, ax: Any, note: list[str], name: str) -> None:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # (none on the MCB plots of a run without MCB)
+            ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout(rect=settings_note(fig, "\n".join(note)))
+        paths.append(save_figure(fig, outdir / name, dpi=110))
+        plt.close(fig)
+
     for g, algos in groups.items():
         for key, title in metrics:
-            fig, ax = plt.subplots(figsize=(7, 4.5))
+            fig, ax = plt.subplots(figsize=(7, 5))
+            series = {}
             for a in algos:
                 if a == "LP" and key == "avg_yield":
                     continue
                 pts = sorted((r["slack"], r[key]) for r in summ if r["algorithm"] == a)
                 if pts and not all(math.isnan(v) for _, v in pts):
-                    ax.plot(
-                        [p[0] for p in pts],
-                        [p[1] for p in pts],
-                        marker="o",
-                        ms=3,
-                        label=names[a],
-                        ls="--" if a in ("LP", "MILP") else "-",
-                    )
+                    series[a] = pts
+            draw(ax, series, algos)
             ax.set_xlabel("memory slack")
             ax.set_ylabel(title.lower())
             ax.set_title(f"{title} vs. slack ({label})")
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:  # (none on the MCB plots of a run without MCB)
-                ax.legend(fontsize=7, ncol=2)
-            fig.tight_layout()
-            p = save_figure(fig, outdir / f"{g}_{key}.png", dpi=110)
-            plt.close(fig)
-            paths.append(p)
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+            note = list(settings)
+            if key != "failure_rate":  # (the LP's line is over another instance set than the MILP's: review)
+                note.append("Each algorithm's mean over the instances it solved"
+                            + ("; LP: over the instances whose LP is feasible" if "LP" in series else ""))
+            else:
+                note.append("Failure rate: share of the instances each algorithm ran that it did not solve")
+            save(fig, ax, note, f"{g}_{key}.png")
+        fig, ax = plt.subplots(figsize=(7, 5))
+        series = {}
         for a in algos:
             if a == "LP":
                 continue
@@ -548,23 +661,15 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> lis
                 if r["algorithm"] == a:
                     t[r["tasks"]].append(float(r["seconds"]))
             if t:
-                xs = sorted(t)
-                ax.plot(xs, [1000 * float(np.mean(t[x])) for x in xs], marker="o", ms=3, label=a)
+                series[a] = [(x, 1000 * float(np.mean(t[x]))) for x in sorted(t)]
+        draw(ax, series, algos)
         ax.set_xlabel("number of tasks")
         ax.set_ylabel("run time (ms)")
         ax.set_yscale("log")
         ax.set_title(f"Run time vs. number of tasks ({label})")
-        note = "MCB8" in algos and any(a.startswith("MCB") and a != "MCB8" for a in algos)
-        if note:  # (002 compares the MCBs' run times; ours differ by the implementation as much)
-            fig.text(0.01, 0.01, "MCB8 runs compiled (numba), MCB1-MCB7 in Python: their times are not the "
-                     "algorithms' alone", fontsize=7, color="dimgray")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout(rect=(0, 0.04, 1, 1) if note else None)
-        p = save_figure(fig, outdir / f"{g}_runtime.png", dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        if series:
+            _plain_log_ticks(ax)
+        save(fig, ax, [*settings, *_runtime_lines(list(series))], f"{g}_runtime.png")
     return paths
 
 
@@ -624,13 +729,13 @@ def overall_lines(rows: list[dict], set_name: str) -> list[str]:
     return lines
 
 
-def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool) -> dict[str, Any]:
+def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: Any = None) -> dict[str, Any]:
     outdir.mkdir(parents=True, exist_ok=True)
     _write_csv(outdir / "results.csv", rows)
     _write_csv(outdir / "summary.csv", summary(rows))
     table = degradation_table(rows)
     _write_csv(outdir / "degradation.csv", table)
-    _plots(rows, outdir, set_name, parallel)
+    _plots(rows, outdir, set_name, parallel, seed)
     print(f"\n== {set_name} set: % degradation from best among MCB1-MCB8 (Table {1 if set_name == 'small' else 7})")
     print(f"{'algorithm':<10}{'avg':>8}{'max':>9}{'solved':>8}")
     for r in table:
@@ -737,7 +842,7 @@ def _replot(out: Path) -> int:
     for s in ("small", "large"):
         f = out / s / "results.csv"
         if f.exists():
-            _report(_load_rows(f), out / s, s, bool(conf.get("parallel_jobs", False)))
+            _report(_load_rows(f), out / s, s, bool(conf.get("parallel_jobs", False)), conf.get("seed"))
             done += 1
     if not done:
         print(f"vcemu vcsched: --replot: no results.csv under {out}/small or {out}/large", file=sys.stderr)
@@ -851,7 +956,7 @@ def vcsched_main(argv: list[str]) -> int:
             ": nothing to keep; run the same command again to start"), file=sys.stderr)
         return 130
     for s in cfg.sets:
-        _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs)
+        _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs, cfg.seed)
     write_json(out / "config.json", {**conf, "complete": True}, indent=1, sort_keys=False)
     (out / JOURNAL).unlink(missing_ok=True)
     timed = sorted({r["session"] for r in rows})
