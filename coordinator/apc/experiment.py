@@ -160,6 +160,29 @@ LIVE_SECONDS = 40.0
 #: What :func:`coordinator.apc.live.live_experiment_three` writes in ``--out``/live (not imported from there: it
 #: needs gRPC, and only ``--live`` does).
 LIVE_OUTPUTS = ("config.json", "live_cycles.csv", "fig_live.png")
+#: Each experiment's files among :data:`OUTPUTS`: what a run of other experiments replaces (:func:`replaced_note`).
+EXPERIMENT_OUTPUTS = {"one": ("exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png"),
+                      "two": ("exp2_jobs.csv", "exp2_summary.csv", "fig3_met.png", "fig4_changes.png",
+                              "fig5_distance.png"),
+                      "three": ("exp3_cycles.csv", "fig6_rp.png", "fig7_cpu.png")}
+
+
+def replaced_note(out: Path, exps: Sequence[str], live: bool, kept: bool) -> str | None:
+    """The line saying which earlier results in ``out`` a run of ``exps`` (and ``--live`` or not) removes and does
+    not write again, and, if their simulations are ``kept`` in the journal, how to have them back; None if none.
+    ``--out`` describes one run, so the README's ``--live --experiments three`` after a full run removed
+    Experiments One and Two's files, silently (README walk-through review)."""
+    gone = [e for e, names in EXPERIMENT_OUTPUTS.items() if e not in exps and any((out / n).exists() for n in names)]
+    live_gone = not live and (out / "live" / "live_cycles.csv").exists()
+    if not gone and not live_gone:
+        return None
+    what = [f"Experiment{'s' if len(gone) > 1 else ''} {' and '.join(e.capitalize() for e in gone)}"] if gone else []
+    what += ["the live run (live/)"] if live_gone else []
+    every = ",".join(e for e in EXPERIMENT_OUTPUTS if e in exps or e in gone)
+    back = (f"; their simulations stay in {JOURNAL}: --experiments {every} writes them again without simulating "
+            "them anew" if gone and kept else "")
+    return (f"vcemu apc: {out} holds {' and '.join(what)} of an earlier run, which this run removes (--out describes "
+            f"one run){back}")
 
 
 def _write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -974,6 +997,8 @@ def apc_main(argv: list[str]) -> int:
         print(refusal, file=sys.stderr)
         return 2
     stored = resume_units(out, config, keys, settings)
+    if (note := replaced_note(out, exps, args.live, kept=stored is not None)) is not None:
+        print(note, file=sys.stderr)
     # config.json is replaced below, atomically, never removed: a kill at any moment leaves no journal without
     # the config it belongs to
     clear_outputs(out, [n for n in OUTPUTS if n != "config.json"] + [OLD_JOURNAL]

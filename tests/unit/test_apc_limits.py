@@ -195,3 +195,35 @@ def test_experiment_threes_lower_of_both_is_over_the_cycles_that_have_both() -> 
     assert (means["cycles"], means["cycles_with_long_running_jobs"]) == (4, 2)
     none = apc.exp3_means([{"web_rp": 0.5, "hyp_rp_mean": nan}])
     assert math.isnan(none["batch_hyp_rp_mean"]) and math.isnan(none["min_of_both_mean"])
+
+
+def test_a_run_of_other_experiments_says_which_earlier_results_it_removes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """README walk-through: the README's ``--live --experiments three`` after a full run removed Experiments One
+    and Two's files without a word. It says so now, and how to have them back from the journal."""
+    out = tmp_path / "apc"
+    assert apc.apc_main(["--experiments", "one", "--exp1-jobs", "5", "--out", str(out)]) == 0
+    assert (out / "fig2_exp1.png").exists()
+    capsys.readouterr()
+    assert apc.apc_main(["--experiments", "three", "--exp3-horizon", "1500", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert (f"vcemu apc: {out} holds Experiment One of an earlier run, which this run removes (--out describes one "
+            f"run); their simulations stay in {apc.JOURNAL}: --experiments one,three writes them again without "
+            "simulating them anew") in err, err
+    assert not (out / "fig2_exp1.png").exists() and (out / "fig6_rp.png").exists()
+    capsys.readouterr()
+    assert apc.apc_main(["--experiments", "one,three", "--exp1-jobs", "5", "--exp3-horizon", "1500",
+                         "--out", str(out)]) == 0
+    assert "which this run removes" not in capsys.readouterr().err
+    assert (out / "fig2_exp1.png").exists() and (out / "fig6_rp.png").exists()
+
+
+def test_the_removal_note_names_the_live_run_and_leaves_out_the_journal_when_it_is_gone(tmp_path: Path) -> None:
+    for name in ("exp2_summary.csv", "fig6_rp.png"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "live").mkdir()
+    (tmp_path / "live" / "live_cycles.csv").write_text("")
+    note = apc.replaced_note(tmp_path, ["one"], live=False, kept=False)
+    assert note == (f"vcemu apc: {tmp_path} holds Experiments Two and Three and the live run (live/) of an earlier "
+                    "run, which this run removes (--out describes one run)")
+    assert apc.replaced_note(tmp_path, ["two", "three"], live=True, kept=True) is None
