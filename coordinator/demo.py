@@ -200,13 +200,16 @@ def _print_tables(rows) -> None:
               "STRETCH", "YIELD", "| DIFF")]
     for spec, job, lr, sr, diff in rows:
         table.append((
-            job or spec.id, str(spec.tasks), f"{spec.cpu_need:.2f}", f"{spec.mem:.2f}", f"{spec.work:.0f}",
+            job or spec.id, str(spec.tasks), f"{spec.cpu_need:.2f}", f"{spec.mem:.2f}", f"{spec.work:.1f}",
             _f(lr.wait if lr else None, 1), _f(lr.run_time if lr else None, 1), _f(lr.stretch if lr else None),
             _f(lr.final_yield if lr else None), "| " + _f(sr.wait if sr else None, 1),
             _f(sr.run_time if sr else None, 1), _f(sr.stretch if sr else None), _f(sr.final_yield if sr else None),
             "| " + (f"{100 * diff:.1f}%" if diff is not None else "-"),
         ))
     print(format_table(table))
+    # (no header gave a unit: README walk-through)
+    print("WORK, WAIT and RUN in seconds; NEED and MEM per task, as fractions of a host's CPU and memory; YIELD the "
+          "job's last CPU share over its need; DIFF the relative difference of the live and simulated stretches")
 
 
 def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall: float, mode: str,
@@ -250,6 +253,7 @@ def _plot(rows, path: Path, median: float) -> None:
     ax.bar([x - 0.2 for x in xs], [p[1] for p in pairs], width=0.4, label="live")
     ax.bar([x + 0.2 for x in xs], [p[2] for p in pairs], width=0.4, label="simulated")
     ax.set_xticks(list(xs), [p[0] for p in pairs], rotation=45, ha="right")
+    ax.set_xlabel("job")
     ax.set_ylabel("stretch (flow time / work)")
     ax.set_title(f"Live vs simulated stretch per job (median relative difference {100 * median:.1f}%)")
     ax.legend()

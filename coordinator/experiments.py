@@ -42,19 +42,23 @@ def follow_jobs(engine: Engine, bar, until: Callable[[int], bool], deadline: flo
                 poll_s: float = 0.2, note: Callable[[], str] | None = None) -> int:
     """For a live run: advance ``bar`` (tqdm) with the engine's finished jobs until ``until(finished)``
     holds or the monotonic ``deadline`` passes; returns the number finished. ``note``: a text shown after the
-    bar's figures, made again at every poll (replay's clock in trace time)."""
+    bar's figures, made again at every poll (replay's clock in trace time). The bar is closed however this ends:
+    a Ctrl-C left it open, and the command's "interrupted" line was written on the bar's line, which tqdm then drew
+    again over it (README walk-through)."""
     done = 0
-    while time.monotonic() < deadline:
-        with engine.lock:
-            finished = sum(1 for r in engine.jobs.values() if r.state.finished)
-        if note is not None:
-            bar.set_postfix_str(note())
-        bar.update(finished - done)
-        done = finished
-        if until(finished):
-            break
-        time.sleep(poll_s)
-    bar.close()
+    try:
+        while time.monotonic() < deadline:
+            with engine.lock:
+                finished = sum(1 for r in engine.jobs.values() if r.state.finished)
+            if note is not None:
+                bar.set_postfix_str(note())
+            bar.update(finished - done)
+            done = finished
+            if until(finished):
+                break
+            time.sleep(poll_s)
+    finally:
+        bar.close()
     return done
 
 

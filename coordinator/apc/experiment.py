@@ -886,7 +886,7 @@ def _parser() -> argparse.ArgumentParser:
                "in --out (whichever experiments it ran), but for the journal,\nfrom which it reuses the "
                "simulations it needs. A run killed or interrupted keeps its finished simulations (and the "
                "one\nunder way, to its last checkpoint): run the same command again.",
-               formatter_class=argparse.RawTextHelpFormatter)
+               formatter_class=argparse.RawDescriptionHelpFormatter)  # (arguments wrapped)
     p.add_argument("--experiments", default="one,two,three",
                    help="comma-separated subset of one,two,three (or 1,2,3; default %(default)s)")
     p.add_argument("--out", default="results/apc",

@@ -297,7 +297,7 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     write_text(out / "live_cycles.csv", buf.getvalue())
     import matplotlib.pyplot as plt
 
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     ts = [r["time"] for r in rows]
     a1.plot(ts, [r.get("app_rp_measured", math.nan) for r in rows], label="transactional (measured)")
     # (wider and dashed under job1: the two jobs often have one RP, and job0's line was hidden)
@@ -311,7 +311,8 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     if low:
         a1.plot([t for t, _ in low], [floor + 0.05] * len(low), "v", c="tab:blue", ms=7,
                 label=f"transactional below {floor:g} (lowest {min(v for _, v in low):.1f})")
-    a1.legend(fontsize=8)
+    # beside the panel: inside, it covered the lines' start (README walk-through)
+    a1.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     a2.plot(ts, [r["app_cores"] for r in rows], label="transactional cores")
     a2b = a2.twinx()
     a2b.plot(ts, [r["rate_rps"] for r in rows], c="grey", ls="--", label="request rate")
@@ -319,7 +320,7 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     a2b.set_ylabel("requests/s")
     a2.set_xlabel("time [s]")
     handles = a2.get_legend_handles_labels()[0] + a2b.get_legend_handles_labels()[0]  # (the rate is on the twin)
-    a2.legend(handles=handles, loc="upper left", fontsize=8)
+    a2.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.12, 1.0), borderaxespad=0, fontsize=8)
     fig.suptitle("Live Experiment Three (shortened): APC over a node agent")
     fig.tight_layout()
     save_figure(fig, out / "fig_live.png", dpi=120)

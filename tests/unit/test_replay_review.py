@@ -259,6 +259,14 @@ def test_the_progress_bar_shows_the_note_at_every_poll() -> None:
     assert bar.calls == [("note", "trace 0 s"), ("update", 0), ("note", "trace 1 s"), ("update", 0),
                          ("note", "trace 2 s"), ("update", 0), ("close", None)]
 
+    def interrupted(finished: int) -> bool:  # Ctrl-C during a poll: the bar is closed before the line that says so
+        raise KeyboardInterrupt
+
+    bar = Bar()
+    with pytest.raises(KeyboardInterrupt):
+        follow_jobs(Engine(), bar, interrupted, time.monotonic() + 60.0, poll_s=0.0)  # type: ignore[arg-type]
+    assert bar.calls == [("update", 0), ("close", None)]
+
 
 @pytest.mark.timeout(60)
 def test_a_simulation_that_fails_ends_the_replay_before_any_job_arrives(tmp_path: Path, monkeypatch,
