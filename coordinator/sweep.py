@@ -667,6 +667,32 @@ def _mismatched(cfg: dict[str, Any], old: dict[str, Any]) -> list[str]:
             and _same_setting(k, _stored_setting(old, k, cfg)) != _same_setting(k, cfg.get(k))]
 
 
+#: The flag of each result key :func:`_mismatched` can name (the HPC2N file's digest: its contents).
+_FLAGS = {"jobs": "--jobs", "hosts": "--hosts", "max_jobs": "--max-jobs", "host_memory_gb": "--host-memory-gb",
+          "seed": "--seed", "job_scale": "--job-scale"}
+
+
+def _other_settings(out: Path, diff: Sequence[str], cfg: dict[str, Any], old: dict[str, Any]) -> str:
+    """The refusal of a run into ``out``, whose stored sweep ``old`` has other values of the result keys ``diff``
+    than ``cfg``: each flag with both values, and the flags that resume the stored sweep (README walk-through:
+    ``--traces 0`` on a sweep stored with ``--jobs 100`` said "other settings (jobs)", leaving the user to find the
+    flag and its value)."""
+    def shown(value: Any) -> str:
+        return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    parts, resume = [], []
+    for k in diff:
+        if k in _FLAGS:
+            stored = _stored_setting(old, k, cfg)
+            parts.append(f"{_FLAGS[k]} {shown(stored)} stored, {shown(cfg.get(k))} given")
+            if stored is not None:
+                resume.append(f"{_FLAGS[k]} {shown(stored)}")
+        else:  # the HPC2N file: the same path may hold another file by now
+            parts.append("the HPC2N file's contents (--hpc2n) differ from the stored sweep's")
+    how = f"give {' '.join(resume)} to resume it, or use another --out" if resume else "use another --out"
+    return f"vcemu sweep: {out} holds a sweep with other settings ({'; '.join(parts)}); {how}"
+
+
 def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
     """Make ``cfg`` cover the stored sweep ``old``'s traces too (:data:`_EXTENDED`), and say so when that is more than
     the command names. Only when every other result key matches: otherwise the run is refused, naming those keys.
@@ -841,8 +867,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
             else:
                 _extend(cfg, old)
             if diff := _mismatched(cfg, old):
-                raise SystemExit(f"vcemu sweep: {out} holds a sweep with other settings ({', '.join(diff)}); "
-                                 "use another --out")
+                raise SystemExit(_other_settings(out, diff, cfg, old))
             cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=policy_order)
             cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
             _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
@@ -909,7 +934,12 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                   "--report-only writes the reports again", file=sys.stderr)
             paths, reported = [], False
         bad = sum(1 for r in rows if r.get("status") != "ok")
-        print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed) in {wall:.1f} s; wrote "
+        # (the cells run now apart from those stored before: "72 cells in 57.9 s" timed 48 of them, and
+        # --report-only's "in 0.0 s" none; README walk-through)
+        now = len({r["cell"] for r in ran if r["status"] != LOST} & {r.get("cell") for r in rows})
+        timing = (f"{now} run now in {wall:.1f} s" if now else "none run now") + (
+            f", {len(rows) - now} stored by earlier runs" if len(rows) > now else "")
+        print(f"vcemu sweep: {len(rows)} cells ({bad} timed out or failed; {timing}); wrote "
               + (", ".join(str(p) for p in paths) or "no reports"), file=sys.stderr)
         missing = len(grid) - len(rows)
         if a.report_only:

@@ -222,7 +222,8 @@ def test_another_hpc2n_file_is_refused_the_same_file_elsewhere_is_not(tmp_path, 
     fake_ray()
     assert sweep_main([*argv, "--hpc2n", str(a)]) == 0
     assert sweep_main([*argv, "--hpc2n", str(b)]) == 2  # same path or not, other jobs: other results
-    assert "other settings (hpc2n_sha256)" in capsys.readouterr().err
+    assert "other settings (the HPC2N file's contents (--hpc2n) differ from the stored sweep's); use another --out" \
+        in capsys.readouterr().err
     shutil.copy(a, moved := tmp_path / "moved.swf")
     assert sweep_main([*argv, "--hpc2n", str(moved)]) == 0
     assert "1 stored, 0 to run" in capsys.readouterr().err
@@ -716,7 +717,7 @@ def test_a_finished_sweep_is_extended_by_more_traces_or_loads_and_reordered_load
            "(--traces 2, --unscaled 0, --loads 0.5,0.7)" in err and "8 stored, 0 to run" in err, err
     assert json.loads((out / "config.json").read_text())["loads"] == [0.5, 0.7]
     assert sweep_main(_argv(out, "--jobs", "7")) == 2  # what changes every trace still refuses
-    assert "other settings (jobs)" in capsys.readouterr().err
+    assert "other settings (--jobs 6 stored, 7 given); give --jobs 6 to resume it" in capsys.readouterr().err
 
 
 def test_extending_a_sweep_keeps_its_cells_apart_and_adds_only_loads_of_lublin_traces(
@@ -777,7 +778,7 @@ def test_a_sweep_whose_cells_all_time_out_still_reports_and_hints(tmp_path, caps
     assert sweep_main(argv) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "table1_p300.png not drawn" in err
-    assert "2 cells (2 timed out or failed)" in err and "--retry-failed runs them again" in err
+    assert "2 cells (2 timed out or failed;" in err and "--retry-failed runs them again" in err
     assert (out / "table1_p300.csv").exists() and (out / "cells.csv").exists()
     assert sweep_main([*argv, "--report-only"]) == 0  # every cell is stored: the reports cover them all
     assert "Traceback" not in capsys.readouterr().err
@@ -803,3 +804,22 @@ def test_an_out_on_a_file_system_without_locks_is_used_with_a_warning(tmp_path, 
     monkeypatch.setattr(fcntl, "flock", refused)
     with pytest.raises(SystemExit, match="cannot lock"), sweep.out_lock(tmp_path):
         pass
+
+
+def test_a_rerun_with_another_result_setting_is_told_the_stored_values_that_resume_it(tmp_path, capsys, fake_ray):
+    """README walk-through: ``--traces 0`` on a sweep stored with ``--jobs 6`` said "other settings (jobs); use
+    another --out", leaving the user to find the flag and its stored value."""
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    capsys.readouterr()
+    assert sweep_main(["--out", str(out), "--traces", "0", "--seed", "4", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert (f"vcemu sweep: {out} holds a sweep with other settings (--jobs 6 stored, 1000 given; --seed 1 stored, "
+            "4 given); give --jobs 6 --seed 1 to resume it, or use another --out") in err, err
+    assert sweep_main(["--out", str(out), "--traces", "0", "--jobs", "6", "--algorithms", "fcfs,easy", "--penalties",
+                       "300", "--no-progress"]) == 0
+    # the closing line tells the cells run now from those stored (it gave the run's time for all of them)
+    assert "2 cells (0 timed out or failed; none run now, 2 stored by earlier runs)" in capsys.readouterr().err
+    assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 0
+    assert "3 cells (0 timed out or failed; 1 run now in " in capsys.readouterr().err
