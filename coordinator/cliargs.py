@@ -40,6 +40,13 @@ def positive(name: str, kind=float):
 MAX_HEARTBEAT_S = 3600.0
 
 
+def max_workers() -> int:
+    """The most worker processes a simulation command (``--jobs`` of ``oppcost`` and ``vcsched``) takes: 4 per core.
+    ``--jobs`` counts jobs in ``sweep``, ``demo`` and the benches, and ``oppcost --jobs 1000``, typed for those,
+    started a thousand workers of about 50 MB each (README walk-through)."""
+    return 4 * (os.cpu_count() or 1)
+
+
 def heartbeat_interval(text: str) -> float:
     value = positive("--heartbeat")(text)
     if value > MAX_HEARTBEAT_S:

@@ -69,7 +69,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from coordinator.cliargs import Parser, usable_out_dir
+from coordinator.cliargs import Parser, max_workers, usable_out_dir
 from coordinator.figures import settings_note
 from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
@@ -562,7 +562,9 @@ def oppcost_main(argv: list[str]) -> int:
     finish, 130 when interrupted)."""
 
     args = _parser().parse_args(argv)
-    checks = [("--executions", args.executions >= 1, ">= 1"), ("--jobs", args.jobs >= 1, ">= 1"),
+    most = max_workers()
+    checks = [("--executions", args.executions >= 1, ">= 1"),
+              ("--jobs", 1 <= args.jobs <= most, f">= 1 and <= {most} (worker processes, not jobs: 4 per core)"),
               ("--beta", args.beta >= 1, ">= 1"),
               # (a larger window was taken as all the others, while config.json recorded the value given)
               ("--window", 1 <= args.window <= len(CLUSTER) - 1,

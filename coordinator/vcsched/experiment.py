@@ -78,7 +78,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.cliargs import Parser, usable_out_dir
+from coordinator.cliargs import Parser, max_workers, usable_out_dir
 from coordinator.figures import coinciding_labels, marker, settings_note
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
@@ -886,7 +886,8 @@ def vcsched_main(argv: list[str]) -> int:
         ("--slacks", args.slacks, not bad_slacks, "every slack must be in [0, 1)"),
         # one slack's instances are seeded by its value: given twice, it would be solved twice and counted twice
         ("--slacks", args.slacks, not twice, f"each slack may be given once ({', '.join(map(str, twice))} repeated)"),
-        ("--jobs", args.jobs, args.jobs >= 1, "must be >= 1 (worker processes)"),
+        ("--jobs", args.jobs, 1 <= args.jobs <= max_workers(),
+         f"must be >= 1 and <= {max_workers()} (worker processes, not jobs: 4 per core)"),
         ("--backtrack-limit", args.backtrack_limit, args.backtrack_limit >= 1, "must be >= 1"),
         ("--backtrack-limit-large", args.backtrack_limit_large,
          args.backtrack_limit_large is None or args.backtrack_limit_large >= 1, "must be >= 1"),

@@ -656,6 +656,7 @@ def test_replay_refuses_an_unwritable_out_before_starting_the_cluster(jobs: Path
     ("--milp-time-limit", "0", "must be a finite number > 0"),
     ("--jobs", "0", "must be >= 1"),  # was silently one worker
     ("--jobs", "-2", "must be >= 1"),
+    ("--jobs", "100000", "must be >= 1 and <= "),  # (worker processes: 100,000 of them were started)
 ])
 def test_vcsched_refuses_bad_settings_up_front(tmp_path: Path, flag: str, value: str, fragment: str, capsys) -> None:
     from coordinator.vcsched.experiment import vcsched_main
@@ -886,3 +887,18 @@ def test_agent_spares_out_of_range_are_refused(capsys) -> None:
     code, _, err = run(["replay", "t.jsonl", "--agent-spares", "-1"], capsys)
     refused(code, err, "argument --agent-spares: must be in 0..16, got -1")
 
+
+
+def test_oppcost_takes_at_most_four_workers_per_core(tmp_path: Path, capsys) -> None:
+    """README walk-through: --jobs counts jobs in sweep, demo and the benches; oppcost --jobs 1000, typed for those,
+    started a thousand worker processes."""
+    import os
+
+    from coordinator.oppcost.experiment import oppcost_main
+
+    out = tmp_path / "out"
+    most = 4 * (os.cpu_count() or 1)
+    code, _, err = run(["--executions", "1", "--jobs", str(most + 1), "--out", str(out)], capsys, oppcost_main)
+    refused(code, err, f"vcemu oppcost: --jobs: must be a finite number >= 1 and <= {most} (worker processes, not "
+                       f"jobs: 4 per core), got {most + 1}")
+    assert not out.exists()
