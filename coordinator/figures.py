@@ -7,10 +7,11 @@ EDF-REPACK), so each series gets its own marker and a label saying which one it 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MARKERS", "coinciding_labels", "marker", "settings_note"]
+__all__ = ["MARKERS", "coinciding_labels", "count", "marker", "settings_note"]
 
 #: Markers told apart at 3-6 points, one per series in order (:func:`marker`).
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p")
@@ -47,10 +48,19 @@ def coinciding_labels(series: Mapping[str, Sequence[tuple[float, float]]], rel_t
 
 
 def settings_note(fig: Any, text: str, fontsize: float = 7.0) -> tuple[float, float, float, float]:
-    """Write ``text`` (the settings that produced the figure, one or more lines) at its bottom left, in grey;
-    returns the ``rect`` to give ``fig.tight_layout`` so that the axes leave it room."""
-    lines = text.count("\n") + 1
-    height_in = fig.get_size_inches()[1]
+    """Write ``text`` (the settings that produced the figure, one or more lines) at its bottom left, in grey, each
+    line wrapped to the figure's width (a long one ran off its edge: review); returns the ``rect`` to give
+    ``fig.tight_layout`` so that the axes leave it room."""
+    width_in, height_in = fig.get_size_inches()
+    # DejaVu Sans: about 0.55 em a letter, 0.64 a digit; 0.62 keeps a line of digits and letters inside 97 % of it
+    fits = max(20, int(0.97 * width_in * 72 / (0.62 * fontsize)))
+    wrapped = "\n".join(textwrap.fill(line, fits) if line else line for line in text.split("\n"))
+    lines = wrapped.count("\n") + 1
     share = min(0.3, (lines * fontsize * 1.35 + 6) / 72 / height_in)
-    fig.text(0.01, 0.01, text, fontsize=fontsize, color="dimgray", ha="left", va="bottom")
+    fig.text(0.01, 0.01, wrapped, fontsize=fontsize, color="dimgray", ha="left", va="bottom")
     return (0.0, share, 1.0, 1.0)
+
+
+def count(n: int, word: str) -> str:
+    """``1 slack``, ``9 slacks``: a count and its noun, plural but for one."""
+    return f"{n} {word}{'' if n == 1 else 's'}"

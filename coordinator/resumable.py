@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -73,23 +73,27 @@ def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Ite
 
 
 def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mapping[str, str], journal: str,
-                           command: str, unordered: Iterable[str] = ()) -> str | None:
+                           command: str, unordered: Iterable[str] = (),
+                           as_now: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> str | None:
     """The line refusing a run into ``out`` when ``out/config.json`` records a run that holds work (finished, or
     with a row in its ``journal``) with other ``settings`` than ``config``, naming their flags; None otherwise.
 
     ``settings`` maps each config key a flag sets to that flag: only those are compared, and only where the stored
     config has them (an older vcemu's may lack one, and informational keys, such as the paper's reference or a
     derived cluster table, are no settings). ``unordered``: keys of lists compared as sets (an older vcsched stored
-    ``--slacks`` in the order given). No config.json, an unreadable one, a run that finished nothing (stopped
-    before its first result: its rerun with a corrected flag was refused, leaving nothing to keep), or other code
-    alone: None, and the command goes on (starting over where it must, as a run of other code cannot be reused).
-    Asked before anything in ``out`` is touched: a rerun with one flag changed removed an hour's finished
-    instances, or a finished run's results (crash-and-resume review), where ``vcemu sweep`` refused."""
+    ``--slacks`` in the order given). ``as_now``: the stored config as this version would have written it for the same
+    command (vcsched now stores no large-set flags without the large set). No config.json, an unreadable one, a run that
+    finished nothing (stopped before its first result: its rerun with a corrected flag was refused, leaving nothing to
+    keep), or other code alone: None, and the command goes on (starting over where it must, as a run of other code
+    cannot be reused). Asked before anything in ``out`` is touched: a rerun with one flag changed removed an hour's
+    finished instances, or a finished run's results (crash-and-resume review), where ``vcemu sweep`` refused."""
     import json
 
     old = stored_config(out)
     if old is None:
         return None
+    if as_now is not None:
+        old = as_now(old)
     new = json.loads(json.dumps(dict(config)))
     loose = set(unordered)
 

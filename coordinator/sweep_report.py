@@ -29,7 +29,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from coordinator.figures import coinciding_labels, marker, settings_note
+from coordinator.figures import coinciding_labels, count, marker, settings_note
 from coordinator.metrics import MOVE_COUNTING, degradation_factors
 from coordinator.outputs import save_figure, write_text
 from coordinator.policy_names import policy_order, split_name
@@ -221,11 +221,6 @@ def _value_label(v: Any) -> str:
     return format(Decimal(text), "f") if "e" in text else text
 
 
-def _count(n: int, word: str) -> str:
-    """``1 trace``, ``2 traces``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def _span(values: Sequence[Any]) -> str:
     """Integers as a note lists them: ``100``, ``87-150`` (a range of values), ``0-3, 7`` (of weeks)."""
     vs = sorted(set(values))
@@ -257,13 +252,13 @@ def _group_setting(group: str, cells: Sequence[dict[str, Any]], cfg: dict[str, A
             per_load[c["load"]].add(c["trace"])
         each = _span([len(v) for v in per_load.values()]).replace(", ", "/")
         text = (f"scaled: {each} Lublin trace{'' if each == '1' else 's'} per load{f' ({seeds})' if seeds else ''}"
-                f" x {_count(len(per_load), 'load')} ({', '.join(f'{x:g}' for x in sorted(per_load))})"
-                f" = {_count(len(traces), 'trace')}")
+                f" x {count(len(per_load), 'load')} ({', '.join(f'{x:g}' for x in sorted(per_load))})"
+                f" = {count(len(traces), 'trace')}")
     elif group == "unscaled":
-        text = f"unscaled: {_count(len(traces), 'Lublin trace')}{f' ({seeds})' if seeds else ''}"
+        text = f"unscaled: {count(len(traces), 'Lublin trace')}{f' ({seeds})' if seeds else ''}"
     else:
         weeks = [int(t.rsplit("-w", 1)[1]) for t in traces if t.rsplit("-w", 1)[-1].isdigit()]
-        text = (f"HPC2N: {_count(len(traces), 'week')}"
+        text = (f"HPC2N: {count(len(traces), 'week')}"
                 + (f" (week{'' if len(weeks) == 1 else 's'} {_span(weeks)})" if weeks else ""))
     jobs = [int(c["jobs"]) for c in mine if isinstance(c.get("jobs"), int | float) and math.isfinite(c["jobs"])]
     hosts = [int(c["hosts"]) for c in mine if isinstance(c.get("hosts"), int | float)]
@@ -290,7 +285,7 @@ def _settings(cells: Sequence[dict[str, Any]], cfg: dict[str, Any] | None, group
             else f"rescheduling penalties {', '.join(f'{p:g}' for p in pens)} s (one panel each)" if pens else "")
     failed = sum(1 for c in cells if c.get("group") in groups and c.get("status") != "ok")
     if failed:
-        last += f"; {_count(failed, 'cell')} timed out or failed, left out of the means"
+        last += f"; {count(failed, 'cell')} timed out or failed, left out of the means"
     return [*lines, last] if last else lines
 
 
@@ -447,12 +442,12 @@ def _plot_table2(path: Path, t2: Sequence[dict[str, Any]], penalty: float, cells
             ax.set_title(title.format(unit))
             ax.grid(True, axis="y", alpha=0.3)
         _legend(axes[0], fontsize=8, title="bar: average, dash: max", title_fontsize=7)
-        n_text = f" (n = {_count(ns.pop(), 'trace')} per algorithm)" if len(ns) == 1 else " (n per algorithm)"
+        n_text = f" (n = {count(ns.pop(), 'trace')} per algorithm)" if len(ns) == 1 else " (n per algorithm)"
         fig.suptitle(f"Table II analogue: preemption/migration costs, scaled traces with load >= 0.7, "
                      f"penalty {penalty:g} s{n_text}")
         note = _settings(cells, cfg, ("scaled",), penalty)
         if other := sum(int(r.get("other_counting") or 0) for r in t2):
-            note.append(f"{_count(other, 'cell')} counted under an earlier move-counting rule left out")
+            note.append(f"{count(other, 'cell')} counted under an earlier move-counting rule left out")
         fig.tight_layout(rect=settings_note(fig, "\n".join(note)))
         save_figure(fig, path, dpi=120)
     finally:

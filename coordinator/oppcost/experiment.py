@@ -70,7 +70,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coordinator.cliargs import Parser, max_workers, usable_out_dir
-from coordinator.figures import settings_note
+from coordinator.figures import count, settings_note
 from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
@@ -213,17 +213,23 @@ SHORT = {"pvm": "PVM", "e-pvm": "E-PVM", "mosix": "Mosix", "e-mosix": "E-Mosix"}
 MEMORY_GUESS = "a guess, 004's Table 1 is not in our text"
 
 
-def table2_ordering(rows: list[dict[str, float]], xm: str, ym: str, sep: str = "; ") -> str:
+def table2_ordering(rows: list[dict[str, float]], xm: str, ym: str, sep: str = "; ", subject: str = "this run") -> str:
     """Whether the executions ``rows`` (those with jobs count) show 004's Table 2 ordering "``ym``'s average slowdown
-    by execution below ``xm``'s": 004's, ``sep``, this run's, with both averages and (unless ``sep`` breaks the line,
-    for a figure that says it already) the executions where ``ym``'s is below (under x = y in the pair's figure)."""
+    by execution below ``xm``'s": 004's, ``sep``, the ``subject``'s (a figure's: the executions it shows, which may
+    be fewer than the run's), with both averages and (unless ``sep`` breaks the line, for a figure that says it
+    already) the executions where ``ym``'s is below (under x = y in the pair's figure); n/a where an average is not
+    a number."""
     counted = with_jobs(rows)
-    paper = f"004 Table 2: {SHORT[ym]} below {SHORT[xm]} by execution{sep}this run: "
+    paper = f"004 Table 2: {SHORT[ym]} below {SHORT[xm]} by execution{sep}{subject}: "
     if not counted:
         return paper + "n/a (no execution with jobs)"
     x = sum(r[f"{xm}_mean"] for r in counted) / len(counted)
     y = sum(r[f"{ym}_mean"] for r in counted) / len(counted)
-    side = "below, as in 004" if y < x else "above, unlike 004" if y > x else "equal, unlike 004"
+    if not (math.isfinite(x) and math.isfinite(y)):  # (a NaN average was "equal")
+        return paper + f"n/a ({y:.3f} vs {x:.3f})"
+    # equal to the digits shown, not to the last bit: 1.0 against 1.0 + 1e-12 was "above (1.000 vs 1.000)"
+    side = ("equal, unlike 004" if math.isclose(y, x, rel_tol=1e-9, abs_tol=1e-12) else
+            "below, as in 004" if y < x else "above, unlike 004")
     below = sum(r[f"{ym}_mean"] < r[f"{xm}_mean"] for r in counted)
     plural = "" if len(counted) == 1 else "s"
     count = "" if "\n" in sep else f"; {below} of {len(counted)} execution{plural} below x = y"
@@ -308,7 +314,8 @@ def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None
         below = sum(y < x for x, y in zip(xs, ys, strict=True))
         ax.set_xlabel(f"{LABELS[xm]}: average slowdown of the execution")
         ax.set_ylabel(f"{LABELS[ym]}: average slowdown of the execution")
-        paper = [table2_ordering(rows, a, b, ";\n") for f, a, b in TABLE2_ORDERINGS if f == fig_name]
+        paper = [table2_ordering(rows, a, b, ";\n", "the executions shown") for f, a, b in TABLE2_ORDERINGS
+                 if f == fig_name]
         ax.set_title("\n".join([f"{fig_name[:3].capitalize()}. {fig_name[3:]}: {LABELS[ym]} vs {LABELS[xm]}",
                                 f"{count}; {below} below x = y ({LABELS[ym]} better)", *paper]), fontsize=10)
         for axis in (ax.xaxis, ax.yaxis):
@@ -693,6 +700,6 @@ def oppcost_main(argv: list[str]) -> int:
     if not interrupted:  # the run is finished: say so, then drop the journal it no longer needs
         write_json(out / "config.json", config_json(cfg, argv, complete=True))
         (out / JOURNAL).unlink(missing_ok=True)
-    print(f"{len(rows)} executions, {summary['jobs']} jobs, {before.describe(wall)}; wrote {out}/executions.csv, "
-          f"table2.csv, summary.json, config.json, {', '.join(p.name for p in figs)}")
+    print(f"{count(len(rows), 'execution')}, {summary['jobs']} jobs, {before.describe(wall)}; wrote "
+          f"{out}/executions.csv, table2.csv, summary.json, config.json, {', '.join(p.name for p in figs)}")
     return 130 if interrupted else 0

@@ -70,7 +70,7 @@ import platform
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.cliargs import Parser, max_workers, usable_out_dir
-from coordinator.figures import coinciding_labels, marker, settings_note
+from coordinator.figures import coinciding_labels, count, marker, settings_note
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
@@ -499,6 +499,26 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def flags_given(conf: Mapping[str, Any]) -> list[str]:
+    """The flags of a stored config ``conf`` that change results and that the figures' notes do not name otherwise
+    (set, instances, seed, slacks and algorithms are named there), where they are not the defaults: ``--search
+    fast``, ``--backtrack-limit-large 1000`` (code review: the notes named none)."""
+    default = asdict(ExperimentConfig())
+    named = ("sets", "instances", "seed", "algorithms", "slacks")
+    return [f"{flag} {conf[key]:g}" if isinstance(conf[key], float) else
+            f"{flag}" if isinstance(conf[key], bool) else f"{flag} {conf[key]}"
+            for key, flag in SETTINGS.items()
+            if key not in named and key in conf and conf[key] is not None and conf[key] != default.get(key)]
+
+
+def _large_flags_dropped(conf: dict[str, Any]) -> dict[str, Any]:
+    """A stored config without the large set's flags where it ran no large set, as this version stores it: an
+    older vcsched stored them with ``--set small`` too, and the very same command was refused (code review)."""
+    if "large" in (conf.get("sets") or ()):
+        return conf
+    return {**conf, **{k: None for k in ("large_instances", "backtrack_limit_large") if k in conf}}
+
+
 def _listed(values: Iterable[float]) -> str:
     """Settings values as a figure's note gives them: ``0.3, 0.6``; four or more evenly spaced ones as a range,
     ``0.1 to 0.9 by 0.1`` (``%g``)."""
@@ -507,11 +527,6 @@ def _listed(values: Iterable[float]) -> str:
     if len(vs) >= 4 and all(math.isclose(d, steps[0], rel_tol=1e-6, abs_tol=1e-9) for d in steps):
         return f"{vs[0]:g} to {vs[-1]:g} by {steps[0]:.6g}"
     return ", ".join(f"{v:g}" for v in vs)
-
-
-def _count(n: int, word: str) -> str:
-    """``1 slack``, ``9 slacks``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _names(algos: list[str]) -> str:
@@ -540,9 +555,9 @@ def _settings_lines(rows: list[dict], set_name: str, seed: Any) -> list[str]:
            else f"CV memory {_listed(cvm)}, CV CPU {_listed(cvc)}")
     host_text = f"{'/'.join(map(str, hosts))} hosts, " if hosts else ""
     return [f"{set_name} set: {host_text}{'/'.join(map(str, tasks))} tasks; memory slack {_listed(slacks)}; {cvs}",
-            f"{each} instance{'' if each == '1' else 's'} per specification x {_count(len(specs), 'specification')} "
-            f"({_count(len(tasks), 'task count')} x {_count(len(slacks), 'slack')} x "
-            f"{_count(len(cvm) * len(cvc), 'CV pair')}) = {_count(total, 'instance')}; "
+            f"{each} instance{'' if each == '1' else 's'} per specification x {count(len(specs), 'specification')} "
+            f"({count(len(tasks), 'task count')} x {count(len(slacks), 'slack')} x "
+            f"{count(len(cvm) * len(cvc), 'CV pair')}) = {count(total, 'instance')}; "
             f"seed {'not recorded' if seed is None else seed}"]
 
 
@@ -592,7 +607,8 @@ def _plain_log_ticks(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(FuncFormatter(minor) if shown else NullFormatter())
 
 
-def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: Any = None) -> list[Path]:
+def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: Any = None,
+           given: Sequence[str] = ()) -> list[Path]:
     """The set's figures (``mcb_*.png``, ``all_*.png``). Each series has its own colour and marker, the same for an
     algorithm in every figure of its group, and a legend label saying which earlier series it equals (and hides):
     ``SGB (= SG)``. Each figure names its settings at its bottom (``seed``: config.json's, as the caller knows it)."""
@@ -611,7 +627,7 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: 
     for a in present:  # e.g. RRND/RRNZ run only on the smaller instances of the large set
         ts = {r["tasks"] for r in rows if r["algorithm"] == a}
         suffix[a] = "" if ts == all_tasks else f" ({'/'.join(str(t) for t in sorted(ts))} tasks only)"
-    settings = _settings_lines(rows, set_name, seed)
+    settings = _settings_lines(rows, set_name, seed) + ([f"other flags given: {' '.join(given)}"] if given else [])
     metrics = [("min_yield", "Minimum yield"), ("avg_yield", "Average yield"), ("failure_rate", "Failure rate")]
 
     def draw(ax: Any, series: dict[str, list[tuple[float, float]]], algos: list[str]) -> None:
@@ -729,13 +745,14 @@ def overall_lines(rows: list[dict], set_name: str) -> list[str]:
     return lines
 
 
-def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: Any = None) -> dict[str, Any]:
+def _report(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: Any = None,
+            given: Sequence[str] = ()) -> dict[str, Any]:
     outdir.mkdir(parents=True, exist_ok=True)
     _write_csv(outdir / "results.csv", rows)
     _write_csv(outdir / "summary.csv", summary(rows))
     table = degradation_table(rows)
     _write_csv(outdir / "degradation.csv", table)
-    _plots(rows, outdir, set_name, parallel, seed)
+    _plots(rows, outdir, set_name, parallel, seed, given)
     print(f"\n== {set_name} set: % degradation from best among MCB1-MCB8 (Table {1 if set_name == 'small' else 7})")
     print(f"{'algorithm':<10}{'avg':>8}{'max':>9}{'solved':>8}")
     for r in table:
@@ -842,7 +859,8 @@ def _replot(out: Path) -> int:
     for s in ("small", "large"):
         f = out / s / "results.csv"
         if f.exists():
-            _report(_load_rows(f), out / s, s, bool(conf.get("parallel_jobs", False)), conf.get("seed"))
+            _report(_load_rows(f), out / s, s, bool(conf.get("parallel_jobs", False)), conf.get("seed"),
+                    flags_given(conf))
             done += 1
     if not done:
         print(f"vcemu vcsched: --replot: no results.csv under {out}/small or {out}/large", file=sys.stderr)
@@ -928,7 +946,7 @@ def vcsched_main(argv: list[str]) -> int:
     conf["code"] = code_version()
     conf["complete"] = False
     if (refusal := other_settings_refusal(out, conf, SETTINGS, JOURNAL, "vcemu vcsched",
-                                          unordered=("slacks", "algorithms"))) is not None:
+                                          unordered=("slacks", "algorithms"), as_now=_large_flags_dropped)) is not None:
         print(refusal, file=sys.stderr)
         return 2
     try:
@@ -957,7 +975,7 @@ def vcsched_main(argv: list[str]) -> int:
             ": nothing to keep; run the same command again to start"), file=sys.stderr)
         return 130
     for s in cfg.sets:
-        _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs, cfg.seed)
+        _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs, cfg.seed, flags_given(conf))
     write_json(out / "config.json", {**conf, "complete": True}, indent=1, sort_keys=False)
     (out / JOURNAL).unlink(missing_ok=True)
     timed = sorted({r["session"] for r in rows})

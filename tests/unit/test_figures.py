@@ -34,3 +34,23 @@ def test_the_settings_note_is_on_the_figure_and_leaves_it_room() -> None:
     one = settings_note(plt.subplots(figsize=(7, 4.5))[0], "seed 1")
     assert one[1] < rect[1]
     plt.close("all")
+
+
+def test_a_long_settings_line_is_wrapped_to_the_figures_width() -> None:
+    """Code review: a sweep's note ran off the right edge of fig1.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, _ = plt.subplots(figsize=(6, 4))
+    long = " ".join(f"word{i}" for i in range(60))
+    rect = settings_note(fig, f"short\n{long}")
+    (text,) = fig.texts
+    lines = text.get_text().split("\n")
+    assert lines[0] == "short" and len(lines) >= 4 and " ".join(lines[1:]) == long
+    fig.canvas.draw()
+    extent = text.get_window_extent()
+    assert extent.x1 <= fig.bbox.x1, (extent, fig.bbox)  # inside the figure
+    assert rect[1] > settings_note(plt.subplots(figsize=(6, 4))[0], "short")[1]
+    plt.close("all")

@@ -74,8 +74,9 @@ def test_figs3_and_4_say_whether_the_run_shows_table2s_orderings(tmp_path: Path,
     oc.plot(_rows(), tmp_path, 1000, oc.Config(executions=3, seed=5))
     fig3 = figures["fig3_pvm_vs_e-pvm.png"].axes[0].get_title()
     fig4 = figures["fig4_mosix_vs_e-mosix.png"].axes[0].get_title()
-    assert "004 Table 2: E-PVM below PVM" in fig3 and "this run: below" in fig3
-    assert "004 Table 2: E-Mosix below Mosix" in fig4 and "this run: above" in fig4 and "22.500 vs 4.500" in fig4
+    assert "004 Table 2: E-PVM below PVM" in fig3 and "the executions shown: below" in fig3
+    assert "004 Table 2: E-Mosix below Mosix" in fig4 and "the executions shown: above" in fig4
+    assert "22.500 vs 4.500" in fig4
     assert "004" not in figures["fig5_mosix_vs_e-pvm.png"].axes[0].get_title()
 
 
@@ -120,3 +121,17 @@ def test_the_report_says_memory_given(tmp_path: Path, monkeypatch: pytest.Monkey
     out = capsys.readouterr().out
     assert "machine memory 64,64,64,64,64,64 MB (p2a,p2b,ppa,ppb,p1a,p1b): as given (--memory)" in out
     assert GUESS not in out
+
+
+def test_table2_ordering_says_equal_within_rounding_and_na_for_a_non_number() -> None:
+    """Code review: 1.0 against 1.0 + 1e-12 was "above (1.000 vs 1.000)", and a NaN average "equal"."""
+    from coordinator.oppcost.experiment import table2_ordering
+
+    def row(pvm: float, epvm: float) -> dict[str, float]:
+        return {"seed": 1, "jobs": 5, "pvm_mean": pvm, "e-pvm_mean": epvm}
+
+    assert table2_ordering([row(1.0, 1.0 + 1e-12)], "pvm", "e-pvm").endswith(
+        "this run: equal, unlike 004 (1.000 vs 1.000; 0 of 1 execution below x = y)")
+    assert table2_ordering([row(1.0, float("nan"))], "pvm", "e-pvm").endswith("this run: n/a (nan vs 1.000)")
+    assert "the executions shown: below" in table2_ordering([row(2.0, 1.0)], "pvm", "e-pvm", ";\n",
+                                                             "the executions shown")

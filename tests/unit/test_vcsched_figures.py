@@ -142,4 +142,22 @@ def test_a_replot_passes_the_stored_seed(monkeypatch: pytest.MonkeyPatch, tmp_pa
     notes: list[str] = []
     monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: notes.append(_note(fig)) or path)
     assert experiment._replot(out) == 0
-    assert len(notes) == 8 and all("seed 11" in n for n in notes)
+    assert len(notes) == 8 and all("seed 11" in " ".join(n.split()) for n in notes)  # (lines wrapped)
+
+
+def test_the_notes_name_the_flags_given_that_change_results(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Code review: a run with --backtrack-limit-large 1000 (or --search fast) drew figures that did not say so."""
+    import json
+
+    out = tmp_path / "run"
+    (out / "small").mkdir(parents=True)
+    experiment._write_csv(out / "small" / "results.csv", _rows())
+    conf = {"seed": 3, "complete": True, "parallel_jobs": False, "search": "fast", "milp_time_limit": 5.0,
+            "backtrack_limit": 500000, "large_instances": None}
+    (out / "config.json").write_text(json.dumps(conf))
+    assert experiment.flags_given(conf) == ["--search fast", "--milp-time-limit 5"]
+    notes: list[str] = []
+    monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: notes.append(_note(fig)) or path)
+    assert experiment._replot(out) == 0
+    assert len(notes) == 8
+    assert all("other flags given: --search fast --milp-time-limit 5" in " ".join(n.split()) for n in notes)

@@ -174,3 +174,16 @@ def test_the_large_sets_flags_are_no_settings_of_a_small_run(tmp_path: Path,
     assert "other settings" not in err, err
     conf = json.loads((out / "config.json").read_text())
     assert conf["large_instances"] is None and conf["backtrack_limit_large"] is None
+
+
+def test_an_older_runs_large_set_flags_without_the_large_set_are_no_other_settings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Code review: an older vcsched stored --large-instances with --set small; this version stores none there, and
+    refused the very same command as "a finished run with other settings (--large-instances)"."""
+    out = tmp_path / "out"
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    conf = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**conf, "large_instances": 2, "backtrack_limit_large": 9}))
+    capsys.readouterr()
+    assert vc.vcsched_main([*ARGV, "--out", str(out), "--large-instances", "2", "--backtrack-limit-large", "9"]) == 0
+    assert "other settings" not in capsys.readouterr().err
