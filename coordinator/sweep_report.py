@@ -282,7 +282,8 @@ def _settings(cells: Sequence[dict[str, Any]], cfg: dict[str, Any] | None, group
     lines = [line for g in groups if (line := _group_setting(g, cells, cfg)) is not None]
     pens = sorted({c["penalty"] for c in cells if c.get("penalty") is not None})
     last = (f"rescheduling penalty {penalty:g} s" if penalty is not None
-            else f"rescheduling penalties {', '.join(f'{p:g}' for p in pens)} s (one panel each)" if pens else "")
+            else f"rescheduling penalt{'ies' if len(pens) > 1 else 'y'} {', '.join(f'{p:g}' for p in pens)} s"
+            + (" (one panel each)" if len(pens) > 1 else "") if pens else "")
     failed = sum(1 for c in cells if c.get("group") in groups and c.get("status") != "ok")
     if failed:
         last += f"; {count(failed, 'cell')} timed out or failed, left out of the means"
@@ -319,7 +320,9 @@ def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms
         _say(f"{path.name} not drawn: no scaled trace's cell has a max stretch")
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown), 5.4), squeeze=False, sharey=True)
+    # (room for the legend beside the panels: with one panel, its long labels squeezed the axes, and the title was
+    # cut at the left edge; review)
+    fig, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown) + 2.5, 5.4), squeeze=False, sharey=True)
     try:
         # An algorithm's label says which earlier one it equals in every panel ("DYNMCB8-STRETCH-PER (=
         # DYNMCB8-PER)"): drawn over it, it hides it
@@ -337,7 +340,7 @@ def _plot_fig1(path: Path, panels: dict[float, list[dict[str, Any]]], algorithms
                         markeredgewidth=1.4, markersize=max(4.0, 10.0 - 0.6 * i), linewidth=max(0.8, 2.0 - 0.12 * i))
             ax.set_yscale("log")
             ax.set_xlabel("offered load")
-            ax.set_title(f"average degradation factor, rescheduling penalty {pen:g} s")
+            ax.set_title(f"average degradation factor,\nrescheduling penalty {pen:g} s")
             ax.grid(True, which="both", alpha=0.3)
         axes[0][0].set_ylabel("max-stretch degradation factor (log)")
         _legend(axes[0][-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
