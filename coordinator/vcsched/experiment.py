@@ -647,6 +647,8 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: 
         plt.close(fig)
 
     for g, algos in groups.items():
+        if not algos:  # (a run of --algorithms GR,SG drew four empty mcb_*.png, with their notes; review)
+            continue
         for key, title in metrics:
             fig, ax = plt.subplots(figsize=(7, 5))
             series = {}

@@ -161,3 +161,11 @@ def test_the_notes_name_the_flags_given_that_change_results(monkeypatch: pytest.
     assert experiment._replot(out) == 0
     assert len(notes) == 8
     assert all("other flags given: --search fast --milp-time-limit 5" in " ".join(n.split()) for n in notes)
+
+
+def test_a_run_without_mcb_draws_no_mcb_figures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Code review: --algorithms GR,SG drew the four mcb_*.png figures empty."""
+    drawn: list[str] = []
+    monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: drawn.append(path.name) or path)
+    experiment._plots([r for r in _rows() if not r["algorithm"].startswith("MCB")], tmp_path, "small", False, 7)
+    assert drawn and not any(name.startswith("mcb_") for name in drawn), drawn
