@@ -326,7 +326,7 @@ def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None
             else:
                 axis.set_minor_formatter(MinorLabels())
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="upper left")
+        ax.legend(loc="best")  # (fixed at the upper left, it hid the points there: code review)
         rect = settings_note(fig, note)
         fig.tight_layout(rect=rect)
         path = save_figure(fig, out / f"{fig_name}_{xm}_vs_{ym}.png", dpi=110)
