@@ -58,6 +58,10 @@ GIB = 1 << 30
 READY_TIMEOUT_S = 120.0
 #: How often ``bench starts`` counts the jobs running: the resolution of its seconds_to_all_running.
 STARTS_POLL_S = 0.01
+#: Fewest jobs for ``bench starts``' job-start figures (starts_per_s, running_at_quarters): a job runs once all its
+#: tasks do, one event, so with one job of 10,000 tasks the "rate" was 1 / seconds_to_all_running (2.5 starts/s)
+#: and every quarter counted 0 jobs. With fewer jobs than quarters they say nothing the seconds do not.
+STARTS_RATE_MIN_JOBS = 4
 
 
 def _int_at_least(low: int):  # type: ignore[no-untyped-def]
@@ -413,7 +417,7 @@ def bench_starts_main(argv: list[str]) -> int:
     agent process (no cgroups): under greedy each start re-shares every job on its host; a job of many tasks
     starts in one StartTasks call per host. Then the seconds to pause them all in one plan, resume them, move every
     task to the next host, and cancel them all."""
-    p = Parser(prog="vcemu bench starts", description=bench_starts_main.__doc__)
+    p = Parser(prog="vcemu bench starts", description=bench_starts_main.__doc__, epilog=STARTS_FIGURES)
     p.add_argument("--jobs", type=_int_at_least(1), default=1000,
                    help="jobs submitted at once, modeled (default %(default)s)")
     p.add_argument("--tasks", type=_int_at_least(1), default=1,
@@ -430,6 +434,36 @@ def bench_starts_main(argv: list[str]) -> int:
         p.error(f"argument --cpu-need: must be at most 1, got {args.cpu_need:g}")
     check_out(p, args)
     return _interruptible("starts", _bench_starts, args)
+
+
+STARTS_FIGURES = (
+    "Figures: running, the jobs running at the end (all of them, or those by --timeout); seconds_to_all_running, "
+    f"from the submission until every job runs, counted every poll_s ({STARTS_POLL_S:g}) s; starts_per_s, jobs "
+    "started per second (running / those seconds); task_starts_per_s, tasks started per second (running x --tasks "
+    "/ those seconds): the figure of a large job's start; running_at_quarters, the jobs running at 1/4, 1/2 and 3/4 "
+    "of those seconds (a rate that falls as hosts fill shows there). A job runs once all its tasks do, so with "
+    f"fewer than {STARTS_RATE_MIN_JOBS} jobs starts_per_s and running_at_quarters are null, and notes says why. "
+    "seconds_to_pause_all, _resume_all and _move_all: one plan each, after all run (_move_all null with one host); "
+    "seconds_to_cancel_all: every job cancelled, until the agent holds none of their tasks.")
+
+
+def starts_figures(samples: list[tuple[float, int]], jobs: int, tasks: int) -> dict:
+    """``bench starts``' rates from its ``samples`` (seconds since the submission, jobs running), the last at the end
+    of the wait: starts_per_s, task_starts_per_s, running_at_quarters, and ``notes`` naming a figure left null (and
+    why). With fewer than :data:`STARTS_RATE_MIN_JOBS` jobs the job figures are null: one job's start is one event
+    at the end, so its "rate" is 1 / the seconds and each quarter counts 0 jobs (task_starts_per_s is the figure)."""
+    seconds, running = samples[-1]
+    out: dict = {"starts_per_s": round(running / seconds, 1),
+                 "task_starts_per_s": round(running * tasks / seconds, 1),
+                 # jobs running at each quarter of the time: a rate that falls as hosts fill shows here
+                 "running_at_quarters": [next(n for t, n in samples if t >= seconds * q / 4) for q in (1, 2, 3)],
+                 "notes": {}}
+    if jobs < STARTS_RATE_MIN_JOBS:
+        why = (f"null: {jobs} job{'s' if jobs > 1 else ''}, fewer than {STARTS_RATE_MIN_JOBS}; a job runs once all "
+               "its tasks do, one event per job (see task_starts_per_s and seconds_to_all_running)")
+        out["starts_per_s"] = out["running_at_quarters"] = None
+        out["notes"] = {"starts_per_s": why, "running_at_quarters": why}
+    return out
 
 
 def _cancel_all(stub: pb_grpc.CoordinatorStub, job_ids: list[str], server, timeout: float) -> float | None:  # type: ignore[no-untyped-def]
@@ -526,15 +560,14 @@ def _bench_starts(args: argparse.Namespace) -> int:
     result = {"jobs": args.jobs, "tasks": args.tasks, "hosts": args.hosts, "policy": args.policy, "running": running,
               "seconds_to_all_running": round(seconds, 3) if running == args.jobs else None,
               "poll_s": STARTS_POLL_S,  # (the resolution of the seconds above: it was 0.1 s, and 20 jobs took 0.1 s)
-              "starts_per_s": round(running / seconds, 1),
-              # jobs running at each quarter of the time: a rate that falls as hosts fill shows here
-              "running_at_quarters": [next(n for t, n in samples if t >= seconds * q / 4) for q in (1, 2, 3)],
+              **starts_figures(samples, args.jobs, args.tasks),
               # then one plan pausing every job, one resuming them, one moving every task to the next host
               **{f"seconds_to_{k}_all": None if v is None else round(v, 2) for k, v in plans.items()},
               # then every job cancelled: seconds until the agent has none of their tasks left
               "seconds_to_cancel_all": None if cancel is None else round(cancel, 2)}
+    result["notes"] = result.pop("notes")  # (last, after the figures they explain)
     saved = write_results(args.out, "starts", result, vars(args))
-    print(json.dumps(result) if args.json else "\n".join(f"{k:>22}  {v}" for k, v in result.items()))
+    print(json.dumps(result) if args.json else _starts_text(result))
     if running < args.jobs:
         print(f"vcemu bench starts: error: {running} of {args.jobs} jobs running after {args.timeout:g} s",
               file=sys.stderr)
@@ -544,3 +577,9 @@ def _bench_starts(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0 if saved else 1
+
+
+def _starts_text(result: dict) -> str:
+    """``bench starts``' result without --json: a line per figure, then a line per note (a null figure's reason)."""
+    lines = [f"{k:>22}  {v}" for k, v in result.items() if k != "notes"]
+    return "\n".join(lines + [f"{k}: {why}" for k, why in result["notes"].items()])

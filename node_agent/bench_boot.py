@@ -12,7 +12,9 @@ Three agents, run in turn, round after round:
 
 Each agent's first start (cold: it starts the workload's spares) is not counted. Needs cgroups unless
 ``--no-cgroups`` (the duty-cycle driver). Medians are the figure to compare: a start that lands on a busy moment of
-a shared machine is slow whatever the agent.
+a shared machine is slow whatever the agent. On a terminal a bar on stderr says which agent is measured, how many
+of the starts are done and an ETA; it is drawn between the timed starts (in the second's gap before the next), never
+while one is timed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
+
+from tqdm import tqdm
 
 from coordinator.bench_results import check_out, output_flags, write_results
 from coordinator.cliargs import Parser, format_table, whole_in
@@ -41,8 +46,10 @@ GAP_S = 1.0
 BOOT_TIMEOUT_S = 60.0
 
 
-def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgroups: bool, k: int) -> list[float]:
-    """Seconds from each start to its boot's end, for ``starts`` starts in a fresh agent."""
+def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgroups: bool, k: int,
+               measured: Callable[[], None] = lambda: None) -> list[float]:
+    """Seconds from each start to its boot's end, for ``starts`` starts in a fresh agent; ``measured()`` after each
+    (the progress bar's update: outside the timed section, before the gap to the next start)."""
     agent_id = f"bench-boot-{os.getpid()}-{k}"
     stop = threading.Event()
     core: AgentCore | None = None
@@ -72,6 +79,7 @@ def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgr
                     raise RuntimeError(f"{name}: a task did not boot within {BOOT_TIMEOUT_S:g} s")
                 time.sleep(0.0005)
             out.append(time.perf_counter() - t0)
+            measured()  # (after the clock is read: a redraw costs the next start nothing, a second ahead of it)
     finally:
         with signals_deferred():  # a second signal must not cut the shutdown short (tasks and cgroups left)
             stop.set()
@@ -82,14 +90,19 @@ def _one_agent(name: str, spares: int, boot_poll: float | None, starts: int, cgr
     return out
 
 
-def run(starts: int, rounds: int, cgroups: bool) -> dict:
-    """The three agents in turn, ``rounds`` times; milliseconds per variant (median, mean, max, and each start)."""
+def run(starts: int, rounds: int, cgroups: bool, bar_off: bool | None = None) -> dict:
+    """The three agents in turn, ``rounds`` times; milliseconds per variant (median, mean, max, and each start).
+    A bar on stderr counts the timed starts (``bar_off`` None: only if stderr is a terminal; True: none)."""
     times: dict[str, list[float]] = {name: [] for name, _, _ in VARIANTS}
     k = 0
-    for _ in range(rounds):
-        for name, spares, boot_poll in VARIANTS:
-            times[name] += _one_agent(name, spares, boot_poll, starts, cgroups, k)
-            k += 1
+    with tqdm(total=rounds * len(VARIANTS) * starts, desc="boot", unit="start", disable=bar_off,
+              file=sys.stderr) as bar:
+        for r in range(rounds):
+            for name, spares, boot_poll in VARIANTS:
+                # (between agents: nothing is timed while the bar says which agent comes)
+                bar.set_description(f"boot {name} [round {r + 1}/{rounds}]")
+                times[name] += _one_agent(name, spares, boot_poll, starts, cgroups, k, lambda: bar.update(1))
+                k += 1
     out: dict = {"starts_per_agent": starts, "rounds": rounds, "task_memory_bytes": TASK_MEMORY,
                  "driver": "cgroups" if cgroups else "duty-cycle"}
     for name, seconds in times.items():
@@ -119,7 +132,7 @@ def boot_main(argv: list[str]) -> int:
     check_out(p, args)
     try:
         with signals_interrupt():  # SIGTERM too unwinds through the shutdowns (it left the cgroups and work directory)
-            out = run(args.starts, args.rounds, not args.no_cgroups)
+            out = run(args.starts, args.rounds, not args.no_cgroups, bar_off=args.json or None)
     except KeyboardInterrupt:
         print("vcemu bench boot: interrupted; its tasks and their cgroups are removed", file=sys.stderr)
         return INTERRUPTED
