@@ -227,3 +227,21 @@ def test_the_removal_note_names_the_live_run_and_leaves_out_the_journal_when_it_
     assert note == (f"vcemu apc: {tmp_path} holds Experiments Two and Three and the live run (live/) of an earlier "
                     "run, which this run removes (--out describes one run)")
     assert apc.replaced_note(tmp_path, ["two", "three"], live=True, kept=True) is None
+
+
+def test_the_live_apps_demand_is_at_least_the_profiled_work_of_a_request() -> None:
+    """README walk-through: under a CFS quota the measured response time stays low until the app nears its quota;
+    fitted through it, the demand came out ~10 times too small, and APC cut the app until it saturated (RP -11), in
+    a cycle of cuts and rises. The work a request takes, profiled over the cycle, is the demand's floor."""
+    from coordinator.apc.live import app_model
+
+    # 20 req/s of 1.25 Mcycles each (25 MHz) at 34 MHz: 3.6 ms measured (bursts at full speed), where M/M/1 with
+    # the real demand says 1.25 / (34 - 25) = 139 ms
+    fitted = app_model(34.0, 0.0036, 20.0, math.nan, saturation=1000.0)
+    assert fitted.demand == pytest.approx(0.0036 * 34.0 / (1 + 0.0036 * 20.0))  # (not profiled: the fit alone)
+    floored = app_model(34.0, 0.0036, 20.0, 1.25, saturation=1000.0)
+    assert floored.demand == 1.25 and floored.rate == 20.0
+    assert floored.response_time(34.0) == pytest.approx(1.25 / 9.0)
+    # a measurement where queueing shows keeps the fitted demand, above the profiled one
+    queued = app_model(30.0, 0.5, 20.0, 1.25, saturation=1000.0)
+    assert queued.demand == pytest.approx(0.5 * 30.0 / (1 + 0.5 * 20.0)) and queued.demand > 1.25
