@@ -13,23 +13,7 @@ import pytest
 
 from coordinator.apc import experiment as apc
 from coordinator.apc.sim import SimResult
-
-
-def _record_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The figures the command saves, by file name, drawn as saved (before it closes them)."""
-    figures: dict[str, Any] = {}
-
-    def save(fig: Any, path: Path, **_: Any) -> Path:
-        fig.canvas.draw()
-        figures[Path(path).name] = fig
-        return Path(path)
-
-    monkeypatch.setattr(apc, "save_figure", save)
-    return figures
-
-
-def _note(fig: Any) -> str:
-    return "\n".join(t.get_text() for t in fig.texts)
+from tests.unit.figure_capture import note_of, record_figures
 
 
 def _legend_labels(ax: Any) -> list[str]:
@@ -68,30 +52,30 @@ def _exp2_results() -> dict[str, SimResult]:
 
 def test_figs3_to_5_name_their_settings_and_fig3_says_which_algorithms_coincide(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, apc)
     apc.experiment_two(tmp_path, 5, 40, (50.0, 200.0), 300.0, apc.ALGOS,
                        _Units(_exp2_results()))  # type: ignore[arg-type]
     for name in ("fig3_met.png", "fig4_changes.png", "fig5_distance.png"):
-        note = _note(figures[name])
+        note = note_of(figures[name])
         assert "seed 5" in note and "40 completions per run" in note and "T = 300 s" in note, (name, note)
         assert "25 nodes" in note, name
     ax = figures["fig3_met.png"].axes[0]
     assert _legend_labels(ax) == ["APC", "EDF", "FCFS", "EDF-REPACK (= EDF)"]
     assert len({line.get_marker() for line in ax.get_lines()}) == 4  # each its own marker
     # and where series that differ elsewhere meet: at 200 s all four met every goal, one marker over the other
-    assert "APC, EDF, FCFS and EDF-REPACK coincide at 200 s (100)" in _note(figures["fig3_met.png"])
-    assert "APC, EDF, FCFS and EDF-REPACK coincide at 50 s (6)" in _note(figures["fig4_changes.png"])
+    assert "APC, EDF, FCFS and EDF-REPACK coincide at 200 s (100)" in note_of(figures["fig3_met.png"])
+    assert "APC, EDF, FCFS and EDF-REPACK coincide at 50 s (6)" in note_of(figures["fig4_changes.png"])
     ax4 = figures["fig4_changes.png"].axes[0]
     assert _legend_labels(ax4) == ["APC", "EDF (= APC)", "FCFS (= APC)", "EDF-REPACK"]
 
 
 def test_fig4_says_it_plots_the_sum_and_where_its_parts_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, apc)
     apc.experiment_two(tmp_path, 0, 10, (50.0, 200.0), 600.0, apc.ALGOS, _Units(_exp2_results()))  # type: ignore[arg-type]
     fig = figures["fig4_changes.png"]
     ax = fig.axes[0]
     assert "sum" in ax.get_ylabel() + ax.get_title()
-    said = ax.get_ylabel() + ax.get_title() + _note(fig)
+    said = ax.get_ylabel() + ax.get_title() + note_of(fig)
     header = (tmp_path / "exp2_summary.csv").read_text().splitlines()[0].split(",")
     for column in ("suspends", "resumes", "migrations"):  # the CSV's own names for the parts
         assert column in header and column in said
@@ -110,12 +94,12 @@ def _exp1_result() -> SimResult:
 
 def test_fig2_says_the_line_is_003s_value_and_where_ours_peaks(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, apc)
     summary = apc.experiment_one(tmp_path, 3, 8, 600.0,
                                  _Units({apc._key_one(): _exp1_result()}))  # type: ignore[arg-type]
     assert summary["hyp_rp_when_empty_queue"] == 0.624  # (the number itself is the summary's, unchanged)
     fig = figures["fig2_exp1.png"]
-    note = _note(fig)
+    note = note_of(fig)
     assert "seed 3" in note and "8 completions" in note and "T = 600 s" in note and "25 nodes" in note
     said = " ".join(_legend_labels(fig.axes[0])) + note
     assert "003" in said and "0.63" in said and "no job queued" in said
@@ -133,10 +117,10 @@ def _exp3_cycles() -> list[dict[str, Any]]:
 
 def test_figs6_and_7_name_their_settings_and_fig7_separates_thousands(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, apc)
     apc.plot_exp3(tmp_path, _exp3_cycles(), seed=4, T=600.0, horizon=20_000.0, jobs=31)
     for name in ("fig6_rp.png", "fig7_cpu.png"):
-        note = _note(figures[name])
+        note = note_of(figures[name])
         assert "seed 4" in note and "31 long-running jobs" in note and "T = 600 s" in note, (name, note)
         assert "horizon 20,000 s" in note and "25 nodes" in note
     ax = figures["fig7_cpu.png"].axes[0]
@@ -156,7 +140,7 @@ class _Exp3Units:
 
 
 def test_experiment_three_passes_its_settings_to_its_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, apc)
     apc.experiment_three(tmp_path, 2, 300.0, 5000.0, _Exp3Units())  # type: ignore[arg-type]
-    note = _note(figures["fig7_cpu.png"])
+    note = note_of(figures["fig7_cpu.png"])
     assert "seed 2" in note and "T = 300 s" in note and "horizon 5,000 s" in note and "long-running jobs" in note

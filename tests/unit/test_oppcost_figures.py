@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from coordinator.oppcost import experiment as oc
+from tests.unit.figure_capture import note_of, record_figures
 
 GUESS = "a guess, 004's Table 1 is not in our text"
 
@@ -30,47 +30,31 @@ def _rows(seed: int = 5) -> list[dict[str, float]]:
             _row(2, seed, 760.0, 70.0, 4.0, 2.5)]
 
 
-def _record_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    figures: dict[str, Any] = {}
-
-    def save(fig: Any, path: Path, **_: Any) -> Path:
-        fig.canvas.draw()
-        figures[Path(path).name] = fig
-        return Path(path)
-
-    monkeypatch.setattr(oc, "save_figure", save)
-    return figures
-
-
-def _note(fig: Any) -> str:
-    return "\n".join(t.get_text() for t in fig.texts)
-
-
 def test_every_figure_names_its_seeds_beta_flags_and_memory_guess(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, oc)
     cfg = oc.Config(executions=3, seed=5, beta=7.0, fit="migrations", scale="current", cost_load="effective")
     oc.plot(_rows(), tmp_path, 1000, cfg)
     assert len(figures) == 4
     for name, fig in figures.items():
-        note = _note(fig)
+        note = note_of(fig)
         assert "seeds 5-7" in note and "beta 7" in note, (name, note)
         assert "--fit migrations" in note and "--scale current" in note and "--cost-load effective" in note
         assert "128,128,64,64,32,32 MB" in note and GUESS in note
 
 
 def test_memory_given_is_no_guess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, oc)
     oc.plot(_rows(), tmp_path, 1000, oc.Config(executions=3, seed=5, memory=(256.0, 256.0, 128.0, 128.0, 64.0, 64.0)))
     for fig in figures.values():
-        note = _note(fig)
+        note = note_of(fig)
         assert "256,256,128,128,64,64 MB" in note and "--memory" in note and GUESS not in note
         assert "--fit" not in note and "--scale" not in note  # (defaults are not flags given)
 
 
 def test_figs3_and_4_say_whether_the_run_shows_table2s_orderings(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    figures = _record_figures(monkeypatch)
+    figures = record_figures(monkeypatch, oc)
     oc.plot(_rows(), tmp_path, 1000, oc.Config(executions=3, seed=5))
     fig3 = figures["fig3_pvm_vs_e-pvm.png"].axes[0].get_title()
     fig4 = figures["fig4_mosix_vs_e-mosix.png"].axes[0].get_title()

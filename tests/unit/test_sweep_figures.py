@@ -12,6 +12,7 @@ import pytest
 
 import coordinator.sweep_report as report
 from coordinator.metrics import MOVE_COUNTING
+from tests.unit.figure_capture import note_of
 
 CFG = {"algorithms": ["fcfs", "greedy-pmtn", "dynmcb8-per", "dynmcb8-stretch-per"], "penalties": [0.0, 300.0],
        "traces": 2, "jobs": 100, "loads": [0.5, 0.8], "unscaled": 0, "hosts": 128, "hpc2n_weeks": [10, 11, 12, 20],
@@ -55,10 +56,6 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return figures
 
 
-def _note(fig: Any) -> str:
-    return "\n".join(t.get_text() for t in fig.texts)
-
-
 def _reports(tmp_path: Path, drawn: dict[str, Any], cfg: dict[str, Any] = CFG) -> dict[str, Any]:
     report.write_reports(_cells(), cfg, tmp_path)
     assert {"fig1.png", "table1_p0.png", "table1_p300.png", "table2_p0.png", "table2_p300.png"} <= set(drawn)
@@ -75,7 +72,7 @@ def test_fig1_tells_its_coinciding_lines_apart(tmp_path: Path, drawn: dict[str, 
 
 
 def test_fig1_names_the_traces_per_point_jobs_seeds_hosts_and_penalties(tmp_path: Path, drawn: dict[str, Any]) -> None:
-    note = _note(_reports(tmp_path, drawn)["fig1.png"])
+    note = note_of(_reports(tmp_path, drawn)["fig1.png"])
     for part in ("scaled: 2 Lublin traces per load (seeds 5-6) x 2 loads (0.5, 0.8) = 4 traces", "100 jobs per trace",
                  "128 hosts", "rescheduling penalties 0, 300 s"):
         assert part in note, (part, note)
@@ -83,7 +80,7 @@ def test_fig1_names_the_traces_per_point_jobs_seeds_hosts_and_penalties(tmp_path
 
 
 def test_table1_names_its_groups_traces_weeks_jobs_hosts_and_penalty(tmp_path: Path, drawn: dict[str, Any]) -> None:
-    note = _note(_reports(tmp_path, drawn)["table1_p300.png"])
+    note = note_of(_reports(tmp_path, drawn)["table1_p300.png"])
     for part in ("scaled: 2 Lublin traces per load (seeds 5-6)", "HPC2N: 4 weeks (weeks 10-12, 20)",
                  "310 jobs per trace, 120 hosts", "100 jobs per trace, 128 hosts", "rescheduling penalty 300 s"):
         assert part in note, (part, note)
@@ -92,7 +89,7 @@ def test_table1_names_its_groups_traces_weeks_jobs_hosts_and_penalty(tmp_path: P
 def test_table2_gives_n_its_settings_and_no_scientific_notation(tmp_path: Path, drawn: dict[str, Any]) -> None:
     fig = _reports(tmp_path, drawn)["table2_p300.png"]
     assert "(n = 2 traces per algorithm)" in fig._suptitle.get_text()  # the two Lublin traces at load 0.8
-    note = _note(fig)
+    note = note_of(fig)
     for part in ("scaled: 2 Lublin traces per load (seeds 5-6) x 1 load (0.8) = 2 traces", "100 jobs per trace",
                  "128 hosts", "rescheduling penalty 300 s"):
         assert part in note, (part, note)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import coordinator.vcsched.experiment as experiment
+from tests.unit.figure_capture import note_of
 
 CVS = (0.25, 0.75)
 
@@ -58,10 +59,6 @@ def _legend(fig: Any) -> list[str]:
     return [t.get_text() for t in ax.get_legend().get_texts()]
 
 
-def _note(fig: Any) -> str:
-    return "\n".join(t.get_text() for t in fig.texts)
-
-
 def test_every_figure_is_drawn(figures: dict[str, Any]) -> None:
     assert set(figures) == {f"{g}_{k}.png" for g in ("mcb", "all")
                             for k in ("min_yield", "avg_yield", "failure_rate", "runtime")}
@@ -94,7 +91,7 @@ def test_each_series_has_its_own_marker_and_the_bounds_stay_dashed(figures: dict
 
 def test_every_figure_names_its_settings(figures: dict[str, Any]) -> None:
     for name, fig in figures.items():
-        note = _note(fig)
+        note = note_of(fig)
         for part in ("small set: 4 hosts, 6/8 tasks", "memory slack 0.3, 0.6", "CV memory and CPU 0.25, 0.75 each",
                      "2 instances per specification x 16 specifications", "= 32 instances", "seed 7"):
             assert part in note, (name, part, note)
@@ -102,19 +99,19 @@ def test_every_figure_names_its_settings(figures: dict[str, Any]) -> None:
 
 def test_the_yield_figures_say_over_which_instances_each_mean_is(figures: dict[str, Any]) -> None:
     assert "Each algorithm's mean over the instances it solved; LP: over the instances whose LP is feasible" in (
-        _note(figures["all_min_yield.png"]))
+        note_of(figures["all_min_yield.png"]))
     for name in ("mcb_min_yield.png", "mcb_avg_yield.png", "all_avg_yield.png"):  # (no LP line in these)
-        note = _note(figures[name])
+        note = note_of(figures[name])
         assert "Each algorithm's mean over the instances it solved" in note and "LP:" not in note
 
 
 def test_the_runtime_notes_say_what_runs_compiled_and_what_in_python(figures: dict[str, Any]) -> None:
     """MCB8 came out faster than GR/SG: its numba kernel against plain Python, the reverse of seed 002 Sec. 4."""
-    note = " ".join(_note(figures["all_runtime.png"]).split("\n"))
+    note = " ".join(note_of(figures["all_runtime.png"]).split("\n"))
     assert "Plain Python: GR/SG/SGB" in note and "Compiled: MCB8 (numba), MILP" in note
     assert "RRNZ: LP relaxation (HiGHS) + rounding in Python" in note
     assert "compare implementations, not algorithms" in note and "15-20 ms" in note
-    note = " ".join(_note(figures["mcb_runtime.png"]).split("\n"))
+    note = " ".join(note_of(figures["mcb_runtime.png"]).split("\n"))
     assert "Compiled: MCB8 (numba)" in note and "Plain Python: MCB2-MCB4" in note
     assert "compare implementations, not algorithms" in note
 
@@ -140,7 +137,7 @@ def test_a_replot_passes_the_stored_seed(monkeypatch: pytest.MonkeyPatch, tmp_pa
     experiment._write_csv(out / "small" / "results.csv", _rows())
     (out / "config.json").write_text(json.dumps({"seed": 11, "complete": True, "parallel_jobs": False}))
     notes: list[str] = []
-    monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: notes.append(_note(fig)) or path)
+    monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: notes.append(note_of(fig)) or path)
     assert experiment._replot(out) == 0
     assert len(notes) == 8 and all("seed 11" in " ".join(n.split()) for n in notes)  # (lines wrapped)
 
@@ -157,7 +154,7 @@ def test_the_notes_name_the_flags_given_that_change_results(monkeypatch: pytest.
     (out / "config.json").write_text(json.dumps(conf))
     assert experiment.flags_given(conf) == ["--search fast", "--milp-time-limit 5"]
     notes: list[str] = []
-    monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: notes.append(_note(fig)) or path)
+    monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: notes.append(note_of(fig)) or path)
     assert experiment._replot(out) == 0
     assert len(notes) == 8
     assert all("other flags given: --search fast --milp-time-limit 5" in " ".join(n.split()) for n in notes)
