@@ -44,7 +44,8 @@ def max_workers() -> int:
     """The most worker processes a simulation command (``--jobs`` of ``oppcost`` and ``vcsched``) takes: 4 per core.
     ``--jobs`` counts jobs in ``sweep``, ``demo`` and the benches, and ``oppcost --jobs 1000``, typed for those,
     started a thousand workers of about 50 MB each (README walk-through)."""
-    return 4 * (os.cpu_count() or 1)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 4 * (usable or 1)  # (the cores this process may use: a container's, not its host's)
 
 
 def heartbeat_interval(text: str) -> float:

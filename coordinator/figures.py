@@ -49,15 +49,22 @@ def coinciding_labels(series: Mapping[str, Sequence[tuple[float, float]]], rel_t
 
 def settings_note(fig: Any, text: str, fontsize: float = 7.0) -> tuple[float, float, float, float]:
     """Write ``text`` (the settings that produced the figure, one or more lines) at its bottom left, in grey, each
-    line wrapped to the figure's width (a long one ran off its edge: review); returns the ``rect`` to give
-    ``fig.tight_layout`` so that the axes leave it room."""
+    line wrapped to the figure's width at spaces only (a long one ran off its edge, and a break at a hyphen split
+    flags and names: review); returns the ``rect`` to give ``fig.tight_layout`` so that the axes leave it room."""
     width_in, height_in = fig.get_size_inches()
-    # DejaVu Sans: about 0.55 em a letter, 0.64 a digit; 0.62 keeps a line of digits and letters inside 97 % of it
+    # A first guess from the font's average width (DejaVu Sans: about 0.55 em a letter, 0.64 a digit, 0.7 a capital),
+    # then narrower while the drawn text still passes the figure's right edge
     fits = max(20, int(0.97 * width_in * 72 / (0.62 * fontsize)))
-    wrapped = "\n".join(textwrap.fill(line, fits) if line else line for line in text.split("\n"))
+    while True:
+        wrapped = "\n".join(textwrap.fill(line, fits, break_on_hyphens=False, break_long_words=False) if line else line
+                            for line in text.split("\n"))
+        note = fig.text(0.01, 0.01, wrapped, fontsize=fontsize, color="dimgray", ha="left", va="bottom")
+        if fits <= 20 or note.get_window_extent(fig.canvas.get_renderer()).x1 <= fig.bbox.x1:
+            break
+        note.remove()
+        fits = max(20, int(fits * 0.92))
     lines = wrapped.count("\n") + 1
     share = min(0.3, (lines * fontsize * 1.35 + 6) / 72 / height_in)
-    fig.text(0.01, 0.01, wrapped, fontsize=fontsize, color="dimgray", ha="left", va="bottom")
     return (0.0, share, 1.0, 1.0)
 
 

@@ -677,19 +677,19 @@ def _other_settings(out: Path, diff: Sequence[str], cfg: dict[str, Any], old: di
     than ``cfg``: each flag with both values, and the flags that resume the stored sweep (README walk-through:
     ``--traces 0`` on a sweep stored with ``--jobs 100`` said "other settings (jobs)", leaving the user to find the
     flag and its value)."""
-    def shown(value: Any) -> str:
-        return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    def shown(value: Any) -> str:  # (repr: the exact value, which the comparison wants; %g cut it to 6 digits)
+        return "none" if value is None else repr(value) if isinstance(value, float) else str(value)
 
     parts, resume = [], []
     for k in diff:
         if k in _FLAGS:
             stored = _stored_setting(old, k, cfg)
             parts.append(f"{_FLAGS[k]} {shown(stored)} stored, {shown(cfg.get(k))} given")
-            if stored is not None:
-                resume.append(f"{_FLAGS[k]} {shown(stored)}")
+            resume.append(f"no {_FLAGS[k]}" if stored is None else f"{_FLAGS[k]} {shown(stored)}")
         else:  # the HPC2N file: the same path may hold another file by now
             parts.append("the HPC2N file's contents (--hpc2n) differ from the stored sweep's")
-    how = f"give {' '.join(resume)} to resume it, or use another --out" if resume else "use another --out"
+            resume.append("the HPC2N file it was made with (--hpc2n)")
+    how = f"give {', '.join(resume)} to resume it, or use another --out"
     return f"vcemu sweep: {out} holds a sweep with other settings ({'; '.join(parts)}); {how}"
 
 

@@ -96,7 +96,7 @@ from coordinator.apc.workloads import (
 from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.figures import coinciding_labels, marker, settings_note
 from coordinator.flagcheck import first_refusal
-from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
+from coordinator.outputs import clear_outputs, json_safe, save_figure, stored_config, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
 from coordinator.provenance import code_version, fingerprint_of
@@ -179,8 +179,13 @@ def replaced_note(out: Path, exps: Sequence[str], live: bool, kept: bool) -> str
     what = [f"Experiment{'s' if len(gone) > 1 else ''} {' and '.join(e.capitalize() for e in gone)}"] if gone else []
     what += ["the live run (live/)"] if live_gone else []
     every = ",".join(e for e in EXPERIMENT_OUTPUTS if e in exps or e in gone)
-    back = (f"; their simulations stay in {JOURNAL}: --experiments {every} writes them again without simulating "
-            "them anew" if gone and kept else "")
+    # (with the earlier run's flags for them: a simulation is reused only with its own settings, and --exp1-jobs 5
+    # left out ran Experiment One again; review)
+    earlier = stored_config(out) or {}
+    flags = " ".join(str(a) for a in earlier.get("argv", ()) if isinstance(earlier.get("argv"), list))
+    back = (f"; the experiments' simulations stay in {JOURNAL}: --experiments {every}, with the flags the earlier "
+            f"run gave them ({'vcemu apc ' + flags if flags else 'see its config.json'}), writes them again without "
+            "simulating them anew" if gone and kept else "")
     return (f"vcemu apc: {out} holds {' and '.join(what)} of an earlier run, which this run removes (--out describes "
             f"one run){back}")
 

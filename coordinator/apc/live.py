@@ -7,8 +7,8 @@ One node: an emulated host of a node agent (in-process :func:`node_agent.server.
 Every ``T`` seconds the driver
 
 1. reads the agent's Status: the transactional task's mean response time and throughput over the last
-   window (``TaskStatus.service``, window = ``T``: the request router's measurements of 003 Sec. 3.1)
-   and each job's CPU time (its progress: 1 CPU-second = ``MHZ_PER_CORE`` Mcycles);
+   window (``TaskStatus.service``, window = ``T``: the request router's measurements of 003 Sec. 3.1) and its
+   CPU time, and each job's CPU time (its progress: 1 CPU-second = ``MHZ_PER_CORE`` Mcycles);
 2. fits the response-time model through that measurement (:meth:`ResponseTimeModel.fit`) at the
    allocation in force, with the CPU work of a request measured over the cycle (the app's CPU seconds over the
    requests served: 003 Sec. 3.1's work profiler) as a floor to its demand (:func:`app_model`), and builds APC's
@@ -243,8 +243,9 @@ class LiveApc:
         t0 = time.monotonic()
         specs = {f"job{k}": (w, g) for k, (w, g) in enumerate(cfg.jobs)}
         rows = self.cfg.rows = []  # (kept as they come: an interrupted run keeps the cycles it measured)
-        last_cpu_s: float | None = None  # the app's CPU seconds at the last cycle, and when
-        last_t = 0.0
+        # the app's CPU seconds at the last cycle, and when: from the start, so that the first cycle is profiled too
+        last_cpu_s: float | None = self.status()[APP].cpu_seconds
+        last_t = time.monotonic() - t0
         for cycle in range(int(cfg.duration / cfg.T)):
             time.sleep(max(0.0, t0 + (cycle + 1) * cfg.T - time.monotonic()))
             now = time.monotonic() - t0

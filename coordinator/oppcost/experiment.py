@@ -228,7 +228,7 @@ def table2_ordering(rows: list[dict[str, float]], xm: str, ym: str, sep: str = "
     if not (math.isfinite(x) and math.isfinite(y)):  # (a NaN average was "equal")
         return paper + f"n/a ({y:.3f} vs {x:.3f})"
     # equal to the digits shown, not to the last bit: 1.0 against 1.0 + 1e-12 was "above (1.000 vs 1.000)"
-    side = ("equal, unlike 004" if math.isclose(y, x, rel_tol=1e-9, abs_tol=1e-12) else
+    side = ("equal, unlike 004" if f"{y:.3f}" == f"{x:.3f}" else
             "below, as in 004" if y < x else "above, unlike 004")
     below = sum(r[f"{ym}_mean"] < r[f"{xm}_mean"] for r in counted)
     plural = "" if len(counted) == 1 else "s"

@@ -227,7 +227,8 @@ class ResponseTimeModel:
     Below ``rate * demand`` the server is unstable and ``t`` is infinite; above ``saturation`` more CPU
     no longer helps (Sec. 5.3: "allocating CPU power in excess of 130,000MHz ... will not further
     decrease the response time"). ``demand`` and ``rate`` are what a request router and work profiler
-    measure (Sec. 3.1); the live driver fits ``demand`` from a measured response time.
+    measure (Sec. 3.1); the live driver fits ``demand`` from a measured response time, with the work of a request
+    its CPU time shows as a floor (:func:`coordinator.apc.live.app_model`).
     """
 
     demand: float  # Mcycles per request

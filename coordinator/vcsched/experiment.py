@@ -499,12 +499,14 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
-def flags_given(conf: Mapping[str, Any]) -> list[str]:
-    """The flags of a stored config ``conf`` that change results and that the figures' notes do not name otherwise
-    (set, instances, seed, slacks and algorithms are named there), where they are not the defaults: ``--search
-    fast``, ``--backtrack-limit-large 1000`` (code review: the notes named none)."""
+def flags_given(conf: Mapping[str, Any], set_name: str) -> list[str]:
+    """The flags of a stored config ``conf`` that change the results of set ``set_name`` and that the figures' notes
+    do not name otherwise (set, instances, seed, slacks and algorithms are named there), where they are not the
+    defaults: ``--search fast``, ``--backtrack-limit-large 1000`` (code review: the notes named none). The large
+    set's two flags are the large set's only (``--large-instances`` is in its note's instance count)."""
     default = asdict(ExperimentConfig())
-    named = ("sets", "instances", "seed", "algorithms", "slacks")
+    named = ("sets", "instances", "seed", "algorithms", "slacks", "large_instances",
+             *(("backtrack_limit_large",) if set_name != "large" else ()))
     return [f"{flag} {conf[key]:g}" if isinstance(conf[key], float) else
             f"{flag}" if isinstance(conf[key], bool) else f"{flag} {conf[key]}"
             for key, flag in SETTINGS.items()
@@ -805,7 +807,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/vcsched",
                    help="output directory, one folder per set in it (default results/vcsched)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                   help="worker processes, >= 1 (default: this machine's cores)")
+                   help="worker processes, >= 1 and at most 4 per core (default: this machine's cores)")
     p.add_argument("--algorithms", default=",".join(ALL_ALGOS),
                    help="comma list, of " + ", ".join(ALL_ALGOS) + " (any case; default: all; the LP bound is "
                    "always included)")
@@ -862,7 +864,7 @@ def _replot(out: Path) -> int:
         f = out / s / "results.csv"
         if f.exists():
             _report(_load_rows(f), out / s, s, bool(conf.get("parallel_jobs", False)), conf.get("seed"),
-                    flags_given(conf))
+                    flags_given(conf, s))
             done += 1
     if not done:
         print(f"vcemu vcsched: --replot: no results.csv under {out}/small or {out}/large", file=sys.stderr)
@@ -977,7 +979,7 @@ def vcsched_main(argv: list[str]) -> int:
             ": nothing to keep; run the same command again to start"), file=sys.stderr)
         return 130
     for s in cfg.sets:
-        _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs, cfg.seed, flags_given(conf))
+        _report([r for r in rows if r["set"] == s], out / s, s, cfg.parallel_jobs, cfg.seed, flags_given(conf, s))
     write_json(out / "config.json", {**conf, "complete": True}, indent=1, sort_keys=False)
     (out / JOURNAL).unlink(missing_ok=True)
     timed = sorted({r["session"] for r in rows})

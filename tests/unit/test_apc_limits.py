@@ -208,8 +208,9 @@ def test_a_run_of_other_experiments_says_which_earlier_results_it_removes(
     assert apc.apc_main(["--experiments", "three", "--exp3-horizon", "1500", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert (f"vcemu apc: {out} holds Experiment One of an earlier run, which this run removes (--out describes one "
-            f"run); their simulations stay in {apc.JOURNAL}: --experiments one,three writes them again without "
-            "simulating them anew") in err, err
+            f"run); the experiments' simulations stay in {apc.JOURNAL}: --experiments one,three, with the flags the "
+            f"earlier run gave them (vcemu apc --experiments one --exp1-jobs 5 --out {out}), writes them again "
+            "without simulating them anew") in err, err
     assert not (out / "fig2_exp1.png").exists() and (out / "fig6_rp.png").exists()
     capsys.readouterr()
     assert apc.apc_main(["--experiments", "one,three", "--exp1-jobs", "5", "--exp3-horizon", "1500",

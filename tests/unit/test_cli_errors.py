@@ -892,12 +892,11 @@ def test_agent_spares_out_of_range_are_refused(capsys) -> None:
 def test_oppcost_takes_at_most_four_workers_per_core(tmp_path: Path, capsys) -> None:
     """README walk-through: --jobs counts jobs in sweep, demo and the benches; oppcost --jobs 1000, typed for those,
     started a thousand worker processes."""
-    import os
-
+    from coordinator.cliargs import max_workers
     from coordinator.oppcost.experiment import oppcost_main
 
     out = tmp_path / "out"
-    most = 4 * (os.cpu_count() or 1)
+    most = max_workers()
     code, _, err = run(["--executions", "1", "--jobs", str(most + 1), "--out", str(out)], capsys, oppcost_main)
     refused(code, err, f"vcemu oppcost: --jobs: must be a finite number >= 1 and <= {most} (worker processes, not "
                        f"jobs: 4 per core), got {most + 1}")

@@ -54,3 +54,21 @@ def test_a_long_settings_line_is_wrapped_to_the_figures_width() -> None:
     assert extent.x1 <= fig.bbox.x1, (extent, fig.bbox)  # inside the figure
     assert rect[1] > settings_note(plt.subplots(figsize=(6, 4))[0], "short")[1]
     plt.close("all")
+
+
+def test_the_note_breaks_at_spaces_only_and_stays_inside_for_capitals() -> None:
+    """Review: textwrap broke "DYNMCB8-STRETCH-PER" and "--backtrack-limit-large" at their hyphens, and a line of
+    capitals passed the right edge (783 px of 600)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, _ = plt.subplots(figsize=(6, 4))
+    line = " ".join(["DYNMCB8-STRETCH-PER --backtrack-limit-large WWWW"] * 8)
+    settings_note(fig, line)
+    (text,) = fig.texts
+    assert all(w in ("DYNMCB8-STRETCH-PER", "--backtrack-limit-large", "WWWW") for w in text.get_text().split())
+    fig.canvas.draw()
+    assert text.get_window_extent().x1 <= fig.bbox.x1
+    plt.close("all")

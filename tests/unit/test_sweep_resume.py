@@ -222,7 +222,8 @@ def test_another_hpc2n_file_is_refused_the_same_file_elsewhere_is_not(tmp_path, 
     fake_ray()
     assert sweep_main([*argv, "--hpc2n", str(a)]) == 0
     assert sweep_main([*argv, "--hpc2n", str(b)]) == 2  # same path or not, other jobs: other results
-    assert "other settings (the HPC2N file's contents (--hpc2n) differ from the stored sweep's); use another --out" \
+    assert ("other settings (the HPC2N file's contents (--hpc2n) differ from the stored sweep's); give the HPC2N file "
+            "it was made with (--hpc2n) to resume it, or use another --out") \
         in capsys.readouterr().err
     shutil.copy(a, moved := tmp_path / "moved.swf")
     assert sweep_main([*argv, "--hpc2n", str(moved)]) == 0
@@ -816,7 +817,11 @@ def test_a_rerun_with_another_result_setting_is_told_the_stored_values_that_resu
     assert sweep_main(["--out", str(out), "--traces", "0", "--seed", "4", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert (f"vcemu sweep: {out} holds a sweep with other settings (--jobs 6 stored, 1000 given; --seed 1 stored, "
-            "4 given); give --jobs 6 --seed 1 to resume it, or use another --out") in err, err
+            "4 given); give --jobs 6, --seed 1 to resume it, or use another --out") in err, err
+    assert sweep_main(["--out", str(out), "--traces", "0", "--jobs", "6", "--max-jobs", "3", "--job-scale", "0.1",
+                       "--no-progress"]) == 2  # (a stored None is left out, not given; a float exactly)
+    assert ("(--max-jobs none stored, 3 given; --job-scale 1.0 stored, 0.1 given); give no --max-jobs, --job-scale "
+            "1.0 to resume it") in capsys.readouterr().err
     assert sweep_main(["--out", str(out), "--traces", "0", "--jobs", "6", "--algorithms", "fcfs,easy", "--penalties",
                        "300", "--no-progress"]) == 0
     # the closing line tells the cells run now from those stored (it gave the run's time for all of them)

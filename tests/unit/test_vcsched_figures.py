@@ -152,7 +152,11 @@ def test_the_notes_name_the_flags_given_that_change_results(monkeypatch: pytest.
     conf = {"seed": 3, "complete": True, "parallel_jobs": False, "search": "fast", "milp_time_limit": 5.0,
             "backtrack_limit": 500000, "large_instances": None}
     (out / "config.json").write_text(json.dumps(conf))
-    assert experiment.flags_given(conf) == ["--search fast", "--milp-time-limit 5"]
+    assert experiment.flags_given(conf, "small") == ["--search fast", "--milp-time-limit 5"]
+    both = {**conf, "backtrack_limit_large": 1000, "large_instances": 2}  # (the large set's, on its figures only)
+    assert experiment.flags_given(both, "small") == ["--search fast", "--milp-time-limit 5"]
+    assert experiment.flags_given(both, "large") == ["--search fast", "--backtrack-limit-large 1000",
+                                                     "--milp-time-limit 5"]
     notes: list[str] = []
     monkeypatch.setattr(experiment, "save_figure", lambda fig, path, **_k: notes.append(note_of(fig)) or path)
     assert experiment._replot(out) == 0
