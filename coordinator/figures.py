@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MARKERS", "coinciding_labels", "count", "marker", "settings_note"]
+__all__ = ["MARKERS", "coinciding_labels", "count", "flags_given", "marker", "settings_note"]
 
 #: Markers told apart at 3-6 points, one per series in order (:func:`marker`).
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p")
@@ -66,6 +66,21 @@ def settings_note(fig: Any, text: str, fontsize: float = 7.0) -> tuple[float, fl
     lines = wrapped.count("\n") + 1
     share = min(0.3, (lines * fontsize * 1.35 + 6) / 72 / height_in)
     return (0.0, share, 1.0, 1.0)
+
+
+def flags_given(values: Mapping[str, Any], defaults: Mapping[str, Any], settings: Mapping[str, str],
+                named: Sequence[str] = ()) -> list[str]:
+    """The flags, of ``settings`` (config key -> flag), whose ``values`` differ from the ``defaults``, as a note
+    gives them (``--search fast``, ``--milp-time-limit 5``, ``--parallel-jobs``): those a figure's note lists as
+    "other flags given", less the keys it ``named`` otherwise and those with no value."""
+    out = []
+    for key, flag in settings.items():
+        value = values.get(key)
+        if key in named or value is None or value == defaults.get(key):
+            continue
+        out.append(flag if isinstance(value, bool) else f"{flag} {value:g}" if isinstance(value, float)
+                   else f"{flag} {value}")
+    return out
 
 
 def count(n: int, word: str) -> str:

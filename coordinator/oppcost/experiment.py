@@ -70,7 +70,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coordinator.cliargs import Parser, max_workers, usable_out_dir
-from coordinator.figures import count, settings_note
+from coordinator.figures import count, flags_given, settings_note
 from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
@@ -257,14 +257,7 @@ def settings_text(cfg: Config | None, rows: list[dict[str, float]]) -> str:
     if cfg is None:
         return first
     first += f" (execution k: seed {cfg.seed} + k), thrashing factor beta {cfg.beta:g}"
-    default = Config()
-    given = []
-    for key, flag in SETTINGS.items():
-        value = getattr(cfg, key)
-        if key in ("seed", "beta", "memory") or value == getattr(default, key):
-            continue
-        given.append(flag if isinstance(value, bool) else f"{flag} {value:g}" if isinstance(value, float)
-                     else f"{flag} {value}")
+    given = flags_given(asdict(cfg), asdict(Config()), SETTINGS, named=("seed", "beta", "memory"))
     return "\n".join([first, *([f"other flags given: {' '.join(given)}"] if given else []),
                       memory_note(cfg, ":\n" if cfg.memory is None else ": ")])
 

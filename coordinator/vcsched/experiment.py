@@ -80,6 +80,7 @@ import numpy as np
 
 from coordinator.cliargs import Parser, max_workers, usable_out_dir
 from coordinator.figures import coinciding_labels, count, marker, settings_note
+from coordinator.figures import flags_given as figure_flags
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
@@ -504,13 +505,9 @@ def flags_given(conf: Mapping[str, Any], set_name: str) -> list[str]:
     do not name otherwise (set, instances, seed, slacks and algorithms are named there), where they are not the
     defaults: ``--search fast``, ``--backtrack-limit-large 1000`` (code review: the notes named none). The large
     set's two flags are the large set's only (``--large-instances`` is in its note's instance count)."""
-    default = asdict(ExperimentConfig())
     named = ("sets", "instances", "seed", "algorithms", "slacks", "large_instances",
              *(("backtrack_limit_large",) if set_name != "large" else ()))
-    return [f"{flag} {conf[key]:g}" if isinstance(conf[key], float) else
-            f"{flag}" if isinstance(conf[key], bool) else f"{flag} {conf[key]}"
-            for key, flag in SETTINGS.items()
-            if key not in named and key in conf and conf[key] is not None and conf[key] != default.get(key)]
+    return figure_flags(conf, asdict(ExperimentConfig()), SETTINGS, named)
 
 
 def _large_flags_dropped(conf: dict[str, Any]) -> dict[str, Any]:
