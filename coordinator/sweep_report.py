@@ -398,8 +398,7 @@ def _plot_table1(path: Path, t1: Sequence[dict[str, Any]], penalty: float, cells
 
 
 #: Table II's panels: the columns' suffix, the title (with a place for the unit) and its units, each with its factor
-#: from the CSV's; a panel
-#: takes the first unit in which its smallest nonzero value is at least 0.01 (:func:`_unit`).
+#: from the CSV's; a panel takes the first unit in which its smallest nonzero value is at least 0.01 (:func:`_unit`).
 TABLE2_PANELS = (("gb_s", "bandwidth ({})", (("GB/s", 1.0), ("MB/s", 1e3), ("kB/s", 1e6), ("B/s", 1e9))),
                  ("per_hour", "occurrences {}", (("per hour", 1.0), ("per 1,000 hours", 1e3), ("per 10^6 hours", 1e6))),
                  ("per_job", "occurrences {}", (("per job", 1.0), ("per 1,000 jobs", 1e3), ("per 10^6 jobs", 1e6))))
