@@ -181,8 +181,8 @@ def replaced_note(out: Path, exps: Sequence[str], live: bool, kept: bool) -> str
     every = ",".join(e for e in EXPERIMENT_OUTPUTS if e in exps or e in gone)
     # (with the earlier run's flags for them: a simulation is reused only with its own settings, and --exp1-jobs 5
     # left out ran Experiment One again; review)
-    earlier = stored_config(out) or {}
-    flags = " ".join(str(a) for a in earlier.get("argv", ()) if isinstance(earlier.get("argv"), list))
+    argv = (stored_config(out) or {}).get("argv")
+    flags = " ".join(map(str, argv)) if isinstance(argv, list) else ""
     back = (f"; the experiments' simulations stay in {JOURNAL}: --experiments {every}, with the flags the earlier "
             f"run gave them ({'vcemu apc ' + flags if flags else 'see its config.json'}), writes them again without "
             "simulating them anew" if gone and kept else "")
