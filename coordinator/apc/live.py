@@ -244,7 +244,7 @@ class LiveApc:
         specs = {f"job{k}": (w, g) for k, (w, g) in enumerate(cfg.jobs)}
         rows = self.cfg.rows = []  # (kept as they come: an interrupted run keeps the cycles it measured)
         # the app's CPU seconds at the last cycle, and when: from the start, so that the first cycle is profiled too
-        last_cpu_s: float | None = self.status()[APP].cpu_seconds
+        last_cpu_s = self.status()[APP].cpu_seconds
         last_t = time.monotonic() - t0
         for cycle in range(int(cfg.duration / cfg.T)):
             time.sleep(max(0.0, t0 + (cycle + 1) * cfg.T - time.monotonic()))
@@ -264,7 +264,7 @@ class LiveApc:
             cpu_s = st[APP].cpu_seconds
             # The CPU work of one request over the cycle, as 003 Sec. 3.1's work profiler measures it
             profiled = ((cpu_s - last_cpu_s) * MHZ_PER_CORE / (tput * (now - last_t))
-                        if last_cpu_s is not None and tput > 0 and now > last_t else math.nan)
+                        if tput > 0 and now > last_t else math.nan)
             last_cpu_s, last_t = cpu_s, now
             row["app_demand_profiled_mcycles"] = profiled
             if math.isfinite(rt) and rt > 0 and tput > 0:
