@@ -70,7 +70,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from coordinator.cliargs import Parser, max_workers, usable_out_dir
-from coordinator.figures import count, flags_given, settings_note
+from coordinator.figures import count, flags_given, plain_log_ticks, settings_note
 from coordinator.oppcost.sim import SimulationTooLong, simulate
 from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
@@ -270,22 +270,7 @@ def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter, Formatter, MaxNLocator, NullFormatter
-
-    class MinorLabels(Formatter):
-        """Labels on a log axis's minor ticks where it spans few decades, as plain numbers like the major ticks: all
-        of them below 0.6 decade, those at 2, 3 and 5 times a power of ten below 1.2 decades, at 2 and 5 below 2.2,
-        none beyond (the major ticks suffice). Without them an axis spanning less than a decade showed one label, or
-        none."""
-
-        def __call__(self, x: float, pos: int | None = None) -> str:
-            lo, hi = sorted(self.axis.get_view_interval())
-            if not (x > 0 and lo > 0):
-                return ""
-            decades = math.log10(hi / lo)
-            coeff = round(x / 10 ** math.floor(math.log10(x) + 1e-9))
-            keep = range(2, 10) if decades < 0.6 else (2, 3, 5) if decades < 1.2 else (2, 5) if decades < 2.2 else ()
-            return f"{x:g}" if coeff in keep else ""
+    from matplotlib.ticker import MaxNLocator, NullFormatter
 
     shown = sorted(rows, key=lambda r: r["execution"])[:first]
     rows = with_jobs(shown)
@@ -312,12 +297,10 @@ def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None
         ax.set_title("\n".join([f"{fig_name[:3].capitalize()}. {fig_name[3:]}: {LABELS[ym]} vs {LABELS[xm]}",
                                 f"{count}; {below} below x = y ({LABELS[ym]} better)", *paper]), fontsize=10)
         for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(FormatStrFormatter("%g"))
+            plain_log_ticks(axis)
             if math.log10(hi / lo) < 0.3:  # too narrow for two ticks at k * 10**n: evenly spaced ones instead
                 axis.set_major_locator(MaxNLocator(nbins=5))
                 axis.set_minor_formatter(NullFormatter())
-            else:
-                axis.set_minor_formatter(MinorLabels())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="best")  # (fixed at the upper left, it hid the points there: code review)
         rect = settings_note(fig, note)

@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.cliargs import Parser, max_workers, usable_out_dir
-from coordinator.figures import coinciding_labels, count, marker, settings_note
+from coordinator.figures import coinciding_labels, count, marker, plain_log_ticks, settings_note
 from coordinator.figures import flags_given as figure_flags
 from coordinator.flagcheck import first_refusal
 from coordinator.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
@@ -589,23 +589,6 @@ def _runtime_lines(algos: list[str]) -> list[str]:
     return lines
 
 
-def _plain_log_ticks(ax: Any) -> None:
-    """Plain numbers on a log y axis (0.2, 0.3, not 2x10^-1): minor ticks labelled where the axis spans at most
-    about two decades (every one up to one decade, 2 and 5 up to two), none beyond, where they would crowd."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    low, high = ax.get_ylim()
-    decades = math.log10(high / low) if 0 < low < high else math.inf
-    shown = set(range(2, 10)) if decades <= 1.0 else {2, 5} if decades <= 2.2 else set()
-
-    def minor(v: float, _: Any) -> str:
-        mant = v / 10 ** math.floor(math.log10(v) + 1e-9) if v > 0 else 0.0
-        return f"{v:g}" if round(mant) in shown and abs(mant - round(mant)) < 1e-6 else ""
-
-    ax.yaxis.set_minor_formatter(FuncFormatter(minor) if shown else NullFormatter())
-
-
 def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: Any = None,
            given: Sequence[str] = ()) -> list[Path]:
     """The set's figures (``mcb_*.png``, ``all_*.png``). Each series has its own colour and marker, the same for an
@@ -685,7 +668,7 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: 
         ax.set_yscale("log")
         ax.set_title(f"Run time vs. number of tasks ({label})")
         if series:
-            _plain_log_ticks(ax)
+            plain_log_ticks(ax.yaxis)
         save(fig, ax, [*settings, *_runtime_lines(list(series))], f"{g}_runtime.png")
     return paths
 
