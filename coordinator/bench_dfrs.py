@@ -35,10 +35,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.bench_results import check_out, judged, output_flags, write_results
-from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
-from node_agent.signals import INTERRUPTED, signals_interrupt
+from vcemu.bench_results import check_out, judged, output_flags, write_results
+from vcemu.cliargs import Parser, doc_text
+from vcemu.signals import INTERRUPTED, signals_interrupt
 
 BENCH_ALGS = ("greedy-pmtn", "dynmcb8-asap-per")
 SWEEP_JOBS = 1000

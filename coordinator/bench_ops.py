@@ -44,11 +44,11 @@ import time
 import grpc
 from tqdm import tqdm
 
-from coordinator.bench_results import check_out, output_flags, write_results
-from coordinator.cliargs import POLICY_HELP, Parser, number_in, policy_name, positive
-from coordinator.policy_names import MIN_PERIOD_S
+from coordinator.policy_names import MIN_PERIOD_S, POLICY_HELP, policy_name
 from coordinator.servers import interrupted, spawn_agent, stop_agents
-from node_agent.signals import signals_deferred, signals_interrupt
+from vcemu.bench_results import check_out, output_flags, write_results
+from vcemu.cliargs import Parser, number_in, positive
+from vcemu.signals import signals_deferred, signals_interrupt
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc

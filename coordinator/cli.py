@@ -7,7 +7,7 @@ command), ``replay`` (a trace on live agents beside its simulation), ``sweep`` (
 ``vcsched``, ``apc`` and ``oppcost`` (seeds 002, 003 and 004's experiments) and ``bench``.
 
 This module holds the parser and the dispatch to each command's module: :mod:`coordinator.servers` (``up``,
-``coordinator``, the local cluster), :mod:`coordinator.client` (the client commands), :mod:`coordinator.cliargs` (the
+``coordinator``, the local cluster), :mod:`coordinator.client` (the client commands), :mod:`vcemu.cliargs` (the
 argument types every command shares); the others parse their own arguments in their modules (:func:`_main`).
 Nothing imports this module: it is the entry point only (an import-linter contract keeps it so).
 """
@@ -22,16 +22,9 @@ import sys
 from collections.abc import Sequence
 
 from coordinator import client, servers
-from coordinator.cliargs import (
-    POLICY_HELP,
-    Parser,
-    add_agent_spares,
-    doc_text,
-    non_negative,
-    policy_name,
-    positive,
-    version,
-)
+from coordinator.policy_names import POLICY_HELP, policy_name
+from node_agent.spares import add_agent_spares
+from vcemu.cliargs import Parser, doc_text, non_negative, positive, version
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

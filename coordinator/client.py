@@ -11,9 +11,11 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from coordinator.cliargs import format_table, refuse, whole_in, yield_text
 from coordinator.hostlist import compress_hosts
-from coordinator.limits import (
+from coordinator.model import JobState
+from coordinator.policy_names import PolicyNameError, described
+from vcemu.cliargs import format_table, refuse, whole_in, yield_text
+from vcemu.limits import (
     KNOWN_METADATA,
     MAX_REPLY_BYTES,
     MAX_REQUEST_ID,
@@ -21,27 +23,25 @@ from coordinator.limits import (
     request_bounds,
     target_refusal,
 )
-from coordinator.model import JobState
-from coordinator.policy_names import PolicyNameError, described
 
 if TYPE_CHECKING:
     import grpc
 
     from coordinator.model import JobSpec
-    from node_agent.tls import TlsFiles
+    from vcemu.tls import TlsFiles
 
 
 DEFAULT_COORDINATOR = "127.0.0.1:50051"
 
 
 def _tasks(text: str) -> int:
-    """``submit --tasks``: 1 to the coordinator's :data:`~coordinator.limits.MAX_TASKS` (a bigger number does not
+    """``submit --tasks``: 1 to the coordinator's :data:`~vcemu.limits.MAX_TASKS` (a bigger number does not
     even fit the request's 32-bit field: protobuf's ValueError, with a traceback)."""
     return whole_in(1, MAX_TASKS)(text)
 
 
 def _coordinator_address(text: str) -> str:
-    """``--coordinator`` (or $VCEMU_COORDINATOR), checked in one line (:func:`coordinator.limits.target_refusal`)."""
+    """``--coordinator`` (or $VCEMU_COORDINATOR), checked in one line (:func:`vcemu.limits.target_refusal`)."""
     why = target_refusal(text)
     if why is not None:
         raise argparse.ArgumentTypeError(f"(or $VCEMU_COORDINATOR): {why}")
@@ -63,7 +63,7 @@ def client_tls(args: argparse.Namespace, what: str) -> TlsFiles | None:
     ``--tls-*`` requires a client certificate on every call, so a user reaches it only with all three; a
     partial set or an unreadable file is refused here, naming where it came from (flag or variable), rather
     than turning into an UNAVAILABLE from a handshake that cannot succeed."""
-    from node_agent.tls import TlsFiles
+    from vcemu.tls import TlsFiles
 
     given: list[tuple[str, str]] = []  # (where it came from, path)
     missing: list[str] = []
@@ -290,7 +290,7 @@ SUBMIT_FLAGS = {"tasks": "--tasks", "cpu_need": "--cpu-need", "memory": "--memor
 def submit_refusal(spec: JobSpec, request_id: str) -> tuple[str, str] | None:
     """Why the coordinator would refuse to submit ``spec`` under ``request_id`` whatever hosts it has, as (field,
     why), or None: :meth:`JobSpec.validate` without hosts (the ranges ``submit --help`` states), then the
-    coordinator's own bounds (:func:`~coordinator.limits.request_bounds`). ``submit`` asks this before it connects,
+    coordinator's own bounds (:func:`~vcemu.limits.request_bounds`). ``submit`` asks this before it connects,
     of the job of its flags as of every job of ``--file``; what depends on the hosts (a memory no host has) only
     the coordinator can say."""
     from coordinator.model import InvalidJob

@@ -26,15 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coordinator.cliargs import format_table
 from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, stretch_difference
 from coordinator.model import JobState
-from coordinator.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
 from coordinator.policy_names import described
-from coordinator.provenance import code_version
 from coordinator.servers import coordinator_log, interrupted, live_run_dir, start_local_cluster, stop_agents
-from node_agent.signals import signals_deferred, signals_interrupt
+from vcemu.cliargs import format_table
+from vcemu.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
+from vcemu.provenance import code_version
+from vcemu.signals import signals_deferred, signals_interrupt
 from workloads.mixes import demo_mix
 
 DEMO_TIMEOUT_S = 170.0
@@ -215,7 +215,7 @@ def _print_tables(rows) -> None:
 def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall: float, mode: str,
                    started: float | None = None, out: Path | None = None) -> Path:
     """The run's results in ``out``, or else in a new directory under ``--out`` named after ``started`` (a
-    ``time.time()``, default now; :func:`coordinator.outputs.new_run_dir`)."""
+    ``time.time()``, default now; :func:`vcemu.outputs.new_run_dir`)."""
     if out is None:
         out = new_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
     code = code_version()

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.backends.sim import SimBackend
-from coordinator.cliargs import format_table, yield_text
 from coordinator.engine import Engine, Stalled
 from coordinator.metrics import History, JobResult, Summary, job_results, summarize
 from coordinator.model import Host, JobSpec
 from coordinator.policies import get_policy
 from coordinator.policy_names import thrashing
-from node_agent.signals import signals_interrupt
+from vcemu.cliargs import format_table, yield_text
+from vcemu.signals import signals_interrupt
 
 
 def homogeneous_hosts(n: int, prefix: str = "h") -> list[Host]:
@@ -120,7 +120,7 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     made: list[Path] = []
     name = ""
     if out is not None:
-        from coordinator.cliargs import usable_out_dir
+        from vcemu.cliargs import usable_out_dir
         from workloads.jobfile import STDIN
 
         source = "stdin" if path == STDIN else os.path.basename(path)  # (not "greedy--")
@@ -157,7 +157,7 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         raise
     written = True
     if out is not None:
-        from coordinator.outputs import new_run_dir
+        from vcemu.outputs import new_run_dir
 
         folder: Path | None = None
         try:  # the hash of the bytes that were parsed, not of what the path holds by now
@@ -220,8 +220,8 @@ def write_simulation(folder: Path, config: dict[str, Any], specs: Sequence[JobSp
     is deterministic, so this reproduces it), ``jobs.csv`` (each job: its request and what it got) and
     ``summary.json`` (``summary``, :func:`coordinator.metrics.summarize` of ``results``, with the run's wall
     time)."""
-    from coordinator.outputs import json_safe, write_json, write_text
-    from coordinator.provenance import code_version
+    from vcemu.outputs import json_safe, write_json, write_text
+    from vcemu.provenance import code_version
 
     code = code_version()
     write_json(folder / "config.json", {**config, "code": code}, sort_keys=False)

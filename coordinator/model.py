@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from coordinator.limits import shown
+from vcemu.limits import shown
 
 #: Bound on flow time and run time used by bounded stretch and by the priority (001 Sec. II-B.2, III-A).
 STRETCH_BOUND_S = 30.0

@@ -28,7 +28,6 @@ import numpy as np
 
 from coordinator.backends.sim import SimBackend
 from coordinator.capacity_kernel import first_over
-from coordinator.cliargs import policy_name
 from coordinator.engine import Engine
 from coordinator.experiments import homogeneous_hosts
 from coordinator.metrics import History, job_results, summarize
@@ -37,6 +36,7 @@ from coordinator.policies import get_policy
 from coordinator.policies.mcb8_kernel import mcb8_removals
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack
 from coordinator.policies.repack_kernel import greedy_admission, moved_positions
+from coordinator.policy_names import policy_name
 from workloads.annotate import synthetic_trace
 
 __all__ = ["DecisionTimes", "time_sim_1000", "trace"]

@@ -13,6 +13,7 @@ of jobs of seconds needs a period of seconds.
 
 from __future__ import annotations
 
+import argparse
 import re
 
 __all__ = ["DEFAULT_PERIOD_S", "MAX_PERIOD_S", "MIN_PERIOD_S", "PERIODIC_NAMES", "POLICY_NAMES", "PolicyNameError",
@@ -113,3 +114,16 @@ def canonical_name(text: str) -> str:
     """The one name of the policy ``text`` names (lower case; ``dynmcb8-per-600`` is ``dynmcb8-per``)."""
     base, period = split_name(text)
     return base if period is None else period_name(base, period)
+
+
+def policy_name(text: str) -> str:
+    """``--policy``'s type: the policy's one name (:func:`canonical_name`)."""
+    try:
+        return canonical_name(text)
+    except PolicyNameError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+#: ``--policy``'s help: the names without importing the policies (numba, scipy), which ``--help`` need not wait for.
+POLICY_HELP = (f"scheduling policy: {', '.join(POLICY_NAMES)}; a periodic one may end in its period in seconds, "
+               f"{PERIODIC_NAMES[0]}-60 (001's DYNMCB8-PER-T; default T {DEFAULT_PERIOD_S:g}) (default %(default)s)")

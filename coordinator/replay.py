@@ -58,11 +58,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from coordinator.cliargs import POLICY_HELP, Parser, add_agent_spares, doc_text, non_negative, positive
 from coordinator.metrics import History, JobResult, Transition, trace_span
 from coordinator.model import JobSpec, JobState
-from coordinator.policy_names import PolicyNameError, canonical_name, thrashing
-from node_agent.signals import signals_deferred, signals_interrupt
+from coordinator.policy_names import POLICY_HELP, PolicyNameError, canonical_name, thrashing
+from node_agent.spares import add_agent_spares
+from vcemu.cliargs import Parser, doc_text, non_negative, positive
+from vcemu.signals import signals_deferred, signals_interrupt
 
 if TYPE_CHECKING:
     from workloads.jobfile import JobFile
@@ -104,7 +105,7 @@ def score(history: History, capacity: float, host_memory_gb: float) -> dict[str,
 def _mem_size(text: str) -> str:
     """``--mem-per-host``: checked here (a bad size would only stop the agents), passed on as written; against this
     machine's memory after parsing, unless the hosts are on Ray nodes (:func:`_parse`)."""
-    from node_agent.cli import host_memory_refusal, parse_size
+    from vcemu.sizes import host_memory_refusal, parse_size
 
     try:
         why = host_memory_refusal(parse_size(text), here=False)
@@ -162,7 +163,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         if a.ray is None and value is not None:
             p.error(f"argument {flag}: only with --ray (a local cluster listens on 127.0.0.1)")
     if a.ray is None:  # (a Ray node's memory is not this machine's: the least only, as vcemu up --ray checks it)
-        from node_agent.cli import host_memory_refusal, parse_size
+        from vcemu.sizes import host_memory_refusal, parse_size
 
         why = host_memory_refusal(parse_size(a.mem_per_host))
         if why is not None:
@@ -302,7 +303,7 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
     from coordinator.backends.ray.cluster import RayStartError, placement_table, start_on_ray
     from coordinator.raycluster import RayUnavailable, connect
     from coordinator.servers import coordinator_log, read_token
-    from node_agent.cli import parse_size
+    from vcemu.sizes import parse_size
 
     options = {"compression": a.compress, "token": read_token(a.token_file)}  # (before Ray: a bad file ends it)
     try:  # (connect keeps replay_main's SIGTERM handler, which unwinds through the cleanup, across ray.init)
@@ -734,7 +735,7 @@ def stretch_plot(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict
     the diagonal where they agree, the long jobs of :func:`per_job` apart from those whose work is under
     ``long_work_s``; nothing when no job was done both ways (:func:`compared`). A scatter, not ``vcemu demo``'s bars:
     a segment may have hundreds of jobs."""
-    from coordinator.outputs import save_figure
+    from vcemu.outputs import save_figure
 
     pts = [(sr.stretch, lr.stretch, s.work >= cmp["long_work_s"]) for s, lr, sr, _ in compared(specs, live, sim)]
     if not pts:
@@ -818,11 +819,11 @@ def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
            source: dict[str, Any] | None = None, jobs: str | None = None,
            plot: Callable[[Path], None] | None = None) -> Path:
     """The run's results in its folder ``d`` (made at the run's start), or else in a new directory under ``--out``
-    named after now (:func:`coordinator.outputs.new_run_dir`). ``source``: what config.json records of the trace
+    named after now (:func:`vcemu.outputs.new_run_dir`). ``source``: what config.json records of the trace
     read (its absolute path, the hash of its bytes, the SWF conversion's drops); ``jobs``: the text of jobs.csv
     (:func:`jobs_csv`); ``plot``: draws ``stretch.png`` at the path given (:func:`stretch_plot`), last."""
-    from coordinator.outputs import json_safe, new_run_dir, write_json, write_text
-    from coordinator.provenance import code_version
+    from vcemu.outputs import json_safe, new_run_dir, write_json, write_text
+    from vcemu.provenance import code_version
 
     if d is None:
         d = new_run_dir(a.out, f"{a.policy}-k{a.compress:g}")

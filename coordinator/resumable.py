@@ -1,7 +1,7 @@
 """What the resumable commands (``vcemu oppcost``, ``vcemu vcsched`` and ``vcemu apc``) share so that a run killed
 at any moment loses no finished work and leaves nothing running: an append-only CSV journal of finished rows that a
 rerun with the same settings and the same code continues from, the comparison of a stored ``config.json`` with a
-new run's (settings, and the source fingerprint of :mod:`coordinator.provenance`), and a pool initializer that ends
+new run's (settings, and the source fingerprint of :mod:`vcemu.provenance`), and a pool initializer that ends
 a worker when its parent dies.
 
 The journal's lines are each flushed and fsynced as they are written, so a kill (or a power cut) leaves at most
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from coordinator.outputs import stored_config, write_text
+from vcemu.outputs import stored_config, write_text
 
 __all__ = ["Journal", "changed_settings", "die_with_parent", "other_settings_refusal", "read_journal", "say_resumed",
            "stale_reason", "unfinished_rows"]
@@ -38,7 +38,7 @@ def die_with_parent() -> None:
     On Linux the kernel sends SIGTERM (``prctl(PR_SET_PDEATHSIG)``); elsewhere, or if that call fails, a daemon
     thread polls ``os.getppid()`` once a second. SIGTERM gets its default action back, since a forked worker
     inherits its parent's Python handler (``vcemu oppcost`` turns SIGTERM into KeyboardInterrupt:
-    :func:`node_agent.signals.signals_interrupt`)."""
+    :func:`vcemu.signals.signals_interrupt`)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = os.getppid()
     if sys.platform.startswith("linux"):
@@ -65,7 +65,7 @@ def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Ite
     :func:`stale_reason`). ``new`` is compared as JSON would store it (tuples as lists). Sorted."""
     import json
 
-    from coordinator.provenance import KEY
+    from vcemu.provenance import KEY
 
     skip = {*ignore, KEY}
     new_json = json.loads(json.dumps(dict(new)))
@@ -124,7 +124,7 @@ def stale_reason(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterabl
     """Why the results recorded with ``config.json`` object ``old`` cannot be reused by a run with config ``new``:
     other settings (:func:`changed_settings`), other code (another source fingerprint, or none recorded: an older
     vcemu's), or both, as words that follow "a run"; None when they can."""
-    from coordinator.provenance import fingerprint_of
+    from vcemu.provenance import fingerprint_of
 
     why = []
     if diff := changed_settings(old, new, ignore):

@@ -21,27 +21,24 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from coordinator.cliargs import (
+from coordinator.policy_names import POLICY_HELP, described, policy_name
+from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, STEADY_S, Restarts
+from node_agent.spares import DEFAULT_SPARES, add_agent_spares
+from vcemu.cliargs import (
     MAX_HEARTBEAT_S,
-    POLICY_HELP,
-    add_agent_spares,
     first_port,
     heartbeat_interval,
     memory_size,
     per_host,
     per_host_values,
-    policy_name,
     positive,
     refuse,
     state_path,
     tcp_port,
     whole_in,
 )
-from coordinator.policy_names import described
-from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, STEADY_S, Restarts
-from node_agent.processes import stop_processes
-from node_agent.signals import INTERRUPTED, set_on_signals, signals_interrupt
-from node_agent.spares import DEFAULT_SPARES
+from vcemu.processes import stop_processes
+from vcemu.signals import INTERRUPTED, set_on_signals, signals_interrupt
 
 if TYPE_CHECKING:
     from coordinator.service import CoordinatorServer
@@ -63,7 +60,7 @@ def read_token(path: str | None) -> str | None:
 
 def _reference_host(text: str) -> agent_pb2.HostInfo:
     """``--reference-host CORES[,SIZE]``: a host of CORES cores and SIZE of memory (default 1GiB, an agent's)."""
-    from node_agent.cli import parse_size
+    from vcemu.sizes import parse_size
     from vcemu.v1 import agent_pb2
 
     cores_text, _, size_text = text.partition(",")
@@ -80,7 +77,7 @@ def _reference_host(text: str) -> agent_pb2.HostInfo:
 
 def _server_options(args: argparse.Namespace) -> dict:
     """Reliability and security options shared by ``up`` and ``coordinator`` (issue 7)."""
-    from node_agent.tls import from_args
+    from vcemu.tls import from_args
 
     try:
         tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
@@ -133,12 +130,12 @@ def coordinator_log(folder: Path) -> Iterator[None]:
 
 
 def live_run_dir(parent: str, name: str, started: float, flag: str = "--out") -> tuple[Path, IO[bytes]]:
-    """A live run's results folder, made at its start (:func:`coordinator.outputs.new_run_dir`), and its agents'
+    """A live run's results folder, made at its start (:func:`vcemu.outputs.new_run_dir`), and its agents'
     log opened there (:data:`AGENT_LOG`): the log is written as the run goes (the terminal keeps the progress
     bar) and stays, whole as far as it got, if the run dies. Making both is the check that the run's results
-    will have somewhere to go (what :func:`~coordinator.cliargs.usable_out_dir` checks for other commands):
+    will have somewhere to go (what :func:`~vcemu.cliargs.usable_out_dir` checks for other commands):
     ValueError naming ``flag`` otherwise, before the cluster starts."""
-    from coordinator.outputs import new_run_dir
+    from vcemu.outputs import new_run_dir
 
     try:
         out = new_run_dir(parent, name, started)
@@ -168,8 +165,8 @@ def default_cpus_per_host(hosts: int) -> float:
 
 def signals_set(stop: threading.Event) -> None:
     """From now on SIGINT and SIGTERM set ``stop`` (a running coordinator's clean shutdown), except one the caller
-    ignores, which stays ignored (see :func:`~node_agent.signals.signals_interrupt`); a second signal cannot hang
-    it (:func:`~node_agent.signals.set_on_signals`)."""
+    ignores, which stays ignored (see :func:`~vcemu.signals.signals_interrupt`); a second signal cannot hang
+    it (:func:`~vcemu.signals.set_on_signals`)."""
     set_on_signals(stop, keep_ignored=True)
 
 
@@ -185,9 +182,9 @@ def interrupted(what: str, cluster: bool = True) -> int:
 def agent_metrics_refusal(base: int, count: int, port: int, metrics_port: int | None) -> str | None:
     """Why the agents' metrics ports ``base`` .. ``base + count - 1`` (agent i on ``base + i``) cannot be listened
     on 127.0.0.1, one line naming ``--agent-metrics-port``, or None. Asked before anything starts, as
-    :func:`~node_agent.ports.ports_refusal` is: otherwise an agent would exit on it, and ``up`` could only say that
+    :func:`~vcemu.ports.ports_refusal` is: otherwise an agent would exit on it, and ``up`` could only say that
     its cluster did not come up."""
-    from node_agent.ports import cannot_listen, denied, port_denied, port_in_use
+    from vcemu.ports import cannot_listen, denied, port_denied, port_in_use
 
     flag = "--agent-metrics-port"
     if base + count - 1 > 65535:
@@ -224,8 +221,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
     from node_agent.agent import release_agent_ids, reserve_agent_id
-    from node_agent.cli import parse_size
-    from node_agent.ports import ports_refusal
+    from vcemu.ports import ports_refusal
+    from vcemu.sizes import parse_size
     from vcemu.v1 import agent_pb2
 
     cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
@@ -302,7 +299,7 @@ def log_to_stderr(command: str) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from node_agent.cli import host_memory_refusal, parse_size
+    from vcemu.sizes import host_memory_refusal, parse_size
 
     log_to_stderr("vcemu up")
     options = _server_options(args)
@@ -347,7 +344,7 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     """``vcemu up`` without ``--ray``: start the local cluster, then wait for Ctrl-C or SIGTERM (a clean stop,
     exit status 0) or for every agent process to have exited for good (status 1). An agent that dies in failure is
     started again as :class:`~coordinator.restarts.Restarts` says (``--restart-agents``). Called within
-    :func:`~node_agent.signals.signals_interrupt`: while starting, Ctrl-C and SIGTERM stop at once, and
+    :func:`~vcemu.signals.signals_interrupt`: while starting, Ctrl-C and SIGTERM stop at once, and
     start_local_cluster takes down what it started."""
     # Each agent's calibration, kept for a process started again in its place (``vcemu agent --rates-file``):
     # removed at the end, after the agents have stopped (a killed up's, by the next up). Without a folder for them
@@ -566,7 +563,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
     from coordinator.store import StoreError
-    from node_agent.ports import ports_refusal
+    from vcemu.ports import ports_refusal
 
     log_to_stderr("vcemu coordinator")
     refusal = ports_refusal(args.bind, args.port, args.metrics_port)  # before the state file is opened

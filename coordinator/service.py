@@ -44,7 +44,12 @@ from coordinator.backends.live import AgentHandle, LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.jobboard import JobBoard, JobRow, hosts_used
-from coordinator.limits import (
+from coordinator.metrics import Transition, bounded_stretch, stretch
+from coordinator.model import InvalidJob, JobSpec, JobState
+from coordinator.policies.base import Policy
+from coordinator.store import Store, StoreError
+from coordinator.warmup import warm_kernels
+from vcemu.limits import (
     KNOWN_METADATA,
     MAX_AGENT_HOSTS,
     MAX_MESSAGE_BYTES,
@@ -54,13 +59,8 @@ from coordinator.limits import (
     request_bounds,
     shown,
 )
-from coordinator.metrics import Transition, bounded_stretch, stretch
-from coordinator.model import InvalidJob, JobSpec, JobState
-from coordinator.policies.base import Policy
-from coordinator.store import Store, StoreError
-from coordinator.warmup import warm_kernels
-from node_agent.ports import cannot_bind, ports_refusal
-from node_agent.tls import TlsFiles
+from vcemu.ports import cannot_bind, ports_refusal
+from vcemu.tls import TlsFiles
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -163,7 +163,7 @@ def lease_for(heartbeat_s: float, misses: int) -> float:
 
 
 def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
-    """The first bound a request breaks, as ``field: why``, or None (:func:`coordinator.limits.request_bounds`)."""
+    """The first bound a request breaks, as ``field: why``, or None (:func:`vcemu.limits.request_bounds`)."""
     return request_bounds(request_id, spec.name, spec.tasks, spec.work_seconds)
 
 

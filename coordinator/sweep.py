@@ -26,7 +26,7 @@ cancels the tasks when none has finished for far longer.
 
 What is stored (the rule a rerun relies on): a cell's file holds an outcome of the *cell*, never of the
 machine it ran on, the source fingerprint of the code that ran it (``code``,
-:func:`coordinator.provenance.source_fingerprint`, taken in the worker) and a digest of the settings it ran with
+:func:`vcemu.provenance.source_fingerprint`, taken in the worker) and a digest of the settings it ran with
 (``settings``, :func:`cell_settings`: what its id leaves out or rounds). The simulation is deterministic from the
 config and the code, so
 
@@ -67,7 +67,7 @@ Cell ids name a load with 2 decimals and a penalty with ``%g`` (6 significant di
 share an id (e.g. ``--loads 0.851,0.852``) are refused rather than let their cells overwrite each other, and so
 is an HPC2N week named twice.
 
-Outputs in OUT: ``config.json`` (with ``code``, :func:`coordinator.provenance.code_version`; not written by
+Outputs in OUT: ``config.json`` (with ``code``, :func:`vcemu.provenance.code_version`; not written by
 ``--report-only``), ``.lock``, ``cells/*.json``, ``cells.csv`` (every cell with its metrics), ``degradation.csv``
 (001's degradation factor per cell: max stretch / best max stretch of the same trace and penalty),
 ``table1_p<penalty>.csv/.png``, ``table1_vs_paper_p300.csv`` (Table I at 300 s beside 001's, with ranks; tied
@@ -93,12 +93,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES, PolicyNameError, canonical_name, policy_order, thrashing
-from node_agent.signals import INTERRUPTED, signals_interrupt
+from vcemu.cliargs import Parser, doc_text, usable_out_dir
+from vcemu.signals import INTERRUPTED, signals_interrupt
 
 if TYPE_CHECKING:
     from coordinator.raycluster import RayContext
@@ -159,7 +159,7 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         utilisation,
     )
     from coordinator.policies import get_policy
-    from coordinator.provenance import source_fingerprint
+    from vcemu.provenance import source_fingerprint
 
     code = source_fingerprint()  # before the run: the files as this worker imported them (cached after the first)
     t0 = time.perf_counter()
@@ -381,7 +381,7 @@ def _store(res: dict[str, Any], key: str, tr: Trace, cells_dir: Path | None, set
     """The cell's row, with the digest of the settings it was computed with (:func:`cell_settings`); written to
     ``cells_dir`` (atomically) unless Ray lost the cell, so that a rerun runs a lost cell again instead of reading
     the crash as its result."""
-    from coordinator.outputs import write_json
+    from vcemu.outputs import write_json
 
     res = {"cell": key, "trace": tr.id, "group": tr.group, "load": tr.load, **res, "settings": settings}
     if cells_dir is not None and res["status"] != LOST:
@@ -734,7 +734,7 @@ def _extend(cfg: dict[str, Any], old: dict[str, Any]) -> None:
 def _digest_now(path: str) -> tuple[str | None, str]:
     """The sha256 of the file at ``path`` now, or None and why (``cannot be read now (...)``): a stored sweep's
     HPC2N file, checked before its weeks are reported or run again."""
-    from coordinator.provenance import file_sha256
+    from vcemu.provenance import file_sha256
 
     try:
         return file_sha256(path), ""
@@ -817,7 +817,7 @@ def _holds_sweep(out: Path) -> bool:
 
 
 def _sweep(argv: Sequence[str]) -> int:
-    from coordinator.provenance import file_sha256
+    from vcemu.provenance import file_sha256
 
     a = _parse_args(argv)
     cfg = config_from_args(a)
@@ -843,9 +843,9 @@ def _sweep(argv: Sequence[str]) -> int:
 def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
     """The sweep in ``out``, which this process has locked (:func:`out_lock`), with SIGINT and SIGTERM raising
     KeyboardInterrupt: then one line says how many cells are stored, Ray is shut down, and the status is 130."""
-    from coordinator.outputs import clear_outputs, write_json
-    from coordinator.provenance import code_version, source_fingerprint
     from coordinator.sweep_report import REPORT_PATTERNS, write_reports
+    from vcemu.outputs import clear_outputs, write_json
+    from vcemu.provenance import code_version, source_fingerprint
 
     cells_dir = out / "cells"
     cfg_path = out / "config.json"

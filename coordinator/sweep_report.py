@@ -11,7 +11,7 @@ the tables' ``failed`` column and left out of averages. A table with no cell (Ta
 of load >= 0.7) is not written, and a plot with no value to show is not drawn; both are said on stderr, as is a
 plot that fails, which leaves the other reports to be written.
 
-Every report is written atomically (coordinator.outputs), and ``vcemu sweep`` removes the previous ones
+Every report is written atomically (vcemu.outputs), and ``vcemu sweep`` removes the previous ones
 (:data:`REPORT_PATTERNS`) before a run: reports are derived from the cells, and one older than them must
 not pass for theirs.
 """
@@ -31,8 +31,8 @@ from typing import Any
 
 from coordinator.figures import coinciding_labels, count, marker, settings_note
 from coordinator.metrics import MOVE_COUNTING, degradation_factors
-from coordinator.outputs import save_figure, write_text
 from coordinator.policy_names import policy_order, split_name
+from vcemu.outputs import save_figure, write_text
 
 GROUPS = (("scaled", "Scaled synthetic traces"), ("unscaled", "Unscaled synthetic traces"),
           ("hpc2n", "Real-world trace (HPC2N weeks)"))

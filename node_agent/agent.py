@@ -58,11 +58,11 @@ import psutil
 from node_agent import cgroups
 from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.fencer import write_lease
-from node_agent.processes import stop_processes
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
 from node_agent.spares import MAX_SPARES, Spares
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
+from vcemu.processes import stop_processes
 from workloads import modeled
 from workloads.registry import PROGRAMS, child_env
 

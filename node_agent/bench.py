@@ -44,10 +44,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from coordinator.bench_results import check_out, output_flags, write_results
-from coordinator.cliargs import Parser, positive
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
-from node_agent.signals import INTERRUPTED, signals_deferred, signals_interrupt
+from vcemu.bench_results import check_out, output_flags, write_results
+from vcemu.cliargs import Parser, positive
+from vcemu.signals import INTERRUPTED, signals_deferred, signals_interrupt
 from workloads import progress
 from workloads.registry import child_env, command
 

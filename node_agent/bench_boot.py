@@ -30,13 +30,13 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
-from coordinator.bench_results import check_out, output_flags, write_results
-from coordinator.cliargs import Parser, format_table, whole_in
 from node_agent import agent as agent_mod
 from node_agent.agent import AgentCore, HostSpec
 from node_agent.cgroups import CgroupDriver, open_driver
 from node_agent.dutycycle import DutyCycleDriver
-from node_agent.signals import INTERRUPTED, signals_deferred, signals_interrupt
+from vcemu.bench_results import check_out, output_flags, write_results
+from vcemu.cliargs import Parser, format_table, whole_in
+from vcemu.signals import INTERRUPTED, signals_deferred, signals_interrupt
 
 #: (name, spares, boot poll interval: None for as shipped)
 VARIANTS = (("spares", 1, None), ("cold", 0, None), ("cold_rounds_only", 0, agent_mod.POLL_INTERVAL_S))

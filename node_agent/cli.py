@@ -13,43 +13,14 @@ import sys
 import threading
 from collections.abc import Callable
 
-from coordinator.cliargs import dash_hint, whole_in
-from coordinator.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
-from node_agent.signals import set_on_signals
 from node_agent.spares import DEFAULT_SPARES, MAX_SPARES
+from vcemu.cliargs import dash_hint, whole_in
+from vcemu.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
+from vcemu.signals import set_on_signals
+from vcemu.sizes import host_memory_refusal, parse_size
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
-#: Kubernetes quantity conventions: K/M/G/T (and KB...) are powers of 1000, Ki/Mi/... (KiB...) of 1024.
-_UNITS = {"": 1, "b": 1}
-for _i, _p in enumerate("kmgtp", start=1):
-    _UNITS[_p] = _UNITS[_p + "b"] = 1000**_i
-    _UNITS[_p + "i"] = _UNITS[_p + "ib"] = 1024**_i
 _AGENT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
-
-def parse_size(text: str) -> int:
-    """Bytes in ``text``: ``2GiB``, ``512Mi``, ``1.5G``, ``1000000``. ValueError if unparseable or < 0."""
-    m = _SIZE_RE.match(text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"cannot parse memory size {text!r} (examples: 2GiB, 512MiB, 1.5G, 1000000)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-#: Least memory of an emulated host: a task's process takes more than a few bytes (a host of 1 byte was taken).
-MIN_HOST_MEMORY = 1 << 20
-
-
-def host_memory_refusal(nbytes: int, here: bool = True) -> str | None:
-    """Why an emulated host cannot have ``nbytes`` of memory, or None: at least 1 MiB, and at most this machine's
-    physical memory, since a task's arrays are real (100 TiB was taken: jobs given a tenth of it then failed to
-    allocate). Not the sum over hosts: emulated hosts share the machine, as their cores do. ``here`` False: a host
-    on another machine (``up --ray``), whose memory this one cannot tell: the least only."""
-    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if nbytes < MIN_HOST_MEMORY:
-        return f"less than 1MiB ({nbytes:,} B)"
-    if here and nbytes > machine:
-        return f"{nbytes / 2**30:,.1f} GiB is more than this machine's memory ({machine / 2**30:,.1f} GiB)"
-    return None
 
 
 def _list_of(conv, what: str):  # type: ignore[no-untyped-def]
@@ -187,7 +158,7 @@ def agent_main(argv: list[str]) -> int:
                 parser.error("argument --advertise: only with --coordinator (it is the address given there)")
             if (why := address_refusal("--advertise", args.advertise)) is not None:
                 parser.error(f"argument {why}")
-        from node_agent.tls import from_args
+        from vcemu.tls import from_args
 
         try:
             args.tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
@@ -262,7 +233,7 @@ def _stop_when_orphaned(parent: int, stop: threading.Event) -> None:
 
 class _signals_set:
     """SIGTERM and SIGINT set ``stop`` (only possible from the main thread; elsewhere the caller must
-    arrange shutdown itself), through :func:`node_agent.signals.set_on_signals`: safe against a second signal."""
+    arrange shutdown itself), through :func:`vcemu.signals.set_on_signals`: safe against a second signal."""
 
     def __init__(self, stop: threading.Event) -> None:
         self._stop = stop

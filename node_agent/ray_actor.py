@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from node_agent.agent import HostSpec
-from node_agent.ports import dial_address
+from vcemu.ports import dial_address
 
 
 @dataclass(frozen=True)

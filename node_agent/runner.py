@@ -173,9 +173,9 @@ def _stored_rates(path: str, workloads: Collection[str]) -> dict[str, float]:
 
 
 def _write_rates(path: str, rates: dict[str, float]) -> None:
-    """``rates`` to ``path`` atomically (:func:`coordinator.outputs.write_json`: a new temporary file beside it,
+    """``rates`` to ``path`` atomically (:func:`vcemu.outputs.write_json`: a new temporary file beside it,
     made by mkstemp, renamed over it, removed on failure); on failure a warning."""
-    from coordinator.outputs import write_json
+    from vcemu.outputs import write_json
 
     try:
         write_json(path, rates)

@@ -21,10 +21,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_core
-from node_agent.ports import cannot_bind, ports_refusal
 from node_agent.runner import State, TaskView
-from node_agent.tls import TlsFiles
 from node_agent.transactional import TransactionalParams
+from vcemu.ports import cannot_bind, ports_refusal
+from vcemu.tls import TlsFiles
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ stdin (status 3).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import logging
@@ -35,6 +36,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from vcemu.cliargs import whole_in
 from workloads.program import SPARE_READY
 from workloads.registry import child_env, command
 
@@ -261,3 +263,14 @@ class Spares:
             status = f" (the last with status {spare.proc.returncode}{': ' + words if words else ''})" if spare else ""
             log.warning("%d spare %s programs in a row ended before a task took them%s: its tasks start cold from now "
                         "on", MAX_DEATHS, workload, status)
+
+
+def add_agent_spares(parser: argparse.ArgumentParser) -> None:
+    """``--agent-spares N`` of the commands that start their own agents (``up``, ``demo``, ``replay``): passed to each
+    as ``vcemu agent --spares N`` (:mod:`node_agent.spares`); None if not given, and each agent process is then passed
+    the agent's default (:func:`coordinator.servers.start_local_cluster`), each Ray agent actor (``--ray``) none
+    (:class:`node_agent.ray_actor.HostAgentActor`)."""
+    parser.add_argument("--agent-spares", type=whole_in(0, MAX_SPARES), default=None, metavar="N",
+                        help=f"each agent keeps N programs of each workload started ahead (vcemu agent --spares; "
+                             f"0: none, each start cold; default {DEFAULT_SPARES}, 0 with --ray): an idle spare holds "
+                             "about 30 MB")

@@ -8,7 +8,7 @@ import datetime
 import ipaddress
 from pathlib import Path
 
-from node_agent.tls import TlsFiles
+from vcemu.tls import TlsFiles
 
 
 def make_certs(tmp: Path, name: str) -> TlsFiles:

@@ -1,6 +1,6 @@
 """Settings for the whole test session.
 
-vcemu keeps a cache of source digests in ``$XDG_CACHE_HOME/vcemu`` (:func:`coordinator.provenance.cache_path`;
+vcemu keeps a cache of source digests in ``$XDG_CACHE_HOME/vcemu`` (:func:`vcemu.provenance.cache_path`;
 ``~/.cache/vcemu`` by default). The tests, and the vcemu processes they start (which inherit the environment),
 use a cache of their own in a temporary directory, removed at the end, so that a test run leaves the user's
 home as it found it. Matplotlib keeps its font cache where it was (``MPLCONFIGDIR``), not to rebuild it.

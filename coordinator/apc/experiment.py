@@ -12,7 +12,7 @@ Written to ``--out`` (default ``results/apc``):
   6 transactional nodes: RP (transactional actual, batch hypothetical) and CPU per workload (Figs. 6, 7);
 * ``live/`` with ``--live`` (see :mod:`coordinator.apc.live`);
 * ``config.json`` - the arguments and seed that reproduce the run; ``summary.json`` - the headline figures; both
-  record the code that ran (``"code"``: :func:`coordinator.provenance.code_version`);
+  record the code that ran (``"code"``: :func:`vcemu.provenance.code_version`);
 * ``simulations.journal.csv`` - the finished simulations, and ``simulation.checkpoint.json`` - the state of the
   simulation under way, if it has run long enough to save it (both below).
 
@@ -93,15 +93,15 @@ from coordinator.apc.workloads import (
     exp3_jobs,
     shortest_relative_goal,
 )
-from coordinator.cliargs import Parser, doc_text, usable_out_dir
 from coordinator.figures import coinciding_labels, marker, settings_note
 from coordinator.flagcheck import first_refusal
-from coordinator.outputs import clear_outputs, json_safe, save_figure, stored_config, write_json, write_text
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
-from coordinator.provenance import code_version, fingerprint_of
 from coordinator.resumable import Journal, other_settings_refusal, say_resumed, unfinished_rows
-from node_agent.signals import signals_interrupt
+from vcemu.cliargs import Parser, doc_text, usable_out_dir
+from vcemu.outputs import clear_outputs, json_safe, save_figure, stored_config, write_json, write_text
+from vcemu.provenance import code_version, fingerprint_of
+from vcemu.signals import signals_interrupt
 
 PAPER = "Carrera et al., Enabling resource sharing between transactional and batch workloads using dynamic " \
         "application placement (seed 003), Sec. 5"

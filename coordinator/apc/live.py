@@ -36,9 +36,9 @@ from typing import Any
 
 import grpc
 
-from coordinator.outputs import save_figure, write_json, write_text
 from coordinator.policies.apc import ApcState, Costs, Node, apc_place
 from coordinator.policies.apc_rpf import Job, ResponseTimeModel, Stage, TransactionalApp
+from vcemu.outputs import save_figure, write_json, write_text
 from vcemu.v1 import agent_pb2 as pb
 from vcemu.v1 import agent_pb2_grpc
 
@@ -354,7 +354,7 @@ def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, 
     fig.tight_layout()
     save_figure(fig, out / "fig_live.png", dpi=120)
     plt.close(fig)
-    from coordinator.provenance import code_version
+    from vcemu.provenance import code_version
 
     write_json(out / "config.json", {**{k: v for k, v in cfg.__dict__.items() if k != "rows"}, "code": code_version()},
                indent=1, sort_keys=False)

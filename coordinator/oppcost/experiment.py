@@ -13,7 +13,7 @@ each process; ``--explain`` says how many processes came of how many submitted j
 ``summary.json`` (average slowdown by execution and by job, as Table 2, and
 the median over executions; ``summary.json`` also counts, for each pair of Figs. 3-6, the executions each method
 wins), ``config.json`` (everything needed to reproduce the run, and the code that ran it: ``"code"``, as
-:func:`coordinator.provenance.code_version` records it, also in ``summary.json``), ``fig3..fig6_*.png``.
+:func:`vcemu.provenance.code_version` records it, also in ``summary.json``), ``fig3..fig6_*.png``.
 
 The directory always describes one run. At the start the command removes its previous outputs (only the names
 above) and writes ``config.json`` with ``"complete": false``; it becomes true once every result is written. Every
@@ -69,10 +69,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from coordinator.cliargs import Parser, max_workers, usable_out_dir
 from coordinator.figures import count, flags_given, plain_log_ticks, settings_note
 from coordinator.oppcost.sim import SimulationTooLong, simulate
-from coordinator.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from coordinator.policies.opportunity_cost import (
     COST_LOADS,
     DEFAULT_BETA,
@@ -85,9 +83,11 @@ from coordinator.policies.opportunity_cost import (
     make_method,
     out_of_memory,
 )
-from coordinator.provenance import code_version
 from coordinator.resumable import Journal, die_with_parent, other_settings_refusal, say_resumed, unfinished_rows
-from node_agent.signals import signals_interrupt
+from vcemu.cliargs import Parser, max_workers, usable_out_dir
+from vcemu.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
+from vcemu.provenance import code_version
+from vcemu.signals import signals_interrupt
 from workloads.oppcost_mix import CLUSTER, CLUSTER_NAMES, MixConfig, generate
 
 #: Figs. 3-6 of 004: (x method, y method).

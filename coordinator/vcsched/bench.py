@@ -27,11 +27,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from coordinator.bench_results import check_out, judged, output_flags, write_results
-from coordinator.cliargs import Parser, doc_text
 from coordinator.flagcheck import first_refusal
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack, placement_min_yield
 from coordinator.vcsched.generator import InstanceSpec, generate
+from vcemu.bench_results import check_out, judged, output_flags, write_results
+from vcemu.cliargs import Parser, doc_text
 
 __all__ = ["TARGETS", "bench_packing_main", "best_of"]
 

@@ -12,7 +12,7 @@ and compared with the LP bound. Written to ``--out`` (default ``results/vcsched`
 * ``degradation.csv``  Tables 1 and 7: average and maximum % degradation from best among MCB1-MCB8;
 * ``mcb_*.png``        Figs. 2-5 (small) / 6, 8-10 (large); ``all_*.png`` Figs. 11-14 / 15-18 (19-22);
 * ``config.json``      (one level up) everything needed to reproduce the run, the code that ran it (``"code"``,
-  :func:`coordinator.provenance.code_version`), ``"sessions"`` and ``"complete"``.
+  :func:`vcemu.provenance.code_version`), ``"sessions"`` and ``"complete"``.
 
 ``--out`` always describes one run. At the start the command removes its previous outputs (only the names above,
 in both set directories) and writes ``config.json`` with ``"complete": false``, set to true once every result is
@@ -78,17 +78,17 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.cliargs import Parser, max_workers, usable_out_dir
 from coordinator.figures import coinciding_labels, count, marker, plain_log_ticks, settings_note
 from coordinator.figures import flags_given as figure_flags
 from coordinator.flagcheck import first_refusal
-from coordinator.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, PackJob, PackProblem, lp_bound, mcb_search
-from coordinator.provenance import code_version
 from coordinator.resumable import Journal, die_with_parent, other_settings_refusal, say_resumed, unfinished_rows
 from coordinator.vcsched.generator import InstanceSpec, generate
-from node_agent.signals import signals_interrupt
+from vcemu.cliargs import Parser, max_workers, usable_out_dir
+from vcemu.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
+from vcemu.provenance import code_version
+from vcemu.signals import signals_interrupt
 
 __all__ = ["ExperimentConfig", "run_instance", "vcsched_main"]
 

@@ -189,8 +189,8 @@ def test_pod_command_lines_parse_with_the_package_parsers(overlay: str):
     """The image's entrypoint is ``vcemu``; each container's args must be accepted by the same parser
     ``vcemu`` uses (flags exist, values valid: the policy name from the ConfigMap, sizes, ports)."""
     from coordinator.cli import build_parser
-    from coordinator.limits import address_refusal, target_refusal
     from node_agent.cli import build_parser as agent_parser
+    from vcemu.limits import address_refusal, target_refusal
 
     commands = _vcemu_commands(overlay)
     if overlay != "kuberay":

@@ -158,7 +158,7 @@ def test_a_bench_whose_result_cannot_be_written_prints_it_and_ends_with_status_1
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     """Second review: the result was written before it was printed, so a write error (a full disk, the folder gone
     since it was checked) lost the printout too, in a traceback."""
-    from coordinator import outputs
+    from vcemu import outputs
 
     def full(*_a: object, **_k: object) -> None:
         raise OSError(28, "No space left on device")

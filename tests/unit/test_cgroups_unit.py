@@ -31,8 +31,9 @@ from node_agent.cgroups import (
     parse_proc_cgroup,
     safe_name,
 )
-from node_agent.cli import agent_main, parse_size
+from node_agent.cli import agent_main
 from node_agent.runner import TaskSpec, target_units
+from vcemu.sizes import parse_size
 from workloads import progress
 
 

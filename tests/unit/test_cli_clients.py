@@ -16,12 +16,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.limits import MAX_REPLY_BYTES
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
-from node_agent.tls import TlsFiles
 from tests.certs import make_certs
 from tests.unit.test_cli_errors import run
+from vcemu.limits import MAX_REPLY_BYTES
+from vcemu.tls import TlsFiles
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -161,7 +161,7 @@ def test_no_tls_hint_when_the_coordinator_itself_answers_unavailable(
 
 
 def test_the_clients_reply_limit_is_the_coordinators_send_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The clients' MAX_REPLY_BYTES (coordinator.limits, so that they need not import coordinator.service): the
+    """The clients' MAX_REPLY_BYTES (vcemu.limits, so that they need not import coordinator.service): the
     coordinator's actual gRPC server options must say the same."""
     import coordinator.service
 

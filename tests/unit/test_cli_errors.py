@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import main
-from coordinator.cliargs import doc_text, version
 from coordinator.model import InvalidJob, JobSpec
 from coordinator.store import Store
+from vcemu.cliargs import doc_text, version
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = {"id": "j0", "submit_time": 0, "tasks": 1, "cpu_need": 1.0, "memory": 0.2, "work": 30}
@@ -892,8 +892,8 @@ def test_agent_spares_out_of_range_are_refused(capsys) -> None:
 def test_oppcost_takes_at_most_four_workers_per_core(tmp_path: Path, capsys) -> None:
     """README walk-through: --jobs counts jobs in sweep, demo and the benches; oppcost --jobs 1000, typed for those,
     started a thousand worker processes."""
-    from coordinator.cliargs import max_workers
     from coordinator.oppcost.experiment import oppcost_main
+    from vcemu.cliargs import max_workers
 
     out = tmp_path / "out"
     most = max_workers()

@@ -17,10 +17,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.limits import MAX_TASKS
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
 from tests.unit.test_cli_errors import refused, run
+from vcemu.limits import MAX_TASKS
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -245,6 +245,6 @@ def test_cancel_of_an_unknown_job_is_still_refused(server: CoordinatorServer,
 def test_a_small_yield_is_not_shown_as_none(y: float, shown: str) -> None:
     """``jobs``, ``status`` and ``simulate`` showed a running job's yield under 0.005 as 0.00 (review of the
     simulation commands, session 31)."""
-    from coordinator.cliargs import yield_text
+    from vcemu.cliargs import yield_text
 
     assert yield_text(y) == shown

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import provenance
-from coordinator.provenance import fingerprint_trees
+from vcemu import provenance
+from vcemu.provenance import fingerprint_trees
 
 SOURCE = '''"""A module docstring."""
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.limits import MAX_MESSAGE_BYTES
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
 from coordinator.store import Store
+from vcemu.limits import MAX_MESSAGE_BYTES
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc

@@ -11,12 +11,12 @@ import grpc
 import pytest
 
 from coordinator.engine import JobRecord
-from coordinator.limits import SHOWN, request_bounds, shown
 from coordinator.model import Host, InvalidJob, JobSpec, JobState
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer, check_agent
 from coordinator.store import Store, StoreError
 from tests.unit.test_cli_errors import refused, run
+from vcemu.limits import SHOWN, request_bounds, shown
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.oppcost import experiment as oc
-from node_agent.signals import signals_interrupt
+from vcemu.signals import signals_interrupt
 from workloads.oppcost_mix import MixConfig, generate
 
 QUICK = ["--executions", "1", "--jobs", "1", "--duration", "100"]

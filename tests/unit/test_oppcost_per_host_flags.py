@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from coordinator.cli import build_parser, main
-from coordinator.cliargs import per_host
 from node_agent.cli import _hosts
 from node_agent.cli import build_parser as agent_parser
 from tests.unit.test_cli_errors import run
+from vcemu.cliargs import per_host
 
 
 def test_up_accepts_one_value_or_one_per_host() -> None:

@@ -1,4 +1,4 @@
-"""coordinator.outputs: a result file is the old one or the new one, never a part; clear_outputs removes
+"""vcemu.outputs: a result file is the old one or the new one, never a part; clear_outputs removes
 only the names it is given (and interrupted writes' temporary files)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import outputs
-from coordinator.cliargs import usable_out_dir
+from vcemu import outputs
+from vcemu.cliargs import usable_out_dir
 
 
 def test_a_write_that_fails_before_the_rename_leaves_the_old_file_and_no_temporary(
@@ -69,7 +69,7 @@ def test_json_safe_writes_non_finite_floats_as_null_at_any_depth() -> None:
 
     import numpy as np
 
-    from coordinator.outputs import json_safe
+    from vcemu.outputs import json_safe
 
     obj = {"a": math.nan, "b": [1.0, math.inf, (-math.inf, 2)], "c": {"d": np.float64("nan"), "e": "nan"}, "f": 3}
     text = json.dumps(json_safe(obj))
@@ -78,8 +78,8 @@ def test_json_safe_writes_non_finite_floats_as_null_at_any_depth() -> None:
 
 
 def test_bench_results_record_their_code_and_are_strict_json(tmp_path: Path) -> None:
-    from coordinator.bench_results import write_results as _write
-    from coordinator.provenance import code_version
+    from vcemu.bench_results import write_results as _write
+    from vcemu.provenance import code_version
 
     _write(str(tmp_path), "load", {"rate": 5.0, "p99_ms": float("nan")}, {"jobs": 10})
     strict = {"parse_constant": lambda c: pytest.fail(f"{c} in JSON")}

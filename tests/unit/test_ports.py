@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from node_agent import ports
+from vcemu import ports
 
 
 def test_a_privileged_port_without_the_privilege_is_blamed_on_port(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,7 +32,7 @@ def test_valid_addresses_pass() -> None:
 
 
 def test_the_address_to_dial_is_the_nodes_for_a_wildcard_bind_and_brackets_ipv6() -> None:
-    from node_agent.ports import dial_address
+    from vcemu.ports import dial_address
 
     assert dial_address("0.0.0.0", 50051, "10.0.0.7") == "10.0.0.7:50051"
     assert dial_address("::", 50051, "fd00::7") == "[fd00::7]:50051"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import provenance
-from coordinator.provenance import PACKAGES, code_version, source_fingerprint
+from vcemu import provenance
+from vcemu.provenance import PACKAGES, code_version, source_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def _copy_packages(dst: Path) -> Path:
 
 def _code_version_in(tree: Path) -> dict:
     """``code_version()`` in a fresh process that imports the packages from ``tree`` (no git repository there)."""
-    done = subprocess.run([sys.executable, "-c", "import json; from coordinator.provenance import code_version; "
+    done = subprocess.run([sys.executable, "-c", "import json; from vcemu.provenance import code_version; "
                            "import coordinator; print(json.dumps([code_version(), coordinator.__file__]))"],
                           cwd=tree, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "GIT_CEILING_DIRECTORIES":
                                          str(tree.parent), "XDG_CACHE_HOME": str(tree.parent / "cache")},

@@ -20,7 +20,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed")
 
 from coordinator.raycluster import connect  # noqa: E402
-from node_agent.signals import signals_interrupt  # noqa: E402
+from vcemu.signals import signals_interrupt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cliargs import RESULTS_MARKS, others_results
 from tests.unit.test_cli_errors import refused, run
+from vcemu.cliargs import RESULTS_MARKS, others_results
 
 #: Each command, with the quickest settings that reach its --out check.
 COMMANDS = {"apc": ["apc", "--experiments", "1"], "oppcost": ["oppcost", "--executions", "1"],

@@ -46,7 +46,7 @@ def test_two_replays_started_in_the_same_second_keep_their_own_results(tmp_path:
 
 
 def test_the_name_is_the_start_of_the_run_and_sorts_by_it(tmp_path: Path) -> None:
-    from coordinator.outputs import new_run_dir
+    from vcemu.outputs import new_run_dir
 
     late = new_run_dir(tmp_path, "greedy-seed1", NOON + 60)
     early = [new_run_dir(tmp_path, "greedy-seed1", NOON) for _ in range(3)]

@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT set a stop Event without taking its lock in the handler (node_agent.signals): a second signal
+"""SIGTERM and SIGINT set a stop Event without taking its lock in the handler (vcemu.signals): a second signal
 whose handler ran inside the first one's ``Event.set`` waited for the lock its own thread held, and the process
 (an agent sent SIGTERM three times while starting) hung until SIGKILL. Each check runs in a process of its own,
 with a deadline: on the old handlers it hangs."""
@@ -41,7 +41,7 @@ def test_a_signal_that_comes_while_the_event_is_being_set_does_not_hang(setup: s
 def test_the_relay_ends_and_the_old_handlers_are_back_once_restored() -> None:
     code = """
 import os, signal, threading, time
-from node_agent.signals import set_on_signals
+from vcemu.signals import set_on_signals
 stop = threading.Event()
 restore = set_on_signals(stop, (signal.SIGUSR1,))
 os.kill(os.getpid(), signal.SIGUSR1)
@@ -66,7 +66,7 @@ def test_an_interrupt_python_swallowed_in_a_weakref_callback_is_delivered_again(
     import time
     import weakref
 
-    from node_agent.signals import signals_interrupt
+    from vcemu.signals import signals_interrupt
 
     class Thing:
         pass
@@ -95,7 +95,7 @@ def test_an_interrupt_swallowed_just_before_the_context_ends_is_raised_as_it_end
     import time
     import weakref
 
-    from node_agent.signals import RESEND_AFTER_S, signals_interrupt
+    from vcemu.signals import RESEND_AFTER_S, signals_interrupt
 
     class Thing:
         pass

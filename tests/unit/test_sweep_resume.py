@@ -405,7 +405,7 @@ def test_a_penalty_that_shares_an_id_with_a_stored_one_is_refused(tmp_path, caps
 
 
 def test_config_and_cells_record_the_code(tmp_path, fake_ray, no_reports):
-    from coordinator.provenance import code_version
+    from vcemu.provenance import code_version
 
     out = tmp_path / "sweep"
     fake_ray()
@@ -557,7 +557,7 @@ def test_a_cell_that_cannot_be_stored_stops_the_run_cleanly(tmp_path, capsys, fa
     the error, cancels the cell still running, keeps the first one, and a rerun resumes."""
     import errno
 
-    import coordinator.outputs as outputs
+    import vcemu.outputs as outputs
 
     real, writes = outputs.write_json, []
 

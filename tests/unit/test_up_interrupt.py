@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import coordinator.servers
-import node_agent.signals
+import vcemu.signals
 from tests.unit.test_cli_errors import run
 
 
@@ -51,13 +51,13 @@ def test_a_signal_the_caller_ignores_stays_ignored() -> None:
     reach the background one; ``signals_interrupt`` turned it back into a KeyboardInterrupt (found by review)."""
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with node_agent.signals.signals_interrupt():
+        with vcemu.signals.signals_interrupt():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             term_handler = signal.getsignal(signal.SIGTERM)  # SIGTERM raises KeyboardInterrupt here
             assert callable(term_handler)
             with pytest.raises(KeyboardInterrupt):
                 term_handler(signal.SIGTERM, None)
-            with node_agent.signals.signals_deferred():
+            with vcemu.signals.signals_deferred():
                 assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         term = signal.getsignal(signal.SIGTERM)

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator.backends.ray.placement import HostPlacement, actor_name, free_placements, place_hosts
-from coordinator.cliargs import format_table
 from coordinator.policy_names import described
 from coordinator.raycluster import RayContext, RayUnavailable, connect
 from coordinator.restarts import DEFAULT_RESTARTS
-from node_agent.signals import signals_deferred
+from vcemu.cliargs import format_table
+from vcemu.signals import signals_deferred
 
 log = logging.getLogger("vcemu.ray")
 
@@ -156,11 +156,11 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
     ``note`` is told, if ``rename``, else :class:`RayStartError` (a coordinator restarted on a ``--state`` file needs
     its hosts' names back). ``spares``: each agent's ``--spares`` (none by default on Ray:
     :class:`~node_agent.ray_actor.HostAgentActor`). :class:`RayStartError` otherwise, with what was started stopped
-    (under :func:`~node_agent.signals.signals_deferred`); so on any exception (Ctrl-C)."""
+    (under :func:`~vcemu.signals.signals_deferred`); so on any exception (Ctrl-C)."""
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer, wait_registered
     from coordinator.store import StoreError
-    from node_agent.ports import dial_address, ports_refusal
+    from vcemu.ports import dial_address, ports_refusal
     from vcemu.v1 import agent_pb2
 
     nodes = ctx.nodes()  # once: a retry's hosts have the same capacities (the coordinator's reference holds)
@@ -238,7 +238,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     (``--state``, ``--heartbeat``, ``--token-file``), as a local ``vcemu up`` passes them. Bad settings end
     it with one line naming the setting and exit status 2."""
     from coordinator.servers import say_waiting
-    from node_agent.cli import parse_size
+    from vcemu.sizes import parse_size
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
     cpus, mems = args.cpus_per_host, args.mem_per_host

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from coordinator.cliargs import usable_out_dir
+from vcemu.cliargs import usable_out_dir
 
 
 def output_flags(p: argparse.ArgumentParser, name: str) -> None:
@@ -42,8 +42,8 @@ def write_results(out: str, name: str, result: dict[str, Any], config: dict[str,
     printout too) and ends with status 1."""
     import sys
 
-    from coordinator.outputs import json_safe, write_json
-    from coordinator.provenance import code_version
+    from vcemu.outputs import json_safe, write_json
+    from vcemu.provenance import code_version
 
     path = Path(out)
     try:

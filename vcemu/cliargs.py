@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from coordinator.policy_names import DEFAULT_PERIOD_S, PERIODIC_NAMES, POLICY_NAMES, PolicyNameError, canonical_name
-
 
 def positive(name: str, kind=float):
     def parse(text: str):
@@ -82,7 +80,7 @@ RESULTS_MARKS = {"apc": "exp2_iats", "oppcost": "executions", "sweep": "penaltie
 def others_results(out: Path, command: str) -> str | None:
     """The command of :data:`RESULTS_MARKS` other than ``command`` whose results ``out`` holds, by its
     ``config.json`` (None: none, or a file that cannot be read, which the command itself then judges)."""
-    from coordinator.outputs import stored_config
+    from vcemu.outputs import stored_config
 
     config = stored_config(out)
     if config is None:
@@ -122,22 +120,9 @@ def doc_text(doc: str | None) -> str:
 
 
 def version() -> str:
-    from coordinator.provenance import package_version
+    from vcemu.provenance import package_version
 
     return package_version() or "unknown (not installed)"
-
-
-def add_agent_spares(parser: argparse.ArgumentParser) -> None:
-    """``--agent-spares N`` of the commands that start their own agents (``up``, ``demo``, ``replay``): passed to each
-    as ``vcemu agent --spares N`` (:mod:`node_agent.spares`); None if not given, and each agent process is then passed
-    the agent's default (:func:`coordinator.servers.start_local_cluster`), each Ray agent actor (``--ray``) none
-    (:class:`node_agent.ray_actor.HostAgentActor`)."""
-    from node_agent.spares import DEFAULT_SPARES, MAX_SPARES
-
-    parser.add_argument("--agent-spares", type=whole_in(0, MAX_SPARES), default=None, metavar="N",
-                        help=f"each agent keeps N programs of each workload started ahead (vcemu agent --spares; "
-                             f"0: none, each start cold; default {DEFAULT_SPARES}, 0 with --ray): an idle spare holds "
-                             "about 30 MB")
 
 
 def whole_in(low: int, high: int):  # type: ignore[no-untyped-def]
@@ -196,7 +181,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def memory_size(text: str) -> int:
-    from node_agent.cli import parse_size
+    from vcemu.sizes import parse_size
 
     return parse_size(text)
 
@@ -230,19 +215,6 @@ def per_host(flag: str, values: str | float | Sequence[str | float], hosts: int)
     if len(items) != hosts:
         raise ValueError(f"argument {flag}: give one value or {hosts} (one per host), got {len(items)}")
     return items
-
-
-def policy_name(text: str) -> str:
-    """``--policy``'s type: the policy's one name (:func:`coordinator.policy_names.canonical_name`)."""
-    try:
-        return canonical_name(text)
-    except PolicyNameError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-#: ``--policy``'s help: the names without importing the policies (numba, scipy), which ``--help`` need not wait for.
-POLICY_HELP = (f"scheduling policy: {', '.join(POLICY_NAMES)}; a periodic one may end in its period in seconds, "
-               f"{PERIODIC_NAMES[0]}-60 (001's DYNMCB8-PER-T; default T {DEFAULT_PERIOD_S:g}) (default %(default)s)")
 
 
 def yield_text(y: float) -> str:

@@ -38,9 +38,10 @@ from typing import Any
 __all__ = ["PACKAGES", "cache_path", "code_version", "fingerprint_of", "fingerprint_trees", "package_version",
            "source_fingerprint"]
 
-#: The packages whose source decides a result (``vcemu/``'s generated gRPC code is built from ``proto/`` and
-#: carries no logic of its own).
-PACKAGES = ("coordinator", "workloads", "node_agent")
+#: The packages whose source decides a result: ``vcemu``'s shared modules (result files, argument types) too; its
+#: generated gRPC code (``vcemu/v1``, built from ``proto/`` by the pinned grpcio-tools) comes along, unchanged
+#: between builds of one version.
+PACKAGES = ("coordinator", "workloads", "node_agent", "vcemu")
 #: The installed distributions whose versions :func:`code_version` records (recorded, not compared: a resume compares
 #: the source fingerprint only).
 LIBRARIES = ("numpy", "scipy", "numba", "ray", "grpcio", "protobuf")
@@ -174,7 +175,7 @@ def _read_cache(path: Path) -> dict[str, dict[str, list[Any]]]:
 
 def _write_cache(path: Path, files: dict[str, dict[str, list[Any]]]) -> None:
     """Write the cache atomically (a reader sees the old file or the new one); not at all when it cannot be."""
-    from coordinator.outputs import write_text
+    from vcemu.outputs import write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
