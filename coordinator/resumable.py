@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from vcemu.outputs import stored_config, write_text
+from vcemu.provenance import library_changes
 
 __all__ = ["Journal", "changed_settings", "die_with_parent", "other_settings_refusal", "read_journal", "say_resumed",
            "stale_reason", "unfinished_rows"]
@@ -169,23 +170,33 @@ def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, 
 
 
 def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: Mapping[str, Any],
-                    ignore: Iterable[str], command: str,
-                    held: str = "the journal of a run") -> tuple[list[dict[str, str]], int] | None:
+                    ignore: Iterable[str], command: str, held: str = "the journal of a run",
+                    as_now: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                    ) -> tuple[list[dict[str, str]], int] | None:
     """The journal ``out/journal`` of a run with the same settings (``ignore`` aside) and the same code as
     ``config``: its rows and dropped lines as :func:`read_journal` gives them; ``([], 0)`` when there is no
     journal; None, with one line on stderr saying why (:func:`stale_reason`), when ``out/config.json`` is another
     run's or another code's, or unreadable: the caller then starts over. ``held``: what the line says ``out`` holds
-    (a finished run's results, read as a journal, are no journal)."""
+    (a finished run's results, read as a journal, are no journal). ``as_now``: as :func:`other_settings_refusal`'s,
+    and the same function (a config it passed as the same settings was "other settings" here, and the finished
+    work was dropped)."""
 
     path = out / journal
     if not path.exists():
         return [], 0
     old = stored_config(out)
+    if old is not None and as_now is not None:
+        old = as_now(old)
     why = "with an unreadable config.json" if old is None else stale_reason(old, config, ignore)
     if why:
         print(f"{command}: {out} holds {held} {why}; starting over", file=sys.stderr)
         return None
-    return read_journal(path, fieldnames)
+    assert old is not None
+    rows = read_journal(path, fieldnames)
+    if rows[0] and (changes := library_changes(old, config)):
+        print(f"{command}: note: {out} holds {held} computed with {'; '.join(changes)}: what it keeps is not "
+              "computed again (the source is the same), so its results come from both", file=sys.stderr)
+    return rows
 
 
 def say_resumed(command: str, out: Path, kept: int, total: int, noun: str, dropped: int,

@@ -45,9 +45,10 @@ config and the code, so
 
 One sweep at a time uses an ``--out``: a run holds an exclusive lock on ``OUT/.lock`` (:func:`out_lock`) from
 before it reads ``config.json`` to its end, and a second is refused. A rerun into an ``--out`` that holds a sweep
-takes the union of its algorithms and penalties with the command's and runs every algorithm at every penalty (and
-says so when that is more than the command names): each table then compares the same algorithms, where running
-only the cells named would leave, say, FCFS alone and so "best" at a new penalty. So too for its traces (``--traces``,
+takes the union of its algorithms and penalties with those the command names (naming none: the stored ones, not the
+defaults) and runs every algorithm at every penalty (and says so when that is more than the command names):
+each table then compares the same algorithms, where running only the cells named would leave, say, FCFS alone
+and so "best" at a new penalty. So too for its traces (``--traces``,
 ``--unscaled``, ``--loads``: each trace depends on its seed and load alone; ``--hpc2n-weeks``: each week on the
 HPC2N file alone, which must be the same file when both name weeks), so that a sweep is extended by more traces;
 every other setting that changes results must match.
@@ -104,6 +105,8 @@ if TYPE_CHECKING:
     from coordinator.raycluster import RayContext
 
 ALGORITHMS = POLICY_NAMES
+#: --penalties of a new sweep (001 Sec. V: none, and 5 minutes); a rerun keeps the stored sweep's.
+DEFAULT_PENALTIES = "0,300"
 DEFAULT_LOADS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 DEFAULT_HPC2N = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "traces",  # ../shared beside the clone
                              "HPC2N-2002-2.2-cln.swf.gz")
@@ -159,9 +162,13 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         utilisation,
     )
     from coordinator.policies import get_policy
+    from coordinator.warmup import warm_kernels
     from vcemu.provenance import source_fingerprint
 
     code = source_fingerprint()  # before the run: the files as this worker imported them (cached after the first)
+    # Once per process, before the clock starts: a worker's first cell took the policies' imports and kernel loads
+    # into its time (0.17 s for a 0.014 s FCFS cell), and timed out where later ones would not (review).
+    warm_kernels()
     t0 = time.perf_counter()
     policy = TimedPolicy(get_policy(algorithm), t0 + timeout_s)
     cluster = homogeneous_hosts(hosts)
@@ -461,9 +468,10 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                "node loss, out of memory, the backstop's cancel, lost object): a rerun runs them. A cell stored\n"
                "by other code (its source fingerprint) or with other settings is run again and left out of the\n"
                "reports.\n"
-               "resuming: an --out holding a sweep takes the union of its algorithms and penalties with this\n"
-               "command's, and runs every algorithm at every penalty of it (said so when that is more than the\n"
-               "command names), so that every table compares the same algorithms; and so of its traces (--traces,\n"
+               "resuming: an --out holding a sweep takes the union of its algorithms and penalties with those\n"
+               "this command names (none named: the stored ones), and runs every algorithm at every penalty of it\n"
+               "(said so when that is more than the command names), so that every table compares the same\n"
+               "algorithms; and so of its traces (--traces,\n"
                "--unscaled, --loads, --hpc2n-weeks of the same HPC2N file): a rerun naming more extends it.\n"
                "exit status: 0 every cell of this run ok (--report-only: every cell of the sweep stored); 1 some\n"
                "timed out, failed or were not stored (--report-only: some missing); 2 settings refused (another\n"
@@ -471,12 +479,13 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--out", default="results/sweep",
                    help="output directory (resumes if it holds a sweep; one sweep at a time uses it; default "
                         "%(default)s)")
-    p.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                   help="comma-separated policies (default: all nine, as in 001's Table I: %(default)s); a "
-                        "periodic one may end in its period in seconds, dynmcb8-per-60 (001 also ran T = 60 and "
-                        "3600)")
-    p.add_argument("--penalties", default="0,300",
-                   help="rescheduling penalties in seconds (default %(default)s, as in 001)")
+    p.add_argument("--algorithms", default=None,
+                   help=f"comma-separated policies (default: those of the sweep in --out; for a new one all nine, "
+                        f"as in 001's Table I: {','.join(ALGORITHMS)}); a periodic one may end in its period in "
+                        "seconds, dynmcb8-per-60 (001 also ran T = 60 and 3600)")
+    p.add_argument("--penalties", default=None,
+                   help=f"rescheduling penalties in seconds (default: those of the sweep in --out; for a new one "
+                        f"{DEFAULT_PENALTIES}, as in 001)")
     p.add_argument("--traces", type=int, default=20,
                    help="Lublin traces per load level (default %(default)s; 001: 100)")
     p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (default %(default)s, as in 001)")
@@ -568,14 +577,15 @@ def _refuse_no_trace(a: argparse.Namespace, cfg: dict[str, Any]) -> None:
 
 def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
     try:  # each policy's one name (dynmcb8-per-600 is dynmcb8-per), each once
-        algs = list(dict.fromkeys(canonical_name(x) for x in a.algorithms.split(",") if x.strip()))
+        algs = list(dict.fromkeys(canonical_name(x) for x in (a.algorithms if a.algorithms is not None else
+                                                               ",".join(ALGORITHMS)).split(",") if x.strip()))
     except PolicyNameError as exc:
         raise SystemExit(f"vcemu sweep: --algorithms: {exc}") from None
     loads = _parse_floats(a.loads, "--loads")
     if bad := [x for x in loads if not (math.isfinite(x) and x > 0)]:
         raise SystemExit(f"vcemu sweep: --loads: every load must be a finite number > 0, got {bad[0]}")
     _refuse_shared_ids(loads, _load_id, "--loads", "l")
-    pens = _parse_floats(a.penalties, "--penalties")
+    pens = _parse_floats(a.penalties if a.penalties is not None else DEFAULT_PENALTIES, "--penalties")
     if bad := [x for x in pens if not (math.isfinite(x) and x >= 0)]:
         raise SystemExit(f"vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds), "
                          f"got {bad[0]}")
@@ -845,7 +855,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
     KeyboardInterrupt: then one line says how many cells are stored, Ray is shut down, and the status is 130."""
     from coordinator.sweep_report import REPORT_PATTERNS, write_reports
     from vcemu.outputs import clear_outputs, write_json
-    from vcemu.provenance import code_version, source_fingerprint
+    from vcemu.provenance import code_version, library_changes, source_fingerprint
 
     cells_dir = out / "cells"
     cfg_path = out / "config.json"
@@ -857,6 +867,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
     ray_started = False
     ray_ctx: RayContext | None = None
     try:
+        old: dict[str, Any] | None = None
         if cfg_path.exists():
             old = _read_config(cfg_path)
             if a.report_only:  # the stored sweep's reports, whatever settings flags came with the command
@@ -868,8 +879,12 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                 _extend(cfg, old)
             if diff := _mismatched(cfg, old):
                 raise SystemExit(_other_settings(out, diff, cfg, old))
-            cfg["algorithms"] = sorted(set(old.get("algorithms", ())) | set(cfg["algorithms"]), key=policy_order)
-            cfg["penalties"] = sorted(set(old.get("penalties", ())) | set(cfg["penalties"]))
+            # Not named: the stored sweep's, not the defaults' (a stored sweep of three algorithms, resumed with
+            # --traces 0 "as it is", ran all nine; reproducibility review). Named: the union.
+            given = {"algorithms": a.algorithms is not None, "penalties": a.penalties is not None}
+            for key, order in (("algorithms", policy_order), ("penalties", None)):
+                if old.get(key) or given[key]:
+                    cfg[key] = sorted(set(old.get(key) or ()) | (set(cfg[key]) if given[key] else set()), key=order)
             _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
         if not a.report_only:  # (not refused before: --out held a sweep, whose traces the run covers too)
             _refuse_no_trace(a, cfg)
@@ -894,6 +909,9 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
         usable = {key for key, w in why.items() if w is None}
         todo = [c for c in grid if _to_run(stored[c[0]], cfg["cell_timeout"], a.retry_failed, code, settings[c[0]])]
         _say_plan(a, cfg, out, len(traces), len(grid), asked, todo, usable, Counter(why.values()), code)
+        if usable and old is not None and (changes := library_changes(old, {"code": code_version()})):
+            print(f"vcemu sweep: note: the run that last wrote {cfg_path} had {'; '.join(changes)}: its cells kept "
+                  "are not run again (the source is the same), so the reports come from both", file=sys.stderr)
         run = bool(todo) and not a.report_only
         if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
             ray_started = True

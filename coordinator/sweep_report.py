@@ -6,10 +6,11 @@ over the best algorithm's on that trace and penalty); Table I gives its average,
 traces; Table II the average (maximum) of the preemption/migration costs over the scaled traces with
 load >= 0.7, for the algorithms that preempt or migrate (only cells counted under the current
 ``metrics.MOVE_COUNTING`` rule). Cells that timed out or failed have no max stretch (:func:`with_degradation`
-takes none from them, even one stored over the jobs that completed): they are listed in cells.csv, counted in
-the tables' ``failed`` column and left out of averages. A table with no cell (Table II without a scaled trace
-of load >= 0.7) is not written, and a plot with no value to show is not drawn; both are said on stderr, as is a
-plot that fails, which leaves the other reports to be written.
+takes none from them, even one stored over the jobs that completed): they are listed in cells.csv and counted in
+Table I's ``failed`` column, and their (trace, penalty) is left out of every algorithm's degradation factors
+(counted in ``left_out``), since the best algorithm there is unknown. A table with no cell (Table II without a
+scaled trace of load >= 0.7) is not written, and a plot with no value to show is not drawn; both are said on
+stderr, as is a plot that fails, which leaves the other reports to be written.
 
 Every report is written atomically (vcemu.outputs), and ``vcemu sweep`` removes the previous ones
 (:data:`REPORT_PATTERNS`) before a run: reports are derived from the cells, and one older than them must
@@ -45,7 +46,8 @@ CELL_FIELDS = ("cell", "trace", "group", "load", "algorithm", "penalty", "hosts"
                "decision_p99_s", "decision_max_s", "error")
 #: The columns of table1_p<penalty>.csv and table1_vs_paper_p300.csv, fixed: a column must not depend on which
 #: algorithm comes first (a rank is missing where the average is NaN).
-TABLE1_FIELDS = ("algorithm", *(f"{g}_{k}" for g, _ in GROUPS for k in ("avg", "std", "max", "n", "failed")))
+TABLE1_FIELDS = ("algorithm", *(f"{g}_{k}" for g, _ in GROUPS
+                                 for k in ("avg", "std", "max", "n", "failed", "left_out")))
 TABLE1_VS_PAPER_FIELDS = ("algorithm", *(f"{g}_{k}" for g, _ in GROUPS for k in ("n", "avg", "paper_avg", "max",
                                                                                  "paper_max")),
                           *(f"{g}_{k}_rank" for g, _ in GROUPS for k in ("avg", "paper_avg")))
@@ -107,9 +109,12 @@ def table1_vs_paper(t1: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def with_degradation(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each cell with its degradation factor against the best algorithm of its (trace, penalty). Only ``ok``
-    cells have one and are candidates for best: a failed cell's max stretch, if it has one, is over the jobs that
-    completed, and would pass for the algorithm's result."""
+    """Each cell with its degradation factor against the best algorithm of its (trace, penalty), and only where
+    every algorithm's cell of that (trace, penalty) is ``ok``; otherwise all of them have none (NaN), and the ``ok``
+    ones are marked ``left_out``. 001 Sec. V divides by "the best algorithm for that instance": with one cell timed
+    out or failed the best is unknown, and the best of the others gave them other factors (a cell timed out by a
+    tight --cell-timeout made EASY "best" at 1.0 where it was 14.2, reproducibility review). A failed cell's max
+    stretch, if it has one, is over the jobs that completed, and is never a candidate."""
     by_instance: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
     for r in rows:
         ms = r.get("max_stretch")
@@ -118,10 +123,23 @@ def with_degradation(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     factors: dict[tuple[str, float], dict[str, float]] = {}
     for inst, ms in by_instance.items():
         try:
+            if any(math.isnan(v) for v in ms.values()):
+                raise ValueError("a cell of this instance has no max stretch")
             factors[inst] = degradation_factors(ms)
         except ValueError:
             factors[inst] = {a: math.nan for a in ms}
-    return [{**r, "degradation": factors[(r["trace"], r["penalty"])][r["algorithm"]]} for r in rows]
+    out = []
+    for r in rows:
+        inst = (r["trace"], r["penalty"])
+        left_out = r.get("status") == "ok" and any(math.isnan(v) for v in by_instance[inst].values())
+        out.append({**r, "degradation": factors[inst][r["algorithm"]], "left_out": left_out})
+    return out
+
+
+def incomplete_instances(rows: Sequence[dict[str, Any]]) -> set[tuple[str, float]]:
+    """The (trace, penalty) pairs with a cell that timed out or failed: none of their cells has a degradation
+    factor (:func:`with_degradation`)."""
+    return {(r["trace"], r["penalty"]) for r in rows if r.get("status") != "ok"}
 
 
 def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
@@ -139,7 +157,8 @@ def table1(rows: Sequence[dict[str, Any]], algorithms: Sequence[str], penalty: f
             cells = [r for r in rows if r["algorithm"] == alg and r["penalty"] == penalty and r["group"] == group]
             avg, std, mx = _stats([r["degradation"] for r in cells])
             row.update({f"{group}_avg": avg, f"{group}_std": std, f"{group}_max": mx, f"{group}_n": len(cells),
-                        f"{group}_failed": sum(1 for r in cells if r.get("status") != "ok")})
+                        f"{group}_failed": sum(1 for r in cells if r.get("status") != "ok"),
+                        f"{group}_left_out": sum(1 for r in cells if r.get("left_out"))})
         out.append(row)
     return out
 
@@ -286,7 +305,9 @@ def _settings(cells: Sequence[dict[str, Any]], cfg: dict[str, Any] | None, group
             + (" (one panel each)" if len(pens) > 1 else "") if pens else "")
     failed = sum(1 for c in cells if c.get("group") in groups and c.get("status") != "ok")
     if failed:
-        last += f"; {count(failed, 'cell')} timed out or failed, left out of the means"
+        traces = len(incomplete_instances([c for c in cells if c.get("group") in groups]))
+        last += (f"; {count(failed, 'cell')} timed out or failed: {'its' if traces == 1 else 'their'} "
+                 f"{count(traces, 'trace')} left out of every algorithm's means")
     return [*lines, last] if last else lines
 
 
@@ -480,7 +501,12 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
     rows = sorted(rows, key=lambda r: (r["trace"], r["penalty"], algorithms.index(r["algorithm"])))
     paths = [_write_csv(out / "cells.csv", rows, CELL_FIELDS)]
     paths.append(_write_csv(out / "degradation.csv", rows,
-                            ("trace", "group", "load", "penalty", "algorithm", "max_stretch", "degradation")))
+                            ("trace", "group", "load", "penalty", "algorithm", "max_stretch", "degradation",
+                             "left_out")))
+    if incomplete := incomplete_instances(rows):
+        _say(f"{count(len(incomplete), '(trace, penalty)')} with a cell that timed out or failed: every "
+             "algorithm's degradation factor there is left out (the best is unknown; table1's left_out counts "
+             "them)")
     panels: dict[float, list[dict[str, Any]]] = {}
     for pen in cfg["penalties"]:
         t1 = table1(rows, algorithms, pen)

@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "cache_path", "code_version", "fingerprint_of", "fingerprint_trees", "package_version",
-           "source_fingerprint"]
+__all__ = ["PACKAGES", "cache_path", "code_version", "fingerprint_of", "fingerprint_trees", "library_changes",
+           "package_version", "source_fingerprint"]
 
 #: The packages whose source decides a result: ``vcemu``'s shared modules (result files, argument types) too; its
 #: generated gRPC code (``vcemu/v1``, built from ``proto/`` by the pinned grpcio-tools) comes along, unchanged
@@ -255,6 +255,20 @@ def code_version() -> dict[str, Any]:
     :data:`LIBRARIES`' versions), ``source_sha256`` (:func:`source_fingerprint`). Computed once per process; a fresh
     dict each call."""
     return {k: dict(v) if isinstance(v, dict) else v for k, v in _version_record()}
+
+
+def library_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between the Python and library versions recorded in two ``config.json`` objects (their
+    :func:`code_version` records), as ``numpy 1.26.4, now 2.4.6``; empty when nothing does or either has no record.
+    Recorded, not compared, by a resume (the source fingerprint decides): a resume says these, so that results kept
+    from another numpy or scipy are not passed off as this one's (reproducibility review)."""
+    was, now = old.get(KEY), new.get(KEY)
+    if not isinstance(was, Mapping) or not isinstance(now, Mapping):
+        return []
+    before = {"python": was.get("python"), **(was.get("libraries") or {})}
+    after = {"python": now.get("python"), **(now.get("libraries") or {})}
+    return [f"{name} {before[name]}, now {after.get(name)}" for name in before
+            if before[name] is not None and before[name] != after.get(name)]
 
 
 def fingerprint_of(record: Mapping[str, Any]) -> str | None:

@@ -64,10 +64,11 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from coordinator.figures import count, flags_given, plain_log_ticks, settings_note
 from coordinator.oppcost.sim import SimulationTooLong, simulate
@@ -262,10 +263,12 @@ def settings_text(cfg: Config | None, rows: list[dict[str, float]]) -> str:
                       memory_note(cfg, ":\n" if cfg.memory is None else ": ")])
 
 
-def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None = None) -> list[Path]:
+def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None = None,
+         interrupted: bool = False) -> list[Path]:
     """Figs. 3-6 of the first ``first`` executions ``rows``, each with a note of the settings ``cfg`` that produced
     them (:func:`settings_text`); Figs. 3 and 4 also say whether the run shows 004's Table 2 ordering of their pair
-    (:func:`table2_ordering`)."""
+    (:func:`table2_ordering`). ``interrupted``: the note says the run is unfinished (the figures of a run stopped
+    part way looked final: the review)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,6 +281,9 @@ def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None
     count = f"{len(rows)} execution{'' if len(rows) == 1 else 's'}" + (
         f" ({empty} without jobs left out)" if empty else "")
     note = settings_text(cfg, shown)
+    if interrupted:
+        of = f" of {cfg.executions} executions" if cfg is not None else " executions"
+        note = f"INTERRUPTED: {len(shown)}{of} finished; run the same command again to finish\n{note}"
     paths = []
     for fig_name, xm, ym in FIGURES:
         xs, ys = [r[f"{xm}_mean"] for r in rows], [r[f"{ym}_mean"] for r in rows]
@@ -382,7 +388,8 @@ def resume_rows(out: Path, config: dict, cfg: Config) -> list[dict[str, float]] 
     removed): a line on stderr warns of it, as the outputs of a run of fewer executions no longer hold them."""
     finished = not (out / JOURNAL).exists() and (out / "executions.csv").exists()
     stored = unfinished_rows(out, "executions.csv" if finished else JOURNAL, FIELDS, config, NOT_RESULTS,
-                             "vcemu oppcost", "the results of a finished run" if finished else "the journal of a run")
+                             "vcemu oppcost", "the results of a finished run" if finished else "the journal of a run",
+                             as_now=_memory_as_now)
     if stored is None:
         return None
     raw, dropped = stored
@@ -472,6 +479,20 @@ def _csv_text(header: list[str], rows: list[list]) -> str:
     w.writerow(header)
     w.writerows(rows)
     return buf.getvalue()
+
+
+
+def _memory_setting(memory: Sequence[float] | None) -> tuple[float, ...] | None:
+    """``--memory`` as stored: None for the default table given explicitly too, so that a rerun naming it is not
+    "other settings" than a run without it (it was refused, though both draw the same; reproducibility review)."""
+    if memory is None or tuple(float(x) for x in memory) == tuple(m.mem for m in CLUSTER):
+        return None
+    return tuple(memory)
+
+
+def _memory_as_now(conf: dict[str, Any]) -> dict[str, Any]:
+    """A stored config's ``memory`` as this version stores it (:func:`_memory_setting`)."""
+    return {**conf, "memory": _memory_setting(conf.get("memory"))} if "memory" in conf else conf
 
 
 def _memory(text: str) -> tuple[float, ...]:
@@ -573,7 +594,7 @@ def oppcost_main(argv: list[str]) -> int:
                  threshold=args.threshold, interval=args.interval, scale=args.scale,
                  cost_load=args.cost_load, fit=args.fit, split_memory=not args.whole_memory_per_component,
                  migration_fixed=args.migration_fixed, migration_per_mb=args.migration_per_mb,
-                 duration=args.duration, memory=args.memory)
+                 duration=args.duration, memory=_memory_setting(args.memory))
     if args.explain is not None:
         try:
             lines = explain(cfg, args.explain)
@@ -591,7 +612,8 @@ def oppcost_main(argv: list[str]) -> int:
 
     config = config_json(cfg, argv)
     journal = JOURNAL if (out / JOURNAL).exists() else "executions.csv"
-    if (refusal := other_settings_refusal(out, config, SETTINGS, journal, "vcemu oppcost")) is not None:
+    if (refusal := other_settings_refusal(out, config, SETTINGS, journal, "vcemu oppcost",
+                                          as_now=_memory_as_now)) is not None:
         print(refusal, file=sys.stderr)
         return 2
     kept = resume_rows(out, config, cfg)
@@ -643,11 +665,13 @@ def oppcost_main(argv: list[str]) -> int:
     write_text(out / "executions.csv", _csv_text(list(FIELDS), [[r[f] for f in FIELDS] for r in rows]))
     table = summarize(rows)
     counted = with_jobs(rows)
+    # (each row says over how many of the executions asked for: an interrupted run's table looked final)
     write_text(out / "table2.csv", _csv_text(
         ["method", "avg_slowdown_by_execution", "avg_slowdown_by_job", "median_slowdown_by_execution",
-         "migrations_per_execution"],
+         "migrations_per_execution", "executions", "requested_executions"],
         [[name, f"{t['by_execution']:.4f}", f"{t['by_job']:.4f}", f"{t['median_by_execution']:.4f}",
-          f"{t['migrations_per_execution']:.1f}"] for name, t in ((n, table[n]) for n in METHODS)]))
+          f"{t['migrations_per_execution']:.1f}", len(rows), cfg.executions]
+         for name, t in ((n, table[n]) for n in METHODS)]))
     summary = {"executions": len(rows), "requested_executions": cfg.executions, "interrupted": interrupted,
                "executions_without_jobs": len(rows) - len(counted),
                "jobs": int(sum(r["jobs"] for r in rows)), "wall_seconds": round(before.seconds + (wall or 0.0), 1),
@@ -655,7 +679,7 @@ def oppcost_main(argv: list[str]) -> int:
                "executions_without_wall_time": before.unknown,
                "table2": table, "wins": wins(rows), "code": config["code"]}
     write_json(out / "summary.json", json_safe(summary), sort_keys=False)
-    figs = plot(rows, out, cfg.plot_first, cfg)
+    figs = plot(rows, out, cfg.plot_first, cfg, interrupted)
     if len(counted) < len(rows):
         print(f"{len(rows) - len(counted)} of {len(rows)} executions had no job (--duration {cfg.duration:g} s; jobs "
               f"arrive {2 * MixConfig().mean_interarrival:g} s apart at most): they are left out of the statistics by "

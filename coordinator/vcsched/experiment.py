@@ -323,7 +323,7 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     """The finished instances of an unfinished run in ``out`` with the same settings as ``config``, or None
     (with a line on stderr) if ``out`` holds one with other settings. An instance is kept only if it has exactly
     one well-formed row per algorithm it runs; the rest are solved again."""
-    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu vcsched")
+    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu vcsched", as_now=_large_flags_dropped)
     if stored is None:
         return None
     raw, dropped = stored
@@ -367,7 +367,8 @@ def _sessions(out: Path, conf: dict[str, Any], kept: dict[Unit, list[dict]] | No
     if kept is not None:
         old = stored_config(out)
         if old is not None and (kept or old.get("complete") is False) \
-                and stale_reason(old, conf, NOT_RESULTS) is None and isinstance(old.get("sessions"), list):
+                and stale_reason(_large_flags_dropped(old), conf, NOT_RESULTS) is None \
+                and isinstance(old.get("sessions"), list):
             earlier = {s["session"]: s for s in old["sessions"]
                        if isinstance(s, dict) and type(s.get("session")) is int and s["session"] >= 1}
     for rows in (kept or {}).values():
@@ -510,12 +511,20 @@ def flags_given(conf: Mapping[str, Any], set_name: str) -> list[str]:
     return figure_flags(conf, asdict(ExperimentConfig()), SETTINGS, named)
 
 
+def _large_flag(value: int | None, default: int | None, large: bool) -> int | None:
+    """A large-set flag as stored: None without a large set (it changes nothing then), and None where it equals the
+    value it defaults to (``--instances``, ``--backtrack-limit``), so that giving the default explicitly is not
+    "other settings" on a rerun (``--large-instances 1`` with ``--instances 1`` was refused; reproducibility review)."""
+    return value if large and value != default else None
+
+
 def _large_flags_dropped(conf: dict[str, Any]) -> dict[str, Any]:
-    """A stored config without the large set's flags where it ran no large set, as this version stores it: an
-    older vcsched stored them with ``--set small`` too, and the very same command was refused (code review)."""
-    if "large" in (conf.get("sets") or ()):
-        return conf
-    return {**conf, **{k: None for k in ("large_instances", "backtrack_limit_large") if k in conf}}
+    """A stored config's large-set flags as this version stores them (:func:`_large_flag`): an older vcsched stored
+    them with ``--set small`` too, and the very same command was refused (code review), and stored them where they
+    equalled their defaults."""
+    large = "large" in (conf.get("sets") or ())
+    fix = {"large_instances": "instances", "backtrack_limit_large": "backtrack_limit"}
+    return {**conf, **{k: _large_flag(conf[k], conf.get(d), large) for k, d in fix.items() if k in conf}}
 
 
 def _listed(values: Iterable[float]) -> str:
@@ -905,7 +914,7 @@ def vcsched_main(argv: list[str]) -> int:
     cfg = ExperimentConfig(
         sets=sets,
         instances=args.instances,
-        large_instances=args.large_instances if large else None,
+        large_instances=_large_flag(args.large_instances, args.instances, large),
         seed=args.seed,
         # Each in one order whatever the order given (an instance depends on its settings' values, never their
         # places): a resume with --slacks or --algorithms reordered found "other settings" and dropped its work.
@@ -913,7 +922,7 @@ def vcsched_main(argv: list[str]) -> int:
         accuracy=args.accuracy,
         search=args.search,
         backtrack_limit=args.backtrack_limit,
-        backtrack_limit_large=args.backtrack_limit_large if large else None,
+        backtrack_limit_large=_large_flag(args.backtrack_limit_large, args.backtrack_limit, large),
         milp_time_limit=args.milp_time_limit,
         rr_max_tasks=args.rr_max_tasks,
         parallel_jobs=args.parallel_jobs,

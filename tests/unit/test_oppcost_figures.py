@@ -119,3 +119,37 @@ def test_table2_ordering_says_equal_within_rounding_and_na_for_a_non_number() ->
     assert table2_ordering([row(1.0, float("nan"))], "pvm", "e-pvm").endswith("this run: n/a (nan vs 1.000)")
     assert "the executions shown: below" in table2_ordering([row(2.0, 1.0)], "pvm", "e-pvm", ";\n",
                                                              "the executions shown")
+
+
+def test_an_interrupted_runs_figures_and_table_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Reproducibility review: a run stopped after 2 of 4 executions wrote table2.csv and Figs. 3-6 that looked
+    final (only summary.json said "interrupted"). The figures' note says so, and each table2.csv row says over how
+    many of the executions asked for."""
+    import csv
+
+    figures = record_figures(monkeypatch, oc)
+    monkeypatch.setattr(oc, "run_execution", lambda cfg, k: _row(k, 1, 10.0, 5.0, 3.0, 2.0))
+    monkeypatch.setattr(oc, "ProcessPoolExecutor", lambda max_workers, initializer: ThreadPoolExecutor(max_workers))
+    real, taken = oc.as_completed, []
+
+    def two_then_ctrl_c(*args, **kwargs):  # type: ignore[no-untyped-def]
+        for f in real(*args, **kwargs):
+            if len(taken) == 2:
+                raise KeyboardInterrupt
+            taken.append(f)
+            yield f
+
+    monkeypatch.setattr(oc, "as_completed", two_then_ctrl_c)
+    out = tmp_path / "oc"
+    assert oc.oppcost_main(["--executions", "4", "--jobs", "1", "--out", str(out)]) == 130
+    assert figures and all(note_of(fig).startswith("INTERRUPTED: 2 of 4 executions finished; run the same command")
+                           for fig in figures.values())
+    with (out / "table2.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {(r["executions"], r["requested_executions"]) for r in rows} == {("2", "4")}
+    capsys.readouterr()
+    figures.clear()
+    monkeypatch.setattr(oc, "as_completed", real)
+    assert oc.oppcost_main(["--executions", "4", "--jobs", "1", "--out", str(out)]) == 0  # resumed to the end
+    assert figures and not any("INTERRUPTED" in note_of(fig) for fig in figures.values())

@@ -119,6 +119,26 @@ def test_oppcost_explain_reports_each_method_on_one_stream(capsys) -> None:
         assert len(hist) == len(CLUSTER) + 1 and sum(hist) == n
 
 
+def test_the_default_memory_table_given_explicitly_is_no_other_setting(tmp_path, capsys) -> None:
+    """Reproducibility review: ``--memory 128,128,64,64,32,32`` (the default table) on a rerun of a finished run
+    without it was refused as "other settings (--memory)", though both draw the same; so is an older config that
+    stored the default table. Another table is still refused."""
+    out = tmp_path / "oc"
+    argv = ["--executions", "1", "--jobs", "1", "--duration", "400", "--out", str(out)]
+    default = ",".join(f"{m.mem:g}" for m in CLUSTER)
+    assert oppcost_main(argv) == 0
+    capsys.readouterr()
+    assert oppcost_main([*argv, "--memory", default]) == 0
+    assert "other settings" not in capsys.readouterr().err
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["memory"] is None
+    (out / "config.json").write_text(json.dumps({**conf, "memory": [m.mem for m in CLUSTER]}))
+    assert oppcost_main(argv) == 0
+    assert "other settings" not in capsys.readouterr().err
+    assert oppcost_main([*argv, "--memory", "64,64,64,64,64,64"]) == 2
+    assert "--memory" in capsys.readouterr().err
+
+
 def test_oppcost_memory_table_replaces_the_guess_and_is_recorded(tmp_path, capsys) -> None:
     """``--memory`` sets Table 1's memories (speeds kept) for the study and ``--explain``; bad values name the
     machine or the count."""

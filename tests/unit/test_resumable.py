@@ -19,3 +19,29 @@ def test_a_last_line_cut_short_is_dropped(tmp_path: Path) -> None:
     path = tmp_path / "j.csv"
     path.write_text("unit,data\na,1\nb,2")
     assert read_journal(path, ("unit", "data")) == ([{"unit": "a", "data": "1"}], 1)
+
+
+def test_a_resume_says_which_library_versions_its_kept_results_came_from(tmp_path: Path, capsys) -> None:
+    """Reproducibility review: results kept from a run under numpy 1.26.4 were relabelled with this run's 2.4.6,
+    without a word (a resume compares the source only). The resume keeps them and says so; the same versions:
+    nothing said."""
+    import json
+
+    from coordinator.resumable import unfinished_rows
+    from vcemu.provenance import code_version, library_changes
+
+    now = {"seed": 1, "code": code_version()}
+    was = {"seed": 1, "code": {**now["code"], "python": "3.9.0",
+                               "libraries": {**now["code"]["libraries"], "numpy": "1.26.4"}}}
+    assert library_changes(was, now) == ["python 3.9.0, now " + now["code"]["python"],
+                                         "numpy 1.26.4, now " + str(now["code"]["libraries"]["numpy"])]
+    assert library_changes(now, now) == [] and library_changes({"seed": 1}, now) == []
+    (tmp_path / "journal.csv").write_text("k,v\n1,2\n")
+    (tmp_path / "config.json").write_text(json.dumps(was))
+    assert unfinished_rows(tmp_path, "journal.csv", ["k", "v"], now, (), "vcemu x") == ([{"k": "1", "v": "2"}], 0)
+    err = capsys.readouterr().err
+    assert f"vcemu x: note: {tmp_path} holds the journal of a run computed with python 3.9.0, now" in err
+    assert "numpy 1.26.4, now" in err and "its results come from both" in err
+    (tmp_path / "config.json").write_text(json.dumps(now))
+    assert unfinished_rows(tmp_path, "journal.csv", ["k", "v"], now, (), "vcemu x") == ([{"k": "1", "v": "2"}], 0)
+    assert capsys.readouterr().err == ""

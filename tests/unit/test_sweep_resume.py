@@ -824,7 +824,28 @@ def test_a_rerun_with_another_result_setting_is_told_the_stored_values_that_resu
             "1.0 to resume it") in capsys.readouterr().err
     assert sweep_main(["--out", str(out), "--traces", "0", "--jobs", "6", "--algorithms", "fcfs,easy", "--penalties",
                        "300", "--no-progress"]) == 0
+    capsys.readouterr()
+    # naming neither --algorithms nor --penalties resumes the stored ones, not the defaults' nine and 0,300
+    # (reproducibility review: such a rerun ran 18 cells where 2 were stored, and changed the best on each trace)
+    assert sweep_main(["--out", str(out), "--traces", "0", "--jobs", "6", "--no-progress"]) == 0
     # the closing line tells the cells run now from those stored (it gave the run's time for all of them)
     assert "2 cells (0 timed out or failed; none run now, 2 stored by earlier runs)" in capsys.readouterr().err
     assert sweep_main(_argv(out, algorithms="fcfs,easy,greedy")) == 0
     assert "3 cells (0 timed out or failed; 1 run now in " in capsys.readouterr().err
+
+
+def test_a_rerun_says_which_library_versions_its_stored_cells_came_from(tmp_path, capsys, fake_ray, no_reports):
+    """Reproducibility review: a resume compares the source alone and rewrote config.json with this run's library
+    versions, so cells kept from another numpy passed for this one's: it says so now."""
+    out = tmp_path / "sweep"
+    fake_ray()
+    assert sweep_main(_argv(out)) == 0
+    conf = json.loads((out / "config.json").read_text())
+    conf["code"]["libraries"]["numpy"] = "1.0.0"
+    (out / "config.json").write_text(json.dumps(conf))
+    capsys.readouterr()
+    assert sweep_main(_argv(out)) == 0
+    err = capsys.readouterr().err
+    assert "vcemu sweep: note: the run that last wrote" in err and "numpy 1.0.0, now" in err, err
+    assert sweep_main(_argv(out)) == 0  # (this run wrote config.json again: the same versions, nothing said)
+    assert "note:" not in capsys.readouterr().err

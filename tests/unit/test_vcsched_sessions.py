@@ -187,3 +187,24 @@ def test_an_older_runs_large_set_flags_without_the_large_set_are_no_other_settin
     capsys.readouterr()
     assert vc.vcsched_main([*ARGV, "--out", str(out), "--large-instances", "2", "--backtrack-limit-large", "9"]) == 0
     assert "other settings" not in capsys.readouterr().err
+
+
+def test_the_large_sets_flags_given_at_their_defaults_are_no_other_settings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Reproducibility review: ``--large-instances 1`` with ``--instances 1`` (the value it defaults to), or
+    ``--backtrack-limit-large 500000``, added to a rerun of a finished large-set run was refused as "other settings",
+    though the results are the same; so was an older config that stored them at those values."""
+    out = tmp_path / "out"
+    argv = ["--set", "large", "--instances", "1", "--slacks", "0.5", "--jobs", "1", "--algorithms", "GR",
+            "--out", str(out)]
+    assert vc.vcsched_main(argv) == 0
+    capsys.readouterr()
+    assert vc.vcsched_main([*argv, "--large-instances", "1", "--backtrack-limit-large", "500000"]) == 0
+    assert "other settings" not in capsys.readouterr().err
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["large_instances"] is None and conf["backtrack_limit_large"] is None
+    (out / "config.json").write_text(json.dumps({**conf, "large_instances": 1, "backtrack_limit_large": 500000}))
+    assert vc.vcsched_main(argv) == 0
+    assert "other settings" not in capsys.readouterr().err
+    assert vc.vcsched_main([*argv, "--large-instances", "2"]) == 2  # another value is other settings still
+    assert "--large-instances" in capsys.readouterr().err
