@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from coordinator import client, servers
 from coordinator.policy_names import POLICY_HELP, policy_name
 from node_agent.spares import add_agent_spares
-from vcemu.cliargs import Parser, doc_text, non_negative, positive, version
+from vcemu.cliargs import Parser, doc_text, penalty_seconds, positive, version
+from vcemu.limits import MAX_AGENT_HOSTS, MAX_SIM_HOSTS
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -54,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "- reads JSON lines from standard input")
     sp.add_argument("--policy", type=policy_name, required=True,
                     help=POLICY_HELP.replace(" (default %(default)s)", ""))
-    sp.add_argument("--hosts", type=positive("--hosts", int), default=4, help="identical hosts (default 4)")
-    sp.add_argument("--penalty", type=non_negative, default=0.0,
+    sp.add_argument("--hosts", type=positive("--hosts", int, high=MAX_SIM_HOSTS), default=4,
+                    help=f"identical hosts (at most {MAX_SIM_HOSTS:,}; default 4)")
+    sp.add_argument("--penalty", type=penalty_seconds, default=0.0,
                     help="rescheduling penalty, seconds (>= 0; default 0; seed 001's is 300)")
     sp.add_argument("--segment", type=int, default=None, metavar="K",
                     help="for an SWF trace: simulate only week K, counted from the trace's start at 0 (default: "
@@ -70,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--policy", type=policy_name, default="greedy", help=POLICY_HELP)
     sp.add_argument("--seed", type=int, default=1, help="seed of the job mix (default %(default)s)")
     sp.add_argument("--jobs", type=positive("--jobs", int), default=12, help="jobs in the mix (default %(default)s)")
-    sp.add_argument("--hosts", type=positive("--hosts", int), default=4, help="emulated hosts (default %(default)s)")
+    sp.add_argument("--hosts", type=positive("--hosts", int, high=MAX_AGENT_HOSTS), default=4,
+                    help="emulated hosts (default %(default)s)")
     sp.add_argument("--span", type=positive("--span"), default=60.0,
                     help="seconds over which jobs arrive (default %(default)s)")
     sp.add_argument("--cpus-per-host", type=positive("--cpus-per-host"), default=None,

@@ -23,6 +23,9 @@ from vcemu.limits import (
     request_bounds,
     target_refusal,
 )
+from vcemu.limits import (
+    shown as quoted,
+)
 
 if TYPE_CHECKING:
     import grpc
@@ -374,9 +377,14 @@ def _submit_file(args: argparse.Namespace) -> int:
     request_ids = [f"{args.request_id}:{s.id}" if args.request_id else _job_request_id(s) for s in specs]
     for s, rid in zip(specs, request_ids, strict=True):  # what the coordinator refuses, before connecting (its
         # bounds are below what a simulation of the file takes: more work, say)
-        why = submit_refusal(dataclasses.replace(s, name=s.id), rid)
+        # Without --request-id, the request id is made of the job's id (cut to fit), printable where the id is:
+        # the id itself is checked, as the job's name, so that a refusal names the file's field ("id", not
+        # "request_id") and quotes its value; the id quoted cut short and escaped (a 100,000-character id filled
+        # the terminal, and one with a newline split the line; input review).
+        why = submit_refusal(dataclasses.replace(s, name=s.id), rid if args.request_id else "-")
         if why is not None:
-            refuse(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {s.id}: {why[0]}: {why[1]}")
+            field = "id" if why[0] == "spec.name" else why[0]
+            refuse(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {quoted(s.id)}: {field}: {why[1]}")
     client, accepted, refused, known, told = Connection(args, "submit"), 0, 0, 0, 0
     with client:
         for k in range(0, len(specs), 1000):

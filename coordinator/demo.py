@@ -30,7 +30,14 @@ from coordinator.experiments import follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, stretch_difference
 from coordinator.model import JobState
 from coordinator.policy_names import described
-from coordinator.servers import coordinator_log, interrupted, live_run_dir, start_local_cluster, stop_agents
+from coordinator.servers import (
+    coordinator_log,
+    hosts_refusal,
+    interrupted,
+    live_run_dir,
+    start_local_cluster,
+    stop_agents,
+)
 from vcemu.cliargs import format_table
 from vcemu.outputs import json_safe, new_run_dir, save_figure, write_json, write_text
 from vcemu.provenance import code_version
@@ -75,6 +82,9 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if (why := hosts_refusal(args.hosts, args.cpus_per_host)) is not None:
+        print(f"vcemu demo: {why}", file=sys.stderr)
+        return 2
     mix = demo_mix(args.seed, args.jobs, args.span)
     wall0, started = time.monotonic(), time.time()
     try:  # before the cluster starts: a live run's results must have somewhere to go

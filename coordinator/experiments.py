@@ -123,14 +123,19 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         from vcemu.cliargs import usable_out_dir
         from workloads.jobfile import STDIN
 
-        source = "stdin" if path == STDIN else os.path.basename(path)  # (not "greedy--")
+        # (the file's name cut to fit a folder's name, 255 bytes: a 251-character one ran the whole simulation and
+        # then could not write its results; input review; config.json has the whole path)
+        source = "stdin" if path == STDIN else os.path.basename(path)[:100]  # (not "greedy--")
         name = f"{policy}-{source}" + ("" if segment is None else f"-week{segment}")
+        if not out.strip():  # ("" is the current folder to abspath: the results went there; input review)
+            print("vcemu simulate: --out: must be a folder's path, got an empty one", file=sys.stderr)
+            return 2
         # Normalised first ("new/../results" is "results"): the folders it makes and may remove again are then
         # those the path names, not a "new" made on the way and a "results" the user had, taken for made.
         out = os.path.abspath(out)
         made = _missing_dirs(Path(out))
-        try:  # before the run: its results must have somewhere to go
-            usable_out_dir(out)
+        try:  # before the run: its results must have somewhere to go, and not among another command's (a sweep's)
+            usable_out_dir(out, command="simulate")
         except ValueError as exc:
             _discard_run_dir(None, made)
             print(f"vcemu simulate: {exc}", file=sys.stderr)

@@ -62,7 +62,8 @@ from coordinator.metrics import History, JobResult, Transition, trace_span
 from coordinator.model import JobSpec, JobState
 from coordinator.policy_names import POLICY_HELP, PolicyNameError, canonical_name, thrashing
 from node_agent.spares import add_agent_spares
-from vcemu.cliargs import Parser, doc_text, non_negative, positive
+from vcemu.cliargs import Parser, doc_text, penalty_seconds, positive
+from vcemu.limits import MAX_AGENT_HOSTS, MAX_COMPRESS, MAX_LOCAL_AGENTS, MIN_COMPRESS
 from vcemu.signals import signals_deferred, signals_interrupt
 
 if TYPE_CHECKING:
@@ -121,20 +122,22 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("trace", help="job file (JSON lines / CSV; - reads JSON lines from standard input) or SWF trace "
                    "(.swf, .swf.gz)")
     p.add_argument("--policy", default="dynmcb8-asap-per", help=POLICY_HELP)
-    p.add_argument("--compress", type=positive("--compress"), default=60.0,
-                   help="time compression factor K (> 0; default %(default)g: an hour of the trace in a minute)")
+    p.add_argument("--compress", type=positive("--compress", low=MIN_COMPRESS, high=MAX_COMPRESS), default=60.0,
+                   help=f"time compression factor K ({MIN_COMPRESS:g} to {MAX_COMPRESS:g}; default %(default)g: an "
+                        "hour of the trace in a minute)")
     p.add_argument("--segment", type=int, default=None, help="SWF only: the 1-week segment to replay")
     p.add_argument("--max-jobs", type=positive("--max-jobs", int), default=20,
                    help="replay only the first N jobs (default 20)")
-    p.add_argument("--hosts", type=positive("--hosts", int), default=4, help="live hosts (default 4)")
-    p.add_argument("--agents", type=positive("--agents", int), default=1,
+    p.add_argument("--hosts", type=positive("--hosts", int, high=MAX_AGENT_HOSTS), default=4,
+                   help="live hosts (default 4)")
+    p.add_argument("--agents", type=positive("--agents", int, high=MAX_LOCAL_AGENTS), default=1,
                    help="agent processes sharing the hosts (at most --hosts; default %(default)s)")
     p.add_argument("--cpus-per-host", type=positive("--cpus-per-host"), default=None,
                    help="real cores per emulated host (default: 60%% of the machine shared out; with --ray, 60%% of "
                         "each node's CPUs shared out among its hosts, at most 1 core)")
     p.add_argument("--mem-per-host", type=_mem_size, default="512MiB",
                    help="memory per emulated host (default %(default)s)")
-    p.add_argument("--penalty", type=non_negative, default=0.0,
+    p.add_argument("--penalty", type=penalty_seconds, default=0.0,
                    help="rescheduling penalty of the simulation, trace seconds >= 0 (the live run pays real costs; "
                         "default %(default)g)")
     p.add_argument("--host-memory-gb", type=positive("--host-memory-gb"), default=8.0,
@@ -159,6 +162,11 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
     if a.agents > a.hosts:
         p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
+    if a.ray is None:
+        from coordinator.servers import hosts_refusal
+
+        if (why := hosts_refusal(a.hosts, a.cpus_per_host)) is not None:
+            p.error(f"argument {why}")
     for flag, value in (("--bind", a.bind), ("--token-file", a.token_file)):
         if a.ray is None and value is not None:
             p.error(f"argument {flag}: only with --ray (a local cluster listens on 127.0.0.1)")

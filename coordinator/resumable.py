@@ -75,7 +75,8 @@ def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Ite
 
 def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mapping[str, str], journal: str,
                            command: str, unordered: Iterable[str] = (),
-                           as_now: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> str | None:
+                           as_now: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                           results: Iterable[str] = ()) -> str | None:
     """The line refusing a run into ``out`` when ``out/config.json`` records a run that holds work (finished, or
     with a row in its ``journal``) with other ``settings`` than ``config``, naming their flags; None otherwise.
 
@@ -87,12 +88,23 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
     finished nothing (stopped before its first result: its rerun with a corrected flag was refused, leaving nothing to
     keep), or other code alone: None, and the command goes on (starting over where it must, as a run of other code
     cannot be reused). Asked before anything in ``out`` is touched: a rerun with one flag changed removed an hour's
-    finished instances, or a finished run's results (crash-and-resume review), where ``vcemu sweep`` refused."""
+    finished instances, or a finished run's results (crash-and-resume review), where ``vcemu sweep`` refused.
+
+    A config.json that cannot be read (damaged, cut short, not an object) beside work (a journal row, or one of
+    ``results``, paths under ``out`` that a finished run leaves) is refused too: whether its settings are these
+    cannot be told, and the run started over, replacing intact results (input review)."""
     import json
 
     old = stored_config(out)
     if old is None:
-        return None
+        if not (out / "config.json").exists():
+            return None
+        held = [name for name in (journal, *results) if _has_rows(out / name)]
+        if not held:
+            return None
+        return (f"{command}: {out}/config.json cannot be read as a run's settings, and {out} holds results "
+                f"({', '.join(held)}) that a run there would replace; give another --out, or remove {out} to "
+                "replace it")
     if as_now is not None:
         old = as_now(old)
     new = json.loads(json.dumps(dict(config)))

@@ -37,6 +37,7 @@ from vcemu.cliargs import (
     tcp_port,
     whole_in,
 )
+from vcemu.limits import MAX_AGENT_HOSTS, MAX_LOCAL_AGENTS
 from vcemu.processes import stop_processes
 from vcemu.signals import INTERRUPTED, set_on_signals, signals_interrupt
 
@@ -153,14 +154,30 @@ def _log_tail(path: str, lines: int = 5) -> str:
     return f"; agents' log {path}" + ("".join(f"\n  {line}" for line in tail) if tail else " (empty)")
 
 
+#: The smallest CPU limit a host can have: CFS's smallest quota, 1 ms per 1 s period (node_agent.cgroups).
+MIN_HOST_CORES = 0.001
+
+
 def default_cpus_per_host(hosts: int) -> float:
-    """Give the emulated hosts 60% of the machine's cores.
+    """Give the emulated hosts 60% of the machine's cores, to three significant digits.
 
     The rest is for the coordinator and agents (status polling is Python), and headroom matters: CFS
     quotas are caps, not guarantees, and on a saturated machine tasks fall below their shares and run
     slower per CPU-second than the agent's calibration (cores share caches and memory bandwidth).
+    (Three decimals gave 0.0 cores to each of 12,000 hosts, which the agents refused with a list of 12,000
+    zeros, and 0.001 to each of 1,700, 40% more than the machine has: input review.)
     """
-    return round(min(1.0, 0.6 * (os.cpu_count() or 1) / hosts), 3)
+    return float(f"{min(1.0, 0.6 * (os.cpu_count() or 1) / hosts):.3g}")
+
+
+def hosts_refusal(hosts: int, cpus_per_host: float | list[str] | None) -> str | None:
+    """Why a local cluster cannot emulate ``hosts`` hosts of this machine's default share (``cpus_per_host``
+    None), or None: each would get less than :data:`MIN_HOST_CORES`, which a CPU quota cannot enforce."""
+    if cpus_per_host is not None or (cores := default_cpus_per_host(hosts)) >= MIN_HOST_CORES:
+        return None
+    return (f"--hosts {hosts}: each host would get {cores:g} cores (60% of this machine's {os.cpu_count()} cores "
+            f"shared out), below the {MIN_HOST_CORES:g} a CPU quota can enforce; give at most "
+            f"{int(0.6 * (os.cpu_count() or 1) / MIN_HOST_CORES):,} hosts, or --cpus-per-host")
 
 
 def signals_set(stop: threading.Event) -> None:
@@ -331,6 +348,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     if args.agents > args.hosts:  # (as replay and bench refuse it: it ran one agent per host, without a word)
         print(f"vcemu up: --agents: at most --hosts ({args.hosts}), got {args.agents}", file=sys.stderr)
+        return 2
+    if (why := hosts_refusal(args.hosts, args.cpus_per_host)) is not None:
+        print(f"vcemu up: {why}", file=sys.stderr)
         return 2
     machine = os.cpu_count() or 1  # (the agents refuse it too, but only once the coordinator is up: say it first)
     if args.cpus_per_host is not None and (most := max(float(c) for c in args.cpus_per_host)) > machine:
@@ -604,8 +624,10 @@ def _reliability_flags(sp: argparse.ArgumentParser) -> None:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """``up``'s and ``coordinator``'s parsers."""
     sp = sub.add_parser("up", help="run a local cluster: coordinator and agents on 127.0.0.1")
-    sp.add_argument("--hosts", type=positive("--hosts", int), default=4, help="emulated hosts (default 4)")
-    sp.add_argument("--agents", type=positive("--agents", int), default=1, help="agent processes sharing the hosts")
+    sp.add_argument("--hosts", type=positive("--hosts", int, high=MAX_AGENT_HOSTS), default=4,
+                    help="emulated hosts (default 4)")
+    sp.add_argument("--agents", type=positive("--agents", int, high=MAX_LOCAL_AGENTS), default=1,
+                    help=f"agent processes sharing the hosts (at most {MAX_LOCAL_AGENTS})")
     sp.add_argument("--cpus-per-host", type=per_host_values(float), default=None,
                     metavar="CORES[,CORES...]", help="real cores per emulated host, or one value per host "
                     "(default: 60%% of the machine shared out)")

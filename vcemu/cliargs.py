@@ -16,18 +16,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from vcemu.limits import MAX_PENALTY_S, shown
 
-def positive(name: str, kind=float):
+
+def positive(name: str, kind=float, high: float | None = None, low: float | None = None):
+    """An argparse type: a finite number > 0 of ``kind`` (int or float), and where given, at least ``low`` and at
+    most ``high`` (each refused with the bound and why it is there left to the flag's help)."""
+
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             what = "a whole number" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {what}, got {shown(text)!r}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:,g}, got {text}")
         return value
 
     return parse
@@ -36,6 +45,10 @@ def positive(name: str, kind=float):
 #: The longest agent heartbeat interval ``up`` and ``coordinator`` take: at 1e308 s the deadlines computed from it
 #: overflowed, and the coordinator's agent watch and the agents' registrars died (input review).
 MAX_HEARTBEAT_S = 3600.0
+#: The shortest: an agent answers within a few milliseconds when idle, but not while a burst of task starts holds
+#: its lock or the machine is loaded; at 0.001 s agents were lost and registered again 156 times in 30 s, and at
+#: 1e-300 the cluster never came up (input review).
+MIN_HEARTBEAT_S = 0.25
 
 
 def max_workers() -> int:
@@ -50,6 +63,9 @@ def heartbeat_interval(text: str) -> float:
     value = positive("--heartbeat")(text)
     if value > MAX_HEARTBEAT_S:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_HEARTBEAT_S:g} s, got {text}")
+    if value < MIN_HEARTBEAT_S:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_HEARTBEAT_S:g} s (an agent that does not answer "
+                                         f"within 3 intervals is lost), got {text}")
     return value
 
 
@@ -61,14 +77,17 @@ def state_path(text: str) -> str:
     return text
 
 
-def non_negative(text: str) -> float:
-    """A finite number >= 0 (a penalty, a delay): float() alone would take -10, nan and inf."""
+def penalty_seconds(text: str) -> float:
+    """A rescheduling penalty: a finite number of seconds >= 0 (float() alone would take -10, nan and inf), at most
+    :data:`~vcemu.limits.MAX_PENALTY_S`."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number, got {shown(text)!r}") from None
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    if value > MAX_PENALTY_S:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PENALTY_S:g} s (a job's longest work), got {text}")
     return value
 
 
@@ -177,7 +196,6 @@ class Parser(argparse.ArgumentParser):
         """Bad configuration stops start-up with one clear line naming the setting (exit status 2), not argparse's
         usage block before it (which took 11 lines of the terminal for one bad number)."""
         self.exit(2, f"{self.prog}: error: {dash_hint(message)} (see {self.prog} --help)\n")
-
 
 
 def memory_size(text: str) -> int:

@@ -27,8 +27,21 @@ KNOWN_METADATA = "vcemu-known"
 MAX_TASKS = 10_000
 #: Most work one job may have, in seconds (a simulation takes up to :data:`coordinator.model.MAX_SECONDS`).
 MAX_WORK_S = 1e9
-#: Most hosts one agent may register (``vcemu agent --hosts``, RegisterAgent).
+#: Most hosts one agent may register (``vcemu agent --hosts``, RegisterAgent); also the most a local cluster
+#: (``up``, ``demo``, ``replay``) emulates.
 MAX_AGENT_HOSTS = 10_000
+#: Most agent processes a local cluster starts (``--agents``): each is a Python process of about 50 MB with a gRPC
+#: server of its own; nothing bounded it, and a few hundred started that many on 2 cores (input review).
+MAX_LOCAL_AGENTS = 64
+#: Most hosts of a simulation (``simulate --hosts``): 10,000,000 ended in a MemoryError, and 1,000,000 took 31 s and
+#: 850 MB for 6 jobs (input review); seed 001's clusters have 128 hosts, HPC2N's 120.
+MAX_SIM_HOSTS = 100_000
+#: Longest rescheduling penalty, in seconds (``--penalty``): a job's longest work (:data:`MAX_WORK_S`). At 1e308 a
+#: preempted job's blocked_until overflowed to inf and the simulation never ended (input review).
+MAX_PENALTY_S = MAX_WORK_S
+#: Bounds of ``replay --compress`` (trace seconds per wall second): at 1e308 the live clock became inf within 2 s,
+#: and 1e-300 was taken (input review). A week of trace in 10 minutes is about 1,000.
+MIN_COMPRESS, MAX_COMPRESS = 1e-3, 1e6
 #: Longest job name (a job file's job id) and request id; also the longest agent id and host name.
 MAX_NAME = 256
 MAX_REQUEST_ID = 256

@@ -998,7 +998,8 @@ def apc_main(argv: list[str]) -> int:
               "experiments": ",".join(exps), "exp2_algorithms": ",".join(algos)}
     keys = unit_keys(exps, iats, algos)
     settings = {k: unit_settings(k, args) for k in keys}
-    if (refusal := other_settings_refusal(out, config, SETTINGS, JOURNAL, "vcemu apc")) is not None:
+    if (refusal := other_settings_refusal(out, config, SETTINGS, JOURNAL, "vcemu apc",
+                                          results=("exp1_cycles.csv", "exp2_jobs.csv", "exp3_cycles.csv"))) is not None:
         print(refusal, file=sys.stderr)
         return 2
     stored = resume_units(out, config, keys, settings)

@@ -613,7 +613,7 @@ def oppcost_main(argv: list[str]) -> int:
     config = config_json(cfg, argv)
     journal = JOURNAL if (out / JOURNAL).exists() else "executions.csv"
     if (refusal := other_settings_refusal(out, config, SETTINGS, journal, "vcemu oppcost",
-                                          as_now=_memory_as_now)) is not None:
+                                          as_now=_memory_as_now, results=("executions.csv",))) is not None:
         print(refusal, file=sys.stderr)
         return 2
     kept = resume_rows(out, config, cfg)

@@ -939,7 +939,8 @@ def vcsched_main(argv: list[str]) -> int:
     conf["code"] = code_version()
     conf["complete"] = False
     if (refusal := other_settings_refusal(out, conf, SETTINGS, JOURNAL, "vcemu vcsched",
-                                          unordered=("slacks", "algorithms"), as_now=_large_flags_dropped)) is not None:
+                                          unordered=("slacks", "algorithms"), as_now=_large_flags_dropped,
+                                          results=tuple(f"{s}/results.csv" for s in SETS))) is not None:
         print(refusal, file=sys.stderr)
         return 2
     try:

@@ -150,12 +150,16 @@ def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
      ": compressed file is truncated"),  # an EOFError traceback
     # the coordinator's own bounds, below what a simulation takes: refused job by job after connecting (review)
     ("long.jsonl", json.dumps({**JOB, "id": "a"}).encode() + b"\n" + json.dumps({**JOB, "work": 5e9}).encode() + b"\n",
-     ":2: job j0: work_seconds: at most 1e+09, got 5e+09 (the coordinator's bound)"),
+     ":2: job 'j0': work_seconds: at most 1e+09, got 5e+09 (the coordinator's bound)"),
     ("wide.jsonl", json.dumps({**JOB, "tasks": 20_000}).encode() + b"\n",
-     ":1: job j0: tasks: at most 10000, got 20000"),
-    # (an id of 250 characters is taken: its request id is cut to fit, the hash covering the whole id)
+     ":1: job 'j0': tasks: at most 10000, got 20000"),
+    # (an id of 250 characters is taken: its request id is cut to fit, the hash covering the whole id); the id is
+    # quoted cut short (a 100,000-character one filled the terminal) and named as the file's field, "id"
     ("name.jsonl", json.dumps({**JOB, "id": "x" * 300}).encode() + b"\n",
-     ":1: job " + "x" * 300 + ": spec.name: at most 256"),
+     ":1: job '" + "x" * 60 + "'... (300 characters): id: at most 256"),
+    # a newline in an id split the message, which blamed "request_id" and quoted the request id made of it
+    ("newline.jsonl", json.dumps({**JOB, "id": "a\nb"}).encode() + b"\n",
+     ":1: job 'a\\nb': id: must be printable (no newline, tab or other control character), got 'a\\nb'"),
 ])
 def test_submit_file_refuses_a_bad_file_before_connecting(tmp_path: Path, name: str, data: bytes, fragment: str,
                                                           no_connection: None, capsys) -> None:

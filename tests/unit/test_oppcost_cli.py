@@ -365,3 +365,18 @@ def test_a_stored_run_with_other_settings_is_named_as_finished_or_unfinished(
     _one_line(capsys.readouterr().err,
               f"vcemu oppcost: {out} holds an unfinished run with other settings (--beta); give another --out, or "
               f"remove {out} to replace it")
+
+
+def test_a_damaged_config_beside_finished_results_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    """Input review: config.json cut in half, then a rerun with another seed "started over" and replaced the six
+    finished executions."""
+    out = tmp_path / "out"
+    assert oc.oppcost_main([*QUICK, "--out", str(out)]) == 0
+    before = (out / "executions.csv").read_text()
+    text = (out / "config.json").read_text()
+    (out / "config.json").write_text(text[: len(text) // 2])
+    capsys.readouterr()
+    assert oc.oppcost_main([*QUICK, "--seed", "7", "--out", str(out)]) == 2
+    assert "config.json cannot be read" in capsys.readouterr().err
+    assert (out / "executions.csv").read_text() == before

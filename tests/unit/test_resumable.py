@@ -45,3 +45,20 @@ def test_a_resume_says_which_library_versions_its_kept_results_came_from(tmp_pat
     (tmp_path / "config.json").write_text(json.dumps(now))
     assert unfinished_rows(tmp_path, "journal.csv", ["k", "v"], now, (), "vcemu x") == ([{"k": "1", "v": "2"}], 0)
     assert capsys.readouterr().err == ""
+
+
+def test_an_unreadable_config_beside_results_is_refused_not_replaced(tmp_path: Path) -> None:
+    """Input review: a config.json cut in half beside a finished run's results made oppcost and vcsched start over,
+    replacing intact results (whatever the new settings). It is refused now; without results, a run may go on."""
+    from coordinator.resumable import other_settings_refusal
+
+    (tmp_path / "config.json").write_text('{"seed": 1, "exec')
+    args = (tmp_path, {"seed": 7}, {"seed": "--seed"}, "journal.csv", "vcemu x")
+    assert other_settings_refusal(*args, results=("executions.csv",)) is None  # nothing to lose
+    (tmp_path / "executions.csv").write_text("execution,mean\n0,1.5\n")
+    line = other_settings_refusal(*args, results=("executions.csv",))
+    assert line is not None and line.startswith(f"vcemu x: {tmp_path}/config.json cannot be read")
+    assert "(executions.csv)" in line and "give another --out" in line
+    (tmp_path / "executions.csv").unlink()
+    (tmp_path / "journal.csv").write_text("execution,mean\n0,1.5\n")
+    assert "(journal.csv)" in (other_settings_refusal(*args) or "")
