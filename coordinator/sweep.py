@@ -17,12 +17,22 @@ Traces (001 Sec. IV-C):
 - ``--job-scale K`` divides every Lublin job's work and inter-arrival time by K (same load, K times the jobs
   per hour; trace ids get ``-xK``): how much the 5-minute penalty weighs depends on job length, and our
   Lublin jobs are about 4x longer than 001's (see workloads/lublin.py and the README's reproduction notes).
-- ``hpc2n``: the 1-week segments ``--hpc2n-weeks`` of the HPC2N log (``--hpc2n`` path), converted by 001's
-  rules, on 120 nodes.
+- ``hpc2n``: the 1-week segments ``--hpc2n-weeks`` of the HPC2N log (``--hpc2n`` path, ``.swf`` or ``.swf.gz``),
+  converted by 001's rules, on 120 nodes. The file is read as ``vcemu simulate`` reads an SWF trace
+  (:func:`workloads.jobfile.load_jobs`): a malformed line, a job number given twice or a time out of bounds is
+  refused before any cell runs, naming the file, the line and the SWF field; the records the conversion drops are
+  said in one line (``dropped 1 of 20 records: no_run_time=1``) and recorded in ``config.json``
+  (``swf_conversion``, None without weeks).
 
 Guards: ``--max-jobs`` keeps the first N jobs (by submission) of a trace; ``--cell-timeout`` aborts a
 cell whose simulation runs longer (recorded as ``timeout`` with no stretch), and a Ray-side backstop
 cancels the tasks when none has finished for far longer.
+
+Limits (refused naming the flags before anything is built; a rerun's union with the stored sweep too): ``--jobs`` at
+most :data:`MAX_JOBS` (1,000,000 per Lublin trace; 001: 1,000); the Lublin traces together at most
+:data:`MAX_TRACE_JOBS` jobs (5,000,000: the driver holds them all, about 300 bytes each; 001's full sweep, 100 traces
+at 9 loads, is 900,000); at most :data:`MAX_CELLS` cells (1,000,000; 001's is about 17,000); HPC2N week indices at most
+:data:`MAX_HPC2N_WEEK` (9,999, some 190 years of log; HPC2N's has 182 weeks, 0..181).
 
 What is stored (the rule a rerun relies on): a cell's file holds an outcome of the *cell*, never of the
 machine it ran on, the source fingerprint of the code that ran it (``code``,
@@ -60,8 +70,9 @@ line saying how many cells are stored (a rerun resumes from them), Ray shut down
 Exit status: 0 when every cell this run ran is ``ok`` (``--report-only``: when every cell of the sweep is stored);
 1 when one timed out, failed or was not stored, or Ray workers computed it with other code than the driver's, or
 the run itself failed (``--report-only``: when cells are missing); 2 when the settings are refused (a bad argument,
-an ``--out`` that cannot be written, is in use by another sweep, holds a sweep with other settings or an
-unreadable ``config.json``; ``--report-only`` of an ``--out`` that holds no sweep, which it leaves as it was);
+an ``--out`` that cannot be written, is in use by another sweep, holds a sweep with other settings or a
+``config.json`` that cannot be read or used: one whose keys are missing or of the wrong type is refused naming the
+key, and nothing stored is changed; ``--report-only`` of an ``--out`` that holds no sweep, which it leaves as it was);
 130 when interrupted.
 
 Cell ids name a load with 2 decimals and a penalty with ``%g`` (6 significant digits): values that would
@@ -99,6 +110,7 @@ from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES, PolicyNameError, canonical_name, policy_order, thrashing
 from vcemu.cliargs import Parser, doc_text, usable_out_dir
+from vcemu.limits import MAX_PENALTY_S
 from vcemu.signals import INTERRUPTED, signals_interrupt
 
 if TYPE_CHECKING:
@@ -235,8 +247,10 @@ def _first(jobs: Sequence[JobSpec], n: int | None) -> list[JobSpec]:
 
 
 def build_traces(cfg: dict[str, Any]) -> list[Trace]:
-    """Every trace the config names, deterministically from its seed (see the module docstring)."""
-    from workloads.annotate import HPC2N_NODES, compress_time, hpc2n_segments, offered_load, synthetic_trace
+    """Every trace the config names, deterministically from its seed (see the module docstring). Sets
+    ``cfg["swf_conversion"]``: what the HPC2N file's conversion read and dropped (:func:`_hpc2n_weeks`), None
+    without weeks. A bad HPC2N file or week raises ValueError (OSError for a file that is not there)."""
+    from workloads.annotate import HPC2N_NODES, compress_time, offered_load, synthetic_trace
 
     traces: list[Trace] = []
     hosts, n, cap = cfg["hosts"], cfg["jobs"], cfg["max_jobs"]
@@ -253,14 +267,16 @@ def build_traces(cfg: dict[str, Any]) -> list[Trace]:
         specs = _first(compress_time(synthetic_trace(seed, n, hosts=hosts), k), cap)
         traces.append(Trace(f"unscaled-s{seed}{tag}", "unscaled", round(offered_load(specs, hosts), 3), hosts,
                             cfg["host_memory_gb"], tuple(specs)))
+    cfg["swf_conversion"] = None
     if cfg["hpc2n_weeks"]:
         path = cfg["hpc2n"]
         if not os.path.exists(path):
             raise FileNotFoundError(f"--hpc2n: no such trace file {path}")
-        segs = hpc2n_segments(path).segments
+        segs, cfg["swf_conversion"] = _hpc2n_weeks(path)
         for w in cfg["hpc2n_weeks"]:
             if not 0 <= w < len(segs):
-                raise ValueError(f"--hpc2n-weeks: {path} has weeks 0..{len(segs) - 1}, got {w}")
+                has = f"weeks 0..{len(segs) - 1}" if segs else "no job (after the conversion), so no week"
+                raise ValueError(f"--hpc2n-weeks: {path} has {has}, got {w}")
             if len(segs[w]) < 2:  # no offered load, nothing to compare: skipped, and said so
                 print(f"vcemu sweep: HPC2N week {w} has {len(segs[w])} jobs; skipped", file=sys.stderr)
                 continue
@@ -268,6 +284,29 @@ def build_traces(cfg: dict[str, Any]) -> list[Trace]:
             traces.append(Trace(f"hpc2n-w{w:03d}", "hpc2n", round(offered_load(specs, HPC2N_NODES), 3),
                                 HPC2N_NODES, 2.0, tuple(specs)))
     return traces
+
+
+def _hpc2n_weeks(path: str) -> tuple[list[list[JobSpec]], dict[str, Any] | None]:
+    """The 1-week segments of the HPC2N trace at ``path`` (:func:`workloads.annotate.segment_weeks`) and what its
+    conversion read and dropped (``config.json``'s ``swf_conversion``). Read as ``vcemu simulate`` reads an SWF trace
+    (:func:`workloads.jobfile.load_jobs`, with 001's conversion for HPC2N's 120 nodes): a malformed line, a job number
+    given twice (two jobs of one id, which every cell refused at the second's arrival) or a time out of bounds raises
+    ValueError naming the file, the line and the SWF field (it said "work_seconds: must be below 1e+12 s", naming
+    none). The records the conversion drops are said in one line, as simulate says them."""
+    from workloads.annotate import segment_weeks
+    from workloads.jobfile import is_swf, load_jobs, unreadable
+
+    if not is_swf(path):  # (load_jobs would read it as JSON lines)
+        raise ValueError(f"--hpc2n: {path}: not an SWF trace (its name must end in .swf or .swf.gz)")
+    try:
+        source = load_jobs(path)
+    except OSError as exc:
+        raise ValueError(f"--hpc2n: {unreadable(path, exc)}") from None
+    except ValueError as exc:  # (JobFileError: "PATH:LINE: FIELD: why (SWF field N, name)")
+        raise ValueError(f"--hpc2n: {exc}") from None
+    if (note := source.drop_note()) is not None:
+        print(f"vcemu sweep: {path}: {note}", file=sys.stderr)
+    return segment_weeks(source.jobs), source.provenance()["swf_conversion"]
 
 
 def _load_id(load: float) -> str:
@@ -488,7 +527,9 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         f"{DEFAULT_PENALTIES}, as in 001)")
     p.add_argument("--traces", type=int, default=20,
                    help="Lublin traces per load level (default %(default)s; 001: 100)")
-    p.add_argument("--jobs", type=int, default=1000, help="jobs per Lublin trace (default %(default)s, as in 001)")
+    p.add_argument("--jobs", type=int, default=1000,
+                   help=f"jobs per Lublin trace, at most {MAX_JOBS:,} (default %(default)s, as in 001); all the Lublin "
+                        f"traces together at most {MAX_TRACE_JOBS:,} jobs, the sweep at most {MAX_CELLS:,} cells")
     p.add_argument("--loads", default=",".join(f"{x:.1f}" for x in DEFAULT_LOADS),
                    help="offered loads of the scaled Lublin traces (default %(default)s)")
     p.add_argument("--unscaled", type=int, default=0, help="unscaled Lublin traces (Table I, middle column; default 0)")
@@ -497,7 +538,7 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N),
                    help="HPC2N SWF trace path (default: the copy in shared/traces beside this clone, %(default)s)")
     p.add_argument("--hpc2n-weeks", default="",
-                   help="HPC2N week indices, e.g. 10,11 or a range 0-181 (default '': none)")
+                   help=f"HPC2N week indices (0..{MAX_HPC2N_WEEK}), e.g. 10,11 or a range 0-181 (default '': none)")
     p.add_argument("--max-jobs", type=int, default=None,
                    help="keep only the first N jobs of every trace (default: all)")
     p.add_argument("--job-scale", type=float, default=1.0,
@@ -529,21 +570,22 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def _weeks(text: str) -> list[int]:
     """Week indices and ranges A-B (A <= B); a bad item is refused (by :func:`sweep_main`, exit status 2), and so
-    is a week named twice, as a load given twice is: its cells would run twice at once into one file."""
+    is a week named twice, as a load given twice is: its cells would run twice at once into one file. So is an index
+    past :data:`MAX_HPC2N_WEEK`, before its range is made (``0-99999999999`` was a MemoryError)."""
     out: list[int] = []
     for part in (x.strip() for x in text.split(",") if x.strip()):
         try:
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
-                if a > b:
-                    raise SystemExit(f"vcemu sweep: --hpc2n-weeks: reversed range {part!r}: a range A-B needs "
-                                     f"A <= B (did you mean {b}-{a}?)")
-                out.extend(range(a, b + 1))
-            else:
-                out.append(int(part))
+            a, b = (int(x) for x in part.split("-", 1)) if "-" in part else (int(part),) * 2
         except ValueError:
             raise SystemExit(f"vcemu sweep: --hpc2n-weeks: bad item {part!r} (week indices >= 0 and ranges A-B, "
                              "e.g. 10,11 or 0-181)") from None
+        if a > b:
+            raise SystemExit(f"vcemu sweep: --hpc2n-weeks: reversed range {part!r}: a range A-B needs "
+                             f"A <= B (did you mean {b}-{a}?)")
+        if b > MAX_HPC2N_WEEK:
+            raise SystemExit(f"vcemu sweep: --hpc2n-weeks: week {b} is past the largest index, {MAX_HPC2N_WEEK} "
+                             f"(some 190 years of log; HPC2N's has weeks 0..181), in {part!r}")
+        out.extend(range(a, b + 1))
     twice = sorted(w for w, n in Counter(out).items() if n > 1)
     if twice:
         raise SystemExit(f"vcemu sweep: --hpc2n-weeks: week{'s' if len(twice) > 1 else ''} "
@@ -586,14 +628,15 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"vcemu sweep: --loads: every load must be a finite number > 0, got {bad[0]}")
     _refuse_shared_ids(loads, _load_id, "--loads", "l")
     pens = _parse_floats(a.penalties if a.penalties is not None else DEFAULT_PENALTIES, "--penalties")
-    if bad := [x for x in pens if not (math.isfinite(x) and x >= 0)]:
-        raise SystemExit(f"vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds), "
-                         f"got {bad[0]}")
+    if bad := [x for x in pens if not (math.isfinite(x) and 0 <= x <= MAX_PENALTY_S)]:
+        raise SystemExit(f"vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds) and at "
+                         f"most {MAX_PENALTY_S:g} (a job's longest work), got {bad[0]}")
     _refuse_shared_ids(pens, _penalty_id, "--penalties", "p")
     checks = (  # each refused on its own line, with the value given (not a list of every rule at once)
         ("--traces", a.traces, a.traces >= 0, "must be >= 0"),
         ("--unscaled", a.unscaled, a.unscaled >= 0, "must be >= 0"),
         ("--jobs", a.jobs, a.jobs >= 2, "must be >= 2"),
+        ("--jobs", a.jobs, a.jobs <= MAX_JOBS, f"must be at most {MAX_JOBS:,} jobs per Lublin trace (001: 1,000)"),
         ("--hosts", a.hosts, a.hosts >= 1, "must be >= 1"),
         ("--workers", a.workers, a.workers >= 1, "must be >= 1"),
         # written to config.json and every cell (strict JSON has no NaN or Infinity); for practically no limit,
@@ -614,6 +657,8 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
     if line is not None:
         raise SystemExit(line)
     weeks = _weeks(a.hpc2n_weeks)
+    _refuse_oversized({"traces": a.traces, "loads": loads, "unscaled": a.unscaled, "jobs": a.jobs,
+                       "hpc2n_weeks": weeks, "algorithms": algs, "penalties": pens})
     if not a.report_only:  # (--report-only takes the stored sweep's settings)
         _refuse_empty_grid(a, algs, pens, loads, weeks)
         for alg in algs:  # (such cells end at --cell-timeout, stored as timeouts: that is 001's observation)
@@ -632,6 +677,7 @@ def config_from_args(a: argparse.Namespace) -> dict[str, Any]:
         "unscaled": a.unscaled, "hosts": a.hosts, "hpc2n": os.path.abspath(a.hpc2n),
         "hpc2n_weeks": weeks, "max_jobs": a.max_jobs, "job_scale": a.job_scale,
         "cell_timeout": a.cell_timeout, "host_memory_gb": a.host_memory_gb, "seed": a.seed, "workers": a.workers,
+        "swf_conversion": None,  # (build_traces sets it: what the HPC2N file's conversion read and dropped)
         "offered_load": "sum_j tasks_j*work_j / (hosts * (last submit - first submit)); levels by scaling "
                         "all inter-arrival times by one constant (workloads.annotate.scale_to_load)",
     }
@@ -652,6 +698,37 @@ _EXTENDED = ("traces", "unscaled", "loads", "hpc2n_weeks")
 _RESULT_DEFAULTS: dict[str, Any] = {"job_scale": 1.0}
 #: The largest ``--job-scale``.
 MAX_JOB_SCALE = 1000.0
+#: The most ``--jobs`` of a Lublin trace (001: 1,000).
+MAX_JOBS = 1_000_000
+#: The most jobs of all the Lublin traces together, ``(traces x loads + unscaled) x jobs``: the driver builds and holds
+#: them all (about 300 bytes a job), before any cell runs (001's full sweep, 100 traces at 9 loads: 900,000).
+MAX_TRACE_JOBS = 5_000_000
+#: The most cells of a sweep (001's: about 17,000): each is a task and a file in ``OUT/cells``.
+MAX_CELLS = 1_000_000
+#: The largest HPC2N week index: some 190 years of log (HPC2N's has 182 weeks, 0..181).
+MAX_HPC2N_WEEK = 9_999
+
+
+def _refuse_oversized(cfg: dict[str, Any], *, stored: bool = False) -> None:
+    """Refuse a sweep past :data:`MAX_TRACE_JOBS` or :data:`MAX_CELLS`, naming the flags and the count, before any
+    trace is built (``--traces 1000000000 --jobs 2`` hung in silence building traces). ``stored``: ``cfg`` is the
+    union with a stored sweep's settings (:func:`_extend`), and the line says so."""
+    whose, also = (" (with the stored sweep's)", ", with the stored sweep's") if stored else ("", "")
+    lublin = cfg["traces"] * len(cfg["loads"]) + cfg["unscaled"]
+    jobs = lublin * cfg["jobs"]
+    if jobs > MAX_TRACE_JOBS:
+        raise SystemExit(f"vcemu sweep: --traces, --loads, --unscaled, --jobs{whose}: the Lublin traces would hold "
+                         f"{jobs:,} jobs (({cfg['traces']} traces x {len(cfg['loads'])} loads + {cfg['unscaled']} "
+                         f"unscaled) x {cfg['jobs']} jobs), more than the most, {MAX_TRACE_JOBS:,}; give fewer, or run "
+                         "them as several sweeps into other --out folders")
+    traces = lublin + len(cfg["hpc2n_weeks"])
+    cells = traces * len(cfg["algorithms"]) * len(cfg["penalties"])
+    if cells > MAX_CELLS:
+        raise SystemExit(f"vcemu sweep: the sweep would have {cells:,} cells ({traces} traces x "
+                         f"{len(cfg['algorithms'])} algorithms x {len(cfg['penalties'])} penalties{also}), more than "
+                         "the most, "
+                         f"{MAX_CELLS:,}; give fewer --traces, --loads, --unscaled, --hpc2n-weeks, --algorithms or "
+                         "--penalties")
 
 
 def _stored_setting(old: dict[str, Any], key: str, cfg: dict[str, Any]) -> Any:
@@ -769,7 +846,9 @@ def _stale_hpc2n(old: dict[str, Any]) -> str | None:
 
 def _read_config(path: Path) -> dict[str, Any]:
     """The stored sweep's config, or a one-line error naming the file (an older vcemu killed while writing
-    it left it empty or half-written)."""
+    it left it empty or half-written), and the key when one is missing or not of its type (:data:`_STORED`: valid
+    JSON of wrong types gave tracebacks, "--jobs 20 stored, 20 given" for ``"jobs": "20"``, "another file now" for
+    ``"hpc2n_weeks": "abc"``). Refused before anything in the folder is written."""
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -777,7 +856,70 @@ def _read_config(path: Path) -> dict[str, Any]:
                          "--out, or remove that file if this run's settings are those of its cells") from None
     if not isinstance(old, dict):
         raise SystemExit(f"vcemu sweep: {path}: not a sweep config (no JSON object); use another --out")
+    if (why := _stored_problem(old)) is not None:
+        raise SystemExit(f"vcemu sweep: {path}: cannot use the stored sweep's config: {why}; use another --out")
+    # (a week named twice, which a vcemu before _weeks refused it stored, is one trace: its cells are one file each)
+    old["hpc2n_weeks"] = list(dict.fromkeys(old["hpc2n_weeks"]))
     return old
+
+
+def _whole(least: int, most: int | None = None) -> Callable[[Any], bool]:
+    return lambda v: (isinstance(v, int) and not isinstance(v, bool) and v >= least
+                      and (most is None or v <= most))
+
+
+def _finite(least: float, *, above: bool, most: float | None = None) -> Callable[[Any], bool]:
+    return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                      and (v > least if above else v >= least) and (most is None or v <= most))
+
+
+def _listed(ok: Callable[[Any], bool], *, empty: bool = True) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and (empty or bool(v)) and all(ok(x) for x in v)
+
+
+#: The keys of a stored config.json this vcemu reads, each with its rule (as :func:`config_from_args` checks the
+#: flags) and whether every sweep wrote it (the others, ``job_scale`` and ``hpc2n_sha256``, came later).
+_STORED: tuple[tuple[str, bool, Callable[[Any], bool], str], ...] = (
+    ("algorithms", True, _listed(lambda x: isinstance(x, str), empty=False), "a non-empty list of policy names"),
+    ("penalties", True, _listed(_finite(0, above=False), empty=False),
+     "a non-empty list of finite numbers >= 0 (seconds)"),
+    ("traces", True, _whole(0), "a whole number >= 0"),
+    ("jobs", True, _whole(2, MAX_JOBS), f"a whole number >= 2 and at most {MAX_JOBS:,}"),
+    ("loads", True, _listed(_finite(0, above=True)), "a list of finite numbers > 0"),
+    ("unscaled", True, _whole(0), "a whole number >= 0"),
+    ("hosts", True, _whole(1), "a whole number >= 1"),
+    ("hpc2n", True, lambda v: isinstance(v, str) and bool(v), "a file's path"),
+    ("hpc2n_weeks", True, _listed(_whole(0, MAX_HPC2N_WEEK)), f"a list of week indices 0..{MAX_HPC2N_WEEK}"),
+    ("max_jobs", True, lambda v: v is None or _whole(2)(v), "null or a whole number >= 2"),
+    ("cell_timeout", True, _finite(0, above=True), "a finite number of seconds > 0"),
+    ("host_memory_gb", True, _finite(0, above=True), "a finite number > 0"),
+    ("seed", True, _whole(0), "a whole number >= 0"),
+    ("job_scale", False, _finite(0, above=True, most=MAX_JOB_SCALE),
+     f"a finite number > 0 and at most {MAX_JOB_SCALE:g}"),
+    ("hpc2n_sha256", False, lambda v: v is None or isinstance(v, str), "null or a sha256 in hex"),
+)
+
+
+def _stored_problem(old: dict[str, Any]) -> str | None:
+    """What makes the stored config ``old`` unusable, naming the key (``jobs must be a whole number >= 2 ..., got
+    "20"``), or None. A policy name must be one this vcemu knows, written as it writes it (cells are stored by that
+    name)."""
+    for key, always, ok, rule in _STORED:
+        if key not in old:
+            if always:
+                return f"it has no {key} key (every sweep writes one)"
+            continue
+        if not ok(old[key]):
+            shown = json.dumps(old[key])
+            return f"{key} must be {rule}, got {shown if len(shown) <= 80 else shown[:77] + '...'}"
+    for name in old["algorithms"]:
+        try:
+            one = canonical_name(name)
+        except PolicyNameError as exc:
+            return f"algorithms: {exc}"
+        if one != name:
+            return f"algorithms: {name!r} is written {one!r} (cells are stored by that name)"
+    return None
 
 
 def sweep_main(argv: Sequence[str]) -> int:
@@ -886,6 +1028,7 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                 if old.get(key) or given[key]:
                     cfg[key] = sorted(set(old.get(key) or ()) | (set(cfg[key]) if given[key] else set()), key=order)
             _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
+            _refuse_oversized(cfg, stored=True)
         if not a.report_only:  # (not refused before: --out held a sweep, whose traces the run covers too)
             _refuse_no_trace(a, cfg)
         try:

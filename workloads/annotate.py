@@ -365,7 +365,13 @@ def hpc2n_segments(
 ) -> HPC2NSegments:
     """The HPC2N trace as 001 uses it: converted (:func:`convert_hpc2n`) and split into 1-week
     segments (:func:`segment_weeks`, weeks counted from the log start). ``source`` is an SWF path
-    (``.swf`` or ``.swf.gz``) or an iterable of records."""
+    (``.swf`` or ``.swf.gz``) or an iterable of records.
+
+    The records are taken as they are: a job number given twice or a time out of bounds is found only by
+    :meth:`JobSpec.validate` or the engine, naming no line. A file a user gives is read through
+    :func:`workloads.jobfile.load_jobs` instead (``vcemu simulate``, and ``vcemu sweep --hpc2n``, which segments
+    its jobs with :func:`segment_weeks`: the same weeks), which refuses those naming the file, the line and the SWF
+    field."""
     skipped = 0
     if isinstance(source, (str, os.PathLike)):
         with SWFReader(source, skip_bad=skip_bad) as reader:

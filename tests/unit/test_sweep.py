@@ -239,7 +239,12 @@ def test_a_cell_whose_jobs_did_not_all_complete_stores_no_max_stretch(monkeypatc
     (["--host-memory-gb", "-3"], "vcemu sweep: --host-memory-gb: must be a finite number > 0, got -3.0"),
     (["--host-memory-gb", "nan"], "vcemu sweep: --host-memory-gb: must be a finite number > 0, got nan"),
     (["--penalties", "0,nan"],
-     "vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds), got nan"),
+     "vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds) and at most 1e+09 (a job's "
+     "longest work), got nan"),
+    # a preempted job's blocked_until overflowed to inf at 1e308: the cell never ended (input review)
+    (["--penalties", "0,1e308"],
+     "vcemu sweep: --penalties: every penalty must be a finite number >= 0 (seconds) and at most 1e+09 (a job's "
+     "longest work), got 1e+308"),
     (["--loads", "0.5,inf"], "vcemu sweep: --loads: every load must be a finite number > 0, got inf"),
     # one flag per line, with its value: was "--jobs >= 2, --hosts >= 1, --workers >= 1, --cell-timeout > 0 required"
     (["--jobs", "1"], "vcemu sweep: --jobs: must be >= 2, got 1"),
