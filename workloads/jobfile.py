@@ -15,12 +15,17 @@ CSV (``.csv``): a header row naming the same columns, then one job per row.
 SWF (``.swf``, ``.swf.gz``): read through the HPC2N conversion of 001 Sec. IV-C
 (:func:`workloads.annotate.convert_hpc2n`), either whole or one 1-week segment.
 
-Suffixes are matched in any case (``JOBS.CSV``). Text is UTF-8, with or without a byte-order mark.
+Suffixes are matched in any case (``JOBS.CSV``). Text is UTF-8, with or without a byte-order mark. A gzip file
+is read as one whatever its name (its first two bytes, ``1f 8b``, are never UTF-8 text).
 
 Every job is checked as it is read: unknown, missing or repeated keys (columns), wrong types, duplicate ids,
-values out of bounds (:data:`MAX_SECONDS`, :data:`MAX_TASKS`), text that is not UTF-8, a damaged ``.gz`` and
-anything :meth:`JobSpec.validate` refuses raise :class:`JobFileError`, which names the file, the line and the
-field. :func:`load_jobs` reads a file's bytes once, and gives its jobs with the hash of the very bytes parsed.
+values out of bounds (:data:`MAX_SECONDS`, :data:`MAX_TASKS`; a whole number too large for a float, or of more
+digits than Python reads, included), text that is not UTF-8, a line nested too deep for JSON or a CSV field too
+long for Python's reader, a damaged ``.gz`` and anything :meth:`JobSpec.validate` refuses raise
+:class:`JobFileError`, which names the file, the line and the field. A number in a CSV cell is written in ASCII
+decimal digits, with an optional sign, point and exponent: Python's ``float()`` also takes ``1_000`` and other
+scripts' digits, which are refused as not a number. :func:`load_jobs` reads a file's bytes once, and gives its
+jobs with the hash of the very bytes parsed.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from coordinator.model import MAX_SECONDS, Host, InvalidJob, JobSpec
-from workloads.swf import GZIP_ERRORS, gzip_reason
+from workloads.swf import GZIP_ERRORS, GZIP_MAGIC, gzip_reason
 
 __all__ = [
     "FIELDS",
@@ -149,7 +154,7 @@ def _lines(path: str, data: bytes) -> Iterator[str]:
     some editors put first taken away (``utf-8-sig``). A damaged ``.gz`` is refused at the line after the last
     whole one: gzip's EOFError and zlib.error are not OSErrors, and were tracebacks."""
     raw: IO[bytes] = io.BytesIO(data)
-    if _is_gz(path):
+    if _is_gz(path) or data[:2] == GZIP_MAGIC:  # (a gzip file named .jsonl was "not UTF-8 text (byte 0x8b ...")
         raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
     lineno = 0
     with raw:
@@ -183,27 +188,116 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
     }
 
 
+class _LongInt:
+    """A JSON integer of more digits than Python converts (``sys.get_int_max_str_digits()``, 4300): json.loads
+    raised "Exceeds the limit (4300 digits) for integer string conversion", naming no line or field."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return _shown_number(self.text)
+
+
+def _json_int(text: str) -> int | _LongInt:
+    """json's ``parse_int``: the integer, or a :class:`_LongInt` that the field's check refuses by name."""
+    try:
+        return int(text)
+    except ValueError:
+        return _LongInt(text)
+
+
+def _loads(text: str) -> Any:
+    """One JSON line. An integer of more digits than int() converts fails json.loads with a plain ValueError: the
+    line is read again, with such integers kept as :class:`_LongInt` (only then: a ``parse_int`` for every line
+    made reading a file 5 % slower)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except (json.JSONDecodeError, _DuplicateKey):
+        raise
+    except ValueError:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_int=_json_int)
+
+
+#: A whole number of more digits than this is out of every field's bounds (the largest is 1e12 s).
+_MAX_DIGITS = 30
+
+
+def _shown_number(text: str) -> str:
+    """A number as a message shows it: as written, or, if long, its length (a 5000-digit value filled a screen)."""
+    digits = sum(c.isdigit() for c in text) if len(text) > _MAX_DIGITS else 0
+    return text if digits <= _MAX_DIGITS else f"a number of {digits} digits"
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a message, cut short if long."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _shown_number(str(value))
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+#: A field's bounds, as its range error says them: (below the least, above the greatest).
+_BOUNDS = {
+    "submit_time": (">= 0", f"below {MAX_SECONDS:g} s (about 31,700 years)"),
+    "work": ("a finite number > 0", f"below {MAX_SECONDS:g} s (about 31,700 years)"),
+    "tasks": ("a whole number >= 1", f"at most {MAX_TASKS} (what the wire's int32 holds)"),
+    "cpu_need": ("in (0, 1] (a fraction of one host)",) * 2,
+    "memory": ("in (0, 1] (a fraction of one host's memory)",) * 2,
+}
+
+
+def _out_of_range(path: str, line: int, key: str, shown: str, negative: bool) -> JobFileError:
+    """The range error of field ``key`` for a value beyond any bound (too large for a float, or to convert)."""
+    low, high = _BOUNDS[key]
+    return JobFileError(path, line, key, f"must be {low if negative else high}, got {shown}")
+
+
 def _number(path: str, line: int, key: str, value: Any, *, from_text: bool) -> float:
     if from_text and isinstance(value, str):
+        # float() and int() also take "1_000" (as 1000) and digits of other scripts ("３０"), which a job file
+        # means as no number; an ASCII cell without "_" (stripped) is to them a decimal number, or inf or nan.
         try:
-            value = float(value)
+            if not value.isascii() or "_" in value:
+                raise ValueError(value)
+            number = float(value)
         except ValueError:
-            raise JobFileError(path, line, key, f"must be a number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise JobFileError(path, line, key, f"must be a number, got {value!r}")
-    if not math.isfinite(value):
-        raise JobFileError(path, line, key, f"must be finite, got {value!r}")
-    return float(value)
+            raise JobFileError(path, line, key, f"must be a number, got {_shown(value)}") from None
+        if math.isinf(number) and value.lstrip("+-")[:1] not in ("i", "I"):
+            # (9 written 5000 times, or 1e999: a finite number, out of range)
+            raise _out_of_range(path, line, key, _shown_number(value), number < 0)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, _LongInt):
+            raise _out_of_range(path, line, key, _shown_number(value.text), value.text.startswith("-"))
+        raise JobFileError(path, line, key, f"must be a number, got {_shown(value)}")
+    else:
+        try:
+            number = float(value)
+        except OverflowError:  # (an int of 400 digits: math.isfinite raised it, a traceback)
+            raise _out_of_range(path, line, key, _shown(value), value < 0) from None
+    if not math.isfinite(number):
+        raise JobFileError(path, line, key, f"must be finite, got {number!r}")
+    return number
 
 
 def _integer(path: str, line: int, key: str, value: Any, *, from_text: bool) -> int:
     if from_text and isinstance(value, str):
         try:
-            value = int(value)
+            if not value.isascii() or "_" in value:  # (as for _number)
+                raise ValueError(value)
+            return int(value)
         except ValueError:
-            raise JobFileError(path, line, key, f"must be a whole number, got {value!r}") from None
+            digits = value[1:] if value[:1] in ("+", "-") else value
+            if digits.isdigit() and digits.isascii():
+                # (int() refuses more than 4300 digits: "must be a whole number, got '9999...'", 5000 of them)
+                raise _out_of_range(path, line, key, _shown_number(value), value.startswith("-")) from None
+            raise JobFileError(path, line, key, f"must be a whole number, got {_shown(value)}") from None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise JobFileError(path, line, key, f"must be a whole number, got {value!r}")
+        if isinstance(value, _LongInt):
+            raise _out_of_range(path, line, key, _shown_number(value.text), value.text.startswith("-"))
+        raise JobFileError(path, line, key, f"must be a whole number, got {_shown(value)}")
     return value
 
 
@@ -237,8 +331,13 @@ def _job_from_mapping(
     job_id = row["id"]
     if isinstance(job_id, int) and not isinstance(job_id, bool):
         job_id = str(job_id)
+    elif isinstance(job_id, _LongInt):  # (its digits, as a shorter number's: an id has no bounds)
+        job_id = job_id.text
     if not isinstance(job_id, str) or not job_id.strip():
         raise JobFileError(path, line, "id", f"must be a non-empty string, got {job_id!r}")
+    if not job_id.isprintable():  # (a newline split simulate's table row; submit refused it, simulate took it)
+        raise JobFileError(path, line, "id", "must be printable (no newline, tab or other control character), got "
+                           f"{job_id[:60]!r}" + (f"... ({len(job_id):,} characters)" if len(job_id) > 60 else ""))
     given = row.get("submit_time")
     if "submit_time" not in required and _absent(row, "submit_time", from_text):  # (submit --file)
         given = 0.0
@@ -246,9 +345,8 @@ def _job_from_mapping(
     if submit < 0:
         raise JobFileError(path, line, "submit_time", f"must be >= 0, got {submit!r}")
     tasks = _integer(path, line, "tasks", row["tasks"], from_text=from_text)
-    if tasks > MAX_TASKS:
-        raise JobFileError(path, line, "tasks", f"must be at most {MAX_TASKS} (what the wire's int32 holds), got "
-                           f"{tasks}")
+    if not -MAX_TASKS <= tasks <= MAX_TASKS:  # (a negative one is JobSpec.validate's, unless it fills a screen)
+        raise _out_of_range(path, line, "tasks", _shown(tasks), tasks < 0)
     workload = row.get("workload")
     if workload is None or workload == "":  # absent, null or empty: the default (as the API and submit take "")
         workload = _DEFAULT_WORKLOAD
@@ -304,7 +402,10 @@ def _iter_jsonl(
         if not text or text.startswith("#"):
             continue
         try:
-            obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+            obj = _loads(text)
+        except RecursionError:  # (a line of 100,000 "[": a traceback)
+            raise JobFileError(path, lineno, None, "not valid JSON (nested too deep: a job is one flat JSON "
+                               "object)") from None
         except json.JSONDecodeError as exc:
             # (a CSV file under another suffix: its header row is read as JSON, and the user should hear why; a
             # damaged line further down is only that)
@@ -328,29 +429,35 @@ def _iter_csv(
 ) -> Iterator[tuple[int, JobSpec]]:
     reader = csv.reader(lines)
     header: list[str] | None = None
-    for row in reader:
-        lineno = reader.line_num
-        if not row or all(not c.strip() for c in row) or row[0].lstrip().startswith("#"):
-            continue
-        if header is None:
-            header = [c.strip() for c in row]
-            unknown = [c for c in header if c not in FIELDS]
-            if unknown:
-                other = next((sep for sep in (";", "\t", "|") if len(header) == 1 and sep in header[0]), None)
-                hint = f"; columns are separated by commas, not {other!r}" if other else ""
-                raise JobFileError(path, lineno, unknown[0], f"unknown column (known: {', '.join(FIELDS)}){hint}")
-            missing = [c for c in FIELDS if c in required and c not in header]
-            if missing:
-                raise JobFileError(path, lineno, missing[0], "missing column")
-            twice = [c for i, c in enumerate(header) if c in header[:i]]
-            if twice:  # zip below would keep the last, silently
-                raise JobFileError(path, lineno, twice[0], "duplicate column")
-            continue
-        if len(row) != len(header):
-            raise JobFileError(path, lineno, None, f"expected {len(header)} columns, found {len(row)}")
-        mapping = {k: v.strip() for k, v in zip(header, row, strict=True)}
-        yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts, refuse=refuse,
-                                        required=required)
+    try:
+        for row in reader:
+            lineno = reader.line_num
+            if not row or all(not c.strip() for c in row) or row[0].lstrip().startswith("#"):
+                continue
+            if header is None:
+                header = [c.strip() for c in row]
+                unknown = [c for c in header if c not in FIELDS]
+                if unknown:
+                    other = next((sep for sep in (";", "\t", "|") if len(header) == 1 and sep in header[0]), None)
+                    hint = f"; columns are separated by commas, not {other!r}" if other else ""
+                    raise JobFileError(path, lineno, unknown[0], f"unknown column (known: {', '.join(FIELDS)}){hint}")
+                missing = [c for c in FIELDS if c in required and c not in header]
+                if missing:
+                    raise JobFileError(path, lineno, missing[0], "missing column")
+                twice = [c for i, c in enumerate(header) if c in header[:i]]
+                if twice:  # zip below would keep the last, silently
+                    raise JobFileError(path, lineno, twice[0], "duplicate column")
+                continue
+            if len(row) != len(header):
+                raise JobFileError(path, lineno, None, f"expected {len(header)} columns, found {len(row)}")
+            mapping = {k: v.strip() for k, v in zip(header, row, strict=True)}
+            yield lineno, _job_from_mapping(path, lineno, mapping, from_text=True, hosts=hosts, refuse=refuse,
+                                            required=required)
+    except csv.Error as exc:  # ("field larger than field limit (131072)" was a traceback)
+        limit = csv.field_size_limit()
+        why = (f"a field is longer than {limit} characters, the most Python's CSV reader takes"
+               if "field limit" in str(exc) else f"not valid CSV ({exc})")
+        raise JobFileError(path, reader.line_num, None, why) from None
 
 
 def _iter_numbered(

@@ -14,12 +14,18 @@ order (Feitelson's SWF definition, version 2.2):
  6 average CPU time (s)   12 user id                  18 think time (s)
 
 Reading is streaming (:class:`SWFReader` yields one :class:`SWFJob` at a time) and ``.gz`` files are
-decompressed transparently. A malformed record line (wrong field count, a non-numeric token, a
-fractional value in an integer field) raises :class:`SWFError` naming the file and the 1-based line
-number; with ``skip_bad=True`` it is skipped instead and counted (:attr:`SWFReader.skipped`,
-:attr:`SWFTrace.skipped`). A ``.gz`` file that ends early or is damaged raises :class:`SWFError` too, at the
-line after the last whole one (``compressed file is truncated``), whatever ``skip_bad`` says: what is missing
-cannot be skipped. :func:`write_swf` writes a header and records that read back identically.
+decompressed transparently, as is a gzip file under another name, known by its first two bytes (``1f 8b``,
+which no text trace starts with; it was read as text: "expected 18 fields, found 22"). A UTF-8 byte-order
+mark at the start of the file is skipped. A malformed record line raises :class:`SWFError` naming the file, the
+1-based line number and the field: a wrong field count, a token that is not a plain decimal number (``abc``,
+``1_000``), a value that is not finite (``nan``, ``inf``, ``1e999``), a fractional value in an integer field, or
+a negative value other than ``-1``: ``-1`` is "unknown", and every field of the definition is a count, a size,
+a time, a status or an identifier, none of which is negative (``-7`` processors had been read as unknown, and
+``-0.5`` s as a missing submit time). With ``skip_bad=True`` such a line is skipped instead and counted
+(:attr:`SWFReader.skipped`, :attr:`SWFTrace.skipped`). A ``.gz`` file that ends early or is damaged raises
+:class:`SWFError` too, at the line after the last whole one (``compressed file is truncated``), whatever
+``skip_bad`` says: what is missing cannot be skipped. :func:`write_swf` writes a header and records that read
+back identically (records of values SWF has: finite, and -1 or at least 0).
 
 Text is read and written as Latin-1 so that any byte in a header survives a round trip.
 """
@@ -30,6 +36,7 @@ import gzip
 import io
 import math
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import astuple, dataclass, field, fields
@@ -52,6 +59,11 @@ __all__ = [
 ]
 
 _ENCODING = "latin-1"
+#: The first two bytes of every gzip file (RFC 1952 Sec. 2.3.1); no SWF text starts with them (0x1f is a control
+#: character), so a compressed trace under a name without ``.gz`` is read as what it is.
+GZIP_MAGIC = b"\x1f\x8b"
+#: A UTF-8 byte-order mark as Latin-1 decodes it: some editors start a file with one.
+_BOM = "\xef\xbb\xbf"
 
 
 class SWFError(ValueError):
@@ -93,6 +105,22 @@ SWF_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SWFJob))
 _INT_FIELDS = frozenset(f.name for f in fields(SWFJob) if f.type in ("int", int))
 _IS_INT: tuple[bool, ...] = tuple(name in _INT_FIELDS for name in SWF_FIELDS)
 _N_FIELDS = len(SWF_FIELDS)
+#: Lines this long or longer take the checked path: float() gives inf for a token of 309 digits or more.
+_FAST_LINE = 300
+#: How many lines the reader checks at once (see :func:`_plain`).
+_BATCH = 512
+#: A "-" that does not start a "-1" token: a negative value other than SWF's "unknown" (or an exponent's sign).
+_ODD_MINUS = re.compile(r"-(?!1(?:[ \t\r\n]|\Z))")
+
+
+def _plain(text: str, lines: Iterable[str]) -> bool:
+    """Whether the record lines of ``text`` (made of ``lines``), where int() and float() took every token, hold
+    only values SWF has, so that the reader's fast path may keep what they gave. Not so, the checked path
+    (:func:`parse_record`) says which field is wrong: nan / inf / Infinity (any case) contain an "n"; 1e999 an
+    "e", and a token of 309 digits or more (a line of 300 characters or more) is inf too; 1_000 has an "_"; and
+    a "-" that is not one of a "-1" token is a negative value other than -1 (or an exponent's sign)."""
+    return ("n" not in text and "N" not in text and "e" not in text and "E" not in text and "_" not in text
+            and max(map(len, lines)) < _FAST_LINE and _ODD_MINUS.search(text) is None)
 
 
 @dataclass
@@ -149,18 +177,44 @@ class SWFTrace:
     bad_lines: list[int] = field(default_factory=list)
 
 
+class _OwningGzipFile(gzip.GzipFile):
+    """A GzipFile reading a file object that it closes with itself, as ``gzip.open(path)`` closes its file."""
+
+    def __init__(self, fileobj: IO[bytes]) -> None:
+        super().__init__(fileobj=fileobj, mode="rb")
+        self._owned = fileobj
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._owned.close()
+
+
 def _open_text(path: str | os.PathLike[str], mode: str, data: bytes | None = None) -> IO[str]:
-    """``path`` as text, or ``data`` (its bytes, read already) when given; ``.gz`` (any case) is decompressed."""
+    """``path`` as text, or ``data`` (its bytes, read already) when given. Read, a ``.gz`` name (any case) or
+    data starting with :data:`GZIP_MAGIC` is decompressed; written, a ``.gz`` name is compressed."""
     p = os.fspath(path)
     gz = p.lower().endswith(".gz")
+    if mode != "r":
+        if gz:
+            return gzip.open(p, mode + "t", encoding=_ENCODING, newline="")  # type: ignore[return-value]
+        return open(p, mode, encoding=_ENCODING, newline="")  # noqa: SIM115 - the caller owns the handle
     if data is not None:
         raw: IO[bytes] = io.BytesIO(data)
-        if gz:
+        if gz or data[:2] == GZIP_MAGIC:
             raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
         return io.TextIOWrapper(raw, encoding=_ENCODING, newline="")
     if gz:
-        return gzip.open(p, mode + "t", encoding=_ENCODING, newline="")  # type: ignore[return-value]
-    return open(p, mode, encoding=_ENCODING, newline="")  # noqa: SIM115 - the reader owns the handle
+        return gzip.open(p, "rt", encoding=_ENCODING, newline="")  # type: ignore[return-value]
+    fh = open(p, "rb")  # noqa: SIM115 - the reader owns the handle
+    try:
+        # (peek, not read and seek: a pipe such as /dev/stdin cannot seek)
+        raw = _OwningGzipFile(fh) if fh.peek(2)[:2] == GZIP_MAGIC else fh  # type: ignore[assignment]
+    except BaseException:
+        fh.close()
+        raise
+    return io.TextIOWrapper(raw, encoding=_ENCODING, newline="")
 
 
 #: What reading a damaged ``.gz`` raises: none of them is an OSError but BadGzipFile (a bad header).
@@ -177,16 +231,22 @@ def gzip_reason(exc: BaseException) -> str:
 
 
 def _parse_int(tok: str) -> int:
+    if "_" in tok:  # (int() and float() take "1_000" for 1000: not how a trace writes a number)
+        raise ValueError("not a number")
     try:
         return int(tok)
     except ValueError:
         x = float(tok)  # "12.0" is a whole number written as a float; "1.5" is not
+        if not math.isfinite(x):
+            raise ValueError(f"{tok!r} is not a finite number") from None
         if not x.is_integer():
             raise ValueError(f"{tok!r} is not a whole number") from None
         return int(x)
 
 
 def _parse_float(tok: str) -> float:
+    if "_" in tok:
+        raise ValueError("not a number")
     x = float(tok)
     if not math.isfinite(x):
         raise ValueError(f"{tok!r} is not a finite number")
@@ -201,9 +261,12 @@ def parse_record(text: str) -> SWFJob:
     values: list[int | float] = []
     for i, (tok, is_int) in enumerate(zip(parts, _IS_INT, strict=True)):
         try:
-            values.append(_parse_int(tok) if is_int else _parse_float(tok))
+            value = _parse_int(tok) if is_int else _parse_float(tok)
+            if value < 0 and value != -1:  # (-1 is "unknown"; -7 processors or -0.5 s is no value of SWF's)
+                raise ValueError("negative: the only negative value SWF has is -1, unknown")
         except ValueError as exc:
             raise ValueError(f"field {i + 1} ({SWF_FIELDS[i]}): bad value {tok!r} ({exc})") from None
+        values.append(value)
     return SWFJob(*values)  # type: ignore[arg-type]
 
 
@@ -236,6 +299,8 @@ class SWFReader:
         try:
             for raw in self._fh:
                 self._lineno += 1
+                if self._lineno == 1 and raw.startswith(_BOM):  # (was "1: expected 18 fields, found 3")
+                    raw = raw[len(_BOM):]
                 stripped = raw.strip()
                 if stripped.startswith(";"):
                     self.header.add(stripped[1:].rstrip("\r\n"))
@@ -289,10 +354,33 @@ class SWFReader:
             raise SWFError(self.path, self._lineno + 1, gzip_reason(exc)) from None
 
     def _records(self, fh: IO[str]) -> Iterator[SWFJob]:
+        # Lines are read in batches, and each batch's text is checked whole for what int() and float() take
+        # and SWF does not (see _plain): line by line, those checks took a tenth of the time of a parse.
+        it = iter(fh)
+        while True:
+            batch: list[str] = []
+            append = batch.append
+            failed: BaseException | None = None
+            try:
+                for raw in it:
+                    append(raw)
+                    if len(batch) == _BATCH:
+                        break
+            except GZIP_ERRORS as exc:  # (the lines read before it are whole: they are parsed first)
+                failed = exc
+            if batch:
+                yield from self._batch(batch, _plain("".join(batch), batch))
+            if failed is not None:
+                raise failed
+            if len(batch) < _BATCH:
+                break
+        self.close()
+
+    def _batch(self, lines: list[str], plain: bool) -> Iterator[SWFJob]:
         ival, fval = int, float
         n = _N_FIELDS
         lineno = self._lineno
-        for raw in fh:
+        for raw in lines:
             self._lineno = lineno = lineno + 1
             parts = raw.split()
             if not parts:
@@ -312,8 +400,7 @@ class SWFReader:
                     )  # fmt: skip
                 except ValueError:
                     job = None
-                # nan / inf / Infinity (any case) all contain an "n": such lines take the checked path.
-                if job is not None and "n" not in raw and "N" not in raw:
+                if job is not None and (plain or _plain(raw, (raw,))):
                     self.line = lineno
                     yield job
                     continue
@@ -321,7 +408,6 @@ class SWFReader:
             if maybe is not None:
                 self.line = lineno
                 yield maybe
-        self.close()
 
 
 def iter_swf(path: str | os.PathLike[str], *, skip_bad: bool = False) -> Iterator[SWFJob]:

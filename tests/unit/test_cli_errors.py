@@ -157,9 +157,10 @@ def no_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     # quoted cut short (a 100,000-character one filled the terminal) and named as the file's field, "id"
     ("name.jsonl", json.dumps({**JOB, "id": "x" * 300}).encode() + b"\n",
      ":1: job '" + "x" * 60 + "'... (300 characters): id: at most 256"),
-    # a newline in an id split the message, which blamed "request_id" and quoted the request id made of it
+    # a newline in an id split the message, which blamed "request_id" and quoted the request id made of it (the
+    # job file refuses it now, as simulate's input too)
     ("newline.jsonl", json.dumps({**JOB, "id": "a\nb"}).encode() + b"\n",
-     ":1: job 'a\\nb': id: must be printable (no newline, tab or other control character), got 'a\\nb'"),
+     ":1: id: must be printable (no newline, tab or other control character), got 'a\\nb'"),
 ])
 def test_submit_file_refuses_a_bad_file_before_connecting(tmp_path: Path, name: str, data: bytes, fragment: str,
                                                           no_connection: None, capsys) -> None:
