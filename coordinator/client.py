@@ -15,17 +15,8 @@ from coordinator.hostlist import compress_hosts
 from coordinator.model import JobState
 from coordinator.policy_names import PolicyNameError, described
 from vcemu.cliargs import format_table, refuse, whole_in, yield_text
-from vcemu.limits import (
-    KNOWN_METADATA,
-    MAX_REPLY_BYTES,
-    MAX_REQUEST_ID,
-    MAX_TASKS,
-    request_bounds,
-    target_refusal,
-)
-from vcemu.limits import (
-    shown as quoted,
-)
+from vcemu.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_REQUEST_ID, MAX_TASKS, request_bounds, target_refusal
+from vcemu.limits import shown as quoted
 
 if TYPE_CHECKING:
     import grpc

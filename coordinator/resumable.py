@@ -84,7 +84,8 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
     config has them (an older vcemu's may lack one, and informational keys, such as the paper's reference or a
     derived cluster table, are no settings). ``unordered``: keys of lists compared as sets (an older vcsched stored
     ``--slacks`` in the order given). ``as_now``: the stored config as this version would have written it for the same
-    command (vcsched now stores no large-set flags without the large set). No config.json, an unreadable one, a run that
+    command (vcsched now stores no large-set flags without the large set). No config.json, an unreadable one (without
+    work beside it, see below), a run that
     finished nothing (stopped before its first result: its rerun with a corrected flag was refused, leaving nothing to
     keep), or other code alone: None, and the command goes on (starting over where it must, as a run of other code
     cannot be reused). Asked before anything in ``out`` is touched: a rerun with one flag changed removed an hour's
@@ -105,8 +106,8 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
         return (f"{command}: {out}/config.json cannot be read as a run's settings, and {out} holds results "
                 f"({', '.join(held)}) that a run there would replace; give another --out, or remove {out} to "
                 "replace it")
-    if as_now is not None:
-        old = as_now(old)
+    if as_now is not None:  # (through JSON, as ``new``: a tuple it gives is the stored list again; code review)
+        old = json.loads(json.dumps(as_now(old)))
     new = json.loads(json.dumps(dict(config)))
     loose = set(unordered)
 
@@ -198,7 +199,9 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
         return [], 0
     old = stored_config(out)
     if old is not None and as_now is not None:
-        old = as_now(old)
+        import json
+
+        old = json.loads(json.dumps(as_now(old)))
     why = "with an unreadable config.json" if old is None else stale_reason(old, config, ignore)
     if why:
         print(f"{command}: {out} holds {held} {why}; starting over", file=sys.stderr)

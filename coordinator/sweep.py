@@ -536,7 +536,8 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--hosts", type=int, default=128,
                    help="nodes for the Lublin traces (default %(default)s, as in 001)")
     p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N),
-                   help="HPC2N SWF trace path (default: the copy in shared/traces beside this clone, %(default)s)")
+                   help="HPC2N SWF trace path, .swf or .swf.gz (default: the copy in shared/traces beside this clone, "
+                        "%(default)s)")
     p.add_argument("--hpc2n-weeks", default="",
                    help=f"HPC2N week indices (0..{MAX_HPC2N_WEEK}), e.g. 10,11 or a range 0-181 (default '': none)")
     p.add_argument("--max-jobs", type=int, default=None,
@@ -891,7 +892,9 @@ _STORED: tuple[tuple[str, bool, Callable[[Any], bool], str], ...] = (
     ("hpc2n", True, lambda v: isinstance(v, str) and bool(v), "a file's path"),
     ("hpc2n_weeks", True, _listed(_whole(0, MAX_HPC2N_WEEK)), f"a list of week indices 0..{MAX_HPC2N_WEEK}"),
     ("max_jobs", True, lambda v: v is None or _whole(2)(v), "null or a whole number >= 2"),
-    ("cell_timeout", True, _finite(0, above=True), "a finite number of seconds > 0"),
+    # (not finite: a vcemu before 3fc04c9 took --cell-timeout inf and stored Infinity; code review)
+    ("cell_timeout", True, lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+     "a number of seconds > 0"),
     ("host_memory_gb", True, _finite(0, above=True), "a finite number > 0"),
     ("seed", True, _whole(0), "a whole number >= 0"),
     ("job_scale", False, _finite(0, above=True, most=MAX_JOB_SCALE),
@@ -1001,7 +1004,10 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
 
     cells_dir = out / "cells"
     cfg_path = out / "config.json"
-    asked = len(cfg["algorithms"]) * len(cfg["penalties"])
+    # the cells per trace this command names (a flag not given names the stored sweep's, counted after the union)
+    named = {"algorithms": len(cfg["algorithms"]) if a.algorithms is not None else None,
+             "penalties": len(cfg["penalties"]) if a.penalties is not None else None}
+    asked = 0
     grid: list[tuple[str, Trace, str, float]] = []
     usable: set[str] = set()  # the cells of the grid stored with this code and these settings
     ran: list[dict[str, Any]] = []
@@ -1028,7 +1034,9 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
                 if old.get(key) or given[key]:
                     cfg[key] = sorted(set(old.get(key) or ()) | (set(cfg[key]) if given[key] else set()), key=order)
             _refuse_shared_ids(cfg["penalties"], _penalty_id, "--penalties (with the stored sweep's)", "p")
-            _refuse_oversized(cfg, stored=True)
+            if not a.report_only:  # (the reports of a stored sweep are read whatever its size: code review)
+                _refuse_oversized(cfg, stored=True)
+        asked = math.prod(n if n is not None else len(cfg[k]) for k, n in named.items())
         if not a.report_only:  # (not refused before: --out held a sweep, whose traces the run covers too)
             _refuse_no_trace(a, cfg)
         try:

@@ -108,11 +108,12 @@ def table1_vs_paper(t1: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def with_degradation(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_degradation(rows: Sequence[dict[str, Any]], algorithms: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Each cell with its degradation factor against the best algorithm of its (trace, penalty), and only where
-    every algorithm's cell of that (trace, penalty) is ``ok``; otherwise all of them have none (NaN), and the ``ok``
-    ones are marked ``left_out``. 001 Sec. V divides by "the best algorithm for that instance": with one cell timed
-    out or failed the best is unknown, and the best of the others gave them other factors (a cell timed out by a
+    every algorithm's cell of that (trace, penalty) is there (each of ``algorithms``, the sweep's) and ``ok``;
+    otherwise all of them have none (NaN), and the ``ok`` ones are marked ``left_out``. 001 Sec. V divides by "the
+    best algorithm for that instance": with one cell timed out, failed or missing (lost by Ray, not yet run, stored
+    by other code) the best is unknown, and the best of the others gave them other factors (a cell timed out by a
     tight --cell-timeout made EASY "best" at 1.0 where it was 14.2, reproducibility review). A failed cell's max
     stretch, if it has one, is over the jobs that completed, and is never a candidate."""
     by_instance: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
@@ -120,6 +121,9 @@ def with_degradation(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         ms = r.get("max_stretch")
         by_instance[(r["trace"], r["penalty"])][r["algorithm"]] = (
             math.nan if ms is None or r.get("status") != "ok" else float(ms))
+    for ms in by_instance.values():  # a missing cell counts as one without a max stretch (the instance incomplete)
+        for alg in algorithms:
+            ms.setdefault(alg, math.nan)
     factors: dict[tuple[str, float], dict[str, float]] = {}
     for inst, ms in by_instance.items():
         try:
@@ -136,10 +140,17 @@ def with_degradation(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def incomplete_instances(rows: Sequence[dict[str, Any]]) -> set[tuple[str, float]]:
-    """The (trace, penalty) pairs with a cell that timed out or failed: none of their cells has a degradation
-    factor (:func:`with_degradation`)."""
-    return {(r["trace"], r["penalty"]) for r in rows if r.get("status") != "ok"}
+def incomplete_instances(rows: Sequence[dict[str, Any]], algorithms: Sequence[str] = ()
+                         ) -> set[tuple[str, float]]:
+    """The (trace, penalty) pairs with a cell that timed out or failed, or without a cell of one of ``algorithms``:
+    none of their cells has a degradation factor (:func:`with_degradation`)."""
+    have: dict[tuple[str, float], set[str]] = defaultdict(set)
+    bad = set()
+    for r in rows:
+        have[(r["trace"], r["penalty"])].add(r["algorithm"])
+        if r.get("status") != "ok":
+            bad.add((r["trace"], r["penalty"]))
+    return bad | {inst for inst, algs in have.items() if not set(algorithms) <= algs}
 
 
 def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
@@ -305,7 +316,7 @@ def _settings(cells: Sequence[dict[str, Any]], cfg: dict[str, Any] | None, group
             + (" (one panel each)" if len(pens) > 1 else "") if pens else "")
     failed = sum(1 for c in cells if c.get("group") in groups and c.get("status") != "ok")
     if failed:
-        traces = len(incomplete_instances([c for c in cells if c.get("group") in groups]))
+        traces = len({t for t, _ in incomplete_instances([c for c in cells if c.get("group") in groups])})
         last += (f"; {count(failed, 'cell')} timed out or failed: {'its' if traces == 1 else 'their'} "
                  f"{count(traces, 'trace')} left out of every algorithm's means")
     return [*lines, last] if last else lines
@@ -497,14 +508,14 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
     without data is not written, and a plot without a value to show not drawn (each said on stderr); returns the
     paths written."""
     algorithms = sorted(cfg["algorithms"], key=policy_order)
-    rows = with_degradation(rows)
+    rows = with_degradation(rows, algorithms)
     rows = sorted(rows, key=lambda r: (r["trace"], r["penalty"], algorithms.index(r["algorithm"])))
     paths = [_write_csv(out / "cells.csv", rows, CELL_FIELDS)]
     paths.append(_write_csv(out / "degradation.csv", rows,
                             ("trace", "group", "load", "penalty", "algorithm", "max_stretch", "degradation",
                              "left_out")))
-    if incomplete := incomplete_instances(rows):
-        _say(f"{count(len(incomplete), '(trace, penalty)')} with a cell that timed out or failed: every "
+    if incomplete := incomplete_instances(rows, algorithms):
+        _say(f"{count(len(incomplete), '(trace, penalty)')} with a cell that timed out, failed or is missing: every "
              "algorithm's degradation factor there is left out (the best is unknown; table1's left_out counts "
              "them)")
     panels: dict[float, list[dict[str, Any]]] = {}

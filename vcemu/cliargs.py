@@ -28,7 +28,7 @@ def positive(name: str, kind=float, high: float | None = None, low: float | None
             value = kind(text)
         except ValueError:
             what = "a whole number" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"must be {what}, got {shown(text)!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {what}, got {shown(text)}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         if value <= 0:
@@ -83,7 +83,7 @@ def penalty_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {shown(text)!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number, got {shown(text)}") from None
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     if value > MAX_PENALTY_S:
@@ -111,7 +111,8 @@ def usable_out_dir(path: str | os.PathLike[str], flag: str = "--out", command: s
     """Create the output directory ``path`` now and check that a file can be written in it, so that a long run
     never ends by failing to write its results. ValueError naming ``flag`` otherwise, and for an empty path, which
     ``Path`` takes for the current directory (the results went there). With ``command`` (a key of
-    :data:`RESULTS_MARKS`), also if ``path`` holds another such command's results: each writes ``config.json`` and
+    :data:`RESULTS_MARKS`, or another command that must not write among their results, such as ``simulate``),
+    also if ``path`` holds another such command's results: each writes ``config.json`` and
     ``summary.json`` of its own there (``vcemu oppcost`` into an ``apc`` folder replaced both, and a rerun of
     ``apc`` there then started over)."""
     if not os.fspath(path).strip():

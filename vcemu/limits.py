@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["KNOWN_METADATA", "MAX_AGENT_HOSTS", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_REPLY_BYTES", "MAX_REQUEST_ID",
-           "MAX_TASKS", "MAX_WORK_S", "address_refusal", "name_refusal", "request_bounds", "shown",
-           "target_refusal"]
+__all__ = ["KNOWN_METADATA", "MAX_AGENT_HOSTS", "MAX_COMPRESS", "MAX_LOCAL_AGENTS", "MAX_MESSAGE_BYTES", "MAX_NAME",
+           "MAX_PENALTY_S", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_SIM_HOSTS", "MAX_TASKS", "MAX_WORK_S",
+           "MIN_COMPRESS", "address_refusal", "name_refusal", "request_bounds", "shown", "target_refusal"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -27,8 +27,8 @@ KNOWN_METADATA = "vcemu-known"
 MAX_TASKS = 10_000
 #: Most work one job may have, in seconds (a simulation takes up to :data:`coordinator.model.MAX_SECONDS`).
 MAX_WORK_S = 1e9
-#: Most hosts one agent may register (``vcemu agent --hosts``, RegisterAgent); also the most a local cluster
-#: (``up``, ``demo``, ``replay``) emulates.
+#: Most hosts one agent may register (``vcemu agent --hosts``, RegisterAgent); also the most ``up`` (local or
+#: ``--ray``), ``demo`` and ``replay`` emulate.
 MAX_AGENT_HOSTS = 10_000
 #: Most agent processes a local cluster starts (``--agents``): each is a Python process of about 50 MB with a gRPC
 #: server of its own; nothing bounded it, and a few hundred started that many on 2 cores (input review).

@@ -5,7 +5,8 @@ compared by the resumable commands before they reuse a journal.
 had uncommitted changes (when the code runs from a git checkout of vcemu), the Python version and the versions of the
 libraries a result's numbers come from (numpy's generators draw the workloads, scipy's HiGHS solves the LPs, numba
 compiles the packing kernels; :data:`LIBRARIES`), and always :func:`source_fingerprint`,
-a sha256 over the ``.py`` files of the ``coordinator``, ``workloads`` and ``node_agent`` packages as imported. The
+a sha256 over the ``.py`` files of the ``coordinator``, ``workloads``, ``node_agent`` and ``vcemu`` packages as
+imported (:data:`PACKAGES`). The
 fingerprint needs no git (it works from an installed wheel or a Docker image), and it is what a resume compares:
 another fingerprint means other code, whatever the commit says (a commit that changes no source keeps it; an
 uncommitted edit changes it). A mismatch throws away stored results (a sweep runs every stored cell again), so the

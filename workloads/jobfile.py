@@ -337,7 +337,7 @@ def _job_from_mapping(
         raise JobFileError(path, line, "id", f"must be a non-empty string, got {job_id!r}")
     if not job_id.isprintable():  # (a newline split simulate's table row; submit refused it, simulate took it)
         raise JobFileError(path, line, "id", "must be printable (no newline, tab or other control character), got "
-                           f"{job_id[:60]!r}" + (f"... ({len(job_id):,} characters)" if len(job_id) > 60 else ""))
+                           + _shown(job_id))
     given = row.get("submit_time")
     if "submit_time" not in required and _absent(row, "submit_time", from_text):  # (submit --file)
         given = 0.0

@@ -275,6 +275,7 @@ def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator, NullFormatter
 
+    finished = len(rows)  # (all of them: the figures show the first ``first``)
     shown = sorted(rows, key=lambda r: r["execution"])[:first]
     rows = with_jobs(shown)
     empty = len(shown) - len(rows)
@@ -283,7 +284,7 @@ def plot(rows: list[dict[str, float]], out: Path, first: int, cfg: Config | None
     note = settings_text(cfg, shown)
     if interrupted:
         of = f" of {cfg.executions} executions" if cfg is not None else " executions"
-        note = f"INTERRUPTED: {len(shown)}{of} finished; run the same command again to finish\n{note}"
+        note = f"INTERRUPTED: {finished}{of} finished; run the same command again to finish\n{note}"
     paths = []
     for fig_name, xm, ym in FIGURES:
         xs, ys = [r[f"{xm}_mean"] for r in rows], [r[f"{ym}_mean"] for r in rows]

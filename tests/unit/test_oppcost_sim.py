@@ -137,6 +137,14 @@ def test_the_default_memory_table_given_explicitly_is_no_other_setting(tmp_path,
     assert "other settings" not in capsys.readouterr().err
     assert oppcost_main([*argv, "--memory", "64,64,64,64,64,64"]) == 2
     assert "--memory" in capsys.readouterr().err
+    # another table's own rerun is its own settings (code review: the table as_now gave, a tuple, never equalled the
+    # stored list, and every run of another table was refused on its rerun)
+    other = tmp_path / "oc64"
+    argv64 = ["--executions", "1", "--jobs", "1", "--duration", "400", "--memory", "64,64,64,64,64,64",
+              "--out", str(other)]
+    assert oppcost_main(argv64) == 0
+    assert oppcost_main(argv64) == 0
+    assert "other settings" not in capsys.readouterr().err
 
 
 def test_oppcost_memory_table_replaces_the_guess_and_is_recorded(tmp_path, capsys) -> None:
