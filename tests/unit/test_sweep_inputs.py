@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-import types
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,46 +16,12 @@ import pytest
 
 from coordinator import sweep
 from coordinator.sweep import sweep_main
+from tests.unit.test_sweep_resume import FakeRay
 from workloads.jobfile import JobFileError, load_jobs
 
 #: An SWF record of 2 processors: job number, submit time and run time filled in.
 _RECORD = "{n} {submit} 0 {run} 2 -1 -1 2 60 -1 1 1 1 -1 -1 1 -1 -1"
 _HEADER = "; MaxNodes: 240"
-
-
-class _Ref:
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.fn, self.args = fn, args
-
-
-class FakeRay(types.ModuleType):
-    """The part of Ray that ``sweep.run_cells`` uses, running each cell here when its result is asked for."""
-
-    def __init__(self) -> None:
-        super().__init__("ray")
-        self.gets = 0
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def remote(self, **_options: Any) -> Callable[[Callable[..., Any]], Any]:
-        return lambda fn: types.SimpleNamespace(remote=lambda *args: _Ref(fn, args))
-
-    def put(self, obj: Any) -> Any:
-        return obj
-
-    def wait(self, refs: list[_Ref], num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
-        return refs[:num_returns], refs[num_returns:]
-
-    def get(self, ref: _Ref) -> Any:
-        self.gets += 1
-        return ref.fn(*ref.args)
-
-    def cancel(self, ref: _Ref, force: bool = False) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
 
 
 @pytest.fixture
