@@ -19,15 +19,22 @@ T = TypeVar("T")
 def builder(cls: type[T]) -> Callable[..., T]:
     """A function ``f(*values)`` equal to ``cls(*values)``, with every field given, in field order.
 
-    Only for plain dataclasses: one with ``__slots__`` has no ``__dict__``, and one with a
-    ``__post_init__`` would not run it here."""
-    if not is_dataclass(cls) or "__slots__" in cls.__dict__ or hasattr(cls, "__post_init__"):
-        raise TypeError(f"builder: {cls.__name__} must be a dataclass without __slots__ or __post_init__")
+    A plain dataclass's fields are written to the new instance's ``__dict__``; a slotted one's (no ``__dict__``:
+    half the memory of a :class:`~coordinator.metrics.Transition`, of which a long simulation keeps millions)
+    through each slot's descriptor, as ``object.__setattr__`` would without its lookup. Not for a dataclass with
+    a ``__post_init__``, which would not run here."""
+    if not is_dataclass(cls) or hasattr(cls, "__post_init__"):
+        raise TypeError(f"builder: {cls.__name__} must be a dataclass without __post_init__")
     names = [f.name for f in fields(cls)]
-    lines = [f"def build({', '.join(names)}):", "    obj = new(cls)", "    d = obj.__dict__"]
-    lines += [f"    d[{n!r}] = {n}" for n in names]
-    lines.append("    return obj")
     scope: dict[str, object] = {"new": object.__new__, "cls": cls}
+    lines = [f"def build({', '.join(names)}):", "    obj = new(cls)"]
+    if "__slots__" in cls.__dict__:
+        scope.update({f"set_{n}": cls.__dict__[n].__set__ for n in names})
+        lines += [f"    set_{n}(obj, {n})" for n in names]
+    else:
+        lines.append("    d = obj.__dict__")
+        lines += [f"    d[{n!r}] = {n}" for n in names]
+    lines.append("    return obj")
     exec("\n".join(lines), scope)  # noqa: S102 - code made from the class's own field names, as dataclasses does
     build = scope["build"]
     build.__qualname__ = build.__name__ = f"build_{cls.__name__}"  # type: ignore[attr-defined]

@@ -47,9 +47,10 @@ def priority(flow_time: float, vt: float, bound: float = STRETCH_BOUND_S) -> flo
 # ---- the recorded history of a run ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transition:
-    """One recorded change of a job: a state change, or a new share/placement in the same state."""
+    """One recorded change of a job: a state change, or a new share/placement in the same state. Slotted: a long
+    simulation keeps millions (6.4 million for 64 HPC2N weeks of DYNMCB8), at 120 bytes each instead of 232."""
 
     time: float
     job: str
