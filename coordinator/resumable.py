@@ -27,7 +27,7 @@ from vcemu.outputs import stored_config, write_text
 from vcemu.provenance import library_changes
 
 __all__ = ["Journal", "changed_settings", "die_with_parent", "other_settings_refusal", "read_journal", "say_resumed",
-           "stale_reason", "unfinished_rows"]
+           "settings_as_now", "stale_reason", "unfinished_rows"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -73,6 +73,15 @@ def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any], ignore: Ite
     return sorted(k for k in set(old) | set(new_json) if k not in skip and old.get(k) != new_json.get(k))
 
 
+def settings_as_now(old: dict[str, Any], as_now: Callable[[dict[str, Any]], dict[str, Any]] | None) -> dict[str, Any]:
+    """A stored ``config.json`` object as this version would have written it (``as_now``, a command's own; None:
+    as it is), through JSON as a new config is compared: a tuple ``as_now`` gives is a list again (an oppcost table
+    given as a tuple never equalled the stored list; code review)."""
+    import json
+
+    return old if as_now is None else json.loads(json.dumps(as_now(old)))
+
+
 def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mapping[str, str], journal: str,
                            command: str, unordered: Iterable[str] = (),
                            as_now: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -106,8 +115,7 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
         return (f"{command}: {out}/config.json cannot be read as a run's settings, and {out} holds results "
                 f"({', '.join(held)}) that a run there would replace; give another --out, or remove {out} to "
                 "replace it")
-    if as_now is not None:  # (through JSON, as ``new``: a tuple it gives is the stored list again; code review)
-        old = json.loads(json.dumps(as_now(old)))
+    old = settings_as_now(old, as_now)
     new = json.loads(json.dumps(dict(config)))
     loose = set(unordered)
 
@@ -198,10 +206,8 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
     if not path.exists():
         return [], 0
     old = stored_config(out)
-    if old is not None and as_now is not None:
-        import json
-
-        old = json.loads(json.dumps(as_now(old)))
+    if old is not None:
+        old = settings_as_now(old, as_now)
     why = "with an unreadable config.json" if old is None else stale_reason(old, config, ignore)
     if why:
         print(f"{command}: {out} holds {held} {why}; starting over", file=sys.stderr)

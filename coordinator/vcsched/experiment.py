@@ -361,13 +361,13 @@ def _sessions(out: Path, conf: dict[str, Any], kept: dict[Unit, list[dict]] | No
     continues the stored one when it keeps rows of its journal (``kept``, checked against ``conf``), or when the
     stored ``config.json`` is unfinished with the same settings and code (a session that finished nothing); a run
     that starts over (``kept`` None) or follows a finished one is session 1."""
-    from coordinator.resumable import stale_reason
+    from coordinator.resumable import settings_as_now, stale_reason
 
     earlier: dict[int, dict[str, Any]] = {}
     if kept is not None:
         old = stored_config(out)
         if old is not None and (kept or old.get("complete") is False) \
-                and stale_reason(_large_flags_dropped(old), conf, NOT_RESULTS) is None \
+                and stale_reason(settings_as_now(old, _large_flags_dropped), conf, NOT_RESULTS) is None \
                 and isinstance(old.get("sessions"), list):
             earlier = {s["session"]: s for s in old["sessions"]
                        if isinstance(s, dict) and type(s.get("session")) is int and s["session"] >= 1}
