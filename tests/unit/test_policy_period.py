@@ -212,3 +212,25 @@ def test_a_period_shorter_than_the_penalty_is_warned_of(tmp_path, capsys) -> Non
     assert "vcemu simulate: warning: dynmcb8-per-60 repacks every 60 s, less than the 100-s" in capsys.readouterr().err
     assert main(["simulate", "--policy", "dynmcb8-per-60", "--penalty", "30", "--json", str(jobs)]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("submit", "start"), [
+    (1100.0, 1200.0),  # the grid still ticking (the repacking at 600 found a1 done at 100, 1200 is the next)
+    (1300.0, 1800.0),  # arrived at an idle cluster: the grid's next point, not 1300 + 600
+    (1800.0, 1800.0),  # exactly on a point of the grid: in that repacking
+    (1800.5, 2400.0),
+])
+def test_the_periodic_repackings_keep_to_one_grid_across_an_idle_cluster(submit: float, start: float) -> None:
+    """001 Sec. III-B: DYNMCB8-PER invokes MCB8 "periodically, every T seconds"; a job arriving while nothing runs
+    waits for the next of those times (fidelity review: it waited a whole T from its arrival)."""
+    jobs = [JobSpec("a1", 0.0, 1, 1.0, 0.1, 100.0), JobSpec("a2", submit, 1, 1.0, 0.1, 100.0)]
+    results = {r.job: r for r in job_results(simulate(jobs, "dynmcb8-per", homogeneous_hosts(1)))}
+    assert results["a1"].start == 600.0
+    assert results["a2"].start == start
+
+
+def test_the_grid_starts_at_the_first_arrival() -> None:
+    """The first repacking is T after the first arrival, the grid's origin; the later ones on its points."""
+    jobs = [JobSpec("a1", 250.0, 1, 1.0, 0.1, 10.0), JobSpec("a2", 1000.0, 1, 1.0, 0.1, 10.0)]
+    results = {r.job: r for r in job_results(simulate(jobs, "dynmcb8-per-100", homogeneous_hosts(1)))}
+    assert (results["a1"].start, results["a2"].start) == (350.0, 1050.0)
