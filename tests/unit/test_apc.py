@@ -184,6 +184,26 @@ def test_queued_job_takes_cpu_from_an_app_well_above_the_jobs():
     assert better((0.605, 0.605, 0.62), (0.597, 0.597, 0.66), 0.01)
 
 
+def test_a_job_swapped_on_a_node_keeps_the_transactional_instance_removed_before_it():
+    """The instances on a node are removed most satisfied first: the app (RP 0.75) before the running job r, so
+    every configuration that suspends r for the queued, more urgent q also removed the app, which was never
+    offered back, and keeping r won. 003's inner loop "iterates over all applications": the app is offered again
+    after q, fits beside it, and the swap with the app kept raises the lowest RP (fidelity review: 3 of 217 cycles of
+    Experiment Three left the app's CPU idle)."""
+    node = (Node("n", 1000.0, 1000.0),)
+    app = TransactionalApp("web", 1.0, ResponseTimeModel(demand=100.0, rate=1.0), memory=200.0,
+                           nodes=frozenset({"n"}))
+    r = Job("r", 0.0, 1000.0, (Stage(4e5, 500.0, 600.0),))  # 600 + 700 MB: r and q never fit together
+    q = Job("q", 10.0, 250.0, (Stage(1e5, 500.0, 700.0),))
+    st = ApcState(10.0, node, (r, q), {"r": "n"}, apps=(app,))
+    ctx = _context(st, 10.0, Costs.none(), 0.01, DEFAULT_SAMPLES)
+    kept = evaluate(ctx, {"r": "n"}, {"web": frozenset({"n"})})
+    d = apc_place(st, T=10.0)
+    assert kept is not None
+    assert d.placement == {"q": "n"} and d.app_nodes["web"] == frozenset({"n"})
+    assert d.rp["web"] == pytest.approx(0.75) and d.vector[0] > kept.vector[0] + 0.02
+
+
 def test_edf_preempts_and_fcfs_does_not():
     node = (Node("n", 1000.0, 1000.0),)
     late = Job("late", 0.0, 1000.0, (Stage(1000.0, 1000.0, 600.0),))
