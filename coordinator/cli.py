@@ -39,6 +39,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return simulate_file(args.jobs_file, args.policy, hosts, args.penalty, args.json, args.segment, args.out)
 
 
+def _segment(text: str) -> int | tuple[int, int]:
+    from workloads.jobfile import parse_segment
+
+    try:
+        return parse_segment(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from coordinator.demo import run_demo
 
@@ -65,9 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "nodes seed 001 converts traces for)")
     sp.add_argument("--penalty", type=penalty_seconds, default=0.0,
                     help="rescheduling penalty, seconds (>= 0; default 0; seed 001's is 300)")
-    sp.add_argument("--segment", type=int, default=None, metavar="K",
-                    help="for an SWF trace: simulate only week K, counted from the trace's start at 0 (default: "
-                    "the whole trace)")
+    sp.add_argument("--segment", type=_segment, default=None, metavar="K|A-B",
+                    help="for an SWF trace: simulate only week K, counted from the trace's start at 0, or the weeks A "
+                    "to B in one run, a backlog carried from each to the next (default: the whole trace)")
     sp.add_argument("--json", action="store_true",
                     help="print the summary as one JSON object instead of the table (each job's results: --out)")
     sp.add_argument("--out", default=None, metavar="DIR", help="also write the results (config.json, jobs.csv, "

@@ -101,7 +101,7 @@ MAX_TABLE_JOBS = 1000
 
 
 def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: bool,
-                  segment: int | None = None, out: str | None = None) -> int:
+                  segment: int | tuple[int, int] | None = None, out: str | None = None) -> int:
     """``vcemu simulate``: a job file (JSON lines, CSV, or an SWF trace week) through one policy, with a
     progress bar on a terminal; with ``out``, the results also go to a new folder under it
     (:func:`write_simulation`), named after the run's start and made once the run has finished (``out`` is made
@@ -111,7 +111,7 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     when only writing them failed (exit status 1)."""
     from tqdm import tqdm
 
-    from workloads.jobfile import JobFileError, is_swf, load_jobs, shown, unreadable
+    from workloads.jobfile import JobFileError, is_swf, load_jobs, segment_text, shown, unreadable
 
     cluster = homogeneous_hosts(hosts)
     try:  # each job checked against the hosts and the policy's refusals (FCFS/EASY: whole nodes), naming its line
@@ -125,19 +125,20 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
     if note is not None:  # the SWF conversion's rules removed records: said, and recorded in config.json
         print(f"vcemu simulate: {path}: {note}", file=sys.stderr)
     if not specs:
-        what = f"week {segment} of {shown(path)}" if segment is not None else shown(path)
+        what = f"{segment_text(segment)} of {shown(path)}" if segment is not None else shown(path)
         print(f"vcemu simulate: no jobs in {what}", file=sys.stderr)
         return 2
     if segment is None and is_swf(path):
-        # (the whole HPC2N trace, 202,871 jobs on 120 hosts: FCFS 54 s, EASY 67 s; 64 of its weeks: DYNMCB8 250 s and
-        # 2 GB, DYNMCB8-PER past 600 s, as a backlog carried from week to week grows: scale review)
+        # (the whole HPC2N trace, 202,871 jobs on 120 hosts: FCFS 54 s, EASY 67 s; 64 of its weeks: DYNMCB8 190-250 s
+        # (353 MB since results are folded as the run goes: 1.4 GB before), DYNMCB8-PER past 600 s, as a backlog carried
+        # from week to week grows: scale review)
         from workloads.annotate import WEEK_S
 
         weeks = math.floor(max(s.submit_time for s in specs) / WEEK_S) + 1
         print(f"vcemu simulate: {path}: all {len(specs):,} jobs of the trace, {weeks} week{'s' if weeks != 1 else ''} "
-              f"in one run (--segment K: week K alone, 0..{weeks - 1}); a preempting policy's backlog carries from "
-              "week to week, so this can take far longer than the weeks one by one (vcemu sweep --hpc2n-weeks runs "
-              "them week by week, as seed 001 does)", file=sys.stderr)
+              f"in one run (--segment K: week K alone, 0..{weeks - 1}; --segment A-B: weeks A to B); a preempting "
+              "policy's backlog carries from week to week, so this can take far longer than the weeks one by one "
+              "(vcemu sweep --hpc2n-weeks runs them week by week, as seed 001 does)", file=sys.stderr)
     if not (math.isfinite(penalty) and penalty >= 0):  # the CLI refuses these; a caller in code may not
         print(f"vcemu simulate: --penalty: must be a finite number >= 0, got {penalty}", file=sys.stderr)
         return 2
@@ -152,7 +153,7 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         # (the file's name cut to fit a folder's name, 255 bytes: a 251-character one ran the whole simulation and
         # then could not write its results; input review; config.json has the whole path)
         source = "stdin" if path == STDIN else os.path.basename(path)[:100]  # (not "greedy--")
-        name = f"{policy}-{source}" + ("" if segment is None else f"-week{segment}")
+        name = f"{policy}-{source}" + ("" if segment is None else "-" + segment_text(segment).replace(" ", ""))
         if not out.strip():  # ("" is the current folder to abspath: the results went there; input review)
             print("vcemu simulate: --out: must be a folder's path, got an empty one", file=sys.stderr)
             return 2
@@ -191,7 +192,9 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
 
         folder: Path | None = None
         try:  # the hash of the bytes that were parsed, not of what the path holds by now
-            config = {**jobs_file.provenance(), "segment": segment, "policy": policy, "hosts": hosts,
+            # (one week as its index, as before; weeks A-B as "A-B", as --segment takes them)
+            seg = segment if segment is None or isinstance(segment, int) else f"{segment[0]}-{segment[1]}"
+            config = {**jobs_file.provenance(), "segment": seg, "policy": policy, "hosts": hosts,
                       "penalty": penalty}
             folder = new_run_dir(out, name, started)
             write_simulation(folder, config, specs, results, summary, time.monotonic() - wall0)

@@ -31,6 +31,7 @@ jobs with the hash of the very bytes parsed.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import errno
 import gzip
 import hashlib
@@ -53,12 +54,15 @@ __all__ = [
     "JobFile",
     "JobFileError",
     "Refuse",
+    "Segment",
     "check_jobs",
     "is_swf",
     "iter_jobs",
     "job_to_dict",
     "load_jobs",
+    "parse_segment",
     "read_jobs",
+    "segment_text",
     "unreadable",
     "write_jobs",
 ]
@@ -524,11 +528,37 @@ class JobFile:
                 "swf_conversion": conversion}
 
 
+#: An SWF trace's weeks to load: one week ``k``, or the weeks ``(first, last)``, both included, as one run's jobs.
+Segment = int | tuple[int, int]
+
+
+def parse_segment(text: str) -> Segment:
+    """``--segment``: ``K`` (one week) or ``A-B`` (weeks A to B, A <= B), indices from 0."""
+    first, sep, last = text.strip().partition("-")
+    try:
+        a, b = int(first), int(last) if sep else None
+    except ValueError:
+        raise ValueError(f"expected a week K or weeks A-B (indices from 0), got {text!r}") from None
+    if a < 0 or (b is not None and b < 0):
+        raise ValueError(f"week indices start at 0, got {text!r}")
+    if b is None or b == a:
+        return a
+    if a > b:
+        raise ValueError(f"a range A-B needs A <= B, got {text!r} (did you mean {b}-{a}?)")
+    return a, b
+
+
+def segment_text(segment: Segment) -> str:
+    """``week 5`` or ``weeks 92-99``."""
+    first, last = (segment, segment) if isinstance(segment, int) else segment
+    return f"week {first}" if first == last else f"weeks {first}-{last}"
+
+
 def load_jobs(
     path: str | os.PathLike[str],
     *,
     hosts: tuple[Host, ...] | None = None,
-    segment: int | None = None,
+    segment: Segment | None = None,
     workload: str = _DEFAULT_WORKLOAD,
     refuse: Refuse | None = None,
     timed: bool = True,
@@ -539,8 +569,10 @@ def load_jobs(
 
     ``.swf`` / ``.swf.gz`` files go through the HPC2N conversion of 001 Sec. IV-C
     (:func:`workloads.annotate.convert_hpc2n`); with ``segment=k`` only week ``k`` is returned, its
-    submit times relative to the week's start (:func:`workloads.annotate.segment_weeks`), otherwise
-    the whole trace with submit times relative to the log start. ``workload`` names the job program
+    submit times relative to the week's start (:func:`workloads.annotate.segment_weeks`), with
+    ``segment=(a, b)`` the weeks ``a`` to ``b`` as one list, relative to week ``a``'s start (the same times
+    week by week: a week's jobs are those of ``segment=k``), otherwise the whole trace with submit times
+    relative to the log start. ``workload`` names the job program
     of SWF jobs. ``segment`` is refused for other formats. A malformed SWF line, a repeated SWF job number
     or a time out of bounds raises :class:`JobFileError` with its line number, like a bad job line.
     ``hosts`` and ``refuse``: as for :func:`iter_jobs` (for a trace, the refusal counts the jobs that do not
@@ -563,7 +595,7 @@ def read_jobs(
     path: str | os.PathLike[str],
     *,
     hosts: tuple[Host, ...] | None = None,
-    segment: int | None = None,
+    segment: Segment | None = None,
     workload: str = _DEFAULT_WORKLOAD,
     refuse: Refuse | None = None,
 ) -> list[JobSpec]:
@@ -577,11 +609,11 @@ def _load_swf(
     data: bytes,
     digest: str,
     hosts: tuple[Host, ...] | None,
-    segment: int | None,
+    segment: Segment | None,
     workload: str,
     refuse: Refuse | None,
 ) -> JobFile:
-    from workloads.annotate import HPC2N_NODES, convert_hpc2n, segment_weeks
+    from workloads.annotate import HPC2N_NODES, WEEK_S, convert_hpc2n, segment_weeks
     from workloads.swf import SWFError, SWFJob, SWFReader
 
     # Converted for the trace's own machine, so that a job too wide for the given hosts is refused below
@@ -613,13 +645,16 @@ def _load_swf(
     by_id = {str(n): line for n, line in lines.items()}
     jobs = conv.jobs
     if segment is not None:
+        first, last = (segment, segment) if isinstance(segment, int) else segment
         segs = segment_weeks(jobs)
-        if not 0 <= segment < len(segs):
-            raise ValueError(f"--segment: {p} has weeks 0..{len(segs) - 1}, got {segment}")
-        jobs = segs[segment]
+        if not 0 <= first <= last < len(segs):
+            raise ValueError(f"--segment: {p} has weeks 0..{len(segs) - 1}, got {segment_text(segment)}")
+        # (weeks after the first moved back on by whole weeks: a week's jobs and times are its segment's)
+        jobs = [job if k == first else dataclasses.replace(job, submit_time=job.submit_time + (k - first) * WEEK_S)
+                for k in range(first, last + 1) for job in segs[k]]
     result = JobFile(p, abspath, digest, jobs, by_id, conv.records, dict(conv.dropped))
     if hosts is not None:
-        what = f"of week {segment}" if segment is not None else "of the trace"
+        what = f"of {segment_text(segment)}" if segment is not None else "of the trace"
         machine = f" (SWF traces are converted by HPC2N's rules, 001 Sec. IV-C, for its machine of {HPC2N_NODES} nodes)"
         check_jobs(result, jobs, hosts, refuse, what=what, machine=machine)
     return result

@@ -111,7 +111,7 @@ def test_simulate_refuses_a_job_the_batch_policy_cannot_run_before_the_run(
     def never(*_a, **_k):
         raise AssertionError("the run started")
 
-    monkeypatch.setattr(coordinator.experiments, "simulate", never)
+    monkeypatch.setattr(coordinator.experiments, "simulate_results", never)
     path = tmp_path / "wide.jsonl"
     path.write_text(json.dumps({**JOB, "id": "b"}) + "\n" + json.dumps({**JOB, "tasks": 8, "memory": 0.1}) + "\n")
     code, out, err = run(["simulate", "--policy", policy, str(path)], capsys)

@@ -12,7 +12,7 @@ import pytest
 from coordinator.model import Host, JobSpec
 from coordinator.policies.batch import refuse_oversized
 from workloads.annotate import synthetic_trace
-from workloads.jobfile import FIELDS, JobFileError, iter_jobs, read_jobs, unreadable, write_jobs
+from workloads.jobfile import FIELDS, JobFileError, iter_jobs, parse_segment, read_jobs, unreadable, write_jobs
 from workloads.swf import parse_record, write_swf
 
 TRACE = Path("/work/shared/traces/HPC2N-2002-2.2-cln.swf.gz")
@@ -162,6 +162,27 @@ def test_swf_goes_through_the_conversion(tmp_path: Path) -> None:
         read_jobs(path, hosts=(Host("h0", mem=0.2),))
     with pytest.raises(ValueError, match="segment"):
         read_jobs(tmp_path / "x.jsonl", segment=0)
+
+
+def test_weeks_a_to_b_are_one_list_from_week_a_s_start(tmp_path: Path) -> None:
+    """``--segment A-B`` (scale review: no way to simulate a few weeks with their backlog carried but the whole
+    trace): each week's jobs as its own segment has them, moved on by whole weeks from week A's start."""
+    week = 7 * 86400
+    records = [parse_record(f"{n} {t} 0 50 2 -1 -1 2 60 -1 1 1 1 -1 -1 1 -1 -1")
+               for n, t in ((1, 100), (2, week + 5), (3, 2 * week + 7), (4, 3 * week + 9))]
+    path = tmp_path / "t.swf"
+    write_swf(path, records, [" MaxNodes: 240"])
+    assert read_jobs(path, segment=(1, 2)) == [JobSpec("2", 5.0, 1, 1.0, 0.2, 50.0),
+                                               JobSpec("3", week + 7.0, 1, 1.0, 0.2, 50.0)]
+    assert read_jobs(path, segment=(2, 2)) == read_jobs(path, segment=2) == [JobSpec("3", 7.0, 1, 1.0, 0.2, 50.0)]
+    assert [j.submit_time for j in read_jobs(path, segment=(0, 3))] == [j.submit_time for j in read_jobs(path)]
+    with pytest.raises(ValueError, match=r"has weeks 0..3, got weeks 2-4"):
+        read_jobs(path, segment=(2, 4))
+    assert [parse_segment(t) for t in ("3", "3-3", " 2-5 ")] == [3, 3, (2, 5)]
+    for bad, why in (("5-2", "did you mean 2-5"), ("x", "a week K or weeks A-B"), ("-1", "a week K"),
+                     ("1-", "a week K"), ("1--2", "start at 0")):
+        with pytest.raises(ValueError, match=why):
+            parse_segment(bad)
 
 
 def test_an_swf_job_too_wide_for_the_given_hosts_is_refused_not_dropped(tmp_path: Path) -> None:

@@ -86,7 +86,7 @@ def test_simulate_that_fails_removes_the_folder_it_made_and_the_parents_it_creat
     def broken(*_a, **_k):
         raise RuntimeError("a bug in the simulation")
 
-    monkeypatch.setattr(coordinator.experiments, "simulate", broken)
+    monkeypatch.setattr(coordinator.experiments, "simulate_results", broken)
     out = tmp_path / "new" / "results"  # neither exists: the run creates both
     with pytest.raises(RuntimeError, match="a bug in the simulation"):  # a bug keeps its traceback
         run(["simulate", "--policy", "greedy", str(jobs), "--out", str(out)], capsys)
@@ -103,7 +103,7 @@ def test_simulate_interrupted_without_out_says_so(jobs: Path, monkeypatch: pytes
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(coordinator.experiments, "simulate", interrupted)
+    monkeypatch.setattr(coordinator.experiments, "simulate_results", interrupted)
     code, printed, err = run(["simulate", "--policy", "greedy", str(jobs)], capsys)
     assert (code, printed) == (130, "") and err.strip().endswith("vcemu simulate: interrupted"), err
 
@@ -122,7 +122,7 @@ def test_simulate_interrupted_leaves_an_existing_out_as_it_was(jobs: Path, tmp_p
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(coordinator.experiments, "simulate", interrupted)
+    monkeypatch.setattr(coordinator.experiments, "simulate_results", interrupted)
     code, printed, err = run(argv, capsys)
     assert code == 130, err
     assert "Traceback" not in err and printed == ""
@@ -166,7 +166,7 @@ def test_a_failed_run_leaves_an_out_reached_through_dotdot_as_it_was(tmp_path: P
     def interrupted(*_a: object, **_k: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(coordinator.experiments, "simulate", interrupted)
+    monkeypatch.setattr(coordinator.experiments, "simulate_results", interrupted)
     code, _, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(tmp_path / "new" / ".." / "results")],
                        capsys)
     assert code == 130, err
@@ -183,13 +183,13 @@ def test_config_hashes_the_bytes_the_run_parsed_not_what_the_path_holds_after(
     import coordinator.experiments
 
     parsed = jobs.read_bytes()
-    real = coordinator.experiments.simulate
+    real = coordinator.experiments.simulate_results
 
     def edited_meanwhile(*a, **k):
         jobs.write_text("")  # someone edits the file while the simulation runs
         return real(*a, **k)
 
-    monkeypatch.setattr(coordinator.experiments, "simulate", edited_meanwhile)
+    monkeypatch.setattr(coordinator.experiments, "simulate_results", edited_meanwhile)
     out = tmp_path / "results"
     monkeypatch.chdir(tmp_path)
     code, _, err = run(["simulate", "--policy", "greedy", "--json", jobs.name, "--out", str(out)], capsys)
@@ -258,11 +258,18 @@ def test_a_whole_swf_trace_says_how_many_jobs_and_weeks_it_runs(tmp_path: Path,
     # (it said the whole trace "takes about as long as its weeks one by one": not so where a backlog carries from
     # week to week, the scale review measured)
     assert err == (f"vcemu simulate: {trace}: all 2 jobs of the trace, 2 weeks in one run (--segment K: week K "
-                   "alone, 0..1); a preempting policy's backlog carries from week to week, so this can take far "
-                   "longer than the weeks one by one (vcemu sweep --hpc2n-weeks runs them week by week, as seed 001 "
-                   "does)\n")
+                   "alone, 0..1; --segment A-B: weeks A to B); a preempting policy's backlog carries from week to "
+                   "week, so this can take far longer than the weeks one by one (vcemu sweep --hpc2n-weeks runs them "
+                   "week by week, as seed 001 does)\n")
     code, _, err = run(["simulate", "--policy", "greedy", "--json", "--segment", "1", str(trace)], capsys)
     assert code == 0 and err == "", err
+    out = tmp_path / "results"  # weeks 0 to 1 in one run: both jobs, named and recorded as given
+    code, printed, err = run(["simulate", "--policy", "greedy", "--json", "--segment", "0-1", str(trace),
+                              "--out", str(out)], capsys)
+    assert code == 0 and json.loads(printed)["jobs"] == 2, err
+    (folder,) = out.iterdir()
+    assert folder.name.endswith("-greedy-two-weeks.swf-weeks0-1")
+    assert json.loads((folder / "config.json").read_text())["segment"] == "0-1"
 
 
 def test_simulate_stopped_by_sigterm_says_so_and_leaves_no_folder(jobs: Path, tmp_path: Path,
@@ -282,7 +289,7 @@ def test_simulate_stopped_by_sigterm_says_so_and_leaves_no_folder(jobs: Path, tm
         time.sleep(5)
         raise AssertionError("SIGTERM did not stop the run")
 
-    monkeypatch.setattr(coordinator.experiments, "simulate", terminated)
+    monkeypatch.setattr(coordinator.experiments, "simulate_results", terminated)
     out = tmp_path / "results"
     code, printed, err = run(["simulate", "--policy", "greedy", str(jobs), "--out", str(out)], capsys)
     assert code == 130 and printed == "", err
