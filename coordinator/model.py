@@ -19,7 +19,9 @@ from types import MappingProxyType
 
 from vcemu.limits import shown
 
-#: Bound on flow time and run time used by bounded stretch and by the priority (001 Sec. II-B.2, III-A).
+#: The 30 s bound of bounded stretch and of the priority (001 Sec. II-B.2, III-A). 001 bounds the flow time
+#: ("replaced by the maximum of the turn-around time and of a threshold value"); bounded stretch here bounds the
+#: run time it divides by too, as 001's reference [31] does (:mod:`coordinator.metrics` says why).
 STRETCH_BOUND_S = 30.0
 
 #: Workload programs a job may name (the node agent's registry runs exactly these).

@@ -532,7 +532,10 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         f"traces together at most {MAX_TRACE_JOBS:,} jobs, the sweep at most {MAX_CELLS:,} cells")
     p.add_argument("--loads", default=",".join(f"{x:.1f}" for x in DEFAULT_LOADS),
                    help="offered loads of the scaled Lublin traces (default %(default)s)")
-    p.add_argument("--unscaled", type=int, default=0, help="unscaled Lublin traces (Table I, middle column; default 0)")
+    p.add_argument("--unscaled", type=int, default=0,
+                   help="unscaled Lublin traces (Table I, middle column; default 0). Our reconstruction of the Lublin "
+                   "arrival process spans about 16 days per 1,000 jobs where 001's spanned 4-6: these run at about a "
+                   "third of 001's load, not comparable with its column (workloads/lublin.py)")
     p.add_argument("--hosts", type=int, default=128,
                    help="nodes for the Lublin traces (default %(default)s, as in 001)")
     p.add_argument("--hpc2n", default=os.path.normpath(DEFAULT_HPC2N),

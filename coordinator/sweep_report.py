@@ -518,6 +518,10 @@ def write_reports(rows: Sequence[dict[str, Any]], cfg: dict[str, Any], out: Path
         _say(f"{count(len(incomplete), '(trace, penalty)')} with a cell that timed out, failed or is missing: every "
              "algorithm's degradation factor there is left out (the best is unknown; table1's left_out counts "
              "them)")
+    if any(r["group"] == "unscaled" for r in rows):  # (fidelity review)
+        _say("table1: the unscaled traces run at about a third of the load of 001's (our Lublin arrival process spans "
+             "about 16 days per 1,000 jobs, 001's 4-6): their column is not comparable with 001's "
+             "(workloads/lublin.py)")
     panels: dict[float, list[dict[str, Any]]] = {}
     for pen in cfg["penalties"]:
         t1 = table1(rows, algorithms, pen)

@@ -48,9 +48,13 @@ median span is about 16 days (10th-90th percentile 12-21 days) and the natural o
 :func:`workloads.annotate.offered_load`) is about 0.52 (0.37-0.79). The gap is a factor of about 3; the
 daily-cycle time change alone accounts for about 1.8 of it (the peak bucket's intensity over the mean
 bucket's), so the arrival part (how ``ARAR`` and the bucket walk enter) is where this reconstruction
-most likely differs from the C code. It does not affect 001's experiments as reproduced here: 001
-multiplies the inter-arrival times to reach each target load (:func:`workloads.annotate.scale_to_load`),
-which removes the absolute arrival rate and keeps only the job mix and the shape of the arrival pattern.
+most likely differs from the C code. It does not affect 001's scaled traces (Table I's first column, Fig. 1,
+Table II): 001 multiplies the inter-arrival times to reach each target load
+(:func:`workloads.annotate.scale_to_load`), which removes the absolute arrival rate and keeps only the job mix
+and the shape of the arrival pattern. It does affect Table I's middle column, the traces "directly from the
+Lublin model" (``vcemu sweep --unscaled``): ours run at about a third of the load 001's 4-6-day traces had
+(seeds 0-2: spans of 13.7, 16.4 and 18.8 days, offered loads 0.57, 0.46 and 0.51; the same jobs over 5 days
+would be about 1.5), so that column is not comparable with 001's (fidelity review); the sweep says so.
 """
 
 from __future__ import annotations

@@ -225,10 +225,10 @@ class ResponseTimeModel:
     allocated CPU, ``t(omega) = demand / (min(omega, saturation) - rate * demand)`` seconds, where
     ``demand`` is the CPU work of one request (Mcycles) and ``rate`` the request arrival rate (1/s).
     Below ``rate * demand`` the server is unstable and ``t`` is infinite; above ``saturation`` more CPU
-    no longer helps (Sec. 5.3: "allocating CPU power in excess of 130,000MHz ... will not further
-    decrease the response time"). ``demand`` and ``rate`` are what a request router and work profiler
-    measure (Sec. 3.1); the live driver fits ``demand`` from a measured response time, with the work of a request
-    its CPU time shows as a floor (:func:`coordinator.apc.live.app_model`).
+    no longer helps (Sec. 5.3: allocating CPU power in excess of 130,000MHz "will not further increase its
+    satisfaction: that is, it will not decrease the response time"). ``demand`` and ``rate`` are what a request
+    router and work profiler measure (Sec. 3.1); the live driver fits ``demand`` from a measured response time,
+    with the work of a request its CPU time shows as a floor (:func:`coordinator.apc.live.app_model`).
     """
 
     demand: float  # Mcycles per request
