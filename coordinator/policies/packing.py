@@ -21,10 +21,12 @@ The Sec. 3.3 greedy packers GR, SG, GB, SGB are in :mod:`coordinator.policies.gr
 (``greedy_allocate``), which builds on this module (it does not import that one).
 ``allocation_from_placement(jobs, hosts, task_host, algorithm) -> Allocation | None``
     Turn any placement (one host index per task, tasks in job order) into an allocation: the best
-    minimum yield the placement supports, then the average-yield step. ``None`` if it does not fit.
+    minimum yield the placement supports (vcemu's reading, see "Search" below), then the average-yield step.
+    ``None`` if it does not fit.
 ``lp_bound(jobs, hosts) -> float | None``
     The rational LP bound of Sec. 3.1, ``min(sum(cpu_cap) / sum(need), 1)``, or ``None`` when total
-    memory does not fit (the relaxation is infeasible).
+    memory does not fit (the relaxation is infeasible). On identical hosts it is the relaxation's optimum; on
+    heterogeneous ones only an upper bound on it (see :func:`lp_bound`).
 ``PackProblem.build(jobs, hosts)`` / ``mcb_pack(problem, yield_, key="MCB8") -> ndarray | None``
     Lower level: the validated array form of an instance (tasks flattened in job order) and one MCB
     packing pass at a fixed yield (one host index per task, or ``None``); ``mcb_search(problem, ...)`` is
@@ -32,7 +34,8 @@ The Sec. 3.3 greedy packers GR, SG, GB, SGB are in :mod:`coordinator.policies.gr
 ``verify_allocation(jobs, hosts, allocation)``
     Raise ``ValueError`` unless the allocation is feasible and its claims hold (used by tests).
 
-``Allocation`` fields: ``min_yield`` (the achieved minimum yield, the minimum of ``yields``),
+``Allocation`` fields: ``min_yield`` (the achieved minimum yield, the minimum of ``yields``: that of the placement,
+not the search's Y, see below),
 ``search_yield`` (the yield value at which the packing succeeded), ``hosts`` (per job, one host index
 per task), ``yields`` (per job, after the average-yield step), ``algorithm`` and ``probes`` (packing
 passes run). ``Allocation.cpu(i)`` is the CPU fraction each task of job ``i`` gets.
@@ -40,12 +43,18 @@ passes run). ``Allocation.cpu(i)`` is the CPU fraction each task of job ``i`` ge
 Search (Sec. 3.4): with the yield fixed at Y every task needs ``alpha_i * Y`` CPU and ``m_i`` memory, so
 MCB can pack it as a 2-capacity bin-packing problem; the yield lies in ``[0, min(1, sum cpu_cap / sum
 alpha)]``, the search starts at half of that bound and bisects until the interval is at most
-``accuracy`` (0.01). ``search="paper"`` is exactly that. ``search="fast"`` (default) adds two bounds:
+``accuracy`` wide (absolute). 002 gives no such tolerance ("perform a binary search of possible minimum yield
+values"): it is vcemu's. This module's default, 0.01, is seed 001's threshold, kept for the online DFRS policies
+(DYNMCB8 and its variants) that call it; ``vcemu vcsched`` passes 0.001 (its ``--accuracy``), since on the large
+set (500 tasks, bound ~0.25) 0.01 stopped the search after 5 probes, 3% below the LP bound. ``search="paper"`` is that
+bisection. ``search="fast"`` (default) adds two bounds:
 it first tries the upper bound itself (if that packs, it is optimal), and after each success it raises
 the lower end to the best minimum yield the found placement actually supports. MCB is not monotone in
 Y, so the two modes can end on different placements; on 180 generated instances (small and large sets)
 "fast" was better on 94, worse on 9 (by at most 0.019), +0.002 minimum yield on average, same failures.
-In both modes the reported minimum yield is the one the returned placement supports (>= Y).
+In both modes the reported minimum yield is the one the returned placement supports (>= Y), and the average-yield
+step starts from it: vcemu's reading, not 002's, whose Sec. 3.5 starts every job at the search's value Y (the
+placement's own minimum yield, the best every job can get on it, is never below Y).
 
 Pure: no I/O, no clocks, no global randomness.
 """
@@ -214,9 +223,13 @@ def _host_arrays(hosts: Hosts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def lp_bound(jobs: Sequence[PackJob], hosts: Hosts) -> float | None:
-    """The rational LP optimum of Sec. 3.1: ``min(H / sum alpha, 1)`` when total memory fits, else ``None``.
+    """The rational LP optimum of Sec. 3.1 on ``H`` identical hosts: ``min(H / sum alpha, 1)`` when total memory
+    fits, else ``None`` (the relaxation is infeasible). Parallel jobs count each task.
 
-    With heterogeneous hosts ``H`` becomes the total CPU capacity. Parallel jobs count each task.
+    With heterogeneous hosts ``H`` becomes the total CPU capacity, and the value is only an upper bound on the
+    relaxation, not its optimum (002 Sec. 3.1 proves the equality for identical hosts only): one job of need 1 and
+    memory 1 on hosts (cpu 1, mem 0.01) and (cpu 0.01, mem 1.5) gets 1.0 here, 0.02 from the LP relaxation
+    (:func:`coordinator.vcsched.exact.solve_lp_relaxation`) and 0.01 from the MILP.
     """
     prob = PackProblem.build(jobs, hosts)
     if float(prob.task_mem.sum()) > float(prob.mem_cap.sum()) + EPS:
@@ -501,7 +514,7 @@ def _pass_mcb8_lists(
 
 def placement_min_yield(prob: PackProblem, task_host: np.ndarray) -> float:
     """The best minimum yield a placement supports: ``min_j min(1, cpu_cap_j / load_j)``, or -1 if memory
-    is exceeded on some host."""
+    is exceeded on some host. Reporting it (rather than the search's Y) is vcemu's reading of 002 Sec. 3.4-3.5."""
     H = prob.n_hosts
     memload = np.bincount(task_host, weights=prob.task_mem, minlength=H)
     if bool((memload > prob.mem_cap + 1e-7).any()):

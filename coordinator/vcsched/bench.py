@@ -13,6 +13,9 @@ Prints one JSON object (``--json``) or a short table:
   query a numpy scan, and the paper's plain bisection): the before-optimisation figure, from the same run (one
   run per instance, and of the 10,000-task instances the slack-0.5 one only: it takes minutes).
 
+The search runs at :func:`~coordinator.policies.packing.mcb_allocate`'s default accuracy, 0.01 (what the online DFRS
+policies use); ``vcemu vcsched`` searches to 0.001 by default, a few probes more per instance.
+
 ``targets`` and ``met`` say the two targets and whether each was met (the table ends with a verdict per target).
 """
 

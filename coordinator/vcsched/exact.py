@@ -3,9 +3,12 @@
 * :func:`solve_milp` — the mixed-integer linear program of seed 002 Sec. 2.5 (Eqs. 3-11), extended to
   parallel jobs as in Sec. 5 (Eqs. 12-21: one binary ``e_kj`` per task and host, and equal CPU
   allocations for all tasks of a job), under a time limit;
-* :func:`solve_lp_relaxation` — the same program with every variable rational (Sec. 3.1); its value is
-  the bound ``min(H / sum alpha, 1)`` of :func:`coordinator.policies.packing.lp_bound` whenever total
-  memory fits, and its ``e`` matrix seeds the rounding heuristics;
+* :func:`solve_lp_relaxation` — the same program with every variable rational (Sec. 3.1); on identical
+  hosts (002's setting, and ``vcemu vcsched``'s) its value is the bound ``min(H / sum alpha, 1)`` of
+  :func:`coordinator.policies.packing.lp_bound` whenever total memory fits. On heterogeneous hosts that bound
+  (with ``H`` the total CPU capacity) is only an upper bound, possibly far above: one job of need 1 and memory 1
+  on hosts (cpu 1, mem 0.01) and (cpu 0.01, mem 1.5) has ``lp_bound`` 1.0, the relaxation 0.02, the MILP 0.01.
+  Its ``e`` matrix seeds the rounding heuristics;
 * :func:`rrnd` / :func:`rrnz` — randomized rounding of the relaxed ``e_kj`` (Sec. 3.2); RRNZ replaces
   zero probabilities by ``eps = 0.01``;
 * :func:`adapt_milp` — the Sec. 6.1 adaptation program: given the current placement, the total memory

@@ -6,7 +6,8 @@ specifications. Each instance is solved by MCB1-MCB8, GR/SG/GB/SGB, RRND/RRNZ, t
 and compared with the LP bound. Written to ``--out`` (default ``results/vcsched``), per set:
 
 * ``results.csv``      one row per (instance, algorithm): minimum yield, average yield, failure, run time
-  (``seconds``) and the ``session`` that timed it (see below);
+  (``seconds``) and the ``session`` that timed it (see below). The LP row's average yield is its minimum yield
+  (every job's yield in the relaxation is the bound: :func:`run_instance`);
 * ``summary.csv``      per algorithm and slack: mean minimum / average yield over solved instances, failure
   rate, mean run time, and how many sessions timed those rows;
 * ``degradation.csv``  Tables 1 and 7: average and maximum % degradation from best among MCB1-MCB8;
@@ -24,6 +25,23 @@ are stored in one order whatever the order given), the run is refused, naming th
 it was (:func:`coordinator.resumable.other_settings_refusal`); if only the code does (its source fingerprint), it
 says so and starts over.
 Worker processes end when the command is killed (:func:`coordinator.resumable.die_with_parent`).
+
+Two steps are vcemu's reading, not 002's (:mod:`coordinator.policies.packing`,
+:mod:`coordinator.policies.avgyield`): a heuristic's reported minimum yield is the best its placement supports
+(never below the search's Y, from which 002 Sec. 3.5 starts), and with ``--parallel-jobs`` the per-job average-yield
+step (Sec. 5 gives the metric, no algorithm) is a greedy, which 002 proves optimal for sequential jobs only
+(Sec. 3.5): on 64 hosts and 250 tasks the exact LP beats it by 0.0019 average yield on average, by up to 0.0189.
+
+The MCB yield search stops once its interval of yields is at most ``--accuracy`` wide (absolute), 0.001 by default.
+That tolerance is vcemu's choice: 002 Sec. 3.4 says only "perform a binary search of possible minimum yield values"
+and gives none (0.01 is seed 001's, for its online DYNMCB8). Until this version the default was 0.01, which on the
+large set (upper bound ~0.25 at 500 tasks) is ~4% of the bound: the search stopped after 5 probes and held MCB8
+3.12% below the LP bound (0.91% at 0.001, 0.81% at 0.0001; Table 7's MCB8 average degradation 0.18% at 0.01,
+0.05% at 0.0001, 002: 0.09%). A stored run made with the old default (``config.json``'s ``"accuracy": 0.01``, or no
+``"accuracy"`` at all, or null: read as 0.01, the default every earlier vcsched ran with) holds other settings: a
+rerun without ``--accuracy 0.01`` into its ``--out`` is refused, naming ``--accuracy``, like any other changed flag
+(and one with it starts over, as for any change of code). Replotted, a stored ``"accuracy": 0.01`` is named on the
+figures (``other flags given: --accuracy 0.01``), as it is no longer the default.
 
 Every instance is generated from ``SeedSequence([seed, set, tasks, slack, cv_mem, cv_cpu, k])`` (``set`` 0 for
 small, 1 for large; slack and CVs by value, in millionths: :func:`seed_key`), so a run is reproducible whatever
@@ -115,6 +133,11 @@ SETTINGS = {"sets": "--set", "instances": "--instances", "large_instances": "--l
             "backtrack_limit": "--backtrack-limit", "backtrack_limit_large": "--backtrack-limit-large",
             "milp_time_limit": "--milp-time-limit", "rr_max_tasks": "--rr-max-tasks",
             "parallel_jobs": "--parallel-jobs", "slacks": "--slacks"}
+#: The MCB yield search's default stopping tolerance (``--accuracy``): vcemu's, 002 Sec. 3.4 gives none. 0.01 (001's
+#: threshold, the default until this version) is ~4% of the large set's bound and held MCB8 3.12% below the LP bound.
+ACCURACY = 0.001
+#: The accuracy every vcsched before :data:`ACCURACY` ran with by default: what a stored config without one used.
+OLD_ACCURACY = 0.01
 #: What ``--help`` says about the run times (the ``seconds`` column) of a resumed run.
 TIMING_HELP = """run times: `seconds` is the CPU time of one worker process per algorithm. A resumed run keeps the
 rows an earlier run (session) finished, so its results mix run times of several sessions: results.csv's
@@ -135,7 +158,7 @@ class ExperimentConfig:
     large_instances: int | None = None
     seed: int = 0
     algorithms: tuple[str, ...] = ALL_ALGOS
-    accuracy: float = 0.01
+    accuracy: float = ACCURACY  # (vcemu's choice: 002 gives no tolerance; see the module's docstring)
     search: str = "paper"
     backtrack_limit: int = 500_000
     backtrack_limit_large: int | None = None
@@ -229,14 +252,13 @@ def run_instance(u: Unit, cfg: ExperimentConfig) -> list[dict]:
     prob = inst.problem()
     rows = []
     bound = lp_bound(inst.jobs, inst.host_arg)
-    rows.append(
-        {
-            **_row(u, cfg, "LP", None, 0.0),
-            "failed": int(bound is None),
-            "min_yield": "" if bound is None else f"{bound:.6f}",
-            "avg_yield": "",
-        }
-    )
+    # The LP's average yield is its minimum yield. On identical hosts (this experiment's) the relaxation's optimum is
+    # Y = min(1, H / sum alpha) (002 Sec. 3.1) when total memory fits; maximising the average yield with Y >= that
+    # (Sec. 3.5) cannot raise any job: the hosts' CPU (Eq. 8) gives sum_i alpha_i y_i <= H = Y sum_i alpha_i with
+    # every y_i >= Y (Eq. 11), so every y_i = Y (or 1 when Y = 1). The same holds per job with parallel jobs
+    # (Sec. 5, Eqs. 17 and 21: sum_i T_i alpha_i y_i <= H). Figs. 12, 16 and 20 plot it.
+    lp = "" if bound is None else f"{bound:.6f}"
+    rows.append({**_row(u, cfg, "LP", None, 0.0), "failed": int(bound is None), "min_yield": lp, "avg_yield": lp})
     algos = _algorithms(u, cfg)
     for algo in algos:
         if algo in MCB_KEYS:
@@ -323,7 +345,7 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     """The finished instances of an unfinished run in ``out`` with the same settings as ``config``, or None
     (with a line on stderr) if ``out`` holds one with other settings. An instance is kept only if it has exactly
     one well-formed row per algorithm it runs; the rest are solved again."""
-    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu vcsched", as_now=_large_flags_dropped)
+    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu vcsched", as_now=_stored_as_now)
     if stored is None:
         return None
     raw, dropped = stored
@@ -367,7 +389,7 @@ def _sessions(out: Path, conf: dict[str, Any], kept: dict[Unit, list[dict]] | No
     if kept is not None:
         old = stored_config(out)
         if old is not None and (kept or old.get("complete") is False) \
-                and stale_reason(settings_as_now(old, _large_flags_dropped), conf, NOT_RESULTS) is None \
+                and stale_reason(settings_as_now(old, _stored_as_now), conf, NOT_RESULTS) is None \
                 and isinstance(old.get("sessions"), list):
             earlier = {s["session"]: s for s in old["sessions"]
                        if isinstance(s, dict) and type(s.get("session")) is int and s["session"] >= 1}
@@ -527,6 +549,21 @@ def _large_flags_dropped(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, **{k: _large_flag(conf[k], conf.get(d), large) for k, d in fix.items() if k in conf}}
 
 
+def _accuracy_as_run(conf: dict[str, Any]) -> dict[str, Any]:
+    """A stored config with the accuracy its run used: :data:`OLD_ACCURACY` where it stored none (no key, or null),
+    as every vcsched before :data:`ACCURACY` ran by default; otherwise as stored."""
+    return {**conf, "accuracy": OLD_ACCURACY} if conf.get("accuracy") is None else conf
+
+
+def _stored_as_now(conf: dict[str, Any]) -> dict[str, Any]:
+    """A stored config as this version would have written it for the same run (the ``as_now`` of
+    :func:`coordinator.resumable.other_settings_refusal`, of the journal's read and of :func:`_sessions`): its
+    large-set flags as now stored (:func:`_large_flags_dropped`), and its accuracy as it ran
+    (:func:`_accuracy_as_run`). A run made with the old default accuracy, 0.01, is thereby one with other settings
+    than a run with the default now: refused into its ``--out`` (naming ``--accuracy``), never mixed with it."""
+    return _accuracy_as_run(_large_flags_dropped(conf))
+
+
 def _listed(values: Iterable[float]) -> str:
     """Settings values as a figure's note gives them: ``0.3, 0.6``; four or more evenly spaced ones as a range,
     ``0.1 to 0.9 by 0.1`` (``%g``)."""
@@ -643,9 +680,7 @@ def _plots(rows: list[dict], outdir: Path, set_name: str, parallel: bool, seed: 
         for key, title in metrics:
             fig, ax = plt.subplots(figsize=(7, 5))
             series = {}
-            for a in algos:
-                if a == "LP" and key == "avg_yield":
-                    continue
+            for a in algos:  # (the LP's average yield is its minimum yield: run_instance)
                 pts = sorted((r["slack"], r[key]) for r in summ if r["algorithm"] == a)
                 if pts and not all(math.isnan(v) for _, v in pts):
                     series[a] = pts
@@ -703,8 +738,9 @@ def _overall_rows(rows: list[dict]) -> list[str]:
     for a in ("LP", *ALL_ALGOS):
         if a in summ:
             s = summ[a]
-            # The LP bound has a minimum yield only (no placement, so no average yield), and is not timed
-            avg = "     -" if a == "LP" or math.isnan(s["avg_yield"]) else f"{s['avg_yield']:.4f}"
+            # The LP bound is not timed; its average yield is its minimum yield (run_instance; "-" in the rows of
+            # an older vcsched, which left it empty)
+            avg = "     -" if math.isnan(s["avg_yield"]) else f"{s['avg_yield']:.4f}"
             low = "     -" if math.isnan(s["min_yield"]) else f"{s['min_yield']:.4f}"
             took = f"{'-':>9}" if a == "LP" else f"{1000 * s['seconds']:9.3f} ms"
             lines.append(f"   {a:<6} {s['instances']:>5}  fail {100 * s['failure_rate']:5.1f}%  min {low}  avg {avg}  "
@@ -789,7 +825,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", choices=("small", "large", "both"), default="both",
                    help="instance set: small (4 hosts), large (64 hosts) or both (default both)")
     p.add_argument("--instances", type=int, default=10,
-                   help="instances per specification, >= 1 (paper: 10 small; default 10)")
+                   help="instances per specification, >= 1 (paper: 10 per small-set specification, 1,440 in all, "
+                   "and 100 per large-set one, 10,800 in all; default 10)")
     p.add_argument("--large-instances", type=int, default=None,
                    help="--instances for the large set, >= 1 (default: --instances)")
     p.add_argument("--seed", type=int, default=0, help="seed of every instance, >= 0 (default 0)")
@@ -800,8 +837,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithms", default=",".join(ALL_ALGOS),
                    help="comma list, of " + ", ".join(ALL_ALGOS) + " (any case; default: all; the LP bound is "
                    "always included)")
-    p.add_argument("--accuracy", type=float, default=0.01,
-                   help="yield search accuracy, in (0, 1) (Sec. 3.4; default 0.01)")
+    p.add_argument("--accuracy", type=float, default=ACCURACY,
+                   help="MCB yield search: stop once the interval of yields is at most this wide, in (0, 1) "
+                   f"(default {ACCURACY:g}). vcemu's choice: 002 Sec. 3.4 gives no tolerance; 0.01 (001's, the "
+                   "default before) is ~4%% of the large set's yield bound and held MCB8 ~3%% below the LP bound")
     p.add_argument("--search", choices=("paper", "fast"), default="paper",
                    help="MCB yield search variant (default paper)")
     p.add_argument("--backtrack-limit", type=int, default=500_000,
@@ -939,7 +978,7 @@ def vcsched_main(argv: list[str]) -> int:
     conf["code"] = code_version()
     conf["complete"] = False
     if (refusal := other_settings_refusal(out, conf, SETTINGS, JOURNAL, "vcemu vcsched",
-                                          unordered=("slacks", "algorithms"), as_now=_large_flags_dropped,
+                                          unordered=("slacks", "algorithms"), as_now=_stored_as_now,
                                           results=tuple(f"{s}/results.csv" for s in SETS))) is not None:
         print(refusal, file=sys.stderr)
         return 2

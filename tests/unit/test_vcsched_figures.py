@@ -35,7 +35,8 @@ def _rows() -> list[dict[str, Any]]:
                                 "set": "small", "hosts": 4, "tasks": tasks, "slack": slack, "cv_mem": cvm,
                                 "cv_cpu": cvc, "instance": k, "algorithm": algo, "failed": 0,
                                 "min_yield": f"{y + slack / 10:.6f}",
-                                "avg_yield": "" if algo == "LP" else f"{y + 0.1:.6f}",
+                                # (the LP's average yield is its minimum yield: experiment.run_instance)
+                                "avg_yield": f"{y + slack / 10:.6f}" if algo == "LP" else f"{y + 0.1:.6f}",
                                 "seconds": f"{seconds[algo] * tasks / 6:.6f}", "status": "", "session": 1})
     return rows
 
@@ -98,9 +99,10 @@ def test_every_figure_names_its_settings(figures: dict[str, Any]) -> None:
 
 
 def test_the_yield_figures_say_over_which_instances_each_mean_is(figures: dict[str, Any]) -> None:
-    assert "Each algorithm's mean over the instances it solved; LP: over the instances whose LP is feasible" in (
-        note_of(figures["all_min_yield.png"]))
-    for name in ("mcb_min_yield.png", "mcb_avg_yield.png", "all_avg_yield.png"):  # (no LP line in these)
+    for name in ("all_min_yield.png", "all_avg_yield.png"):
+        assert "Each algorithm's mean over the instances it solved; LP: over the instances whose LP is feasible" in (
+            note_of(figures[name]))
+    for name in ("mcb_min_yield.png", "mcb_avg_yield.png"):  # (no LP line in these)
         note = note_of(figures[name])
         assert "Each algorithm's mean over the instances it solved" in note and "LP:" not in note
 
