@@ -38,6 +38,14 @@ def bounded_stretch(flow_time: float, work: float, bound: float = STRETCH_BOUND_
     return max(flow_time, bound) / max(work, bound)
 
 
+def literal_bounded_stretch(flow_time: float, work: float, bound: float = STRETCH_BOUND_S) -> float:
+    """001 Sec. II-B.2's words read literally: only the turn-around time is bounded ("replaced by the maximum of
+    the turn-around time and of a threshold value"), the time alone is not, so a 1 s job has at least 30. The other
+    reading (:func:`bounded_stretch`, [31]'s) is the one the policies and reports use; ``vcemu sweep`` records
+    this one beside it, to see which reproduces 001's tables."""
+    return max(flow_time, bound) / work
+
+
 def priority(flow_time: float, vt: float, bound: float = STRETCH_BOUND_S) -> float:
     if vt <= 0.0:
         return math.inf

@@ -169,10 +169,12 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         MOVE_COUNTING,
         decision_stats,
         job_results,
+        literal_bounded_stretch,
         rescheduling_costs,
         summarize,
         utilisation,
     )
+    from coordinator.model import JobState
     from coordinator.policies import get_policy
     from coordinator.warmup import warm_kernels
     from vcemu.provenance import source_fingerprint
@@ -203,7 +205,10 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
         return out
     wall = time.perf_counter() - t0
     out["code"] = code
-    s = summarize(job_results(history))
+    results = job_results(history)
+    s = summarize(results)
+    literal = [literal_bounded_stretch(r.flow_time, r.work) for r in results
+               if r.state is JobState.DONE and r.flow_time is not None]
     k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
     u = utilisation(history, sum(h.cpu for h in cluster))
     d = decision_stats(history.decision_seconds)
@@ -211,7 +216,7 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
     # A cell whose jobs did not all complete has no max stretch (its stretches over the completed jobs alone are
     # kept apart, for a look): the reports would otherwise take it for a result and average it.
     stretches = dict(max_stretch=s.max_bounded_stretch, max_plain_stretch=s.max_stretch,
-                     mean_stretch=s.mean_bounded_stretch)
+                     mean_stretch=s.mean_bounded_stretch, max_literal_stretch=max(literal, default=math.nan))
     out.update(
         status="ok" if complete else "error",
         error="" if complete else f"{s.jobs - s.completed} jobs did not complete",

@@ -359,3 +359,24 @@ def test_table1_bars_rise_from_1_carry_their_values_and_count_traces_in_words(mo
     (ax,) = [a for a in figures[0].axes if a.get_title()]
     (label,) = ax.texts
     assert label.get_text() == "3" and label.xy == (0, 3.2) and ax.get_ylim()[1] > 3.2
+
+
+def test_table1_under_001_s_literal_words_is_written_beside_the_reading_the_policies_use(tmp_path, capsys):
+    """``max_literal_stretch`` (only the turn-around time bounded, fidelity review) gives its own Table I files,
+    degradation factors against the best under that reading; cells of an older vcemu, without it, give none."""
+    rows = [_row("w1", "hpc2n", 0.5, "easy", 10.0, max_literal_stretch=300.0),
+            _row("w1", "hpc2n", 0.5, "greedy-pmtn", 2.0, max_literal_stretch=30.0),
+            _row("w2", "hpc2n", 0.5, "easy", 4.0, max_literal_stretch=60.0),
+            _row("w2", "hpc2n", 0.5, "greedy-pmtn", 4.0, max_literal_stretch=120.0)]
+    names, _ = _report(rows, tmp_path, traces=0)
+    assert {"table1_literal_p300.csv", "table1_literal_vs_paper_p300.csv"} <= names
+    with (tmp_path / "table1_literal_p300.csv").open() as fh:
+        lit = {r["algorithm"]: r for r in csv.DictReader(fh)}
+    with (tmp_path / "table1_p300.csv").open() as fh:
+        ours = {r["algorithm"]: r for r in csv.DictReader(fh)}
+    assert (float(lit["easy"]["hpc2n_avg"]), float(lit["greedy-pmtn"]["hpc2n_avg"])) == (5.5, 1.5)  # (10+1)/2, (1+2)/2
+    assert (float(ours["easy"]["hpc2n_avg"]), float(ours["greedy-pmtn"]["hpc2n_avg"])) == (3.0, 1.0)  # (5+1)/2, 1
+    older = [{k: v for k, v in r.items() if k != "max_literal_stretch"} for r in rows]
+    (tmp_path / "older").mkdir()
+    names, _ = _report(older, tmp_path / "older", traces=0)
+    assert "table1_p300.csv" in names and not any("literal" in n for n in names)
