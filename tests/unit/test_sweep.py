@@ -27,6 +27,13 @@ def test_a_cell_is_scored_with_the_trace_metrics():
     assert r["decisions"] >= 2
 
 
+def test_a_cell_records_the_max_stretch_under_both_readings_of_the_30_s_bound():
+    """A 5 s job run at once: stretch 1 with the run time bounded too ([31]), 30 / 5 = 6 with the turn-around time
+    alone bounded (001's words read literally); b's 140 / 50 = 2.8 is the same under both."""
+    r = run_cell([*JOBS, JobSpec("c", 200.0, 1, 1.0, 0.6, 5.0)], "fcfs", 0.0, 1)
+    assert r["max_stretch"] == pytest.approx(2.8) and r["max_literal_stretch"] == pytest.approx(6.0)
+
+
 def test_a_cells_time_starts_after_the_workers_warm_up(monkeypatch):
     """A worker's first cell took the policies' imports and kernel loads into its time (0.17 s for a 0.014 s FCFS
     cell) and timed out under a limit the others kept (reproducibility review): the warm-up runs first."""
