@@ -279,6 +279,16 @@ def _refusal(code: grpc.StatusCode, error: str) -> pb.SubmitResult:
     return pb.SubmitResult(code=code.value[0], error=error)
 
 
+def _spec_differences(spec: JobSpec, asked: pb.JobSpec) -> str:
+    """How a submission's spec differs from the spec of the job its request id made ("" if in nothing): the
+    fields by their proto names, the job's value first."""
+    pairs = (("tasks", spec.tasks, asked.tasks), ("cpu_need", spec.cpu_need, asked.cpu_need),
+             ("memory", spec.mem, asked.memory), ("work_seconds", spec.work, asked.work_seconds),
+             ("workload", spec.workload, asked.workload or "dgemm"), ("name", spec.name, asked.name))
+    return ", ".join(f"{name} {shown(had) if isinstance(had, str) else f'{had:g}'} (not "
+                     f"{shown(got) if isinstance(got, str) else f'{got:g}'})" for name, had, got in pairs if had != got)
+
+
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def __init__(self, server: CoordinatorServer) -> None:
         self.s = server
@@ -698,6 +708,13 @@ class CoordinatorServer:
                 if earlier:
                     rec = accepted.get(earlier) or self.lookup(earlier)
                     assert rec is not None, f"request id {request.request_id!r} names no job"
+                    if differs := _spec_differences(rec.spec, spec_in):
+                        # (a retry sends the same spec; another spec under a used id is another job, which a sweep
+                        # reusing ids took silently for the first: API review, as idempotency keys are checked)
+                        results.append(_refusal(grpc.StatusCode.ALREADY_EXISTS, (
+                            f"request_id: {shown(request.request_id)} already made {rec.spec.id} from another spec "
+                            f"({differs}): give another request id, or the same spec to get that job")))
+                        continue
                     results.append(pb.SubmitResult(job=job_message(rec), code=ok, known=True))
                     continue
                 if not hosts:

@@ -271,6 +271,29 @@ def test_submit_results_say_whether_the_job_is_new(stub):
     assert again[3].code != 0 and not again[3].HasField("known")
 
 
+def test_a_request_id_used_again_with_another_spec_is_refused(stub):
+    """A retry sends the same spec and gets the job; another spec under a used request id (a sweep reusing ids) is
+    another job, refused ALREADY_EXISTS naming what differs, in a batch as alone (API review: it got the first job,
+    OK, and only a trailer said it was not new)."""
+    register(stub)
+    spec = pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5)
+    other = pb.JobSpec(tasks=2, cpu_need=0.5, memory=0.1, work_seconds=5, workload="arraycycle")
+    first = stub.SubmitBatch(pb.SubmitBatchRequest(requests=[
+        pb.SubmitRequest(spec=spec, request_id="a"), pb.SubmitRequest(spec=other, request_id="a"),
+        pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=5, workload="dgemm"),
+                         request_id="a")]), timeout=5).results
+    assert first[0].code == 0 and first[2].code == 0 and first[2].known  # "" is dgemm, as the job ran it
+    assert first[1].code == grpc.StatusCode.ALREADY_EXISTS.value[0] and not first[1].HasField("known")
+    assert first[1].error == (f"request_id: 'a' already made {first[0].job.job_id} from another spec (tasks 1 (not 2), "
+                              "workload 'dgemm' (not 'arraycycle')): give another request id, or the same spec to get "
+                              "that job")
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=6),
+                                     request_id="a"), timeout=5)
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "work_seconds 5 (not 6)" in info.value.details()
+
+
 def test_cli_submit_file_from_an_older_coordinator_does_not_guess_new(tmp_path, monkeypatch, capsys):
     """A coordinator that predates SubmitResult.known: the summary does not claim the jobs are new."""
     import json
