@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
+import ipaddress
 import itertools
 import logging
 import math
@@ -277,6 +278,17 @@ class EventQueue(queue.Queue):
 
 def _refusal(code: grpc.StatusCode, error: str) -> pb.SubmitResult:
     return pb.SubmitResult(code=code.value[0], error=error)
+
+
+def _loopback(bind: str) -> bool:
+    """Whether a listening address is reachable from this machine only (``127.x``, ``::1``, ``localhost``)."""
+    host = bind.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _spec_differences(spec: JobSpec, asked: pb.JobSpec) -> str:
@@ -653,6 +665,13 @@ class CoordinatorServer:
             if self.port == 0:
                 raise OSError(cannot_bind(bind, port))
             self.address = f"{bind}:{self.port}"
+            if token and tls is None and not _loopback(bind):
+                # (API review: a rogue agent registered without the token and was given a job; the agents' calls are
+                # left to mutual TLS, and the agents send no token)
+                log.warning("--token-file guards the user API only: without --tls-cert/--tls-key/--tls-ca (mutual "
+                            "TLS) the agents' RegisterAgent and Heartbeat are not authenticated, nor is each agent's "
+                            "own API, so anything that reaches %s can register as an agent and be given jobs",
+                            self.address)
             try:
                 self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
             except OSError as exc:

@@ -984,3 +984,18 @@ def test_a_running_job_whose_tasks_the_backend_no_longer_lists_shows_its_recorde
     assert servicer.GetJob(pb.JobRef(job_id="job-00001"), None).virtual_time == pytest.approx(16.4)
     (listed,) = servicer.ListJobs(pb.ListJobsRequest(), None).jobs
     assert listed.virtual_time == pytest.approx(16.4)
+
+
+@pytest.mark.parametrize(("bind", "warned"), [("0.0.0.0", True), ("127.0.0.1", False)])
+def test_a_token_without_tls_off_loopback_warns_that_agents_register_unauthenticated(bind, warned, caplog):
+    """API review: with --token-file and no TLS, a rogue agent registered without the token and was given a job (the
+    agents' calls are left to mutual TLS): a coordinator listening beyond this machine says so when it starts."""
+    from coordinator.service import _loopback
+
+    with caplog.at_level("WARNING", logger="vcemu.coordinator"):
+        s = CoordinatorServer(get_policy("greedy"), port=0, bind=bind, token="t0ken")
+        s.stop()
+    said = [r.getMessage() for r in caplog.records if "guards the user API only" in r.getMessage()]
+    assert bool(said) is warned, said
+    assert [_loopback(b) for b in ("127.0.0.1", "127.5.0.1", "::1", "[::1]", "localhost", "0.0.0.0", "10.0.0.2",
+                                   "node7")] == [True, True, True, True, True, False, False, False]
