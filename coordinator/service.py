@@ -86,6 +86,10 @@ API_THREADS = 16
 #: refused (RESOURCE_EXHAUSTED), so that watchers (dashboards, scripts) can never take every thread and starve
 #: submissions, listings and the agents' heartbeats (with all 16 taken, healthy agents went stale).
 MAX_WATCHERS = API_THREADS // 2
+#: Cancels waiting for the engine's lock at once (the loop holds it through a turn, seconds at scale). Beyond this
+#: many a Cancel is refused (UNAVAILABLE, retry), so that with the watchers they can never take every API thread:
+#: 16 Cancels waiting out a 6 s turn made the agents' heartbeats miss their deadline (concurrency review).
+MAX_CANCELS_WAITING = API_THREADS - MAX_WATCHERS - 2
 #: Events a WatchEvents stream may fall behind by. Past that its stream ends with RESOURCE_EXHAUSTED once it has
 #: sent what it holds (:class:`EventQueue`), rather than go on with events missing from it.
 WATCH_QUEUE = 10_000
@@ -340,9 +344,18 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return rec  # type: ignore[return-value]
 
     def Cancel(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
-        with self.s.engine.lock:
-            self._record(request.job_id, context)
-            return job_message(self.s.engine.cancel(request.job_id))
+        if self.s.board.get(request.job_id) is None:  # (an unknown id waits for no turn of the loop)
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(request.job_id)}")
+        if not self.s.cancels_waiting.acquire(blocking=False):
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"{MAX_CANCELS_WAITING} cancels are waiting for the engine's "
+                          "turn, the most this coordinator holds at once (the agents' heartbeats need the other "
+                          "threads): retry in a moment")
+        try:
+            with self.s.engine.lock:
+                self._record(request.job_id, context)
+                return job_message(self.s.engine.cancel(request.job_id))
+        finally:
+            self.s.cancels_waiting.release()
 
     # The read-only calls read the job board and the backend, never waiting for the engine loop's turn
     # (coordinator.jobboard). A job accepted and not yet taken in by the loop is on the board already.
@@ -615,6 +628,7 @@ class CoordinatorServer:
             #: names them.
             self.lost: dict[str, LostAgent] = {}
             self.watchers: list[EventQueue] = []
+            self.cancels_waiting = threading.BoundedSemaphore(MAX_CANCELS_WAITING)
             self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
             # Accepted (and, with a store, committed) jobs not yet handed to the engine: Submit never waits
             # for the engine loop, which may be busy deciding; the loop drains this before every step.
@@ -980,8 +994,14 @@ class CoordinatorServer:
         running is excused (whichever of this watch and the ticker runs first once it runs again)."""
         self._note_running()
         deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
-        for agent_id, last in list(self.heartbeats.items()):
+        for agent_id in list(self.heartbeats):
             handle = self.backend.agents.get(agent_id)
+            # Its heartbeat read after its handle, each time: an agent that registered again while an earlier loss
+            # in this look waited for the engine lock has a new handle and a fresh heartbeat, and was declared lost
+            # on the stamp read before (concurrency review); now its old handle alone can be judged by an old stamp.
+            last = self.heartbeats.get(agent_id)
+            if last is None:  # (lost meanwhile)
+                continue
             # Silence counts only if the coordinator was listening: heartbeats are received by the
             # gRPC threads, but an agent without them is heard only through the engine loop's polls,
             # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.

@@ -171,7 +171,8 @@ class LiveBackend:
         #: The lease each Status poll renews on its agent (the coordinator's :attr:`~coordinator.service.
         #: CoordinatorServer.lease_s`; 0: none).
         self.lease_s = lease_s
-        #: The coordinator is exiting: a Stop that fails is not retried (nothing would retry it), only logged.
+        #: The coordinator is exiting: a Stop that fails is not retried (nothing would retry it), only logged, and no
+        #: task is started (:meth:`_start_tasks`), or one would run after the exit's stop of every task.
         self.closing = False
         #: Called with each task resumed after its agent fenced it (:meth:`_unfence`): the coordinator counts them.
         self.unfence_listeners: list[Callable[[str], None]] = []
@@ -617,6 +618,8 @@ class LiveBackend:
         review). Then one StartTasks call per host (:meth:`_send_starts`); each entry becomes its task as its
         agent confirms the start, so the list holds every task that may run when a later start fails (the caller
         stops them)."""
+        if self.closing:  # (concurrency review: a loop outliving stop()'s wait started tasks after its stop-all)
+            raise BackendError("the coordinator is stopping: no task is started", unreachable=True)
         hosts = [host for _, host in starts]
         self._check_heard(hosts)
         self._hold(spec.id)  # never beside a copy of it that may still run

@@ -1,0 +1,164 @@
+"""Races between the coordinator's threads (concurrency review), each forced by slowing one side."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+
+from coordinator.engine import JobRecord
+from coordinator.model import JobSpec, JobState
+from coordinator.policies import get_policy
+from coordinator.service import CoordinatorServer, CoordinatorServicer
+from coordinator.store import StoredTask
+from node_agent.agent import AgentCore, HostSpec
+from node_agent.dutycycle import DutyCycleDriver
+from node_agent.server import AgentServicer, describe
+from tests.unit.scripted_agent import serve
+from vcemu.v1 import agent_pb2
+from vcemu.v1 import coordinator_pb2 as pb
+from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
+from workloads import modeled
+
+
+class _Ctx:
+    def abort(self, code, msg):  # type: ignore[no-untyped-def]
+        raise RuntimeError(f"{code}: {msg}")
+
+    def set_trailing_metadata(self, md) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+
+def _register(agent: str) -> pb.RegisterAgentRequest:
+    d = agent_pb2.DescribeReply(agent_id=agent, mode="cgroup-v1",
+                                hosts=[agent_pb2.HostInfo(name=f"{agent}-h0", cpu_cores=1.0, memory_bytes=1 << 30)])
+    return pb.RegisterAgentRequest(address="127.0.0.1:1", description=d)
+
+
+def test_an_agent_that_registers_again_while_another_is_lost_is_not_lost_on_its_old_stamp() -> None:
+    """A and B fall silent; the watch declares A lost, which waits for the engine lock (slowed here); B registers
+    again meanwhile. The watch read every heartbeat stamp first, then judged B's new handle by its old stamp and
+    declared it lost right after its registration, requeueing its job."""
+    s = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.2, heartbeat_misses=3)  # not started
+    svc = CoordinatorServicer(s)
+    try:
+        for a in ("A", "B"):
+            svc.RegisterAgent(_register(a), _Ctx())
+            svc.Heartbeat(pb.HeartbeatRequest(agent_id=a), _Ctx())
+        spec = JobSpec("job-00001", 0.0, 1, 0.5, 0.1, 100.0)
+        s.backend.adopt(spec, 0, [StoredTask("job-00001/0", "B-h0", 0.3, agent_pb2.TASK_STATE_RUNNING, False)], 0.5,
+                        JobState.RUNNING)
+        s.engine.restore([JobRecord(spec, JobState.RUNNING, ("B-h0",), 0.5, 30.0, 0, 0.0)])
+        time.sleep(1.0)  # both silent past 3 x 0.2 s
+        s._ran_at = time.monotonic()  # (no stall to excuse: the ticker is not running)
+        cut_off = s.backend.cut_off
+
+        def slow_cut_off(agent_id, handle=None):  # type: ignore[no-untyped-def]
+            cut_off(agent_id, handle)
+            if agent_id == "A":
+                time.sleep(0.5)  # A's loss waiting for the engine lock through a turn of the loop
+
+        s.backend.cut_off = slow_cut_off  # type: ignore[method-assign]
+
+        def b_comes_back() -> None:
+            time.sleep(0.1)
+            svc.RegisterAgent(_register("B"), _Ctx())
+            svc.Heartbeat(pb.HeartbeatRequest(agent_id="B"), _Ctx())
+
+        t = threading.Thread(target=b_comes_back)
+        t.start()
+        s._check_agents()
+        t.join()
+        assert sorted(s.lost) == ["A"] and sorted(s.backend.agents) == ["B"]
+        assert s.engine.jobs["job-00001"].state is JobState.RUNNING
+    finally:
+        s.stop(grace=0)
+
+
+def test_a_loop_that_outlives_the_stop_starts_no_task_after_it() -> None:
+    """stop() waits 5 s for the engine loop, then stops every running task; a loop still inside a poll (slowed to
+    6 s here) then started a pending job's task, left on the agent after the coordinator exited."""
+    core = AgentCore("races-e", [HostSpec("h0", 1.0, 1 << 30)], DutyCycleDriver(), {})
+    agent_server, agent_address = serve(AgentServicer(core))
+    s = CoordinatorServer(get_policy("fcfs"), port=0).start()
+    try:
+        with grpc.insecure_channel(s.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            stub.RegisterAgent(pb.RegisterAgentRequest(address=agent_address, description=describe(core)), timeout=5)
+            spec = {"tasks": 1, "cpu_need": 1.0, "memory": 0.1, "workload": modeled.NAME}
+            stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(work_seconds=2.0, **spec)), timeout=5)
+            second = stub.Submit(pb.SubmitRequest(spec=pb.JobSpec(work_seconds=600.0, **spec)), timeout=5).job_id
+            deadline = time.monotonic() + 10
+            while not core._tasks and time.monotonic() < deadline:
+                time.sleep(0.05)
+        slow = threading.Event()
+        status_round = s.backend._status_round
+
+        def slow_round():  # type: ignore[no-untyped-def]
+            if slow.is_set():
+                slow.clear()
+                time.sleep(6.0)  # a poll round that outlives stop()'s 5 s wait (silent agents, 1 s each)
+            return status_round()
+
+        s.backend._status_round = slow_round  # type: ignore[method-assign]
+        slow.set()
+        time.sleep(0.3)  # the loop is inside that poll now; the first job ends meanwhile
+        s.stop()
+        time.sleep(0.3)
+        assert s.engine.jobs[second].state is JobState.PENDING
+        assert not any(t.startswith(second) for t in core._tasks), core._tasks
+    finally:
+        s.stop(grace=0)
+        agent_server.stop(0)
+        core.shutdown()
+
+
+def test_cancels_waiting_out_a_long_turn_leave_threads_for_the_heartbeats() -> None:
+    """While the loop holds the engine's lock through a long turn, Cancels wait for it on API threads; 16 of them
+    took every thread and an agent's heartbeat (which needs no lock) missed its 2 s deadline. Past
+    MAX_CANCELS_WAITING they are refused UNAVAILABLE (retry), and an unknown id waits for nothing."""
+    from coordinator.service import API_THREADS, MAX_CANCELS_WAITING
+
+    s = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        with grpc.insecure_channel(s.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            stub.RegisterAgent(_register("a0"), timeout=5)
+            spec = pb.JobSpec(tasks=1, cpu_need=0.1, memory=0.01, work_seconds=100.0)
+            jobs = [stub.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id for _ in range(API_THREADS)]
+            held = threading.Event()
+
+            def long_turn() -> None:
+                with s.engine.lock:
+                    held.set()
+                    time.sleep(4.0)
+
+            threading.Thread(target=long_turn).start()
+            held.wait()
+            codes: list[grpc.StatusCode] = []
+
+            def cancel(job: str) -> None:
+                try:
+                    stub.Cancel(pb.JobRef(job_id=job), timeout=30)
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as exc:
+                    codes.append(exc.code())
+
+            threads = [threading.Thread(target=cancel, args=(j,)) for j in jobs]
+            for t in threads:
+                t.start()
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            try:  # an unknown id is answered at once, lock or not
+                stub.Cancel(pb.JobRef(job_id="job-99999"), timeout=2)
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.NOT_FOUND
+            stub.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=2.0)  # DEADLINE_EXCEEDED before
+            assert time.monotonic() - t0 < 1.0
+            for t in threads:
+                t.join()
+        assert codes.count(grpc.StatusCode.UNAVAILABLE) == API_THREADS - MAX_CANCELS_WAITING
+        assert codes.count(grpc.StatusCode.OK) == MAX_CANCELS_WAITING
+    finally:
+        s.stop(grace=0)
