@@ -957,8 +957,9 @@ class Engine:
             if self._tick_origin is None:
                 self._tick_origin = now
             origin = self._tick_origin
-            k = max(1, math.ceil((now - origin - 1e-9) / period))
-            if ticked and origin + k * period <= now + 1e-9:
+            eps = 1e-9 * max(1.0, abs(now))  # (relative: the floats' spacing near a week's 6e5 s is 1e-10, at 1e8 1e-8)
+            k = max(1, math.ceil((now - origin - eps) / period))
+            if ticked and origin + k * period <= now + eps:
                 k += 1
             self.next_tick = origin + k * period
             self._push(self.next_tick, "stim", Tick())

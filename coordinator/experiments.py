@@ -130,8 +130,8 @@ def simulate_file(path: str, policy: str, hosts: int, penalty: float, as_json: b
         return 2
     if segment is None and is_swf(path):
         # (the whole HPC2N trace, 202,871 jobs on 120 hosts: FCFS 54 s, EASY 67 s; 64 of its weeks: DYNMCB8 190-250 s
-        # (353 MB since results are folded as the run goes: 1.4 GB before), DYNMCB8-PER past 600 s, as a backlog carried
-        # from week to week grows: scale review)
+        # (353 MB since results are folded as the run goes: 1.4 GB before, and 2 GB before Transition was slotted),
+        # DYNMCB8-PER past 600 s, as a backlog carried from week to week grows: scale review)
         from workloads.annotate import WEEK_S
 
         weeks = math.floor(max(s.submit_time for s in specs) / WEEK_S) + 1

@@ -161,8 +161,10 @@ class JobOutcomes:
     paused at one event and resumed on other nodes at a later one was preempted, not migrated: 001 Table II gives
     GREEDY-PMTN 0.00 migrations although it "may or may not" restart a paused job on its previous nodes.
 
-    A job's transitions come in time order (an engine's clock does not go back), so one instant's are together:
-    the fold decides whether an instant's pauses were preemptions or a move when the next instant begins."""
+    A job's transitions come in time order within one engine process (its clock does not go back; a coordinator
+    restarted on its store after the wall clock was set back could break that, and no caller folds such a history),
+    so one instant's are together: the fold decides whether an instant's pauses were preemptions or a move when the
+    next instant begins."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, _Fold] = {}

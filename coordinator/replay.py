@@ -84,6 +84,19 @@ timed out (--timeout), failed, did not complete every job, or its results could 
 printed); 2 bad arguments or trace (nothing started); 130 interrupted (Ctrl-C or SIGTERM)."""
 
 
+def _week(text: str) -> int:
+    """``--segment K``: one week, as a live replay runs (``simulate --segment`` also takes weeks A-B)."""
+    try:
+        week = int(text)
+    except ValueError:
+        why = "replay runs one week K (simulate --segment also takes weeks A-B)" if "-" in text.strip()[1:] else \
+            "expected a week index K (from 0)"
+        raise argparse.ArgumentTypeError(f"{why}, got {text!r}") from None
+    if week < 0:
+        raise argparse.ArgumentTypeError(f"week indices start at 0, got {text!r}")
+    return week
+
+
 def score(history: History, capacity: float, host_memory_gb: float) -> dict[str, Any]:
     """001 Sec. V's metrics of one run (the same for a simulated and a live run)."""
     from coordinator.metrics import decision_stats, job_results, rescheduling_costs, summarize, utilisation
@@ -125,7 +138,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--compress", type=positive("--compress", low=MIN_COMPRESS, high=MAX_COMPRESS), default=60.0,
                    help=f"time compression factor K ({MIN_COMPRESS:g} to {MAX_COMPRESS:g}; default %(default)g: an "
                         "hour of the trace in a minute)")
-    p.add_argument("--segment", type=int, default=None, help="SWF only: the 1-week segment to replay")
+    p.add_argument("--segment", type=_week, default=None, help="SWF only: the 1-week segment to replay")
     p.add_argument("--max-jobs", type=positive("--max-jobs", int), default=20,
                    help="replay only the first N jobs (default 20)")
     p.add_argument("--hosts", type=positive("--hosts", int, high=MAX_AGENT_HOSTS), default=4,

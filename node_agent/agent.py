@@ -62,6 +62,7 @@ from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fenc
 from node_agent.spares import MAX_SPARES, Spares
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
+from vcemu.limits import shown
 from vcemu.processes import stop_processes
 from workloads import modeled
 from workloads.registry import PROGRAMS, child_env
@@ -368,7 +369,7 @@ class AgentCore:
         if not start.task_id:
             raise AgentError("INVALID_ARGUMENT", "task_id: must not be empty")
         if start.workload not in self.workloads:
-            raise AgentError("INVALID_ARGUMENT", f"workload: unknown workload {start.workload!r}; "
+            raise AgentError("INVALID_ARGUMENT", f"workload: unknown workload {shown(start.workload)}; "
                              f"this agent runs {', '.join(self.workloads)}")
         _check_fraction("cpu_share", start.cpu_share)
         _check_fraction("cpu_need", start.cpu_need)
@@ -390,7 +391,7 @@ class AgentCore:
         """The checks of a start that need the agent's state (under the lock), and its task, not started."""
         h = self._host(start.host)
         if start.task_id in self._tasks:
-            raise AgentError("ALREADY_EXISTS", f"task_id: task {start.task_id!r} already exists on this agent")
+            raise AgentError("ALREADY_EXISTS", f"task_id: task {shown(start.task_id)} already exists on this agent")
         memory_bytes = start.memory_bytes
         if not 0 <= memory_bytes <= h.memory_bytes:
             raise AgentError("INVALID_ARGUMENT", f"memory_bytes: {memory_bytes} is outside "
@@ -478,7 +479,7 @@ class AgentCore:
             if (ending := self._ending.get(task_id)) is not None:
                 return self._ending_reply(task_id, ending)
             if not isinstance(task, TransactionalTask):
-                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} runs workload "
+                raise AgentError("FAILED_PRECONDITION", f"task_id: task {shown(task_id)} runs workload "
                                  f"{task.spec.workload}, which takes no load; only {TRANSACTIONAL} does")
             task.set_rate(rate_rps)
             return task.view()
@@ -731,7 +732,7 @@ class AgentCore:
         processes being killed) is accepted and changes nothing; one a Stop is ending is refused."""
         if ending.view.state.finished:
             return ending.view
-        raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} {ending.why}")
+        raise AgentError("FAILED_PRECONDITION", f"task_id: task {shown(task_id)} {ending.why}")
 
     def _poll(self, task_id: str, task: Task | ModeledTask) -> None:
         """Poll a task (under the lock). If its poll raised, fail it now and kill it in a thread of its own,
@@ -814,14 +815,14 @@ class AgentCore:
         try:
             return self.hosts[name]
         except KeyError:
-            raise AgentError("NOT_FOUND", f"host: no host {name!r} on agent {self.agent_id} (hosts: "
+            raise AgentError("NOT_FOUND", f"host: no host {shown(name)} on agent {self.agent_id} (hosts: "
                              f"{', '.join(self.hosts)})") from None
 
     def _task(self, task_id: str) -> Task:
         try:
             return self._tasks[task_id]
         except KeyError:
-            raise AgentError("NOT_FOUND", f"task_id: no task {task_id!r} on agent {self.agent_id}") from None
+            raise AgentError("NOT_FOUND", f"task_id: no task {shown(task_id)} on agent {self.agent_id}") from None
 
     def _monitor_loop(self) -> None:
         """Every :data:`POLL_INTERVAL_S`, a round: the lease, the fencer, and a poll of every task; in between, every
@@ -949,7 +950,7 @@ class AgentCore:
         with self._lock:
             task = self._task(task_id)
             if (ending := self._ending.get(task_id)) is not None:
-                raise AgentError("FAILED_PRECONDITION", f"task_id: task {task_id!r} {ending.why}")
+                raise AgentError("FAILED_PRECONDITION", f"task_id: task {shown(task_id)} {ending.why}")
             s = task.progress_sample()
             cpu = self.driver.cpu_usage_s(task.cgroup)
             t = time.monotonic()

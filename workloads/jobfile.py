@@ -13,7 +13,7 @@ required number of tasks, one CPU need and one memory requirement ... and an exe
 CSV (``.csv``): a header row naming the same columns, then one job per row.
 
 SWF (``.swf``, ``.swf.gz``): read through the HPC2N conversion of 001 Sec. IV-C
-(:func:`workloads.annotate.convert_hpc2n`), either whole or one 1-week segment.
+(:func:`workloads.annotate.convert_hpc2n`), either whole, one 1-week segment, or the weeks A to B as one list.
 
 Suffixes are matched in any case (``JOBS.CSV``). Text is UTF-8, with or without a byte-order mark. A gzip file
 is read as one whatever its name (its first two bytes, ``1f 8b``, are never UTF-8 text).

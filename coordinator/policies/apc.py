@@ -23,7 +23,8 @@ Our reading of the placement loop (003 Sec. 3.2 "Algorithm outline", after [18])
   so it is removed in every configuration that removes a job, and without this its CPU on the node sat idle
   where the same job changes with the app kept were strictly better (3 of 217 cycles of Experiment Three's
   dynamic configuration, app RP 0.199 and 0.292 where 0.365 was open; fidelity review). A job removed here is
-  not offered back: that configuration is the one removing one instance fewer.
+  not offered back: the removals stay prefixes of the satisfaction order (the last one put back is the
+  configuration removing one instance fewer), and only the app's case is widened.
 * **Load distribution** of a candidate (:func:`distribute`): transactional apps and the batch workload
   are equalised (bisection on the common level u such that an app's u_a equals the batch jobs'
   hypothetical level at the CPU left to them); free CPU goes first to apps, then apps squeeze jobs down

@@ -403,3 +403,18 @@ def test_an_agents_shutdown_says_how_many_unfinished_tasks_it_stopped(caplog: py
         core.shutdown()
     said = [r.getMessage() for r in caplog.records if r.name == "vcemu.agent" and "shut down" in r.getMessage()]
     assert said == ["shut down: 2 unfinished tasks stopped, work directory removed"], caplog.text
+
+
+def test_an_agents_refusal_quotes_a_long_task_id_cut_short() -> None:
+    """A 60,000-character task id quoted whole made the NOT_FOUND message exceed gRPC's 16 KiB of metadata: the
+    client got RESOURCE_EXHAUSTED "Stream removed" (API review); the coordinator's messages were cut already."""
+    from node_agent.agent import AgentCore, AgentError, HostSpec
+    from node_agent.dutycycle import DutyCycleDriver
+
+    core = AgentCore("quote-test", [HostSpec("h0", 1.0, 1 << 30)], DutyCycleDriver(), {})
+    try:
+        with pytest.raises(AgentError) as info:
+            core.pause("x" * 60_000)
+        assert len(str(info.value)) < 1_000 and "(60,000 characters)" in str(info.value)
+    finally:
+        core.shutdown()

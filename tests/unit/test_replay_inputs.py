@@ -142,6 +142,9 @@ def test_replay_says_what_the_swf_conversion_dropped_and_records_it(tmp_path: Pa
     (["--token-file", "t"], "argument --token-file: only with --ray (a local cluster listens on 127.0.0.1)"),
     (["--ray", "127.0.0.1:6379", "--hosts", "4", "--agents", "2"],
      "argument --agents: not with --ray (each emulated host is its own agent actor)"),
+    (["--segment", "3-5"], "argument --segment: replay runs one week K (simulate --segment also takes weeks A-B), "
+     "got '3-5'"),  # (review: argparse's "invalid int value")
+    (["--segment", "-1"], "argument --segment: week indices start at 0, got '-1'"),
 ])
 def test_replay_refuses_what_does_not_go_with_ray_or_without_it(argv: list[str], why: str, no_cluster: None,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:

@@ -387,3 +387,14 @@ def test_table1_under_001_s_literal_words_is_written_beside_the_reading_the_poli
     (tmp_path / "older").mkdir()
     names, _ = _report(older, tmp_path / "older", traces=0)
     assert "table1_p300.csv" in names and not any("literal" in n for n in names)
+
+
+def test_a_report_with_unscaled_traces_says_their_column_is_not_comparable_with_001s(tmp_path, capsys):
+    """Our Lublin arrival process runs the unscaled traces at about a third of 001's load (fidelity review): said
+    when the sweep has them, and only then."""
+    rows = [_row("u1", "unscaled", 0.5, "easy", 4.0), _row("u1", "unscaled", 0.5, "greedy-pmtn", 2.0)]
+    _report(rows, tmp_path, traces=0)
+    assert "the unscaled traces run at about a third of the load of 001's" in capsys.readouterr().err
+    (tmp_path / "scaled").mkdir()
+    _report([{**r, "group": "scaled"} for r in rows], tmp_path / "scaled", traces=0)
+    assert "unscaled" not in capsys.readouterr().err
