@@ -257,16 +257,16 @@ class AgentCore:
     # ------------------------------------------------------------------ requests
     def start_task(self, task_id: str, host: str, workload: str, cpu_share: float, cpu_need: float,
                    work_seconds: float, memory_bytes: int, start_progress: float = 0.0,
-                   transactional: TransactionalParams | None = None) -> TaskView:
+                   transactional: TransactionalParams | None = None, expires_at: float | None = None) -> TaskView:
         """Start a task. A ``transactional`` task runs until stopped: ``work_seconds`` and
         ``start_progress`` are ignored for it (see :mod:`node_agent.transactional`)."""
         outcome = self.start_tasks([TaskStart(task_id, host, workload, cpu_share, cpu_need, work_seconds,
-                                              memory_bytes, start_progress, transactional)])[0]
+                                              memory_bytes, start_progress, transactional)], expires_at)[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
-    def start_tasks(self, starts: Sequence[TaskStart]) -> list[TaskView | Exception]:
+    def start_tasks(self, starts: Sequence[TaskStart], expires_at: float | None = None) -> list[TaskView | Exception]:
         """Start each task in turn, until one fails (a task that already exists does not stop the others: an
         earlier attempt of the same batch started it); one result per start tried, its task's view or the error
         that start alone would have raised (the last result, if any is). Under one hold of the lock, each start
@@ -278,7 +278,10 @@ class AgentCore:
         (and the sums made again) to wait for a task of a start's id that is ending, to kill the processes of a
         start that failed (its task forgotten before the failure is answered, as for a single start), and after
         each start of a process (tens of milliseconds, which the agent's Status and monitor would otherwise wait
-        for many of in a row: for processes the saving is in calls, the pass being small beside the start)."""
+        for many of in a row: for processes the saving is in calls, the pass being small beside the start).
+        ``expires_at`` (monotonic): the caller's deadline; a start not begun by then is refused DEADLINE_EXCEEDED,
+        not made: the caller has given up on it, may have stopped its id (NOT_FOUND, taken for stopped) and started
+        the job elsewhere, and a start that waited out the lock made a second copy (concurrency review)."""
         results: list[TaskView | Exception] = []
         k = 0
         while k < len(starts):
@@ -290,6 +293,9 @@ class AgentCore:
                     while k < len(starts):
                         start = starts[k]
                         try:
+                            if expires_at is not None and time.monotonic() >= expires_at:
+                                raise AgentError("DEADLINE_EXCEEDED", f"task_id: {shown(start.task_id)} not started: "
+                                                 "the caller's deadline passed while the start waited for the agent")
                             start = self._checked(start)
                             if self._stop.is_set():
                                 raise AgentError("UNAVAILABLE", f"agent {self.agent_id}: {SHUTTING_DOWN}")

@@ -74,6 +74,12 @@ def _refusal(e: Exception) -> tuple[str, str]:
     return "INTERNAL", f"agent failure: {e}"
 
 
+def _expires_at(context: grpc.ServicerContext) -> float | None:
+    """The caller's deadline on this process's monotonic clock, or None if it set none."""
+    left = context.time_remaining()
+    return None if left is None else time.monotonic() + left
+
+
 def _results(outcomes: list[TaskView | Exception]) -> agent_pb2.TasksReply:
     """A batch's outcomes, each failure answered as :func:`_call` answers a single request's."""
     results = []
@@ -98,7 +104,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
     def StartTask(self, r: agent_pb2.StartTaskRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         view = _call(context, lambda: self.core.start_task(
             r.task_id, r.host, r.workload, r.cpu_share, r.cpu_need, r.work_seconds, r.memory_bytes,
-            r.start_progress, transactional_params(r)))
+            r.start_progress, transactional_params(r), _expires_at(context)))
         return agent_pb2.TaskReply(task=task_status(view))
 
     def StartTasks(self, r: agent_pb2.StartTasksRequest, context: grpc.ServicerContext) -> agent_pb2.TasksReply:
@@ -106,7 +112,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         tasks on this agent, which one StartTask per task made n calls (and n passes over the agent's tasks)."""
         return _results(self.core.start_tasks([
             TaskStart(t.task_id, t.host, t.workload, t.cpu_share, t.cpu_need, t.work_seconds, t.memory_bytes,
-                      t.start_progress, transactional_params(t)) for t in r.tasks]))
+                      t.start_progress, transactional_params(t)) for t in r.tasks], _expires_at(context)))
 
     def SetLoad(self, r: agent_pb2.SetLoadRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         return agent_pb2.TaskReply(task=task_status(_call(context, lambda: self.core.set_load(

@@ -418,3 +418,23 @@ def test_an_agents_refusal_quotes_a_long_task_id_cut_short() -> None:
         assert len(str(info.value)) < 1_000 and "(60,000 characters)" in str(info.value)
     finally:
         core.shutdown()
+
+
+def test_a_start_whose_caller_gave_up_while_it_waited_is_not_made() -> None:
+    """A StartTask that waited out the agent's lock past its caller's deadline made its task anyway, after the
+    coordinator had stopped that id (NOT_FOUND) and started the job elsewhere: two copies (concurrency review)."""
+    import time
+
+    from node_agent.agent import AgentCore, AgentError, HostSpec
+    from node_agent.dutycycle import DutyCycleDriver
+    from workloads import modeled
+
+    core = AgentCore("deadline-test", [HostSpec("h0", 1.0, 1 << 30)], DutyCycleDriver(), {})
+    try:
+        with pytest.raises(AgentError) as info:
+            core.start_task("j/0", "h0", modeled.NAME, 0.5, 0.5, 10.0, 0, expires_at=time.monotonic() - 0.1)
+        assert info.value.code == "DEADLINE_EXCEEDED" and not core._tasks
+        core.start_task("j/0", "h0", modeled.NAME, 0.5, 0.5, 10.0, 0, expires_at=time.monotonic() + 30)
+        assert list(core._tasks) == ["j/0"]
+    finally:
+        core.shutdown()
