@@ -284,6 +284,12 @@ def _refusal(code: grpc.StatusCode, error: str) -> pb.SubmitResult:
     return pb.SubmitResult(code=code.value[0], error=error)
 
 
+def _job_id_given(request: pb.JobRef, context: grpc.ServicerContext) -> None:
+    """An empty job id is a bad request, not an unknown job (API review: NOT_FOUND "no job ''")."""
+    if not request.job_id:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id: required")
+
+
 def _loopback(bind: str) -> bool:
     """Whether a listening address is reachable from this machine only (``127.x``, ``::1``, ``localhost``)."""
     host = bind.strip("[]")
@@ -344,6 +350,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return rec  # type: ignore[return-value]
 
     def Cancel(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
+        _job_id_given(request, context)
         if self.s.board.get(request.job_id) is None:  # (an unknown id waits for no turn of the loop)
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(request.job_id)}")
         if not self.s.cancels_waiting.acquire(blocking=False):
@@ -361,6 +368,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     # (coordinator.jobboard). A job accepted and not yet taken in by the loop is on the board already.
 
     def GetJob(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.Job:
+        _job_id_given(request, context)
         row = self.s.board.get(request.job_id)
         if row is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(request.job_id)}")
@@ -499,6 +507,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                      lease_s=lease_s)
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
+        if not request.agent_id:  # (API review: it answered known = false)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id: required")
         known = request.agent_id in self.s.backend.agents
         if not known:
             return pb.HeartbeatReply(known=False)

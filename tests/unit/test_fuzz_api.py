@@ -22,7 +22,7 @@ from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 
 FIELDS = ("tasks", "cpu_need", "memory", "work_seconds", "workload", "request_id", "spec.name", "job_id", "state",
-          "address", "description.")
+          "address", "description.", "agent_id")
 REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE,
             grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.RESOURCE_EXHAUSTED}
 

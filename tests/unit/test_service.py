@@ -999,3 +999,12 @@ def test_a_token_without_tls_off_loopback_warns_that_agents_register_unauthentic
     assert bool(said) is warned, said
     assert [_loopback(b) for b in ("127.0.0.1", "127.5.0.1", "::1", "[::1]", "localhost", "0.0.0.0", "10.0.0.2",
                                    "node7")] == [True, True, True, True, True, False, False, False]
+
+
+def test_an_empty_id_is_a_bad_request_not_an_unknown_one(stub):
+    """API review: GetJob and Cancel of '' answered NOT_FOUND "no job ''", a Heartbeat of '' known = false."""
+    for call, request in ((stub.GetJob, pb.JobRef()), (stub.Cancel, pb.JobRef()),
+                          (stub.Heartbeat, pb.HeartbeatRequest())):
+        with pytest.raises(grpc.RpcError) as info:
+            call(request, timeout=5)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "required" in info.value.details()
