@@ -345,6 +345,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def _record(self, job_id: str, context: grpc.ServicerContext) -> JobRecord:
         self.s.drain()
         rec = self.s.engine.jobs.get(job_id)
+        if rec is None and job_id in self.s.intake:  # accepted, and every agent lost before the loop took it in
+            # (concurrency review: NOT_FOUND "no job" for a job GetJob shows pending, which ran once hosts returned)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"job_id: job {shown(job_id)} waits for hosts (every agent is "
+                          "lost): it can be cancelled once one registers again; retry then")
         if rec is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(job_id)}")
         return rec  # type: ignore[return-value]

@@ -162,3 +162,22 @@ def test_cancels_waiting_out_a_long_turn_leave_threads_for_the_heartbeats() -> N
         assert codes.count(grpc.StatusCode.OK) == MAX_CANCELS_WAITING
     finally:
         s.stop(grace=0)
+
+
+def test_a_cancel_of_a_job_waiting_for_hosts_says_so() -> None:
+    """A job accepted just before the last agent is lost waits in the intake (shown pending); Cancel answered
+    NOT_FOUND "no job", and the job ran once hosts returned (concurrency review). It says why, and to retry."""
+    s = CoordinatorServer(get_policy("greedy"), port=0)  # not started: the drains here are the only ones
+    svc = CoordinatorServicer(s)
+    try:
+        svc.RegisterAgent(_register("a0"), _Ctx())
+        (r,) = s.accept([pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=0.5, memory=0.1, work_seconds=10))])
+        s.lose_agent("a0", "agent a0 lost (test)")
+        assert svc.GetJob(pb.JobRef(job_id=r.job.job_id), _Ctx()).state == "pending"
+        try:
+            svc.Cancel(pb.JobRef(job_id=r.job.job_id), _Ctx())
+            raise AssertionError("cancelled")
+        except RuntimeError as exc:
+            assert str(exc).startswith("StatusCode.UNAVAILABLE: job_id: job 'job-00001' waits for hosts"), exc
+    finally:
+        s.stop(grace=0)
