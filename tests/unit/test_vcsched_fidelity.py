@@ -5,7 +5,6 @@ stored run made with the old one; the LP row's average yield (its minimum yield:
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from scipy.optimize import linprog
 
 from coordinator.policies.packing import PackJob, lp_bound
 from coordinator.vcsched import experiment as vc
+from tests.unit.test_vcsched_sessions import unfinished
 
 #: One slack, one instance per specification, MCB8 only: 16 small instances, about a second.
 ARGV = ["--set", "small", "--instances", "1", "--slacks", "0.3", "--jobs", "1", "--algorithms", "MCB8"]
@@ -63,14 +63,7 @@ def test_a_stored_config_without_an_accuracy_ran_with_the_old_default(
     (out / "config.json").write_text(json.dumps(old))
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 2
     assert "other settings (--accuracy)" in capsys.readouterr().err
-    # as a run killed after every instance leaves it: unfinished, its rows in the journal
-    (out / "config.json").write_text(json.dumps({**old, "complete": False}))
-    with (out / "small" / "results.csv").open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    with (out / vc.JOURNAL).open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+    unfinished(out, old)  # as a run killed after every instance leaves it
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 2  # (its work kept: refused, not started over)
     assert "an unfinished run with other settings (--accuracy)" in capsys.readouterr().err
     assert vc.vcsched_main([*ARGV, "--accuracy", "0.01", "--out", str(out)]) == 0

@@ -139,14 +139,8 @@ def test_a_new_run_into_the_same_out_starts_at_one(tmp_path: Path) -> None:
     assert [s["session"] for s in _sessions(out)] == [1] and _row_sessions(out) == {"1"}
 
 
-def test_a_rerun_with_its_slacks_or_algorithms_in_another_order_is_the_same_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Crash-and-resume review: ``--slacks 0.4,0.2`` after ``--slacks 0.2,0.4`` was a run "with other settings"
-    (and dropped the finished instances), though an instance depends on its slack's value, not its place."""
-    out = tmp_path / "out"
-    argv = ["--set", "small", "--instances", "1", "--jobs", "1", "--out", str(out)]
-    assert vc.vcsched_main([*argv, "--slacks", "0.3,0.7", "--algorithms", "MCB8,GR"]) == 0
-    conf = json.loads((out / "config.json").read_text())  # as a run killed after every instance leaves it
+def unfinished(out: Path, conf: dict) -> None:
+    """``out`` as a run killed after every instance leaves it: ``conf`` stored unfinished, its rows in the journal."""
     (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
     with (out / "small" / "results.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -154,6 +148,16 @@ def test_a_rerun_with_its_slacks_or_algorithms_in_another_order_is_the_same_run(
         w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
+
+
+def test_a_rerun_with_its_slacks_or_algorithms_in_another_order_is_the_same_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Crash-and-resume review: ``--slacks 0.4,0.2`` after ``--slacks 0.2,0.4`` was a run "with other settings"
+    (and dropped the finished instances), though an instance depends on its slack's value, not its place."""
+    out = tmp_path / "out"
+    argv = ["--set", "small", "--instances", "1", "--jobs", "1", "--out", str(out)]
+    assert vc.vcsched_main([*argv, "--slacks", "0.3,0.7", "--algorithms", "MCB8,GR"]) == 0
+    unfinished(out, json.loads((out / "config.json").read_text()))
     capsys.readouterr()
     assert vc.vcsched_main([*argv, "--slacks", "0.7,0.3", "--algorithms", "GR,MCB8"]) == 0
     err = capsys.readouterr().err
