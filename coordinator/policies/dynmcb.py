@@ -26,8 +26,9 @@ one ``Move`` (its tasks' new hosts at once), keeping every task whose host is st
 hosts; a paused job is resumed wherever MCB8 put it.
 
 Preemption counts (issue 4 investigation; 1,000-job Lublin traces, 128 hosts, DYNMCB8-ASAP-PER): with
-no penalty, load 0.9, seed 0 gives 6.7 preemptions and 9.9 migrations per job (001 Table II: 7.33 and
-6.08, averaged over loads >= 0.7). With the 5-minute penalty it is 20-31 per job at loads 0.7-0.9, but
+no penalty, load 0.9, seed 0 gives 6.9 preemptions and 3.9 migrations per job (001 Table II: 7.33 and
+6.08, averaged over loads >= 0.7; measured again in session 40, with 001 Table II's move counting and the
+repacking grid). With the 5-minute penalty it is 20-31 per job at loads 0.7-0.9 (measured earlier), but
 42-64 per hour (Table II: 44 on average, 106 at most): the penalty-unaware repacking wastes capacity,
 the mean flow time grows from 58 to 342 periods, and 90% of pauses hit a job exactly one period after
 it was (re)started — resuming raises its virtual time, so it becomes the lowest priority job
