@@ -9,13 +9,22 @@ import json
 import os
 import re
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from coordinator.hostlist import compress_hosts
 from coordinator.model import JobState
 from coordinator.policy_names import PolicyNameError, described
 from vcemu.cliargs import format_table, refuse, whole_in, yield_text
-from vcemu.limits import KNOWN_METADATA, MAX_REPLY_BYTES, MAX_REQUEST_ID, MAX_TASKS, request_bounds, target_refusal
+from vcemu.limits import (
+    BUSY,
+    KNOWN_METADATA,
+    MAX_REPLY_BYTES,
+    MAX_REQUEST_ID,
+    MAX_TASKS,
+    request_bounds,
+    target_refusal,
+)
 from vcemu.limits import shown as quoted
 
 if TYPE_CHECKING:
@@ -116,19 +125,30 @@ class Connection:
         self.channel.close()
 
     def rpc(self, method: str, request, with_call: bool = False, timeout: float = 10.0,  # type: ignore[no-untyped-def]
-            unsure: str | None = None):
+            unsure: str | None = None, busy_for: float = 0.0):
         """Call ``method`` with a ``timeout``-s deadline; an RPC error ends the command with one line (exit status
         2). ``with_call``: return (reply, call), the call giving the reply's metadata. ``unsure``: a line to add
         when the call may have been carried out though it failed (the connection closed during it, or its deadline
         passed): what a submission's user needs to know then (torture review: a batch the coordinator had saved
-        was reported with a hint about a wrong address)."""
+        was reported with a hint about a wrong address). ``busy_for``: seconds to go on retrying while the
+        coordinator answers that it is busy (UNAVAILABLE ending in :data:`BUSY`: too many cancels waiting)."""
         import grpc
 
         call = getattr(self.stub, method)
+        busy_until = time.monotonic() + busy_for
+        pause = 0.2
         try:
-            if with_call:
-                return call.with_call(request, timeout=timeout, metadata=_auth())
-            return call(request, timeout=timeout, metadata=_auth())
+            while True:
+                try:
+                    if with_call:
+                        return call.with_call(request, timeout=timeout, metadata=_auth())
+                    return call(request, timeout=timeout, metadata=_auth())
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or BUSY not in (exc.details() or "") or \
+                            time.monotonic() + pause > busy_until:
+                        raise
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
         except grpc.RpcError as exc:
             message = f"vcemu {self.what}: {exc.code().name}: {exc.details()}"
             details = exc.details() or ""
@@ -477,7 +497,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         # Cancel's reply is the job after the call, the same whether this call cancelled it or one before did (the
         # reply has nothing that tells them apart): the job as it was just before says which.
         before = client.rpc("GetJob", pb.JobRef(job_id=args.job_id))
-        job = client.rpc("Cancel", pb.JobRef(job_id=args.job_id))
+        job = client.rpc("Cancel", pb.JobRef(job_id=args.job_id), busy_for=60.0)  # (many cancels at once: retried)
     if job.state in ("done", "failed"):  # finished before the call: Cancel leaves such a job as it is
         print(f"{job.job_id} {job.state}: it had finished already, nothing was cancelled")
     elif job.state == "cancelled" and before.state == "cancelled":

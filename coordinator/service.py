@@ -51,6 +51,7 @@ from coordinator.policies.base import Policy
 from coordinator.store import Store, StoreError
 from coordinator.warmup import warm_kernels
 from vcemu.limits import (
+    BUSY,
     KNOWN_METADATA,
     MAX_AGENT_HOSTS,
     MAX_MESSAGE_BYTES,
@@ -302,13 +303,14 @@ def _loopback(bind: str) -> bool:
 
 
 def _spec_differences(spec: JobSpec, asked: pb.JobSpec) -> str:
-    """How a submission's spec differs from the spec of the job its request id made ("" if in nothing): the
-    fields by their proto names, the job's value first."""
+    """How a submission's spec differs in what runs from the spec of the job its request id made ("" if in
+    nothing): the fields by their proto names, the job's value first, numbers in full. Not the name, a label: a
+    state file from before names were kept holds none, and a genuine retry of ``submit --file`` sends one (review)."""
     pairs = (("tasks", spec.tasks, asked.tasks), ("cpu_need", spec.cpu_need, asked.cpu_need),
              ("memory", spec.mem, asked.memory), ("work_seconds", spec.work, asked.work_seconds),
-             ("workload", spec.workload, asked.workload or "dgemm"), ("name", spec.name, asked.name))
-    return ", ".join(f"{name} {shown(had) if isinstance(had, str) else f'{had:g}'} (not "
-                     f"{shown(got) if isinstance(got, str) else f'{got:g}'})" for name, had, got in pairs if had != got)
+             ("workload", spec.workload, asked.workload or "dgemm"))
+    return ", ".join(f"{name} {shown(had) if isinstance(had, str) else repr(had)} (not "
+                     f"{shown(got) if isinstance(got, str) else repr(got)})" for name, had, got in pairs if had != got)
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -360,7 +362,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if not self.s.cancels_waiting.acquire(blocking=False):
             context.abort(grpc.StatusCode.UNAVAILABLE, f"{MAX_CANCELS_WAITING} cancels are waiting for the engine's "
                           "turn, the most this coordinator holds at once (the agents' heartbeats need the other "
-                          "threads): retry in a moment")
+                          f"threads): {BUSY}")
         try:
             with self.s.engine.lock:
                 self._record(request.job_id, context)
@@ -479,6 +481,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                               f"emulated by agent {shown(taken[clash[0]])}")
             before = {n: self.s.backend.host_info[n] for n in self.s.backend.host_agent
                       if self.s.backend.host_agent[n] == d.agent_id and n in self.s.backend.host_info}
+            # Stamped before its new handle goes in (and again below): the watch reads a handle, then its stamp, so a
+            # new handle is never judged by the old stamp (review: it was, between add_agent and the beat below)
+            self.s.beat(d.agent_id)
             try:
                 hosts = self.s.backend.add_agent(request.address, d)
             except BackendError as exc:
@@ -696,10 +701,10 @@ class CoordinatorServer:
             if token and tls is None and not _loopback(bind):
                 # (API review: a rogue agent registered without the token and was given a job; the agents' calls are
                 # left to mutual TLS, and the agents send no token)
-                log.warning("--token-file guards the user API only: without --tls-cert/--tls-key/--tls-ca (mutual "
-                            "TLS) the agents' RegisterAgent and Heartbeat are not authenticated, nor is each agent's "
-                            "own API, so anything that reaches %s can register as an agent and be given jobs",
-                            self.address)
+                log.warning("--token-file guards the user API only: the agents' RegisterAgent and Heartbeat, and "
+                            "each agent's own API, are authenticated by mutual TLS alone (vcemu coordinator and "
+                            "vcemu agent --tls-cert/--tls-key/--tls-ca), so here anything that reaches %s can register "
+                            "as an agent and be given jobs", self.address)
             try:
                 self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
             except OSError as exc:
@@ -1012,7 +1017,8 @@ class CoordinatorServer:
             handle = self.backend.agents.get(agent_id)
             # Its heartbeat read after its handle, each time: an agent that registered again while an earlier loss
             # in this look waited for the engine lock has a new handle and a fresh heartbeat, and was declared lost
-            # on the stamp read before (concurrency review); now its old handle alone can be judged by an old stamp.
+            # on the stamp read before (concurrency review). RegisterAgent stamps before it puts the new handle in,
+            # so a new handle is never read with the old stamp.
             last = self.heartbeats.get(agent_id)
             if last is None:  # (lost meanwhile)
                 continue

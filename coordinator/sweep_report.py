@@ -511,7 +511,11 @@ def _literal_tables(paths: list[Path], rows: Sequence[dict[str, Any]], algorithm
     ``table1_literal_p<penalty>.csv`` and, at 300 s, ``table1_literal_vs_paper_p300.csv``, to see which reading
     reproduces 001's. Written when the penalty's ok cells all have it (cells of an older vcemu do not)."""
     mine = [r for r in rows if r["penalty"] == penalty]
-    if not mine or any(r.get("status") == "ok" and r.get("max_literal_stretch") is None for r in mine):
+    if not mine:
+        return
+    if older := sum(1 for r in mine if r.get("status") == "ok" and r.get("max_literal_stretch") is None):
+        _say(f"no table1_literal_p{penalty:g}: {count(older, 'cell')} of an older vcemu lack the literal max stretch "
+             "(run them again to have it)")
         return
     literal = with_degradation([{**r, "max_stretch": r.get("max_literal_stretch")} for r in mine], algorithms)
     t1 = table1(literal, algorithms, penalty)

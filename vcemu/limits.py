@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["KNOWN_METADATA", "MAX_AGENT_HOSTS", "MAX_COMPRESS", "MAX_LOCAL_AGENTS", "MAX_MESSAGE_BYTES", "MAX_NAME",
-           "MAX_PENALTY_S", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_SIM_HOSTS", "MAX_TASKS", "MAX_WORK_S",
+__all__ = ["BUSY", "KNOWN_METADATA", "MAX_AGENT_HOSTS", "MAX_COMPRESS", "MAX_LOCAL_AGENTS", "MAX_MESSAGE_BYTES",
+           "MAX_NAME", "MAX_PENALTY_S", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_SIM_HOSTS", "MAX_TASKS", "MAX_WORK_S",
            "MIN_COMPRESS", "address_refusal", "name_refusal", "request_bounds", "shown", "target_refusal"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
@@ -20,6 +20,9 @@ MAX_REPLY_BYTES = 64 * MAX_MESSAGE_BYTES
 #: The trailing metadata key by which Submit says whether its request id was seen before ("true": the reply is
 #: the job that request made then; "false": a new job). Job has no field for it; SubmitResult.known does.
 KNOWN_METADATA = "vcemu-known"
+#: How an UNAVAILABLE refusal that is only the coordinator being busy ends (too many cancels waiting for the engine's
+#: turn): ``vcemu cancel`` retries such a refusal, and no other.
+BUSY = "retry in a moment"
 
 #: Bounds on a submitted job spec beyond the model's own checks (a request must not make the coordinator allocate or
 #: loop without limit). The client commands check them before connecting (``vcemu submit --tasks``, ``--file``).

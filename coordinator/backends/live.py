@@ -172,7 +172,7 @@ class LiveBackend:
         #: CoordinatorServer.lease_s`; 0: none).
         self.lease_s = lease_s
         #: The coordinator is exiting: a Stop that fails is not retried (nothing would retry it), only logged, and no
-        #: task is started (:meth:`_start_tasks`), or one would run after the exit's stop of every task.
+        #: task is started (:meth:`_check_heard`), or one would run after the exit's stop of every task.
         self.closing = False
         #: Called with each task resumed after its agent fenced it (:meth:`_unfence`): the coordinator counts them.
         self.unfence_listeners: list[Callable[[str], None]] = []
@@ -570,7 +570,10 @@ class LiveBackend:
         """Refuse, as unreachable and with no call, to start a task on a host whose agent was restored from the
         store and has not answered since (:attr:`AgentHandle.heard`): the engine keeps the job pending and
         offers it again a poll interval later, by when the agent has answered a poll, registered anew (a new
-        handle), or is being declared lost."""
+        handle), or is being declared lost. Every start, resume and move asks this first: none once the coordinator
+        is stopping either (concurrency review: a loop outliving stop()'s wait started tasks after its stop-all)."""
+        if self.closing:
+            raise BackendError("the coordinator is stopping: no task is started", unreachable=True)
         for host in hosts:
             handle = self.agents.get(self.host_agent.get(host, ""))
             if handle is not None and not handle.heard:
@@ -618,8 +621,6 @@ class LiveBackend:
         review). Then one StartTasks call per host (:meth:`_send_starts`); each entry becomes its task as its
         agent confirms the start, so the list holds every task that may run when a later start fails (the caller
         stops them)."""
-        if self.closing:  # (concurrency review: a loop outliving stop()'s wait started tasks after its stop-all)
-            raise BackendError("the coordinator is stopping: no task is started", unreachable=True)
         hosts = [host for _, host in starts]
         self._check_heard(hosts)
         self._hold(spec.id)  # never beside a copy of it that may still run

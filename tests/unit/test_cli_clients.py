@@ -401,3 +401,40 @@ def test_a_client_without_the_token_is_told_to_set_the_token_file(
     code, _, err = run(argv, capsys)
     assert code == 2 and one_line(err).endswith(
         f"; $VCEMU_TOKEN_FILE ({wrong}) does not hold the token this coordinator was given as --token-file"), err
+
+
+def test_cancel_retries_while_the_coordinator_is_busy_and_only_then(monkeypatch):
+    """Too many cancels waiting for the engine's turn are refused UNAVAILABLE "... retry in a moment" (concurrency
+    review): the client retries those, and no other UNAVAILABLE (a job waiting for hosts says "retry then")."""
+    import time as time_module
+
+    from coordinator.client import Connection
+    from vcemu.limits import BUSY
+
+    class Busy(grpc.RpcError):
+        def __init__(self, details):
+            self._details = details
+
+        def code(self):
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self):
+            return self._details
+
+    answers = [Busy(f"6 cancels are waiting: {BUSY}"), Busy(f"6 cancels are waiting: {BUSY}"), "job"]
+
+    class Stub:
+        def Cancel(self, request, timeout, metadata):  # noqa: N802 - the RPC's name
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    monkeypatch.setattr(time_module, "sleep", lambda s: None)
+    conn = object.__new__(Connection)
+    conn.what, conn.stub, conn.address = "cancel", Stub(), "127.0.0.1:1"
+    conn._connects = lambda: True  # (asked about some refusals: the coordinator is there)
+    assert conn.rpc("Cancel", None, busy_for=60.0) == "job" and not answers
+    answers[:] = [Busy("job_id: job 'job-00001' waits for hosts (every agent is lost): ...; retry then"), "job"]
+    with pytest.raises(SystemExit):
+        conn.rpc("Cancel", None, busy_for=60.0)

@@ -181,3 +181,35 @@ def test_a_cancel_of_a_job_waiting_for_hosts_says_so() -> None:
             assert str(exc).startswith("StatusCode.UNAVAILABLE: job_id: job 'job-00001' waits for hosts"), exc
     finally:
         s.stop(grace=0)
+
+
+def test_an_agent_registering_again_is_never_judged_by_its_old_stamp() -> None:
+    """RegisterAgent put the new handle in and stamped the agent's heartbeat only after adding its hosts: a look of
+    the watch in between judged the new handle by the old stamp and declared the agent lost (review of the fix)."""
+    s = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.2, heartbeat_misses=3)  # not started
+    svc = CoordinatorServicer(s)
+    try:
+        svc.RegisterAgent(_register("B"), _Ctx())
+        svc.Heartbeat(pb.HeartbeatRequest(agent_id="B"), _Ctx())
+        spec = JobSpec("job-00001", 0.0, 1, 0.5, 0.1, 100.0)
+        s.backend.adopt(spec, 0, [StoredTask("job-00001/0", "B-h0", 0.3, agent_pb2.TASK_STATE_RUNNING, False)], 0.5,
+                        JobState.RUNNING)
+        s.engine.restore([JobRecord(spec, JobState.RUNNING, ("B-h0",), 0.5, 30.0, 0, 0.0)])
+        time.sleep(1.0)  # B silent past 3 x 0.2 s (restarting, say), not yet declared lost
+        s._ran_at = time.monotonic()
+        add_hosts = s.engine.add_hosts
+
+        def slow_add_hosts(hosts):  # type: ignore[no-untyped-def]
+            time.sleep(0.3)  # between the new handle and the end of the registration
+            return add_hosts(hosts)
+
+        s.engine.add_hosts = slow_add_hosts  # type: ignore[method-assign]
+        t = threading.Thread(target=lambda: svc.RegisterAgent(_register("B"), _Ctx()))
+        t.start()
+        time.sleep(0.1)  # B's new handle is in
+        s._check_agents()
+        t.join()
+        assert not s.lost and sorted(s.backend.agents) == ["B"]
+        assert s.engine.jobs["job-00001"].state is JobState.RUNNING
+    finally:
+        s.stop(grace=0)
