@@ -323,7 +323,8 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
     before the run's folder is made: an address that does not answer leaves none."""
     from coordinator.backends.ray.cluster import RayStartError, placement_table, start_on_ray
     from coordinator.raycluster import RayUnavailable, connect
-    from coordinator.servers import coordinator_log, read_token
+    from coordinator.servers import coordinator_log
+    from vcemu.cliargs import read_token
     from vcemu.sizes import parse_size
 
     options = {"compression": a.compress, "token": read_token(a.token_file)}  # (before Ray: a bad file ends it)

@@ -32,6 +32,7 @@ from vcemu.cliargs import (
     per_host,
     per_host_values,
     positive,
+    read_token,
     refuse,
     state_path,
     tcp_port,
@@ -45,18 +46,6 @@ if TYPE_CHECKING:
     from coordinator.service import CoordinatorServer
     from vcemu.v1 import agent_pb2
 
-
-def read_token(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-    except OSError as exc:
-        refuse(f"vcemu: --token-file {path}: {exc.strerror}")
-    if not token:
-        refuse(f"vcemu: --token-file {path}: the file is empty")
-    return token
 
 
 def _reference_host(text: str) -> agent_pb2.HostInfo:
@@ -222,7 +211,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
                         agent_metrics_port: int | None = None, agent_spares: int | None = None,
-                        rates_dir: str | None = None, **options):
+                        rates_dir: str | None = None, token_file: str | None = None, **options):
     """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
     and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
     The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ..., reserved for this process
@@ -232,7 +221,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
     if one cannot be listened on). ``agent_spares``: each agent's ``--spares`` (None: the agent's default, passed
     explicitly). ``rates_dir``: a folder where each agent keeps its calibration (``--rates-file``), for a process
-    started again in its place (:func:`respawn_agent`) to read instead of measuring it again.
+    started again in its place (:func:`respawn_agent`) to read instead of measuring it again. ``token_file``: the
+    file of ``options``' token, which the agents send on their calls (``vcemu agent --token-file``).
     ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
     compression)."""
     from coordinator.policies import get_policy
@@ -254,6 +244,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
     tls = options.get("tls")
     tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
+    token = ["--token-file", token_file] if token_file else []
     first = [sum(split[:i]) for i in range(agents)]
     procs: list[subprocess.Popen] = []
     agent_of: dict[int, str] = {}  # position -> its agent's id, reserved (released on the way out if it fails)
@@ -275,7 +266,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
             rates = [] if rates_dir is None else ["--rates-file", os.path.join(rates_dir, f"{agent_id}.json")]
             procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
                                      ",".join(mems[first[i]:first[i] + n]), agent_id,
-                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics + spares + rates,
+                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + token + metrics + spares
+                                     + rates,
                                      agent_log))
 
         def exited() -> str | None:
@@ -404,7 +396,7 @@ def _serve_local_up(args: argparse.Namespace, options: dict, rates_dir: str | No
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
             args.metrics_port, args.no_cgroups, agent_metrics_port=args.agent_metrics_port,
-            agent_spares=args.agent_spares, rates_dir=rates_dir, **options,
+            agent_spares=args.agent_spares, rates_dir=rates_dir, token_file=args.token_file, **options,
         )
         signals_set(stop)
     except KeyboardInterrupt:

@@ -131,11 +131,14 @@ def _host_changes(before: dict[str, agent_pb2.HostInfo], now: dict[str, tuple[fl
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuse user API calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED). The agents'
-    RegisterAgent/Heartbeat are left to mutual TLS."""
+    """Refuse calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED): the user API's, and with ``agents``
+    the agents' RegisterAgent/Heartbeat too (the coordinator's ``--token-file`` given to ``vcemu agent``, which
+    ``vcemu up`` does for the agents it starts). Without ``agents`` (under mutual TLS) the agents' calls are left to
+    their certificates, as they were before agents sent a token: an agent of a TLS cluster needs no token."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, agents: bool = True) -> None:
         self._token = token.encode()
+        self._open = () if agents else AGENT_METHODS
 
         def deny(request: object, context: grpc.ServicerContext) -> None:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "authorization: missing or wrong bearer token")
@@ -145,7 +148,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
         method = details.method.rsplit("/", 1)[-1]
-        if not details.method.startswith(f"/{SERVICE_NAME}/") or method in AGENT_METHODS:
+        if not details.method.startswith(f"/{SERVICE_NAME}/") or method in self._open:
             return continuation(details)
         given = dict(details.invocation_metadata or ()).get("authorization", "")
         if isinstance(given, bytes):
@@ -676,7 +679,9 @@ class CoordinatorServer:
             #: measures (``vcemu replay``) cannot go on after one: an arrival it failed on left no job behind.
             self.loop_error_count = 0
             self.loop_errors: deque[str] = deque(maxlen=LOOP_ERRORS_KEPT)
-            interceptors = [TokenInterceptor(token)] if token else []
+            # (without TLS the agents' calls want the token too: a rogue agent registered without it and was given a
+            # job, API review)
+            interceptors = [TokenInterceptor(token, agents=tls is None)] if token else []
             self.grpc = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=API_THREADS),
                 interceptors=interceptors,
@@ -699,12 +704,11 @@ class CoordinatorServer:
                 raise OSError(cannot_bind(bind, port))
             self.address = f"{bind}:{self.port}"
             if token and tls is None and not _loopback(bind):
-                # (API review: a rogue agent registered without the token and was given a job; the agents' calls are
-                # left to mutual TLS, and the agents send no token)
-                log.warning("--token-file guards the user API only: the agents' RegisterAgent and Heartbeat, and "
-                            "each agent's own API, are authenticated by mutual TLS alone (vcemu coordinator and "
-                            "vcemu agent --tls-cert/--tls-key/--tls-ca), so here anything that reaches %s can register "
-                            "as an agent and be given jobs", self.address)
+                # (API review: the agents' own API takes calls from whoever reaches it, with no token)
+                log.warning("--token-file guards this coordinator (its agents send the token too) but not the "
+                            "agents' own API, which only mutual TLS authenticates (vcemu coordinator and vcemu agent "
+                            "--tls-cert/--tls-key/--tls-ca): without it, anything that reaches an agent's port can "
+                            "start, stop or pause its tasks")
             try:
                 self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
             except OSError as exc:

@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coordinator", default=None, metavar="ADDR", help="register with this coordinator")
     p.add_argument("--advertise", default=None, metavar="ADDR",
                    help="address the coordinator should dial (default: the bound address)")
+    p.add_argument("--token-file", default=os.environ.get("VCEMU_TOKEN_FILE"), metavar="FILE",
+                   help="the bearer token a coordinator started with --token-file requires, sent with RegisterAgent "
+                        "and Heartbeat (default: $VCEMU_TOKEN_FILE, as for the client commands)")
     p.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS (with --tls-key, --tls-ca)")
     p.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
     p.add_argument("--tls-ca", default=None, help="PEM CA certificate that signed the cluster's certificates")
@@ -158,12 +161,14 @@ def agent_main(argv: list[str]) -> int:
                 parser.error("argument --advertise: only with --coordinator (it is the address given there)")
             if (why := address_refusal("--advertise", args.advertise)) is not None:
                 parser.error(f"argument {why}")
+        from vcemu.cliargs import read_token
         from vcemu.tls import from_args
 
         try:
             args.tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
         except ValueError as e:
             parser.error(str(e))
+        args.token = read_token(args.token_file)  # (an unreadable or empty file: refused, exit status 2)
     except SystemExit as e:
         return int(e.code or 0)
     if sum(h.cpu_cores for h in hosts) > (os.cpu_count() or 1):
@@ -200,7 +205,8 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
             print(f"vcemu agent: error: {e}", file=sys.stderr)
             return 1
         registrar = Registrar(agent, args.coordinator, args.advertise or agent.address,
-                              args.tls.client_channel if args.tls else None) if args.coordinator else None
+                              args.tls.client_channel if args.tls else None, token=args.token) \
+            if args.coordinator else None
         metrics = f", metrics on :{agent.metrics_port}" if agent.metrics_port is not None else ""
         print(f"vcemu agent: {agent.core.mode}, hosts {', '.join(h.name for h in hosts)}{metrics}", file=sys.stderr)
         print(f"vcemu agent listening on {agent.address}", flush=True)

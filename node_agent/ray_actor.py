@@ -40,7 +40,7 @@ class HostAgentActor:
     pod's limit), and each idle spare holds about 30 MB."""
 
     def __init__(self, agent_id: str, hosts: list[dict[str, Any]], coordinator: str, bind: str | None = None,
-                 no_cgroups: bool = False, spares: int = 0) -> None:
+                 no_cgroups: bool = False, spares: int = 0, token: str | None = None) -> None:
         from node_agent.register import Registrar
         from node_agent.server import start_agent
 
@@ -51,7 +51,7 @@ class HostAgentActor:
         self.agent = start_agent(specs, agent_id, port=0, bind=bind, no_cgroups=no_cgroups, spares=spares)
         # Listening on every interface (0.0.0.0, ::): the coordinator must dial this node's address, not the wildcard.
         self.address = dial_address(bind, self.agent.port, _ray_node_ip())
-        self.registrar = Registrar(self.agent, coordinator, self.address)
+        self.registrar = Registrar(self.agent, coordinator, self.address, token=token)
 
     def info(self) -> dict[str, Any]:
         core = self.agent.core

@@ -29,8 +29,10 @@ class Registrar:
     """Background thread keeping an agent registered; :meth:`stop` ends it."""
 
     def __init__(self, agent: RunningAgent, coordinator: str, advertise: str,
-                 channel_factory: Callable[[str], grpc.Channel] | None = None) -> None:
+                 channel_factory: Callable[[str], grpc.Channel] | None = None, token: str | None = None) -> None:
+        """``token``: the bearer token the coordinator requires (its ``--token-file``), sent with every call."""
         self._agent, self._coordinator, self._advertise = agent, coordinator, advertise
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._channel_factory = channel_factory or grpc.insecure_channel
         self._stop = threading.Event()
         self.registered = threading.Event()
@@ -53,7 +55,8 @@ class Registrar:
                     if not self.registered.is_set():
                         sent = time.monotonic()
                         reply = stub.RegisterAgent(coordinator_pb2.RegisterAgentRequest(
-                            address=self._advertise, description=describe(self._agent.core)), timeout=timeout)
+                            address=self._advertise, description=describe(self._agent.core)), timeout=timeout,
+                            metadata=self._metadata)
                         if reply.heartbeat_interval_s > 0:
                             self.interval = reply.heartbeat_interval_s
                         self._agent.core.renew_lease(reply.lease_s, sent)
@@ -61,20 +64,23 @@ class Registrar:
                         log.info("registered with coordinator %s as %s", self._coordinator, self._advertise)
                     sent = time.monotonic()
                     hb = stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
-                        agent_id=self._agent.core.agent_id), timeout=timeout)
+                        agent_id=self._agent.core.agent_id), timeout=timeout, metadata=self._metadata)
                     if not hb.known:
                         self.registered.clear()
                         continue
                     self._agent.core.renew_lease(hb.lease_s, sent)
                     backoff, wait = MIN_BACKOFF_S, self.interval
                 except grpc.RpcError as e:
-                    if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS):
+                    if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
+                                    grpc.StatusCode.UNAUTHENTICATED):
                         # The coordinator refuses this agent's description: say why, once per reason (the bare code
                         # was all it said, at every retry; diff review). Retried: a host name taken may come free.
                         if e.details() != refused:
                             refused = e.details()
-                            log.error("coordinator %s refuses this agent: %s: %s; retrying", self._coordinator,
-                                      e.code().name, refused)
+                            hint = "" if e.code() != grpc.StatusCode.UNAUTHENTICATED else (
+                                " (give this agent the coordinator's token: --token-file, or $VCEMU_TOKEN_FILE)")
+                            log.error("coordinator %s refuses this agent: %s: %s%s; retrying", self._coordinator,
+                                      e.code().name, refused, hint)
                     elif self.registered.is_set() or backoff == MIN_BACKOFF_S:
                         log.warning("coordinator %s: %s; retrying", self._coordinator, e.code().name)
                     if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:

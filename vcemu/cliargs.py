@@ -251,3 +251,18 @@ def refuse(message: str) -> NoReturn:
     """A refused setting: one line on stderr, exit status 2 (as argparse's own refusals)."""
     print(message, file=sys.stderr)
     raise SystemExit(2)
+
+
+def read_token(path: str | None) -> str | None:
+    """The bearer token in ``--token-file`` (``path``), stripped; None without a file. An unreadable or empty file
+    is refused (:func:`refuse`). The coordinator requires it; its agents and clients send it."""
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except OSError as exc:
+        refuse(f"vcemu: --token-file {path}: {exc.strerror}")
+    if not token:
+        refuse(f"vcemu: --token-file {path}: the file is empty")
+    return token

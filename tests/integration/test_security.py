@@ -59,8 +59,11 @@ def test_user_api_needs_the_token_when_one_is_set() -> None:
                 stub.Submit(pb.SubmitRequest(spec=SPEC), timeout=5, metadata=good)
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
             assert stub.ListJobs(pb.ListJobsRequest(), timeout=5, metadata=good).jobs == []
-            # agents' calls are not user API: they are authenticated by mutual TLS when configured
-            assert not stub.Heartbeat(pb.HeartbeatRequest(agent_id="nobody"), timeout=5).known
+            # without TLS the agents' calls want the token too (API review: a rogue agent registered without it)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Heartbeat(pb.HeartbeatRequest(agent_id="nobody"), timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert not stub.Heartbeat(pb.HeartbeatRequest(agent_id="nobody"), timeout=5, metadata=good).known
     finally:
         server.stop()
 

@@ -377,7 +377,7 @@ def test_an_agent_actor_starts_its_agent_with_its_spares(monkeypatch: pytest.Mon
         return Running()
 
     monkeypatch.setattr(node_agent.server, "start_agent", start_agent)
-    monkeypatch.setattr(node_agent.register, "Registrar", lambda *_a: None)
+    monkeypatch.setattr(node_agent.register, "Registrar", lambda *_a, **_k: None)
     monkeypatch.setattr(ray_actor, "_ray_node_ip", lambda: "127.0.0.1")
     ray_actor.HostAgentActor("a", [{"name": "h0", "cpu_cores": 0.5, "memory_bytes": 1 << 28}], "127.0.0.1:1",
                              bind="127.0.0.1", spares=2)

@@ -993,15 +993,15 @@ def test_a_running_job_whose_tasks_the_backend_no_longer_lists_shows_its_recorde
 
 
 @pytest.mark.parametrize(("bind", "warned"), [("0.0.0.0", True), ("127.0.0.1", False)])
-def test_a_token_without_tls_off_loopback_warns_that_agents_register_unauthenticated(bind, warned, caplog):
-    """API review: with --token-file and no TLS, a rogue agent registered without the token and was given a job (the
-    agents' calls are left to mutual TLS): a coordinator listening beyond this machine says so when it starts."""
+def test_a_token_without_tls_off_loopback_warns_that_the_agents_api_is_open(bind, warned, caplog):
+    """API review: with --token-file and no TLS, the agents' own API takes anyone's calls (only mutual TLS
+    authenticates it): a coordinator listening beyond this machine says so when it starts."""
     from coordinator.service import _loopback
 
     with caplog.at_level("WARNING", logger="vcemu.coordinator"):
         s = CoordinatorServer(get_policy("greedy"), port=0, bind=bind, token="t0ken")
         s.stop()
-    said = [r.getMessage() for r in caplog.records if "guards the user API only" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "but not the agents' own API" in r.getMessage()]
     assert bool(said) is warned, said
     assert [_loopback(b) for b in ("127.0.0.1", "127.5.0.1", "::1", "[::1]", "localhost", "0.0.0.0", "10.0.0.2",
                                    "node7")] == [True, True, True, True, True, False, False, False]
@@ -1014,3 +1014,39 @@ def test_an_empty_id_is_a_bad_request_not_an_unknown_one(stub):
         with pytest.raises(grpc.RpcError) as info:
             call(request, timeout=5)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "required" in info.value.details()
+
+
+def test_without_tls_an_agent_registers_only_with_the_coordinators_token():
+    """API review: with --token-file and no TLS a rogue agent registered without the token and was given a job. The
+    agents' calls want the token too; ``vcemu agent --token-file`` (and the agents ``vcemu up`` starts) send it. Under
+    mutual TLS the agents' certificates authenticate them, as before."""
+    from node_agent.agent import AgentCore, HostSpec
+    from node_agent.dutycycle import DutyCycleDriver
+    from node_agent.register import Registrar
+    from node_agent.server import RunningAgent
+    from vcemu.v1 import agent_pb2
+
+    s = CoordinatorServer(get_policy("greedy"), port=0, token="t0ken").start()
+    try:
+        d = agent_pb2.DescribeReply(agent_id="rogue", mode="cgroup-v1",
+                                    hosts=[agent_pb2.HostInfo(name="rogue-h0", cpu_cores=1.0, memory_bytes=1 << 30)])
+        with grpc.insecure_channel(s.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            with pytest.raises(grpc.RpcError) as info:
+                stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=d), timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert not s.backend.agents
+        core = AgentCore("tokened", [HostSpec("h0", 1.0, 1 << 30)], DutyCycleDriver(), {})
+        agent = RunningAgent.__new__(RunningAgent)
+        agent.core = core
+        try:
+            wrong = Registrar(agent, s.address, "127.0.0.1:1", token="not-it")
+            assert not wrong.registered.wait(1.0)
+            wrong.stop()
+            right = Registrar(agent, s.address, "127.0.0.1:1", token="t0ken")
+            assert right.registered.wait(5.0) and "tokened" in s.backend.agents
+            right.stop()
+        finally:
+            core.shutdown()
+    finally:
+        s.stop(grace=0)

@@ -38,7 +38,7 @@ class RayAgents:
     """The agent actors of one run. ``coordinator``: the address they register with."""
 
     def __init__(self, ctx: RayContext, placements: list[HostPlacement], coordinator: str,
-                 bind: str | None = None, no_cgroups: bool = False, spares: int = 0) -> None:
+                 bind: str | None = None, no_cgroups: bool = False, spares: int = 0, token: str | None = None) -> None:
         import ray
 
         from node_agent.ray_actor import remote_class
@@ -52,7 +52,7 @@ class RayAgents:
             for p in placements:
                 self.actors.append(actor_cls.options(
                     name=actor_name(p.agent_id), label_selector=p.label_selector, max_restarts=MAX_RESTARTS,
-                ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups, spares))
+                ).remote(p.agent_id, list(p.hosts), coordinator, bind, no_cgroups, spares, token))
         except BaseException:  # (a name taken since it was looked up, Ctrl-C): the caller gets no object to stop
             with signals_deferred():
                 for a in self.actors:
@@ -204,7 +204,8 @@ def start_on_ray(ctx: RayContext, policy: str, hosts: int, cpus_per_host: float 
 
         for attempt in range(1, NAME_ATTEMPTS + 1):
             try:
-                agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups, spares=spares)
+                agents = RayAgents(ctx, placements, coordinator, bind=bind, no_cgroups=no_cgroups, spares=spares,
+                                   token=(options or {}).get("token"))  # (the agents send the coordinator's token)
                 break
             except ActorAlreadyExistsError as exc:  # a name taken since it was looked up: a run started meanwhile
                 if not rename or attempt == NAME_ATTEMPTS:
