@@ -165,7 +165,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--bind", default=None, help="with --ray: the address the coordinator and agents listen on "
                    "(default: each node's IP as Ray reports it)")
     p.add_argument("--token-file", default=None, help="with --ray: require this bearer token on the coordinator's user "
-                   "API while the replay runs (it listens on a Ray node's address), as vcemu up --token-file does")
+                   "API and of its agents while the replay runs (it listens on a Ray node's address), as vcemu up "
+                   "--token-file does")
     add_agent_spares(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", default="results/replay",
@@ -356,7 +357,7 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
                 return exc.status
             try:
                 nodes = len({p.node.node_id for p in agents.placements})
-                token = ", its user API takes the --token-file token only" if a.token_file else ""
+                token = ", it takes the --token-file token only" if a.token_file else ""
                 follow = (f"VCEMU_TOKEN_FILE={a.token_file} " if a.token_file else "") + \
                     f"vcemu jobs --coordinator {server.address}"
                 placed = (f"vcemu replay: {a.hosts} hosts on {nodes} Ray nodes (Ray {ctx.ray_version}, auth "

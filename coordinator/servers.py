@@ -25,6 +25,7 @@ from coordinator.policy_names import POLICY_HELP, described, policy_name
 from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, STEADY_S, Restarts
 from node_agent.spares import DEFAULT_SPARES, add_agent_spares
 from vcemu.cliargs import (
+    AGENT_TOKEN_ENV,
     MAX_HEARTBEAT_S,
     first_port,
     heartbeat_interval,
@@ -79,7 +80,7 @@ def _server_options(args: argparse.Namespace) -> dict:
 
 
 def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_per_host: str, agent_id: str,
-                extra: Sequence[str] = (), log: IO[bytes] | None = None) -> subprocess.Popen:
+                extra: Sequence[str] = (), log: IO[bytes] | None = None, token: str | None = None) -> subprocess.Popen:
     """Start one ``vcemu agent`` process that registers with ``coordinator``. The per-host values may be
     comma-separated lists, one value per host of this agent. Its log (stderr) goes to ``log`` if given, else to
     this process's stderr."""
@@ -88,7 +89,19 @@ def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_pe
         "--cpus-per-host", str(cpus_per_host), "--mem-per-host", mem_per_host, "--port", "0",
         "--agent-id", agent_id, "--coordinator", coordinator, "--parent-pid", str(os.getpid()), *extra,
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True, env=_agent_env(token))
+    proc.vcemu_token = token  # type: ignore[attr-defined]  # (for respawn_agent)
+    return proc
+
+
+def _agent_env(token: str | None) -> dict[str, str]:
+    """An agent process's environment: this one's, with the coordinator's token in :data:`AGENT_TOKEN_ENV` (the token
+    the coordinator read, not its file again: a pipe given as --token-file is read once, and a file moved meanwhile
+    would stop an agent started again; not in argv, which every user sees) and none inherited."""
+    env = {k: v for k, v in os.environ.items() if k != AGENT_TOKEN_ENV}
+    if token:
+        env[AGENT_TOKEN_ENV] = token
+    return env
 
 
 #: The agents' log in a live run's results folder (demo, replay).
@@ -211,7 +224,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
                         agent_metrics_port: int | None = None, agent_spares: int | None = None,
-                        rates_dir: str | None = None, token_file: str | None = None, **options):
+                        rates_dir: str | None = None, **options):
     """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
     and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
     The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ..., reserved for this process
@@ -221,8 +234,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
     if one cannot be listened on). ``agent_spares``: each agent's ``--spares`` (None: the agent's default, passed
     explicitly). ``rates_dir``: a folder where each agent keeps its calibration (``--rates-file``), for a process
-    started again in its place (:func:`respawn_agent`) to read instead of measuring it again. ``token_file``: the
-    file of ``options``' token, which the agents send on their calls (``vcemu agent --token-file``).
+    started again in its place (:func:`respawn_agent`) to read instead of measuring it again. The agents send
+    ``options``' token, if any, on their calls (:func:`spawn_agent`).
     ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
     compression)."""
     from coordinator.policies import get_policy
@@ -244,7 +257,6 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     server = CoordinatorServer(get_policy(policy_name), port=port, metrics_port=metrics_port, **options).start()
     tls = options.get("tls")
     tls_flags = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
-    token = ["--token-file", token_file] if token_file else []
     first = [sum(split[:i]) for i in range(agents)]
     procs: list[subprocess.Popen] = []
     agent_of: dict[int, str] = {}  # position -> its agent's id, reserved (released on the way out if it fails)
@@ -266,9 +278,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
             rates = [] if rates_dir is None else ["--rates-file", os.path.join(rates_dir, f"{agent_id}.json")]
             procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
                                      ",".join(mems[first[i]:first[i] + n]), agent_id,
-                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + token + metrics + spares
-                                     + rates,
-                                     agent_log))
+                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics + spares + rates,
+                                     agent_log, token=options.get("token")))
 
         def exited() -> str | None:
             dead = [p for p in procs if p.poll() is not None]
@@ -396,7 +407,7 @@ def _serve_local_up(args: argparse.Namespace, options: dict, rates_dir: str | No
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
             args.metrics_port, args.no_cgroups, agent_metrics_port=args.agent_metrics_port,
-            agent_spares=args.agent_spares, rates_dir=rates_dir, token_file=args.token_file, **options,
+            agent_spares=args.agent_spares, rates_dir=rates_dir, **options,
         )
         signals_set(stop)
     except KeyboardInterrupt:
@@ -543,7 +554,10 @@ def respawn_agent(proc: subprocess.Popen) -> subprocess.Popen:
     command line (its agent id: the new one removes what the old one left, and registers the same hosts; its
     ``--rates-file``, if given: it reads the calibration its predecessor made there instead of measuring). Its log
     goes to this process's stderr, as ``vcemu up``'s agents' does."""
-    return subprocess.Popen(proc.args, stdout=subprocess.DEVNULL, start_new_session=True)
+    token = getattr(proc, "vcemu_token", None)
+    again = subprocess.Popen(proc.args, stdout=subprocess.DEVNULL, start_new_session=True, env=_agent_env(token))
+    again.vcemu_token = token  # type: ignore[attr-defined]
+    return again
 
 
 def stop_agents(procs: Sequence[subprocess.Popen], timeout: float = 10.0) -> None:
@@ -606,8 +620,9 @@ def _reliability_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--heartbeat", type=heartbeat_interval, default=2.0, metavar="S",
                     help=f"agent heartbeat interval, at most {MAX_HEARTBEAT_S:g} s; an agent silent for 3 intervals "
                     "is lost (default 2)")
-    sp.add_argument("--token-file", default=None, help="require this bearer token on the user API "
-                    "(clients: set $VCEMU_TOKEN_FILE)")
+    sp.add_argument("--token-file", default=None, help="require this bearer token on the user API (clients: set "
+                    "$VCEMU_TOKEN_FILE) and, without TLS, of the agents (vcemu agent --token-file; the agents vcemu "
+                    "up starts get it)")
     sp.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS with the agents")
     sp.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
     sp.add_argument("--tls-ca", default=None, help="PEM CA certificate of the cluster")

@@ -15,8 +15,8 @@ intervals is declared lost: its hosts leave the cluster and its jobs are requeue
 checkpoint (counted in ``vcemu_agents_lost_total``, each requeue in the event stream). Before that silence
 has passed, the agent has frozen the tasks it runs (fencing: :attr:`CoordinatorServer.lease_s`), so a job is
 never started again while an agent that is only cut off from the coordinator runs it on. Submit is
-idempotent by ``request_id``, durably. With ``token`` the user API (everything but the agents' calls)
-needs ``authorization: Bearer <token>``; agents are authenticated by mutual TLS when it is configured.
+idempotent by ``request_id``, durably. With ``token`` the user API needs ``authorization: Bearer <token>``, and so
+do the agents' calls unless mutual TLS authenticates them (:class:`TokenInterceptor`).
 """
 
 from __future__ import annotations

@@ -73,9 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coordinator", default=None, metavar="ADDR", help="register with this coordinator")
     p.add_argument("--advertise", default=None, metavar="ADDR",
                    help="address the coordinator should dial (default: the bound address)")
-    p.add_argument("--token-file", default=os.environ.get("VCEMU_TOKEN_FILE"), metavar="FILE",
-                   help="the bearer token a coordinator started with --token-file requires, sent with RegisterAgent "
-                        "and Heartbeat (default: $VCEMU_TOKEN_FILE, as for the client commands)")
+    p.add_argument("--token-file", default=None, metavar="FILE",
+                   help="with --coordinator: the bearer token a coordinator started with --token-file (and no TLS) "
+                        "requires of its agents, sent with RegisterAgent and Heartbeat (vcemu up gives the agents it "
+                        "starts the coordinator's)")
     p.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS (with --tls-key, --tls-ca)")
     p.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
     p.add_argument("--tls-ca", default=None, help="PEM CA certificate that signed the cluster's certificates")
@@ -161,14 +162,17 @@ def agent_main(argv: list[str]) -> int:
                 parser.error("argument --advertise: only with --coordinator (it is the address given there)")
             if (why := address_refusal("--advertise", args.advertise)) is not None:
                 parser.error(f"argument {why}")
-        from vcemu.cliargs import read_token
+        from vcemu.cliargs import AGENT_TOKEN_ENV, read_token
         from vcemu.tls import from_args
 
         try:
             args.tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
         except ValueError as e:
             parser.error(str(e))
-        args.token = read_token(args.token_file)  # (an unreadable or empty file: refused, exit status 2)
+        if args.token_file is not None and args.coordinator is None:
+            parser.error("argument --token-file: only with --coordinator (it is sent to the coordinator)")
+        # (an unreadable or empty file: refused, exit status 2; an agent vcemu up starts gets the token itself)
+        args.token = read_token(args.token_file) or os.environ.get(AGENT_TOKEN_ENV, "").strip() or None
     except SystemExit as e:
         return int(e.code or 0)
     if sum(h.cpu_cores for h in hosts) > (os.cpu_count() or 1):

@@ -33,6 +33,7 @@ class Registrar:
         """``token``: the bearer token the coordinator requires (its ``--token-file``), sent with every call."""
         self._agent, self._coordinator, self._advertise = agent, coordinator, advertise
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._token_sent = bool(token)
         self._channel_factory = channel_factory or grpc.insecure_channel
         self._stop = threading.Event()
         self.registered = threading.Event()
@@ -69,7 +70,7 @@ class Registrar:
                         self.registered.clear()
                         continue
                     self._agent.core.renew_lease(hb.lease_s, sent)
-                    backoff, wait = MIN_BACKOFF_S, self.interval
+                    backoff, wait, refused = MIN_BACKOFF_S, self.interval, None  # (a later refusal is said again)
                 except grpc.RpcError as e:
                     if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
                                     grpc.StatusCode.UNAUTHENTICATED):
@@ -78,7 +79,9 @@ class Registrar:
                         if e.details() != refused:
                             refused = e.details()
                             hint = "" if e.code() != grpc.StatusCode.UNAUTHENTICATED else (
-                                " (give this agent the coordinator's token: --token-file, or $VCEMU_TOKEN_FILE)")
+                                " (this agent's token is not the coordinator's: give it the coordinator's "
+                                "--token-file)" if self._token_sent else
+                                " (give this agent the coordinator's token: --token-file)")
                             log.error("coordinator %s refuses this agent: %s: %s%s; retrying", self._coordinator,
                                       e.code().name, refused, hint)
                     elif self.registered.is_set() or backoff == MIN_BACKOFF_S:

@@ -253,6 +253,11 @@ def refuse(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+#: The environment variable through which ``vcemu up`` (and ``demo``, ``replay``) hand the coordinator's token to the
+#: agent processes they start: the token itself, not a file to read again; a user's own agents take ``--token-file``.
+AGENT_TOKEN_ENV = "VCEMU_AGENT_TOKEN"
+
+
 def read_token(path: str | None) -> str | None:
     """The bearer token in ``--token-file`` (``path``), stripped; None without a file. An unreadable or empty file
     is refused (:func:`refuse`). The coordinator requires it; its agents and clients send it."""

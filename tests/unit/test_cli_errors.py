@@ -332,6 +332,7 @@ def test_up_ray_keeps_state_heartbeat_and_token(tmp_path: Path, fake_ray: dict[s
                         "--token-file", str(token)], capsys)
     assert code == 1 and "fake agent actors never start" in err, err  # after the coordinator started
     assert (fake_ray["state"], fake_ray["heartbeat_s"], fake_ray["token"]) == (str(state), 5.0, "s3cret")
+    assert fake_ray["agents"]["token"] == "s3cret"  # type: ignore[index]  # (the actors send it: API review)
     assert Store(str(state)).load().epoch > 0  # the coordinator wrote its state there
 
 
@@ -870,7 +871,7 @@ def test_agent_spares_reach_each_agent_the_command_starts(argv: list[str], flags
 
     seen: list[list[str]] = []
 
-    def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None):  # type: ignore[no-untyped-def]
+    def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None, token=None):  # type: ignore[no-untyped-def]
         i = list(extra).index("--spares") if "--spares" in extra else None
         seen.append([] if i is None else list(extra)[i:i + 2])
         if len(seen) == len(flags):
@@ -906,3 +907,19 @@ def test_oppcost_takes_at_most_four_workers_per_core(tmp_path: Path, capsys) -> 
     refused(code, err, f"vcemu oppcost: --jobs: must be a finite number >= 1 and <= {most} (worker processes, not "
                        f"jobs: 4 per core), got {most + 1}")
     assert not out.exists()
+
+
+def test_the_agents_vcemu_starts_get_the_coordinators_token_in_their_environment(monkeypatch) -> None:
+    """The token the coordinator read, not its file again (a pipe is read once; a file moved meanwhile stopped an
+    agent started again), not in argv (every user sees it), and never one inherited from this process (review)."""
+    from coordinator.servers import _agent_env
+    from vcemu.cliargs import AGENT_TOKEN_ENV
+
+    monkeypatch.setenv(AGENT_TOKEN_ENV, "inherited")
+    assert _agent_env("t0ken")[AGENT_TOKEN_ENV] == "t0ken"
+    assert AGENT_TOKEN_ENV not in _agent_env(None)
+
+
+def test_an_agent_sends_a_token_only_to_a_coordinator(capsys) -> None:
+    code, _, err = run(["agent", "--hosts", "1", "--token-file", "t"], capsys)
+    assert code == 2 and "argument --token-file: only with --coordinator" in err, err

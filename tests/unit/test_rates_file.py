@@ -121,7 +121,7 @@ def test_up_gives_each_agent_a_rates_file_in_one_folder_it_removes_at_the_end(tm
     files: list[str] = []
     ids: list[str] = []
 
-    def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None):  # type: ignore[no-untyped-def]
+    def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None, token=None):  # type: ignore[no-untyped-def]
         extra = list(extra)
         files.append(extra[extra.index("--rates-file") + 1])
         ids.append(agent_id)
