@@ -348,15 +348,17 @@ class Costs:
         return self.mig_gb / self.span_s if self.span_s > 0 else 0.0
 
 
-def rescheduling_costs(history: History, *, host_memory_gb: float = HOST_MEMORY_GB) -> Costs:
+def rescheduling_costs(history: History, *, host_memory_gb: float = HOST_MEMORY_GB,
+                       results: Sequence[JobResult] | None = None) -> Costs:
     """Preemptions and migrations of a run, counted as :func:`job_results` counts them, with the memory
     they move (see :class:`Costs`). ``host_memory_gb`` is the node memory a ``mem`` of 1.0 stands for
-    (001: 8 GB for its synthetic traces; 2 GB is HPC2N's node memory)."""
+    (001: 8 GB for its synthetic traces; 2 GB is HPC2N's node memory). ``results``: the history's
+    :func:`job_results`, if the caller has them already (not counted twice)."""
     if host_memory_gb <= 0:
         raise ValueError(f"host_memory_gb: must be > 0, got {host_memory_gb}")
     pm = mg = 0
     pm_gb = mg_gb = 0.0
-    for r in job_results(history):
+    for r in job_results(history) if results is None else results:
         spec = history.specs[r.job]
         image = spec.tasks * spec.mem * host_memory_gb
         pm += r.preemptions

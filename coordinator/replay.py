@@ -101,8 +101,9 @@ def score(history: History, capacity: float, host_memory_gb: float) -> dict[str,
     """001 Sec. V's metrics of one run (the same for a simulated and a live run)."""
     from coordinator.metrics import decision_stats, job_results, rescheduling_costs, summarize, utilisation
 
-    s = summarize(job_results(history))
-    k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
+    results = job_results(history)
+    s = summarize(results)
+    k = rescheduling_costs(history, host_memory_gb=host_memory_gb, results=results)
     u = utilisation(history, capacity)
     d = decision_stats(history.decision_seconds)
     return {

@@ -209,7 +209,7 @@ def run_cell(specs: Sequence[JobSpec], algorithm: str, penalty: float, hosts: in
     s = summarize(results)
     literal = [literal_bounded_stretch(r.flow_time, r.work) for r in results
                if r.state is JobState.DONE and r.flow_time is not None]
-    k = rescheduling_costs(history, host_memory_gb=host_memory_gb)
+    k = rescheduling_costs(history, host_memory_gb=host_memory_gb, results=results)
     u = utilisation(history, sum(h.cpu for h in cluster))
     d = decision_stats(history.decision_seconds)
     complete = s.completed == s.jobs

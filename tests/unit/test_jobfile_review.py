@@ -24,6 +24,13 @@ def _jsonl_with(path: Path, bad_line: str) -> Path:
     return path
 
 
+def _refused(path: Path) -> JobFileError:
+    """The refusal of reading ``path`` (the test fails if it is read)."""
+    with pytest.raises(JobFileError) as info:
+        read_jobs(path)
+    return info.value
+
+
 def _line_with(key: str, literal: str) -> str:
     """A job line whose ``key`` is the JSON text ``literal``, written as is."""
     row = {**GOOD, "id": "b", key: 0}
@@ -45,10 +52,9 @@ def test_a_whole_number_too_large_to_convert_is_the_fields_range_error(tmp_path:
     """400 digits: ``OverflowError: int too large to convert to float`` (math.isfinite on the int), a traceback;
     5000: "Exceeds the limit (4300 digits) for integer string conversion", naming no file, line or field."""
     path = _jsonl_with(tmp_path / "j.jsonl", _line_with(key, "9" * digits))
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
-    assert (info.value.line, info.value.field) == (2, key)
-    assert str(info.value) == f"{path}:2: {key}: {bound}, got a number of {digits} digits"
+    err = _refused(path)
+    assert (err.line, err.field) == (2, key)
+    assert str(err) == f"{path}:2: {key}: {bound}, got a number of {digits} digits"
 
 
 @pytest.mark.parametrize(("key", "bound"), [
@@ -58,9 +64,8 @@ def test_a_whole_number_too_large_to_convert_is_the_fields_range_error(tmp_path:
 def test_a_negative_whole_number_too_large_to_convert_is_below_the_least(tmp_path: Path, key: str,
                                                                          bound: str) -> None:
     path = _jsonl_with(tmp_path / "j.jsonl", _line_with(key, "-" + "9" * 400))
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
-    assert str(info.value) == f"{path}:2: {key}: {bound}, got a number of 400 digits"
+    err = _refused(path)
+    assert str(err) == f"{path}:2: {key}: {bound}, got a number of 400 digits"
 
 
 @pytest.mark.parametrize(("literal", "bound"), [
@@ -70,10 +75,9 @@ def test_a_negative_whole_number_too_large_to_convert_is_below_the_least(tmp_pat
 ])
 def test_tasks_of_thousands_of_digits_are_the_range_error(tmp_path: Path, literal: str, bound: str) -> None:
     path = _jsonl_with(tmp_path / "j.jsonl", _line_with("tasks", literal))
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
+    err = _refused(path)
     digits = len(literal.lstrip("-"))
-    assert str(info.value) == f"{path}:2: tasks: {bound}, got a number of {digits} digits"
+    assert str(err) == f"{path}:2: tasks: {bound}, got a number of {digits} digits"
 
 
 @pytest.mark.parametrize(("cells", "key", "message"), [
@@ -89,9 +93,8 @@ def test_a_csv_number_too_large_is_the_range_error(tmp_path: Path, cells: tuple[
     tasks, work = cells
     path = tmp_path / "j.csv"
     path.write_text(f"{CSV_HEADER}\n{CSV_GOOD}\nb,0,{tasks},1.0,0.2,{work}\n")
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
-    assert str(info.value) == f"{path}:3: {key}: {message}"
+    err = _refused(path)
+    assert str(err) == f"{path}:3: {key}: {message}"
 
 
 def test_an_id_written_as_a_long_whole_number_is_still_its_digits(tmp_path: Path) -> None:
@@ -109,20 +112,18 @@ def test_an_id_written_as_a_long_whole_number_is_still_its_digits(tmp_path: Path
 def test_a_line_nested_too_deep_is_refused_naming_its_line(tmp_path: Path, line: str) -> None:
     """A RecursionError traceback (only JSONDecodeError was caught)."""
     path = _jsonl_with(tmp_path / "j.jsonl", line)
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
-    assert (info.value.line, info.value.field) == (2, None)
-    assert str(info.value) == f"{path}:2: not valid JSON (nested too deep: a job is one flat JSON object)"
+    err = _refused(path)
+    assert (err.line, err.field) == (2, None)
+    assert str(err) == f"{path}:2: not valid JSON (nested too deep: a job is one flat JSON object)"
 
 
 def test_a_csv_field_longer_than_the_reader_takes_names_its_line(tmp_path: Path) -> None:
     """``_csv.Error: field larger than field limit (131072)``, a traceback."""
     path = tmp_path / "j.csv"
     path.write_text(f"{CSV_HEADER}\n{CSV_GOOD}\nb,0,2,1.0,0.2,60\nc{'x' * 200_000},0,2,1.0,0.2,60\n")
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
-    assert (info.value.line, info.value.field) == (4, None)
-    assert str(info.value) == f"{path}:4: a field is longer than 131072 characters, the most Python's CSV reader takes"
+    err = _refused(path)
+    assert (err.line, err.field) == (4, None)
+    assert str(err) == f"{path}:4: a field is longer than 131072 characters, the most Python's CSV reader takes"
 
 
 def test_other_csv_errors_name_their_line(tmp_path: Path) -> None:
@@ -151,9 +152,8 @@ def test_other_csv_errors_name_their_line(tmp_path: Path) -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(csv, "reader", Failing)
-        with pytest.raises(JobFileError) as info:
-            read_jobs(path)
-    assert str(info.value) == f"{path}:3: not valid CSV (unexpected end of data)"
+        err = _refused(path)
+    assert str(err) == f"{path}:3: not valid CSV (unexpected end of data)"
 
 
 # ---- numbers written 1_0_0 ---------------------------------------------------------------------------------
@@ -171,9 +171,8 @@ def test_a_csv_number_with_underscores_or_other_digits_is_not_a_number(tmp_path:
     """float() and int() read "1_5" as 15 and "３０" as 30: the job ran with values nobody wrote."""
     path = tmp_path / "j.csv"
     path.write_text(f"{CSV_HEADER}\n{CSV_GOOD}\n{row}\n", encoding="utf-8")
-    with pytest.raises(JobFileError) as info:
-        read_jobs(path)
-    assert str(info.value) == f"{path}:3: {key}: {message}"
+    err = _refused(path)
+    assert str(err) == f"{path}:3: {key}: {message}"
 
 
 @pytest.mark.parametrize(("cells", "expected"), [
