@@ -16,14 +16,14 @@ checkpoint (counted in ``vcemu_agents_lost_total``, each requeue in the event st
 has passed, the agent has frozen the tasks it runs (fencing: :attr:`CoordinatorServer.lease_s`), so a job is
 never started again while an agent that is only cut off from the coordinator runs it on. Submit is
 idempotent by ``request_id``, durably. With ``token`` the user API needs ``authorization: Bearer <token>``, and so
-do the agents' calls unless mutual TLS authenticates them (:class:`TokenInterceptor`).
+do the agents' calls unless mutual TLS authenticates them (:class:`TokenInterceptor`); the coordinator sends it on
+its calls to the agents, whose API wants it when they were given it (:mod:`vcemu.auth`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hmac
 import ipaddress
 import itertools
 import logging
@@ -50,6 +50,7 @@ from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
 from coordinator.store import Store, StoreError
 from coordinator.warmup import warm_kernels
+from vcemu.auth import BearerTokenInterceptor, with_token
 from vcemu.limits import (
     BUSY,
     KNOWN_METADATA,
@@ -130,32 +131,14 @@ def _host_changes(before: dict[str, agent_pb2.HostInfo], now: dict[str, tuple[fl
     return "; ".join(parts)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
+class TokenInterceptor(BearerTokenInterceptor):
     """Refuse calls without ``authorization: Bearer <token>`` (UNAUTHENTICATED): the user API's, and with ``agents``
     the agents' RegisterAgent/Heartbeat too (the coordinator's ``--token-file`` given to ``vcemu agent``, which
     ``vcemu up`` does for the agents it starts). Without ``agents`` (under mutual TLS) the agents' calls are left to
     their certificates, as they were before agents sent a token: an agent of a TLS cluster needs no token."""
 
     def __init__(self, token: str, agents: bool = True) -> None:
-        self._token = token.encode()
-        self._open = () if agents else AGENT_METHODS
-
-        def deny(request: object, context: grpc.ServicerContext) -> None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "authorization: missing or wrong bearer token")
-
-        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
-
-    def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
-        method = details.method.rsplit("/", 1)[-1]
-        if not details.method.startswith(f"/{SERVICE_NAME}/") or method in self._open:
-            return continuation(details)
-        given = dict(details.invocation_metadata or ()).get("authorization", "")
-        if isinstance(given, bytes):
-            given = given.decode(errors="replace")
-        if hmac.compare_digest(given.encode(), b"Bearer " + self._token):
-            return continuation(details)
-        return self._deny_stream if method == "WatchEvents" else self._deny_unary
+        super().__init__(token, SERVICE_NAME, () if agents else AGENT_METHODS)
 
 
 def fence_slack(heartbeat_s: float) -> float:
@@ -476,6 +459,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         why = check_agent(request)
         if why is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+        if d.wants_token and not self.s.has_token:  # (else every task sent there would fail, UNAUTHENTICATED)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "description.wants_token: this agent's API wants a "
+                          "bearer token and this coordinator has none (start it with the agent's --token-file)")
         with self.s.engine.lock:
             taken = {n: a for n, a in self.s.backend.host_agent.items() if a != d.agent_id}
             clash = [h.name for h in d.hosts if h.name in taken]
@@ -616,12 +602,15 @@ class CoordinatorServer:
                         "coordinator will not freeze its tasks before its jobs are restarted elsewhere",
                         heartbeat_s, heartbeat_misses)
         self.stop_tasks_on_exit = stop_tasks_on_exit
+        self.has_token = bool(token)  # (an agent whose API wants a token is refused without one: RegisterAgent)
         self.store = Store(state, exclusive=True) if state else None  # one coordinator per state file
         try:  # a failure from here on (a port taken, a bad store) lets go of the state file at once
             loaded = self.store.load(transitions=keep_history) if self.store is not None else None
             self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
                                        epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
-                                       channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s)
+                                       channel_factory=with_token(tls.client_channel if tls else grpc.insecure_channel,
+                                                                  token),
+                                       lease_s=self.lease_s)
             self.engine = Engine(policy, self.backend, keep_history=keep_history)
             #: the jobs as the read-only calls and the metrics show them, without the engine's lock
             self.board = JobBoard.of(self.engine)
@@ -704,11 +693,10 @@ class CoordinatorServer:
                 raise OSError(cannot_bind(bind, port))
             self.address = f"{bind}:{self.port}"
             if token and tls is None and not _loopback(bind):
-                # (API review: the agents' own API takes calls from whoever reaches it, with no token)
-                log.warning("--token-file guards this coordinator (its agents send the token too) but not the "
-                            "agents' own API, which only mutual TLS authenticates (vcemu coordinator and vcemu agent "
-                            "--tls-cert/--tls-key/--tls-ca): without it, anything that reaches an agent's port can "
-                            "start, stop or pause its tasks")
+                # (the token guards this API, the agents' calls and the agents' own API: but in clear text)
+                log.warning("--token-file guards this coordinator and its agents' APIs, but without TLS the token "
+                            "travels in clear text: anything that sees the network between them can read it and "
+                            "use it (mutual TLS: vcemu coordinator and vcemu agent --tls-cert/--tls-key/--tls-ca)")
             try:
                 self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
             except OSError as exc:

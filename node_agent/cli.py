@@ -74,9 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", default=None, metavar="ADDR",
                    help="address the coordinator should dial (default: the bound address)")
     p.add_argument("--token-file", default=None, metavar="FILE",
-                   help="with --coordinator: the bearer token a coordinator started with --token-file (and no TLS) "
-                        "requires of its agents, sent with RegisterAgent and Heartbeat (vcemu up gives the agents it "
-                        "starts the coordinator's)")
+                   help="the bearer token of a coordinator started with --token-file: this agent's own API wants "
+                        "it (the coordinator sends it), and with --coordinator it is sent with RegisterAgent and "
+                        "Heartbeat (vcemu up gives the agents it starts the coordinator's)")
     p.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS (with --tls-key, --tls-ca)")
     p.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
     p.add_argument("--tls-ca", default=None, help="PEM CA certificate that signed the cluster's certificates")
@@ -169,8 +169,6 @@ def agent_main(argv: list[str]) -> int:
             args.tls = from_args(args.tls_cert, args.tls_key, args.tls_ca)
         except ValueError as e:
             parser.error(str(e))
-        if args.token_file is not None and args.coordinator is None:
-            parser.error("argument --token-file: only with --coordinator (it is sent to the coordinator)")
         # (an unreadable or empty file: refused, exit status 2; an agent vcemu up starts gets the token itself)
         args.token = read_token(args.token_file) or os.environ.get(AGENT_TOKEN_ENV, "").strip() or None
     except SystemExit as e:
@@ -197,7 +195,8 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
         try:
             agent = start_agent(hosts, args.agent_id, port=args.port, bind=args.bind,
                                 no_cgroups=args.no_cgroups, metrics_port=args.metrics_port, tls=args.tls,
-                                progress_by=args.progress_by, spares=args.spares, rates_file=args.rates_file)
+                                progress_by=args.progress_by, spares=args.spares, rates_file=args.rates_file,
+                                token=args.token)
         except CgroupUnavailable as e:
             print(f"vcemu agent: error: cannot use cgroups ({e}); run as root on a machine with writable "
                   "cgroups, or pass --no-cgroups to throttle with SIGSTOP/SIGCONT", file=sys.stderr)

@@ -48,7 +48,8 @@ class HostAgentActor:
         if bind is None:
             bind = _ray_node_ip()
         specs = [HostSpec(h["name"], float(h["cpu_cores"]), int(h["memory_bytes"])) for h in hosts]
-        self.agent = start_agent(specs, agent_id, port=0, bind=bind, no_cgroups=no_cgroups, spares=spares)
+        self.agent = start_agent(specs, agent_id, port=0, bind=bind, no_cgroups=no_cgroups, spares=spares,
+                                 token=token)  # (its API wants the token the coordinator sends)
         # Listening on every interface (0.0.0.0, ::): the coordinator must dial this node's address, not the wildcard.
         self.address = dial_address(bind, self.agent.port, _ray_node_ip())
         self.registrar = Registrar(self.agent, coordinator, self.address, token=token)

@@ -56,8 +56,8 @@ class Registrar:
                     if not self.registered.is_set():
                         sent = time.monotonic()
                         reply = stub.RegisterAgent(coordinator_pb2.RegisterAgentRequest(
-                            address=self._advertise, description=describe(self._agent.core)), timeout=timeout,
-                            metadata=self._metadata)
+                            address=self._advertise, description=describe(self._agent.core, self._agent.wants_token)),
+                            timeout=timeout, metadata=self._metadata)
                         if reply.heartbeat_interval_s > 0:
                             self.interval = reply.heartbeat_interval_s
                         self._agent.core.renew_lease(reply.lease_s, sent)
@@ -73,7 +73,7 @@ class Registrar:
                     backoff, wait, refused = MIN_BACKOFF_S, self.interval, None  # (a later refusal is said again)
                 except grpc.RpcError as e:
                     if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
-                                    grpc.StatusCode.UNAUTHENTICATED):
+                                    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION):
                         # The coordinator refuses this agent's description: say why, once per reason (the bare code
                         # was all it said, at every retry; diff review). Retried: a host name taken may come free.
                         if e.details() != refused:

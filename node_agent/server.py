@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_core
 from node_agent.runner import State, TaskView
 from node_agent.transactional import TransactionalParams
+from vcemu.auth import BearerTokenInterceptor
 from vcemu.ports import cannot_bind, ports_refusal
 from vcemu.tls import TlsFiles
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
@@ -95,11 +96,12 @@ def _results(outcomes: list[TaskView | Exception]) -> agent_pb2.TasksReply:
 class AgentServicer(agent_pb2_grpc.AgentServicer):
     """Maps ``vcemu.v1.Agent`` onto :class:`AgentCore`."""
 
-    def __init__(self, core: AgentCore) -> None:
+    def __init__(self, core: AgentCore, wants_token: bool = False) -> None:
         self.core = core
+        self.wants_token = wants_token  # (said in Describe: a coordinator without the token refuses the agent)
 
     def Describe(self, request: Any, context: grpc.ServicerContext) -> agent_pb2.DescribeReply:
-        return describe(self.core)
+        return describe(self.core, self.wants_token)
 
     def StartTask(self, r: agent_pb2.StartTaskRequest, context: grpc.ServicerContext) -> agent_pb2.TaskReply:
         view = _call(context, lambda: self.core.start_task(
@@ -162,9 +164,9 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             clock=time.monotonic(), lease_left=self.core.lease_left())
 
 
-def describe(core: AgentCore) -> agent_pb2.DescribeReply:
+def describe(core: AgentCore, wants_token: bool = False) -> agent_pb2.DescribeReply:
     return agent_pb2.DescribeReply(
-        agent_id=core.agent_id, mode=core.mode, workloads=core.workloads,
+        agent_id=core.agent_id, mode=core.mode, workloads=core.workloads, wants_token=wants_token,
         hosts=[agent_pb2.HostInfo(name=h.name, cpu_cores=h.cpu_cores, memory_bytes=h.memory_bytes)
                for h in core.hosts.values()])
 
@@ -246,6 +248,7 @@ class RunningAgent:
     address: str
     health: health.HealthServicer
     metrics_port: int | None = None
+    wants_token: bool = False  # (its API wants the bearer token: start_agent's ``token``)
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def stop(self, grace: float = 1.0) -> None:
@@ -264,9 +267,13 @@ class PortUnavailable(RuntimeError):
 
 def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str = "127.0.0.1",
                 no_cgroups: bool = False, metrics_port: int | None = None, tls: TlsFiles | None = None,
-                progress_by: str = "cpu-time", spares: int = 0, rates_file: str | None = None) -> RunningAgent:
+                progress_by: str = "cpu-time", spares: int = 0, rates_file: str | None = None,
+                token: str | None = None) -> RunningAgent:
     """Open cgroups, calibrate (or read the calibration from ``rates_file``: :func:`~node_agent.agent.open_core`),
     and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
+
+    ``token``: the agent's API wants it as ``authorization: Bearer <token>`` on every call (the coordinator's
+    ``--token-file``, which the coordinator sends; :mod:`vcemu.auth`), under TLS too; health stays open.
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are not writable and
     ``no_cgroups`` is false, and :class:`PortUnavailable` if the port or the metrics port cannot be bound
@@ -278,9 +285,10 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
                      rates_file=rates_file)
     try:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="agent-rpc"),
+                             interceptors=[BearerTokenInterceptor(token, SERVICE_NAME)] if token else [],
                              options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                       ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
-        agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(core), server)
+        agent_pb2_grpc.add_AgentServicer_to_server(AgentServicer(core, wants_token=bool(token)), server)
         hs = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
         try:
@@ -295,7 +303,8 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
         server.start()
         for svc in ("", SERVICE_NAME):
             hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
-        agent = RunningAgent(core=core, server=server, port=bound, address=f"{bind}:{bound}", health=hs)
+        agent = RunningAgent(core=core, server=server, port=bound, address=f"{bind}:{bound}", health=hs,
+                             wants_token=bool(token))
         if metrics_port is not None:
             registry = CollectorRegistry()
             registry.register(AgentCollector(core))

@@ -258,16 +258,17 @@ def refuse(message: str) -> NoReturn:
 AGENT_TOKEN_ENV = "VCEMU_AGENT_TOKEN"
 
 
-def read_token(path: str | None) -> str | None:
-    """The bearer token in ``--token-file`` (``path``), stripped; None without a file. An unreadable or empty file
-    is refused (:func:`refuse`). The coordinator requires it; its agents and clients send it."""
+def read_token(path: str | None, flag: str = "--token-file") -> str | None:
+    """The bearer token in ``--token-file`` (``path``; ``flag`` names it in a refusal), stripped; None without a
+    file. An unreadable or empty file is refused (:func:`refuse`). The coordinator and its agents require it; the
+    agents and clients send it."""
     if path is None:
         return None
     try:
         with open(path) as f:
             token = f.read().strip()
     except OSError as exc:
-        refuse(f"vcemu: --token-file {path}: {exc.strerror}")
+        refuse(f"vcemu: {flag} {path}: {exc.strerror}")
     if not token:
-        refuse(f"vcemu: --token-file {path}: the file is empty")
+        refuse(f"vcemu: {flag} {path}: the file is empty")
     return token

@@ -139,7 +139,8 @@ FIELDS = ("unit", "record", "data")
 #: The settings every simulation depends on (the others are each simulation's, kept with it in the journal): a run
 #: with others into an ``--out`` that holds work is refused (:func:`coordinator.resumable.other_settings_refusal`).
 SETTINGS = {"seed": "--seed", "cycle": "--cycle"}
-NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent", "exp1_jobs",
+NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent", "live_token_file",
+               "exp1_jobs",
                "exp2_jobs", "exp2_iats", "exp2_algorithms", "exp3_horizon")
 #: The longest ``--cycle`` [s]. A job can wait a whole control cycle before APC first places it, and its relative
 #: performance (eq. 2) is then about 1 - T / its relative goal; APC compares values only down to -1000
@@ -920,6 +921,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--live-agent", metavar="HOST:PORT", default=None,
                    help="with --live, run the live experiment on this running `vcemu agent` (its first host); "
                         "default: an in-process agent with one 1-core host")
+    p.add_argument("--live-token-file", metavar="FILE", default=None,
+                   help="with --live-agent: the agent's bearer token (the --token-file it was given)")
     return p
 
 
@@ -967,7 +970,8 @@ def apc_main(argv: list[str]) -> int:
     checks.append(("--exp3-horizon", args.exp3_horizon, math.isfinite(args.exp3_horizon) and args.exp3_horizon > 0,
                    "must be a finite number > 0 (simulated seconds)"))
     checks += [(flag, value, args.live or value is None, "needs --live (without it no live experiment runs)")
-               for flag, value in (("--live-seconds", args.live_seconds), ("--live-agent", args.live_agent))]
+               for flag, value in (("--live-seconds", args.live_seconds), ("--live-agent", args.live_agent),
+                                  ("--live-token-file", args.live_token_file))]
     from coordinator.apc.live import LiveConfig
 
     cycle = LiveConfig().T
@@ -980,11 +984,18 @@ def apc_main(argv: list[str]) -> int:
         return 2
     args.live_seconds = seconds if args.live else None  # (what config.json records and the live run takes; a run
     # without --live recorded 40.0 beside "live": false, as if it had run that long)
+    if args.live_token_file is not None and args.live_agent is None:
+        print("vcemu apc: --live-token-file: needs --live-agent (the in-process agent wants no token)",
+              file=sys.stderr)
+        return 2
+    from vcemu.cliargs import read_token
+
+    args.token = read_token(args.live_token_file, "--live-token-file")  # (unreadable or empty: exit status 2)
     if args.live and args.live_agent is not None:
         from coordinator.apc.live import LiveAgentError, check_agent
 
         try:
-            check_agent(args.live_agent)
+            check_agent(args.live_agent, token=args.token)
         except LiveAgentError as exc:
             print(f"vcemu apc: {exc}", file=sys.stderr)
             return 2
@@ -1049,7 +1060,8 @@ def _run(out: Path, args: argparse.Namespace, exps: list[str], iats: tuple[float
         from coordinator.apc.live import LiveAgentError, live_experiment_three
 
         try:
-            summary["live"] = live_experiment_three(out / "live", args.live_seconds, agent=args.live_agent)
+            summary["live"] = live_experiment_three(out / "live", args.live_seconds, agent=args.live_agent,
+                                                    token=args.token)
         except LiveAgentError as exc:  # the agent went away after the check: keep the simulated results
             print(f"vcemu apc: {exc}", file=sys.stderr)
             summary["live"] = {"error": str(exc)}

@@ -38,6 +38,7 @@ import grpc
 
 from coordinator.policies.apc import ApcState, Costs, Node, apc_place
 from coordinator.policies.apc_rpf import Job, ResponseTimeModel, Stage, TransactionalApp
+from vcemu.auth import with_token
 from vcemu.outputs import save_figure, write_json, write_text
 from vcemu.v1 import agent_pb2 as pb
 from vcemu.v1 import agent_pb2_grpc
@@ -58,16 +59,17 @@ class LiveAgentError(ConnectionError):
 def _agent_error(address: str, exc: grpc.RpcError) -> LiveAgentError:
     code = exc.code().name if hasattr(exc, "code") else "ERROR"
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    return LiveAgentError(f"--live-agent {address}: cannot use the vcemu agent there ({code}: {details})")
+    hint = " (the agent wants its token: --live-token-file)" if code == "UNAUTHENTICATED" else ""
+    return LiveAgentError(f"--live-agent {address}: cannot use the vcemu agent there ({code}: {details}){hint}")
 
 
-def check_agent(address: str, timeout: float = 5.0) -> None:
+def check_agent(address: str, timeout: float = 5.0, token: str | None = None) -> None:
     """Refuse (LiveAgentError) an address that is not HOST:PORT or where no agent with a host answers
-    Describe within ``timeout`` seconds: before any experiment runs, not after."""
+    Describe within ``timeout`` seconds (sent ``token``, if any): before any experiment runs, not after."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) <= 65535:
         raise LiveAgentError(f"--live-agent: expected HOST:PORT, got {address!r}")
-    with grpc.insecure_channel(address) as channel:
+    with with_token(grpc.insecure_channel, token)(address) as channel:
         try:
             info = agent_pb2_grpc.AgentStub(channel).Describe(pb.DescribeRequest(), timeout=timeout)
         except grpc.RpcError as exc:
@@ -88,6 +90,7 @@ class LiveConfig:
     initial_app_share: float = 0.15  # fraction of the node the app gets before APC's first cycle
     seed: int = 0
     agent: str | None = None  # address of a running agent (its first host is the node); None: in-process
+    token: str | None = None  # the running agent's bearer token (its --token-file), if it wants one
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -160,7 +163,7 @@ class LiveApc:
 
             self._agent = start_agent([HostSpec(self.host, cfg.cores, 4 << 30)], agent_id=f"apc-{os.getpid()}")
             address = self._agent.address
-        self._channel = grpc.insecure_channel(address)
+        self._channel = with_token(grpc.insecure_channel, cfg.token)(address)
         self.stub = agent_pb2_grpc.AgentStub(self._channel)
         info = self.stub.Describe(pb.DescribeRequest(), timeout=10)
         if cfg.agent is not None:  # a running agent: its first host is the node
@@ -290,14 +293,15 @@ class LiveApc:
         return rows
 
 
-def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, agent: str | None = None
-                          ) -> dict[str, Any]:
+def live_experiment_three(out: Path, seconds: float = 40.0, cores: float = 1.0, agent: str | None = None,
+                          token: str | None = None) -> dict[str, Any]:
     """A shortened Experiment Three: the request rate rises then falls while two batch jobs run."""
     from node_agent.cgroups import CgroupUnavailable
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = LiveConfig(cores=cores, duration=seconds, rates=((0.0, 20.0), (seconds / 3, 60.0), (2 * seconds / 3, 20.0)),
-                     jobs=((seconds, 4 * seconds), (seconds, 8 * seconds)), initial_app_share=0.5, agent=agent)
+                     jobs=((seconds, 4 * seconds), (seconds, 8 * seconds)), initial_app_share=0.5, agent=agent,
+                     token=token)
     interrupted = False
     try:
         with LiveApc(cfg) as live:

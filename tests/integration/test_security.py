@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer
@@ -85,6 +86,89 @@ def test_agent_refuses_an_oversized_request(agent: RunningAgent) -> None:
         with pytest.raises(grpc.RpcError) as err:
             agent_pb2_grpc.AgentStub(ch).StartTask(agent_pb2.StartTaskRequest(task_id="x" * (1 << 17)), timeout=5)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_an_agent_given_the_token_wants_it_on_its_own_api_and_the_coordinator_sends_it() -> None:
+    """Without TLS, an agent's own API (start, stop, pause) took calls from whoever reached its port, token or
+    not (API review, session 40): an agent given the token refuses calls without it, and a coordinator with the
+    token sends it, so a job still runs there. Health stays open (probes carry no token)."""
+    token = "s3cret-agent-token"
+    agent = start_agent([HostSpec("tok-h0", 1.0, 1 << 30)], agent_id="pytest-token", no_cgroups=True, token=token)
+    server = CoordinatorServer(get_policy("greedy"), port=0, token=token, heartbeat_s=0.5).start()
+    registrar = Registrar(agent, server.address, agent.address, token=token)
+    good = (("authorization", f"Bearer {token}"),)
+    try:
+        with grpc.insecure_channel(agent.address) as ch:
+            stub = agent_pb2_grpc.AgentStub(ch)
+            start = agent_pb2.StartTaskRequest(task_id="rogue", host="tok-h0", workload="modeled", cpu_share=0.5,
+                                               cpu_need=0.5, work_seconds=1.0)
+            for metadata in ((), (("authorization", "Bearer wrong"),), (("authorization", token),)):
+                for call, request in ((stub.StartTask, start), (stub.Describe, agent_pb2.DescribeRequest()),
+                                      (stub.Status, agent_pb2.StatusRequest())):
+                    with pytest.raises(grpc.RpcError) as err:
+                        call(request, timeout=5, metadata=metadata)
+                    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED, (call, metadata)
+                    assert "token" in err.value.details()
+            assert not stub.Status(agent_pb2.StatusRequest(), timeout=5, metadata=good).tasks  # nothing started
+            served = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            assert served.status == health_pb2.HealthCheckResponse.SERVING
+        assert registrar.registered.wait(20), "the agent with a token never registered"
+        with grpc.insecure_channel(server.address) as ch:
+            user = pb_grpc.CoordinatorStub(ch)
+            job = user.Submit(pb.SubmitRequest(spec=SPEC), timeout=5, metadata=good)
+            deadline = time.monotonic() + 20
+            while (state := user.GetJob(pb.JobRef(job_id=job.job_id), timeout=5, metadata=good).state) != "done":
+                assert state in ("pending", "running"), state
+                assert time.monotonic() < deadline, "the job never ran on the agent that wants the token"
+                time.sleep(0.1)
+    finally:
+        registrar.stop()
+        server.stop()
+        agent.stop()
+
+
+def test_a_coordinator_without_the_agents_token_refuses_the_agent(caplog) -> None:
+    """An agent whose API wants a token that the coordinator does not have is refused when it registers
+    (FAILED_PRECONDITION, which the agent logs): taken on, every job placed there failed UNAUTHENTICATED."""
+    agent = start_agent([HostSpec("tok-h1", 1.0, 1 << 30)], agent_id="pytest-token-2", no_cgroups=True,
+                        token="the-agents")
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()
+    caplog.set_level("ERROR", logger="node_agent.register")
+    registrar = Registrar(agent, server.address, agent.address, token="the-agents")
+    try:
+        assert not registrar.registered.wait(3)
+        said = [r.getMessage() for r in caplog.records if "FAILED_PRECONDITION" in r.getMessage()]
+        assert said and "wants a bearer token and this coordinator has none" in said[0], said
+        assert server.backend.agents == {}
+        with grpc.insecure_channel(server.address) as ch, pytest.raises(grpc.RpcError) as err:
+            pb_grpc.CoordinatorStub(ch).Submit(pb.SubmitRequest(spec=SPEC), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # no hosts
+    finally:
+        registrar.stop()
+        server.stop()
+        agent.stop()
+
+
+def test_apc_live_agent_takes_the_agents_token(tmp_path: Path, capsys) -> None:
+    """``vcemu apc --live-agent`` against an agent that wants a token: refused up front with a hint to give it,
+    accepted with ``--live-token-file``; the flag alone (the in-process agent wants none) is refused."""
+    from coordinator.apc.experiment import apc_main
+    from coordinator.apc.live import LiveAgentError, check_agent
+
+    agent = start_agent([HostSpec("tok-apc", 1.0, 1 << 30)], agent_id="pytest-token-apc", no_cgroups=True,
+                        token="apc-token")
+    try:
+        with pytest.raises(LiveAgentError, match="UNAUTHENTICATED.*--live-token-file"):
+            check_agent(agent.address)
+        check_agent(agent.address, token="apc-token")
+        (tmp_path / "token").write_text("apc-token\n")
+        for extra, said in (([], "--live-token-file: needs --live (without it"),
+                            (["--live"], "--live-token-file: needs --live-agent")):
+            assert apc_main(["--out", str(tmp_path / "out"), *extra, "--live-token-file", str(tmp_path / "token")]) == 2
+            assert said in capsys.readouterr().err
+        assert not (tmp_path / "out").exists()
+    finally:
+        agent.stop()
 
 
 # ---- mutual TLS -----------------------------------------------------------------------------------------

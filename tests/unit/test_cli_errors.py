@@ -920,6 +920,15 @@ def test_the_agents_vcemu_starts_get_the_coordinators_token_in_their_environment
     assert AGENT_TOKEN_ENV not in _agent_env(None)
 
 
-def test_an_agent_sends_a_token_only_to_a_coordinator(capsys) -> None:
-    code, _, err = run(["agent", "--hosts", "1", "--token-file", "t"], capsys)
-    assert code == 2 and "argument --token-file: only with --coordinator" in err, err
+def test_a_standalone_agent_takes_a_token_file_to_guard_its_own_api(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Without --coordinator, --token-file guards the agent's own API (it was refused: the token was only sent to
+    a coordinator, and the agent's API took anyone's calls); an unreadable file is refused, naming it."""
+    import node_agent.cli
+
+    code, _, err = run(["agent", "--hosts", "1", "--token-file", str(tmp_path / "none")], capsys)
+    assert code == 2 and f"--token-file {tmp_path / 'none'}" in err, err
+    seen: list[str | None] = []
+    monkeypatch.setattr(node_agent.cli, "_run", lambda args, hosts: seen.append(args.token) or 0)
+    (tmp_path / "token").write_text("s3cret\n")
+    assert run(["agent", "--hosts", "1", "--token-file", str(tmp_path / "token")], capsys)[0] == 0
+    assert seen == ["s3cret"]
