@@ -171,6 +171,9 @@ def agent_main(argv: list[str]) -> int:
             parser.error(str(e))
         # (an unreadable or empty file: refused, exit status 2; an agent vcemu up starts gets the token itself)
         args.token = read_token(args.token_file) or os.environ.get(AGENT_TOKEN_ENV, "").strip() or None
+        # Not handed on: every process the agent starts (fencer, tasks, spares) copies its environment (security
+        # review: the token was in each task's /proc/PID/environ).
+        os.environ.pop(AGENT_TOKEN_ENV, None)
     except SystemExit as e:
         return int(e.code or 0)
     if sum(h.cpu_cores for h in hosts) > (os.cpu_count() or 1):

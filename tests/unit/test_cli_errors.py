@@ -932,3 +932,19 @@ def test_a_standalone_agent_takes_a_token_file_to_guard_its_own_api(tmp_path: Pa
     (tmp_path / "token").write_text("s3cret\n")
     assert run(["agent", "--hosts", "1", "--token-file", str(tmp_path / "token")], capsys)[0] == 0
     assert seen == ["s3cret"]
+
+
+def test_an_agent_does_not_hand_the_token_of_its_environment_on_to_its_processes(monkeypatch, capsys) -> None:
+    """Security review: the token ``vcemu up`` gives an agent in its environment reached every task, spare and
+    the fencer (each copies the agent's environment): the agent takes it out once read."""
+    import os
+
+    import node_agent.cli
+    from vcemu.cliargs import AGENT_TOKEN_ENV
+
+    monkeypatch.setenv(AGENT_TOKEN_ENV, "from-up")
+    seen: list[tuple[str | None, str | None]] = []
+    monkeypatch.setattr(node_agent.cli, "_run",
+                        lambda args, hosts: seen.append((args.token, os.environ.get(AGENT_TOKEN_ENV))) or 0)
+    assert run(["agent", "--hosts", "1"], capsys)[0] == 0
+    assert seen == [("from-up", None)]
