@@ -692,6 +692,11 @@ class CoordinatorServer:
             if self.port == 0:
                 raise OSError(cannot_bind(bind, port))
             self.address = f"{bind}:{self.port}"
+            if not token and tls is None and not _loopback(bind):
+                # (security review: it started without a word, and the Kubernetes base runs so)
+                log.warning("listening on %s with neither --token-file nor TLS: anything that reaches this port can "
+                            "submit and cancel jobs and register agents, which this coordinator then dials and "
+                            "gives jobs (--token-file, or mutual TLS: --tls-cert/--tls-key/--tls-ca)", bind)
             if token and tls is None and not _loopback(bind):
                 # (the token guards this API, the agents' calls and the agents' own API: but in clear text)
                 log.warning("--token-file guards this coordinator and its agents' APIs, but without TLS the token "

@@ -1007,6 +1007,18 @@ def test_a_token_without_tls_off_loopback_warns_that_it_travels_in_clear_text(bi
                                    "node7")] == [True, True, True, True, True, False, False, False]
 
 
+@pytest.mark.parametrize(("bind", "token", "warned"), [("0.0.0.0", None, True), ("127.0.0.1", None, False),
+                                                      ("0.0.0.0", "t0ken", False)])
+def test_an_open_coordinator_off_loopback_warns_that_anyone_can_use_it(bind, token, warned, caplog):
+    """Security review: a coordinator listening beyond this machine with neither token nor TLS started without a
+    word (anyone reaching it could submit, cancel and register agents it then dials)."""
+    with caplog.at_level("WARNING", logger="vcemu.coordinator"):
+        s = CoordinatorServer(get_policy("greedy"), port=0, bind=bind, token=token)
+        s.stop()
+    said = [r.getMessage() for r in caplog.records if "with neither --token-file nor TLS" in r.getMessage()]
+    assert bool(said) is warned, said
+
+
 def test_an_empty_id_is_a_bad_request_not_an_unknown_one(stub):
     """API review: GetJob and Cancel of '' answered NOT_FOUND "no job ''", a Heartbeat of '' known = false."""
     for call, request in ((stub.GetJob, pb.JobRef()), (stub.Cancel, pb.JobRef()),
