@@ -214,6 +214,35 @@ def test_pod_command_lines_parse_with_the_package_parsers(overlay: str):
             assert args.metrics_port is not None
 
 
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_vcemu_pod_reads_the_token_from_the_secret(overlay: str):
+    """Security review: the base ran the coordinator on every interface with neither token nor TLS, so anything in
+    the cluster network could submit, register agents and run or stop tasks on the privileged agents. Every
+    coordinator and agent reads ``--token-file`` from a read-only mount of Secret ``vcemu-token``."""
+    docs = render(overlay)
+    checked = []
+    for doc in docs:
+        pod = (doc["spec"]["template"]["spec"] if doc["kind"] in ("Deployment", "DaemonSet") else
+               doc["spec"]["headGroupSpec"]["template"]["spec"] if doc["kind"] == "RayCluster" else None)
+        if pod is None:
+            continue
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v}
+        for c in pod["containers"]:
+            if c.get("command") or not c.get("args") or c["args"][0] not in ("coordinator", "agent", "up"):
+                continue
+            (flag,) = [a for a in c["args"] if a.startswith("--token-file=")]
+            path = flag.split("=", 1)[1]
+            mounts = [m for m in c.get("volumeMounts", []) if path.startswith(m["mountPath"].rstrip("/") + "/")]
+            assert len(mounts) == 1 and mounts[0].get("readOnly"), (overlay, c["name"], mounts)
+            assert secrets.get(mounts[0]["name"]) == "vcemu-token", (overlay, c["name"], secrets)
+            assert path == f"{mounts[0]['mountPath'].rstrip('/')}/token", path  # (the Secret's key is "token")
+            checked.append(c["args"][0])
+    assert checked, f"{overlay}: no vcemu container"
+    if overlay != "kuberay":
+        assert sorted(checked) == ["agent", "coordinator"], checked
+
+
 def _cores(quantity: str) -> float:
     return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
 
