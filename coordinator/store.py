@@ -300,6 +300,14 @@ class Store:
                 os.unlink(where)
 
     def _open(self, path: str, synchronous: str) -> None:
+        # A new state file is its owner's alone (security review: 0644, every job's spec readable by all); SQLite
+        # gives its -wal and -shm files the state file's mode.
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"--state {path}: cannot create it: {exc.strerror or exc}") from None
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             # Before anything is written to it: another program's SQLite file is refused as it is, not switched

@@ -78,3 +78,31 @@ def test_a_symlink_to_a_state_file_names_the_same_lock(tmp_path: Path) -> None:
             Store(str(tmp_path / "link.db"), exclusive=True)
     finally:
         first.close()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "hardlink", "fifo"])
+def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_untouched(tmp_path: Path, planted: str) -> None:
+    """Security review: ``<state>.lock`` was opened following a symbolic link and truncated for the pid, so a link
+    planted beside a state file in a shared directory made a root coordinator overwrite the file it named. A lock
+    file must be a plain file of its own: a link (or a hard link, or another file type) is refused, untouched."""
+    path = str(tmp_path / "s.db")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("important\n")
+    {"symlink": lambda: os.symlink(victim, lock_path(path)), "hardlink": lambda: os.link(victim, lock_path(path)),
+     "fifo": lambda: os.mkfifo(lock_path(path))}[planted]()
+    why = {"symlink": "is a symbolic link", "hardlink": "is linked 2 times", "fifo": "is not a plain file"}[planted]
+    with pytest.raises(StoreError, match=rf"--state {path}: .*cannot lock .*{why}"):
+        Store(path, exclusive=True)
+    assert victim.read_text() == "important\n"
+
+
+def test_a_new_state_file_and_its_lock_are_their_owners_alone(tmp_path: Path) -> None:
+    """Security review: the state (every job's spec, the agents' addresses) was created readable by all (0644)."""
+    path = str(tmp_path / "s.db")
+    store = Store(path, exclusive=True)
+    try:
+        modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    finally:
+        store.close()
+    assert modes["s.db"] == 0o600 and modes["s.db.lock"] == 0o600, modes
+    assert {"s.db-wal", "s.db-shm"} <= set(modes) and all(m == 0o600 for m in modes.values()), modes
