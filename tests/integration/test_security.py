@@ -81,6 +81,20 @@ def test_agent_refuses_a_workload_it_does_not_know(agent: RunningAgent, workload
         assert not stub.Status(agent_pb2.StatusRequest(), timeout=5).tasks  # nothing was started
 
 
+@pytest.mark.parametrize(("task_id", "why"), [("a\nb", "must be printable"), ("t" * 257, "at most 256 characters")])
+def test_agent_refuses_a_task_id_that_would_break_its_logs(agent: RunningAgent, task_id: str, why: str) -> None:
+    """Security review: an id with a newline split the agent's log line (and the coordinator's), and ids of any
+    length were taken; the coordinator's own ids are "<job>/<index>[.<attempt>]"."""
+    with grpc.insecure_channel(agent.address) as ch:
+        stub = agent_pb2_grpc.AgentStub(ch)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.StartTask(agent_pb2.StartTaskRequest(task_id=task_id, host="sec-h0", workload="modeled",
+                                                      cpu_share=0.5, cpu_need=0.5, work_seconds=1.0), timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("task_id: ") and why in err.value.details()
+        assert not stub.Status(agent_pb2.StatusRequest(), timeout=5).tasks
+
+
 def test_agent_refuses_an_oversized_request(agent: RunningAgent) -> None:
     with grpc.insecure_channel(agent.address) as ch:
         with pytest.raises(grpc.RpcError) as err:
