@@ -151,7 +151,13 @@ def _environment(container: dict, configmaps: dict[str, dict]) -> dict[str, str]
         assert name in configmaps, f"envFrom names ConfigMap {name!r}, which the overlay does not render"
         env.update(configmaps[name])
     for e in container.get("env", []):
-        env[e["name"]] = e["value"] if "value" in e else _FIELD_VALUES[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e["valueFrom"]:  # (a secret: known only in the cluster)
+            ref = e["valueFrom"]["secretKeyRef"]
+            env[e["name"]] = f"<secret {ref['name']}/{ref['key']}>"
+        else:
+            env[e["name"]] = _FIELD_VALUES[e["valueFrom"]["fieldRef"]["fieldPath"]]
     return env
 
 
@@ -241,6 +247,49 @@ def test_every_vcemu_pod_reads_the_token_from_the_secret(overlay: str):
     assert checked, f"{overlay}: no vcemu container"
     if overlay != "kuberay":
         assert sorted(checked) == ["agent", "coordinator"], checked
+
+
+@needs_kubectl
+def test_the_ray_cluster_authenticates_and_keeps_its_ports_to_itself():
+    """Security review: the kuberay overlay ran Ray (which runs whatever code it is given, on privileged workers)
+    with no authentication and its dashboard on every interface. Every container of the RayCluster runs with
+    Ray's token authentication from Secret vcemu-token, the dashboard listens on loopback, and a NetworkPolicy
+    admits only the cluster's own pods but to the coordinator's API and metrics."""
+    docs = render("kuberay")
+    (ray,) = [d for d in docs if d["kind"] == "RayCluster"]
+    assert ray["spec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    containers = _containers(ray)
+    assert len(containers) == 3
+    for _, c in containers:
+        env = {e["name"]: e for e in c.get("env", [])}
+        assert env["RAY_AUTH_MODE"]["value"] == "token", c["name"]
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "vcemu-token", "key": "ray-token"}
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "vcemu-ray"]
+    cluster = {"ray.io/cluster": ray["metadata"]["name"]}
+    assert policy["spec"]["podSelector"]["matchLabels"] == cluster
+    rules = policy["spec"]["ingress"]
+    assert sorted(p["port"] for rule in rules if "from" not in rule for p in rule["ports"]) == [9100, 50051]
+    assert [r["from"] for r in rules if "from" in r] == [[{"podSelector": {"matchLabels": cluster}}]]
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "kuberay"])
+def test_only_the_coordinator_may_call_the_agents(overlay: str):
+    """Security review: any pod could call the privileged agents' API. A NetworkPolicy admits only the
+    coordinator's pods to the agents' gRPC port; their metrics port stays open to scrapers."""
+    docs = render(overlay)
+    (agents,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (coordinator,) = [d for d in docs if d["kind"] == "Deployment"]
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "vcemu-agent"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= agents["spec"]["template"]["metadata"]["labels"].items()
+    (from_coordinator, scrape) = policy["spec"]["ingress"]
+    (peer,) = from_coordinator["from"]
+    assert peer["podSelector"]["matchLabels"].items() <= coordinator["spec"]["template"]["metadata"]["labels"].items()
+    assert not peer["podSelector"]["matchLabels"].items() <= agents["spec"]["template"]["metadata"]["labels"].items()
+    ports = {p["name"]: p["containerPort"] for p in agents["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert [p["port"] for p in from_coordinator["ports"]] == [ports["grpc"]]
+    assert "from" not in scrape and [p["port"] for p in scrape["ports"]] == [ports["metrics"]]
 
 
 def _cores(quantity: str) -> float:
