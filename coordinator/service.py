@@ -462,6 +462,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if d.wants_token and not self.s.has_token:  # (else every task sent there would fail, UNAUTHENTICATED)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "description.wants_token: this agent's API wants a "
                           "bearer token and this coordinator has none (start it with the agent's --token-file)")
+        holder = self.s.backend.answering_elsewhere(d.agent_id, request.address)
+        if holder is not None:  # (outside the engine lock: a call to an agent)
+            # Security review: a registration under a live agent's id took its place (its jobs then ran nowhere, while
+            # its heartbeats kept it "alive"). An agent restarted elsewhere is let in: its predecessor answers no more.
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, f"description.agent_id: agent {shown(d.agent_id)} is "
+                          f"registered at {holder}, which still answers as that agent: give this one another "
+                          "--agent-id, or stop that one first")
         with self.s.engine.lock:
             taken = {n: a for n, a in self.s.backend.host_agent.items() if a != d.agent_id}
             clash = [h.name for h in d.hosts if h.name in taken]

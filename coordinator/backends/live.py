@@ -382,6 +382,19 @@ class LiveBackend:
 
     # ---- actions ----------------------------------------------------------------------------------
 
+    def answering_elsewhere(self, agent_id: str, address: str, timeout: float = FAST_TIMEOUT_S) -> str | None:
+        """The address agent ``agent_id`` is registered at, if that is not ``address`` and the agent there still
+        answers Describe as ``agent_id`` within ``timeout``; else None (not registered, the same address, or its
+        predecessor gone: a restart elsewhere, which takes its place)."""
+        handle = self.agents.get(agent_id)
+        if handle is None or handle.address == address or handle.lost:
+            return None
+        try:
+            described = handle.stub.Describe(agent_pb2.DescribeRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return None
+        return handle.address if described.agent_id == agent_id else None
+
     def _stub(self, host: str) -> agent_pb2_grpc.AgentStub:
         handle = self.agents.get(self.host_agent.get(host, ""))
         if handle is None:

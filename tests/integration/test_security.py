@@ -185,6 +185,47 @@ def test_apc_live_agent_takes_the_agents_token(tmp_path: Path, capsys) -> None:
         agent.stop()
 
 
+def test_a_registration_under_a_live_agents_id_is_refused_and_a_restart_elsewhere_taken() -> None:
+    """Security review: RegisterAgent under the id of an agent that was alive, from another address, took its
+    place; the real agent's heartbeats kept it "alive" and its jobs were sent to the impostor's address (stuck
+    running until the real agent was restarted by hand). It is refused while the registered agent still answers
+    as that id; an agent restarted under the id at a new address (its predecessor gone) takes its place."""
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()
+    first = start_agent([HostSpec("dup-h0", 1.0, 1 << 30)], agent_id="pytest-dup", no_cgroups=True)
+    registrar = Registrar(first, server.address, first.address)
+    second = None
+    try:
+        assert registrar.registered.wait(20)
+        impostor = pb.RegisterAgentRequest(address="127.0.0.1:9", description=agent_pb2.DescribeReply(
+            agent_id="pytest-dup", mode="duty-cycle", hosts=[agent_pb2.HostInfo(name="dup-h0", cpu_cores=1.0,
+                                                                                memory_bytes=1 << 30)]))
+        with grpc.insecure_channel(server.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.RegisterAgent(impostor, timeout=10)
+            assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+            assert f"registered at {first.address}, which still answers" in err.value.details()
+            assert server.backend.agents["pytest-dup"].address == first.address
+            job = stub.Submit(pb.SubmitRequest(spec=SPEC), timeout=5)
+            deadline = time.monotonic() + 20
+            while stub.GetJob(pb.JobRef(job_id=job.job_id), timeout=5).state != "done":
+                assert time.monotonic() < deadline, "the job never ran on the agent that kept its id"
+                time.sleep(0.1)
+            registrar.stop()
+            first.stop()
+            second = start_agent([HostSpec("dup-h0", 1.0, 1 << 30)], agent_id="pytest-dup", no_cgroups=True)
+            assert second.address != first.address
+            stub.RegisterAgent(pb.RegisterAgentRequest(address=second.address, description=impostor.description),
+                               timeout=10)
+            assert server.backend.agents["pytest-dup"].address == second.address
+    finally:
+        registrar.stop()
+        server.stop()
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
 # ---- mutual TLS -----------------------------------------------------------------------------------------
 
 
