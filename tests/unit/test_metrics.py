@@ -90,3 +90,97 @@ def test_a_stretch_difference_only_for_a_job_done_both_ways() -> None:
     assert stretch_difference(failed, result(JobState.DONE, 100.0)) is None
     assert stretch_difference(done, result(JobState.CANCELLED, 100.0)) is None
     assert stretch_difference(None, done) is None and stretch_difference(done, None) is None
+
+
+# ---- added by the mutation review: summaries, utilisation and decision times on hand-worked numbers ----------
+
+
+def _result(job: str, flow: float, work: float, state: JobState = JobState.DONE):
+    from coordinator.metrics import JobResult
+
+    return JobResult(job, 0.0, 0.0, flow, work, state, 1.0, 0, 0)
+
+
+def test_summary_scores_done_jobs_only_with_arithmetic_means() -> None:
+    """001 Sec. V scores the jobs that completed; a failed job's end is no outcome (mean, not median)."""
+    rs = [
+        _result("a", 60.0, 60.0),  # stretch 1, bounded 1
+        _result("b", 120.0, 60.0),  # 2, 2
+        _result("c", 360.0, 60.0),  # 6, 6
+        _result("d", 20.0, 10.0),  # 2, but bounded max(20,30)/max(10,30) = 1
+        _result("f", 1000.0, 10.0, JobState.FAILED),  # would be stretch 100: must not count
+    ]
+    s = summarize(rs)
+    assert (s.jobs, s.completed) == (5, 4)
+    assert s.max_stretch == 6.0 and s.max_bounded_stretch == 6.0
+    assert s.mean_stretch == pytest.approx((1 + 2 + 6 + 2) / 4)  # 2.75; the median would be 2
+    assert s.mean_bounded_stretch == pytest.approx((1 + 2 + 6 + 1) / 4)  # 2.5; the median would be 1.5
+
+
+def test_max_stretch_bounded_flag_selects_the_bound() -> None:
+    """001 Sec. II-B.2: a 10 s job done 20 s after submission has stretch 2 and bounded stretch 30/30 = 1."""
+    from coordinator.metrics import max_stretch
+
+    h = History()
+    h.specs["a"] = JobSpec("a", 0.0, 1, 1.0, 0.1, 10.0)
+    h.transitions += [
+        Transition(10.0, "a", JobState.PENDING, JobState.RUNNING, ("h0",), 1.0),
+        Transition(20.0, "a", JobState.RUNNING, JobState.DONE, ("h0",), 1.0, "completed"),
+    ]
+    assert max_stretch(h) == 1.0
+    assert max_stretch(h, bounded=False) == 2.0
+
+
+def test_degradation_factor_refuses_a_zero_best() -> None:
+    """001 Sec. V: the ratio to the best is undefined when the best maximum stretch is 0."""
+    from coordinator.metrics import degradation_factors
+
+    with pytest.raises(ValueError, match="must be > 0"):
+        degradation_factors({"a": 0.0, "b": 2.0})
+
+
+def _one_job_history(tasks: int, need: float, cpu: float, end: float) -> History:
+    h = History()
+    h.specs["a"] = JobSpec("a", 0.0, tasks, need, 0.1, end)
+    h.transitions += [
+        Transition(0.0, "a", JobState.PENDING, JobState.RUNNING, tuple(f"h{k}" for k in range(tasks)), cpu),
+        Transition(end, "a", JobState.RUNNING, JobState.DONE, (), cpu, "completed"),
+    ]
+    return h
+
+
+def test_utilisation_counts_every_task_of_a_job() -> None:
+    """A 2-task job at full CPU on a 4-CPU cluster for the whole span uses 2/4 of it, wanting nothing more."""
+    from coordinator.metrics import utilisation
+
+    u = utilisation(_one_job_history(tasks=2, need=1.0, cpu=1.0, end=10.0), capacity=4.0)
+    assert u.used == pytest.approx(0.5)
+    assert u.under == 0.0
+
+
+def test_utilisation_counts_idle_cpu_beside_a_job_below_its_need_as_under() -> None:
+    """001 Sec. II-B.2: a job running at yield 0.5 is unmet demand, so the 1.5 idle CPUs of 2 are underutilised."""
+    from coordinator.metrics import utilisation
+
+    u = utilisation(_one_job_history(tasks=1, need=1.0, cpu=0.5, end=20.0), capacity=2.0)
+    assert u.used == pytest.approx(0.25)  # 0.5 CPU of 2 for 20 s
+    assert u.under == pytest.approx(0.75)  # 1.5 idle CPUs of 2 for 20 s
+
+
+def test_utilisation_never_exceeds_the_capacity() -> None:
+    """Allocations beyond the stated capacity (2 tasks x 1.0 on a capacity of 1) count as full use, not 200%."""
+    from coordinator.metrics import utilisation
+
+    u = utilisation(_one_job_history(tasks=2, need=1.0, cpu=1.0, end=10.0), capacity=1.0)
+    assert u.used == pytest.approx(1.0)
+
+
+def test_decision_stats_percentiles_by_hand() -> None:
+    """001 Sec. V's decision times: p50/p90/p99 interpolate between ranks of 1..10 s (numpy's default)."""
+    from coordinator.metrics import decision_stats
+
+    d = decision_stats([float(k) for k in range(10, 0, -1)])
+    assert d.count == 10 and d.mean_s == pytest.approx(5.5) and d.max_s == 10.0
+    assert d.p50_s == pytest.approx(5.5)  # rank 4.5 of 0..9
+    assert d.p90_s == pytest.approx(9.1)  # rank 8.1: 9 + 0.1
+    assert d.p99_s == pytest.approx(9.91)  # rank 8.91: 9 + 0.91

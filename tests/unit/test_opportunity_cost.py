@@ -315,3 +315,127 @@ def test_emosix_placement_under_the_memory_limit_falls_back_to_the_origin() -> N
     assert EMosix(window=2, fit="migrations").assign(view, 120.0, 1, random.Random(0)) == unconstrained
     with pytest.raises(ValueError, match="EMosix.fit must be one of none, migrations, all"):
         EMosix(fit="always")
+
+
+# ---- added by the mutation review ---------------------------------------------------------------------------
+
+
+def test_least_marginal_cost_ties_go_to_the_first_candidate() -> None:
+    """004 Sec. 4 item 2 (E-PVM): identical idle machines cost the same; the lowest index (first candidate) wins."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    view = View(ms, [[], [], []])
+    assert least_marginal_cost(view, 5.0, 1, [0, 1, 2]) == 0
+    assert least_marginal_cost(view, 5.0, 1, [2, 0, 1]) == 2
+    assert EPVM().assign(view, 5.0, 1, random.Random(0)) == 0
+
+
+def test_mosix_ushering_targets_the_known_node_with_most_free_memory() -> None:
+    """004 Sec. 4 item 3 (our reading): ushering goes to the most free memory, ties to the lower index."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    # node 0: 60 + 50 = 110 MB > 100 -> out of memory; the 60 MB process fits 1 (70 free) and 2 (90 free)
+    view = View(ms, [[Proc(1, 60, 0), Proc(2, 50, 1)], [Proc(3, 30, 0)], [Proc(4, 10, 0)]])
+    assert mosix_decision(view, 0, [1, 2]) == Migration(1, 0, 2)  # 30 MB left on 2 against 10 on 1
+    view.procs[1] = [Proc(3, 10, 0)]  # now both have 90 MB free: the lower index
+    assert mosix_decision(view, 0, [1, 2]) == Migration(1, 0, 1)
+
+
+def test_mosix_ushering_sends_the_older_of_equally_large_processes() -> None:
+    """004 Sec. 4 item 3: "priority to migrate is given to older processes" among equally large ones."""
+    ms = (Machine(1, 100), Machine(1, 100))
+    view = View(ms, [[Proc(1, 60, 5.0), Proc(2, 60, 1.0)], []])  # 120 MB > 100: out of memory
+    assert mosix_decision(view, 0, [1]) == Migration(2, 0, 1)
+
+
+def test_mosix_balancing_uses_the_sources_load_per_unit_of_speed() -> None:
+    """Relative load lc / speed on both sides: 2 processes at speed 0.5 (4) beat 3/1 after the move by 1."""
+    ms = (Machine(0.5, 100), Machine(1, 100))
+    view = View(ms, [procs(1, 1), procs(1, 1, pid0=5)])
+    assert mosix_decision(view, 0, [1]) == Migration(0, 0, 1)
+    # the same counts on equal speeds: 2 - 3 < 0.25 -> stay
+    assert mosix_decision(View((Machine(1, 100), Machine(1, 100)), view.procs), 0, [1]) is None
+
+
+def test_interval_decisions_see_the_moves_already_made() -> None:
+    """Two nodes of 2 processes and one idle node: the first move (2 -> 1 after, diff 1) leaves the idle node at 2
+    after a second, diff 0 <= 0.25, so exactly one process moves per interval whatever the node order."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    for seed in range(10):
+        view = View(ms, [procs(1, 1), procs(1, 1, pid0=5), []])
+        moves = Mosix(window=2).rebalance(view, random.Random(seed))
+        assert len(moves) == 1 and moves[0].dst == 2, seed
+
+
+def test_a_process_moves_at_most_once_per_interval() -> None:
+    """A process moved into a node this interval is not sent on by that node in the same interval."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    for seed in range(40):
+        view = View(ms, [procs(1, 1, 1), [Proc(50, 1, 100.0)], []])
+        moves = Mosix(window=1).rebalance(view, random.Random(seed))
+        pids = [m.pid for m in moves]
+        assert len(pids) == len(set(pids)), (seed, moves)
+
+
+def test_emosix_observes_the_load_scale_at_arrivals_and_intervals() -> None:
+    """004 Sec. 4: L is a power of two above the largest load seen; E-Mosix looks at each arrival and interval."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    m = EMosix(window=2)
+    m.assign(View(ms, [procs(1, 1, 1), [], []]), 1.0, 0, random.Random(0))
+    assert m.scale.L == 4.0  # load 3 -> 4
+    m.rebalance(View(ms, [procs(1, 1, 1, 1, 1), [], []]), random.Random(0))
+    assert m.scale.L == 8.0  # load 5 -> 8
+
+
+def test_emosix_placement_considers_the_origin() -> None:
+    """004 Sec. 4 item 4: E-Mosix places at least marginal cost among the origin *and* its window."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    for seed in range(10):
+        view = View(ms, [[], procs(1, 1, 1), procs(1, 1, 1, pid0=5)])
+        assert EMosix(window=1).assign(view, 1.0, 0, random.Random(seed)) == 0
+
+
+def test_emosix_placement_fits_only_below_the_memory() -> None:
+    """Sec. 2: a node whose memory a new process would fill exactly pages, so it does not fit; origin fallback."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    view = View(ms, [procs(50), procs(40, pid0=5), procs(40, pid0=9)])  # 60 MB fills 1 and 2 exactly
+    assert EMosix(window=2, fit="all").assign(view, 60.0, 0, random.Random(0)) == 0
+
+
+def test_emosix_fit_migrations_limits_its_moves() -> None:
+    """``fit="migrations"`` applies Mosix's memory limit to E-Mosix's moves (see the hand-worked case above)."""
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    view = View(ms, [procs(10, 10, 10, 10), [Proc(10, 90, 0)], procs(4, 3, 3, pid0=20)])
+    m = EMosix(fit="migrations", scale=LoadScale(largest=3.0))  # L = 4 as in the hand-worked case
+    assert m.decide(view, 0, [1, 2]) == Migration(0, 0, 2)
+    assert EMosix(scale=LoadScale(largest=3.0)).decide(view, 0, [1, 2]) == Migration(0, 0, 1)
+
+
+def test_emosix_vector_path_makes_no_zero_gain_move() -> None:
+    """25 vs 24 memoryless processes on equal machines: moving one saves exactly what it costs -> stay."""
+    ms = (Machine(1, 100), Machine(1, 100))
+    view = View(ms, [procs(*[0] * 25), procs(*[0] * 24, pid0=100)])
+    assert emosix_decision(view, 0, [1], 32) is None
+
+
+def test_cost_continues_beyond_max_term_along_its_tangent() -> None:
+    """Past MAX_TERM, n**x continues with the slope n**cap * ln n of its tangent (scalar and vector alike)."""
+    import math
+
+    import numpy as np
+
+    from coordinator.policies.opportunity_cost import MAX_TERM, _power, _power_vec
+
+    cap = math.log(MAX_TERM) / math.log(6)
+    want = MAX_TERM * (1 + 2 * math.log(6))
+    assert _power(6, cap + 2) == pytest.approx(want)
+    assert _power_vec(6, np.array([cap + 2]))[0] == pytest.approx(want)
+
+
+def test_vector_cost_treats_a_full_memory_as_thrashing() -> None:
+    """Sec. 2: lm = rm is out of memory; the numpy cost must say so as machine_cost does (3**1 + 3**(2*10/4))."""
+    import numpy as np
+
+    from coordinator.policies.opportunity_cost import _cost_vec
+
+    m = Machine(1, 100)
+    assert machine_cost(3, m, 2, 100.0, 4, 10.0) == pytest.approx(3 + 243)
+    assert _cost_vec(3, m, 2, np.array([100.0]), 4, 10.0)[0] == pytest.approx(3 + 243)

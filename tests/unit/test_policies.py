@@ -158,3 +158,55 @@ def test_greedy_mapping_on_equal_hosts_is_the_lowest_load_even_where_adding_the_
             running(spec("z", need=0.3), ("h1",), 0.3), pending(spec("a", need=0.7))]
     plan = get_policy(policy).decide(snap(0.0, hosts(2), *jobs), Submit("a"))
     assert [a.hosts for a in plan.actions if isinstance(a, Start)] == [("h1",)]
+
+
+# ---- added by the mutation review: EASY backfilling's reservation (001 Sec. IV-B), hand-worked -------------------
+
+
+def _easy_starts(now: float, n_hosts: int, *jobs) -> list[tuple[str, tuple[str, ...]]]:
+    from coordinator.policies.batch import Easy
+
+    plan = Easy().decide(snap(now, hosts(n_hosts), *jobs), Tick())
+    return [(a.job, a.hosts) for a in plan if isinstance(a, Start)]
+
+
+def _ran(job: str, on: tuple[str, ...], work: float):
+    from dataclasses import replace
+
+    return replace(running(spec(job, tasks=len(on), work=work), on, 1.0), first_start=0.0)
+
+
+def test_easy_backfills_a_job_that_ends_exactly_at_the_reservation() -> None:
+    """001 Sec. IV-B: a later job may start if it ends by the head's reservation (R frees 3 nodes at t=100)."""
+    r = _ran("r", ("h0", "h1", "h2"), 100.0)
+    head = pending(spec("head", tasks=4, submit=1.0))
+    b = pending(spec("b", tasks=1, work=90.0, submit=2.0))  # 10 + 90 = 100: ends at the shadow time
+    assert _easy_starts(10.0, 4, r, head, b) == [("b", ("h3",))]
+
+
+def test_easy_reservation_is_the_first_time_enough_nodes_are_free() -> None:
+    """Head needs 4 of 5 nodes: free at t=100 (2 free + R1's 2), not at R2's end (t=200): a 150 s job waits."""
+    r1 = _ran("r1", ("h0", "h1"), 100.0)
+    r2 = _ran("r2", ("h2",), 200.0)
+    head = pending(spec("head", tasks=4, submit=1.0))
+    b = pending(spec("b", tasks=1, work=150.0, submit=2.0))
+    assert _easy_starts(0.0, 5, r1, r2, head, b) == []
+
+
+def test_easy_spends_the_heads_spare_nodes_only_once() -> None:
+    """Head needs 5 of 6 nodes at t=100: 1 spare. B (1 node, long) takes it; C may not, or the head waits."""
+    r = _ran("r", ("h0", "h1", "h2", "h3"), 100.0)
+    head = pending(spec("head", tasks=5, submit=1.0))
+    b = pending(spec("b", tasks=1, work=500.0, submit=2.0))
+    c = pending(spec("c", tasks=1, work=500.0, submit=3.0))
+    assert _easy_starts(0.0, 6, r, head, b, c) == [("b", ("h4",))]
+
+
+def test_easy_counts_every_node_of_a_job_it_just_started() -> None:
+    """A starts now on 2 nodes and ends at 100: with its 2 nodes the 6-node head is reserved at t=100, so B
+    (ending at 150) cannot backfill; counting A as one node would push the reservation to R's end at 200."""
+    r = _ran("r", ("h6",), 200.0)
+    a = pending(spec("a", tasks=2, work=100.0, submit=1.0))
+    head = pending(spec("head", tasks=6, submit=2.0))
+    b = pending(spec("b", tasks=1, work=150.0, submit=3.0))
+    assert _easy_starts(0.0, 7, r, a, head, b) == [("a", ("h0", "h1"))]
