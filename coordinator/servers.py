@@ -622,7 +622,7 @@ def _reliability_flags(sp: argparse.ArgumentParser) -> None:
                     "is lost (default 2)")
     sp.add_argument("--token-file", default=None, help="require this bearer token on the user API (clients: set "
                     "$VCEMU_TOKEN_FILE) and, without TLS, of the agents (vcemu agent --token-file; the agents vcemu "
-                    "up starts get it)")
+                    "up starts get it); it is sent to the agents that want it on their own API")
     sp.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS with the agents")
     sp.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
     sp.add_argument("--tls-ca", default=None, help="PEM CA certificate of the cluster")

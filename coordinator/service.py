@@ -50,7 +50,7 @@ from coordinator.model import InvalidJob, JobSpec, JobState
 from coordinator.policies.base import Policy
 from coordinator.store import Store, StoreError
 from coordinator.warmup import warm_kernels
-from vcemu.auth import BearerTokenInterceptor, with_token
+from vcemu.auth import BearerTokenInterceptor, presented
 from vcemu.limits import (
     BUSY,
     KNOWN_METADATA,
@@ -459,10 +459,18 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         why = check_agent(request)
         if why is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
-        if d.wants_token and not self.s.has_token:  # (else every task sent there would fail, UNAUTHENTICATED)
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "description.wants_token: this agent's API wants a "
-                          "bearer token and this coordinator has none (start it with the agent's --token-file)")
-        holder = self.s.backend.answering_elsewhere(d.agent_id, request.address)
+        if d.wants_token:  # (else every task sent there would fail, UNAUTHENTICATED: the job lost)
+            if not self.s.token:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "description.wants_token: this agent's API wants "
+                              "a bearer token and this coordinator has none (start it with the agent's --token-file)")
+            # Without TLS the interceptor has checked it; under TLS the agents' calls need none, but this one's token
+            # must be the coordinator's (code review: one with another token was taken, and every job sent failed).
+            if not presented(context.invocation_metadata() if context is not None else (), self.s.token):
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "description.wants_token: this agent's API wants a "
+                              "bearer token, and the one it sent is not this coordinator's (give it the coordinator's "
+                              "--token-file)")
+        checked = self.s.backend.agents.get(d.agent_id)
+        holder = self.s.backend.answering_elsewhere(checked, request.address)
         if holder is not None:  # (outside the engine lock: a call to an agent)
             # Security review: a registration under a live agent's id took its place (its jobs then ran nowhere, while
             # its heartbeats kept it "alive"). An agent restarted elsewhere is let in: its predecessor answers no more.
@@ -470,6 +478,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                           f"registered at {holder}, which still answers as that agent: give this one another "
                           "--agent-id, or stop that one first")
         with self.s.engine.lock:
+            if self.s.backend.agents.get(d.agent_id) is not checked:  # (code review: the check could be overtaken)
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"description.agent_id: agent {shown(d.agent_id)} "
+                              "registered meanwhile from another call; retry")
             taken = {n: a for n, a in self.s.backend.host_agent.items() if a != d.agent_id}
             clash = [h.name for h in d.hosts if h.name in taken]
             if clash:
@@ -609,15 +620,14 @@ class CoordinatorServer:
                         "coordinator will not freeze its tasks before its jobs are restarted elsewhere",
                         heartbeat_s, heartbeat_misses)
         self.stop_tasks_on_exit = stop_tasks_on_exit
-        self.has_token = bool(token)  # (an agent whose API wants a token is refused without one: RegisterAgent)
+        self.token = token  # (an agent whose API wants a token must show this one: RegisterAgent)
         self.store = Store(state, exclusive=True) if state else None  # one coordinator per state file
         try:  # a failure from here on (a port taken, a bad store) lets go of the state file at once
             loaded = self.store.load(transitions=keep_history) if self.store is not None else None
             self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
                                        epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
-                                       channel_factory=with_token(tls.client_channel if tls else grpc.insecure_channel,
-                                                                  token),
-                                       lease_s=self.lease_s)
+                                       channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s,
+                                       token=token)
             self.engine = Engine(policy, self.backend, keep_history=keep_history)
             #: the jobs as the read-only calls and the metrics show them, without the engine's lock
             self.board = JobBoard.of(self.engine)

@@ -62,7 +62,7 @@ from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fenc
 from node_agent.spares import MAX_SPARES, Spares
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
-from vcemu.limits import name_refusal, shown
+from vcemu.limits import shown
 from vcemu.processes import stop_processes
 from workloads import modeled
 from workloads.registry import PROGRAMS, child_env
@@ -374,10 +374,12 @@ class AgentCore:
         """The checks of a start that need no state: the start, its transactional parameters completed."""
         if not start.task_id:
             raise AgentError("INVALID_ARGUMENT", "task_id: must not be empty")
-        # (security review: a newline in an id split the agent's and the coordinator's log lines; the coordinator's
-        # ids are "<job>/<index>[.<attempt>]")
-        if (why := name_refusal("task_id", start.task_id)) is not None:
-            raise AgentError("INVALID_ARGUMENT", why)
+        # (security review: a newline in an id split the agent's and the coordinator's log lines. Spaces are taken,
+        # and any length the request's size allows: the coordinator's ids are "<job>/<index>[.<attempt>]", and a job
+        # file's ids may hold spaces and be long; code review)
+        if not start.task_id.isprintable():
+            raise AgentError("INVALID_ARGUMENT", "task_id: must be printable (no newline, tab or other control "
+                             f"character), got {shown(start.task_id)}")
         if start.workload not in self.workloads:
             raise AgentError("INVALID_ARGUMENT", f"workload: unknown workload {shown(start.workload)}; "
                              f"this agent runs {', '.join(self.workloads)}")

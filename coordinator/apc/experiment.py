@@ -990,12 +990,13 @@ def apc_main(argv: list[str]) -> int:
         return 2
     from vcemu.cliargs import read_token
 
-    args.token = read_token(args.live_token_file, "--live-token-file")  # (unreadable or empty: exit status 2)
+    # (kept off args, whose every entry config.json records: code review, the token was written there in clear)
+    token = read_token(args.live_token_file, "--live-token-file")  # (unreadable or empty: exit status 2)
     if args.live and args.live_agent is not None:
         from coordinator.apc.live import LiveAgentError, check_agent
 
         try:
-            check_agent(args.live_agent, token=args.token)
+            check_agent(args.live_agent, token=token)
         except LiveAgentError as exc:
             print(f"vcemu apc: {exc}", file=sys.stderr)
             return 2
@@ -1028,13 +1029,14 @@ def apc_main(argv: list[str]) -> int:
     # SIGTERM as Ctrl-C (a KeyboardInterrupt): the simulations say what they keep, and the live part stops its agent
     # and tasks. Killed at once, it left its cgroups and its /dev/shm files to the next live run's sweep (review).
     with signals_interrupt():
-        return _run(out, args, exps, iats, algos, config, settings, stored, summary)
+        return _run(out, args, exps, iats, algos, config, settings, stored, summary, token)
 
 
 def _run(out: Path, args: argparse.Namespace, exps: list[str], iats: tuple[float, ...], algos: tuple[str, ...],
          config: dict[str, Any], settings: dict[str, dict[str, Any]], stored: Journalled | None,
-         summary: dict[str, Any]) -> int:
-    """:func:`apc_main` once its arguments are checked and --out is ready: the simulations, then the live part."""
+         summary: dict[str, Any], token: str | None = None) -> int:
+    """:func:`apc_main` once its arguments are checked and --out is ready: the simulations, then the live part
+    (``token``: the live agent's, from --live-token-file)."""
     units: Units | None = None
     try:
         with Journal(out / JOURNAL, FIELDS, stored.rows() if stored else []) as journal:
@@ -1061,7 +1063,7 @@ def _run(out: Path, args: argparse.Namespace, exps: list[str], iats: tuple[float
 
         try:
             summary["live"] = live_experiment_three(out / "live", args.live_seconds, agent=args.live_agent,
-                                                    token=args.token)
+                                                    token=token)
         except LiveAgentError as exc:  # the agent went away after the check: keep the simulated results
             print(f"vcemu apc: {exc}", file=sys.stderr)
             summary["live"] = {"error": str(exc)}
