@@ -162,3 +162,31 @@ def test_mcb8_fast_path_equals_generic(key: str) -> None:
             assert (a is None) == (b is None)
             if a is not None:
                 assert a.tolist() == b.tolist()
+
+
+# ---- added by the second mutation review ----------------------------------------------------------------------------
+
+
+def test_mcb8_python_pass_puts_a_task_of_equal_cpu_and_memory_where_the_kernel_does() -> None:
+    """002 Sec. 3.4 splits tasks into "higher CPU than memory" and "higher memory than CPU" lists; a task with equal
+    requirements goes to the memory list in both passes. Random instances full of such ties: the compiled pass and
+    the Python pass place every task alike (the existing agreement test draws no ties)."""
+    from coordinator.policies import mcb8_kernel
+    from coordinator.policies.packing import _pass_mcb8, _pass_mcb8_py
+
+    if mcb8_kernel.mcb8_pack is None:
+        pytest.skip("numba is not installed: only the Python pass exists")
+    rng = np.random.default_rng(31)
+    tied = 0
+    for _ in range(300):
+        n, h = int(rng.integers(2, 40)), int(rng.integers(1, 12))
+        c = rng.choice([0.125, 0.25, 0.375, 0.5], n)
+        m = np.where(rng.random(n) < 0.5, c, rng.choice([0.125, 0.25, 0.375, 0.5], n))
+        capc = rng.choice([0.5, 1.0], h).astype(float)
+        capm = rng.choice([0.5, 1.0], h).astype(float)
+        a, b = _pass_mcb8(c, m, capc, capm), _pass_mcb8_py(c, m, capc, capm)
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+            tied += bool((c == m).any())
+    assert tied > 50

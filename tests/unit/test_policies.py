@@ -210,3 +210,71 @@ def test_easy_counts_every_node_of_a_job_it_just_started() -> None:
     head = pending(spec("head", tasks=6, submit=2.0))
     b = pending(spec("b", tasks=1, work=150.0, submit=3.0))
     assert _easy_starts(0.0, 7, r, a, head, b) == [("a", ("h0", "h1"))]
+
+
+# ---- added by the second mutation review: GREEDY's reshare, max-min on unequal hosts, memory fit, EASY estimates ----
+
+
+def test_greedy_sends_a_share_change_smaller_than_a_tenth() -> None:
+    """001 Sec. III-A: after b completes, a (need 0.5, at 0.45) is alone on h0 (Λ = 0.5): yield 1, a share of 0.5.
+    The change is only 0.05 but must be sent, or a keeps running at 90 % of its need on an otherwise idle host."""
+    a = spec("a", need=0.5)
+    s = snap(5.0, hosts(1), running(a, ("h0",), 0.45))
+    assert_plan(Greedy().decide(s, Complete("b")), [SetShare("a", 0.5)])
+
+
+def test_max_min_yield_takes_each_hosts_load_relative_to_its_capacity() -> None:
+    """001 Sec. III-A: Λ is the largest load over capacity. On a 1-CPU host x (need 1) and y (need 0.5) load it at
+    1.5; on a 2-CPU host z's two tasks (need 1) load it at 2/2 = 1. So Λ = 1.5 and every job gets yield 2/3: x
+    2/3, y 1/3 and z, whose host keeps 2 - 4/3 = 2/3 free, is raised to yield 1 (cpu 1). Taking the absolute
+    load 2 would give Λ = 2 and leave x at yield 0.5 after y is raised."""
+    from coordinator.model import Host
+
+    hs = (Host("small", 1.0, 1.0), Host("big", 2.0, 1.0))
+    sp = {j.id: j for j in (spec("x", need=1.0), spec("y", need=0.5), spec("z", tasks=2, need=1.0))}
+    placements = {"x": ("small",), "y": ("small",), "z": ("big", "big")}
+    assert max_min_yields(placements, sp, hs) == pytest.approx({"x": 2 / 3, "y": 1 / 3, "z": 1.0}, abs=1e-12)
+
+
+def test_greedy_mapping_fills_a_hosts_memory_exactly() -> None:
+    """001 Sec. II-B.1: tasks fit while their memory sums to at most the host's: two tasks of 0.5 share one host,
+    twenty of 0.05 fill it although 1 - 19 * 0.05 rounds to just under 0.05, and a task of 0.4 fits beside
+    tasks of 0.1, 0.2 and 0.3 although 1 - (0.1 + 0.2 + 0.3) rounds to just under 0.4."""
+    from coordinator.policies.base import greedy_placement, placement_use
+
+    one = hosts(1)
+    for tasks, mem in ((2, 0.5), (20, 0.05)):
+        s = spec("a", tasks=tasks, need=0.01, mem=mem)
+        assert greedy_placement(s, one, placement_use(one, {}, {})) == ("h0",) * tasks
+    there = {j.id: j for j in (spec("x", need=0.1, mem=0.1), spec("y", need=0.1, mem=0.2),
+                               spec("z", need=0.1, mem=0.3))}
+    use = placement_use(one, dict.fromkeys(there, ("h0",)), there)
+    assert greedy_placement(spec("a", need=0.1, mem=0.4), one, use) == ("h0",)
+
+
+def test_easy_by_default_ignores_the_users_estimates() -> None:
+    """001 Sec. IV-B: EASY with perfect estimates (the default) predicts by the work: b (work 90, started at 10)
+    ends at 100 = R's end, the head's reservation, and backfills, although its user asked for 200 s."""
+    from dataclasses import replace
+
+    r = _ran("r", ("h0", "h1", "h2"), 100.0)
+    head = pending(spec("head", tasks=4, submit=1.0))
+    b = pending(replace(spec("b", tasks=1, work=90.0, submit=2.0), estimate=200.0))
+    assert _easy_starts(10.0, 4, r, head, b) == [("b", ("h3",))]
+
+
+def test_easy_predicts_a_job_past_its_estimate_to_end_now() -> None:
+    """EASY with user estimates: r1 (3 nodes, asked 50 s) and r2 (1 node, asked 60 s) have both run past their
+    estimates at t=80, so both are predicted to end now; with the free h0 that is 5 nodes for the 4-task head,
+    1 to spare, which the long b takes. Predicting them at 50 and 60 (in the past) counts r1 first: 1 + 3 = 4
+    nodes, none spare, and b would wait."""
+    from dataclasses import replace
+
+    from coordinator.policies.batch import Easy
+
+    r1 = replace(running(replace(spec("r1", tasks=3), estimate=50.0), ("h1", "h2", "h3"), 1.0), first_start=0.0)
+    r2 = replace(running(replace(spec("r2"), estimate=60.0), ("h4",), 1.0), first_start=0.0)
+    head = pending(spec("head", tasks=4, submit=1.0))
+    b = pending(replace(spec("b", work=1000.0, submit=2.0), estimate=1000.0))
+    plan = Easy(user_estimates=True).decide(snap(80.0, hosts(5), r1, r2, head, b), Tick())
+    assert [(a.job, a.hosts) for a in plan if isinstance(a, Start)] == [("b", ("h0",))]

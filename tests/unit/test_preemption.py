@@ -88,3 +88,39 @@ class TestEasy:
 
     def test_fcfs_would_start_nothing_here(self):
         assert_plan(get_policy("fcfs").decide(self._state(4), Submit("D")), [])
+
+
+# ---- added by the second mutation review: which jobs GREEDY-PMTN pauses (001 Sec. III-A), hand-worked ----------
+
+
+def test_greedy_pmtn_equal_priorities_pause_the_later_submitted_job_first() -> None:
+    """001 Sec. III-A: a and b both have priority max(30, flow)/vt^2 = 30/100 (flows 20 and 10 are bounded at
+    30); the tie goes to the later-submitted b, which is marked first and is enough for c: b is paused, not a."""
+    a = ran(spec("a", mem=0.5, need=0.5, submit=80.0), ("h0",), 0.5, vt=10.0)
+    b = ran(spec("b", mem=0.5, need=0.5, submit=90.0), ("h0",), 0.5, vt=10.0)
+    c = pending(spec("c", mem=0.5, need=0.5, submit=NOW))
+    plan = get_policy("greedy-pmtn").decide(snap(NOW, hosts(1), a, b, c), Submit("c"))
+    assert_plan(plan, [Pause("b"), Start("c", ("h0",), 0.5)])
+
+
+def test_greedy_pmtn_reconsiders_marked_jobs_in_decreasing_priority() -> None:
+    """001 Sec. III-A: marked in increasing priority a (0.04), b (0.25), d (1) until c (memory 0.375) fits. Both
+    {a, d} and {b, d} free 0.375, so the order of the second pass decides: in decreasing priority b is tried
+    first and stays running (pausing a and d suffices); trying a first would keep a and pause b instead.
+    Then b, x and c share h0 at load 0.75: everyone keeps yield 1."""
+    a = ran(spec("a", mem=0.125, need=0.25), ("h0",), 0.25, vt=50.0)  # 100/2500 = 0.04
+    b = ran(spec("b", mem=0.125, need=0.25), ("h0",), 0.25, vt=20.0)  # 100/400 = 0.25
+    d = ran(spec("d", mem=0.25, need=0.25), ("h0",), 0.25, vt=10.0)  # 100/100 = 1
+    x = ran(spec("x", mem=0.5, need=0.25), ("h0",), 0.25, vt=5.0)  # 100/25 = 4
+    c = pending(spec("c", mem=0.375, need=0.25, submit=NOW))
+    plan = get_policy("greedy-pmtn").decide(snap(NOW, hosts(1), a, b, d, x, c), Submit("c"))
+    assert_plan(plan, [Pause("a"), Pause("d"), Start("c", ("h0",), 0.25)])
+
+
+def test_greedy_pmtn_sends_a_small_share_change_to_a_job_it_keeps_running() -> None:
+    """a (need 0.5) runs at 0.45 of h0, below the yield 1 it may have once alone; admitting c on the idle h1
+    reshares every running job, and a's change of 0.05 is sent (any change above rounding is)."""
+    a = ran(spec("a", mem=0.5, need=0.5), ("h0",), 0.45, vt=10.0)
+    c = pending(spec("c", mem=0.5, need=0.5, submit=NOW))
+    plan = get_policy("greedy-pmtn").decide(snap(NOW, hosts(2), a, c), Submit("c"))
+    assert_plan(plan, [SetShare("a", 0.5), Start("c", ("h1",), 0.5)])
