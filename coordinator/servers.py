@@ -26,6 +26,7 @@ from coordinator.restarts import DEFAULT_RESTARTS, MOST_RESTARTS, STEADY_S, Rest
 from node_agent.spares import DEFAULT_SPARES, add_agent_spares
 from vcemu.cliargs import (
     AGENT_TOKEN_ENV,
+    LOG_TIME,
     MAX_HEARTBEAT_S,
     first_port,
     heartbeat_interval,
@@ -304,8 +305,8 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 
 
 def log_to_stderr(command: str) -> None:
-    """Show the coordinator's log on stderr, each line after ``command`` and its level (``vcemu up: WARNING agent
-    agent0 lost: ...``), as ``vcemu agent`` shows its own: from INFO up, so that an operator sees each agent
+    """Show the coordinator's log on stderr, each line after ``command``, its time and level (``vcemu up:
+    2026-11-29T06:12:01 WARNING agent agent0 lost: ...``), as ``vcemu agent`` shows its own: from INFO up, so that an operator sees each agent
     register and what a restart took back. Without it, Python printed the warnings alone and bare, and the INFO
     lines not at all. Only the ``vcemu`` loggers (not a library's), and only where nothing configured logging
     before (a test's capture, an embedding program)."""
@@ -313,7 +314,7 @@ def log_to_stderr(command: str) -> None:
     if logger.handlers or logging.getLogger().handlers:
         return
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(f"{command}: %(levelname)s %(message)s"))
+    handler.setFormatter(logging.Formatter(f"{command}: %(asctime)s %(levelname)s %(message)s", LOG_TIME))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from node_agent.spares import DEFAULT_SPARES, MAX_SPARES
-from vcemu.cliargs import dash_hint, whole_in
+from vcemu.cliargs import LOG_TIME, dash_hint, whole_in
 from vcemu.limits import MAX_AGENT_HOSTS, MAX_NAME, address_refusal, name_refusal, shown, target_refusal
 from vcemu.signals import set_on_signals
 from vcemu.sizes import host_memory_refusal, parse_size
@@ -180,7 +180,9 @@ def agent_main(argv: list[str]) -> int:
         print(f"vcemu agent: warning: hosts total {sum(h.cpu_cores for h in hosts):g} cores on a machine with "
               f"{os.cpu_count()}; shares are capped but not guaranteed", file=sys.stderr)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="vcemu agent: %(levelname)s %(message)s")
+        # (with the time: a long run's log could not be matched to its metrics, a soak test)
+        logging.basicConfig(level=logging.INFO, format="vcemu agent: %(asctime)s %(levelname)s %(message)s",
+                            datefmt=LOG_TIME)
     return _run(args, hosts)
 
 

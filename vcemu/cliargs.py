@@ -253,6 +253,10 @@ def refuse(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+#: How the commands' logs on stderr (``vcemu agent: 2026-11-29T06:12:01 INFO ...``, ``vcemu up: ...``) give the time
+#: of each line: local time to the second, the date too (a long run's log is matched against its metrics by it).
+LOG_TIME = "%Y-%m-%dT%H:%M:%S"
+
 #: The environment variable through which ``vcemu up`` (and ``demo``, ``replay``) hand the coordinator's token to the
 #: agent processes they start: the token itself, not a file to read again; a user's own agents take ``--token-file``.
 AGENT_TOKEN_ENV = "VCEMU_AGENT_TOKEN"

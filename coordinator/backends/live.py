@@ -153,6 +153,7 @@ class _Task:
     #: and of the first poll its agent answered (Status) while its Stop, retried then, still failed.
     retried: float = -math.inf
     refused_since: float = math.inf
+    stop_warned: bool = False  # a failed Stop of it was warned of: its retries' failures are not (soak test)
 
 
 class LiveBackend:
@@ -1063,11 +1064,21 @@ class LiveBackend:
     def _stops_failed(self, host: str, tasks: list[_Task], why: str) -> bool:
         """Stops of ``tasks`` on ``host`` failed (``why``), and not strictly: kept, to retry at every poll (at the
         coordinator's exit: said, and left there). True if kept."""
-        which = tasks[0].task_id if len(tasks) == 1 else f"{len(tasks)} tasks ({tasks[0].task_id}, ...)"
+        def which(tasks: list[_Task]) -> str:
+            return tasks[0].task_id if len(tasks) == 1 else f"{len(tasks)} tasks ({tasks[0].task_id}, ...)"
+
         if self.closing:
-            log.info("Stop %s on %s failed at exit (%s); %s", which, host, why, self._left_there())
+            log.info("Stop %s on %s failed at exit (%s); %s", which(tasks), host, why, self._left_there())
             return False
-        log.warning("Stop %s on %s failed (%s); will retry", which, host, why)
+        # Once per task: its Stop is retried at every poll while its agent is away, and each failure was warned of
+        # again (a soak test: 106 warnings for 16 tasks in the seconds an agent was down)
+        fresh = [t for t in tasks if not t.stop_warned]
+        if fresh:
+            log.warning("Stop %s on %s failed (%s); will retry", which(fresh), host, why)
+        else:
+            log.debug("Stop %s on %s failed again (%s); will retry", which(tasks), host, why)
+        for t in tasks:
+            t.stop_warned = True
         self._orphans += tasks
         return True
 

@@ -16,15 +16,17 @@ from coordinator.servers import coordinator_log, log_to_stderr
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_coordinators_log_lines_carry_the_command_and_their_level() -> None:
+def test_the_coordinators_log_lines_carry_the_command_their_time_and_level() -> None:
+    """With the time (a soak test: a long run's log could not be matched to its metrics)."""
     code = ("import logging; from coordinator.servers import log_to_stderr; log_to_stderr('vcemu up'); "
             "c = logging.getLogger('vcemu.coordinator'); c.info('agent a0 at 127.0.0.1:1 registered 1 host'); "
             "c.debug('not shown'); logging.getLogger('vcemu.agent').warning('removed the cgroups of agent a0'); "
             "logging.getLogger('somelib').info('not ours')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stderr == ("vcemu up: INFO agent a0 at 127.0.0.1:1 registered 1 host\n"
-                        "vcemu up: WARNING removed the cgroups of agent a0\n")
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"
+    assert re.fullmatch(rf"vcemu up: {stamp} INFO agent a0 at 127\.0\.0\.1:1 registered 1 host\n"
+                        rf"vcemu up: {stamp} WARNING removed the cgroups of agent a0\n", r.stderr), r.stderr
 
 
 def test_logging_configured_before_is_left_as_it_is() -> None:

@@ -438,3 +438,24 @@ def test_a_start_whose_caller_gave_up_while_it_waited_is_not_made() -> None:
         assert list(core._tasks) == ["j/0"]
     finally:
         core.shutdown()
+
+
+def test_a_stop_that_keeps_failing_is_warned_of_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A soak test: an orphan's Stop is retried at every poll while its agent is away, and each failure was warned of
+    again (106 warnings for 16 tasks in the few seconds an agent was down); once per task now, the retries at DEBUG."""
+    x = FailsStops("x", ("h0",))
+    with backend_on(x) as backend:
+        engine = running(x, backend, ("h0",) * 2)
+        a = ids(2)
+        x.failing = set(a)
+        with caplog.at_level("DEBUG", logger="vcemu.live"):
+            engine.cancel("a")
+            for _ in range(3):
+                backend.poll()
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "Stop " in r.getMessage()]
+        again = [r for r in caplog.records if r.levelname == "DEBUG" and "failed again" in r.getMessage()]
+        assert sorted(m.split()[1] for m in warned) == sorted(a), warned  # one each
+        assert len(again) == 3 * 2 and sorted(t.task_id for t in backend._orphans) == sorted(a)
+        x.failing = set()
+        backend.poll()
+        assert backend._orphans == [] and x.tasks == {}
