@@ -306,10 +306,10 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
 
 def log_to_stderr(command: str) -> None:
     """Show the coordinator's log on stderr, each line after ``command``, its time and level (``vcemu up:
-    2026-11-29T06:12:01 WARNING agent agent0 lost: ...``), as ``vcemu agent`` shows its own: from INFO up, so that an operator sees each agent
-    register and what a restart took back. Without it, Python printed the warnings alone and bare, and the INFO
-    lines not at all. Only the ``vcemu`` loggers (not a library's), and only where nothing configured logging
-    before (a test's capture, an embedding program)."""
+    2026-11-29T06:12:01 WARNING agent agent0 lost: ...``), as ``vcemu agent`` shows its own: from INFO up, so that
+    an operator sees each agent register and what a restart took back. Without it, Python printed the warnings
+    alone and bare, and the INFO lines not at all. Only the ``vcemu`` loggers (not a library's), and only where
+    nothing configured logging before (a test's capture, an embedding program)."""
     logger = logging.getLogger("vcemu")
     if logger.handlers or logging.getLogger().handlers:
         return

@@ -140,8 +140,7 @@ FIELDS = ("unit", "record", "data")
 #: with others into an ``--out`` that holds work is refused (:func:`coordinator.resumable.other_settings_refusal`).
 SETTINGS = {"seed": "--seed", "cycle": "--cycle"}
 NOT_RESULTS = ("argv", "complete", "out", "experiments", "live", "live_seconds", "live_agent", "live_token_file",
-               "exp1_jobs",
-               "exp2_jobs", "exp2_iats", "exp2_algorithms", "exp3_horizon")
+               "exp1_jobs", "exp2_jobs", "exp2_iats", "exp2_algorithms", "exp3_horizon")
 #: The longest ``--cycle`` [s]. A job can wait a whole control cycle before APC first places it, and its relative
 #: performance (eq. 2) is then about 1 - T / its relative goal; APC compares values only down to -1000
 #: (:mod:`coordinator.policies.apc`'s floor), below which placing a job and leaving it queued look alike. At
