@@ -464,3 +464,122 @@ def test_apc_live_summary_of_a_skipped_or_empty_run(tmp_path, fake_agent, monkey
     monkeypatch.setattr(node_agent.server, "start_agent", no_cgroups)
     assert live_summary(live_experiment_three(tmp_path / "c", seconds=2.0)) == [
         "Live Experiment Three: skipped (no cgroups)"]
+
+
+# --------------------------------------------------------------------------- mutation review, round 3
+
+
+def test_job_rp_is_relative_to_the_desired_start_not_the_submission():
+    """003 Sec. 4.1 eq. 2: u = (tau - t) / (tau - tau_start); submitted at 0, desired start 10, goal 110, done at 60."""
+    j = Job("j", 0.0, 110.0, (Stage(100.0, 1.0, 0.0),), start=10.0)
+    assert j.rp(60.0) == pytest.approx(0.5)
+
+
+def test_a_job_exactly_at_a_stage_boundary_is_in_the_next_stage():
+    """003 Sec. 4.1: once alpha* reaches the first stage's work the job's memory is the second stage's."""
+    j = Job("j", 0.0, 1e4, (Stage(100.0, 10.0, 1.0), Stage(50.0, 20.0, 2.0)), done=100.0)
+    assert j.stage().memory == 2.0
+
+
+def test_hypothetical_values_are_capped_at_the_jobs_maximum_rp():
+    """003 Sec. 4.2 eqs. 3-5: work 100 at most 2 MHz, goal 100 from 0: u_max = (100 - 50) / 100 = 0.5. At u = 0
+    the speed is 100 / 100 = 1 and V = 0; at u = 1 (beyond u_max) the speed is the full 2 and V = u_max = 0.5."""
+    h = Hypothetical.build([Job("a", 0.0, 100.0, (Stage(100.0, 2.0, 0.0),))], 0.0, samples=(0.0, 1.0))
+    assert h.W[1:, 0].tolist() == pytest.approx([1.0, 2.0])
+    assert h.V[1:, 0].tolist() == pytest.approx([0.0, 0.5])
+
+
+def test_hypothetical_level_is_the_highest_rp():
+    """With CPU for both at full speed, a (u_max 0.5) and b (work 100 at 100 MHz: u_max 0.99) are both capped:
+    the level is the higher, 0.99."""
+    h = Hypothetical.build([Job("a", 0.0, 100.0, (Stage(100.0, 2.0, 0.0),)),
+                            Job("b", 0.0, 100.0, (Stage(100.0, 100.0, 0.0),))], 0.0)
+    assert h.level(1000.0) == pytest.approx(0.99)
+
+
+def test_better_without_tolerance_is_strict_extended_max_min():
+    """003 Sec. 3.2: an equal vector is not better (the incumbent stays); equal lowest entries then a higher one is."""
+    assert not better((0.1, 0.2), (0.1, 0.2), 0.0)
+    assert better((0.1, 0.3), (0.1, 0.2), 0.0)
+    assert not better((0.1, 0.2), (0.1, 0.3), 0.0)
+
+
+def test_a_job_that_stays_put_is_not_stalled_by_a_suspension_beside_it():
+    """a keeps node n while b (500 MB) is suspended off it: a is not delayed; c starting there waits for the
+    suspension (500 * 0.0353 s) after its boot (3.6 s)."""
+    node = (Node("n", 1000.0, 2000.0),)
+    a = Job("a", 0.0, 1e4, (Stage(1e4, 1000.0, 600.0),))
+    b = Job("b", 0.0, 1e4, (Stage(1e4, 1000.0, 500.0),))
+    c = Job("c", 0.0, 1e4, (Stage(1e4, 1000.0, 100.0),))
+    st = ApcState(0.0, node, (a, b, c), {"a": "n", "b": "n"})
+    assert change_delays(st, {"a": "n", "c": "n"}, Costs()) == {
+        "a": 0.0, "c": pytest.approx(3.6 + 500 * 0.0353)}
+
+
+def test_count_changes_counts_only_new_and_removed_instances():
+    """An app on n1 and n2 that goes to n2 and n3: one instance started, one stopped."""
+    from coordinator.policies.apc import count_changes
+
+    app = TransactionalApp("w", 1.0, ResponseTimeModel(10.0, 1.0), nodes=frozenset({"n1", "n2"}))
+    st = ApcState(0.0, (Node("n1", 1.0, 1.0), Node("n2", 1.0, 1.0), Node("n3", 1.0, 1.0)), (), apps=(app,))
+    ch = count_changes(st, {}, {"w": frozenset({"n2", "n3"})})
+    assert (ch.instance_starts, ch.instance_stops) == (1, 1)
+
+
+def test_share_water_fills_between_minimums_and_maximums():
+    """Proportional split, a part above its maximum capped (its excess to the others), one below its minimum
+    raised, and None when the minimums alone exceed the total."""
+    from coordinator.policies.apc import _share
+
+    assert _share(2.5, [1.0, 1.0], [0.0, 0.0], [1.0, 100.0]) == pytest.approx([1.0, 1.5])
+    assert _share(1.0, [1.0, 9.0], [0.3, 0.0], [1.0, 1.0]) == pytest.approx([0.3, 0.7])
+    assert _share(1.0, [1.0, 1.0], [0.6, 0.6], [1.0, 1.0]) is None
+
+
+def test_a_placement_over_a_nodes_memory_is_infeasible():
+    node = (Node("n", 1000.0, 1000.0),)
+    jobs = tuple(Job(x, 0.0, 1e4, (Stage(1e4, 1000.0, 600.0),)) for x in "ab")
+    ctx = _context(ApcState(0.0, node, jobs), 600.0, Costs.none(), 0.01, DEFAULT_SAMPLES)
+    assert evaluate(ctx, {"a": "n"}, {}) is not None
+    assert evaluate(ctx, {"a": "n", "b": "n"}, {}) is None
+
+
+def test_a_job_completing_inside_the_cycle_is_scored_after_its_boot():
+    """003 Sec. 4.2 with Sec. 5 costs: a queued job (1000 Mcycles at 1000 MHz, goal 100) boots 3.6 s, then runs
+    1 s: eq. 2 at 4.6 s gives (100 - 4.6) / 100."""
+    node = (Node("n", 1000.0, 2000.0),)
+    a = Job("a", 0.0, 100.0, (Stage(1000.0, 1000.0, 100.0),))
+    ctx = _context(ApcState(0.0, node, (a,)), 600.0, Costs(), 0.01, DEFAULT_SAMPLES)
+    assert evaluate(ctx, {"a": "n"}, {}).rp["a"] == pytest.approx(0.954)
+
+
+def test_apc_places_a_job_that_fills_a_nodes_free_memory_exactly():
+    """003 Sec. 3.2: a queued job of 1000 MB fits a node of 1000 MB (the memory constraint is <=)."""
+    node = (Node("n", 1000.0, 1000.0),)
+    a = Job("a", 0.0, 1e4, (Stage(1e4, 1000.0, 1000.0),))
+    assert apc_place(ApcState(0.0, node, (a,)), 600.0).placement == {"a": "n"}
+
+
+def test_edf_first_fit_needs_the_stages_maximum_speed_free():
+    """003 Sec. 5.2 baselines run each job at its stage's maximum speed: two 600 MHz jobs do not share a 1000 MHz
+    node; the earlier goal runs."""
+    node = (Node("n", 1000.0, 4000.0),)
+    a = Job("a", 0.0, 100.0, (Stage(1e4, 600.0, 10.0),))
+    b = Job("b", 0.0, 200.0, (Stage(1e4, 600.0, 10.0),))
+    assert edf_place(ApcState(0.0, node, (a, b))).placement == {"a": "n"}
+
+
+def test_edf_keeps_a_running_job_on_its_node_when_it_still_fits():
+    """a runs on n2 and n1 is free: first fit alone would move it to n1; EDF keeps it (no migration)."""
+    nodes = (Node("n1", 1000.0, 1000.0), Node("n2", 1000.0, 1000.0))
+    a = Job("a", 0.0, 100.0, (Stage(1e4, 600.0, 10.0),))
+    d = edf_place(ApcState(0.0, nodes, (a,), {"a": "n2"}))
+    assert d.placement == {"a": "n2"} and d.changes.migrations == 0
+
+
+def test_fcfs_stops_at_the_first_queued_job_that_fits_nowhere():
+    """003 Sec. 5.2: FCFS without backfilling: a (2000 MB) fits no node, so b, submitted after it, waits too."""
+    node = (Node("n", 1000.0, 1000.0),)
+    a = Job("a", 0.0, 100.0, (Stage(1e4, 100.0, 2000.0),))
+    b = Job("b", 1.0, 100.0, (Stage(1e4, 100.0, 10.0),))
+    assert fcfs_place(ApcState(0.0, node, (a, b))).placement == {}

@@ -10,7 +10,7 @@ from coordinator.backends.sim import SimBackend
 from coordinator.engine import Engine, PolicyError, Stalled
 from coordinator.metrics import job_results
 from coordinator.model import JobSpec, JobState, Snapshot, Stimulus, Submit
-from coordinator.plan import Plan, SetShare, Start
+from coordinator.plan import Move, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies import get_policy
 
 from .builders import hosts, spec
@@ -398,3 +398,123 @@ def test_hosts_added_offer_pending_jobs_again_only_to_a_policy_that_admits_them_
         engine._timers.clear()
         engine.add_hosts([Host("h1", 1.0, 1.0)])
         assert [t.payload for t in engine._timers] == ([Submit("a")] if offered else []), name
+
+
+# ---- mutation review, round 3: the job state machine -------------------------------------------------
+
+
+def test_cancelling_a_finished_job_changes_nothing():
+    """A done job stays done: its end and its transitions are not rewritten by a late cancel."""
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(1))
+    engine.run([spec("a", work=10.0)])
+    before = len(engine.history.transitions)
+    rec = engine.cancel("a")
+    assert rec.state is JobState.DONE and rec.end == pytest.approx(10.0) and rec.message == "completed"
+    assert len(engine.history.transitions) == before
+
+
+def test_a_completed_job_records_its_whole_work_and_its_end():
+    """Greedy decides only at the start here: the record's vt (0 since then) becomes the whole work at the end."""
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(1))
+    engine.run([spec("a", work=10.0)])
+    a = engine.jobs["a"]
+    assert a.state is JobState.DONE and a.vt == pytest.approx(10.0) and a.end == pytest.approx(10.0)
+
+
+def test_a_paused_job_on_a_lost_host_is_requeued_with_the_progress_it_was_paused_with():
+    """a runs 4 s of its 10 at yield 1, is paused, then h0 goes: back to pending, no hosts, vt 4 kept."""
+    engine = Engine(Scripted(Plan()), SimBackend(), hosts(2))
+    engine.arrive(spec("a", work=10.0))
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    while engine.backend.now() < 4.0:
+        engine.step(4.0)
+    engine.apply(Plan((Pause("a"),)))
+    assert engine.jobs["a"].state is JobState.PAUSED
+    assert engine.lose_hosts(["h0"], "agent lost") == ["a"]
+    a = engine.jobs["a"]
+    assert (a.state, a.hosts, a.cpu) == (JobState.PENDING, (), 0.0) and a.vt == pytest.approx(4.0)
+    assert engine.history.transitions[-1].src is JobState.PAUSED
+
+
+def test_a_requeued_job_is_offered_again_and_restarts_from_its_progress():
+    """Greedy starts a (work 10) at 0 and does not decide again; its task is lost at 4 (vt read then: 4), the
+    Submit the requeue queues restarts it at 4 with 6 left: it ends at 10, its first start still 0."""
+    engine = Engine(get_policy("greedy"), SimBackend(), hosts(1))
+    engine.arrive(spec("a", work=10.0))
+    engine.step(0.0)
+    while engine.backend.now() < 4.0:
+        engine.step(4.0)
+    assert engine.jobs["a"].vt == 0.0  # (no decision since its start)
+    engine.requeue("a", "task lost")
+    assert engine.jobs["a"].vt == pytest.approx(4.0) and engine.jobs["a"].state is JobState.PENDING
+    engine.run()
+    a = engine.jobs["a"]
+    assert a.state is JobState.DONE and a.end == pytest.approx(10.0) and a.first_start == 0.0
+
+
+def test_the_progress_kept_at_a_stop_is_never_lowered_by_a_late_report():
+    """A paused job's vt (4, read when paused) is kept when the backend then reads lower (an agent reporting late)."""
+
+    class Late(SimBackend):
+        forget = False
+
+        def progress(self, job):  # type: ignore[no-untyped-def]
+            return 0.0 if self.forget else super().progress(job)
+
+    backend = Late()
+    engine = Engine(Scripted(Plan()), backend, hosts(1))
+    engine.arrive(spec("a", work=10.0))
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    while backend.now() < 4.0:
+        engine.step(4.0)
+    engine.apply(Plan((Pause("a"),)))
+    backend.forget = True
+    engine.cancel("a")
+    assert engine.jobs["a"].vt == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("action, match", [
+    (Resume("a", ("h0",), 1.0), "Resume.* on job in state pending"),
+    (Start("a", ("h0", "h1"), 1.0), "needs 1 known hosts"),
+    (Start("a", ("h9",), 1.0), "needs 1 known hosts"),
+    (Start("a", ("big",), 0.0), r"cpu 0.0 outside \(0, need=1.0\]"),
+    (Start("a", ("big",), 1.05), r"cpu 1.05 outside \(0, need=1.0\]"),
+])
+def test_a_plan_inconsistent_with_the_job_is_refused(action, match):
+    """Wrong state, wrong number of hosts, an unknown host, a share of 0 or above the need (on a host with room
+    for it) are all refused before anything is applied."""
+    from coordinator.model import Host
+
+    engine = Engine(Scripted(Plan()), SimBackend(), (*hosts(2), Host("big", 2.0, 1.0)))
+    engine.arrive(spec("a", need=1.0))
+    with pytest.raises(PolicyError, match=match):
+        engine.apply(Plan((action,)))
+    assert engine.jobs["a"].state is JobState.PENDING
+
+
+def test_a_larger_share_is_applied_after_the_moves_that_make_room_for_it():
+    """a and b share h0 at 0.5; b moves to h1 and a grows to 1.0: the move comes first, then the larger share."""
+    engine = Engine(Scripted(Plan()), SimBackend(), hosts(2))
+    engine.arrive(spec("a"))
+    engine.arrive(spec("b"))
+    engine.apply(Plan((Start("a", ("h0",), 0.5), Start("b", ("h0",), 0.5))))
+    plan = Plan((SetShare("a", 1.0), Move("b", ("h1",))))
+    assert [type(x).__name__ for x in engine._ordered(plan)] == ["Move", "SetShare"]
+    engine.apply(plan)
+    assert (engine.jobs["a"].cpu, engine.jobs["b"].hosts) == (1.0, ("h1",))
+
+
+def test_a_move_to_the_hosts_a_job_already_has_is_no_migration():
+    engine = Engine(Scripted(Plan()), SimBackend(), hosts(2))
+    engine.arrive(spec("a"))
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    engine.apply(Plan((Move("a", ("h0",)),)))
+    assert [t.reason for t in engine.history.transitions if t.job == "a"] == ["submitted", "start"]
+
+
+def test_a_started_job_loses_its_note_that_it_waits_for_hosts():
+    engine = Engine(Scripted(Plan()), SimBackend(), hosts(1))
+    engine.arrive(spec("a"))
+    engine.jobs["a"].message = Engine.WAITS + "too wide"
+    engine.apply(Plan((Start("a", ("h0",), 1.0),)))
+    assert engine.jobs["a"].message == ""
