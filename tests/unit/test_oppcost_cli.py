@@ -380,3 +380,18 @@ def test_a_damaged_config_beside_finished_results_is_refused(tmp_path: Path, cap
     assert oc.oppcost_main([*QUICK, "--seed", "7", "--out", str(out)]) == 2
     assert "config.json cannot be read" in capsys.readouterr().err
     assert (out / "executions.csv").read_text() == before
+
+
+def test_table2_averages_by_execution_by_job_and_the_median_worked_by_hand() -> None:
+    """004 Sec. 5 / Table 2: by execution = unweighted mean of the executions' averages; by job = over all jobs."""
+    # executions (jobs, average, sum, migrations): (1, 2, 2, 3), (3, 4, 12, 0), (0, NaN, 0, 0), (2, 9, 18, 3)
+    # counted: the three with jobs. By execution (2 + 4 + 9) / 3 = 5; by job (2 + 12 + 18) / 6 = 16/3; median 4;
+    # migrations per execution 6 / 3 = 2.
+    cols = ((1, 2.0, 2.0, 3), (3, 4.0, 12.0, 0), (0, float("nan"), 0.0, 0), (2, 9.0, 18.0, 3))
+    rows = [{"execution": k, "seed": k + 1, "jobs": jobs,
+             **{f"{name}_{key}": v for name in oc.METHODS
+                for key, v in (("mean", mean), ("sum", total), ("migrations", mig))}}
+            for k, (jobs, mean, total, mig) in enumerate(cols)]
+    for name in oc.METHODS:
+        assert oc.summarize(rows)[name] == pytest.approx(
+            {"by_execution": 5.0, "by_job": 16 / 3, "median_by_execution": 4.0, "migrations_per_execution": 2.0})

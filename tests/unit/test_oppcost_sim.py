@@ -165,3 +165,69 @@ def test_oppcost_memory_table_replaces_the_guess_and_is_recorded(tmp_path, capsy
             oppcost_main([*argv, "--memory", value])
         assert exc.value.code == 2
         assert why in capsys.readouterr().err
+
+
+def test_a_finished_process_gives_its_memory_back() -> None:
+    """004 Sec. 2: lm is the memory of the processes on the machine now, so one leaving can end the paging."""
+    # 10 MB machine. p0 (6 MB, work 1) and p1 (3 MB, work 3) share it at 1/2 (lm 9 < 10): p0 ends at t=2, p1 has
+    # 2 left. p2 (3 MB, work 1) arrives at t=2: lm = 6 < 10, so both run at 1/2: p2 ends at 4, p1 (1 left) at 5.
+    # (Were p0's 6 MB kept, lm = 12 and both would crawl at 1/20.)
+    stream = [spec(0, 1.0, mem=6), spec(1, 3.0, mem=3), spec(2, 1.0, mem=3, arrival=2.0)]
+    res = simulate(stream, (Machine(1, 10),), PVM(), seed=0)
+    assert res.completions == pytest.approx({0: 2.0, 1: 5.0, 2: 4.0})
+    assert res.slowdowns == pytest.approx([2.0, 5 / 3, 2.0])
+
+
+def test_a_completion_is_reached_at_its_exact_time_not_approached() -> None:
+    """004 Sec. 2: a process alone on a machine of speed s runs at s, so work w ends exactly at w / s."""
+    # speed 1/2, work 1: v = 0.5 * 2 = 1.0 exactly at t = 2 (stepping by the work left instead of the time left
+    # only creeps up on it: t = 1, 1.5, 1.75, ... and stops 1e-9 short)
+    res = simulate([spec(0, 1.0)], (Machine(0.5, 100),), PVM(), seed=0)
+    assert res.completions[0] == 2.0 and res.makespan == 2.0
+    # thrashing (beta 10, one process filling the machine): rate 1/10, work 1 -> exactly t = 10
+    res = simulate([spec(0, 1.0, mem=10)], (Machine(1, 10),), PVM(), seed=0)
+    assert res.completions[0] == 10.0
+
+
+def test_balancing_intervals_stay_on_the_grid_after_an_idle_stretch() -> None:
+    """004 Sec. 4/5: Mosix balances every interval (1 s), at t = 1, 2, ...: waking up at t = 1.5 keeps t = 2."""
+    # Two speed-1 machines. p0 (work 4) alone on node 0: the t=1 interval moves nothing (relative load 1 vs 1
+    # after), the simulator sleeps. p1 (work 2) arrives at t=1.5 on node 0: both at 1/2. At t=2 p0 has
+    # 4 - 1.5 - 0.25 = 2.25 left, p1 1.75; node 0 (load 2) sends its oldest (p0) to node 1: ends 4.25, p1 3.75.
+    # (A tick at 1.5 + 1 = 2.5 would give 4.5 and 4.0.)
+    ms = (Machine(1, 100), Machine(1, 100))
+    res = simulate([spec(0, 4.0), spec(1, 2.0, arrival=1.5)], ms, Mosix(window=1), seed=0)
+    assert res.migrations == 1
+    assert res.completions == pytest.approx({0: 4.25, 1: 3.75})
+
+
+def test_balancing_intervals_follow_each_other_every_interval() -> None:
+    """004 Sec. 4/5: after an interval that moved a process, the next one comes one interval later."""
+    # Three speed-1 machines, three work-3 processes from node 0 (rate 1/3). t=1: node 0 (load 3) sends p0 to
+    # node 1 (each has 8/3 left). t=2: node 0 (p1, p2 at 1/2: 13/6 left each) sends p1 to node 2.
+    # p0 ends at 1 + 8/3 = 11/3, p1 and p2 at 2 + 13/6 = 25/6. (A second interval at t=3 would give 14/3.)
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    res = simulate([spec(0, 3.0), spec(1, 3.0), spec(2, 3.0)], ms, Mosix(window=2), seed=0)
+    assert res.migrations == 2
+    assert res.completions == pytest.approx({0: 11 / 3, 1: 25 / 6, 2: 25 / 6})
+
+
+def test_migration_time_grows_with_the_processs_memory() -> None:
+    """Sec. 5 (004 ignores migration cost; our extension): transit = migration_fixed + migration_per_mb * mem."""
+    # As test_mosix_migration_and_its_cost, with 4 MB processes and 0.25 s/MB: p0 moves at t=1 with 1.5 left,
+    # is in transit 1 s, ends at 2 + 1.5 = 3.5; p1, alone from t=1 with 1.5 left, at 2.5.
+    ms = (Machine(1, 100), Machine(1, 100))
+    res = simulate([spec(0, 2.0, mem=4), spec(1, 2.0, mem=4)], ms, Mosix(window=1), seed=3, migration_per_mb=0.25)
+    assert res.migrations == 1
+    assert res.completions == pytest.approx({0: 3.5, 1: 2.5})
+
+
+def test_an_interval_whose_window_missed_the_idle_node_is_followed_by_another() -> None:
+    """004 Sec. 4: Mosix nodes see a random window each interval; a miss must not end the balancing."""
+    # Three speed-1 machines: p0, p1 (work 2) on node 0, p2 (work 100) on node 1, node 2 idle. With window 1 and
+    # seed 0, node 0 sees the busy node 1 at t=1 (no move) and node 2 at t=2: p0 moves with 1 left, p1 has 1 left,
+    # both end at 3. (Sleeping after t=1 as if no window could ever move anything: no move, both end at 4.)
+    ms = (Machine(1, 100), Machine(1, 100), Machine(1, 100))
+    res = simulate([spec(0, 2.0), spec(1, 2.0), spec(2, 100.0, origin=1)], ms, Mosix(window=1), seed=0)
+    assert res.migrations == 1
+    assert res.completions == pytest.approx({0: 3.0, 1: 3.0, 2: 100.0})
