@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.hostlist import compress_hosts
 from coordinator.model import JobState
 from coordinator.policy_names import PolicyNameError, described
-from vcemu.cliargs import format_table, refuse, whole_in, yield_text
+from vcemu.cliargs import format_table, read_token, refuse, whole_in, yield_text
 from vcemu.limits import (
     BUSY,
     KNOWN_METADATA,
@@ -137,12 +137,13 @@ class Connection:
         call = getattr(self.stub, method)
         busy_until = time.monotonic() + busy_for
         pause = 0.2
+        metadata = _auth()  # (read once for the call, not again at each retry)
         try:
             while True:
                 try:
                     if with_call:
-                        return call.with_call(request, timeout=timeout, metadata=_auth())
-                    return call(request, timeout=timeout, metadata=_auth())
+                        return call.with_call(request, timeout=timeout, metadata=metadata)
+                    return call(request, timeout=timeout, metadata=metadata)
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.UNAVAILABLE or BUSY not in (exc.details() or "") or \
                             time.monotonic() + pause > busy_until:
@@ -285,15 +286,12 @@ class Connection:
 
 
 def _auth() -> tuple[tuple[str, str], ...]:
-    """Bearer token metadata from $VCEMU_TOKEN_FILE, if set (for a coordinator started with --token-file)."""
-    path = os.environ.get("VCEMU_TOKEN_FILE")
-    if not path:
-        return ()
-    try:
-        with open(path) as f:
-            return (("authorization", f"Bearer {f.read().strip()}"),)
-    except OSError as exc:
-        refuse(f"vcemu: $VCEMU_TOKEN_FILE {path}: {exc.strerror or exc}")
+    """Bearer token metadata from $VCEMU_TOKEN_FILE, if set (for a coordinator started with --token-file); an
+    unreadable or empty file is refused (:func:`~vcemu.cliargs.read_token`)."""
+    from vcemu.auth import bearer
+
+    token = read_token(os.environ.get("VCEMU_TOKEN_FILE") or None, "$VCEMU_TOKEN_FILE")
+    return bearer(token) if token else ()
 
 
 #: The submit flag of each field :func:`submit_refusal` may name.

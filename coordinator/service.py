@@ -465,7 +465,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                               "a bearer token and this coordinator has none (start it with the agent's --token-file)")
             # Without TLS the interceptor has checked it; under TLS the agents' calls need none, but this one's token
             # must be the coordinator's (code review: one with another token was taken, and every job sent failed).
-            if not presented(context.invocation_metadata() if context is not None else (), self.s.token):
+            if not presented(context.invocation_metadata(), self.s.token):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "description.wants_token: this agent's API wants a "
                               "bearer token, and the one it sent is not this coordinator's (give it the coordinator's "
                               "--token-file)")

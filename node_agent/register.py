@@ -17,6 +17,7 @@ from collections.abc import Callable
 import grpc
 
 from node_agent.server import RunningAgent, describe
+from vcemu.auth import bearer
 from vcemu.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class Registrar:
                  channel_factory: Callable[[str], grpc.Channel] | None = None, token: str | None = None) -> None:
         """``token``: the bearer token the coordinator requires (its ``--token-file``), sent with every call."""
         self._agent, self._coordinator, self._advertise = agent, coordinator, advertise
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = bearer(token) if token else ()
         self._token_sent = bool(token)
         self._channel_factory = channel_factory or grpc.insecure_channel
         self._stop = threading.Event()
