@@ -337,9 +337,18 @@ class Engine:
         self.backend.wake()
 
     def cancel(self, job: str) -> JobRecord:
+        """Cancel ``job``, unless it has finished: then its record as it is. A job the backend saw end in a poll
+        whose reports the loop has not taken yet ends as reported (:meth:`Backend.ended`), not cancelled."""
         with self.lock:
             rec = self.jobs[job]
             if rec.state.finished:
+                return rec
+            ended = getattr(self.backend, "ended", None)
+            report = ended(job) if ended is not None else None
+            if report is not None:
+                if self._on_report(report):
+                    self._push(self.backend.now(), "stim", Complete(job))
+                self.backend.wake()
                 return rec
             if rec.state in (JobState.RUNNING, JobState.PAUSED):
                 self._keep_progress(rec)

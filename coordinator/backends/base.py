@@ -61,7 +61,10 @@ class Backend(Protocol):
       leave in one call per host, and :meth:`flush` starts them in one call per host);
     - ``abandon_moves()``: a plan failed part way (not a BackendError): forget the moves not yet flushed;
     - ``retry_after`` (model seconds, default 0): how long to wait before offering again a job whose Start
-      could not reach its agent."""
+      could not reach its agent;
+    - ``ended(job) -> Report | None``: a report of the job's end that :meth:`advance` made and the engine may not
+      have acted on yet (live: the last poll's), which a cancel takes instead (default: none; a simulator's
+      ``advance`` runs in the engine's own thread)."""
 
     def now(self) -> float: ...
 

@@ -211,6 +211,8 @@ class LiveBackend:
         self._shares: dict[str, dict[str, agent_pb2.SetShareRequest]] = {}
         self._share_cpu: dict[str, float] = {}
         self._share_failures: list[tuple[str, BackendError]] = []  # (job, error) of the changes being sent
+        #: The last poll's reports of jobs that ended (done or failed), by job: :meth:`ended`.
+        self._ended: dict[str, Report] = {}
 
     # ---- cluster membership -----------------------------------------------------------------------
 
@@ -1195,10 +1197,19 @@ class LiveBackend:
                     t.refused_since = min(t.refused_since, time.monotonic())
             self._reconcile(seen, answered)
             reports += self._job_reports(seen, answered, resumable, interrupted)
+            self._ended = {r.job: r for r in reports if r.state in (JobState.DONE, JobState.FAILED)}
             if self.journal is not None and time.monotonic() >= self._journal_at:
                 self._journal_at = time.monotonic() + JOURNAL_PROGRESS_S
                 self._journal_progress()
             return reports
+
+    def ended(self, job: str) -> Report | None:
+        """The last poll's report that ``job`` ended (done or failed), if it made one. The engine's loop acts on
+        a poll's reports once it holds the engine's lock; a cancel that takes the lock first asks here, so that a
+        job whose tasks all finished is not recorded cancelled (concurrency review). The next poll forgets them:
+        by then the loop has acted on them."""
+        with self._lock:
+            return self._ended.get(job)
 
     def _status_round(self) -> tuple[set[str], set[str], dict[str, agent_pb2.TaskStatus]]:
         """Ask every agent not being removed for its Status (renewing its lease): (the hosts whose agent

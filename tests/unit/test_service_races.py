@@ -6,16 +6,18 @@ import threading
 import time
 
 import grpc
+import pytest
 
 from coordinator.engine import JobRecord
 from coordinator.model import JobSpec, JobState
+from coordinator.plan import Plan, Start
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer, CoordinatorServicer
 from coordinator.store import StoredTask
 from node_agent.agent import AgentCore, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
 from node_agent.server import AgentServicer, describe
-from tests.unit.scripted_agent import serve
+from tests.unit.scripted_agent import TableAgent, backend_on, engine_on, serve
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -213,3 +215,56 @@ def test_an_agent_registering_again_is_never_judged_by_its_old_stamp() -> None:
         assert s.engine.jobs["job-00001"].state is JobState.RUNNING
     finally:
         s.stop(grace=0)
+
+
+# ---- a cancel racing a poll that saw the job end ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("end", "state", "message"), [("finish", JobState.DONE, "completed"),
+                                                       ("fail", JobState.FAILED, "task a/0: out of memory")])
+def test_a_cancel_between_a_poll_that_saw_the_job_end_and_the_loops_turn_leaves_it_as_it_ended(
+        end: str, state: JobState, message: str) -> None:
+    """The engine's loop polls the agents outside the engine's lock and acts on the poll's reports once it holds
+    it; a Cancel that took the lock in between made a job whose tasks had all finished (or failed) CANCELLED, its
+    completion lost (concurrency review, session 40). Forced here: the cancel runs in another thread while the
+    loop's poll has returned. The job ends as the poll saw it, once: the loop's own turn then changes nothing."""
+    x = TableAgent("x", ("h0",))
+    with backend_on(x) as backend:
+        engine = engine_on(backend)
+        engine.arrive(JobSpec("a", 0.0, 1, 0.1, 0.01, 100.0, modeled.NAME))
+        engine.apply(Plan((Start("a", ("h0",), 0.1),)))
+        if end == "finish":
+            x.finish("a/0")
+        else:
+            x.set("a/0", 0.4, agent_pb2.TASK_STATE_FAILED, "out of memory")
+        cancelled: list[JobRecord] = []
+        advance = backend.advance
+
+        def advance_then_cancel(until: float) -> list:  # type: ignore[type-arg]
+            reports = advance(until)
+            t = threading.Thread(target=lambda: cancelled.append(engine.cancel("a")))
+            t.start()
+            t.join(5)
+            return reports
+
+        backend.advance = advance_then_cancel  # type: ignore[method-assign]
+        engine.step()
+        rec = engine.jobs["a"]
+        assert cancelled == [rec] and (rec.state, rec.message) == (state, message)
+        assert [(t.src, t.dst) for t in engine.history.transitions if t.job == "a"][-1] == (JobState.RUNNING, state)
+        assert [t.dst for t in engine.history.transitions].count(state) == 1
+        assert JobState.CANCELLED not in [t.dst for t in engine.history.transitions]
+        backend.advance = advance  # type: ignore[method-assign]
+        assert backend.ended("a") is not None
+        backend.poll()
+        assert backend.ended("a") is None  # the next poll forgets the reports the loop has acted on
+
+
+def test_a_cancel_after_a_poll_that_saw_the_job_run_still_cancels_it() -> None:
+    x = TableAgent("x", ("h0",))
+    with backend_on(x) as backend:
+        engine = engine_on(backend)
+        engine.arrive(JobSpec("a", 0.0, 1, 0.1, 0.01, 100.0, modeled.NAME))
+        engine.apply(Plan((Start("a", ("h0",), 0.1),)))
+        x.set("a/0", 0.5)
+        assert backend.poll() == [] and backend.ended("a") is None
+        assert engine.cancel("a").state is JobState.CANCELLED
