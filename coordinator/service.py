@@ -525,15 +525,18 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
         if not request.agent_id:  # (API review: it answered known = false)
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "agent_id: required")
-        known = request.agent_id in self.s.backend.agents
-        if not known:
-            return pb.HeartbeatReply(known=False)
-        self.s.beat(request.agent_id)
-        self.s.beating.add(request.agent_id)
-        handle = self.s.backend.agents.get(request.agent_id)
-        if handle is not None:
+        # Under the membership lock, which a loss holds as it removes the agent: a heartbeat received as its agent
+        # was declared lost wrote back its stamp, its `beating` entry and its lease (in the store too) after the
+        # loss had removed them, and told the gone agent it was known, which re-registered one interval late
+        # (concurrency review). One being cut off is told it is not known: it registers again at once.
+        with self.s.membership:
+            handle = self.s.backend.agents.get(request.agent_id)
+            if handle is None or handle.lost:
+                return pb.HeartbeatReply(known=False)
+            self.s.beat(request.agent_id)
+            self.s.beating.add(request.agent_id)
             handle.heard = True  # a restored agent that heartbeats is the one at its stored address
-        return pb.HeartbeatReply(known=True, lease_s=self.s.grant(request.agent_id))
+            return pb.HeartbeatReply(known=True, lease_s=self.s.grant(request.agent_id))
 
 
 def _decoded(kind, data: bytes, store: Store | None):  # type: ignore[no-untyped-def]
@@ -641,6 +644,10 @@ class CoordinatorServer:
             #: Taken by whatever writes a stamp in ``heartbeats`` while it may be shifted (:meth:`beat`,
             #: :meth:`_note_running`, which never lowers one; a heartbeat may lower a restored agent's grace).
             self.heartbeats_lock = threading.Lock()
+            #: Held by a Heartbeat from its look-up of the agent to its lease, and by a loss as it removes the agent
+            #: and its bookkeeping (:meth:`lose_agent`): a heartbeat comes wholly before a loss or sees it. Taken
+            #: under the engine lock, never the other way round; ``heartbeats_lock`` is taken under it.
+            self.membership = threading.Lock()
             #: When the process was last noted running (:meth:`_note_running`).
             self._ran_at = time.monotonic()
             #: The lease the store says each agent was last granted (:meth:`grant`).
@@ -1091,11 +1098,12 @@ class CoordinatorServer:
                 while len(self.lost) > LOST_KEPT:
                     del self.lost[next(iter(self.lost))]
             self.registered.discard(agent_id)
-            hosts = self.backend.remove_agent(agent_id)
-            with self.heartbeats_lock:
-                self.heartbeats.pop(agent_id, None)
-            self.beating.discard(agent_id)
-            self.granted.pop(agent_id, None)  # (the store drops its record with the agent)
+            with self.membership:
+                hosts = self.backend.remove_agent(agent_id)
+                with self.heartbeats_lock:
+                    self.heartbeats.pop(agent_id, None)
+                self.beating.discard(agent_id)
+                self.granted.pop(agent_id, None)  # (the store drops its record with the agent)
             jobs = self.engine.lose_hosts(hosts, reason)  # a failure to record one is logged, not raised
             if (lost := self.lost.get(agent_id)) is not None:
                 self.lost[agent_id] = dataclasses.replace(lost, requeued=len(jobs))

@@ -268,3 +268,52 @@ def test_a_cancel_after_a_poll_that_saw_the_job_run_still_cancels_it() -> None:
         x.set("a/0", 0.5)
         assert backend.poll() == [] and backend.ended("a") is None
         assert engine.cancel("a").state is JobState.CANCELLED
+
+
+# ---- a heartbeat racing its agent's loss ------------------------------------------------------------------------
+
+def test_a_heartbeat_received_as_its_agent_is_declared_lost_leaves_nothing_of_it_behind(tmp_path) -> None:
+    """A Heartbeat looked its agent up, then the loss removed it (its stamp, `beating` entry, lease), then the
+    heartbeat wrote them all back, the lease in the state file too, and told the gone agent it was known: it
+    registered again one interval late, and an agent that never came back stayed in the stamps for good
+    (concurrency review, session 40). Forced here: the heartbeat is slowed inside, and the loss runs meanwhile."""
+    s = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "state.db"))  # not started
+    svc = CoordinatorServicer(s)
+    try:
+        svc.RegisterAgent(_register("A"), _Ctx())
+        inside, beat = threading.Event(), s.beat
+
+        def slow_beat(agent_id: str) -> None:
+            inside.set()
+            time.sleep(0.3)  # the heartbeat between its look-up and its bookkeeping
+            beat(agent_id)
+
+        s.beat = slow_beat  # type: ignore[method-assign]
+        s.granted.clear()  # (so that the heartbeat writes its lease to the store, as a first heartbeat does)
+        replies: list[pb.HeartbeatReply] = []
+        t = threading.Thread(target=lambda: replies.append(svc.Heartbeat(pb.HeartbeatRequest(agent_id="A"), _Ctx())))
+        t.start()
+        assert inside.wait(5)
+        s.lose_agent("A", "agent A lost: test")
+        t.join(5)
+        assert replies[0].known  # received before the loss took the agent out: answered as known, then removed
+        assert "A" not in s.heartbeats and "A" not in s.beating and "A" not in s.granted
+        assert "A" not in s.store.load(transitions=False).leases
+        assert svc.Heartbeat(pb.HeartbeatRequest(agent_id="A"), _Ctx()).known is False
+    finally:
+        s.stop(grace=0)
+
+
+def test_a_heartbeat_from_an_agent_being_cut_off_is_told_it_is_not_known() -> None:
+    """So that it registers again at once (waiting for the loss to end), rather than one interval later."""
+    s = CoordinatorServer(get_policy("greedy"), port=0)  # not started
+    svc = CoordinatorServicer(s)
+    try:
+        svc.RegisterAgent(_register("A"), _Ctx())
+        assert svc.Heartbeat(pb.HeartbeatRequest(agent_id="A"), _Ctx()).known
+        s.backend.cut_off("A")
+        s.heartbeats.pop("A")
+        assert svc.Heartbeat(pb.HeartbeatRequest(agent_id="A"), _Ctx()).known is False
+        assert "A" not in s.heartbeats
+    finally:
+        s.stop(grace=0)
