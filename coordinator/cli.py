@@ -15,6 +15,7 @@ Nothing imports this module: it is the entry point only (an import-linter contra
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import signal
@@ -140,9 +141,22 @@ Simulation only: no agent, no cgroups.
 """
 
 
+#: The commands that take up a run where an interrupted one left its results (their ``--out``'s journal).
+RESUMABLE = ("oppcost", "apc", "sweep", "vcsched")
+
+#: errno of a write that failed for want of room or of a writable disk: said in one line by :func:`main`.
+_NO_ROOM = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+            errno.EROFS: "read-only file system"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
+        # Flush here, not in Python's own flush at exit: stdout to a pipe is block-buffered (unless PYTHONUNBUFFERED
+        # is set), so a short output (`vcemu simulate ... | head -1`) is first written, and its broken pipe first
+        # seen, after main returns, where it printed "Exception ignored ... BrokenPipeError" and exited 120.
+        sys.stdout.flush()
+        return code
     except BrokenPipeError:
         # The reader of our output went away (``vcemu jobs | head``): as a Unix filter does, stop quietly. Python
         # flushes stdout once more at exit, which would fail and print a traceback: point it at /dev/null first.
@@ -154,6 +168,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fd in gone:
             os.dup2(devnull, fd)
         return 128 + signal.SIGPIPE
+    except OSError as exc:
+        # A full disk under a results folder (simulate says so itself; oppcost, apc and the others ended in a raw
+        # traceback, three chained for a journal: exhaustion review). What they finished is in their journal, which a
+        # rerun of the same command continues from (a line cut short is dropped then).
+        why = _NO_ROOM.get(getattr(exc, "errno", None))
+        if why is None:
+            raise
+        args = list(sys.argv[1:] if argv is None else argv)
+        command = " ".join(args[:2] if args[:1] == ["bench"] else args[:1]) or "vcemu"
+        where = f" {exc.filename}" if exc.filename else ""
+        again = (" (it continues from what it finished)" if args[:1] and args[0] in RESUMABLE else "")
+        print(f"vcemu {command}: cannot write{where}: {why}; make room and run it again{again}", file=sys.stderr)
+        return 1
 
 
 def _fd(stream: object) -> int | None:

@@ -436,8 +436,14 @@ class Engine:
     def unfinished(self) -> int:
         return len(self._live)
 
-    def step(self, until: float = math.inf) -> bool:
-        """Advance the backend to the next completion or timer (or ``until``) and react. False if idle."""
+    def step(self, until: float = math.inf, budget_s: float | None = None) -> bool:
+        """Advance the backend to the next completion or timer (or ``until``) and react. False if idle.
+
+        ``budget_s``: stop taking the timers due once this much wall time has gone in them, and leave the rest to
+        the next step (every report is still handled). For a live coordinator, whose API threads need the lock
+        between two steps: a restart on 20,000 pending jobs (a Submit due for each, each decided on a snapshot of
+        all) held it for 241 s, and agents could not register again meanwhile, their tasks frozen (exhaustion
+        review). A simulation takes no budget: its steps are those of the paper's model."""
         horizon = min(until, self.next_timer())
         reports = self.backend.advance(horizon)
         with self.lock:
@@ -467,7 +473,10 @@ class Engine:
             if errors:
                 raise errors[0]
             now = self.backend.now()
+            started = time.monotonic()  # (the timers' time only: at least one is taken, however long the poll was)
             while self._timers and self._timers[0].time <= now + 1e-9:
+                if budget_s is not None and time.monotonic() - started > budget_s:
+                    break
                 timer = heapq.heappop(self._timers)
                 if timer.kind == "arrive":
                     assert isinstance(timer.payload, JobSpec)

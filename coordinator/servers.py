@@ -319,10 +319,23 @@ def log_to_stderr(command: str) -> None:
     logger.setLevel(logging.INFO)
 
 
+def _raise_descriptor_limit() -> None:
+    """Raise the soft limit of open files to the hard one, as servers do: a coordinator holds two descriptors per
+    agent, and at a soft limit of 1,024 (a common default) some 480 agents left the clients none (exhaustion review;
+    RegisterAgent now refuses the agent that would, :func:`coordinator.service.descriptors_short`)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from vcemu.sizes import host_memory_refusal, parse_size
 
     log_to_stderr("vcemu up")
+    _raise_descriptor_limit()
     options = _server_options(args)
     here = args.ray is None  # (a Ray node's memory is not this machine's: the least only)
     for why in filter(None, (host_memory_refusal(parse_size(m), here) for m in args.mem_per_host or ())):
@@ -593,6 +606,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from vcemu.ports import ports_refusal
 
     log_to_stderr("vcemu coordinator")
+    _raise_descriptor_limit()
     refusal = ports_refusal(args.bind, args.port, args.metrics_port)  # before the state file is opened
     if refusal is not None:
         print(f"vcemu coordinator: error: {refusal}", file=sys.stderr)

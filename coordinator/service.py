@@ -28,6 +28,7 @@ import ipaddress
 import itertools
 import logging
 import math
+import os
 import queue
 import sqlite3
 import threading
@@ -101,6 +102,30 @@ AGENT_METHODS = ("RegisterAgent", "Heartbeat")
 MIN_FENCE_SLACK_S = 0.3
 #: Shortest time between two turns of the engine loop (seconds).
 BATCH_WINDOW_S = 0.02
+#: Wall time a turn of the engine loop spends at most on the stimuli due (:meth:`Engine.step`'s ``budget_s``): the rest
+#: wait for the next turn, which starts 3 times that later (:meth:`CoordinatorServer._run`), the lock free between.
+TURN_BUDGET_S = 0.25
+
+
+#: File descriptors kept free for the clients and the state file: an agent that would leave fewer is refused.
+FD_RESERVE = 64
+
+
+def descriptors_short() -> str | None:
+    """Why this process's open file descriptors leave fewer free under its soft limit (ulimit -n) than it keeps for
+    the clients (:data:`FD_RESERVE`, or a quarter of a smaller limit), or None (also where /proc cannot tell)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    reserve = min(FD_RESERVE, soft // 4)
+    if soft == resource.RLIM_INFINITY or used + reserve <= soft:
+        return None
+    return (f"{used} of its {soft} file descriptors are open (ulimit -n), and {reserve} are kept for the clients: "
+            "raise the coordinator's limit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +334,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         try:
             return self.s.accept(requests)
         except (sqlite3.Error, OSError) as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator cannot write its state file ({exc}): "
+            where = f" {self.s.store.path}" if self.s.store is not None else ""
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator cannot write its state file{where} ({exc}): "
                           "nothing was accepted; submit again once it can")
             raise  # (abort raises)
 
@@ -351,8 +377,25 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                           f"threads): {BUSY}")
         try:
             with self.s.engine.lock:
-                self._record(request.job_id, context)
-                return job_message(self.s.engine.cancel(request.job_id))
+                rec = self._record(request.job_id, context)
+                store = self.s.store
+                # A cancel is acknowledged like a submission: only once the state file has it. Answered OK while the
+                # file could not be written (a full disk), it was undone by a restart and the job ran again
+                # (exhaustion review). Refused first if the file is failing now (the changes it could not take are
+                # tried once more), then checked after.
+                if store is not None and not rec.state.finished and not self.s.save_unsaved():
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator cannot write its state file "
+                                  f"{store.path}: nothing was cancelled (a restart would undo a cancel it cannot "
+                                  "record); cancel again once it can")
+                job = job_message(self.s.engine.cancel(request.job_id))
+                if store is not None and request.job_id in self.s.unsaved:
+                    self.s.save_unsaved()
+                if store is not None and request.job_id in self.s.unsaved:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"job {shown(request.job_id)} is cancelled, but the "
+                                  f"state file {store.path} cannot record it now: a coordinator restarted before it "
+                                  "can would run the job again; it is written as soon as the file can be (cancel "
+                                  "again to know)")
+                return job
         finally:
             self.s.cancels_waiting.release()
 
@@ -459,6 +502,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         why = check_agent(request)
         if why is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+        if d.agent_id not in self.s.backend.agents and (short := descriptors_short()) is not None:
+            # Each agent holds two descriptors (its heartbeats' connection, the coordinator's to it): agents let in
+            # up to the limit left none for the clients, whose every call then timed out as "took the connection but
+            # never answered: is it a gRPC server?" (exhaustion review)
+            log.error("agent %s refused: %s", d.agent_id, short)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"this coordinator cannot take another agent: {short}")
         if d.wants_token:  # (else every task sent there would fail, UNAUTHENTICATED: the job lost)
             if not self.s.token:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, "description.wants_token: this agent's API wants "
@@ -757,7 +806,13 @@ class CoordinatorServer:
         accepted: dict[str, JobRecord] = {}  # handed to the intake only once the commit succeeded
         requests_seen: dict[str, str] = {}
         with self.intake_lock:
-            self._accept_into(requests, results, accepted, requests_seen)
+            mark = next(self.ids)  # (the next id, put back: a batch the state file refused takes none, no gaps)
+            self.ids = itertools.count(mark)
+            try:
+                self._accept_into(requests, results, accepted, requests_seen)
+            except BaseException:
+                self.ids = itertools.count(mark)
+                raise
             self.intake.update(accepted)
             self.requests.update(requests_seen)
             self.board.put_all(accepted.values())  # readers see it now, before the loop takes it in
@@ -1155,7 +1210,7 @@ class CoordinatorServer:
             try:
                 busy = time.thread_time()
                 self.drain()
-                self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression)
+                self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression, budget_s=TURN_BUDGET_S)
                 if self.unsaved and time.monotonic() >= self.unsaved_retry_at:
                     with self.engine.lock:  # (a record is read whole)
                         self.save_unsaved()

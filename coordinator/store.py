@@ -111,10 +111,25 @@ def _missing_tables(db: sqlite3.Connection) -> str:
 
 #: See the module docstring (durability).
 DEFAULT_SYNCHRONOUS = "FULL"
+#: WAL pages after which a commit checkpoints them into the state file (SQLite's default is 1,000, 4 MB): the
+#: progress journal writes about 7 KB a second, and with the default the WAL grew to 4 MB before its first
+#: checkpoint, the state file itself staying one page: on a disk with less than that free, the coordinator filled
+#: it with its own WAL and could then never commit again, nor checkpoint (exhaustion review).
+WAL_AUTOCHECKPOINT_PAGES = 128
+#: Bytes the WAL is truncated to after a checkpoint (SQLite keeps it at its largest by default).
+WAL_SIZE_LIMIT = 1 << 20
 
 
 class StoreError(RuntimeError):
     """The state file cannot be opened or is not a vcemu state file; the message names the path."""
+
+
+class StateFileGone(sqlite3.OperationalError):
+    """The path of the state file no longer names the file this store opened (deleted, moved away, or replaced by
+    another file): SQLite would go on writing to the open, unlinked file, and everything written from then on,
+    acknowledged, would be lost at the next start (exhaustion review). A sqlite3.OperationalError, so that every
+    writer's handling of a state file that cannot be written (Submit's UNAVAILABLE, the kept unsaved changes)
+    applies as it is."""
 
 
 def lock_path(path: str) -> str:
@@ -202,6 +217,15 @@ def _spec_json(spec: JobSpec) -> str:
     return json.dumps(fields)
 
 
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of ``path``, or None if there is nothing there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _cannot(exc: sqlite3.DatabaseError) -> str:
     """Why a state file cannot be used, from SQLite's error: the file's fault (damaged, not SQLite) or the
     machine's (a full disk or a read-only file system, where "not a usable vcemu state file" blamed the file)."""
@@ -270,6 +294,9 @@ class Store:
         #: file is refused (:meth:`_release`), so that a refused ``--state notes.txt`` leaves no ``notes.txt.lock``.
         self._created: str | None = None
         self._refused = False
+        #: (st_dev, st_ino) of the state file and of its WAL as opened (:meth:`_check_identity`).
+        self._identity: tuple[int, int] | None = None
+        self._wal_identity: tuple[int, int] | None = None
         self._claim: int | None = None
         if exclusive:
             where = lock_path(path)
@@ -326,11 +353,33 @@ class Store:
             if mode.lower() != "wal":
                 raise StoreError(f"--state {path}: cannot use WAL journaling (got {mode!r})")
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._db.executescript(SCHEMA)
             self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"--state {path}: {_cannot(exc)}") from None
+        self._identity = _file_identity(path)
+        self._wal_identity = _file_identity(f"{path}-wal")
+
+    def _check_identity(self) -> None:
+        """(Before each outermost transaction.) Raise :class:`StateFileGone` if the state file's path, or its WAL's,
+        no longer names the file this store has open: deleted (``rm``), moved, or replaced (a backup copied over
+        it). Two ``stat`` calls a commit."""
+        here = _file_identity(self.path)
+        if here != self._identity:
+            what = "deleted or moved away" if here is None else "replaced by another file"
+            raise StateFileGone(f"{self.path} was {what} while this coordinator ran: nothing is written (nor "
+                                "acknowledged) any more; stop the coordinator and restore the file, or the jobs it "
+                                "holds in memory are lost")
+        wal = _file_identity(f"{self.path}-wal")
+        if self._wal_identity is None:
+            self._wal_identity = wal  # (created by the first write)
+        elif wal != self._wal_identity:
+            raise StateFileGone(f"{self.path}-wal, which holds the state file's latest commits, was deleted or "
+                                "replaced while this coordinator ran: nothing is written (nor acknowledged) any "
+                                "more; stop the coordinator (it writes the state file whole as it stops)")
 
     # ---- transactions ------------------------------------------------------------------------------
 
@@ -347,6 +396,7 @@ class Store:
         with self._lock:
             outermost = self._depth == 0
             if outermost:
+                self._check_identity()
                 self._db.execute("BEGIN IMMEDIATE")
             self._depth += 1
             try:

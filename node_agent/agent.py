@@ -80,6 +80,55 @@ RATE_UPDATE_CPU_S = 1.0
 RATE_SMOOTHING = 0.5
 
 
+#: Processes and threads a task's start must leave free under the agent's pids limit: its gRPC server, its monitor and
+#: a task's end start threads as they go, and at the limit the agent aborted (grpc: "Failed to start lifeguard
+#: thread", SIGABRT) or went on answering nothing while it heartbeat (exhaustion review).
+PIDS_HEADROOM = 8
+
+
+def _pids_room(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str, int, int] | None:
+    """(cgroup directory, pids.current, pids.max) of this process's pids cgroup (v1, or v2 alone), or None where
+    there is no limit there or it cannot be read."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    v2_only = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if "pids" in controllers.split(","):
+            where = "/sys/fs/cgroup/pids" + path
+        elif controllers == "" and v2_only:
+            where = "/sys/fs/cgroup" + path
+        else:
+            continue
+        try:
+            with open(os.path.join(where, "pids.max")) as f:
+                limit = f.read().strip()
+            with open(os.path.join(where, "pids.current")) as f:
+                current = int(f.read())
+        except (OSError, ValueError):
+            continue
+        if limit != "max":
+            return where, current, int(limit)
+    return None
+
+
+def _check_pids_room() -> None:
+    """Refuse a start (RESOURCE_EXHAUSTED: the coordinator keeps the job) that would leave the agent fewer than
+    :data:`PIDS_HEADROOM` processes or threads under its pids limit."""
+    room = _pids_room()
+    if room is not None and room[2] - room[1] < PIDS_HEADROOM + 1:
+        where, current, limit = room
+        raise AgentError("RESOURCE_EXHAUSTED", f"agent out of processes: {current} of the {limit} its pids cgroup "
+                         f"{where} allows are in use, and {PIDS_HEADROOM} are kept for the agent's own threads; "
+                         "retry once tasks have ended")
+
+
 class AgentError(Exception):
     """A refused request; ``code`` is a gRPC status code name."""
 
@@ -186,6 +235,7 @@ class AgentCore:
         self._lease_lock = threading.Lock()
         self._lease_s = 0.0
         self._lease_until: float | None = None
+        self._lease_unwritten = False  # the last write of the lease file failed (see _publish_lease)
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
         self._workdir = tempfile.mkdtemp(prefix=f"vcemu-agent-{agent_id}-", dir=shm)
         #: The lease's deadline for the fencer (:mod:`node_agent.fencer`), which freezes the tasks when it has
@@ -297,6 +347,8 @@ class AgentCore:
                                 raise AgentError("DEADLINE_EXCEEDED", f"task_id: {shown(start.task_id)} not started: "
                                                  "the caller's deadline passed while the start waited for the agent")
                             start = self._checked(start)
+                            if start.workload != modeled.NAME:
+                                _check_pids_room()
                             if self._stop.is_set():
                                 raise AgentError("UNAVAILABLE", f"agent {self.agent_id}: {SHUTTING_DOWN}")
                             wait = self._ending.get(start.task_id)
@@ -541,7 +593,24 @@ class AgentCore:
         try:
             write_lease(self._lease_file, self._lease_until)
         except OSError as e:
-            self._stop_fencer(f"its lease file {self._lease_file} cannot be written ({e.strerror})")
+            # No lease file reads as no lease (fencer.read_lease): the fencer then freezes nothing on a stale deadline,
+            # and takes the next one that can be written. It was stopped for good instead: a /dev/shm full for a
+            # moment left the agent without its fencer until it restarted (exhaustion review).
+            try:
+                os.unlink(self._lease_file)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                self._stop_fencer(f"its lease file {self._lease_file} cannot be written ({e.strerror}) nor removed")
+                return
+            if not self._lease_unwritten:
+                log.error("the lease file %s cannot be written (%s): the fencer fences nothing until it can be (the "
+                          "agent's own monitor still does)", self._lease_file, e.strerror)
+            self._lease_unwritten = True
+            return
+        if self._lease_unwritten:
+            self._lease_unwritten = False
+            log.warning("the lease file %s is written again: the fencer fences again", self._lease_file)
 
     def stop(self, task_id: str) -> TaskView:
         """Stop and forget a task (its id may then be reused, e.g. when a job migrates back). Its processes are
@@ -787,7 +856,7 @@ class AgentCore:
         counted, and a Stop kills it again."""
         ending = self._ending[task_id] = _Ending.finished(task.view())
 
-        def end() -> None:
+        def end(locked: bool = False) -> None:
             try:
                 kill()
             except Exception:
@@ -798,11 +867,21 @@ class AgentCore:
                     log.error("killing the processes of task %s (%s) failed: %s; its memory stays counted, and a "
                               "Stop kills them again", task_id, task.state.name.lower(), task.kill_failed)
             finally:
-                with self._lock:
+                if locked:
                     self._ending.pop(task_id, None)
+                else:
+                    with self._lock:
+                        self._ending.pop(task_id, None)
                 ending.done.set()
 
-        threading.Thread(target=end, name=f"end-{task_id}", daemon=True).start()
+        try:
+            threading.Thread(target=end, name=f"end-{task_id}", daemon=True).start()
+        except RuntimeError:  # "can't start new thread" (a pids limit reached): killed here, under the lock, rather
+            # than never: the task stayed in _ending for good, every Stop of it waited for ever, and the exception
+            # ended the monitor thread (exhaustion review)
+            log.warning("no thread for the end of task %s (%s): killed here, under the agent's lock", task_id,
+                        "the process or thread limit is reached")
+            end(locked=True)
 
     def _check_cpu(self, h: HostSpec, share: float, exclude: Task | ModeledTask | None) -> None:
         if self._used is None:
@@ -846,7 +925,12 @@ class AgentCore:
                     with self._lock:
                         self._poll_booting()
                 continue
-            self._round()
+            try:
+                self._round()
+            except Exception:  # the monitor (fencing, the tasks' ends) must outlive one bad round (exhaustion review:
+                # a thread it could not start ended it, and with it every later fence and poll, with no word but a
+                # traceback on stderr)
+                log.exception("a monitor round failed; the next one runs as usual")
             # From the round's end, as before the boot polls: a round of 10,000 tasks on a loaded machine can take
             # most of POLL_INTERVAL_S, and the agent's calls must get the lock between two (review).
             next_round = time.monotonic() + POLL_INTERVAL_S

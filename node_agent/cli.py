@@ -192,6 +192,7 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
     from node_agent.register import Registrar
     from node_agent.server import PortUnavailable, start_agent
 
+    _exit_when_serving_dies()
     stop = threading.Event()
     if args.parent_pid is not None:
         threading.Thread(target=_stop_when_orphaned, args=(args.parent_pid, stop), name="parent-watch",
@@ -223,6 +224,31 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
             registrar.stop()
         agent.stop()
     return 0
+
+
+#: Exit status of an agent whose gRPC server thread died (:func:`_exit_when_serving_dies`).
+SERVING_DIED = 70
+
+
+def _exit_when_serving_dies() -> None:
+    """Exit at once if grpc's request-dispatching thread (``Thread-N (_serve)``) dies, as it does when no thread can be
+    started for a call (a pids limit reached: "can't start new thread"). The agent then answered no call any more,
+    while its registrar's heartbeats kept it alive for the coordinator: its jobs waited on it for good, and SIGTERM
+    did not stop it (exhaustion review). Gone, it is declared lost, its tasks are fenced, and it can be started again
+    with the same --agent-id."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        previous(args)
+        name = getattr(args.thread, "name", "") or ""
+        if name.endswith("(_serve)"):
+            logging.getLogger("vcemu.agent").critical(
+                "the agent's gRPC server thread died (%s: %s): it can answer no call; exiting (status %d) so that "
+                "the coordinator declares it lost; start it again with the same --agent-id",
+                getattr(args.exc_type, "__name__", args.exc_type), args.exc_value, SERVING_DIED)
+            os._exit(SERVING_DIED)
+
+    threading.excepthook = hook
 
 
 #: How often an agent started with ``--parent-pid`` looks whether its parent is still there.

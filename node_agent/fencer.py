@@ -60,9 +60,14 @@ def write_lease(path: str, until: float | None) -> None:
     """Record the lease's deadline for the fencer (None: no lease, nothing to fence), atomically: the fencer must
     never read half a number."""
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write("none" if until is None else repr(until))
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write("none" if until is None else repr(until))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_lease(path: str) -> float:

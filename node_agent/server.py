@@ -7,6 +7,7 @@ and the integration tests both use it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -71,8 +72,30 @@ def _refusal(e: Exception) -> tuple[str, str]:
     AgentError's own; any other (a cgroup or OS failure, or a bug) INTERNAL, logged with its traceback."""
     if isinstance(e, AgentError):
         return e.code, e.message
+    short = _resource_shortage(e)
+    if short is not None:  # the machine's, not the request's: the coordinator keeps the job and tries again
+        log.error("request failed: %s", short)
+        return "RESOURCE_EXHAUSTED", f"agent out of {short}; retry once it is back"
     log.error("request failed", exc_info=e)
     return "INTERNAL", f"agent failure: {e}"
+
+
+#: errno -> what the agent ran out of (exhaustion review: a full /dev/shm failed every job started meanwhile, for
+#: good, as "INTERNAL: agent failure: [Errno 28] No space left on device", naming neither the place nor that it passes)
+_SHORTAGES = {errno.ENOSPC: "space", errno.EDQUOT: "disk quota", errno.EMFILE: "file descriptors (ulimit -n)",
+              errno.ENFILE: "file descriptors (the system's)", errno.EAGAIN: "processes or threads (a pids limit?)",
+              errno.ENOMEM: "memory"}
+
+
+def _resource_shortage(e: BaseException) -> str | None:
+    """What the machine ran out of, if that is why ``e`` (an OSError, or Python's "can't start new thread")
+    happened, with the file concerned; None otherwise."""
+    if isinstance(e, OSError) and e.errno in _SHORTAGES:
+        where = f" at {e.filename}" if e.filename else ""
+        return f"{_SHORTAGES[e.errno]}{where} ({e.strerror})"
+    if isinstance(e, RuntimeError) and "can't start new thread" in str(e):
+        return _SHORTAGES[errno.EAGAIN]
+    return None
 
 
 def _expires_at(context: grpc.ServicerContext) -> float | None:

@@ -493,7 +493,10 @@ class LiveBackend:
                 # attempt left this side (nothing listened at the address, the name did not resolve): then
                 # no task was made, and nothing holds the job.
                 self._orphans.append(_Task(request.task_id, host))  # type: ignore[attr-defined]
-            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE) from None
+            # RESOURCE_EXHAUSTED: the agent answered that it ran out of space, descriptors or processes (node_agent.
+            # server._resource_shortage): no task was made, and nothing against the job, which waits (exhaustion review)
+            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE
+                               or exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED) from None
 
     def _call_past_orphans(self, host: str, method: str, request: object,
                            refusal: grpc.RpcError) -> agent_pb2.TaskReply:

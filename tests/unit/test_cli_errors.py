@@ -801,16 +801,22 @@ def test_oppcost_says_the_rule_a_bad_value_breaks(tmp_path, capsys, argv, messag
     assert not (tmp_path / "out").exists()
 
 
-def test_a_reader_that_goes_away_stops_the_command_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "unbuffered"])
+def test_a_reader_that_goes_away_stops_the_command_quietly(tmp_path: Path, unbuffered: str) -> None:
     """``vcemu simulate jobs.jsonl --policy greedy | head -1``, ``vcemu status | head -1``: the reader closes the pipe
-    and the next write fails. A Unix filter stops without a word; vcemu printed a BrokenPipeError traceback."""
+    and the next write fails. A Unix filter stops without a word; vcemu printed a BrokenPipeError traceback.
+    Both ways a user's shell may have it: with stdout block-buffered (no PYTHONUNBUFFERED, as in a fresh clone's
+    shell) a short output is written only at the end, and its broken pipe was first seen in Python's exit flush."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
     job = tmp_path / "j.jsonl"
     job.write_text('{"id": "a", "submit_time": 0, "tasks": 1, "cpu_need": 1, "memory": 0.1, "work": 10}\n')
     r, w = os.pipe()
     os.close(r)  # nobody reads: the first write fails
     try:
         p = subprocess.run([sys.executable, "-m", "coordinator.cli", "simulate", str(job), "--policy", "greedy"],
-                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+                           stdout=w, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
     finally:
         os.close(w)
     assert (p.returncode, p.stderr) == (128 + signal.SIGPIPE, "")
@@ -948,3 +954,28 @@ def test_an_agent_does_not_hand_the_token_of_its_environment_on_to_its_processes
                         lambda args, hosts: seen.append((args.token, os.environ.get(AGENT_TOKEN_ENV))) or 0)
     assert run(["agent", "--hosts", "1"], capsys)[0] == 0
     assert seen == [("from-up", None)]
+
+
+def test_a_full_disk_ends_a_command_in_one_line_naming_the_file(monkeypatch, capsys) -> None:
+    """Exhaustion review: oppcost and apc on a full disk ended in raw tracebacks (three chained for a journal); a
+    resumable command says it continues from what it finished, and an OSError of another kind is not hidden."""
+    import errno
+
+    from coordinator import cli
+
+    def full(argv):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device", "/r/executions.csv")
+
+    monkeypatch.setattr(cli, "_main", full)
+    assert cli.main(["oppcost", "--out", "/r"]) == 1
+    assert capsys.readouterr().err == ("vcemu oppcost: cannot write /r/executions.csv: no space left on the device; "
+                                       "make room and run it again (it continues from what it finished)\n")
+    assert cli.main(["simulate", "x.jsonl"]) == 1
+    assert capsys.readouterr().err.endswith("no space left on the device; make room and run it again\n")
+
+    def denied(argv):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EACCES, "Permission denied", "/r")
+
+    monkeypatch.setattr(cli, "_main", denied)
+    with pytest.raises(PermissionError):
+        cli.main(["oppcost"])

@@ -518,3 +518,34 @@ def test_a_started_job_loses_its_note_that_it_waits_for_hosts():
     engine.jobs["a"].message = Engine.WAITS + "too wide"
     engine.apply(Plan((Start("a", ("h0",), 1.0),)))
     assert engine.jobs["a"].message == ""
+
+
+def test_a_step_with_a_budget_leaves_the_timers_past_it_to_the_next_steps_and_ends_the_same():
+    """A live coordinator's turn takes the stimuli due for at most ``budget_s`` of wall time, so that its API threads
+    get the lock between turns (a restart on 20,000 pending jobs held it for 241 s: exhaustion review). The timers
+    left are taken by the next steps, in the same order: the run ends as one without a budget."""
+    import time
+
+    class Slow:
+        """GREEDY, 20 ms a decision."""
+
+        def __init__(self) -> None:
+            self.inner, self.decisions = get_policy("greedy"), 0
+            self.name, self.period = self.inner.name, self.inner.period
+
+        def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
+            self.decisions += 1
+            time.sleep(0.02)
+            return self.inner.decide(snap, stim)
+
+    jobs = [spec(f"j{i}", need=0.25, mem=0.05, work=10.0) for i in range(12)]  # all due at 0
+    plain = Engine(get_policy("greedy"), SimBackend(), hosts(2)).run(jobs).transitions
+    slow = Slow()
+    engine = Engine(slow, SimBackend(), hosts(2))
+    engine.schedule_arrivals(jobs)
+    engine.step(budget_s=0.05)
+    assert 1 <= slow.decisions < 12 and engine.next_timer() == 0.0  # some taken, the rest still due at 0
+    steps = 1
+    while engine.step(budget_s=0.05):
+        steps += 1
+    assert steps > 3 and engine.history.transitions == plain

@@ -354,14 +354,14 @@ def test_the_real_agent_answers_a_starts_internal_failure_in_its_result_and_stop
 
     def new_task(start: TaskStart):  # type: ignore[no-untyped-def]
         if start.task_id == "broken":
-            raise OSError(28, "No space left on device")
+            raise OSError(13, "Permission denied")  # (ENOSPC and the like: RESOURCE_EXHAUSTED, test_agent_exhaustion)
         return real(start)
 
     monkeypatch.setattr(core, "_new_task", new_task)
     reply = stub.StartTasks(agent_pb2.StartTasksRequest(tasks=[
         request("ok", "h", 0.1), request("broken", "h", 0.1), request("after", "h", 0.1)]), timeout=5)
     assert [(r.error_code, r.task.task_id) for r in reply.results] == [("", "ok"), ("INTERNAL", "")]
-    assert reply.results[1].error == "agent failure: [Errno 28] No space left on device"
+    assert reply.results[1].error == "agent failure: [Errno 13] Permission denied"
     assert sorted(core._tasks) == ["ok"] and core._used is None
 
 

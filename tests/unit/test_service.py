@@ -689,9 +689,61 @@ def test_a_submission_the_state_file_cannot_take_is_refused_in_one_clear_line(tm
                 with pytest.raises(grpc.RpcError) as err:
                     call()
                 assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-                assert err.value.details() == ("the coordinator cannot write its state file (database or disk is "
-                                               "full): nothing was accepted; submit again once it can")
+                assert err.value.details() == (f"the coordinator cannot write its state file {tmp_path / 'run.db'} "
+                                               "(database or disk is full): nothing was accepted; submit again once "
+                                               "it can")
             assert server.engine.jobs == {} and server.intake == {}
+            monkeypatch.undo()
+            # Exhaustion review: the refused submissions took no job ids (job-00005 came after job-00001 at HEAD).
+            assert submit(api).job_id == "job-00001"
+    finally:
+        server.stop()
+
+
+def test_a_state_file_deleted_under_the_coordinator_refuses_submissions(tmp_path):
+    """Exhaustion review: with its state file deleted (or replaced) the coordinator acknowledged every submission,
+    written to the unlinked file, and a restart found none of them ("holds no job or agent yet")."""
+    import os
+
+    path = tmp_path / "run.db"
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=str(path)).start()
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            register(api, hosts=1)
+            os.unlink(path)
+            with pytest.raises(grpc.RpcError) as err:
+                submit(api)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert f"{path} was deleted or moved away while this coordinator ran" in err.value.details()
+    finally:
+        server.stop()
+
+
+def test_a_cancel_the_state_file_cannot_take_is_not_acknowledged(tmp_path, monkeypatch):
+    """Exhaustion review: on a full disk ``vcemu cancel`` answered "cancelled"; the cancel was in memory only, and a
+    coordinator restarted before the disk had room ran the job again."""
+    import sqlite3
+
+    server = CoordinatorServer(get_policy("greedy"), port=0, state=str(tmp_path / "run.db")).start()
+    try:
+        with grpc.insecure_channel(server.address) as ch:
+            api = pb_grpc.CoordinatorStub(ch)
+            register(api, hosts=1)
+            job = submit(api).job_id
+
+            def full(*_a, **_k):
+                raise sqlite3.OperationalError("database or disk is full")
+
+            monkeypatch.setattr(server.store, "put_job", full)
+            with pytest.raises(grpc.RpcError) as err:
+                api.Cancel(pb.JobRef(job_id=job), timeout=10)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "cannot record it now" in err.value.details() or "nothing was cancelled" in err.value.details()
+            monkeypatch.undo()
+            assert api.Cancel(pb.JobRef(job_id=job), timeout=10).state == "cancelled"
+            (stored,) = server.store.load().jobs
+            assert stored.state is JobState.CANCELLED
     finally:
         server.stop()
 
@@ -798,7 +850,8 @@ def test_a_stopping_coordinator_declares_no_agent_lost_and_says_a_cut_turn_in_on
     server = CoordinatorServer(get_policy("greedy"), port=0)
     turns = threading.Event()
 
-    def step(until: float) -> None:  # a turn under way when the stop comes, which its closing then fails
+    # a turn under way when the stop comes, which its closing then fails
+    def step(until: float, budget_s: float | None = None) -> None:
         turns.set()
         if server._stop.wait(5):
             raise ValueError("Cannot invoke RPC: Channel closed!")
