@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: install demo test lint unit clean system-packages
 
 $(STAMP): pyproject.toml setup.py $(wildcard proto/vcemu/v1/*.proto)
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@# A venv whose creation failed (Debian without python3-venv: no ensurepip) leaves .venv/bin/python behind with
+	@# no pip in it: start it again rather than fail on "No module named pip" once python3-venv is installed.
+	$(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(PY) -m venv $(VENV); } || \
+	  { rm -rf $(VENV); echo "could not create $(VENV): on Debian or Ubuntu, apt-get install python3-venv" >&2; exit 1; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m coordinator.warmup  # compiles the policies' numba kernels into numba's disk cache

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.model import JobSpec
+from coordinator.sweep import DEFAULT_HPC2N
 from workloads.annotate import (
     DROP_RULES,
     WEEK_S,
@@ -22,7 +23,7 @@ from workloads.annotate import (
 )
 from workloads.swf import SWFJob, parse_record
 
-TRACE = Path("/work/shared/traces/HPC2N-2002-2.2-cln.swf.gz")
+TRACE = Path(DEFAULT_HPC2N).resolve()  # ../shared beside the clone (a fixed /work/shared skipped in a clone elsewhere)
 needs_trace = pytest.mark.skipif(not TRACE.exists(), reason=f"{TRACE} is not on this machine")
 
 

@@ -11,11 +11,12 @@ import pytest
 
 from coordinator.model import Host, JobSpec
 from coordinator.policies.batch import refuse_oversized
+from coordinator.sweep import DEFAULT_HPC2N
 from workloads.annotate import synthetic_trace
 from workloads.jobfile import FIELDS, JobFileError, iter_jobs, parse_segment, read_jobs, unreadable, write_jobs
 from workloads.swf import parse_record, write_swf
 
-TRACE = Path("/work/shared/traces/HPC2N-2002-2.2-cln.swf.gz")
+TRACE = Path(DEFAULT_HPC2N).resolve()  # ../shared beside the clone (a fixed /work/shared skipped in a clone elsewhere)
 
 GOOD = {"id": "a", "submit_time": 0.0, "tasks": 2, "cpu_need": 1.0, "memory": 0.2, "work": 60.0}
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.sweep import DEFAULT_HPC2N
 from workloads.swf import (
     SWF_FIELDS,
     SWFError,
@@ -24,7 +25,7 @@ from workloads.swf import (
     write_swf,
 )
 
-TRACE = Path("/work/shared/traces/HPC2N-2002-2.2-cln.swf.gz")
+TRACE = Path(DEFAULT_HPC2N).resolve()  # ../shared beside the clone (a fixed /work/shared skipped in a clone elsewhere)
 needs_trace = pytest.mark.skipif(not TRACE.exists(), reason=f"{TRACE} is not on this machine")
 
 
