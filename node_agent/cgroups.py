@@ -124,6 +124,21 @@ def own_dir(mount: Mount, path: str) -> str:
     return os.path.normpath(os.path.join(mount.point, rel if not rel.startswith("..") else "."))
 
 
+#: The leaf group of cgroup v2 that an agent moves the processes of its own cgroup to when that cgroup holds processes
+#: (a systemd service's or login session's cgroup, unlike the root): v2's "no internal processes" rule lets no
+#: non-root group with processes enable controllers for its children (EBUSY), and the agent's parent groups need
+#: ``cpu`` and ``memory``. The agent's parent groups go beside the leaf, in the cgroup the processes were in: an
+#: agent (or a sweep) started from inside the leaf looks there too (:func:`v2_base`). No ``vcemu-`` prefix: no
+#: agent's parent.
+V2_LEAF = "vcemu.procs"
+
+
+def v2_base(mount: Mount, path: str) -> str:
+    """Where an agent's cgroup v2 parent groups go: its own cgroup, or the one above if that is :data:`V2_LEAF`."""
+    d = own_dir(mount, path)
+    return os.path.dirname(d) if os.path.basename(d) == V2_LEAF else d
+
+
 def _read(path: str) -> str:
     try:
         with open(path) as f:
@@ -266,7 +281,7 @@ def agent_parents(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/
     bases = []
     for m in mounts:
         if m.fstype == "cgroup2":
-            bases.append(own_dir(m, own.get("", "/")))
+            bases.append(v2_base(m, own.get("", "/")))
         elif ctrls := [c for c in V1_CONTROLLERS if c in m.controllers]:
             bases.append(own_dir(m, own.get(ctrls[0], "/")))
     found: dict[str, list[str]] = {}
@@ -797,6 +812,32 @@ class CgroupV2Driver(_WeighedDriver):
 
 
 # --------------------------------------------------------------------------------------- probing
+def _enable_v2_controllers(base: str) -> None:
+    """Enable ``cpu`` and ``memory`` for the children of cgroup v2 directory ``base`` (the agent's parent groups).
+    A non-root group that holds processes cannot (v2's "no internal processes" rule: EBUSY), so its processes,
+    this one among them, are first moved to the leaf :data:`V2_LEAF` inside it, as systemd asks of a delegated
+    unit's processes."""
+    control = os.path.join(base, "cgroup.subtree_control")
+    if {"cpu", "memory"} <= set(_read(control).split()):
+        return
+    try:
+        _write(control, "+cpu +memory")
+        return
+    except CgroupError:
+        if not _pids_in(base):
+            raise
+    leaf = os.path.join(base, V2_LEAF)
+    os.makedirs(leaf, exist_ok=True)
+    for _ in range(10):  # a process may fork while the others are moved
+        pids = _pids_in(base)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(CgroupError):  # (ended meanwhile)
+                _write(os.path.join(leaf, "cgroup.procs"), str(pid))
+    _write(control, "+cpu +memory")
+
+
 class CgroupUnavailable(RuntimeError):
     """Neither cgroup version can be used; the message says why for each."""
 
@@ -805,13 +846,16 @@ def _try_v2(mounts: list[Mount], own: dict[str, str], agent_id: str) -> CgroupDr
     v2 = next((m for m in mounts if m.fstype == "cgroup2"), None)
     if v2 is None:
         raise CgroupError("cgroup2 is not mounted")
-    base = own_dir(v2, own.get("", "/"))
+    base = v2_base(v2, own.get("", "/"))
     available = _read(os.path.join(base, "cgroup.controllers")).split()
     missing = [c for c in ("cpu", "memory") if c not in available]
     if missing:
-        raise CgroupError(f"cgroup2 at {base} has no {' or '.join(missing)} controller")
-    if "cpu" not in _read(os.path.join(base, "cgroup.subtree_control")).split():
-        _write(os.path.join(base, "cgroup.subtree_control"), "+cpu +memory")
+        raise CgroupError(f"cgroup2 at {base} has no {' or '.join(missing)} controller (under systemd, run the agent "
+                          "in a unit with Delegate=yes, e.g. systemd-run -p Delegate=yes --scope ...)")
+    try:
+        _enable_v2_controllers(base)
+    except OSError as e:
+        raise CgroupError(f"cannot create {e.filename}: {e.strerror}") from e
     try:
         return CgroupV2Driver(os.path.join(base, f"{PARENT_PREFIX}{agent_id}"))
     except OSError as e:  # a reason to try the next version, as for v1, not a crash of the agent

@@ -58,7 +58,10 @@ def _parents(agent_id: str) -> list[str]:
     dirs = []
     for m in parse_mountinfo(Path("/proc/self/mountinfo").read_text()):
         ctrls = [""] if m.fstype == "cgroup2" else [c for c in V1_CONTROLLERS if c in m.controllers]
-        d = os.path.join(own_dir(m, own.get(ctrls[0], "/")), f"vcemu-{agent_id}") if ctrls else ""
+        base = own_dir(m, own.get(ctrls[0], "/")) if ctrls else ""
+        if m.fstype == "cgroup2" and os.path.basename(base) == "vcemu.procs":  # (v2: moved to a leaf, see V2_LEAF)
+            base = os.path.dirname(base)
+        d = os.path.join(base, f"vcemu-{agent_id}") if ctrls else ""
         if d and os.path.isdir(d):
             dirs.append(d)
     return dirs
@@ -72,6 +75,8 @@ def _remove(parents: list[str]) -> None:
         for g in groups:
             with contextlib.suppress(OSError):
                 Path(g, "freezer.state").write_text("THAWED")
+            with contextlib.suppress(OSError):
+                Path(g, "cgroup.freeze").write_text("0")
         if not pids:
             break
         for pid in pids:
@@ -93,9 +98,13 @@ class Agent:
         return _parents(self.agent_id)
 
     def freezer_state(self) -> str:
-        """The freezer state of its task's cgroup ("none" if it has none)."""
+        """The freezer state of its task's cgroup ("none" if it has none): v1's freezer.state, or FROZEN/THAWED from
+        v2's cgroup.freeze."""
         found = [f for d in self.parents() for f in glob.glob(os.path.join(d, "*", "freezer.state"))]
-        return Path(found[0]).read_text().strip() if found else "none"
+        if found:
+            return Path(found[0]).read_text().strip()
+        v2 = [f for d in self.parents() for f in glob.glob(os.path.join(d, "[!.]*", "cgroup.freeze"))]
+        return ("FROZEN" if Path(v2[0]).read_text().strip() == "1" else "THAWED") if v2 else "none"
 
 
 def _alive(pid: int) -> bool:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -400,3 +401,67 @@ def test_a_kill_lifts_the_cpu_limit_of_a_group_with_processes(tmp_path, limit: s
     finally:
         child.kill()
         child.wait(5.0)
+
+
+def _fake_v2(tmp_path, own: str, procs: str, subtree: str = "") -> tuple[str, str, str]:
+    """A fake cgroup2 mount whose cgroup ``own`` holds processes ``procs``: (its directory, mountinfo, proc cgroup)."""
+    root = tmp_path / "unified"
+    base = root / own.strip("/")
+    base.mkdir(parents=True)
+    (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (base / "cgroup.subtree_control").write_text(subtree)
+    (base / "cgroup.procs").write_text(procs)
+    mountinfo, proc_cgroup = tmp_path / "mountinfo", tmp_path / "cgroup"
+    mountinfo.write_text(f"41 31 0:38 / {root} rw,relatime - cgroup2 cgroup2 rw\n")
+    proc_cgroup.write_text(f"0::{own}\n")
+    return str(base), str(mountinfo), str(proc_cgroup)
+
+
+def test_a_v2_cgroup_with_processes_moves_them_to_a_leaf_before_it_enables_controllers(tmp_path, monkeypatch) -> None:
+    """Review on a real cgroup v2 kernel under systemd: the agent's own cgroup (a service's, a login session's) holds
+    processes, and v2's "no internal processes" rule refuses to enable controllers there (EBUSY), so the v2 driver never
+    opened and the agent fell back or failed. Its processes now go to the leaf ``vcemu.procs`` first (the kernel's
+    refusal is played here by a write that fails while cgroup.procs lists a process)."""
+    base, mountinfo, proc_cgroup = _fake_v2(tmp_path, "/system.slice/vcemu.service", "4242\n")
+    real_write = cgroups._write
+
+    def write(path: str, value: str) -> None:
+        if path.endswith("cgroup.subtree_control") and os.path.dirname(path) == base and cgroups._pids_in(base):
+            raise CgroupError(f"cannot write {value!r} to {path}: Device or resource busy")
+        if path == os.path.join(base, "vcemu.procs", "cgroup.procs"):  # the kernel moves the process
+            Path(base, "cgroup.procs").write_text("")
+        real_write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", write)
+    d = cgroups.open_driver("a1", prefer=("cgroup-v2",), mountinfo=mountinfo, proc_cgroup=proc_cgroup)
+    assert d.dirs() == [os.path.join(base, "vcemu-a1")]
+    assert Path(base, "vcemu.procs", "cgroup.procs").read_text() == "4242"
+    assert Path(base, "cgroup.subtree_control").read_text() == "+cpu +memory"
+
+
+def test_an_agent_started_from_the_v2_leaf_puts_and_finds_agents_parents_beside_it(tmp_path) -> None:
+    """A process in the leaf ``vcemu.procs`` (moved there by an earlier agent) has the cgroup above as its agents'
+    base, for its own parent group and for the sweep of the others' (not a new leaf inside the leaf)."""
+    base, mountinfo, proc_cgroup = _fake_v2(tmp_path, "/system.slice/vcemu.service", "", "cpu memory\n")
+    os.makedirs(os.path.join(base, "vcemu.procs"))
+    os.makedirs(os.path.join(base, "vcemu-old"))
+    with open(proc_cgroup, "w") as f:
+        f.write("0::/system.slice/vcemu.service/vcemu.procs\n")
+    d = cgroups.open_driver("a2", prefer=("cgroup-v2",), mountinfo=mountinfo, proc_cgroup=proc_cgroup)
+    assert d.dirs() == [os.path.join(base, "vcemu-a2")]
+    found = cgroups.agent_parents(mountinfo=mountinfo, proc_cgroup=proc_cgroup)
+    assert found == {"a2": [os.path.join(base, "vcemu-a2")], "old": [os.path.join(base, "vcemu-old")]}
+
+
+def test_a_v2_cgroup_without_the_cpu_controller_says_to_delegate_it(tmp_path) -> None:
+    base, mountinfo, proc_cgroup = _fake_v2(tmp_path, "/system.slice/vcemu.service", "1\n")
+    with open(os.path.join(base, "cgroup.controllers"), "w") as f:
+        f.write("memory pids\n")
+    with pytest.raises(cgroups.CgroupUnavailable, match=r"no cpu controller .*Delegate=yes"):
+        cgroups.open_driver("a3", prefer=("cgroup-v2",), mountinfo=mountinfo, proc_cgroup=proc_cgroup)
+
+
+def test_v2_enables_memory_too_where_only_cpu_was_enabled(tmp_path) -> None:
+    base, mountinfo, proc_cgroup = _fake_v2(tmp_path, "/", "", "cpu\n")
+    cgroups.open_driver("a4", prefer=("cgroup-v2",), mountinfo=mountinfo, proc_cgroup=proc_cgroup)
+    assert Path(base, "cgroup.subtree_control").read_text() == "+cpu +memory"
