@@ -179,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = " ".join(args[:2] if args[:1] == ["bench"] else args[:1]) or "vcemu"
         where = f" {exc.filename}" if exc.filename else ""
         again = (" (it continues from what it finished)" if args[:1] and args[0] in RESUMABLE else "")
-        print(f"vcemu {command}: cannot write{where}: {why}; make room and run it again{again}", file=sys.stderr)
+        fix = "make it writable" if exc.errno == errno.EROFS else "make room"
+        print(f"vcemu {command}: cannot write{where}: {why}; {fix} and run it again{again}", file=sys.stderr)
         return 1
 
 

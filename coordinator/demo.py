@@ -95,7 +95,7 @@ def _demo(args: argparse.Namespace) -> int:
     with agent_log, coordinator_log(out):
         server, procs = start_local_cluster(
             args.policy, args.hosts, 1, args.cpus_per_host, "512MiB", 0, None, args.no_cgroups, agent_log=agent_log,
-            agent_spares=args.agent_spares,
+            agent_spares=args.agent_spares, turn_budget_s=None,  # (every stimulus on time, as in its simulation)
         )
         # The try follows the start at once: a signal landing between them would leave the agents running.
         try:

@@ -56,6 +56,8 @@ log = logging.getLogger("vcemu.engine")
 #: a restart on a state file of thousands of jobs, each job placed on a host of an agent not yet heard from logged
 #: a line of its own, 4,337 in one restart (torture review).
 PENDING_SAY_S = 30.0
+#: Doublings, at most, of the wait before a job refused for want of an agent's resources is offered again (``_failed``).
+RETRY_DOUBLINGS_MAX = 7
 #: The wall clock of those lines (a name of its own, for tests to set)
 _wall = time.monotonic
 
@@ -219,7 +221,7 @@ class Engine:
         self._paused_fixed = bool(getattr(backend, "paused_progress_fixed", False))
         #: jobs whose Start the backend refused as unreachable: the message last logged, and when the Submit
         #: that offers the job again is due (``_failed``)
-        self._retrying: dict[str, tuple[str, float]] = {}
+        self._retrying: dict[str, tuple[str, float, int]] = {}  # (and how many in a row asked for a backoff)
         #: per cause of those refusals: when a job was last logged for it, and how many have not been since
         self._pending_said: dict[str, tuple[float, int]] = {}
 
@@ -343,17 +345,23 @@ class Engine:
             rec = self.jobs[job]
             if rec.state.finished:
                 return rec
-            ended = getattr(self.backend, "ended", None)
-            report = ended(job) if ended is not None else None
-            if report is not None:
-                if self._on_report(report):
-                    self._push(self.backend.now(), "stim", Complete(job))
-                self.backend.wake()
-                return rec
-            if rec.state in (JobState.RUNNING, JobState.PAUSED):
+            if rec.state in (JobState.RUNNING, JobState.PAUSED):  # (a pending job has no task to have ended)
                 self._keep_progress(rec)
+                # The look at the last poll's reports and the stop in one hold of the backend's lock: a poll between
+                # the two (it needs no engine lock) saw the tasks done, forgot them and reported the job, and the
+                # cancel then recorded the finished job cancelled (review).
+                settle = getattr(self.backend, "stop_unless_ended", None)
+                report = None
                 with contextlib.suppress(BackendError):  # an unreachable agent's tasks are fenced later
-                    self.backend.stop(job)
+                    if settle is not None:
+                        report = settle(job)
+                    else:
+                        self.backend.stop(job)
+                if report is not None:
+                    if self._on_report(report):
+                        self._push(self.backend.now(), "stim", Complete(job))
+                    self.backend.wake()
+                    return rec
             self._finish(rec, JobState.CANCELLED, "cancelled")
             self._push(self.backend.now(), "stim", Complete(job))
         self.backend.wake()
@@ -869,14 +877,21 @@ class Engine:
             # have the service's loop decide and log again at every turn. Logged once per cause.
             # One retry is scheduled at a time (a requeued job has two Submits due: its arrival's and its
             # requeue's, and each refusal would otherwise start a chain of its own).
+            # A refusal for want of the machine's resources (``exc.backoff``: an agent out of space, descriptors or
+            # processes) may last: each one in a row doubles the wait, up to 2**RETRY_DOUBLINGS_MAX times the backend's
+            # (it was a StartTask, a journal write and a log line every poll interval, for good: review).
             job, now = rec.spec.id, self.backend.now()
-            logged, due = self._retrying.get(job, ("", -math.inf))
+            logged, due, tries = self._retrying.get(job, ("", -math.inf, 0))
             if logged != message:
                 self._say_pending(job, message)
             if due <= now:
-                due = now + getattr(self.backend, "retry_after", 0.0)
+                wait = getattr(self.backend, "retry_after", 0.0)
+                if getattr(exc, "backoff", False):
+                    wait *= 2 ** min(tries, RETRY_DOUBLINGS_MAX)
+                    tries += 1
+                due = now + wait
                 self._push(due, "stim", Submit(job))
-            self._retrying[job] = (message, due)
+            self._retrying[job] = (message, due, tries)
             self._ensure_tick()
         else:
             self.requeue(rec.spec.id, f"{message}; requeued")

@@ -298,7 +298,8 @@ def _replay(a: argparse.Namespace, stage: dict[str, bool]) -> int:
         try:
             server, procs = start_local_cluster(
                 a.policy, a.hosts, a.agents, a.cpus_per_host, a.mem_per_host, 0, None, a.no_cgroups,
-                agent_prefix="replay", agent_log=agent_log, compression=a.compress, agent_spares=a.agent_spares)
+                agent_prefix="replay", agent_log=agent_log, compression=a.compress, agent_spares=a.agent_spares,
+                turn_budget_s=None)  # (every stimulus on time: the run is compared with its simulation)
         except SystemExit as exc:  # the agents did not come up: the reason, with their log's last lines
             print(f"vcemu replay: {exc}", file=sys.stderr)
             return 1
@@ -329,7 +330,8 @@ def _replay_on_ray(a: argparse.Namespace, specs: list[JobSpec], dropped: int, so
     from vcemu.cliargs import read_token
     from vcemu.sizes import parse_size
 
-    options = {"compression": a.compress, "token": read_token(a.token_file)}  # (before Ray: a bad file ends it)
+    # (the token read before Ray: a bad file ends it; no turn budget: every stimulus on time, as in its simulation)
+    options = {"compression": a.compress, "token": read_token(a.token_file), "turn_budget_s": None}
     try:  # (connect keeps replay_main's SIGTERM handler, which unwinds through the cleanup, across ray.init)
         ctx = connect(a.ray)
     except RayUnavailable as exc:

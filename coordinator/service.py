@@ -387,14 +387,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"the coordinator cannot write its state file "
                                   f"{store.path}: nothing was cancelled (a restart would undo a cancel it cannot "
                                   "record); cancel again once it can")
-                job = job_message(self.s.engine.cancel(request.job_id))
+                after = self.s.engine.cancel(request.job_id)  # (cancelled, or as it ended: done or failed)
+                job = job_message(after)
                 if store is not None and request.job_id in self.s.unsaved:
                     self.s.save_unsaved()
                 if store is not None and request.job_id in self.s.unsaved:
-                    context.abort(grpc.StatusCode.UNAVAILABLE, f"job {shown(request.job_id)} is cancelled, but the "
-                                  f"state file {store.path} cannot record it now: a coordinator restarted before it "
-                                  "can would run the job again; it is written as soon as the file can be (cancel "
-                                  "again to know)")
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"job {shown(request.job_id)} is {after.state.value}, "
+                                  f"but the state file {store.path} cannot record it now: a coordinator restarted "
+                                  "before it can would run the job again; it is written as soon as the file can be "
+                                  "(cancel again to know)")
                 return job
         finally:
             self.s.cancels_waiting.release()
@@ -645,11 +646,15 @@ class CoordinatorServer:
         stop_tasks_on_exit: bool = True,
         reference: agent_pb2.HostInfo | None = None,
         keep_history: bool = True,
+        turn_budget_s: float | None = TURN_BUDGET_S,
     ) -> None:
         """``reference``: the host a job's needs are fractions of (``vcemu coordinator --reference-host``), set
         before any agent can register. Without it, agents started by hand make the first host to register the
         reference, so with unequal hosts a need of 1 is another amount of CPU from one run to the next. A state file
-        whose jobs were made with another reference is refused (ValueError): their needs would change meaning."""
+        whose jobs were made with another reference is refused (ValueError): their needs would change meaning.
+        ``turn_budget_s``: the wall time a turn of the engine loop spends at most on the stimuli due (None: no bound,
+        for a replay or the demo, whose live run is compared with its simulation: a stimulus left to the next turn
+        waits 3 times the budget, compression times that in model time; code review)."""
         if not heartbeat_s > 0 or heartbeat_misses < 1:
             raise ValueError(f"heartbeat: interval must be > 0 and misses >= 1, got {heartbeat_s}, {heartbeat_misses}")
         # Both ports, before the store is opened, and without gRPC's own error line: one line naming the flag.
@@ -657,6 +662,7 @@ class CoordinatorServer:
         if refusal is not None:
             raise OSError(refusal)
         self.heartbeat_s, self.heartbeat_misses = heartbeat_s, heartbeat_misses
+        self.turn_budget_s = turn_budget_s
         #: The lease granted to agents (:meth:`node_agent.agent.AgentCore.renew_lease`): an agent that has heard
         #: nothing from this coordinator for ``lease_s`` seconds freezes its tasks. An agent is declared lost
         #: ``heartbeat_misses x heartbeat_s`` seconds after its last sign of life as this side received it, and the
@@ -693,9 +699,10 @@ class CoordinatorServer:
             #: Taken by whatever writes a stamp in ``heartbeats`` while it may be shifted (:meth:`beat`,
             #: :meth:`_note_running`, which never lowers one; a heartbeat may lower a restored agent's grace).
             self.heartbeats_lock = threading.Lock()
-            #: Held by a Heartbeat from its look-up of the agent to its lease, and by a loss as it removes the agent
-            #: and its bookkeeping (:meth:`lose_agent`): a heartbeat comes wholly before a loss or sees it. Taken
-            #: under the engine lock, never the other way round; ``heartbeats_lock`` is taken under it.
+            #: Held by a Heartbeat from its look-up of the agent to its lease, and by a loss as it removes the agent's
+            #: bookkeeping (:meth:`lose_agent`, once its handle is cut off): a heartbeat comes wholly before a loss or
+            #: sees it. Taken under the engine lock, never the other way round; ``heartbeats_lock`` is taken under it,
+            #: and never the backend's lock (held across whole polls).
             self.membership = threading.Lock()
             #: When the process was last noted running (:meth:`_note_running`).
             self._ran_at = time.monotonic()
@@ -1153,8 +1160,11 @@ class CoordinatorServer:
                 while len(self.lost) > LOST_KEPT:
                     del self.lost[next(iter(self.lost))]
             self.registered.discard(agent_id)
+            # Not under membership: remove_agent waits for the backend's lock, which the engine loop holds across a
+            # whole poll (agent calls included), and every agent's Heartbeat would wait that long on membership. The
+            # handle is cut off (lost) already, so a heartbeat from here on answers known=False either way.
+            hosts = self.backend.remove_agent(agent_id)
             with self.membership:
-                hosts = self.backend.remove_agent(agent_id)
                 with self.heartbeats_lock:
                     self.heartbeats.pop(agent_id, None)
                 self.beating.discard(agent_id)
@@ -1210,7 +1220,7 @@ class CoordinatorServer:
             try:
                 busy = time.thread_time()
                 self.drain()
-                self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression, budget_s=TURN_BUDGET_S)
+                self.engine.step(until=self.backend.now() + 0.5 * self.backend.compression, budget_s=self.turn_budget_s)
                 if self.unsaved and time.monotonic() >= self.unsaved_retry_at:
                     with self.engine.lock:  # (a record is read whole)
                         self.save_unsaved()

@@ -297,6 +297,7 @@ class Store:
         #: (st_dev, st_ino) of the state file and of its WAL as opened (:meth:`_check_identity`).
         self._identity: tuple[int, int] | None = None
         self._wal_identity: tuple[int, int] | None = None
+        self._where, self._wal, self._closed = os.path.abspath(path), f"{path}-wal", False
         self._claim: int | None = None
         if exclusive:
             where = lock_path(path)
@@ -360,20 +361,27 @@ class Store:
             self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"--state {path}: {_cannot(exc)}") from None
-        self._identity = _file_identity(path)
-        self._wal_identity = _file_identity(f"{path}-wal")
+        # Absolute (a relative --state read after a chdir named another file: "deleted or moved away"), and the WAL
+        # beside the file a symlink names, where SQLite makes it (beside the link, none was ever seen: not checked)
+        self._where = os.path.abspath(path)
+        self._wal = f"{os.path.realpath(path)}-wal"
+        self._identity = _file_identity(self._where)
+        self._wal_identity = _file_identity(self._wal)
 
     def _check_identity(self) -> None:
         """(Before each outermost transaction.) Raise :class:`StateFileGone` if the state file's path, or its WAL's,
         no longer names the file this store has open: deleted (``rm``), moved, or replaced (a backup copied over
         it). Two ``stat`` calls a commit."""
-        here = _file_identity(self.path)
+        if self._closed:  # (SQLite says so: its WAL went at the close, no deletion under a running coordinator)
+            return
+        here = _file_identity(self._where)
         if here != self._identity:
             what = "deleted or moved away" if here is None else "replaced by another file"
             raise StateFileGone(f"{self.path} was {what} while this coordinator ran: nothing is written (nor "
-                                "acknowledged) any more; stop the coordinator and restore the file, or the jobs it "
-                                "holds in memory are lost")
-        wal = _file_identity(f"{self.path}-wal")
+                                "acknowledged) any more. What it wrote is in the file it still holds open, reachable "
+                                f"as /proc/{os.getpid()}/fd/N (the link naming it, \"(deleted)\"): copy that back "
+                                "to the path before stopping the coordinator, or it is lost at the stop")
+        wal = _file_identity(self._wal)
         if self._wal_identity is None:
             self._wal_identity = wal  # (created by the first write)
         elif wal != self._wal_identity:
@@ -412,6 +420,7 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._db.close()
             self._release()
 

@@ -919,6 +919,7 @@ class AgentCore:
         """Every :data:`POLL_INTERVAL_S`, a round: the lease, the fencer, and a poll of every task; in between, every
         ``boot_poll_s`` (:data:`BOOT_POLL_S`), a poll of the booting tasks only, if any (without the lock if not)."""
         next_round = time.monotonic() + POLL_INTERVAL_S
+        failing = ""  # the last failed round's error, said with its traceback once until a round succeeds
         while not self._stop.wait(min(self.boot_poll_s, max(0.0, next_round - time.monotonic()))):
             if time.monotonic() < next_round:
                 if self._booting:
@@ -927,10 +928,16 @@ class AgentCore:
                 continue
             try:
                 self._round()
-            except Exception:  # the monitor (fencing, the tasks' ends) must outlive one bad round (exhaustion review:
-                # a thread it could not start ended it, and with it every later fence and poll, with no word but a
-                # traceback on stderr)
-                log.exception("a monitor round failed; the next one runs as usual")
+            except Exception as exc:  # the monitor (fencing, the tasks' ends) must outlive one bad round (exhaustion
+                # review: a thread it could not start ended it, and with it every later fence and poll, with no word
+                # but a traceback on stderr). Said once while the same failure repeats (10 tracebacks a second: review)
+                if f"{type(exc).__name__}: {exc}" != failing:
+                    failing = f"{type(exc).__name__}: {exc}"
+                    log.exception("a monitor round failed; the next one runs as usual (said again once it changes)")
+            else:
+                if failing:
+                    log.warning("monitor rounds succeed again (after %s)", failing)
+                failing = ""
             # From the round's end, as before the boot polls: a round of 10,000 tasks on a loaded machine can take
             # most of POLL_INTERVAL_S, and the agent's calls must get the lock between two (review).
             next_round = time.monotonic() + POLL_INTERVAL_S

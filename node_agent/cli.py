@@ -239,8 +239,9 @@ def _exit_when_serving_dies() -> None:
     previous = threading.excepthook
 
     def hook(args: threading.ExceptHookArgs) -> None:
-        previous(args)
         name = getattr(args.thread, "name", "") or ""
+        with contextlib.suppress(Exception):  # (a hook that fails, its stderr gone say, must not keep the agent up)
+            previous(args)
         if name.endswith("(_serve)"):
             logging.getLogger("vcemu.agent").critical(
                 "the agent's gRPC server thread died (%s: %s): it can answer no call; exiting (status %d) so that "

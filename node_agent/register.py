@@ -74,7 +74,8 @@ class Registrar:
                     backoff, wait, refused = MIN_BACKOFF_S, self.interval, None  # (a later refusal is said again)
                 except grpc.RpcError as e:
                     if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
-                                    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION):
+                                    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION,
+                                    grpc.StatusCode.RESOURCE_EXHAUSTED):  # (a coordinator out of descriptors says so)
                         # The coordinator refuses this agent's description: say why, once per reason (the bare code
                         # was all it said, at every retry; diff review). Retried: a host name taken may come free.
                         if e.details() != refused:

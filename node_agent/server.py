@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -91,7 +92,10 @@ def _resource_shortage(e: BaseException) -> str | None:
     """What the machine ran out of, if that is why ``e`` (an OSError, or Python's "can't start new thread")
     happened, with the file concerned; None otherwise."""
     if isinstance(e, OSError) and e.errno in _SHORTAGES:
-        where = f" at {e.filename}" if e.filename else ""
+        # The directory, not the file: a task's files are named by its id, which changes at every attempt, and the
+        # coordinator logs a job's refusal once per distinct message (each attempt was logged: review).
+        where = f" in {os.path.dirname(e.filename) or e.filename}" if isinstance(e.filename, str) and e.filename \
+            else ""
         return f"{_SHORTAGES[e.errno]}{where} ({e.strerror})"
     if isinstance(e, RuntimeError) and "can't start new thread" in str(e):
         return _SHORTAGES[errno.EAGAIN]

@@ -31,6 +31,8 @@ class BackendError(RuntimeError):
     def __init__(self, message: str, unreachable: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+        #: (unreachable) the agent answered that it ran out of a resource of its machine: retried with a growing wait
+        self.backoff = False
         self.hosts: tuple[str, ...] | None = None
 
 
@@ -62,9 +64,9 @@ class Backend(Protocol):
     - ``abandon_moves()``: a plan failed part way (not a BackendError): forget the moves not yet flushed;
     - ``retry_after`` (model seconds, default 0): how long to wait before offering again a job whose Start
       could not reach its agent;
-    - ``ended(job) -> Report | None``: a report of the job's end that :meth:`advance` made and the engine may not
-      have acted on yet (live: the last poll's), which a cancel takes instead (default: none; a simulator's
-      ``advance`` runs in the engine's own thread)."""
+    - ``stop_unless_ended(job) -> Report | None``: a report of the job's end that :meth:`advance` made and the
+      engine may not have acted on yet (live: the last poll's), which a cancel takes instead; else the job is stopped,
+      atomically with that look (default: :meth:`stop`; a simulator's ``advance`` runs in the engine's own thread)."""
 
     def now(self) -> float: ...
 

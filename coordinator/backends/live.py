@@ -495,8 +495,10 @@ class LiveBackend:
                 self._orphans.append(_Task(request.task_id, host))  # type: ignore[attr-defined]
             # RESOURCE_EXHAUSTED: the agent answered that it ran out of space, descriptors or processes (node_agent.
             # server._resource_shortage): no task was made, and nothing against the job, which waits (exhaustion review)
-            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE
-                               or exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED) from None
+            error = BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE
+                                 or exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED)
+            error.backoff = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            raise error from None
 
     def _call_past_orphans(self, host: str, method: str, request: object,
                            refusal: grpc.RpcError) -> agent_pb2.TaskReply:
@@ -1213,6 +1215,15 @@ class LiveBackend:
         by then the loop has acted on them."""
         with self._lock:
             return self._ended.get(job)
+
+    def stop_unless_ended(self, job: str) -> Report | None:
+        """(A cancel.) The last poll's report that ``job`` ended, if it made one; else :meth:`stop` it, in the same
+        hold of the lock, so that no poll can see it end in between."""
+        with self._lock:
+            report = self._ended.get(job)
+            if report is None:
+                self.stop(job)
+            return report
 
     def _status_round(self) -> tuple[set[str], set[str], dict[str, agent_pb2.TaskStatus]]:
         """Ask every agent not being removed for its Status (renewing its lease): (the hosts whose agent

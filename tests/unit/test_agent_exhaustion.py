@@ -85,7 +85,7 @@ def test_a_start_that_finds_no_room_is_refused_as_resource_exhausted() -> None:
 
     code, message = _refusal(OSError(errno.ENOSPC, "No space left on device", "/dev/shm/vcemu-agent-x/t.progress"))
     assert code == "RESOURCE_EXHAUSTED"
-    assert message == ("agent out of space at /dev/shm/vcemu-agent-x/t.progress (No space left on device); retry "
-                       "once it is back")
+    assert message == ("agent out of space in /dev/shm/vcemu-agent-x (No space left on device); retry once it is "
+                       "back")
     assert _refusal(RuntimeError("can't start new thread"))[0] == "RESOURCE_EXHAUSTED"
     assert _refusal(OSError(errno.EACCES, "Permission denied"))[0] == "INTERNAL"

@@ -317,3 +317,37 @@ def test_a_heartbeat_from_an_agent_being_cut_off_is_told_it_is_not_known() -> No
         assert "A" not in s.heartbeats
     finally:
         s.stop(grace=0)
+
+
+def test_a_heartbeat_does_not_wait_for_a_poll_behind_another_agents_loss() -> None:
+    """The engine loop holds the backend's lock across a whole poll (agent RPCs included, up to rpc_timeout); a loss
+    (the watch) takes the engine lock, then membership, then waits in remove_agent for the backend's lock. Every
+    agent's Heartbeat then waits on membership until the poll ends."""
+    s = CoordinatorServer(get_policy("greedy"), port=0)  # not started
+    svc = CoordinatorServicer(s)
+    try:
+        for a in ("A", "B"):
+            svc.RegisterAgent(_register(a), _Ctx())
+            svc.Heartbeat(pb.HeartbeatRequest(agent_id=a), _Ctx())
+        polling, done = threading.Event(), threading.Event()
+
+        def poll() -> None:  # a poll round that takes 2 s (a slow agent), as advance() runs it: no engine lock
+            with s.backend._lock:
+                polling.set()
+                done.wait(2.0)
+
+        p = threading.Thread(target=poll)
+        p.start()
+        assert polling.wait(5)
+        loss = threading.Thread(target=lambda: s.lose_agent("A", "agent A lost: test"))
+        loss.start()
+        time.sleep(0.2)  # the loss is in remove_agent, under membership
+        t0 = time.monotonic()
+        assert svc.Heartbeat(pb.HeartbeatRequest(agent_id="B"), _Ctx()).known
+        took = time.monotonic() - t0
+        done.set()
+        p.join()
+        loss.join()
+        assert took < 0.5, f"B's heartbeat waited {took:.2f} s for a poll, behind A's loss"
+    finally:
+        s.stop(grace=0)
