@@ -13,16 +13,7 @@ import psutil
 from node_agent.agent import AgentCore, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
 from node_agent.runner import State
-from tests.unit.test_agent_monitor import _FakeFreezer
-
-
-def _wait(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+from tests.unit.test_agent_monitor import _FakeFreezer, _wait
 
 
 def test_a_task_whose_end_gets_no_thread_is_ended_by_the_monitor(monkeypatch) -> None:
