@@ -58,6 +58,9 @@ log = logging.getLogger("vcemu.engine")
 PENDING_SAY_S = 30.0
 #: Doublings, at most, of the wait before a job refused for want of an agent's resources is offered again (``_failed``).
 RETRY_DOUBLINGS_MAX = 7
+#: Such refusals in a row after which the job fails (about 50 s of waits at a live backend's 0.1 s poll interval): a
+#: shortage that lasts must not keep a job pending for good on a host that looks free to the policy (review).
+RETRY_BACKOFF_TRIES = 10
 #: The wall clock of those lines (a name of its own, for tests to set)
 _wall = time.monotonic
 
@@ -882,6 +885,10 @@ class Engine:
             # (it was a StartTask, a journal write and a log line every poll interval, for good: review).
             job, now = rec.spec.id, self.backend.now()
             logged, due, tries = self._retrying.get(job, ("", -math.inf, 0))
+            if getattr(exc, "backoff", False) and tries >= RETRY_BACKOFF_TRIES:
+                self._retrying.pop(job, None)
+                self._fail(rec, f"{message} (refused so {tries + 1} times in a row: given up)")
+                return
             if logged != message:
                 self._say_pending(job, message)
             if due <= now:
@@ -889,6 +896,8 @@ class Engine:
                 if getattr(exc, "backoff", False):
                     wait *= 2 ** min(tries, RETRY_DOUBLINGS_MAX)
                     tries += 1
+                else:  # ("in a row": a refusal of another kind, a silent agent say, starts the doubling again)
+                    tries = 0
                 due = now + wait
                 self._push(due, "stim", Submit(job))
             self._retrying[job] = (message, due, tries)

@@ -298,6 +298,8 @@ class Store:
         self._identity: tuple[int, int] | None = None
         self._wal_identity: tuple[int, int] | None = None
         self._where, self._wal, self._closed = os.path.abspath(path), f"{path}-wal", False
+        #: (the state file gone) what the message says of the copy made of it (:meth:`_rescue`)
+        self._rescued: str | None = None
         self._claim: int | None = None
         if exclusive:
             where = lock_path(path)
@@ -378,9 +380,7 @@ class Store:
         if here != self._identity:
             what = "deleted or moved away" if here is None else "replaced by another file"
             raise StateFileGone(f"{self.path} was {what} while this coordinator ran: nothing is written (nor "
-                                "acknowledged) any more. What it wrote is in the file it still holds open, reachable "
-                                f"as /proc/{os.getpid()}/fd/N (the link naming it, \"(deleted)\"): copy that back "
-                                "to the path before stopping the coordinator, or it is lost at the stop")
+                                f"acknowledged) any more. {self._rescue()}")
         wal = _file_identity(self._wal)
         if self._wal_identity is None:
             self._wal_identity = wal  # (created by the first write)
@@ -388,6 +388,29 @@ class Store:
             raise StateFileGone(f"{self.path}-wal, which holds the state file's latest commits, was deleted or "
                                 "replaced while this coordinator ran: nothing is written (nor acknowledged) any "
                                 "more; stop the coordinator (it writes the state file whole as it stops)")
+
+    def _rescue(self) -> str:
+        """(The state file gone.) A whole copy of what this store holds, made through its open connection (once; a
+        failed copy is tried again at the next write): the file it has open (unlinked, or moved) lacks the commits
+        still in the WAL (up to WAL_AUTOCHECKPOINT_PAGES), and a ``rm state.db*`` deletes that WAL too, so a copy
+        of /proc/PID/fd/N of the file alone held none of them (review). Returns what the message says of it."""
+        if self._rescued is not None:
+            return self._rescued
+        target = f"{self._where}.rescued-{os.getpid()}"
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))  # (0600, as the state file)
+            copy = sqlite3.connect(target)
+            try:
+                self._db.backup(copy)
+            finally:
+                copy.close()
+        except (OSError, sqlite3.Error) as exc:
+            return (f"A copy of what it wrote could not be made at {target} ({exc}); the file and its WAL are still "
+                    f"open in process {os.getpid()}: make room there and send any request that writes to try "
+                    "again, before stopping the coordinator (what the WAL holds is lost at the stop)")
+        self._rescued = (f"Everything it wrote (its WAL's commits included) was copied to {target}: stop the "
+                         f"coordinator, then move that copy to {self.path} and start it again")
+        return self._rescued
 
     # ---- transactions ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ hard limit. A v1 frozen task ignores SIGKILL until thawed, so everything that ki
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import math
 import os
@@ -816,26 +817,44 @@ def _enable_v2_controllers(base: str) -> None:
     """Enable ``cpu`` and ``memory`` for the children of cgroup v2 directory ``base`` (the agent's parent groups).
     A non-root group that holds processes cannot (v2's "no internal processes" rule: EBUSY), so its processes,
     this one among them, are first moved to the leaf :data:`V2_LEAF` inside it, as systemd asks of a delegated
-    unit's processes."""
+    unit's processes. Only on EBUSY, and never in the root cgroup (exempt from the rule; it has no
+    ``cgroup.type``): another refusal (EINVAL: a realtime process outside the root keeps ``cpu`` off; EACCES) is
+    not helped by a move, which would leave the unit's processes in the leaf for nothing (review)."""
     control = os.path.join(base, "cgroup.subtree_control")
     if {"cpu", "memory"} <= set(_read(control).split()):
         return
     try:
         _write(control, "+cpu +memory")
         return
-    except CgroupError:
-        if not _pids_in(base):
+    except CgroupError as exc:
+        busy = getattr(exc.__cause__, "errno", None) == errno.EBUSY
+        if not busy or not os.path.exists(os.path.join(base, "cgroup.type")) or not _pids_in(base):
             raise
     leaf = os.path.join(base, V2_LEAF)
     os.makedirs(leaf, exist_ok=True)
+    stuck: dict[int, str] = {}
     for _ in range(10):  # a process may fork while the others are moved
         pids = _pids_in(base)
         if not pids:
             break
+        stuck = {}
         for pid in pids:
-            with contextlib.suppress(CgroupError):  # (ended meanwhile)
+            if pid == 0:  # (a process of another pid namespace reads as 0; writing 0 would move this one)
+                stuck[pid] = "in another pid namespace"
+                continue
+            try:
                 _write(os.path.join(leaf, "cgroup.procs"), str(pid))
-    _write(control, "+cpu +memory")
+            except CgroupError as exc:  # (ended meanwhile, or not movable: said below if it stays)
+                stuck[pid] = getattr(exc.__cause__, "strerror", None) or str(exc)
+    try:
+        _write(control, "+cpu +memory")
+    except CgroupError as exc:
+        left = [p for p in _pids_in(base) if p in stuck or p == 0]
+        if left:
+            said = ", ".join(f"{p} ({stuck.get(p, '?')})" for p in left[:5]) + (", ..." if len(left) > 5 else "")
+            raise CgroupError(f"{exc}: {base} still holds processes that could not be moved to {V2_LEAF}: {said} "
+                              f"(start the agent where it may move them: its own unit with Delegate=yes)") from exc
+        raise
 
 
 class CgroupUnavailable(RuntimeError):

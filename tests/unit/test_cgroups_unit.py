@@ -3,6 +3,7 @@ v1/v2 drivers' file formats (on a fake cgroup tree), the progress channel, sizes
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import shutil
@@ -411,6 +412,8 @@ def _fake_v2(tmp_path, own: str, procs: str, subtree: str = "") -> tuple[str, st
     (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (base / "cgroup.subtree_control").write_text(subtree)
     (base / "cgroup.procs").write_text(procs)
+    if own.strip("/"):  # (a non-root group: the root has no cgroup.type)
+        (base / "cgroup.type").write_text("domain\n")
     mountinfo, proc_cgroup = tmp_path / "mountinfo", tmp_path / "cgroup"
     mountinfo.write_text(f"41 31 0:38 / {root} rw,relatime - cgroup2 cgroup2 rw\n")
     proc_cgroup.write_text(f"0::{own}\n")
@@ -427,7 +430,8 @@ def test_a_v2_cgroup_with_processes_moves_them_to_a_leaf_before_it_enables_contr
 
     def write(path: str, value: str) -> None:
         if path.endswith("cgroup.subtree_control") and os.path.dirname(path) == base and cgroups._pids_in(base):
-            raise CgroupError(f"cannot write {value!r} to {path}: Device or resource busy")
+            raise CgroupError(f"cannot write {value!r} to {path}: Device or resource busy") from OSError(
+                errno.EBUSY, "Device or resource busy")
         if path == os.path.join(base, "vcemu.procs", "cgroup.procs"):  # the kernel moves the process
             Path(base, "cgroup.procs").write_text("")
         real_write(path, value)

@@ -42,3 +42,30 @@ def test_a_start_that_always_finds_no_room_is_retried_with_a_growing_wait_and_sa
             assert len(said) == 1, said
     finally:
         core.shutdown()
+
+
+def test_a_job_refused_for_want_of_resources_ten_times_in_a_row_fails_saying_so() -> None:
+    """A shortage that lasts (the refused host still looks free to the policy, which places the job there again)
+    must not keep the job pending for good: after RETRY_BACKOFF_TRIES refusals in a row, each wait doubled, it fails."""
+    from coordinator.backends.base import BackendError
+    from coordinator.backends.sim import SimBackend
+    from coordinator.engine import RETRY_BACKOFF_TRIES, RETRY_DOUBLINGS_MAX
+
+    class Exhausted(SimBackend):
+        retry_after = 0.01
+        starts: list[float] = []
+
+        def start(self, spec, hosts, cpu, progress=0.0):  # type: ignore[no-untyped-def]
+            self.starts.append(self.now())
+            error = BackendError("StartTask on h0: RESOURCE_EXHAUSTED: agent out of space in /dev/shm/x", True)
+            error.backoff = True
+            raise error
+
+    backend = Exhausted()
+    engine = Engine(get_policy("greedy"), backend, [Host("h0", 1.0, 1.0)])
+    engine.run([JobSpec("a", 0.0, 1, 0.5, 0.01, 10.0)])
+    rec = engine.jobs["a"]
+    assert rec.state is JobState.FAILED and rec.message.endswith(
+        f"(refused so {RETRY_BACKOFF_TRIES + 1} times in a row: given up)"), rec.message
+    gaps = [round(b - a, 6) for a, b in zip(backend.starts, backend.starts[1:], strict=False)]
+    assert gaps == [round(0.01 * 2 ** min(i, RETRY_DOUBLINGS_MAX), 6) for i in range(RETRY_BACKOFF_TRIES)]

@@ -47,3 +47,21 @@ def test_a_write_after_close_is_not_said_to_be_a_deleted_wal(tmp_path) -> None:
     store.close()
     with pytest.raises(sqlite3.ProgrammingError):
         store.put_agent("b", "x", b"d")
+
+
+def test_a_state_file_deleted_with_its_wal_is_rescued_whole(tmp_path) -> None:
+    """Review: ``rm state.db*`` deletes the WAL too; the message said to copy /proc/PID/fd/N (the state file
+    alone), which holds no commit not yet checkpointed: here not even the agent written."""
+    path = str(tmp_path / "s.db")
+    store = Store(path, exclusive=True)
+    try:
+        store.put_agent("a", "x", b"d")
+        for name in ("s.db", "s.db-wal", "s.db-shm"):
+            os.unlink(tmp_path / name)
+        with pytest.raises(StateFileGone, match=r"copied to .*s\.db\.rescued-") as e:
+            store.put_agent("b", "x", b"d")
+        print(e.value)
+    finally:
+        store.close()
+    copy = sqlite3.connect(f"{path}.rescued-{os.getpid()}")
+    assert copy.execute("SELECT COUNT(*) FROM agents").fetchone()[0] == 1
