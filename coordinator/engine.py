@@ -343,7 +343,8 @@ class Engine:
 
     def cancel(self, job: str) -> JobRecord:
         """Cancel ``job``, unless it has finished: then its record as it is. A job the backend saw end in a poll
-        whose reports the loop has not taken yet ends as reported (:meth:`Backend.ended`), not cancelled."""
+        whose reports the loop has not taken yet ends as reported (the backend's ``stop_unless_ended``), not
+        cancelled."""
         with self.lock:
             rec = self.jobs[job]
             if rec.state.finished:

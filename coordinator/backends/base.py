@@ -28,11 +28,11 @@ class BackendError(RuntimeError):
     ``hosts``: set by a backend's ``move`` cut short, each of the job's tasks' host as the failure left it (the
     tasks moved before it at their new hosts), for the engine's record of the job."""
 
-    def __init__(self, message: str, unreachable: bool = False) -> None:
+    def __init__(self, message: str, unreachable: bool = False, backoff: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
         #: (unreachable) the agent answered that it ran out of a resource of its machine: retried with a growing wait
-        self.backoff = False
+        self.backoff = backoff
         self.hosts: tuple[str, ...] | None = None
 
 

@@ -211,7 +211,7 @@ class LiveBackend:
         self._shares: dict[str, dict[str, agent_pb2.SetShareRequest]] = {}
         self._share_cpu: dict[str, float] = {}
         self._share_failures: list[tuple[str, BackendError]] = []  # (job, error) of the changes being sent
-        #: The last poll's reports of jobs that ended (done or failed), by job: :meth:`ended`.
+        #: The last poll's reports of jobs that ended (done or failed), by job: :meth:`stop_unless_ended`.
         self._ended: dict[str, Report] = {}
 
     # ---- cluster membership -----------------------------------------------------------------------
@@ -495,10 +495,9 @@ class LiveBackend:
                 self._orphans.append(_Task(request.task_id, host))  # type: ignore[attr-defined]
             # RESOURCE_EXHAUSTED: the agent answered that it ran out of space, descriptors or processes (node_agent.
             # server._resource_shortage): no task was made, and nothing against the job, which waits (exhaustion review)
-            error = BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE
-                                 or exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED)
-            error.backoff = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            raise error from None
+            exhausted = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE or exhausted,
+                               backoff=exhausted) from None
 
     def _call_past_orphans(self, host: str, method: str, request: object,
                            refusal: grpc.RpcError) -> agent_pb2.TaskReply:
@@ -1208,17 +1207,12 @@ class LiveBackend:
                 self._journal_progress()
             return reports
 
-    def ended(self, job: str) -> Report | None:
-        """The last poll's report that ``job`` ended (done or failed), if it made one. The engine's loop acts on
-        a poll's reports once it holds the engine's lock; a cancel that takes the lock first asks here, so that a
-        job whose tasks all finished is not recorded cancelled (concurrency review). The next poll forgets them:
-        by then the loop has acted on them."""
-        with self._lock:
-            return self._ended.get(job)
-
     def stop_unless_ended(self, job: str) -> Report | None:
-        """(A cancel.) The last poll's report that ``job`` ended, if it made one; else :meth:`stop` it, in the same
-        hold of the lock, so that no poll can see it end in between."""
+        """(A cancel.) The last poll's report that ``job`` ended (done or failed), if it made one; else :meth:`stop`
+        it, in the same hold of the lock, so that no poll can see it end in between. The engine's loop acts on a poll's
+        reports once it holds the engine's lock; a cancel that takes that lock first must not record a job whose
+        tasks all finished cancelled (concurrency review). The next poll forgets them: by then the loop has acted
+        on them."""
         with self._lock:
             report = self._ended.get(job)
             if report is None:

@@ -254,9 +254,9 @@ def test_a_cancel_between_a_poll_that_saw_the_job_end_and_the_loops_turn_leaves_
         assert [t.dst for t in engine.history.transitions].count(state) == 1
         assert JobState.CANCELLED not in [t.dst for t in engine.history.transitions]
         backend.advance = advance  # type: ignore[method-assign]
-        assert backend.ended("a") is not None
+        assert backend._ended.get("a") is not None
         backend.poll()
-        assert backend.ended("a") is None  # the next poll forgets the reports the loop has acted on
+        assert backend._ended.get("a") is None  # the next poll forgets the reports the loop has acted on
 
 
 def test_a_cancel_after_a_poll_that_saw_the_job_run_still_cancels_it() -> None:
@@ -266,7 +266,7 @@ def test_a_cancel_after_a_poll_that_saw_the_job_run_still_cancels_it() -> None:
         engine.arrive(JobSpec("a", 0.0, 1, 0.1, 0.01, 100.0, modeled.NAME))
         engine.apply(Plan((Start("a", ("h0",), 0.1),)))
         x.set("a/0", 0.5)
-        assert backend.poll() == [] and backend.ended("a") is None
+        assert backend.poll() == [] and backend._ended.get("a") is None
         assert engine.cancel("a").state is JobState.CANCELLED
 
 

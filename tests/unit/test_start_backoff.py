@@ -57,9 +57,8 @@ def test_a_job_refused_for_want_of_resources_ten_times_in_a_row_fails_saying_so(
 
         def start(self, spec, hosts, cpu, progress=0.0):  # type: ignore[no-untyped-def]
             self.starts.append(self.now())
-            error = BackendError("StartTask on h0: RESOURCE_EXHAUSTED: agent out of space in /dev/shm/x", True)
-            error.backoff = True
-            raise error
+            raise BackendError("StartTask on h0: RESOURCE_EXHAUSTED: agent out of space in /dev/shm/x", True,
+                               backoff=True)
 
     backend = Exhausted()
     engine = Engine(get_policy("greedy"), backend, [Host("h0", 1.0, 1.0)])
