@@ -297,7 +297,9 @@ class Store:
         #: (st_dev, st_ino) of the state file and of its WAL as opened (:meth:`_check_identity`).
         self._identity: tuple[int, int] | None = None
         self._wal_identity: tuple[int, int] | None = None
-        self._where, self._wal, self._closed = os.path.abspath(path), f"{path}-wal", False
+        # Absolute (a relative --state read after a chdir named another file: "deleted or moved away"), and the WAL
+        # beside the file a symlink names, where SQLite makes it (beside the link, none was ever seen: not checked)
+        self._where, self._wal, self._closed = os.path.abspath(path), f"{os.path.realpath(path)}-wal", False
         #: (the state file gone) what the message says of the copy made of it (:meth:`_rescue`)
         self._rescued: str | None = None
         self._claim: int | None = None
@@ -363,10 +365,6 @@ class Store:
             self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"--state {path}: {_cannot(exc)}") from None
-        # Absolute (a relative --state read after a chdir named another file: "deleted or moved away"), and the WAL
-        # beside the file a symlink names, where SQLite makes it (beside the link, none was ever seen: not checked)
-        self._where = os.path.abspath(path)
-        self._wal = f"{os.path.realpath(path)}-wal"
         self._identity = _file_identity(self._where)
         self._wal_identity = _file_identity(self._wal)
 

@@ -86,42 +86,10 @@ RATE_SMOOTHING = 0.5
 PIDS_HEADROOM = 8
 
 
-def _pids_room(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str, int, int] | None:
-    """(cgroup directory, pids.current, pids.max) of this process's pids cgroup (v1, or v2 alone), or None where
-    there is no limit there or it cannot be read."""
-    try:
-        with open(proc_cgroup) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    v2_only = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if "pids" in controllers.split(","):
-            where = "/sys/fs/cgroup/pids" + path
-        elif controllers == "" and v2_only:
-            where = "/sys/fs/cgroup" + path
-        else:
-            continue
-        try:
-            with open(os.path.join(where, "pids.max")) as f:
-                limit = f.read().strip()
-            with open(os.path.join(where, "pids.current")) as f:
-                current = int(f.read())
-        except (OSError, ValueError):
-            continue
-        if limit != "max":
-            return where, current, int(limit)
-    return None
-
-
 def _check_pids_room() -> None:
     """Refuse a start (RESOURCE_EXHAUSTED: the coordinator keeps the job) that would leave the agent fewer than
     :data:`PIDS_HEADROOM` processes or threads under its pids limit."""
-    room = _pids_room()
+    room = cgroups.pids_room()
     if room is not None and room[2] - room[1] < PIDS_HEADROOM + 1:
         where, current, limit = room
         raise AgentError("RESOURCE_EXHAUSTED", f"agent out of processes: {current} of the {limit} its pids cgroup "

@@ -269,6 +269,33 @@ def owners(parents: Iterable[str]) -> set[Owner]:
     return found
 
 
+def pids_room(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup",
+              ) -> tuple[str, int, int] | None:
+    """(cgroup directory, pids.current, pids.max) of this process's own cgroup in the hierarchy with the pids
+    controller (v1's, or cgroup2 where it holds ``pids.max``), or None where there is no limit there or it cannot
+    be read (the agent's check before a start: :func:`node_agent.agent._check_pids_room`)."""
+    try:
+        mounts = parse_mountinfo(_read(mountinfo))
+        own = parse_proc_cgroup(_read(proc_cgroup))
+    except CgroupError:
+        return None
+    for m in mounts:
+        if m.fstype == "cgroup2":
+            where = own_dir(m, own.get("", "/"))
+        elif "pids" in m.controllers:
+            where = own_dir(m, own.get("pids", "/"))
+        else:
+            continue
+        try:
+            limit = _read(os.path.join(where, "pids.max")).strip()
+            current = int(_read(os.path.join(where, "pids.current")))
+        except (CgroupError, ValueError):
+            continue
+        if limit != "max":
+            return where, current, int(limit)
+    return None
+
+
 def agent_parents(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup",
                   ) -> dict[str, list[str]]:
     """Agent id -> its parent groups, for every agent whose parent is beside where this process's own would be

@@ -469,3 +469,24 @@ def test_v2_enables_memory_too_where_only_cpu_was_enabled(tmp_path) -> None:
     base, mountinfo, proc_cgroup = _fake_v2(tmp_path, "/", "", "cpu\n")
     cgroups.open_driver("a4", prefer=("cgroup-v2",), mountinfo=mountinfo, proc_cgroup=proc_cgroup)
     assert Path(base, "cgroup.subtree_control").read_text() == "+cpu +memory"
+
+
+def test_pids_room_reads_the_limit_of_this_process_cgroup_in_the_pids_hierarchy(tmp_path) -> None:
+    """The agent's check before a start (exhaustion review): the pids hierarchy found from mountinfo, v1 or v2."""
+    v1 = tmp_path / "pids" / "user" / "a"
+    v1.mkdir(parents=True)
+    (v1 / "pids.max").write_text("20\n")
+    (v1 / "pids.current").write_text("15\n")
+    mountinfo, proc = tmp_path / "mountinfo", tmp_path / "cgroup"
+    mountinfo.write_text(f"31 25 0:27 / {tmp_path / 'pids'} rw - cgroup cgroup rw,pids\n")
+    proc.write_text("8:pids:/user/a\n")
+    assert cgroups.pids_room(str(mountinfo), str(proc)) == (str(v1), 15, 20)
+    (v1 / "pids.max").write_text("max\n")
+    assert cgroups.pids_room(str(mountinfo), str(proc)) is None
+    v2 = tmp_path / "unified" / "svc"
+    v2.mkdir(parents=True)
+    (v2 / "pids.max").write_text("40\n")
+    (v2 / "pids.current").write_text("3\n")
+    mountinfo.write_text(f"41 31 0:38 / {tmp_path / 'unified'} rw - cgroup2 cgroup2 rw\n")
+    proc.write_text("0::/svc\n")
+    assert cgroups.pids_room(str(mountinfo), str(proc)) == (str(v2), 3, 40)
