@@ -26,8 +26,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -61,6 +61,10 @@ RETRY_DOUBLINGS_MAX = 7
 #: Such refusals in a row after which the job fails (about 50 s of waits at a live backend's 0.1 s poll interval): a
 #: shortage that lasts must not keep a job pending for good on a host that looks free to the policy (review).
 RETRY_BACKOFF_TRIES = 10
+#: A host whose agent refused a start for want of its machine's resources is offered to the policy as full (no new task
+#: fits there) for ``retry_after * 2**k`` model seconds, k from this many doublings (16 poll intervals, 1.6 s at 0.1 s)
+#: up to :data:`RETRY_DOUBLINGS_MAX`, one more per refusal in a row (``Engine._short``).
+SHORT_HOST_DOUBLINGS_MIN = 4
 #: The wall clock of those lines (a name of its own, for tests to set)
 _wall = time.monotonic
 
@@ -227,6 +231,11 @@ class Engine:
         self._retrying: dict[str, tuple[str, float, int]] = {}  # (and how many in a row asked for a backoff)
         #: per cause of those refusals: when a job was last logged for it, and how many have not been since
         self._pending_said: dict[str, tuple[float, int]] = {}
+        #: Hosts whose agent refused a start for want of its machine's resources (``BackendError.short``): until when
+        #: the policy sees each as full (:meth:`_visible_hosts`), and its refusals since a start last got through
+        #: there. Without it the job went back to the refusing host, which still looked free, at every retry, until
+        #: it failed, while another host stood idle (exhaustion review).
+        self._short: dict[str, tuple[float, int]] = {}
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -248,12 +257,8 @@ class Engine:
             # A new list, never the old one extended: readers that do not take the lock (ClusterStatus, the
             # metrics) read ``self.hosts`` once, and the list they get is never changed under them.
             self.hosts = [*self.hosts, *added]
-            if added and self._live and not self.policy.period:
-                self._push(self.backend.now(), "stim", Tick())
-            elif added and getattr(self.policy, "admits_on_submit", False):
-                for job, rec in self._live.items():
-                    if rec.state is JobState.PENDING:
-                        self._push(self.backend.now(), "stim", Submit(job))
+            if added:
+                self._offer_hosts_at(self.backend.now())
             if added:  # more hosts hold more: only the jobs noted as waiting can change (all, if there were none)
                 self._judge_pending(say=False, recs=None if not known else [
                     r for r in self._live.values() if r.state is JobState.PENDING and r.message.startswith(self.WAITS)])
@@ -427,6 +432,8 @@ class Engine:
         with self.lock:
             gone = set(names)
             self.hosts = [h for h in self.hosts if h.name not in gone]
+            for name in gone.intersection(self._short):  # (an agent that comes back starts afresh)
+                del self._short[name]
             hit = [j for j, r in self.jobs.items()
                    if r.state in (JobState.RUNNING, JobState.PAUSED) and gone.intersection(r.hosts)]
             for job in hit:
@@ -564,7 +571,58 @@ class Engine:
                         d["_view"] = None
                 v = d.get("_view")  # rec.view(), without the call for a view that is kept
                 views[job] = v if v is not None else rec.view()
-            return Snapshot(self.backend.now(), tuple(self.hosts), MappingProxyType(views)), running_jobs
+            now = self.backend.now()
+            hosts = tuple(self.hosts) if not self._short else self._visible_hosts(now, views)
+            return Snapshot(now, hosts, MappingProxyType(views)), running_jobs
+
+    def _visible_hosts(self, now: float, views: Mapping[str, JobView]) -> tuple[Host, ...]:
+        """The hosts as the policy is to see them: one whose agent refused a start for want of its machine's
+        resources less than its wait ago (:meth:`_mark_short`) is left out if none of its tasks is placed there,
+        and otherwise shown with the memory its placed tasks hold as its whole memory, so that no new task fits
+        there while what runs there keeps its place. The engine's own checks use the hosts as they are."""
+        short = {h for h, (until, _) in self._short.items() if until > now}
+        if not short:
+            return tuple(self.hosts)
+        held = dict.fromkeys(short, 0.0)
+        for v in views.values():
+            for h in v.hosts:  # (a pending job's is empty; a paused job keeps its place)
+                if h in held:
+                    held[h] += v.spec.mem
+        return tuple(h if h.name not in short else replace(h, mem=held[h.name])
+                     for h in self.hosts if h.name not in short or held[h.name] > 0)
+
+    def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
+        """Show ``hosts`` to the policy as full for a while (:meth:`_visible_hosts`): their agent refused ``job``'s
+        start for want of its machine's resources (other refusals before the wait has passed: the same shortage,
+        neither said nor counted again). The wait doubles with each refusal in a row there (from
+        :data:`SHORT_HOST_DOUBLINGS_MIN` doublings of the backend's ``retry_after``); a start that gets through
+        there ends the run. Once it has passed, the policy is asked again, as when hosts are added."""
+        now = self.backend.now()
+        step = getattr(self.backend, "retry_after", 0.0)
+        latest, known = now, {h.name for h in self.hosts}
+        for name in hosts:
+            was, tries = self._short.get(name, (-math.inf, 0))
+            if name not in known or was > now:  # (a refusal from a plan made before the mark: one says it)
+                continue
+            until = now + step * 2 ** min(SHORT_HOST_DOUBLINGS_MIN + tries, RETRY_DOUBLINGS_MAX)
+            self._short[name] = (until, tries + 1)
+            latest = max(latest, until)
+            log.warning("host %s is offered to no new task for %.3g s: %s refused there (%s)", name, until - now,
+                        job, message)
+        if latest > now:
+            self._offer_hosts_at(latest)
+
+    def _offer_hosts_at(self, at: float) -> None:
+        """Have the policy look at the hosts again at ``at`` (hosts added, or shown again): a ``Tick()`` for a
+        policy with no period (it decides otherwise only at a submission, a completion or a job's own timer); each
+        pending job offered again for one that admits jobs between its periods; nothing for a periodic one, which
+        sees the hosts at its next period (:meth:`add_hosts`)."""
+        if self._live and not self.policy.period:
+            self._push(at, "stim", Tick())
+        elif getattr(self.policy, "admits_on_submit", False):
+            for job, rec in self._live.items():
+                if rec.state is JobState.PENDING:
+                    self._push(at, "stim", Submit(job))
 
     def handle(self, stim: Stimulus) -> Plan:
         with self.lock:
@@ -739,6 +797,9 @@ class Engine:
                 rec.message = ""
             if self._retrying:  # it started: a later refusal is a new one, logged again
                 self._retrying.pop(job, None)
+            if self._short:  # it started there: the host's refusals in a row end
+                for h in action.hosts:
+                    self._short.pop(h, None)
             self._record(job, JobState.PENDING, running, rec.hosts, rec.cpu, "start")
         elif kind is Defer:
             rec.attempts += 1
@@ -886,6 +947,8 @@ class Engine:
             # (it was a StartTask, a journal write and a log line every poll interval, for good: review).
             job, now = rec.spec.id, self.backend.now()
             logged, due, tries = self._retrying.get(job, ("", -math.inf, 0))
+            if getattr(exc, "backoff", False) and getattr(exc, "short", ()):
+                self._mark_short(exc.short, job, message)
             if getattr(exc, "backoff", False) and tries >= RETRY_BACKOFF_TRIES:
                 self._retrying.pop(job, None)
                 self._fail(rec, f"{message} (refused so {tries + 1} times in a row: given up)")

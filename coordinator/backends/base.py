@@ -33,6 +33,8 @@ class BackendError(RuntimeError):
         self.unreachable = unreachable
         #: (unreachable) the agent answered that it ran out of a resource of its machine: retried with a growing wait
         self.backoff = backoff
+        #: (backoff) the hosts of that agent, which the engine shows its policy as full for a while
+        self.short: tuple[str, ...] = ()
         self.hosts: tuple[str, ...] | None = None
 
 

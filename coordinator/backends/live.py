@@ -496,8 +496,12 @@ class LiveBackend:
             # RESOURCE_EXHAUSTED: the agent answered that it ran out of space, descriptors or processes (node_agent.
             # server._resource_shortage): no task was made, and nothing against the job, which waits (exhaustion review)
             exhausted = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            raise BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE or exhausted,
-                               backoff=exhausted) from None
+            error = BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE or exhausted,
+                                 backoff=exhausted)
+            if exhausted:  # the machine's shortage: every host of its agent (the engine shows them full for a while)
+                agent = self.host_agent.get(host)
+                error.short = tuple(h for h, a in self.host_agent.items() if a == agent) if agent else (host,)
+            raise error from None
 
     def _call_past_orphans(self, host: str, method: str, request: object,
                            refusal: grpc.RpcError) -> agent_pb2.TaskReply:

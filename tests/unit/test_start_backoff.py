@@ -68,3 +68,138 @@ def test_a_job_refused_for_want_of_resources_ten_times_in_a_row_fails_saying_so(
         f"(refused so {RETRY_BACKOFF_TRIES + 1} times in a row: given up)"), rec.message
     gaps = [round(b - a, 6) for a, b in zip(backend.starts, backend.starts[1:], strict=False)]
     assert gaps == [round(0.01 * 2 ** min(i, RETRY_DOUBLINGS_MAX), 6) for i in range(RETRY_BACKOFF_TRIES)]
+
+
+class _Refusing:
+    """A simulated backend whose agent of ``short`` hosts refuses starts for want of space while ``full`` holds (a
+    full /dev/shm there), as the live backend's BackendError says it (``short``: every host of the agent)."""
+
+    def __init__(self, short: tuple[str, ...], refusals: int = 10**9) -> None:
+        from coordinator.backends.sim import SimBackend
+
+        self.backend = SimBackend()
+        self.backend.retry_after = 0.01  # type: ignore[attr-defined]
+        self.short, self.refusals, self.starts = short, refusals, []  # type: list[tuple[float, tuple[str, ...]]]
+        start = self.backend.start
+
+        def refusing(spec, hosts, cpu, progress=0.0):  # type: ignore[no-untyped-def]
+            from coordinator.backends.base import BackendError
+
+            self.starts.append((self.backend.now(), tuple(hosts)))
+            if self.refusals > 0 and set(hosts) & set(self.short):
+                self.refusals -= 1
+                error = BackendError(f"StartTask on {hosts[0]}: RESOURCE_EXHAUSTED: agent out of space in /dev/shm",
+                                     True, backoff=True)
+                error.short = self.short
+                raise error
+            return start(spec, hosts, cpu, progress)
+
+        self.backend.start = refusing  # type: ignore[method-assign]
+
+
+def test_a_host_whose_agent_is_short_is_shown_full_and_the_job_goes_to_another() -> None:
+    """The refused job went back to the refusing host at every retry (it still looked free to the policy) until it
+    failed after ten refusals, while another host stood idle: the policy now sees that agent's hosts as full for a
+    while, and the job starts on the idle one at its first retry."""
+    from coordinator.engine import SHORT_HOST_DOUBLINGS_MIN
+
+    r = _Refusing(short=("h0", "h1"))
+    engine = Engine(get_policy("greedy"), r.backend, [Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0), Host("h2", 1.0, 1.0)])
+    engine.arrive(JobSpec("a", 0.0, 1, 0.5, 0.01, 10.0))
+    engine.step(until=0.005)
+    assert r.starts == [(0.0, ("h0",))] and engine.jobs["a"].state is JobState.PENDING
+    assert engine._short == {h: (0.01 * 2**SHORT_HOST_DOUBLINGS_MIN, 1) for h in ("h0", "h1")}
+    assert [h.name for h in engine.snapshot().hosts] == ["h2"]  # (nothing of ours is placed on h0 or h1)
+    engine.run([])
+    assert r.starts == [(0.0, ("h0",)), (0.01, ("h2",))]
+    assert engine.jobs["a"].state is JobState.DONE and engine.jobs["a"].hosts == ("h2",)
+
+
+def test_a_short_host_keeps_what_runs_there_and_takes_nothing_new_until_its_wait_has_passed() -> None:
+    """Shown full, not left out, while a task of ours is placed there: with its placed tasks' memory as its whole
+    memory, so that what runs there keeps its place and nothing new fits; shown as it is once the wait has passed,
+    and the policy asked again then (a Tick for a policy with no period, which would otherwise wait for the next
+    submission or completion), when the second job starts there."""
+    from coordinator.engine import SHORT_HOST_DOUBLINGS_MIN
+
+    r = _Refusing(short=("h0",), refusals=0)
+    engine = Engine(get_policy("greedy"), r.backend, [Host("h0", 1.0, 1.0)])
+    engine.arrive(JobSpec("a", 0.0, 1, 0.25, 0.3, 100.0))
+    engine.step(until=0.0)
+    engine.step(until=1.0)
+    r.refusals = 1
+    engine.arrive(JobSpec("b", 1.0, 1, 0.25, 0.3, 10.0))
+    engine.step(until=1.0)
+    assert engine.jobs["b"].state is JobState.PENDING and engine.jobs["a"].state is JobState.RUNNING
+    wait = 0.01 * 2**SHORT_HOST_DOUBLINGS_MIN
+    snap = engine.snapshot()
+    assert [(h.name, h.cpu, round(h.mem, 9)) for h in snap.hosts] == [("h0", 1.0, 0.3)]
+    engine.step(until=1.0 + wait - 0.001)
+    assert engine.jobs["b"].state is JobState.PENDING and r.starts[-1] == (1.0, ("h0",))
+    engine.step(until=1.0 + wait + 0.001)
+    assert r.starts[-1] == (1.0 + wait, ("h0",)) and engine.jobs["b"].state is JobState.RUNNING
+    assert [(h.name, h.mem) for h in engine.snapshot().hosts] == [("h0", 1.0)]
+    assert engine._short == {}  # (its start got through: the host's refusals in a row end there)
+
+
+def test_each_refusal_in_a_row_on_a_short_host_doubles_its_wait() -> None:
+    """One host, an agent that stays short: the job is offered to the host again only as each wait passes, the
+    waits doubling (from SHORT_HOST_DOUBLINGS_MIN doublings of retry_after) up to RETRY_DOUBLINGS_MAX, and it fails
+    after RETRY_BACKOFF_TRIES refusals in a row, as before."""
+    from coordinator.engine import RETRY_BACKOFF_TRIES, RETRY_DOUBLINGS_MAX, SHORT_HOST_DOUBLINGS_MIN
+
+    r = _Refusing(short=("h0",))
+    engine = Engine(get_policy("greedy"), r.backend, [Host("h0", 1.0, 1.0)])
+    engine.run([JobSpec("a", 0.0, 1, 0.5, 0.01, 10.0)])
+    assert engine.jobs["a"].state is JobState.FAILED
+    assert len(r.starts) == RETRY_BACKOFF_TRIES + 1
+    gaps = [round(b[0] - a[0], 6) for a, b in zip(r.starts, r.starts[1:], strict=False)]
+    assert gaps == [round(0.01 * 2 ** min(SHORT_HOST_DOUBLINGS_MIN + i, RETRY_DOUBLINGS_MAX), 6)
+                    for i in range(RETRY_BACKOFF_TRIES)]
+
+
+def test_the_live_backend_names_every_host_of_the_short_agent() -> None:
+    """A refusal for want of the machine's resources is the agent's, not the host's: the error names all of its
+    hosts (an agent emulating two hosts with one full /dev/shm), and no other agent's."""
+    from coordinator.backends.base import BackendError
+
+    def full(path: str, *a, **k):  # type: ignore[no-untyped-def]
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    short = AgentCore("rv-short", [HostSpec("s0", 1.0, 1 << 30), HostSpec("s1", 1.0, 1 << 30)], DutyCycleDriver(),
+                      {"dgemm": 1000.0})
+    other = AgentCore("rv-other", [HostSpec("o0", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0})
+    try:
+        with backend_on(AgentServicer(short), AgentServicer(other)) as backend:
+            import pytest
+
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(progress, "create", full)
+                try:
+                    backend.start(JobSpec("a", 0.0, 1, 0.5, 0.01, 10.0, "dgemm"), ["s1"], 0.5)
+                except BackendError as exc:
+                    error = exc
+                else:
+                    raise AssertionError("the start was not refused")
+            assert error.backoff and error.unreachable
+            assert sorted(error.short) == ["s0", "s1"]
+    finally:
+        short.shutdown()
+        other.shutdown()
+
+
+def test_refusals_of_one_plan_mark_the_short_host_once() -> None:
+    """A plan that starts several jobs on a short host meets a refusal for each: one mark and one line, not a
+    doubling and a line per job (the second was refused before the first's mark could keep it away)."""
+    from coordinator.engine import SHORT_HOST_DOUBLINGS_MIN
+    from coordinator.plan import Plan, Start
+
+    r = _Refusing(short=("h0",))
+    engine = Engine(get_policy("greedy"), r.backend, [Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0)])
+    for job in ("a", "b", "c"):
+        engine.arrive(JobSpec(job, 0.0, 1, 0.25, 0.1, 10.0))
+    engine.apply(Plan([Start(job, ("h0",), 0.25) for job in ("a", "b", "c")]))
+    assert [h for _, h in r.starts] == [("h0",)] * 3
+    assert engine._short == {"h0": (0.01 * 2**SHORT_HOST_DOUBLINGS_MIN, 1)}
+    engine.run([])
+    assert all(engine.jobs[j].state is JobState.DONE and engine.jobs[j].hosts == ("h1",) for j in "abc")
