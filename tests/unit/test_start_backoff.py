@@ -203,3 +203,37 @@ def test_refusals_of_one_plan_mark_the_short_host_once() -> None:
     assert engine._short == {"h0": (0.01 * 2**SHORT_HOST_DOUBLINGS_MIN, 1)}
     engine.run([])
     assert all(engine.jobs[j].state is JobState.DONE and engine.jobs[j].hosts == ("h1",) for j in "abc")
+
+
+def test_a_job_refused_by_a_short_agent_runs_on_another_agent() -> None:
+    """Through gRPC, two real agents: the one the policy picks first has a full /dev/shm (its task files cannot be
+    made); the job is refused there once, and starts and ends on the other agent's host instead of being refused
+    there ten times and failing."""
+    agents = [AgentCore(f"rv-{name}", [HostSpec(f"{name}0", 1.0, 1 << 30)], DutyCycleDriver(), {"dgemm": 1000.0})
+              for name in ("full", "roomy")]
+    create = progress.create
+    tried: list[str] = []
+
+    def full_on_the_first(path: str) -> None:
+        tried.append(path)
+        if "rv-full" in path:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        create(path)
+
+    import pytest
+
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(progress, "create", full_on_the_first)
+            with backend_on(*(AgentServicer(a) for a in agents)) as backend:
+                engine = Engine(get_policy("greedy"), backend, [Host("full0", 1.0, 1.0), Host("roomy0", 1.0, 1.0)])
+                engine.arrive(JobSpec("a", 0.0, 1, 0.5, 0.01, 0.3, "dgemm"))
+                end = time.monotonic() + 20.0
+                while engine.jobs["a"].state is not JobState.DONE and time.monotonic() < end:
+                    engine.step(until=backend.now() + 0.2)
+                rec = engine.jobs["a"]
+                assert rec.state is JobState.DONE and rec.hosts == ("roomy0",), (rec.state, rec.hosts, rec.message)
+                assert sum("rv-full" in p for p in tried) == 1, tried
+    finally:
+        for a in agents:
+            a.shutdown()
