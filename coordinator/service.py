@@ -685,7 +685,7 @@ class CoordinatorServer:
             self.backend = LiveBackend(compression=compression, poll_interval=poll_interval,
                                        epoch=loaded.epoch if loaded else None, rpc_timeout=rpc_timeout,
                                        channel_factory=tls.client_channel if tls else None, lease_s=self.lease_s,
-                                       token=token)
+                                       token=token, clock=loaded.clock if loaded else 0.0)
             self.engine = Engine(policy, self.backend, keep_history=keep_history)
             #: the jobs as the read-only calls and the metrics show them, without the engine's lock
             self.board = JobBoard.of(self.engine)
@@ -741,6 +741,7 @@ class CoordinatorServer:
                 self.engine.listeners.append(self._persist)
                 self.backend.journal = self.store.put_tasks
                 self.backend.journal_batch = self.store.transaction
+                self.backend.clock_journal = self.store.put_clock
             self.engine.listeners.append(self._broadcast)
             self._stop = threading.Event()
             #: How many exceptions the engine loop survived (logged, and the loop went on, as a service must), and the
@@ -1044,6 +1045,10 @@ class CoordinatorServer:
         self.restored_note = (f"restored {many(len(records), 'job')} ({unfinished:,} unfinished) and "
                               f"{many(len(loaded.agents), 'agent')} from {where}" if records or loaded.agents
                               else f"{where} holds no job or agent yet: this run is recorded there")
+        if (records or loaded.agents) and self.backend.clock_behind:  # (the backend logged it; the restart line too)
+            self.restored_note += (f"; its clock carries on at t={self.backend.now():.1f} s, where it was left: "
+                                   f"this machine's wall clock is {self.backend.clock_behind:.1f} s behind the "
+                                   "earlier run's")
         log.debug("%s", self.restored_note)
 
     # ---- agent health -------------------------------------------------------------------------------
@@ -1284,6 +1289,8 @@ class CoordinatorServer:
             if self.engine.lock.acquire(timeout=5):  # (a loop that did not stop in time may hold it)
                 try:
                     self.save_unsaved()
+                    with contextlib.suppress(Exception):  # (a file that cannot be written: said by save_unsaved)
+                        self.store.put_clock(self.backend.now())
                     self.closing = True
                 finally:
                     self.engine.lock.release()

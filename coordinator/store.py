@@ -13,8 +13,10 @@ Everything the coordinator has acknowledged is in this file before the acknowled
   once its StartTask has returned, so that a restarted coordinator can adopt the tasks that kept running;
 * ``agents``: each registered agent's address and description, so a restarted coordinator can talk to
   its agents at once, before they re-register;
-* ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts; the
-  reference host; and the lease last granted to each agent, which a restarted coordinator waits out.
+* ``meta``: the epoch (wall clock of time 0), so the coordinator's clock continues across restarts, and the
+  latest time that clock was recorded at (``clock``), so that it never goes back at a restart whose wall clock
+  is behind the one before (an NTP step, a pod moved to a node whose clock is behind); the reference host; and
+  the lease last granted to each agent, which a restarted coordinator waits out.
 
 Durability: WAL with ``synchronous=FULL`` by default: every commit is fsynced before it returns, so what
 the coordinator acknowledged survives a power cut or a kernel crash too; with ``NORMAL`` (fsync only at
@@ -195,6 +197,9 @@ class StoredTask:
 @dataclass
 class Loaded:
     epoch: float
+    #: The latest time of the coordinator's clock the state records (its ``clock`` key, the last transition, the
+    #: jobs' starts and ends): a restarted coordinator's clock carries on from no earlier (0.0: a new file).
+    clock: float = 0.0
     jobs: list[StoredJob] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     tasks: dict[str, tuple[int, list[StoredTask]]] = field(default_factory=dict)
@@ -457,6 +462,12 @@ class Store:
             self._db.execute("INSERT INTO meta VALUES ('epoch', ?)", (repr(now),))
             return now
 
+    def put_clock(self, now: float) -> None:
+        """Record the coordinator's clock (``backend.now()``), so that a restart never starts it earlier (see
+        :attr:`Loaded.clock`); written with the progress journal, about once a second, and at a clean stop."""
+        with self.transaction():
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (repr(float(now)),))
+
     def put_job(self, spec: JobSpec, state: JobState, hosts: tuple[str, ...], cpu: float, vt: float,
                 attempts: int, first_start: float | None, end: float | None, message: str) -> None:
         with self.transaction():
@@ -539,8 +550,14 @@ class Store:
                 for row in self._db.execute(query):
                     out.transitions.append(Transition(row[0], row[1], JobState(row[2]) if row[2] else None,
                                                       JobState(row[3]), tuple(json.loads(row[4])), row[5], row[6]))
-            else:  # not read; its root and last page are: damaged, refused here as before (not at every write; review)
-                self._db.execute(query + " DESC LIMIT 1").fetchall()
+            # (not read: its root and last page are, so a damaged one is refused here as before, not at every write)
+            last = self._db.execute(query + " DESC LIMIT 1").fetchall()
+            times = [t for j in out.jobs for t in (j.spec.submit_time, j.first_start, j.end) if t is not None]
+            times += [r[0] for r in last]
+            row = self._db.execute("SELECT value FROM meta WHERE key='clock'").fetchone()
+            if row is not None:
+                times.append(float(row[0]))
+            out.clock = max((t for t in times if math.isfinite(t)), default=0.0)
             for job, restarts, tasks in self._db.execute("SELECT job, restarts, tasks FROM tasks"):
                 out.tasks[job] = (restarts, [StoredTask(t[0], t[1], t[2], t[3], bool(t[4])) for t in json.loads(tasks)])
             out.agents = [(a, b, bytes(c)) for a, b, c in self._db.execute("SELECT * FROM agents")]

@@ -160,10 +160,13 @@ class LiveBackend:
     def __init__(self, compression: float = 1.0, poll_interval: float = 0.1, pause_mode: str = "checkpoint",
                  epoch: float | None = None, rpc_timeout: float = RPC_TIMEOUT_S,
                  channel_factory: Callable[[str], grpc.Channel] | None = None, lease_s: float = 0.0,
-                 token: str | None = None) -> None:
+                 token: str | None = None, clock: float = 0.0) -> None:
         """``token``: the coordinator's bearer token, sent to the agents whose API wants one (their description's
         ``wants_token``) and to no other (code review: under TLS an agent registered without the token was sent
-        it)."""
+        it). ``epoch`` (the wall-clock time of time 0) and ``clock`` (the latest time an earlier run recorded, on
+        this clock): a restarted coordinator's clock carries on from ``time.time() - epoch``, and from no earlier
+        than ``clock`` (a wall clock behind the earlier run's: the time it was down is then not counted; the epoch
+        is kept, so a later restart on a clock that is right again counts from it, with no jump forward)."""
         if compression <= 0:
             raise ValueError(f"compression: must be > 0, got {compression}")
         if pause_mode not in ("checkpoint", "freeze"):
@@ -171,8 +174,33 @@ class LiveBackend:
         self.pause_mode = pause_mode
         self.compression = compression
         self.poll_interval = poll_interval
-        # ``epoch``: wall-clock time of time 0, so a restarted coordinator's clock carries on.
-        self._t0 = time.monotonic() if epoch is None else time.monotonic() - (time.time() - epoch)
+        # ``epoch``: wall-clock time of time 0, so a restarted coordinator's clock carries on; never back from where
+        # the earlier run left it (its times, in the store and in its jobs, would come after this run's: negative
+        # flow times and stretches, jobs ending before they started, later submissions ordered first).
+        #: At a restart: how far this clock starts past the latest time the earlier run recorded (the time the
+        #: coordinator was down, as the wall clocks tell it); None without an epoch.
+        self.restart_gap: float | None = None
+        #: At a restart: how far this machine's wall clock was behind the earlier run's (0: it was not).
+        self.clock_behind = 0.0
+        if epoch is None:
+            self._t0 = time.monotonic()
+        else:
+            wall, mono = time.time(), time.monotonic()
+            elapsed, floor = wall - epoch, max(0.0, clock) / compression
+            if not elapsed >= floor:  # (and a NaN epoch)
+                self.clock_behind = floor - elapsed if math.isfinite(elapsed) else math.inf
+                log.warning("this machine's wall clock is %.1f s behind the time this coordinator's state last "
+                            "recorded (a clock set back, or a host whose clock is behind the earlier one's): its "
+                            "clock carries on from t=%.1f s, counting none of the time it was down", self.clock_behind,
+                            floor * compression)
+                elapsed = floor
+            self.restart_gap = (elapsed - floor) * compression
+            log.info("the clock carries on at t=%.1f s, %.1f s after the latest time the state recorded",
+                     elapsed * compression, self.restart_gap)
+            self._t0 = mono - elapsed
+        #: Called with :meth:`now` with every journal of the tasks' progress (the store's ``put_clock``): the
+        #: clock's latest time, so that a restart does not start it earlier.
+        self.clock_journal: Callable[[float], None] | None = None
         self.rpc_timeout = rpc_timeout
         self.channel_factory = channel_factory or grpc.insecure_channel
         self.token = token
@@ -1311,6 +1339,8 @@ class LiveBackend:
             with self.journal_batch():
                 for job in self._tasks:
                     self._persist(job)
+                if self.clock_journal is not None and self._tasks:  # (idle: no write; its last transition is as late)
+                    self.clock_journal(self.now())
         except Exception as exc:
             if not self._journal_failing:
                 log.warning("journal of the tasks' progress failed (%s: %s); tried again every %g s",
