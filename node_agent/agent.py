@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, replace
 
 import psutil
 
-from node_agent import cgroups
+from node_agent import cgroups, leaseclock
 from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.fencer import write_lease
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
@@ -176,7 +176,7 @@ class AgentCore:
         self.rates = dict(units_per_core_second)
         self._rate_acc: dict[str, list[float]] = {w: [0.0, 0.0] for w in self.rates}
         self.workloads = sorted([*(w for w in PROGRAMS if w in self.rates), modeled.NAME, TRANSACTIONAL])
-        self.started = time.monotonic()
+        self.started = leaseclock.now()  # (the lease's clock: Status echoes it, and uptime counts a suspend)
         self._tasks: dict[str, Task | ModeledTask] = {}
         self._ending: dict[str, _Ending] = {}
         #: Tasks started whose programs may still boot, polled every ``boot_poll_s`` between the monitor's rounds
@@ -197,7 +197,7 @@ class AgentCore:
         self._memory: dict[str, int] | None = None
         self._stop = threading.Event()
         self._closers: list[Callable[[], None]] = []
-        #: The lease (see :meth:`renew_lease`): its length, and the time.monotonic() it runs out at (None: no lease).
+        #: The lease (see :meth:`renew_lease`): its length, and the :func:`leaseclock.now` it runs out at (None: none).
         #: A lock of its own: a renewal must not wait for the agent's lock, which calls hold while they start a
         #: program or wait on a freezer (up to seconds), or the registrar's next heartbeat would wait with it.
         self._lease_lock = threading.Lock()
@@ -529,7 +529,7 @@ class AgentCore:
         return self._apply(task_id, resume, share=-1.0)
 
     def renew_lease(self, lease_s: float, since: float) -> None:
-        """Renew the lease the coordinator grants: ``lease_s`` seconds from ``since`` (the time.monotonic() at
+        """Renew the lease the coordinator grants: ``lease_s`` seconds from ``since`` (the :func:`leaseclock.now` at
         which the agent sent the Heartbeat or RegisterAgent that was answered, or made the Status reply that the
         coordinator's next poll says it received); ``lease_s`` <= 0 removes it (a coordinator that grants none).
 
@@ -946,17 +946,17 @@ class AgentCore:
         return task is not None and task_id not in self._ending and task.state is State.STARTING
 
     def _lease_ran_out(self) -> float | None:
-        """The time.monotonic() the lease ran out at, or None while it holds or there is none (read without the
+        """The :func:`leaseclock.now` the lease ran out at, or None while it holds or there is none (read without the
         lease lock: one attribute read, taken by tasks under the agent's lock)."""
         until = self._lease_until
-        return until if until is not None and time.monotonic() > until else None
+        return until if until is not None and leaseclock.now() > until else None
 
     def lease_left(self) -> float:
         """Seconds until the lease runs out (0 if it has), or -1 if the agent holds none."""
         with self._lease_lock:
             if self._lease_until is None:
                 return -1.0
-            return max(0.0, self._lease_until - time.monotonic())
+            return max(0.0, self._lease_until - leaseclock.now())
 
     def _adopt_fences(self) -> None:
         """(Under the lock.) A task that runs, as far as this agent knows, but whose group is frozen was frozen by
@@ -978,7 +978,7 @@ class AgentCore:
         task whose freeze fails is tried again at the next round."""
         with self._lease_lock:
             lease_s, until = self._lease_s, self._lease_until
-        if until is None or time.monotonic() <= until:
+        if until is None or leaseclock.now() <= until:
             return
         fenced = self._fence_tasks(
             f"fenced: the agent's lease ran out ({lease_s:g} s without word from its coordinator); a Resume thaws it")

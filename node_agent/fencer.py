@@ -5,7 +5,7 @@ from its monitor thread. An agent process that does not run (SIGSTOP, a debugger
 its tasks ran on while the coordinator, hearing nothing, declared the agent lost and started them elsewhere, so two
 copies of a task ran at once, and one stale copy finished its whole task (fault-injection review, 2 of 2 tries).
 
-So the agent also writes its lease's deadline (``time.monotonic()``, the system-wide CLOCK_MONOTONIC) to a file at
+So the agent also writes its lease's deadline (``leaseclock.now()``, the system-wide CLOCK_BOOTTIME) to a file at
 each renewal (:func:`write_lease`), and this process, started by the agent, reads it every :data:`INTERVAL_S` and
 freezes every task group under the agent's freezer parent that is not frozen, at every look while the deadline
 has passed: from the same moment the agent's own monitor would, with the same margin before the coordinator may
@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from node_agent import leaseclock
 from node_agent.cgroups import OWNER_PREFIX, _kill_and_thaw, _proc_stat, freeze_control, self_frozen
 
 #: Seconds between two looks at the lease: the agent's monitor's own interval.
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     gone = _agent_gone(args.agent_pid)
     frozen: set[str] = set()
     while not gone():
-        frozen = look(frozen, time.monotonic())
+        frozen = look(frozen, leaseclock.now())
         time.sleep(INTERVAL_S)
     end(frozen)
     return 0

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable
 
 import grpc
 
+from node_agent import leaseclock
 from node_agent.server import RunningAgent, describe
 from vcemu.auth import bearer
 from vcemu.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -55,7 +55,7 @@ class Registrar:
                 timeout = min(RPC_TIMEOUT_S, max(0.5, self.interval))
                 try:
                     if not self.registered.is_set():
-                        sent = time.monotonic()
+                        sent = leaseclock.now()
                         reply = stub.RegisterAgent(coordinator_pb2.RegisterAgentRequest(
                             address=self._advertise, description=describe(self._agent.core, self._agent.wants_token)),
                             timeout=timeout, metadata=self._metadata)
@@ -64,7 +64,7 @@ class Registrar:
                         self._agent.core.renew_lease(reply.lease_s, sent)
                         self.registered.set()
                         log.info("registered with coordinator %s as %s", self._coordinator, self._advertise)
-                    sent = time.monotonic()
+                    sent = leaseclock.now()
                     hb = stub.Heartbeat(coordinator_pb2.HeartbeatRequest(
                         agent_id=self._agent.core.agent_id), timeout=timeout, metadata=self._metadata)
                     if not hb.known:

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from node_agent import cgroups
+from node_agent import cgroups, leaseclock
 from node_agent.cgroups import CgroupDriver, CgroupError, safe_name
 from workloads import modeled, progress
 from workloads.registry import CALIBRATION_MEMORY_BYTES, child_env, command
@@ -690,7 +690,7 @@ class ModeledTask:
 
     Same interface as :class:`Task`, so the agent's capacity checks, pause/resume and status are shared.
 
-    ``lease_ran_out`` gives the time.monotonic() the agent's lease ran out at, or None while it holds (or there is
+    ``lease_ran_out`` gives the :func:`leaseclock.now` the agent's lease ran out at, or None while it holds (or there is
     none): no progress is credited past it. A process task is frozen then, by the agent or by its fencer; a modeled
     one has nothing to freeze, and an agent that did not run for a while credited it with the whole while once it
     ran again (fault-injection review)."""
@@ -708,13 +708,13 @@ class ModeledTask:
         self.kill_failed = ""  # (never set)
         self.fenced = ""  # see :func:`fence`
         self._progress = spec.start_progress
-        self._t = time.monotonic()
+        self._t = leaseclock.now()  # (the lease's clock, which ``lease_ran_out`` is on)
 
     def start(self) -> None:
-        self._t = time.monotonic()
+        self._t = leaseclock.now()
 
     def _integrate(self) -> None:
-        now = time.monotonic()
+        now = leaseclock.now()
         if self.state is State.RUNNING:
             end = now if (ran_out := self._lease_ran_out()) is None else max(self._t, min(now, ran_out))
             self._progress = modeled.advance(self._progress, self.cpu_share, self.spec.cpu_need,

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from node_agent import leaseclock
 from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_core
 from node_agent.runner import State, TaskView
 from node_agent.transactional import TransactionalParams
@@ -174,7 +175,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return agent_pb2.CheckpointReply(task_id=view.task_id, progress=view.progress)
 
     def Status(self, request: Any, context: grpc.ServicerContext) -> agent_pb2.StatusReply:
-        if request.lease_s > 0 and self.core.started <= request.lease_since <= time.monotonic():
+        if request.lease_s > 0 and self.core.started <= request.lease_since <= leaseclock.now():
             # The coordinator's poll, echoing the clock of our last reply it received: a sign of its life from
             # then (AgentCore.renew_lease). (A clock outside our life is not ours: an earlier process of this
             # agent, or one on another machine.)
@@ -187,8 +188,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             hosts=[agent_pb2.HostStatus(
                 name=h.name, cpu_cores=h.cpu_cores, memory_bytes=h.memory_bytes, cpu_allocated=h.cpu_allocated,
                 cpu_measured=h.cpu_measured, memory_used_bytes=h.memory_used_bytes) for h in hosts],
-            tasks=[task_status(t) for t in tasks], uptime_seconds=time.monotonic() - self.core.started,
-            clock=time.monotonic(), lease_left=self.core.lease_left())
+            tasks=[task_status(t) for t in tasks], uptime_seconds=(clock := leaseclock.now()) - self.core.started,
+            clock=clock, lease_left=self.core.lease_left())
 
 
 def describe(core: AgentCore, wants_token: bool = False) -> agent_pb2.DescribeReply:

@@ -26,6 +26,7 @@ from coordinator.backends.live import LiveBackend
 from coordinator.model import JobSpec
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer, lease_for
+from node_agent import leaseclock
 from node_agent.agent import HostSpec, open_core
 from node_agent.register import Registrar
 from node_agent.runner import State
@@ -184,7 +185,7 @@ def test_an_agent_never_fenced_without_a_lease_and_fenced_tasks_thaw_only_on_res
         time.sleep(0.3)  # monitor rounds without a lease
         assert {t.task_id: t.state for t in core.status()[1]} == {
             "run": State.RUNNING, "paused": State.PAUSED, "other": State.RUNNING}
-        core.renew_lease(0.2, time.monotonic())
+        core.renew_lease(0.2, leaseclock.now())
         time.sleep(0.05)
         assert not any(t.fenced for t in core.status()[1])  # not yet run out
         wait_until("the lease to run out and the running tasks to be fenced",
@@ -192,7 +193,7 @@ def test_an_agent_never_fenced_without_a_lease_and_fenced_tasks_thaw_only_on_res
         views = {t.task_id: t for t in core.status()[1]}
         assert views["run"].state is State.PAUSED and "lease ran out" in views["run"].message
         assert views["paused"].state is State.PAUSED and not views["paused"].fenced
-        core.renew_lease(60.0, time.monotonic())  # the coordinator is heard again: nothing thaws by itself
+        core.renew_lease(60.0, leaseclock.now())  # the coordinator is heard again: nothing thaws by itself
         time.sleep(0.3)
         assert {t.task_id for t in core.status()[1] if t.fenced} == {"run", "other"}
         assert core.resume("run").state is State.RUNNING and not core.task("run").fenced
@@ -257,7 +258,7 @@ def test_a_poll_of_the_coordinator_resumes_a_task_its_agent_fenced(dgemm_agent: 
         try:
             backend.start(JobSpec("j", 0.0, 1, 1.0, 0.1, 120.0, "dgemm"), ["lease-a0"], 1.0)
             wait_until("the task to run", lambda: (t := _task(stub)) is not None and t.cpu_seconds > 0.3)
-            dgemm_agent.core.renew_lease(0.1, time.monotonic())  # a lease that runs out at once, never renewed
+            dgemm_agent.core.renew_lease(0.1, leaseclock.now())  # a lease that runs out at once, never renewed
             wait_until("the agent to fence the task", lambda: _task(stub).fenced, timeout=5)  # type: ignore[union-attr]
             frozen = _task(stub)
             assert frozen is not None and frozen.state == agent_pb2.TASK_STATE_PAUSED
@@ -472,7 +473,7 @@ def test_a_coordinator_that_grants_no_lease_drops_the_expired_one_of_an_agent_it
         a_stub = agent_pb2_grpc.AgentStub(grpc.insecure_channel(agent.address))
         backend.start(JobSpec("j", 0.0, 1, 1.0, 0.1, 600.0, "modeled"), ["nl-h0"], 1.0)
         wait_until("the task to run", lambda: _task(a_stub) is not None)
-        agent.core.renew_lease(0.2, time.monotonic())  # an earlier coordinator's lease, to run out
+        agent.core.renew_lease(0.2, leaseclock.now())  # an earlier coordinator's lease, to run out
         wait_until("the agent to fence the task", lambda: _task(a_stub).fenced, timeout=5)  # type: ignore[union-attr]
         backend.poll()
         assert agent.core.lease_left() == -1.0
@@ -500,13 +501,13 @@ def test_an_agent_that_does_not_run_has_its_tasks_frozen_by_its_fencer_when_its_
         wait_until("the task to run", lambda: core.task("t/0").state is State.RUNNING)
         cgroup = core._tasks["t/0"].cgroup
         with core._lock:  # the agent stops here: no monitor round, no fence of its own
-            core.renew_lease(0.5, time.monotonic())
+            core.renew_lease(0.5, leaseclock.now())
             time.sleep(1.2)
             assert core.driver.is_frozen(cgroup), "the fencer did not freeze the task of an agent that did not run"
             assert core._tasks["t/0"].state is State.RUNNING  # as the stopped agent last knew it
             # A renewal gets in before the agent's next monitor round: its lease holds by then, so only the frozen
             # group says what happened.
-            core.renew_lease(60.0, time.monotonic())
+            core.renew_lease(60.0, leaseclock.now())
         wait_until("the agent to report the task fenced", lambda: core.task("t/0").fenced, timeout=5)
         view = core.task("t/0")
         assert view.state is State.PAUSED and "fencer froze it" in view.message
@@ -534,14 +535,14 @@ def test_without_cgroups_an_agent_that_does_not_run_has_its_tasks_stopped_by_its
         (pid,) = core.driver.pids(cgroup)
         proc = psutil.Process(pid)
         with core._lock:  # the agent's monitor stops here: no fence of its own
-            core.renew_lease(0.5, time.monotonic())
+            core.renew_lease(0.5, leaseclock.now())
             time.sleep(1.2)
             assert core.driver.is_frozen(cgroup), "the fencer did not mark the task of an agent that did not run"
             cpu = sum(proc.cpu_times()[:2])
             time.sleep(0.5)
             assert proc.status() == psutil.STATUS_STOPPED and sum(proc.cpu_times()[:2]) - cpu < 0.02
             assert core._tasks["t/0"].state is State.RUNNING  # as the stopped agent last knew it
-            core.renew_lease(60.0, time.monotonic())  # a renewal before the monitor's next round
+            core.renew_lease(60.0, leaseclock.now())  # a renewal before the monitor's next round
         wait_until("the agent to report the task fenced", lambda: core.task("t/0").fenced, timeout=5)
         assert core.task("t/0").state is State.PAUSED
         time.sleep(0.5)  # the coordinator is heard again: nothing continues it by itself

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from node_agent import leaseclock
 from tests.integration.conftest import cgroups_unusable
 from workloads.transactional import LoadGenerator, burn, make_server
 
@@ -327,7 +328,7 @@ def test_a_paused_or_fenced_transactional_task_generates_no_requests_and_its_gen
         if how == "pause":
             stub.Pause(pb.TaskRef(task_id="web"))
         else:  # the agent's own fencing: a lease that has run out at once
-            agent.core.renew_lease(0.05, time.monotonic())
+            agent.core.renew_lease(0.05, leaseclock.now())
             deadline = time.monotonic() + 5
             while not _web(stub).fenced:
                 assert time.monotonic() < deadline, "the agent never fenced the task"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 
 import psutil
 
+from node_agent import leaseclock
 from node_agent.agent import AgentCore, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
 from node_agent.runner import State
@@ -60,11 +60,11 @@ def test_a_lease_file_that_cannot_be_written_suspends_the_fencer_only_until_it_c
             raise OSError(errno.ENOSPC, "No space left on device", path)
 
         monkeypatch.setattr(agent_mod, "write_lease", full)
-        core.renew_lease(5.0, time.monotonic())
+        core.renew_lease(5.0, leaseclock.now())
         assert core._fencer is fencer and fencer.poll() is None, "the fencer was stopped"
         assert not os.path.exists(core._lease_file)
         monkeypatch.setattr(agent_mod, "write_lease", real)
-        core.renew_lease(5.0, time.monotonic())
+        core.renew_lease(5.0, leaseclock.now())
         assert os.path.exists(core._lease_file)
     finally:
         core.shutdown()
