@@ -610,7 +610,8 @@ class Engine:
                     views[job] = rec.view()
             now = self.backend.now()
             hosts = tuple(self.hosts) if not self._short else self._visible_hosts(now, views)
-            return Snapshot(now, hosts, MappingProxyType(dict(views))), running_jobs
+            return Snapshot(now, hosts, MappingProxyType(dict(views)),
+                            tuple([views[job] for job in running_jobs])), running_jobs
 
     def _visible_hosts(self, now: float, views: Mapping[str, JobView]) -> tuple[Host, ...]:
         """The hosts as the policy is to see them: one whose agent refused a start for want of its machine's

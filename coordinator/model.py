@@ -162,6 +162,10 @@ class JobView:
         return now - self.spec.submit_time
 
 
+def _submission_order(j: JobView) -> tuple[float, str]:
+    return j.spec.submit_time, j.id
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """An immutable view of the cluster handed to a policy with one stimulus."""
@@ -169,6 +173,9 @@ class Snapshot:
     now: float
     hosts: tuple[Host, ...]
     jobs: Mapping[str, JobView] = field(default_factory=lambda: MappingProxyType({}))
+    #: The running jobs of ``jobs``, if the maker knows them (the engine does): :attr:`running` is then read without
+    #: a pass over every job (under GREEDY with a backlog of 1,000 jobs, that pass was a third of each decision).
+    known_running: tuple[JobView, ...] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.jobs, MappingProxyType):
@@ -176,10 +183,9 @@ class Snapshot:
 
     def in_state(self, *states: JobState) -> list[JobView]:
         """Jobs in the given states, in submission order (ties broken by id)."""
-        return sorted(
-            (j for j in self.jobs.values() if j.state in states),
-            key=lambda j: (j.spec.submit_time, j.id),
-        )
+        if self.known_running is not None and states == (JobState.RUNNING,):
+            return sorted(self.known_running, key=_submission_order)
+        return sorted((j for j in self.jobs.values() if j.state in states), key=_submission_order)
 
     @property
     def running(self) -> list[JobView]:

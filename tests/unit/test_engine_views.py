@@ -35,6 +35,7 @@ class _Checked(Engine):
         for job, view in fresh.items():
             assert snap.jobs[job] == view, (job, snap.jobs[job], view)
         assert set(running) == {j for j, r in self._live.items() if r.state is JobState.RUNNING}
+        assert snap.running == Snapshot(snap.now, snap.hosts, snap.jobs).running  # (known_running, and without it)
         assert all(running[j] is self._live[j] for j in running)
         self.snapshots += 1
         return snap, running
