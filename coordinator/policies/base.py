@@ -84,6 +84,13 @@ def placement_use(
     return use
 
 
+def add_use(use: Mapping[str, HostUse], hosts: Sequence[str], spec: JobSpec) -> None:
+    """Add a job placed on ``hosts`` (one per task) to ``use``, as :func:`placement_use` adds each placed job."""
+    for h in hosts:
+        use[h].load += spec.cpu_need
+        use[h].mem += spec.mem
+
+
 def greedy_placement(
     spec: JobSpec, hosts: Sequence[Host], use: Mapping[str, HostUse]
 ) -> tuple[str, ...] | None:

@@ -16,6 +16,7 @@ from coordinator.model import Complete, JobSpec, JobState, JobView, Snapshot, St
 from coordinator.plan import Action, Defer, Pause, Plan, Resume, SetShare, Start
 from coordinator.policies.base import (
     EPS,
+    add_use,
     backoff_delay,
     greedy_placement,
     max_min_yields,
@@ -74,13 +75,14 @@ class Greedy:
         memory), and give every placed job its max-min + average-yield share; None if none fits."""
         specs = {j: snap.jobs[j].spec for j in placements}
         started: list[str] = []
+        use = placement_use(snap.hosts, placements, specs)  # (kept as jobs are placed: ``add_use``)
         for job in jobs:
-            specs[job.id] = job.spec
-            hosts = greedy_placement(job.spec, snap.hosts, placement_use(snap.hosts, placements, specs))
+            hosts = greedy_placement(job.spec, snap.hosts, use)
             if hosts is None:
-                del specs[job.id]
                 continue
+            specs[job.id] = job.spec
             placements[job.id] = hosts
+            add_use(use, hosts, job.spec)
             started.append(job.id)
         if not started:
             return None
@@ -118,13 +120,15 @@ class GreedyPmtn:
     def decide(self, snap: Snapshot, stim: Stimulus) -> Plan:
         running = {j.id: j for j in snap.running}
         placements = {j: v.hosts for j, v in running.items()}
-        specs = {j: v.spec for j, v in snap.jobs.items()}
+        paused = snap.paused
+        # (the jobs a placement here can hold: every job's spec was a pass over the whole backlog at each decision)
+        specs = {j.id: j.spec for j in (*running.values(), *paused)}
         victims: list[str] = []
         new: str | None = None
         job_id = stim.job if isinstance(stim, (Submit, Tick)) else None
         if job_id is not None and snap.jobs[job_id].state is JobState.PENDING:
             new = job_id
-            spec = specs[new]
+            spec = specs[new] = snap.jobs[new].spec
             hosts = greedy_placement(spec, snap.hosts, placement_use(snap.hosts, placements, specs))
             if hosts is None:
                 victims = self._victims(snap, spec, placements, specs)
@@ -135,14 +139,18 @@ class GreedyPmtn:
                 return Plan((Defer(new, snap.now + backoff_delay(snap.jobs[new].attempts + 1)),))
             placements[new] = hosts
 
-        candidates = list(snap.paused)
+        candidates = list(paused)
         if self.migrate:
             candidates += [running[v] for v in victims]
         resumed: list[str] = []
+        # The hosts' use, kept as each job is placed (``add_use``: the same sums, in the same order, as
+        # ``placement_use`` over the grown placement, which was computed again for each of up to ~1,000 paused jobs)
+        use = placement_use(snap.hosts, placements, specs)
         for job in reversed(_by_priority(snap, candidates)):
-            hosts = greedy_placement(job.spec, snap.hosts, placement_use(snap.hosts, placements, specs))
+            hosts = greedy_placement(job.spec, snap.hosts, use)
             if hosts is not None:
                 placements[job.id] = hosts
+                add_use(use, hosts, job.spec)
                 resumed.append(job.id)
         # A victim given back exactly its hosts was never really moved: keep it running.
         kept = {v for v in victims if v in resumed and sorted(placements[v]) == sorted(running[v].hosts)}

@@ -278,3 +278,25 @@ def test_easy_predicts_a_job_past_its_estimate_to_end_now() -> None:
     b = pending(replace(spec("b", work=1000.0, submit=2.0), estimate=1000.0))
     plan = Easy(user_estimates=True).decide(snap(80.0, hosts(5), r1, r2, head, b), Tick())
     assert [(a.job, a.hosts) for a in plan if isinstance(a, Start)] == [("b", ("h0",))]
+
+
+def test_adding_a_placed_job_to_the_hosts_use_gives_what_placement_use_computes_again() -> None:
+    """GREEDY and GREEDY-PMTN keep the hosts' use as they place jobs (``add_use``) instead of computing it again over
+    the grown placement for each candidate: the same sums in the same order, so the same floats, to the last bit."""
+    import random
+
+    from coordinator.model import Host, JobSpec
+    from coordinator.policies.base import add_use, placement_use
+
+    rng = random.Random(5)
+    cluster = [Host(f"h{i}", rng.choice([0.5, 1.0, 2.0]), 1.0) for i in range(6)]
+    specs = {f"j{k}": JobSpec(f"j{k}", 0.0, rng.randint(1, 3), rng.choice([0.1, 0.2, 0.3, 1 / 3]),
+                              rng.choice([0.01, 0.07, 0.1]), 10.0) for k in range(40)}
+    placements: dict[str, tuple[str, ...]] = {}
+    use = placement_use(cluster, placements, specs)
+    for job, s in specs.items():
+        on = tuple(rng.choice(cluster).name for _ in range(s.tasks))
+        placements[job] = on
+        add_use(use, on, s)
+        again = placement_use(cluster, placements, specs)
+        assert {h: (u.load, u.mem) for h, u in use.items()} == {h: (u.load, u.mem) for h, u in again.items()}
