@@ -126,9 +126,14 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
         return was == now
 
     diff = [flag for key, flag in settings.items() if key in old and not same(key)]
-    if not diff or not (old.get("complete") is True or _has_rows(out / journal)):
+    # A finished run's results are work too: an older vcemu's config.json may have no "complete" (vcsched's before
+    # its journal), and a finished vcsched run keeps no journal: such a run, finished with other settings (vcsched's
+    # old default --accuracy 0.01), was replaced without a word (upgrade review).
+    held = [name for name in results if _has_rows(out / name)]
+    finished = old.get("complete") is True or ("complete" not in old and bool(held))
+    if not diff or not (finished or held or _has_rows(out / journal)):
         return None
-    state = "a finished run" if old.get("complete") is True else "an unfinished run"
+    state = "a finished run" if finished else "an unfinished run"
     return (f"{command}: {out} holds {state} with other settings ({', '.join(sorted(set(diff)))}); give another "
             f"--out, or remove {out} to replace it")
 
@@ -193,6 +198,7 @@ def read_journal(path: Path, fieldnames: Sequence[str]) -> tuple[list[dict[str, 
 def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: Mapping[str, Any],
                     ignore: Iterable[str], command: str, held: str = "the journal of a run",
                     as_now: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                    results: Iterable[str] = (),
                     ) -> tuple[list[dict[str, str]], int] | None:
     """The journal ``out/journal`` of a run with the same settings (``ignore`` aside) and the same code as
     ``config``: its rows and dropped lines as :func:`read_journal` gives them; ``([], 0)`` when there is no
@@ -200,10 +206,16 @@ def unfinished_rows(out: Path, journal: str, fieldnames: Sequence[str], config: 
     run's or another code's, or unreadable: the caller then starts over. ``held``: what the line says ``out`` holds
     (a finished run's results, read as a journal, are no journal). ``as_now``: as :func:`other_settings_refusal`'s,
     and the same function (a config it passed as the same settings was "other settings" here, and the finished
-    work was dropped)."""
+    work was dropped). ``results``: paths under ``out`` that a finished run leaves: without a journal beside them, a
+    finished run of other code is replaced saying so, as a journal of other code is (it was replaced silently)."""
 
     path = out / journal
     if not path.exists():
+        held_results = [name for name in results if _has_rows(out / name)]
+        stored = stored_config(out) if held_results else None
+        if stored is not None and (why := stale_reason(settings_as_now(stored, as_now), config, ignore)):
+            print(f"{command}: {out} holds the results of a finished run {why}; starting over", file=sys.stderr)
+            return None
         return [], 0
     old = stored_config(out)
     if old is not None:

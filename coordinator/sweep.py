@@ -1071,6 +1071,13 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
         if usable and old is not None and (changes := library_changes(old, {"code": code_version()})):
             print(f"vcemu sweep: note: the run that last wrote {cfg_path} had {'; '.join(changes)}: its cells kept "
                   "are not run again (the source is the same), so the reports come from both", file=sys.stderr)
+        if a.report_only and grid and not usable:
+            # Nothing this code can report: the reports there (an older vcemu's, of cells computed by its code) stay
+            # as they are. They were removed, and tables of no cell written in their place (upgrade review).
+            print(f"vcemu sweep: no stored cell of {out} can be reported by this code: its reports are left as they "
+                  "are; run the sweep without --report-only to compute its cells again with this code",
+                  file=sys.stderr)
+            return 1
         run = bool(todo) and not a.report_only
         if run:  # first: a cluster that cannot be reached or refuses us leaves the folder as it was, reports too
             ray_started = True

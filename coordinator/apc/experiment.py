@@ -466,10 +466,10 @@ def resume_units(out: Path, config: dict[str, Any], keys: list[str],
     simulation's checkpoint would stay in ``out`` for good, never continued). Rows that do not check out and
     simulations of ``keys`` run with other settings are dropped: those simulations run again. Of the others (not in
     ``keys``) the :data:`MAX_CARRIED` used last are carried, and the older ones dropped."""
-    if not (out / JOURNAL).exists():
-        return None
-    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu apc")
-    if stored is None:
+    # (without a journal too: a finished run of an older vcemu, which kept none, is replaced saying so)
+    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu apc",
+                             results=("exp1_cycles.csv", "exp2_jobs.csv", "exp3_cycles.csv"))
+    if stored is None or not (out / JOURNAL).exists():
         return None
     raw, dropped = stored
     groups: dict[str, list[dict[str, str]]] = {}

@@ -345,7 +345,8 @@ def resume_rows(out: Path, config: dict, cfg: ExperimentConfig) -> dict[Unit, li
     """The finished instances of an unfinished run in ``out`` with the same settings as ``config``, or None
     (with a line on stderr) if ``out`` holds one with other settings. An instance is kept only if it has exactly
     one well-formed row per algorithm it runs; the rest are solved again."""
-    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu vcsched", as_now=_stored_as_now)
+    stored = unfinished_rows(out, JOURNAL, FIELDS, config, NOT_RESULTS, "vcemu vcsched", as_now=_stored_as_now,
+                             results=tuple(f"{s}/results.csv" for s in SETS))
     if stored is None:
         return None
     raw, dropped = stored

@@ -1,0 +1,58 @@
+"""Upgrade review: a result folder written by an older vcemu, rerun by this one on the same ``--out``.
+
+An older vcemu's ``config.json`` may have no ``"complete"`` (vcsched's before its journal, 2026-11-23), and a finished
+vcsched run keeps no journal: such a folder held "no work" for :func:`other_settings_refusal`, so a rerun with other
+settings (vcsched's default ``--accuracy`` went from 0.01 to 0.001) replaced its finished results without a word, and a
+finished run of other code was replaced silently where the README promises one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from coordinator.resumable import other_settings_refusal
+from coordinator.vcsched import experiment as vc
+
+#: One slack, one instance per specification, one heuristic: 16 small instances, about a second.
+ARGV = ["--set", "small", "--instances", "1", "--slacks", "0.3", "--jobs", "1", "--algorithms", "MCB8"]
+
+
+def _tree(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_results_of_a_finished_run_without_complete_are_work(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"accuracy": 0.01}))  # as an older vcemu wrote it
+    (tmp_path / "small").mkdir()
+    (tmp_path / "small" / "results.csv").write_text("set,instance\nsmall,0\n")
+    line = other_settings_refusal(tmp_path, {"accuracy": 0.001}, {"accuracy": "--accuracy"}, "results.partial.csv",
+                                  "vcemu vcsched", results=("small/results.csv",))
+    assert line is not None and "holds a finished run with other settings (--accuracy)" in line
+
+
+def test_an_older_finished_vcsched_run_with_the_old_default_accuracy_is_refused_not_replaced(
+        tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert vc.vcsched_main([*ARGV, "--accuracy", "0.01", "--out", str(out)]) == 0
+    conf = json.loads((out / "config.json").read_text())
+    for key in ("complete", "sessions", "code"):  # what a vcemu of 2026-11-22 did not record
+        conf.pop(key, None)
+    (out / "config.json").write_text(json.dumps(conf))
+    before = _tree(out)
+    capsys.readouterr()
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 2  # the default accuracy now: 0.001
+    assert "holds a finished run with other settings (--accuracy)" in capsys.readouterr().err
+    assert _tree(out) == before
+
+
+def test_a_finished_vcsched_run_of_other_code_is_replaced_saying_so(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    conf = json.loads((out / "config.json").read_text())
+    conf["code"]["source_sha256"] = "0" * 64  # an older vcemu's source
+    (out / "config.json").write_text(json.dumps(conf))
+    capsys.readouterr()
+    assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"vcemu vcsched: {out} holds the results of a finished run of other code (source sha256 000000000000" in err
+    assert "starting over" in err
