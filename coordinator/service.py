@@ -998,6 +998,11 @@ class CoordinatorServer:
         lost_after, slack = self.heartbeat_misses * self.heartbeat_s, fence_slack(self.heartbeat_s)
         if loaded.reference is not None:
             self.backend.restore_reference(_decoded(agent_pb2.HostInfo, loaded.reference, self.store))
+        # A state file of a vcemu before 2026-11-23 records no reference host: its jobs' needs were fractions of the
+        # first host that registered in its run, and the first host of the agents table (what add_agent takes below)
+        # is another one when that agent registered again later (INSERT OR REPLACE moves its row to the end), or
+        # `up` takes the largest: the restored jobs' needs then meant other amounts of CPU, silently (upgrade review).
+        guessed = loaded.reference is None and self.backend.reference is None and bool(loaded.jobs)
         for agent_id, address, desc in loaded.agents:
             try:
                 # Not heard from yet: it may be gone for good (a restarted ``vcemu up``'s agents were its own),
@@ -1049,6 +1054,12 @@ class CoordinatorServer:
             self.restored_note += (f"; its clock carries on at t={self.backend.now():.1f} s, where it was left: "
                                    f"this machine's wall clock is {self.backend.clock_behind:.1f} s behind the "
                                    "earlier run's")
+        if guessed and (ref := self.backend.reference) is not None:
+            self.restored_note += (
+                f"; it records no reference host (an older vcemu wrote it), so its jobs' needs are taken as fractions "
+                f"of {ref.name} ({ref.cpu_cores:g} cores, {ref.memory_bytes >> 20} MiB), the first host of the agents "
+                "it lists: if the first host to register in that run was another, stop and start again with "
+                "--reference-host CORES,SIZE of that host")
         log.debug("%s", self.restored_note)
 
     # ---- agent health -------------------------------------------------------------------------------

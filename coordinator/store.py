@@ -81,6 +81,11 @@ def _schema_columns() -> dict[str, tuple[str, ...]]:
 #: ``PRAGMA application_id`` of a vcemu state file ("vcem"): set on every file the store opens, so that another
 #: program's SQLite file is told apart whatever tables it has.
 APPLICATION_ID = 0x7663656D
+#: ``PRAGMA user_version`` of a state file: the format this code writes and reads. A file of a higher format (a newer
+#: vcemu's) is refused before anything is written to it, naming both (upgrade review: without it, an older vcemu given
+#: a newer one's file failed with a traceback, or could misread it). A file of a lower format (0: before this mark)
+#: is read as it is and marked with this one. Raise it with any change an older reader would misread or fail on.
+STATE_FORMAT = 1
 #: The tables a state file written before :data:`APPLICATION_ID` must have, with these very columns, to be taken
 #: for one (jobs alone has twelve columns that no other program's table will match).
 _LEGACY_TABLES = ("meta", "jobs", "transitions")
@@ -122,8 +127,22 @@ WAL_AUTOCHECKPOINT_PAGES = 128
 WAL_SIZE_LIMIT = 1 << 20
 
 
+#: Seconds a coordinator watches a state file with jobs that no lock file claimed for another writer
+#: (:meth:`Store._no_other_writer`): longer than an older coordinator's progress journal period (about 1 s).
+UNLOCKED_WATCH_S = 2.5
+
+
 class StoreError(RuntimeError):
     """The state file cannot be opened or is not a vcemu state file; the message names the path."""
+
+
+class RefusedSpec(ValueError):
+    """An unfinished job's stored spec that this version's checks refuse (:meth:`JobSpec.validate`): a file an older
+    vcemu wrote may hold one it accepted (a need below 1e-9 of a host, a work of 1e12 s or more, before 2026-11-27)."""
+
+    def __init__(self, job: str, state: str, reason: str) -> None:
+        super().__init__(f"jobs row of {job!r}: spec.{reason}")
+        self.job, self.state, self.reason = job, state, reason
 
 
 class StateFileGone(sqlite3.OperationalError):
@@ -259,7 +278,7 @@ def _stored_job(row: tuple) -> StoredJob:
             if not state.finished:
                 spec.validate()
         except ValueError as exc:
-            raise ValueError(f"spec.{exc}") from None
+            raise RefusedSpec(job, state.value, str(exc)) from None
         if spec.id != job:
             raise ValueError(f"spec.id: {spec.id!r}, not the row's id")
         hosts = json.loads(hosts_text)
@@ -277,6 +296,8 @@ def _stored_job(row: tuple) -> StoredJob:
                 _number(value, column, -math.inf)
         if not isinstance(message, str):
             raise ValueError(f"message: must be text, got {message!r}")
+    except RefusedSpec:
+        raise
     except (ValueError, TypeError) as exc:  # (json.JSONDecodeError is a ValueError)
         raise ValueError(f"jobs row of {job!r}: {exc}") from None
     return StoredJob(spec, request_id, state, tuple(hosts), float(cpu), float(vt), attempts, first_start, end,
@@ -315,10 +336,25 @@ class Store:
             self._created = where if fresh else None
         try:
             self._open(path, synchronous)
+            if self._created is not None and self._seq > 0:
+                self._no_other_writer(path)
         except BaseException:
             self._refused = True
             self._release()
             raise
+
+    def _no_other_writer(self, path: str) -> None:
+        """(A coordinator's store, on a state file with jobs that no lock file claimed before: one a vcemu before
+        2026-11-26 wrote, which takes no lock.) Refuse it if another process commits to it within
+        :data:`UNLOCKED_WATCH_S`: an older coordinator still running on it (a running job's progress is journalled
+        about once a second). Both took it, handed out the same job ids, and one of two acknowledged jobs was lost
+        (upgrade review). An older coordinator that writes nothing meanwhile (no job running) is not seen."""
+        before = self._db.execute("PRAGMA data_version").fetchone()[0]
+        time.sleep(UNLOCKED_WATCH_S)
+        if self._db.execute("PRAGMA data_version").fetchone()[0] != before:
+            self._db.close()
+            raise StoreError(f"--state {path}: another process is writing to it (a coordinator of an older vcemu, "
+                             "which takes no lock?): stop it first, or give another --state")
 
     def _release(self) -> None:
         if self._claim is not None:
@@ -359,6 +395,12 @@ class Store:
                 self._db.close()
                 raise StoreError(f"--state {path}: a damaged vcemu state file: it has no table {missing} (a new "
                                  "one would be an empty run, every job of this one lost); restore it from a copy")
+            written = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if written > STATE_FORMAT:
+                self._db.close()
+                raise StoreError(f"--state {path}: written by a newer vcemu (state file format {written}; this vcemu "
+                                 f"reads format {STATE_FORMAT} at most): use that vcemu or a newer one on it, or give "
+                                 "another --state (nothing was written to it)")
             mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode.lower() != "wal":
                 raise StoreError(f"--state {path}: cannot use WAL journaling (got {mode!r})")
@@ -367,6 +409,8 @@ class Store:
             self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             self._db.executescript(SCHEMA)
             self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            if written < STATE_FORMAT:
+                self._db.execute(f"PRAGMA user_version={STATE_FORMAT}")
             self._seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"--state {path}: {_cannot(exc)}") from None
@@ -534,6 +578,12 @@ class Store:
         except sqlite3.DatabaseError as exc:
             self._refused = True  # (its lock file, if this store created it, goes at close)
             raise StoreError(f"--state {self.path}: {_cannot(exc)}") from None
+        except RefusedSpec as exc:  # (before ValueError: an older vcemu's file, not a damaged one)
+            self._refused = True
+            raise StoreError(f"--state {self.path}: jobs row of {exc.job!r} ({exc.state}): spec.{exc.reason}: this "
+                             "vcemu refuses it, and an older vcemu may have accepted it (else the row was edited or "
+                             "damaged). Every job is still in the file: finish or cancel that job with the vcemu that "
+                             "wrote it, then start this one on it again") from None
         except (ValueError, TypeError, KeyError, IndexError) as exc:  # (json.JSONDecodeError is a ValueError)
             self._refused = True
             raise StoreError(f"--state {self.path}: not a usable vcemu state file: a row it cannot take, edited or "

@@ -273,7 +273,8 @@ def test_a_finished_job_an_older_vcemu_took_does_not_block_a_restart(tmp_path: P
     db.close()
     store = Store(path)
     try:
-        with pytest.raises(StoreError, match="a row it cannot take, edited or damaged .*spec.memory: must be at least"):
+        with pytest.raises(StoreError, match=r"jobs row of 'job-00001' \(pending\): spec.memory: must be at least "
+                                             r".* an older vcemu may have "):
             store.load()
     finally:
         store.close()
