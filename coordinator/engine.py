@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -109,7 +109,7 @@ class JobRecord:
         d["_view"] = None
         stale = d.get("_stale")
         if stale is not None:
-            stale.add(d["spec"].id)
+            stale[d["spec"].id] = None
 
     def view(self) -> JobView:
         v: JobView | None = self.__dict__.get("_view")
@@ -213,7 +213,8 @@ class Engine:
         self._views: dict[str, JobView] = {}
         #: Live jobs whose record changed since the last snapshot (``JobRecord.__setattr__``, and the writes through
         #: a record's ``__dict__``, which add them themselves).
-        self._stale: set[str] = set()
+        self._stale: dict[str, None] = {}  # (a dict, not a set: visited in the order the jobs changed, the same in
+        # every run; a set's order of strings follows PYTHONHASHSEED, and ``_moving``'s, so ``_check``'s sums, with it)
         #: The live jobs whose progress a snapshot reads: running ones, and paused ones unless the backend's paused
         #: jobs cannot progress (``_paused_fixed``); kept from ``_stale`` at each snapshot.
         self._moving: dict[str, JobRecord] = {}
@@ -423,7 +424,7 @@ class Engine:
         self._live[job] = rec
         rec.__dict__["_stale"] = self._stale
         self._views[job] = rec.view()
-        self._stale.add(job)  # (placed: its progress is read from the next snapshot on)
+        self._stale[job] = None  # (placed: its progress is read from the next snapshot on)
 
     def requeue(self, job: str, reason: str) -> None:
         """Put a placed job back to pending, keeping the work it has done (its last checkpoint): it
@@ -572,8 +573,9 @@ class Engine:
         return self._snapshot()[0]
 
     def _snapshot(self) -> tuple[Snapshot, dict[str, JobRecord]]:
-        """The snapshot, and the running jobs' records in ``_live`` order (what :meth:`_check` starts from:
-        :meth:`handle` passes them on, the state being the snapshot's until its plan is applied)."""
+        """The snapshot, and the running jobs' records, in the order they last began to move (``_moving``): what
+        :meth:`_check` starts from (:meth:`handle` passes them on, the state being the snapshot's until its plan is
+        applied)."""
         with self.lock:
             # Progress and the views in one pass over the live jobs (a job's view depends on its own
             # record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
@@ -609,11 +611,12 @@ class Engine:
                     d["_view"] = None
                     views[job] = rec.view()
             now = self.backend.now()
-            hosts = tuple(self.hosts) if not self._short else self._visible_hosts(now, views)
+            hosts = (tuple(self.hosts) if not self._short
+                     else self._visible_hosts(now, [views[j] for j in running_jobs]))
             return Snapshot(now, hosts, MappingProxyType(dict(views)),
                             tuple([views[job] for job in running_jobs])), running_jobs
 
-    def _visible_hosts(self, now: float, views: Mapping[str, JobView]) -> tuple[Host, ...]:
+    def _visible_hosts(self, now: float, running: Iterable[JobView]) -> tuple[Host, ...]:
         """The hosts as the policy is to see them: one whose agent refused a start for want of its machine's
         resources less than its wait ago (:meth:`_mark_short`) is left out if none of its tasks is placed there,
         and otherwise shown with the memory its placed tasks hold as its whole memory, so that no new task fits
@@ -622,11 +625,15 @@ class Engine:
         if not short:
             return tuple(self.hosts)
         held = dict.fromkeys(short, 0.0)
-        for v in views.values():
-            for h in v.hosts:  # (a pending job's is empty; a paused job keeps its place)
+        for v in running:  # (the running jobs only, not a pass over the backlog; a paused job's memory is free to the
+            for h in v.hosts:  # policies and to _check: not held)
                 if h in held:
                     held[h] += v.spec.mem
-        return tuple(h if h.name not in short else replace(h, mem=held[h.name])
+        # Shrunk only for a policy that never pauses or moves a running job: one that does (GREEDY-PMTN's victims,
+        # DYNMCB8's repacking) would make room on the shrunk host by pausing or moving what runs there, and start
+        # the new job on the very host that refused it. To those, a short host with tasks is shown as it is.
+        shrink = bool(getattr(self.policy, "keeps_placements", False))
+        return tuple(h if h.name not in short else replace(h, mem=held[h.name]) if shrink else h
                      for h in self.hosts if h.name not in short or held[h.name] > 0)
 
     def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
@@ -637,7 +644,7 @@ class Engine:
         there ends the run. Once it has passed, the policy is asked again, as when hosts are added."""
         now = self.backend.now()
         step = getattr(self.backend, "retry_after", 0.0)
-        latest, known = now, {h.name for h in self.hosts}
+        latest, known, marked = now, {h.name for h in self.hosts}, []
         for name in hosts:
             was, tries = self._short.get(name, (-math.inf, 0))
             if name not in known or was > now:  # (a refusal from a plan made before the mark: one says it)
@@ -645,9 +652,12 @@ class Engine:
             until = now + step * 2 ** min(SHORT_HOST_DOUBLINGS_MIN + tries, RETRY_DOUBLINGS_MAX)
             self._short[name] = (until, tries + 1)
             latest = max(latest, until)
-            log.warning("host %s is offered to no new task for %.3g s: %s refused there (%s)", name, until - now,
-                        job, message)
-        if latest > now:
+            marked.append(name)
+        if marked:  # (one line per mark, however many hosts the agent emulates)
+            shown = ", ".join(marked[:4]) + (f" and {len(marked) - 4} more" if len(marked) > 4 else "")
+            log.warning("host%s %s offered to no new task for up to %.3g s: %s refused there (%s)",
+                        "s" if len(marked) > 1 else "", shown, latest - now, job, message)
+        if latest > now:  # (a backend with no retry_after: no wait, and no Tick due at once again and again)
             self._offer_hosts_at(latest)
 
     def _offer_hosts_at(self, at: float) -> None:
@@ -684,7 +694,7 @@ class Engine:
         self._apply(plan)
 
     def _apply(self, plan: Plan, running_jobs: dict[str, JobRecord] | None = None) -> None:
-        """:meth:`apply`, given the running jobs' records in ``_live`` order if the caller has them."""
+        """:meth:`apply`, given the running jobs' records (_snapshot's) if the caller has them."""
         with self.lock:
             if not plan.actions:  # nothing changes: the state was checked when it was made
                 return
@@ -807,7 +817,7 @@ class Engine:
             d["state"] = JobState.PAUSED
             d["cpu"] = 0.0
             d["_view"] = None
-            self._stale.add(job)
+            self._stale[job] = None
             self._record(job, running, JobState.PAUSED, rec.hosts, 0.0, "pause")
             return
         if kind is Resume:
@@ -817,7 +827,7 @@ class Engine:
             d["hosts"] = hosts
             d["cpu"] = cpu
             d["_view"] = None
-            self._stale.add(job)
+            self._stale[job] = None
             self._record(job, JobState.PAUSED, running, hosts, cpu, "resume")
             return
         if kind is Migrate:
@@ -866,13 +876,13 @@ class Engine:
         d = rec.__dict__
         d["cpu"] = cpu
         d["_view"] = None
-        self._stale.add(rec.spec.id)
+        self._stale[rec.spec.id] = None
         self._record(rec.spec.id, JobState.RUNNING, JobState.RUNNING, rec.hosts, cpu, "share")
 
     def _check(self, plan: Plan, ordered: list[Action] | None = None,
                running_jobs: dict[str, JobRecord] | None = None) -> None:
         """Refuse a plan that is inconsistent with the state or over-commits a host. ``running_jobs``: the
-        running jobs' records in ``_live`` order, if the caller has them."""
+        running jobs' records (``_snapshot``'s), if the caller has them."""
         table = self._host_table
         if table is None or table.hosts != tuple(self.hosts):  # compares the same Host objects: quick
             table = self._host_table = _HostTable.of(tuple(self.hosts))
@@ -975,6 +985,8 @@ class Engine:
         its progress, as when its host is lost, and is placed again at a later decision (by then the
         heartbeat watchdog has removed a dead agent's hosts). A refusal fails the job."""
         dropped.add(rec.spec.id)
+        if getattr(exc, "backoff", False) and getattr(exc, "short", ()):  # (a start, resume or move refused so)
+            self._mark_short(exc.short, rec.spec.id, message)
         if not exc.unreachable:
             self._fail(rec, message)
         elif rec.state is JobState.PENDING:  # its Start failed: offered to the policy again
@@ -988,8 +1000,6 @@ class Engine:
             # (it was a StartTask, a journal write and a log line every poll interval, for good: review).
             job, now = rec.spec.id, self.backend.now()
             logged, due, tries = self._retrying.get(job, ("", -math.inf, 0))
-            if getattr(exc, "backoff", False) and getattr(exc, "short", ()):
-                self._mark_short(exc.short, job, message)
             if getattr(exc, "backoff", False) and tries >= RETRY_BACKOFF_TRIES:
                 self._retrying.pop(job, None)
                 self._fail(rec, f"{message} (refused so {tries + 1} times in a row: given up)")

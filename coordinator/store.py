@@ -213,6 +213,11 @@ class StoredTask:
     saved: bool
 
 
+#: A time in a state file at or past this (about 3,000 years) is damage, not the clock's: a restart on it started its
+#: clock there, where the float spacing (16 s at 1e17) left it standing still, and every timer with it (review).
+CLOCK_MAX = 1e11
+
+
 @dataclass
 class Loaded:
     epoch: float
@@ -608,6 +613,8 @@ class Store:
             if row is not None:
                 times.append(float(row[0]))
             out.clock = max((t for t in times if math.isfinite(t)), default=0.0)
+            if out.clock >= CLOCK_MAX:  # (a restarted clock would start there, and stand still: float spacing)
+                raise ValueError(f"a time of {out.clock!r} s, past any this coordinator's clock could have reached")
             for job, restarts, tasks in self._db.execute("SELECT job, restarts, tasks FROM tasks"):
                 out.tasks[job] = (restarts, [StoredTask(t[0], t[1], t[2], t[3], bool(t[4])) for t in json.loads(tasks)])
             out.agents = [(a, b, bytes(c)) for a, b, c in self._db.execute("SELECT * FROM agents")]

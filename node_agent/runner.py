@@ -708,20 +708,25 @@ class ModeledTask:
         self.kill_failed = ""  # (never set)
         self.fenced = ""  # see :func:`fence`
         self._progress = spec.start_progress
-        self._t = leaseclock.now()  # (the lease's clock, which ``lease_ran_out`` is on)
+        # Credited on time.monotonic(), which a suspended host's does not advance (a process makes no progress then),
+        # and cut at the lease's end, which is on the lease's clock (CLOCK_BOOTTIME: it runs on through a suspend)
+        self._t = time.monotonic()
+        self._t_lease = leaseclock.now()
 
     def start(self) -> None:
-        self._t = leaseclock.now()
+        self._t, self._t_lease = time.monotonic(), leaseclock.now()
 
     def _integrate(self) -> None:
-        now = leaseclock.now()
+        now, now_lease = time.monotonic(), leaseclock.now()
         if self.state is State.RUNNING:
-            end = now if (ran_out := self._lease_ran_out()) is None else max(self._t, min(now, ran_out))
+            ran = now - self._t
+            if (ran_out := self._lease_ran_out()) is not None:  # (at most until it ran out; a suspend before it
+                ran = min(ran, max(0.0, min(now_lease, ran_out) - self._t_lease))  # counts on neither side of min)
             self._progress = modeled.advance(self._progress, self.cpu_share, self.spec.cpu_need,
-                                             self.spec.work_seconds, end - self._t)
+                                             self.spec.work_seconds, ran)
             if self._progress >= 1.0:
                 self.state = State.DONE
-        self._t = now
+        self._t, self._t_lease = now, now_lease
 
     def set_share(self, share: float) -> None:
         self._integrate()

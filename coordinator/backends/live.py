@@ -88,6 +88,9 @@ from workloads import modeled
 log = logging.getLogger("vcemu.live")
 
 RPC_TIMEOUT_S = 5.0
+#: A restarted coordinator's wall clock behind the latest time its state recorded by at least this much (s) is said
+#: (its clock carries on from that time whatever the gap).
+CLOCK_BEHIND_SAID_S = 1.0
 #: Attempts of an idempotent call, and the first backoff (doubled each time, full jitter).
 RPC_ATTEMPTS = 3
 #: Seconds between writes of every task's progress to the journal (a lost task restarts from there).
@@ -187,13 +190,15 @@ class LiveBackend:
         else:
             wall, mono = time.time(), time.monotonic()
             elapsed, floor = wall - epoch, max(0.0, clock) / compression
+            behind = floor - elapsed if math.isfinite(elapsed) else math.inf
             if not elapsed >= floor:  # (and a NaN epoch)
-                self.clock_behind = floor - elapsed if math.isfinite(elapsed) else math.inf
+                elapsed = floor
+            if behind >= CLOCK_BEHIND_SAID_S:  # (less: a small step, or the clock read as the last journal was written)
+                self.clock_behind = behind
                 log.warning("this machine's wall clock is %.1f s behind the time this coordinator's state last "
                             "recorded (a clock set back, or a host whose clock is behind the earlier one's): its "
                             "clock carries on from t=%.1f s, counting none of the time it was down", self.clock_behind,
                             floor * compression)
-                elapsed = floor
             self.restart_gap = (elapsed - floor) * compression
             log.info("the clock carries on at t=%.1f s, %.1f s after the latest time the state recorded",
                      elapsed * compression, self.restart_gap)

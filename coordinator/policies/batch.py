@@ -36,6 +36,8 @@ class FCFS:
     #: The plan depends on the queue and the free nodes only, whichever job a Submit names, and a second
     #: decision on its own result starts nothing new: the engine may decide once for a burst of submissions.
     decides_on_state: ClassVar[bool] = True
+    #: Never pauses nor moves a running job (``Engine._visible_hosts``).
+    keeps_placements: ClassVar[bool] = True
 
     @property
     def period(self) -> float | None:
@@ -63,6 +65,8 @@ class Easy:
     #: The plan depends on the queue and the free nodes only, whichever job a Submit names, and a second
     #: decision on its own result starts nothing new: the engine may decide once for a burst of submissions.
     decides_on_state: ClassVar[bool] = True
+    #: Never pauses nor moves a running job (``Engine._visible_hosts``).
+    keeps_placements: ClassVar[bool] = True
 
     @property
     def period(self) -> float | None:

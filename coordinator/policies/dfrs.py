@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import ClassVar
 
 from coordinator.metrics import priority
 from coordinator.model import Complete, JobSpec, JobState, JobView, Snapshot, Stimulus, Submit, Tick
@@ -44,6 +45,9 @@ class Greedy:
 
     name: str = "greedy"
     backoff_cap_exponent: int = 12
+    #: Never pauses nor moves a running job: the engine may show a host that takes no new task as one whose memory
+    #: its placed tasks fill (``Engine._visible_hosts``).
+    keeps_placements: ClassVar[bool] = True
 
     @property
     def period(self) -> float | None:

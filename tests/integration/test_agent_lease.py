@@ -231,7 +231,7 @@ def test_a_renewal_does_not_wait_for_the_agents_lock() -> None:
     coordinator could declare a live agent lost."""
     core = open_core(f"pytest-lease-lock-{os.getpid()}", [HostSpec("k0", 1.0, GIB)], no_cgroups=True)
     try:
-        renewal = threading.Thread(target=core.renew_lease, args=(30.0, time.monotonic()), daemon=True)
+        renewal = threading.Thread(target=core.renew_lease, args=(30.0, leaseclock.now()), daemon=True)
         with core._lock:  # as a StartTask starting its program
             renewal.start()
             renewal.join(1.0)

@@ -36,14 +36,38 @@ def test_a_lease_runs_out_over_a_suspend(monkeypatch: pytest.MonkeyPatch) -> Non
         core.shutdown()
 
 
-def test_a_modeled_task_is_credited_up_to_the_leases_end_across_a_suspend(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its progress and the lease's end are on one clock: a task at full share credited until its lease ran out,
-    5 s into a 60-s sleep, not 0 s (a lease clock that ran while its own did not) nor 60 s."""
-    t = [1000.0]
-    monkeypatch.setattr(leaseclock, "now", lambda: t[0])
+def _modeled(monkeypatch: pytest.MonkeyPatch, ran_out_at: float | None) -> tuple[ModeledTask, list[float]]:
+    """A modeled task at full share of 100 s of work, its clocks moved by the test: [monotonic, lease clock]."""
+    from node_agent import runner
+
+    clocks = [1000.0, 5000.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clocks[0])
+    monkeypatch.setattr(leaseclock, "now", lambda: clocks[1])
     spec = TaskSpec("m", "h", 1.0, "modeled", cpu_share=1.0, cpu_need=1.0, work_seconds=100.0, memory_bytes=0)
-    task = ModeledTask(spec, lease_ran_out=lambda: 1005.0 if t[0] > 1005.0 else None)
+    task = ModeledTask(spec, lease_ran_out=lambda: None if ran_out_at is None or clocks[1] <= ran_out_at
+                       else ran_out_at)
     task.start()
-    t[0] = 1060.0
+    return task, clocks
+
+
+def test_a_modeled_task_makes_no_progress_while_its_host_is_suspended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A suspend moves the lease clock (CLOCK_BOOTTIME) and not the monotonic one: a process makes no progress then,
+    and a modeled task is credited none (code review: on the lease clock it was credited the sleep up to the lease's
+    end, all of it with no lease)."""
+    task, clocks = _modeled(monkeypatch, ran_out_at=None)
+    clocks[1] += 60.0  # slept 60 s
     task.poll()
-    assert task.view().progress == pytest.approx(0.05, abs=1e-6)
+    assert task.view().progress == 0.0
+    clocks[0] += 10.0
+    clocks[1] += 10.0  # awake again: 10 s of work
+    task.poll()
+    assert task.view().progress == pytest.approx(0.10, abs=1e-9)
+
+
+def test_a_modeled_task_is_credited_up_to_its_leases_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No suspend: 60 s pass on both clocks and the lease ran out 5 s in (on the lease clock): 5 s credited."""
+    task, clocks = _modeled(monkeypatch, ran_out_at=5005.0)
+    clocks[0] += 60.0
+    clocks[1] += 60.0
+    task.poll()
+    assert task.view().progress == pytest.approx(0.05, abs=1e-9)

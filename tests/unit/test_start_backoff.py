@@ -237,3 +237,28 @@ def test_a_job_refused_by_a_short_agent_runs_on_another_agent() -> None:
     finally:
         for a in agents:
             a.shutdown()
+
+
+def test_a_resume_refused_for_want_of_resources_marks_the_agents_hosts_too() -> None:
+    """Not only a start: a resume (a new start of a checkpointed task) or a move refused RESOURCE_EXHAUSTED says the
+    same of the machine, and its hosts are kept from new tasks for a while (code review: only a pending job's start
+    marked them)."""
+    from coordinator.backends.base import BackendError
+    from coordinator.engine import SHORT_HOST_DOUBLINGS_MIN
+    from coordinator.plan import Pause, Plan, Resume, Start
+
+    r = _Refusing(short=("h0",), refusals=0)
+    engine = Engine(get_policy("greedy-pmtn"), r.backend, [Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0)])
+    engine.arrive(JobSpec("p", 0.0, 1, 0.5, 0.2, 100.0))
+    engine.apply(Plan((Start("p", ("h0",), 0.5),)))
+    engine.apply(Plan((Pause("p"),)))
+
+    def refused(job, hosts, cpu):  # type: ignore[no-untyped-def]
+        error = BackendError("StartTask on h0: RESOURCE_EXHAUSTED: agent out of space in /dev/shm", True, backoff=True)
+        error.short = ("h0",)
+        raise error
+
+    r.backend.resume = refused  # type: ignore[method-assign]
+    engine.apply(Plan((Resume("p", ("h0",), 0.5),)))
+    assert engine._short == {"h0": (0.01 * 2**SHORT_HOST_DOUBLINGS_MIN, 1)}
+    assert engine.jobs["p"].state is JobState.PENDING  # (requeued with its progress, as before)
