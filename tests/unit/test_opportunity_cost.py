@@ -439,3 +439,16 @@ def test_vector_cost_treats_a_full_memory_as_thrashing() -> None:
     m = Machine(1, 100)
     assert machine_cost(3, m, 2, 100.0, 4, 10.0) == pytest.approx(3 + 243)
     assert _cost_vec(3, m, 2, np.array([100.0]), 4, 10.0)[0] == pytest.approx(3 + 243)
+
+
+def test_emosix_gains_a_few_ulps_apart_are_a_tie_and_the_older_process_moves() -> None:
+    """Gains equal in exact arithmetic differ by a few ulps in floats: in seed 161 at 6030 s two of five candidates
+    came out 4.4e-16 higher and the younger process moved, against "ties: older process" (clean-room review, which
+    matched our simulation in 1,199 of 1,200 method-executions and traced the one left to this)."""
+    from coordinator.policies.opportunity_cost import GAIN_TIE_REL, _best_move
+
+    g = 0.027739729928134338
+    assert _best_move([(g + 4.4e-16, 5.0, 994, 4), (g, 1.0, 924, 4), (g + 4.4e-16, 6.0, 1001, 4)]) == (924, 4)
+    assert _best_move([(g + 10 * GAIN_TIE_REL, 5.0, 994, 4), (g, 1.0, 924, 4)]) == (994, 4)  # a real gain
+    assert _best_move([(g, 1.0, 924, 4), (g, 1.0, 924, 2)]) == (924, 2)  # then the lower destination
+    assert _best_move([]) is None
