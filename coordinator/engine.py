@@ -577,11 +577,11 @@ class Engine:
         :meth:`_check` starts from (:meth:`handle` passes them on, the state being the snapshot's until its plan is
         applied)."""
         with self.lock:
-            # Progress and the views in one pass over the live jobs (a job's view depends on its own
-            # record only); a fresh mapping wrapped read-only here, which Snapshot does not copy again.
-            # A paused job's progress is read too, as a live agent may report it late; not from a backend
-            # that declares it cannot move (the simulator: four of five placed jobs in the 1,000-job DYNMCB8
-            # run are paused, and their vt was read when they were paused, by _apply_one).
+            # The views of the jobs that changed since the last snapshot, then the progress of the moving ones (a
+            # job's view depends on its own record only); a copy of the kept views wrapped read-only, which
+            # Snapshot does not copy again. A paused job's progress is read too, as a live agent may report it
+            # late; not from a backend that declares it cannot move (the simulator: four of five placed jobs in the
+            # 1,000-job DYNMCB8 run are paused, and their vt was read when they were paused, by _apply_one).
             progress = self.backend.progresses()
             running = JobState.RUNNING
             paused = None if self._paused_fixed else JobState.PAUSED
@@ -611,16 +611,16 @@ class Engine:
                     d["_view"] = None
                     views[job] = rec.view()
             now = self.backend.now()
-            hosts = (tuple(self.hosts) if not self._short
-                     else self._visible_hosts(now, [views[j] for j in running_jobs]))
-            return Snapshot(now, hosts, MappingProxyType(dict(views)),
-                            tuple([views[job] for job in running_jobs])), running_jobs
+            running_views = tuple([views[job] for job in running_jobs])
+            hosts = tuple(self.hosts) if not self._short else self._visible_hosts(now, running_views)
+            return Snapshot(now, hosts, MappingProxyType(dict(views)), running_views), running_jobs
 
     def _visible_hosts(self, now: float, running: Iterable[JobView]) -> tuple[Host, ...]:
         """The hosts as the policy is to see them: one whose agent refused a start for want of its machine's
-        resources less than its wait ago (:meth:`_mark_short`) is left out if none of its tasks is placed there,
-        and otherwise shown with the memory its placed tasks hold as its whole memory, so that no new task fits
-        there while what runs there keeps its place. The engine's own checks use the hosts as they are."""
+        resources less than its wait ago (:meth:`_mark_short`) is left out if no task of ours runs there; otherwise,
+        to a policy that never pauses or moves a running job (``keeps_placements``), shown with the memory its
+        running tasks hold as its whole memory, so that no new task fits there while what runs there keeps its
+        place, and to the others as it is. The engine's own checks use the hosts as they are."""
         short = {h for h, (until, _) in self._short.items() if until > now}
         if not short:
             return tuple(self.hosts)
@@ -637,9 +637,9 @@ class Engine:
                      for h in self.hosts if h.name not in short or held[h.name] > 0)
 
     def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
-        """Show ``hosts`` to the policy as full for a while (:meth:`_visible_hosts`): their agent refused ``job``'s
-        start for want of its machine's resources (other refusals before the wait has passed: the same shortage,
-        neither said nor counted again). The wait doubles with each refusal in a row there (from
+        """Keep ``hosts`` from new tasks for a while (:meth:`_visible_hosts`): their agent refused ``job``'s start,
+        resume or move for want of its machine's resources (other refusals before the wait has passed: the same
+        shortage, neither said nor counted again). The wait doubles with each refusal in a row there (from
         :data:`SHORT_HOST_DOUBLINGS_MIN` doublings of the backend's ``retry_after``); a start that gets through
         there ends the run. Once it has passed, the policy is asked again, as when hosts are added."""
         now = self.backend.now()

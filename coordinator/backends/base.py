@@ -33,7 +33,7 @@ class BackendError(RuntimeError):
         self.unreachable = unreachable
         #: (unreachable) the agent answered that it ran out of a resource of its machine: retried with a growing wait
         self.backoff = backoff
-        #: (backoff) the hosts of that agent, which the engine shows its policy as full for a while
+        #: (backoff) the hosts of that agent, which the engine keeps from new tasks for a while
         self.short: tuple[str, ...] = ()
         self.hosts: tuple[str, ...] | None = None
 

@@ -531,7 +531,7 @@ class LiveBackend:
             exhausted = exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             error = BackendError(f"{method} on {host}: {_rpc_text(exc)}", exc.code() in _RETRYABLE or exhausted,
                                  backoff=exhausted)
-            if exhausted:  # the machine's shortage: every host of its agent (the engine shows them full for a while)
+            if exhausted:  # the machine's shortage: all of its agent's hosts (kept from new tasks a while)
                 agent = self.host_agent.get(host)
                 error.short = tuple(h for h, a in self.host_agent.items() if a == agent) if agent else (host,)
             raise error from None
