@@ -34,6 +34,7 @@ its request id) into one commit; a write outside any transaction commits at once
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -607,12 +608,10 @@ class Store:
                                                       JobState(row[3]), tuple(json.loads(row[4])), row[5], row[6]))
             # (not read: its root and last page are, so a damaged one is refused here as before, not at every write)
             last = self._db.execute(query + " DESC LIMIT 1").fetchall()
-            times = [t for j in out.jobs for t in (j.spec.submit_time, j.first_start, j.end) if t is not None]
-            times += [r[0] for r in last]
             row = self._db.execute("SELECT value FROM meta WHERE key='clock'").fetchone()
-            if row is not None:
-                times.append(float(row[0]))
-            out.clock = max((t for t in times if math.isfinite(t)), default=0.0)
+            times = itertools.chain((t for j in out.jobs for t in (j.spec.submit_time, j.first_start, j.end)),
+                                    (r[0] for r in last), () if row is None else (float(row[0]),))
+            out.clock = max((t for t in times if t is not None and math.isfinite(t)), default=0.0)
             if out.clock >= CLOCK_MAX:  # (a restarted clock would start there, and stand still: float spacing)
                 raise ValueError(f"a time of {out.clock!r} s, past any this coordinator's clock could have reached")
             for job, restarts, tasks in self._db.execute("SELECT job, restarts, tasks FROM tasks"):
