@@ -7,6 +7,7 @@ it did not receive (DESIGN.md). Policies hold only their configuration, so they 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -89,6 +90,12 @@ def add_use(use: Mapping[str, HostUse], hosts: Sequence[str], spec: JobSpec) -> 
     for h in hosts:
         use[h].load += spec.cpu_need
         use[h].mem += spec.mem
+
+
+def memory_room(hosts: Sequence[Host], use: Mapping[str, HostUse]) -> float:
+    """The most memory free on one host under ``use``: a job whose task needs more than this plus ``EPS`` fits
+    nowhere (:func:`greedy_placement` takes a host for a task while ``free + EPS >= mem``)."""
+    return max((h.mem - use[h.name].mem for h in hosts), default=-math.inf)
 
 
 def greedy_placement(

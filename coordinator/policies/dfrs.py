@@ -21,6 +21,7 @@ from coordinator.policies.base import (
     backoff_delay,
     greedy_placement,
     max_min_yields,
+    memory_room,
     placement_use,
 )
 
@@ -150,11 +151,18 @@ class GreedyPmtn:
         # The hosts' use, kept as each job is placed (``add_use``: the same sums, in the same order, as
         # ``placement_use`` over the grown placement, which was computed again for each of up to ~1,000 paused jobs)
         use = placement_use(snap.hosts, placements, specs)
-        for job in reversed(_by_priority(snap, candidates)):
+        # A candidate whose task wants more memory than any host has free fits nowhere, now or later in this
+        # decision (the use only grows): such candidates, most of a long backlog on a full cluster, are neither
+        # sorted nor tried (``greedy_placement``'s own test, on the same sums: the same jobs resume).
+        room = memory_room(snap.hosts, use)
+        for job in reversed(_by_priority(snap, [j for j in candidates if room + EPS >= j.spec.mem])):
+            if room + EPS < job.spec.mem:
+                continue
             hosts = greedy_placement(job.spec, snap.hosts, use)
             if hosts is not None:
                 placements[job.id] = hosts
                 add_use(use, hosts, job.spec)
+                room = memory_room(snap.hosts, use)
                 resumed.append(job.id)
         # A victim given back exactly its hosts was never really moved: keep it running.
         kept = {v for v in victims if v in resumed and sorted(placements[v]) == sorted(running[v].hosts)}
