@@ -134,8 +134,28 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
     if not diff or not (finished or held or _has_rows(out / journal)):
         return None
     state = "a finished run" if finished else "an unfinished run"
-    return (f"{command}: {out} holds {state} with other settings ({', '.join(sorted(set(diff)))}); give another "
-            f"--out, or remove {out} to replace it")
+    # Each flag with both values (upgrade review: a flag only named read as one the user gave, where only its default
+    # had changed between versions, vcsched's --accuracy 0.01 -> 0.001), as vcemu sweep says them.
+    keys: dict[str, list[str]] = {}
+    for key, flag in settings.items():
+        if key in old and not same(key):
+            keys.setdefault(flag, []).append(key)
+    parts = [f"{flag} {setting_shown(old[ks[0]])} stored, {setting_shown(new.get(ks[0]))} now" if len(ks) == 1
+             else flag for flag, ks in sorted(keys.items())]
+    return (f"{command}: {out} holds {state} with other settings ({'; '.join(parts)}); give another --out, or "
+            f"remove {out} to replace it")
+
+
+def setting_shown(value: Any) -> str:
+    """A setting's value as a refusal shows it: exact floats (repr: %g cut them to 6 digits), lists joined by commas,
+    none for an absent one; cut at 60 characters (a machine table, a list of slacks)."""
+    if value is None:
+        text = "none"
+    elif isinstance(value, list):
+        text = ",".join(setting_shown(v) for v in value)
+    else:
+        text = repr(value) if isinstance(value, float) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _has_rows(path: Path) -> bool:

@@ -109,6 +109,7 @@ from coordinator.flagcheck import first_refusal
 from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES, PolicyNameError, canonical_name, policy_order, thrashing
+from coordinator.resumable import setting_shown
 from vcemu.cliargs import Parser, doc_text, usable_out_dir
 from vcemu.limits import MAX_PENALTY_S
 from vcemu.signals import INTERRUPTED, signals_interrupt
@@ -773,15 +774,12 @@ def _other_settings(out: Path, diff: Sequence[str], cfg: dict[str, Any], old: di
     than ``cfg``: each flag with both values, and the flags that resume the stored sweep (README walk-through:
     ``--traces 0`` on a sweep stored with ``--jobs 100`` said "other settings (jobs)", leaving the user to find the
     flag and its value)."""
-    def shown(value: Any) -> str:  # (repr: the exact value, which the comparison wants; %g cut it to 6 digits)
-        return "none" if value is None else repr(value) if isinstance(value, float) else str(value)
-
     parts, resume = [], []
     for k in diff:
         if k in _FLAGS:
             stored = _stored_setting(old, k, cfg)
-            parts.append(f"{_FLAGS[k]} {shown(stored)} stored, {shown(cfg.get(k))} given")
-            resume.append(f"no {_FLAGS[k]}" if stored is None else f"{_FLAGS[k]} {shown(stored)}")
+            parts.append(f"{_FLAGS[k]} {setting_shown(stored)} stored, {setting_shown(cfg.get(k))} now")
+            resume.append(f"no {_FLAGS[k]}" if stored is None else f"{_FLAGS[k]} {setting_shown(stored)}")
         else:  # the HPC2N file: the same path may hold another file by now
             parts.append("the HPC2N file's contents (--hpc2n) differ from the stored sweep's")
             resume.append("the HPC2N file it was made with (--hpc2n)")

@@ -356,14 +356,16 @@ def test_a_stored_run_with_other_settings_is_named_as_finished_or_unfinished(
     capsys.readouterr()
     assert oc.oppcost_main([*args, "--seed", "2"]) == 2  # refused, naming the flag (it started over)
     _one_line(capsys.readouterr().err,
-              f"vcemu oppcost: {out} holds a finished run with other settings (--seed); give another --out, or "
+              f"vcemu oppcost: {out} holds a finished run with other settings (--seed 1 stored, 2 now); give another "
+              f"--out, or "
               f"remove {out} to replace it")
     (out / oc.JOURNAL).write_text((out / "executions.csv").read_text())  # as an interrupted run leaves it
     conf = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**conf, "complete": False}))
     assert oc.oppcost_main([*args, "--beta", "3"]) == 2
     _one_line(capsys.readouterr().err,
-              f"vcemu oppcost: {out} holds an unfinished run with other settings (--beta); give another --out, or "
+              f"vcemu oppcost: {out} holds an unfinished run with other settings (--beta 10.0 stored, 3.0 now); give "
+              f"another --out, or "
               f"remove {out} to replace it")
 
 

@@ -137,8 +137,8 @@ def test_oppcost_unfinished_run_with_other_settings_is_refused_and_kept(
     log = watch(out)
     capsys.readouterr()
     assert oc.oppcost_main([*OPPCOST, "--seed", "2", "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (f"vcemu oppcost: {out} holds an unfinished run with other settings (--seed); "
-                                       f"give another --out, or remove {out} to replace it\n")
+    assert capsys.readouterr().err == (f"vcemu oppcost: {out} holds an unfinished run with other settings (--seed 1 "
+                                       f"stored, 2 now); give another --out, or remove {out} to replace it\n")
     assert log() == [] and _tree(out) == before
     assert oc.oppcost_main([*OPPCOST, "--out", str(out)]) == 0  # the same settings: resumed
     assert "resuming the unfinished run" in capsys.readouterr().err
@@ -374,8 +374,9 @@ def test_apc_interrupted_run_keeps_its_journal_and_a_run_with_other_settings_is_
     simulations.clear()
     before = _tree(out)
     assert apc.apc_main([*argv, "--seed", "1", "--cycle", "300"]) == 2
-    assert capsys.readouterr().err == (f"vcemu apc: {out} holds an unfinished run with other settings (--cycle, "
-                                       f"--seed); give another --out, or remove {out} to replace it\n")
+    assert capsys.readouterr().err == (f"vcemu apc: {out} holds an unfinished run with other settings (--cycle 600.0 "
+                                       f"stored, 300.0 now; --seed 0 stored, 1 now); give another --out, or remove "
+                                       f"{out} to replace it\n")
     assert simulations == [] and _tree(out) == before
 
 
@@ -477,7 +478,7 @@ def test_apc_reruns_with_other_experiments_reuse_every_journalled_simulation_wit
     capsys.readouterr()
     simulations.clear()  # what every simulation depends on: refused (it started over, and dropped them all)
     assert apc.apc_main(["--experiments", "one,two", *common, "--seed", "3"]) == 2
-    assert "holds a finished run with other settings (--seed)" in capsys.readouterr().err
+    assert "holds a finished run with other settings (--seed 0 stored, 3 now)" in capsys.readouterr().err
     assert simulations == []
 
 

@@ -718,7 +718,7 @@ def test_a_finished_sweep_is_extended_by_more_traces_or_loads_and_reordered_load
            "(--traces 2, --unscaled 0, --loads 0.5,0.7)" in err and "8 stored, 0 to run" in err, err
     assert json.loads((out / "config.json").read_text())["loads"] == [0.5, 0.7]
     assert sweep_main(_argv(out, "--jobs", "7")) == 2  # what changes every trace still refuses
-    assert "other settings (--jobs 6 stored, 7 given); give --jobs 6 to resume it" in capsys.readouterr().err
+    assert "other settings (--jobs 6 stored, 7 now); give --jobs 6 to resume it" in capsys.readouterr().err
 
 
 def test_extending_a_sweep_keeps_its_cells_apart_and_adds_only_loads_of_lublin_traces(
@@ -816,11 +816,11 @@ def test_a_rerun_with_another_result_setting_is_told_the_stored_values_that_resu
     capsys.readouterr()
     assert sweep_main(["--out", str(out), "--traces", "0", "--seed", "4", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert (f"vcemu sweep: {out} holds a sweep with other settings (--jobs 6 stored, 1000 given; --seed 1 stored, "
-            "4 given); give --jobs 6, --seed 1 to resume it, or use another --out") in err, err
+    assert (f"vcemu sweep: {out} holds a sweep with other settings (--jobs 6 stored, 1000 now; --seed 1 stored, "
+            "4 now); give --jobs 6, --seed 1 to resume it, or use another --out") in err, err
     assert sweep_main(["--out", str(out), "--traces", "0", "--jobs", "6", "--max-jobs", "3", "--job-scale", "0.1",
                        "--no-progress"]) == 2  # (a stored None is left out, not given; a float exactly)
-    assert ("(--max-jobs none stored, 3 given; --job-scale 1.0 stored, 0.1 given); give no --max-jobs, --job-scale "
+    assert ("(--max-jobs none stored, 3 now; --job-scale 1.0 stored, 0.1 now); give no --max-jobs, --job-scale "
             "1.0 to resume it") in capsys.readouterr().err
     assert sweep_main(["--out", str(out), "--traces", "0", "--jobs", "6", "--algorithms", "fcfs,easy", "--penalties",
                        "300", "--no-progress"]) == 0

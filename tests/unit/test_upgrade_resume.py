@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coordinator.resumable import other_settings_refusal
+from coordinator.resumable import other_settings_refusal, setting_shown
 from coordinator.vcsched import experiment as vc
 
 #: One slack, one instance per specification, one heuristic: 16 small instances, about a second.
@@ -27,7 +27,7 @@ def test_results_of_a_finished_run_without_complete_are_work(tmp_path: Path) -> 
     (tmp_path / "small" / "results.csv").write_text("set,instance\nsmall,0\n")
     line = other_settings_refusal(tmp_path, {"accuracy": 0.001}, {"accuracy": "--accuracy"}, "results.partial.csv",
                                   "vcemu vcsched", results=("small/results.csv",))
-    assert line is not None and "holds a finished run with other settings (--accuracy)" in line
+    assert line is not None and "holds a finished run with other settings (--accuracy 0.01 stored, 0.001 now)" in line
 
 
 def test_an_older_finished_vcsched_run_with_the_old_default_accuracy_is_refused_not_replaced(
@@ -41,7 +41,7 @@ def test_an_older_finished_vcsched_run_with_the_old_default_accuracy_is_refused_
     before = _tree(out)
     capsys.readouterr()
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 2  # the default accuracy now: 0.001
-    assert "holds a finished run with other settings (--accuracy)" in capsys.readouterr().err
+    assert "other settings (--accuracy 0.01 stored, 0.001 now)" in capsys.readouterr().err
     assert _tree(out) == before
 
 
@@ -56,3 +56,11 @@ def test_a_finished_vcsched_run_of_other_code_is_replaced_saying_so(tmp_path: Pa
     err = capsys.readouterr().err
     assert f"vcemu vcsched: {out} holds the results of a finished run of other code (source sha256 000000000000" in err
     assert "starting over" in err
+
+
+def test_a_refusal_shows_each_setting_stored_and_now() -> None:
+    """A flag named alone read as one the user gave, where only its default had changed between versions: the
+    refusal shows both values (exact floats, lists as given on the command line, none for an absent one)."""
+    assert setting_shown(0.1 + 0.2) == "0.30000000000000004" and setting_shown(None) == "none"
+    assert setting_shown([0.5, 1, "x"]) == "0.5,1,x" and setting_shown(list(range(40))).endswith("...")
+    assert len(setting_shown(list(range(40)))) == 60

@@ -46,7 +46,7 @@ def test_a_stored_run_with_the_old_default_accuracy_is_another_runs_settings(
     before = (out / "config.json").read_text()
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "a finished run with other settings (--accuracy)" in err, err
+    assert "a finished run with other settings (--accuracy 0.01 stored, 0.001 now)" in err, err
     assert (out / "config.json").read_text() == before
     assert vc.vcsched_main([*ARGV, "--accuracy", "0.01", "--out", str(out)]) == 0
     assert "other settings" not in capsys.readouterr().err
@@ -62,10 +62,10 @@ def test_a_stored_config_without_an_accuracy_ran_with_the_old_default(
     old = {k: v for k, v in conf.items() if k != "accuracy"} if stored == "missing" else {**conf, "accuracy": None}
     (out / "config.json").write_text(json.dumps(old))
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 2
-    assert "other settings (--accuracy)" in capsys.readouterr().err
+    assert "other settings (--accuracy 0.01 stored, 0.001 now)" in capsys.readouterr().err
     unfinished(out, old)  # as a run killed after every instance leaves it
     assert vc.vcsched_main([*ARGV, "--out", str(out)]) == 2  # (its work kept: refused, not started over)
-    assert "an unfinished run with other settings (--accuracy)" in capsys.readouterr().err
+    assert "an unfinished run with other settings (--accuracy 0.01 stored, 0.001 now)" in capsys.readouterr().err
     assert vc.vcsched_main([*ARGV, "--accuracy", "0.01", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "resuming the unfinished run" in err and "16 of 16 instances kept" in err, err
