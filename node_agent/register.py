@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0
 RPC_TIMEOUT_S = 5.0
 MIN_BACKOFF_S = 0.1
+#: Calls in a row that went unanswered (DEADLINE_EXCEEDED) after which the registrar connects again (a new channel).
+DEADLINES_BEFORE_NEW_CHANNEL = 2
 
 
 class Registrar:
@@ -47,8 +49,10 @@ class Registrar:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        with self._channel_factory(self._coordinator) as channel:
+        with self._channel_factory(self._coordinator) as first:
+            channel = first
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+            unanswered = 0  # calls in a row that waited out their deadline
             backoff = MIN_BACKOFF_S
             refused: str | None = None  # the coordinator's last refusal of this agent, said once
             while not self._stop.is_set():
@@ -72,6 +76,7 @@ class Registrar:
                         continue
                     self._agent.core.renew_lease(hb.lease_s, sent)
                     backoff, wait, refused = MIN_BACKOFF_S, self.interval, None  # (a later refusal is said again)
+                    unanswered = 0
                 except grpc.RpcError as e:
                     if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
                                     grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION,
@@ -90,6 +95,18 @@ class Registrar:
                         log.warning("coordinator %s: %s; retrying", self._coordinator, e.code().name)
                     if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                         self.registered.clear()
+                    unanswered = unanswered + 1 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED else 0
+                    if unanswered >= DEADLINES_BEFORE_NEW_CHANNEL:
+                        # A connection left half-open by the network (a NAT or firewall that dropped its state, a
+                        # link that stalls) is never dropped by gRPC without keepalives: every later call on it
+                        # waited out its deadline, for good, while a new connection got through (gray-failure review).
+                        log.warning("coordinator %s: %d calls in a row unanswered; connecting again",
+                                    self._coordinator, unanswered)
+                        channel.close()  # (first: closed again on exit, which does nothing) before a new one, which
+                        channel = self._channel_factory(self._coordinator)  # would else share its connection
+                        stub, unanswered = coordinator_pb2_grpc.CoordinatorStub(channel), 0
                     wait = random.uniform(0, backoff)
                     backoff = min(self.interval, backoff * 2)
                 self._stop.wait(wait)
+            if channel is not first:
+                channel.close()
