@@ -93,6 +93,10 @@ MAX_WATCHERS = API_THREADS // 2
 #: many a Cancel is refused (UNAVAILABLE, retry), so that with the watchers they can never take every API thread:
 #: 16 Cancels waiting out a 6 s turn made the agents' heartbeats miss their deadline (concurrency review).
 MAX_CANCELS_WAITING = API_THREADS - MAX_WATCHERS - 2
+#: Seconds between the server's pings of each client connection, and seconds a ping may go unanswered before the
+#: connection is closed and its calls cancelled (a half-open connection: a client gone without a word).
+KEEPALIVE_S = 30.0
+KEEPALIVE_TIMEOUT_S = 20.0
 #: Events a WatchEvents stream may fall behind by. Past that its stream ends with RESOURCE_EXHAUSTED once it has
 #: sent what it holds (:class:`EventQueue`), rather than go on with events missing from it.
 WATCH_QUEUE = 10_000
@@ -758,7 +762,15 @@ class CoordinatorServer:
                 # gRPC sets SO_REUSEPORT by default: a second coordinator on a port in use would then listen too,
                 # and the kernel would split clients between the two
                 options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                         ("grpc.max_send_message_length", MAX_REPLY_BYTES), ("grpc.so_reuseport", 0)],
+                         ("grpc.max_send_message_length", MAX_REPLY_BYTES), ("grpc.so_reuseport", 0),
+                         # A client's connection left half-open by the network (nothing acknowledged, nothing closed)
+                         # is closed once a ping goes unanswered, its calls cancelled: a watcher's stream held its API
+                         # thread and one of the MAX_WATCHERS slots for good (gray-failure review). Pinged however
+                         # long its streams send nothing (else gRPC stops after 2 pings without data).
+                         ("grpc.keepalive_time_ms", int(KEEPALIVE_S * 1000)),
+                         ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1000)),
+                         ("grpc.http2.ping_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1000)),
+                         ("grpc.http2.max_pings_without_data", 0)],
             )
             pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self), self.grpc)
             self.health = health.HealthServicer()
