@@ -272,15 +272,18 @@ class Engine:
         with self.lock:
             known = {h.name for h in self.hosts}
             added = [h for h in hosts if h.name not in known]
+            # An agent that registers again starts afresh: its hosts, kept from new tasks after it refused or left
+            # unanswered a start (:meth:`_mark_short`), are offered again at once (it answers now).
+            afresh = [h.name for h in hosts if self._short.pop(h.name, None) is not None]
             # A new list, never the old one extended: readers that do not take the lock (ClusterStatus, the
             # metrics) read ``self.hosts`` once, and the list they get is never changed under them.
             self.hosts = [*self.hosts, *added]
-            if added:
+            if added or afresh:
                 self._offer_hosts_at(self.backend.now())
             if added:  # more hosts hold more: only the jobs noted as waiting can change (all, if there were none)
                 self._judge_pending(say=False, recs=None if not known else [
                     r for r in self._live.values() if r.state is JobState.PENDING and r.message.startswith(self.WAITS)])
-        if added:
+        if added or afresh:
             self.backend.wake()
 
     #: The start of a pending job's message while the hosts registered cannot hold it (:meth:`_judge_pending`).
@@ -638,10 +641,13 @@ class Engine:
 
     def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
         """Keep ``hosts`` from new tasks for a while (:meth:`_visible_hosts`): their agent refused ``job``'s start,
-        resume or move for want of its machine's resources (other refusals before the wait has passed: the same
-        shortage, neither said nor counted again). The wait doubles with each refusal in a row there (from
-        :data:`SHORT_HOST_DOUBLINGS_MIN` doublings of the backend's ``retry_after``); a start that gets through
-        there ends the run. Once it has passed, the policy is asked again, as when hosts are added."""
+        resume or move for want of its machine's resources, or left it unanswered (an agent that heartbeats but whose
+        calls get no answer, a one-way partition, is never declared lost: the policy, seeing its hosts free, sent
+        every new job there at every retry while other hosts stood idle; gray-failure review). Other failures before
+        the wait has passed: the same cause, neither said nor counted again. The wait doubles with each failure in a
+        row there (from :data:`SHORT_HOST_DOUBLINGS_MIN` doublings of the backend's ``retry_after``); a start that
+        gets through there, or the agent's new registration (:meth:`add_hosts`), ends the run. Once it has passed,
+        the policy is asked again, as when hosts are added."""
         now = self.backend.now()
         step = getattr(self.backend, "retry_after", 0.0)
         latest, known, marked = now, {h.name for h in self.hosts}, []
@@ -655,7 +661,7 @@ class Engine:
             marked.append(name)
         if marked:  # (one line per mark, however many hosts the agent emulates)
             shown = ", ".join(marked[:4]) + (f" and {len(marked) - 4} more" if len(marked) > 4 else "")
-            log.warning("host%s %s offered to no new task for up to %.3g s: %s refused there (%s)",
+            log.warning("host%s %s offered to no new task for up to %.3g s: %s was refused or not answered there (%s)",
                         "s" if len(marked) > 1 else "", shown, latest - now, job, message)
         if latest > now:  # (a backend with no retry_after: no wait, and no Tick due at once again and again)
             self._offer_hosts_at(latest)
@@ -985,7 +991,7 @@ class Engine:
         its progress, as when its host is lost, and is placed again at a later decision (by then the
         heartbeat watchdog has removed a dead agent's hosts). A refusal fails the job."""
         dropped.add(rec.spec.id)
-        if getattr(exc, "backoff", False) and getattr(exc, "short", ()):  # (a start, resume or move refused so)
+        if getattr(exc, "short", ()):  # (a start, resume or move refused so, or unanswered)
             self._mark_short(exc.short, rec.spec.id, message)
         if not exc.unreachable:
             self._fail(rec, message)

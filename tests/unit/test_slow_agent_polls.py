@@ -1,0 +1,41 @@
+"""Slow agents (a link of high latency, gray-failure review): the Status round asked them one after another, under
+the backend's lock, so each slow agent added its delay to every round, and every start, end and decision on the
+healthy agents waited for it. They are asked at once now: each slow agent's poll starts before any has answered."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.unit.scripted_agent import TableAgent, backend_on
+
+
+class SlowAgent(TableAgent):
+    """Answers its Status polls ``delay`` seconds late (within the poll's deadline), noting when each came and went."""
+
+    def __init__(self, agent_id: str, hosts: tuple[str, ...], delay: float, log: list[tuple[str, float]]) -> None:
+        super().__init__(agent_id, hosts)
+        self.delay, self.log, self.lock = delay, log, threading.Lock()
+
+    def Status(self, request, context):  # noqa: N802
+        with self.lock:
+            self.log.append(("in", time.monotonic()))
+        time.sleep(self.delay)
+        with self.lock:
+            self.log.append(("out", time.monotonic()))
+        return super().Status(request, context)
+
+
+def test_a_poll_round_asks_every_agent_before_it_waits_for_any() -> None:
+    log: list[tuple[str, float]] = []
+    slow = [SlowAgent(f"s{i}", (f"s{i}-h0",), 0.5, log) for i in range(3)]
+    with backend_on(TableAgent("fast", ("f-h0",)), *slow) as backend:
+        backend.poll()  # (connections made)
+        log.clear()
+        backend.poll()
+        assert all(not h.silent for h in backend.agents.values()), "an agent's poll went unanswered"
+        came = [t for what, t in log if what == "in"]
+        went = [t for what, t in log if what == "out"]
+        assert len(came) == len(went) == 3
+        # One after another, each came after the one before had gone (0.5 s later): a round took the sum.
+        assert max(came) < min(went), f"polls came {[round(t - min(came), 2) for t in came]} s after the first"
