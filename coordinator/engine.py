@@ -254,6 +254,8 @@ class Engine:
         #: there. Without it the job went back to the refusing host, which still looked free, at every retry, until
         #: it failed, while another host stood idle (exhaustion review).
         self._short: dict[str, tuple[float, int]] = {}
+        #: What marked each host of ``_short`` last (the job and the failure), for ``vcemu status`` (:meth:`closed`).
+        self._short_why: dict[str, str] = {}
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -275,6 +277,8 @@ class Engine:
             # An agent that registers again starts afresh: its hosts, kept from new tasks after it refused or left
             # unanswered a start (:meth:`_mark_short`), are offered again at once (it answers now).
             afresh = [h.name for h in hosts if self._short.pop(h.name, None) is not None]
+            for name in afresh:
+                self._short_why.pop(name, None)
             # A new list, never the old one extended: readers that do not take the lock (ClusterStatus, the
             # metrics) read ``self.hosts`` once, and the list they get is never changed under them.
             self.hosts = [*self.hosts, *added]
@@ -464,6 +468,7 @@ class Engine:
             self.hosts = [h for h in self.hosts if h.name not in gone]
             for name in gone.intersection(self._short):  # (an agent that comes back starts afresh)
                 del self._short[name]
+                self._short_why.pop(name, None)
             hit = [j for j, r in self.jobs.items()
                    if r.state in (JobState.RUNNING, JobState.PAUSED) and gone.intersection(r.hosts)]
             for job in hit:
@@ -639,6 +644,13 @@ class Engine:
         return tuple(h if h.name not in short else replace(h, mem=held[h.name]) if shrink else h
                      for h in self.hosts if h.name not in short or held[h.name] > 0)
 
+    def closed(self) -> dict[str, tuple[float, str]]:
+        """The hosts kept from new tasks now (:meth:`_mark_short`): until when (the backend's clock) and why (the
+        job whose start, resume or move there was refused or not answered, and the failure). Read without the lock
+        (``vcemu status``): a copy of each dict, made whole under the GIL."""
+        now, short, why = self.backend.now(), dict(self._short), dict(self._short_why)
+        return {h: (until, why.get(h, "")) for h, (until, _) in short.items() if until > now}
+
     def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
         """Keep ``hosts`` from new tasks for a while (:meth:`_visible_hosts`): their agent refused ``job``'s start,
         resume or move for want of its machine's resources, or left it unanswered (an agent that heartbeats but whose
@@ -657,6 +669,7 @@ class Engine:
                 continue
             until = now + step * 2 ** min(SHORT_HOST_DOUBLINGS_MIN + tries, RETRY_DOUBLINGS_MAX)
             self._short[name] = (until, tries + 1)
+            self._short_why[name] = f"{job}: {message}"
             latest = max(latest, until)
             marked.append(name)
         if marked:  # (one line per mark, however many hosts the agent emulates)
@@ -856,6 +869,7 @@ class Engine:
             if self._short:  # it started there: the host's refusals in a row end
                 for h in action.hosts:
                     self._short.pop(h, None)
+                    self._short_why.pop(h, None)
             self._record(job, JobState.PENDING, running, rec.hosts, rec.cpu, "start")
         elif kind is Defer:
             rec.attempts += 1

@@ -149,13 +149,15 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
 def setting_shown(value: Any) -> str:
     """A setting's value as a refusal shows it: exact floats (repr: %g cut them to 6 digits), lists joined by commas,
     none for an absent one; cut at 60 characters (a machine table, a list of slacks)."""
+    from vcemu.cliargs import clipped
+
     if value is None:
         text = "none"
     elif isinstance(value, list):
         text = ",".join(setting_shown(v) for v in value)
     else:
         text = repr(value) if isinstance(value, float) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clipped(text, 60)
 
 
 def _has_rows(path: Path) -> bool:

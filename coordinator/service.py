@@ -477,8 +477,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         waiting = any(counts.get(s, 0) for s in (JobState.PENDING, JobState.RUNNING, JobState.PAUSED))
         reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now(),
                                       next_repacking=(engine.next_tick or 0.0) if waiting else 0.0)
+        closed = engine.closed()
         for h in hosts:
             info = backend.host_info.get(h.name)
+            until, why = closed.get(h.name, (0.0, ""))
             reply.hosts.append(
                 pb.HostView(
                     name=h.name,
@@ -489,6 +491,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     cpu_measured=measured[h.name].cpu_measured if h.name in measured else 0.0,
                     cpu_cores=info.cpu_cores if info else 0.0,
                     memory_bytes=info.memory_bytes if info else 0,
+                    closed_for=max(0.0, until - reply.now) if until else 0.0,
+                    closed_reason=why,
                 )
             )
         for state, count in counts.items():  # (accepted jobs not yet taken in by the loop included)

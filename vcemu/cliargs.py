@@ -242,6 +242,11 @@ def yield_text(y: float) -> str:
     return f"{y:.3g}" if 0 < y < 0.005 else f"{y:.2f}"
 
 
+def clipped(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters, its end shown as "..." when cut (a long value or message in a table)."""
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
 def format_table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

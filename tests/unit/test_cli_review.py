@@ -248,3 +248,27 @@ def test_a_small_yield_is_not_shown_as_none(y: float, shown: str) -> None:
     from vcemu.cliargs import yield_text
 
     assert yield_text(y) == shown
+
+
+def test_status_names_the_hosts_kept_from_new_tasks_and_why(server: CoordinatorServer,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Gray-failure review: an agent whose starts went unanswered had its hosts kept from new tasks, and only the
+    coordinator's log said so; ``status`` lists them, for how long still, and the job and failure that closed them,
+    until they are offered again (a new registration of their agent)."""
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    assert code == 0 and "KEPT FROM NEW TASKS" not in out, out
+    why = "StartTask on a0-h0: DEADLINE_EXCEEDED: " + "x" * 200
+    server.engine._mark_short(["a0-h0"], "job-00007", why)
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    lines = out.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("KEPT FROM NEW TASKS")))
+    host, left, reason = lines[head + 1].split(None, 2)
+    assert (host, reason) == ("a0-h0", "job-00007: StartTask on a0-h0: DEADLINE_EXCEEDED: " + "x" * 47 + "...")
+    assert 0 < float(left.rstrip("s")) <= 16 * server.backend.retry_after, out
+    desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
+    with grpc.insecure_channel(server.address) as ch:  # (it registers again: offered at once)
+        pb_grpc.CoordinatorStub(ch).RegisterAgent(
+            pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    assert code == 0 and "KEPT FROM NEW TASKS" not in out, out
