@@ -181,7 +181,8 @@ class Connection:
             elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and connects is False:  # (asked once, above)
                 message += (f"; {self.address} took the connection but never answered: is it a gRPC server? "
                             "--coordinator or $VCEMU_COORDINATOR names the coordinator's address (a coordinator out of "
-                            "file descriptors, ulimit -n, does this too)")
+                            "file descriptors, ulimit -n, does this too, and so does a network that stalls the "
+                            "connection after it is made)")
             elif exc.code() == grpc.StatusCode.UNAVAILABLE and not self._connects():
                 # TLS explains a failure only on a connection that was made: not a name that does not resolve
                 why = self._no_tcp_connection()
