@@ -102,6 +102,13 @@ _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: API) for attempts x RPC_TIMEOUT_S per action before its heartbeats run out and it is declared lost.
 FAST_TIMEOUT_S = 1.0
 SILENT_AFTER_S = 2.0
+#: An agent whose Status poll went unanswered is asked again no sooner than this after it, doubled with each poll in
+#: a row it leaves unanswered, up to :data:`SILENT_POLL_MAX_S`: each such poll holds the round, and the engine's lock
+#: with it, for :data:`FAST_TIMEOUT_S`, and an agent whose heartbeats get through while the coordinator's calls do not
+#: (a one-way partition) is never declared lost: asked at every round (every 0.1 s), it held the lock 10 s in 11
+#: (gray-failure review). Its lease is renewed by its heartbeats meanwhile; an answer ends the wait.
+SILENT_POLL_S = 0.5
+SILENT_POLL_MAX_S = 4.0
 #: Largest SetShares, StartTasks or StopTasks request sent, serialized (bytes): under an agent's request limit (64 KiB,
 #: node_agent.server.MAX_MESSAGE_BYTES); more share changes, starts or stops for a host go in several calls.
 BATCH_BYTES = 32 << 10
@@ -131,6 +138,8 @@ class AgentHandle:
     #: The agent's clock in its last Status reply received, echoed in the next poll (StatusRequest.lease_since).
     clock: float = 0.0
     silent: bool = False  # its last Status poll (or a call) went unanswered: calls get one short attempt
+    misses: int = 0  # its Status polls in a row that went unanswered
+    next_poll: float = 0.0  # time.monotonic() before which it is not polled (:data:`SILENT_POLL_S`)
     lost: bool = False  # being declared lost (:meth:`LiveBackend.cut_off`): calls to it fail at once
     #: It has answered since this coordinator started: registered with it, or answered a Status poll. An agent
     #: restored from the store is not, until then: it may be long gone (a restarted ``vcemu up`` takes its
@@ -1281,14 +1290,17 @@ class LiveBackend:
         # the other agents (gray-failure review: with one agent of three 1 s away, a job's start on a healthy agent
         # took 1.1-1.9 s rather than 0.0-0.02 s; that one slow agent still costs a round its delay, up to the poll's
         # deadline).
+        now = time.monotonic()
         calls = [(handle, handle.stub.Status.future(
             agent_pb2.StatusRequest(lease_s=self.lease_s if self.lease_s > 0 else -1.0, lease_since=handle.clock),
-            timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))) for handle in list(self.agents.values()) if not handle.lost]
+            timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))) for handle in list(self.agents.values())
+            if not handle.lost and handle.next_poll <= now]
         for handle, call in calls:  # (one being removed is not asked, nor its answer taken)
             try:
                 reply = call.result()
             except grpc.RpcError:
-                handle.silent = True
+                handle.silent, handle.misses = True, handle.misses + 1
+                handle.next_poll = time.monotonic() + min(SILENT_POLL_MAX_S, SILENT_POLL_S * 2 ** (handle.misses - 1))
                 continue  # an unreachable agent is noticed by heartbeats, not here
             if handle.lost:  # (removed while its answer came)
                 continue
@@ -1303,6 +1315,7 @@ class LiveBackend:
                 continue
             handle.last_status = reply
             handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
+            handle.misses, handle.next_poll = 0, 0.0
             handle.clock = reply.clock
             answered.update(handle.hosts)
             if reply.lease_left != 0:

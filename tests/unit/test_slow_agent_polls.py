@@ -39,3 +39,40 @@ def test_a_poll_round_asks_every_agent_before_it_waits_for_any() -> None:
         assert len(came) == len(went) == 3
         # One after another, each came after the one before had gone (0.5 s later): a round took the sum.
         assert max(came) < min(went), f"polls came {[round(t - min(came), 2) for t in came]} s after the first"
+
+
+def test_an_agent_that_leaves_its_polls_unanswered_is_asked_again_after_a_wait_that_doubles(monkeypatch) -> None:
+    """Each unanswered poll held the round, and the engine's lock, for the poll's deadline (1 s); an agent whose
+    heartbeats get through while the coordinator's calls do not is never declared lost, and was asked at every round
+    (every 0.1 s): the lock held 10 s in 11. It is asked again after SILENT_POLL_S, doubled with each poll in a row
+    it leaves unanswered (here shortened to 0.3 s), and at every round again once it answers."""
+    from coordinator.backends import live
+
+    monkeypatch.setattr(live, "FAST_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(live, "SILENT_POLL_S", 0.3)
+    log: list[tuple[str, float]] = []
+    slow = SlowAgent("s", ("s-h0",), 0.0, log)
+    with backend_on(TableAgent("fast", ("f-h0",)), slow) as backend:
+        backend.poll()
+        handle = backend.agents["s"]
+        assert not handle.silent
+
+        def asked() -> int:
+            with slow.lock:
+                return sum(what == "in" for what, _ in log)
+
+        slow.delay = 0.6  # past the poll's deadline
+        backend.poll()
+        assert handle.silent and handle.misses == 1 and asked() == 2
+        backend.poll()  # at once: not asked, not waited for
+        assert asked() == 2
+        time.sleep(0.35)
+        backend.poll()  # its wait has passed: asked, unanswered again, the next wait twice as long
+        assert asked() == 3 and handle.misses == 2
+        assert 0.3 < handle.next_poll - time.monotonic() <= 0.6  # (0.3 s doubled)
+        slow.delay = 0.0
+        time.sleep(0.65)
+        backend.poll()
+        assert asked() == 4 and not handle.silent and handle.misses == 0
+        backend.poll()
+        assert asked() == 5  # (answered: asked at every round again)
