@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import time
 
+from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine
 from coordinator.model import Host, JobSpec, JobState
 from coordinator.policies import get_policy
 from tests.unit.scripted_agent import TableAgent, backend_on
+
+
+def _run_until_running(engine: Engine, backend: LiveBackend, job: str, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    while engine.jobs[job].state is not JobState.RUNNING and time.monotonic() < deadline:
+        engine.step(until=backend.now() + 0.5)
+        time.sleep(0.05)
 
 
 def test_jobs_go_to_other_hosts_while_an_agent_leaves_the_starts_unanswered() -> None:
@@ -18,10 +26,7 @@ def test_jobs_go_to_other_hosts_while_an_agent_leaves_the_starts_unanswered() ->
     with backend_on(x, y, rpc_timeout=0.5) as backend:
         engine = Engine(get_policy("greedy"), backend, [Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0)])
         engine.arrive(JobSpec("a", 0.0, 1, 0.5, 0.1, 60.0))
-        deadline = time.monotonic() + 8.0
-        while engine.jobs["a"].state is not JobState.RUNNING and time.monotonic() < deadline:
-            engine.step(until=backend.now() + 0.5)
-            time.sleep(0.05)
+        _run_until_running(engine, backend, "a", 8.0)
         assert x.started, "the policy never tried the unanswering agent's host"
         assert engine.jobs["a"].state is JobState.RUNNING and engine.jobs["a"].hosts == ("h1",), (
             f"{len(x.started)} starts sent to h0, whose agent answers none; h1 idle")
@@ -35,10 +40,7 @@ def test_an_agent_that_registers_again_has_its_hosts_offered_at_once() -> None:
     with backend_on(x, y, rpc_timeout=0.5) as backend:
         engine = Engine(get_policy("greedy"), backend, [Host("h0", 1.0, 1.0), Host("h1", 1.0, 1.0)])
         engine.arrive(JobSpec("a", 0.0, 1, 0.5, 0.1, 60.0))
-        deadline = time.monotonic() + 8.0
-        while engine.jobs["a"].state is not JobState.RUNNING and time.monotonic() < deadline:
-            engine.step(until=backend.now() + 0.5)
-            time.sleep(0.05)
+        _run_until_running(engine, backend, "a", 8.0)
         assert engine.jobs["a"].hosts == ("h1",)
         x.refuse_start_on = set()
         engine.arrive(JobSpec("b", backend.now(), 1, 0.5, 0.1, 60.0))
@@ -46,8 +48,5 @@ def test_an_agent_that_registers_again_has_its_hosts_offered_at_once() -> None:
         assert engine.jobs["b"].hosts == ("h1",), "h0 offered again before its wait had passed"
         engine.add_hosts([Host("h0", 1.0, 1.0)])  # (its agent registered again)
         engine.arrive(JobSpec("c", backend.now(), 1, 0.5, 0.1, 60.0))
-        deadline = time.monotonic() + 5.0
-        while engine.jobs["c"].state is not JobState.RUNNING and time.monotonic() < deadline:
-            engine.step(until=backend.now() + 0.5)
-            time.sleep(0.05)
+        _run_until_running(engine, backend, "c", 5.0)
         assert engine.jobs["c"].hosts == ("h0",)  # (the emptier host, now that it is offered)
