@@ -10,8 +10,10 @@ its last line cut short; :func:`read_journal` drops that line, and each command 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import ctypes
+import functools
 import io
 import os
 import signal
@@ -26,8 +28,55 @@ from typing import Any
 from vcemu.outputs import stored_config, write_text
 from vcemu.provenance import library_changes
 
-__all__ = ["Journal", "changed_settings", "die_with_parent", "other_settings_refusal", "read_journal", "say_resumed",
-           "settings_as_now", "stale_reason", "unfinished_rows"]
+__all__ = ["OUT_LOCK", "Journal", "changed_settings", "claim_out", "die_with_parent", "other_settings_refusal",
+           "read_journal", "releasing_out_locks", "say_resumed", "settings_as_now", "stale_reason", "unfinished_rows"]
+
+#: The lock file a resumable command holds in its ``--out`` while it runs (:func:`claim_out`), as ``vcemu sweep`` does.
+OUT_LOCK = ".lock"
+
+
+#: The descriptors of the ``--out`` locks this process holds (:func:`claim_out`), closed as the command's main
+#: function returns (:func:`releasing_out_locks`): a main run in-process (tests) must not keep the folder locked.
+_HELD: list[int] = []
+
+
+def releasing_out_locks(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+    """Decorate a command's main function: the ``--out`` locks it took (:func:`claim_out`) end when it returns."""
+    @functools.wraps(main)
+    def run(argv: list[str]) -> int:
+        try:
+            return main(argv)
+        finally:
+            while _HELD:
+                os.close(_HELD.pop())
+    return run
+
+
+def claim_out(out: Path, command: str) -> int | None:
+    """Lock ``out/.lock`` for this process (:func:`coordinator.locks.claim`) before it reads or writes anything
+    in ``out``, so that one run at a time uses a results folder; the descriptor (held until the main function
+    that took it returns, :func:`releasing_out_locks`), or
+    None on a file system without locks (said on stderr). ValueError, one line naming the holder's pid, if another
+    run holds it: two runs started together into one ``--out`` each found it empty, each wrote its own results
+    there and both exited 0, the folder left holding whichever finished last (the other's settings were never
+    refused, and its results were lost without a word: reproducibility review)."""
+    from coordinator.locks import NO_LOCKS, Held, claim
+
+    path = out / OUT_LOCK
+    try:
+        fd = claim(path)
+    except Held as held:
+        raise ValueError(f"another vcemu {command}{f' (pid {held.pid})' if held.pid else ''} is using {out}; wait "
+                         "for it to end, or use another --out") from None
+    except OSError as exc:
+        if exc.errno not in NO_LOCKS:
+            raise ValueError(f"--out {out}: cannot lock {path} ({exc.strerror or exc})") from None
+        print(f"vcemu {command}: warning: --out {out}: cannot lock {path} ({exc.strerror or exc}); a second run "
+              "into it at the same time would not be noticed", file=sys.stderr)
+        return None
+    _HELD.append(fd)
+    return fd
+
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -39,7 +88,13 @@ def die_with_parent() -> None:
     On Linux the kernel sends SIGTERM (``prctl(PR_SET_PDEATHSIG)``); elsewhere, or if that call fails, a daemon
     thread polls ``os.getppid()`` once a second. SIGTERM gets its default action back, since a forked worker
     inherits its parent's Python handler (``vcemu oppcost`` turns SIGTERM into KeyboardInterrupt:
-    :func:`vcemu.signals.signals_interrupt`)."""
+    :func:`vcemu.signals.signals_interrupt`).
+
+    A forked worker also closes its copies of its parent's ``--out`` locks (:func:`claim_out`): the lock is the
+    parent's, and must end with it, not with the last of its workers."""
+    while _HELD:
+        with contextlib.suppress(OSError):
+            os.close(_HELD.pop())
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = os.getppid()
     if sys.platform.startswith("linux"):

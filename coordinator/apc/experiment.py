@@ -97,7 +97,14 @@ from coordinator.figures import coinciding_labels, marker, settings_note
 from coordinator.flagcheck import first_refusal
 from coordinator.policies.apc import Costs
 from coordinator.policies.apc_rpf import Job
-from coordinator.resumable import Journal, other_settings_refusal, say_resumed, unfinished_rows
+from coordinator.resumable import (
+    Journal,
+    claim_out,
+    other_settings_refusal,
+    releasing_out_locks,
+    say_resumed,
+    unfinished_rows,
+)
 from vcemu.cliargs import Parser, doc_text, usable_out_dir
 from vcemu.outputs import clear_outputs, json_safe, save_figure, stored_config, write_json, write_text
 from vcemu.provenance import code_version, fingerprint_of
@@ -925,6 +932,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+@releasing_out_locks
 def apc_main(argv: list[str]) -> int:
     """Entry point of ``vcemu apc``. Returns a process exit code."""
     args = _parser().parse_args(argv)
@@ -1002,6 +1010,7 @@ def apc_main(argv: list[str]) -> int:
 
     try:
         out = usable_out_dir(args.out, command="apc")
+        claim_out(out, "apc")  # held until this command returns: one run at a time in --out
     except ValueError as exc:
         print(f"vcemu apc: {exc}", file=sys.stderr)
         return 2

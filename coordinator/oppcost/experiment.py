@@ -84,7 +84,15 @@ from coordinator.policies.opportunity_cost import (
     make_method,
     out_of_memory,
 )
-from coordinator.resumable import Journal, die_with_parent, other_settings_refusal, say_resumed, unfinished_rows
+from coordinator.resumable import (
+    Journal,
+    claim_out,
+    die_with_parent,
+    other_settings_refusal,
+    releasing_out_locks,
+    say_resumed,
+    unfinished_rows,
+)
 from vcemu.cliargs import Parser, max_workers, usable_out_dir
 from vcemu.outputs import clear_outputs, json_safe, save_figure, write_json, write_text
 from vcemu.provenance import code_version
@@ -562,6 +570,7 @@ def _too_long(exc: SimulationTooLong, what: str, cfg: Config) -> str:
             f"{cfg.migration_per_mb:g}: lower them")
 
 
+@releasing_out_locks
 def oppcost_main(argv: list[str]) -> int:
     """Entry point of ``vcemu oppcost``; returns an exit code (2 for bad arguments, 1 for a simulation that cannot
     finish, 130 when interrupted)."""
@@ -606,6 +615,7 @@ def oppcost_main(argv: list[str]) -> int:
         return 0
     try:
         out = usable_out_dir(args.out, command="oppcost")
+        claim_out(out, "oppcost")  # held until this command returns: one run at a time in --out
     except ValueError as exc:
         print(f"vcemu oppcost: {exc}", file=sys.stderr)
         return 2

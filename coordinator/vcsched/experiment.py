@@ -101,7 +101,15 @@ from coordinator.figures import flags_given as figure_flags
 from coordinator.flagcheck import first_refusal
 from coordinator.policies.greedy_packing import GREEDY_VARIANTS, greedy_search
 from coordinator.policies.packing import MCB_KEYS, Allocation, PackJob, PackProblem, lp_bound, mcb_search
-from coordinator.resumable import Journal, die_with_parent, other_settings_refusal, say_resumed, unfinished_rows
+from coordinator.resumable import (
+    Journal,
+    claim_out,
+    die_with_parent,
+    other_settings_refusal,
+    releasing_out_locks,
+    say_resumed,
+    unfinished_rows,
+)
 from coordinator.vcsched.generator import InstanceSpec, generate
 from vcemu.cliargs import Parser, max_workers, usable_out_dir
 from vcemu.outputs import clear_outputs, save_figure, stored_config, write_json, write_text
@@ -901,6 +909,7 @@ def _replot(out: Path) -> int:
     return 0
 
 
+@releasing_out_locks
 def vcsched_main(argv: list[str]) -> int:
     """Entry point of ``vcemu vcsched``. Returns a process exit code."""
 
@@ -970,6 +979,7 @@ def vcsched_main(argv: list[str]) -> int:
     )
     try:
         out = usable_out_dir(args.out, command="vcsched")
+        claim_out(out, "vcsched")  # held until this command returns: one run at a time in --out
     except ValueError as exc:
         print(f"vcemu vcsched: {exc}", file=sys.stderr)
         return 2

@@ -237,7 +237,7 @@ def test_vcsched_removes_old_results_and_resumes_from_its_journal(
     assert sorted(tuple(r["unit"]) for r in ran) == sorted(keys[20:])
     for r in ran:  # what a kill would leave: this run's config, unfinished, and none of the older results
         assert r["complete"] is False
-        assert r["files"] == ["config.json", "results.partial.csv"]
+        assert r["files"] == [".lock", "config.json", "results.partial.csv"]  # (.lock: this run's, held)
     # CPU times vary, and the rows solved now are timed in another session than the kept ones
     strip = lambda rs: [{k: v for k, v in r.items() if k not in ("seconds", "session")} for r in rs]  # noqa: E731
     assert strip(_csv_rows(out / "small" / "results.csv")) == strip(rows)
@@ -269,10 +269,10 @@ def test_apc_run_of_one_experiment_leaves_none_of_an_earlier_runs_files(
     monkeypatch.setattr(apc, "experiment_one", watched)
     assert apc.apc_main([*APC_ALL, "--experiments", "one", "--out", str(out)]) == 0
     # a kill here leaves only this run's config, unfinished, and its journal (of the earlier run's simulations)
-    assert seen == [{"config.json", "notes.txt", apc.JOURNAL}]
+    assert seen == [{".lock", "config.json", "notes.txt", apc.JOURNAL}]  # (.lock: this run's, held)
     files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert files == {"config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png", "notes.txt",
-                     apc.JOURNAL}
+    assert files == {".lock", "config.json", "summary.json", "exp1_cycles.csv", "exp1_jobs.csv", "fig2_exp1.png",
+                     "notes.txt", apc.JOURNAL}
     assert json.loads((out / "config.json").read_text())["complete"] is True
     summary = json.loads((out / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert set(summary) == {"code", "one"}
