@@ -35,6 +35,7 @@ from coordinator.servers import (
     hosts_refusal,
     interrupted,
     live_run_dir,
+    local_cluster_record,
     start_local_cluster,
     stop_agents,
 )
@@ -230,7 +231,7 @@ def _write_results(args, rows, comparison: dict[str, Any], completed: int, wall:
         out = new_run_dir(args.out, f"{args.policy}-seed{args.seed}", started)
     code = code_version()
     config = {k: v for k, v in vars(args).items() if k != "func"}
-    write_json(out / "config.json", {**config, "code": code}, sort_keys=False)
+    write_json(out / "config.json", {**config, **local_cluster_record(args), "code": code}, sort_keys=False)
     with io.StringIO(newline="") as f:  # written atomically, whole, below
         w = csv.writer(f)
         w.writerow(["job", "tasks", "cpu_need", "memory", "work", "submit", "live_wait", "live_run",

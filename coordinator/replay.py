@@ -853,7 +853,10 @@ def _write(a: argparse.Namespace, out: dict[str, Any], d: Path | None = None,
 
     if d is None:
         d = new_run_dir(a.out, f"{a.policy}-k{a.compress:g}")
-    write_json(d / "config.json", {**vars(a), **(source or {}), "code": code_version()}, sort_keys=False)
+    from coordinator.servers import local_cluster_record
+
+    write_json(d / "config.json", {**vars(a), **local_cluster_record(a), **(source or {}), "code": code_version()},
+               sort_keys=False)
     # Each file whole or not at all (written atomically), and strict JSON (NaN as null).
     write_json(d / "metrics.json", json_safe(out), sort_keys=False)
     write_text(d / "metrics.csv", "metric,live,sim\n" + "".join(

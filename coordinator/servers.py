@@ -173,6 +173,20 @@ def default_cpus_per_host(hosts: int) -> float:
     return float(f"{min(1.0, 0.6 * (os.cpu_count() or 1) / hosts):.3g}")
 
 
+def local_cluster_record(args: argparse.Namespace) -> dict[str, object]:
+    """What a live run's config.json records of the local cluster it ran on beyond its flags: the cores each host
+    got (``--cpus-per-host``, else :func:`default_cpus_per_host` of this machine, as :func:`start_local_cluster`
+    gives them) and the machine's CPU count. Its flags record ``cpus_per_host: null`` for the default, which is 60%
+    of *this* machine's cores: the run could not be set up again elsewhere from its folder (reproducibility review).
+    Nothing for a run on Ray (``--ray``: its agents.log has the placement) or without ``hosts``."""
+    hosts = getattr(args, "hosts", None)
+    if getattr(args, "ray", None) or not isinstance(hosts, int) or hosts < 1:
+        return {}
+    given = getattr(args, "cpus_per_host", None)
+    cores = per_host("--cpus-per-host", given if given is not None else default_cpus_per_host(hosts), hosts)
+    return {"cpus_per_host_used": [float(c) for c in cores], "machine_cpus": os.cpu_count()}
+
+
 def hosts_refusal(hosts: int, cpus_per_host: float | list[str] | None) -> str | None:
     """Why a local cluster cannot emulate ``hosts`` hosts of this machine's default share (``cpus_per_host``
     None), or None: each would get less than :data:`MIN_HOST_CORES`, which a CPU quota cannot enforce."""

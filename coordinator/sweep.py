@@ -34,8 +34,9 @@ most :data:`MAX_JOBS` (1,000,000 per Lublin trace; 001: 1,000); the Lublin trace
 at 9 loads, is 900,000); at most :data:`MAX_CELLS` cells (1,000,000; 001's is about 17,000); HPC2N week indices at most
 :data:`MAX_HPC2N_WEEK` (9,999, some 190 years of log; HPC2N's has 182 weeks, 0..181).
 
-What is stored (the rule a rerun relies on): a cell's file holds an outcome of the *cell*, never of the
-machine it ran on, the source fingerprint of the code that ran it (``code``,
+What is stored (the rule a rerun relies on): a cell's file holds an outcome of the *cell* (but for its timings,
+``wall_s`` and ``decision_mean_s``/``_p99_s``/``_max_s``, which are the machine's and which no report or figure
+reads), the source fingerprint of the code that ran it (``code``,
 :func:`vcemu.provenance.source_fingerprint`, taken in the worker) and a digest of the settings it ran with
 (``settings``, :func:`cell_settings`: what its id leaves out or rounds). The simulation is deterministic from the
 config and the code, so
