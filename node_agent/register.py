@@ -103,10 +103,25 @@ class Registrar:
                         log.warning("coordinator %s: %d calls in a row unanswered; connecting again",
                                     self._coordinator, unanswered)
                         channel.close()  # (first: closed again on exit, which does nothing) before a new one, which
-                        channel = self._channel_factory(self._coordinator)  # would else share its connection
-                        stub, unanswered = coordinator_pb2_grpc.CoordinatorStub(channel), 0
+                        fresh = self._connect()  # would else share its connection
+                        if fresh is None:  # stopping
+                            break
+                        channel, unanswered = fresh, 0
+                        stub = coordinator_pb2_grpc.CoordinatorStub(channel)
                     wait = random.uniform(0, backoff)
                     backoff = min(self.interval, backoff * 2)
                 self._stop.wait(wait)
             if channel is not first:
                 channel.close()
+
+    def _connect(self) -> grpc.Channel | None:
+        """A new channel to the coordinator, tried again each heartbeat interval until it can be made (None once
+        stopping): with TLS the factory reads the certificate, key and CA files again, and one that cannot be read
+        at that moment (being rotated) raised out of the thread, which ended: the agent never heartbeat again."""
+        while not self._stop.is_set():
+            try:
+                return self._channel_factory(self._coordinator)
+            except Exception as exc:
+                log.error("coordinator %s: cannot connect again: %s; retrying", self._coordinator, exc)
+            self._stop.wait(self.interval)
+        return None

@@ -1300,7 +1300,9 @@ class LiveBackend:
                 reply = call.result()
             except grpc.RpcError:
                 handle.silent, handle.misses = True, handle.misses + 1
-                handle.next_poll = time.monotonic() + min(SILENT_POLL_MAX_S, SILENT_POLL_S * 2 ** (handle.misses - 1))
+                # (the doubling capped: past 1,024 misses in a row, about 68 min at 4 s, 2 ** n overflowed a float)
+                handle.next_poll = time.monotonic() + min(SILENT_POLL_MAX_S,
+                                                          SILENT_POLL_S * 2.0 ** min(handle.misses - 1, 64))
                 continue  # an unreachable agent is noticed by heartbeats, not here
             if handle.lost:  # (removed while its answer came)
                 continue
