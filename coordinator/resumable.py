@@ -140,7 +140,8 @@ def settings_as_now(old: dict[str, Any], as_now: Callable[[dict[str, Any]], dict
 def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mapping[str, str], journal: str,
                            command: str, unordered: Iterable[str] = (),
                            as_now: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                           results: Iterable[str] = ()) -> str | None:
+                           results: Iterable[str] = (),
+                           shown: Mapping[str, Callable[[Any], str]] | None = None) -> str | None:
     """The line refusing a run into ``out`` when ``out/config.json`` records a run that holds work (finished, or
     with a row in its ``journal``) with other ``settings`` than ``config``, naming their flags; None otherwise.
 
@@ -195,7 +196,16 @@ def other_settings_refusal(out: Path, config: Mapping[str, Any], settings: Mappi
     for key, flag in settings.items():
         if key in old and not same(key):
             keys.setdefault(flag, []).append(key)
-    parts = [f"{flag} {setting_shown(old[ks[0]])} stored, {setting_shown(new.get(ks[0]))} now" if len(ks) == 1
+    # ``shown``: a key's value as its flag is given, where that is not the value itself (a flag that stores the
+    # opposite of what it says, oppcost's --whole-memory-per-component, showed "False stored, True now" for a run
+    # made with it, rerun without it); a boolean's flag is "given" or "not given" (--parallel-jobs False could not
+    # be given).
+    def as_given(key: str, value: Any) -> str:
+        if shown is not None and key in shown:
+            return shown[key](value)
+        return ("given" if value else "not given") if isinstance(value, bool) else setting_shown(value)
+
+    parts = [f"{flag} {as_given(ks[0], old[ks[0]])} stored, {as_given(ks[0], new.get(ks[0]))} now" if len(ks) == 1
              else flag for flag, ks in sorted(keys.items())]
     return (f"{command}: {out} holds {state} with other settings ({'; '.join(parts)}); give another --out, or "
             f"remove {out} to replace it")

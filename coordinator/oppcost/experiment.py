@@ -119,6 +119,9 @@ SETTINGS = {"seed": "--seed", "beta": "--beta", "window": "--window", "threshold
             "interval": "--interval", "scale": "--scale", "cost_load": "--cost-load", "fit": "--fit",
             "split_memory": "--whole-memory-per-component", "migration_fixed": "--migration-fixed",
             "migration_per_mb": "--migration-per-mb", "duration": "--duration", "memory": "--memory"}
+#: A setting's stored value as its flag is given, where that is not the value (a refusal shows it): split_memory is
+#: what --whole-memory-per-component turns off.
+SHOWN = {"split_memory": lambda split: "not given" if split else "given"}
 #: Executions handed to the pool per worker ahead of the results taken: enough to keep every worker busy, few enough
 #: that memory does not grow with ``--executions`` (all submitted up front, 1,000,000 took 1.5 GB in 30 s before the
 #: first finished).
@@ -624,7 +627,8 @@ def oppcost_main(argv: list[str]) -> int:
     config = config_json(cfg, argv)
     journal = JOURNAL if (out / JOURNAL).exists() else "executions.csv"
     if (refusal := other_settings_refusal(out, config, SETTINGS, journal, "vcemu oppcost",
-                                          as_now=_memory_as_now, results=("executions.csv",))) is not None:
+                                          as_now=_memory_as_now, results=("executions.csv",),
+                                          shown=SHOWN)) is not None:
         print(refusal, file=sys.stderr)
         return 2
     kept = resume_rows(out, config, cfg)

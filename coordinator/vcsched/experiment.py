@@ -564,6 +564,12 @@ def _accuracy_as_run(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, "accuracy": OLD_ACCURACY} if conf.get("accuracy") is None else conf
 
 
+def _set_flag(sets: Any) -> str:
+    """A config's ``sets`` as ``--set`` gives them (a refusal shows it): small, large or both."""
+    names = sorted(sets) if isinstance(sets, list) else []
+    return "both" if names == ["large", "small"] else ",".join(names) if names else str(sets)
+
+
 def _stored_as_now(conf: dict[str, Any]) -> dict[str, Any]:
     """A stored config as this version would have written it for the same run (the ``as_now`` of
     :func:`coordinator.resumable.other_settings_refusal`, of the journal's read and of :func:`_sessions`): its
@@ -990,7 +996,8 @@ def vcsched_main(argv: list[str]) -> int:
     conf["complete"] = False
     if (refusal := other_settings_refusal(out, conf, SETTINGS, JOURNAL, "vcemu vcsched",
                                           unordered=("slacks", "algorithms"), as_now=_stored_as_now,
-                                          results=tuple(f"{s}/results.csv" for s in SETS))) is not None:
+                                          results=tuple(f"{s}/results.csv" for s in SETS),
+                                          shown={"sets": _set_flag})) is not None:
         print(refusal, file=sys.stderr)
         return 2
     try:

@@ -64,3 +64,20 @@ def test_a_refusal_shows_each_setting_stored_and_now() -> None:
     assert setting_shown(0.1 + 0.2) == "0.30000000000000004" and setting_shown(None) == "none"
     assert setting_shown([0.5, 1, "x"]) == "0.5,1,x" and setting_shown(list(range(40))).endswith("...")
     assert len(setting_shown(list(range(40)))) == 60
+
+
+def test_a_refusal_shows_each_flag_as_it_is_given(tmp_path: Path) -> None:
+    """The values shown are what the user gives: oppcost's --whole-memory-per-component stores split_memory, its
+    opposite ("False stored, True now" said of a run made with the flag, rerun without it); a boolean flag is given
+    or not (--parallel-jobs False cannot be given); --set takes small, large or both (not small,large)."""
+    from coordinator.oppcost import experiment as oc
+
+    (tmp_path / "config.json").write_text(json.dumps({"split_memory": False, "seed": 1, "complete": True}))
+    line = other_settings_refusal(tmp_path, {"split_memory": True, "seed": 1}, oc.SETTINGS, "j.csv", "vcemu oppcost",
+                                  shown=oc.SHOWN)
+    assert line is not None and "(--whole-memory-per-component given stored, not given now)" in line, line
+    (tmp_path / "config.json").write_text(json.dumps({"sets": ["small", "large"], "parallel_jobs": False,
+                                                      "complete": True}))
+    line = other_settings_refusal(tmp_path, {"sets": ["small"], "parallel_jobs": True}, vc.SETTINGS, "j.csv",
+                                  "vcemu vcsched", shown={"sets": vc._set_flag})
+    assert line is not None and "(--parallel-jobs not given stored, given now; --set both stored, small now)" in line
