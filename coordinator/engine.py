@@ -653,9 +653,10 @@ class Engine:
 
     def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
         """Keep ``hosts`` from new tasks for a while (:meth:`_visible_hosts`): their agent refused ``job``'s start,
-        resume or move for want of its machine's resources, or left it unanswered (an agent that heartbeats but whose
-        calls get no answer, a one-way partition, is never declared lost: the policy, seeing its hosts free, sent
-        every new job there at every retry while other hosts stood idle; gray-failure review). Other failures before
+        resume or move for want of its machine's resources, or left an action of ``job`` unanswered (an agent that
+        heartbeats but whose calls get no answer, a one-way partition, is never declared lost: the policy, seeing its
+        hosts free, sent every new job there at every retry while other hosts stood idle; gray-failure review; any
+        call: its start, share change, pause, resume or move). Other failures before
         the wait has passed: the same cause, neither said nor counted again. The wait doubles with each failure in a
         row there (from :data:`SHORT_HOST_DOUBLINGS_MIN` doublings of the backend's ``retry_after``); a start that
         gets through there, or the agent's new registration (:meth:`add_hosts`), ends the run. Once it has passed,

@@ -478,6 +478,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now(),
                                       next_repacking=(engine.next_tick or 0.0) if waiting else 0.0)
         closed = engine.closed()
+        if closed and not getattr(engine.policy, "keeps_placements", False):
+            # As the policy sees them (Engine._visible_hosts): to one that pauses or moves running jobs, a closed host
+            # where tasks of ours run is shown as it is, and is not kept from new tasks (code review)
+            busy = {h for r in running for h in r.hosts}
+            closed = {h: v for h, v in closed.items() if h not in busy}
         for h in hosts:
             info = backend.host_info.get(h.name)
             until, why = closed.get(h.name, (0.0, ""))

@@ -272,3 +272,25 @@ def test_status_names_the_hosts_kept_from_new_tasks_and_why(server: CoordinatorS
             pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
     code, out, _ = run(["status", "--coordinator", server.address], capsys)
     assert code == 0 and "KEPT FROM NEW TASKS" not in out, out
+
+
+def test_status_lists_as_kept_only_the_hosts_the_policy_is_kept_from() -> None:
+    """Code review: to a policy that pauses or moves running jobs (GREEDY-PMTN, DYNMCB8), a marked host where a job
+    of ours runs is shown as it is (Engine._visible_hosts), so it is not kept from new tasks; status said it was."""
+    from coordinator.engine import JobRecord
+    from coordinator.model import JobSpec, JobState
+
+    s = CoordinatorServer(get_policy("greedy-pmtn"), port=0).start()
+    try:
+        desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
+            agent_pb2.HostInfo(name=f"a0-h{i}", cpu_cores=0.5, memory_bytes=1 << 30) for i in range(2)])
+        with grpc.insecure_channel(s.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            stub.RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), timeout=5)
+            s.board.put(JobRecord(JobSpec("job-x", 0.0, 1, 0.5, 0.1, 100.0), JobState.RUNNING, ("a0-h0",), cpu=0.5))
+            s.engine._mark_short(["a0-h0", "a0-h1"], "job-00007", "StartTask on a0-h1: DEADLINE_EXCEEDED")
+            views = {h.name: h for h in stub.ClusterStatus(pb.ClusterStatusRequest(), timeout=5).hosts}
+        assert views["a0-h0"].closed_for == 0 and views["a0-h0"].closed_reason == ""
+        assert views["a0-h1"].closed_for > 0 and views["a0-h1"].closed_reason.startswith("job-00007: ")
+    finally:
+        s.stop()

@@ -14,10 +14,12 @@ agent's task-table rules; no processes, no cgroups."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
+from coordinator.backends import live
 from coordinator.backends.base import BackendError
 from coordinator.backends.live import LiveBackend
 from coordinator.engine import Engine
@@ -57,6 +59,7 @@ def test_a_silent_agents_last_status_does_not_bring_back_a_finished_task_moved_a
         engine.apply(Plan((SetShare("a", 0.4),)))  # the next decision: sent to task 1 only
         assert engine.jobs["a"].state is JobState.RUNNING, engine.jobs["a"].message
         x.mute = False
+        time.sleep(live.SILENT_POLL_S)  # (x is asked again once the wait after its unanswered poll has passed)
         assert backend.poll() == []  # and nothing vanished when x answers again: task 1 runs on h1
         x.finish(backend._tasks["a"][1].task_id)
         assert [(r.job, r.state) for r in backend.poll()] == [("a", JobState.DONE)]
