@@ -109,6 +109,12 @@ SILENT_AFTER_S = 2.0
 #: (gray-failure review). Its lease is renewed by its heartbeats meanwhile; an answer ends the wait.
 SILENT_POLL_S = 0.5
 SILENT_POLL_MAX_S = 4.0
+#: Polls in a row an agent leaves unanswered after which its channel is made anew (and again at each such number): a
+#: connection left half-open by the network (nothing answered, nothing closed) was never replaced, gRPC keeping it
+#: until TCP gave up, while the agent's heartbeats kept it registered: its jobs showed running, their progress frozen,
+#: for as long as that lasted (3 min 16 s in a test; gray-failure review). As the agent does its own (node_agent.
+#: register).
+RECONNECT_AFTER_MISSES = 2
 #: Largest SetShares, StartTasks or StopTasks request sent, serialized (bytes): under an agent's request limit (64 KiB,
 #: node_agent.server.MAX_MESSAGE_BYTES); more share changes, starts or stops for a host go in several calls.
 BATCH_BYTES = 32 << 10
@@ -320,6 +326,21 @@ class LiveBackend:
                     if self.host_agent.get(t.host) == description.agent_id:
                         t.retried = -math.inf
             return hosts
+
+    def _reconnect(self, handle: AgentHandle) -> None:
+        """Give ``handle`` a new channel to its agent (:data:`RECONNECT_AFTER_MISSES`), the old one closed first
+        (else gRPC hands the new one the same connection); the old one kept if no new one can be made (a TLS file
+        being rotated), and tried again at the next such miss. Called under the lock."""
+        try:
+            channel = self.channel_factory(handle.address)
+        except Exception as exc:
+            log.warning("agent %s: cannot connect to %s again: %s", handle.agent_id, handle.address, exc)
+            return
+        handle.channel.close()
+        handle.channel = channel
+        handle.stub = with_token(agent_pb2_grpc.AgentStub(channel), self.token if handle.wants_token else None)
+        log.info("agent %s: %d polls in a row unanswered; connecting to %s again", handle.agent_id, handle.misses,
+                 handle.address)
 
     @property
     def reference(self) -> agent_pb2.HostInfo | None:
@@ -597,15 +618,18 @@ class LiveBackend:
         turn while they stay: one retried less than a poll interval ago (by a poll, or such a placement) is
         not tried again, so each costs at most one Stop per poll interval, not one per turn. On an agent that did
         not answer its last poll or call (``silent``), once a Stop goes unanswered its other orphans wait, untried,
-        and go first at the next round: each would cost a deadline (an unanswered StartTasks leaves an orphan per
-        start it carried; 20 made a poll take 20 s, review). An agent that answers has each orphan tried (one whose
-        kill outlives the deadline must not keep the others from theirs)."""
+        and go first at the next round (all of them while its next poll is not due): each would cost a deadline (an
+        unanswered StartTasks leaves an orphan per start it carried; 20 made a poll take 20 s, review). An agent
+        that answers has each orphan tried (one whose kill outlives the deadline must not keep the others from
+        theirs)."""
         now = time.monotonic()
         retry = [t for t in self._orphans if which(t) and not (placement and now - t.retried < self.poll_interval)]
         tried = {id(t) for t in retry}
         self._orphans = [t for t in self._orphans if id(t) not in tried]
         silent = {agent_id for agent_id, handle in self.agents.items() if handle.silent}
-        unanswered: set[str] = set()  # silent agents a Stop of this round got no answer from
+        # A silent agent not due for a poll yet (SILENT_POLL_S) is not tried either: each of its rounds' Stops cost
+        # the engine's lock a deadline, as its polls did (gray-failure review: healthy hosts idle beside waiting jobs).
+        unanswered = {agent_id for agent_id, handle in self.agents.items() if handle.silent and handle.next_poll > now}
         skipped: list[_Task] = []
         for t in retry:
             agent = self.host_agent.get(t.host, "")
@@ -1303,6 +1327,8 @@ class LiveBackend:
                 # (the doubling capped: past 1,024 misses in a row, about 68 min at 4 s, 2 ** n overflowed a float)
                 handle.next_poll = time.monotonic() + min(SILENT_POLL_MAX_S,
                                                           SILENT_POLL_S * 2.0 ** min(handle.misses - 1, 64))
+                if handle.misses % RECONNECT_AFTER_MISSES == 0:
+                    self._reconnect(handle)
                 continue  # an unreachable agent is noticed by heartbeats, not here
             if handle.lost:  # (removed while its answer came)
                 continue

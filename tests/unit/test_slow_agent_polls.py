@@ -76,3 +76,59 @@ def test_an_agent_that_leaves_its_polls_unanswered_is_asked_again_after_a_wait_t
         assert asked() == 4 and not handle.silent and handle.misses == 0
         backend.poll()
         assert asked() == 5  # (answered: asked at every round again)
+
+
+def test_a_half_open_connection_to_an_agent_is_replaced_after_two_unanswered_polls(monkeypatch) -> None:
+    """The coordinator's connection to an agent left half-open (nothing forwarded either way, nothing closed) while
+    new connections got through: gRPC kept it, every poll waited out its deadline on it, and the agent's heartbeats
+    kept it registered, its jobs shown running with their progress frozen (3 min 16 s in the gray-failure review's
+    live run). After two polls in a row unanswered, its channel is made anew, and the agent is heard again."""
+    from coordinator.backends import live
+    from tests.unit.scripted_agent import serve
+    from tests.unit.stall_proxy import StallProxy
+
+    monkeypatch.setattr(live, "FAST_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(live, "SILENT_POLL_S", 0.05)
+    server, address = serve(TableAgent("x", ("h0",)))
+    proxy = StallProxy(address)
+    backend = live.LiveBackend()
+    try:
+        backend.add_agent(proxy.address)
+        backend.poll()
+        handle = backend.agents["x"]
+        assert not handle.silent and proxy.accepted == 1
+        proxy.stall_existing()
+        backend.poll()
+        assert handle.silent  # (unanswered on the stalled connection)
+        deadline = time.monotonic() + 10.0
+        while handle.silent and time.monotonic() < deadline:
+            time.sleep(0.06)
+            backend.poll()
+        assert not handle.silent and handle.misses == 0, f"not heard again in 10 s ({proxy.accepted} connections)"
+        assert proxy.accepted == 2
+    finally:
+        backend.close()
+        proxy.close()
+        server.stop(0)
+
+
+def test_a_silent_agents_orphans_wait_with_its_polls() -> None:
+    """An orphan's Stop on a silent agent costs the round (and the engine's lock) a deadline, as its poll did: while
+    its next poll is not due, its orphans are not tried either (gray-failure review: healthy hosts idle beside waiting
+    jobs, the log full of failing Stops to the silent agent). Once it is due, they are."""
+    import time as clock
+
+    from coordinator.backends import live
+
+    x = TableAgent("x", ("h0",))
+    x.record_stops = True
+    with backend_on(x) as backend:
+        backend.poll()
+        handle = backend.agents["x"]
+        backend._orphans.append(live._Task("job-1.0", "h0"))
+        handle.silent, handle.next_poll = True, clock.monotonic() + 60.0
+        assert backend._stop_orphans() is False
+        assert [c for c in x.calls if c[0] in ("Stop", "StopTasks")] == [], "a Stop was sent to the silent agent"
+        handle.next_poll = 0.0  # (its poll is due)
+        backend._stop_orphans()
+        assert [c for c in x.calls if c[0] in ("Stop", "StopTasks")] == [("Stop", ("job-1.0",))]
