@@ -72,7 +72,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -612,13 +612,15 @@ class LiveBackend:
                                      if ts.host == host and ts.task_id not in owned)
         return any(t.host == host for t in self._orphans)
 
-    def _stop_orphans(self, which: Callable[[_Task], bool] = lambda t: True, placement: bool = False) -> bool:
+    def _stop_orphans(self, which: Callable[[_Task], bool] = lambda t: True, placement: bool = False,
+                      asked: Collection[str] = ()) -> bool:
         """Try again to stop the orphans ``which`` selects (all of them: a poll's round); True if none of
         them is left. ``placement``: for a placement they block, which the engine offers again at every
         turn while they stay: one retried less than a poll interval ago (by a poll, or such a placement) is
         not tried again, so each costs at most one Stop per poll interval, not one per turn. On an agent that did
         not answer its last poll or call (``silent``), once a Stop goes unanswered its other orphans wait, untried,
-        and go first at the next round (all of them while its next poll is not due): each would cost a deadline (an
+        and go first at the next round (all of them while its next poll is not due, unless it was ``asked`` in the
+        round this call follows): each would cost a deadline (an
         unanswered StartTasks leaves an orphan per start it carried; 20 made a poll take 20 s, review). An agent
         that answers has each orphan tried (one whose kill outlives the deadline must not keep the others from
         theirs)."""
@@ -627,9 +629,11 @@ class LiveBackend:
         tried = {id(t) for t in retry}
         self._orphans = [t for t in self._orphans if id(t) not in tried]
         silent = {agent_id for agent_id, handle in self.agents.items() if handle.silent}
-        # A silent agent not due for a poll yet (SILENT_POLL_S) is not tried either: each of its rounds' Stops cost
-        # the engine's lock a deadline, as its polls did (gray-failure review: healthy hosts idle beside waiting jobs).
-        unanswered = {agent_id for agent_id, handle in self.agents.items() if handle.silent and handle.next_poll > now}
+        # A silent agent not due for a poll yet (SILENT_POLL_S) is not tried either, unless this round asked it: each
+        # of its rounds' Stops cost the engine's lock a deadline, as its polls did (gray-failure review: healthy hosts
+        # idle beside waiting jobs).
+        unanswered = {agent_id for agent_id, handle in self.agents.items()
+                      if handle.silent and handle.next_poll > now and agent_id not in asked}
         skipped: list[_Task] = []
         for t in retry:
             agent = self.host_agent.get(t.host, "")
@@ -1274,9 +1278,9 @@ class LiveBackend:
             interrupted = dict.fromkeys(self._interrupted)
             reports = [Report(job, JobState.PENDING, "a plan was interrupted; requeued from its checkpoint")
                        for job in interrupted]
-            answered, resumable, seen = self._status_round()
+            answered, resumable, seen, asked = self._status_round()
             round_start = time.monotonic()
-            self._stop_orphans()
+            self._stop_orphans(asked=asked)
             for t in self._orphans:  # its agent answered this poll, and its Stop, tried now, still failed
                 if t.host in answered and t.retried >= round_start:
                     t.refused_since = min(t.refused_since, time.monotonic())
@@ -1300,12 +1304,13 @@ class LiveBackend:
                 self.stop(job)
             return report
 
-    def _status_round(self) -> tuple[set[str], set[str], dict[str, agent_pb2.TaskStatus]]:
-        """Ask every agent not being removed for its Status (renewing its lease): (the hosts whose agent
-        answered, those of them whose agent holds a lease that has not run out or none at all, and this round's
-        task statuses by task id). Only this round's answers: an agent that did not answer may have been told
-        to stop or move a task since its last Status, which would otherwise bring that task back as it was. An
-        agent that does not answer is marked silent, and left to its heartbeats. Called under the lock."""
+    def _status_round(self) -> tuple[set[str], set[str], dict[str, agent_pb2.TaskStatus], set[str]]:
+        """Ask every agent not being removed, and not silent with its next poll not due (:data:`SILENT_POLL_S`), for
+        its Status (renewing its lease): (the hosts whose agent answered, those of them whose agent holds a lease that
+        has not run out or none at all, this round's task statuses by task id, and the agents asked). Only this
+        round's answers: an agent that did not answer may have been told to stop or move a task since its last Status,
+        which would otherwise bring that task back as it was. An agent that does not answer is marked silent, and left
+        to its heartbeats. Called under the lock."""
         answered: set[str] = set()
         resumable: set[str] = set()
         seen: dict[str, agent_pb2.TaskStatus] = {}
@@ -1350,7 +1355,7 @@ class LiveBackend:
                 resumable.update(handle.hosts)
             for ts in reply.tasks:
                 seen[ts.task_id] = ts
-        return answered, resumable, seen
+        return answered, resumable, seen, {handle.agent_id for handle, _ in calls}
 
     def _job_reports(self, seen: dict[str, agent_pb2.TaskStatus], answered: set[str], resumable: set[str],
                      interrupted: dict[str, None]) -> list[Report]:

@@ -21,6 +21,7 @@ import itertools
 import math
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -726,7 +727,8 @@ def test_a_poll_tries_one_stop_of_an_agent_that_does_not_answer_and_leaves_its_o
     """An unanswered StartTasks leaves an orphan per start it carried; while their agent does not answer, each Stop
     costs a deadline, and a poll that tried them all took one per orphan (20 orphans: 20 s; review). On an agent
     that did not answer the poll, once one Stop goes unanswered its other orphans wait, untried, and go first at
-    the next round (each gets its turn); when it answers again they all go."""
+    the next round its poll is due (each gets its turn; not in the rounds between, which do not ask it either:
+    SILENT_POLL_S); when it answers again they all go."""
     x = RepliesLost("x", ("h0",))
     x.lose_on = {"h0"}
     stops: list[str] = []
@@ -741,10 +743,14 @@ def test_a_poll_tries_one_stop_of_an_agent_that_does_not_answer_and_leaves_its_o
         a = ids("a", 0, 5)
         assert stops == [a[0]] and len(backend._orphans) == 5  # one orphan tried (one short attempt: silent)
         backend.poll()
+        assert stops == [a[0]]  # its next poll not due: neither asked nor its orphans tried
+        time.sleep(live.SILENT_POLL_S)
+        backend.poll()
         assert stops == [a[0], a[1]]  # the ones left untried go first
         assert all(t.refused_since == math.inf for t in backend._orphans)  # (no answer: nothing refused)
         x.mute = x.refuse_stop = False
         stops.clear()
+        time.sleep(2 * live.SILENT_POLL_S)  # (its second unanswered poll doubled the wait)
         backend.poll()
         # (each twice: the poll's reconciliation stops what its Status saw and no job owns, here gone already)
         assert sorted(set(stops)) == a and backend._orphans == [] and x.tasks == {}

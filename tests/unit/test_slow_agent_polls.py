@@ -129,6 +129,9 @@ def test_a_silent_agents_orphans_wait_with_its_polls() -> None:
         handle.silent, handle.next_poll = True, clock.monotonic() + 60.0
         assert backend._stop_orphans() is False
         assert [c for c in x.calls if c[0] in ("Stop", "StopTasks")] == [], "a Stop was sent to the silent agent"
-        handle.next_poll = 0.0  # (its poll is due)
-        backend._stop_orphans()
+        assert backend._stop_orphans(asked={"x"}) is True  # (the round this call follows asked it)
         assert [c for c in x.calls if c[0] in ("Stop", "StopTasks")] == [("Stop", ("job-1.0",))]
+        backend._orphans.append(live._Task("job-2.0", "h0"))
+        handle.next_poll = 0.0  # (its poll is due)
+        assert backend._stop_orphans() is True
+        assert [c for c in x.calls if c[0] in ("Stop", "StopTasks")][1:] == [("Stop", ("job-2.0",))]
