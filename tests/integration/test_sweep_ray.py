@@ -47,7 +47,7 @@ def test_sweep_on_ray_is_resumable_and_reproducible(tmp_path: Path, capsys):
     assert run_cell(trace.specs, "greedy-pmtn", 300.0, trace.hosts)["max_stretch"] == stored["max_stretch"]
 
     assert sweep_main([*argv, "--jobs", "13"]) == 2  # other settings: refused
-    assert "other settings (--jobs 12 stored, 13 given); give --jobs 12 to resume it" in capsys.readouterr().err
+    assert "other settings (--jobs 12 stored, 13 now); give --jobs 12 to resume it" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(180)
