@@ -632,6 +632,13 @@ class Engine:
         short = {h for h, (until, _) in self._short.items() if until > now}
         if not short:
             return tuple(self.hosts)
+        held, shrink = self._held(short, running)
+        return tuple(h if h.name not in short else replace(h, mem=held[h.name]) if shrink else h
+                     for h in self.hosts if h.name not in short or held[h.name] > 0)
+
+    def _held(self, short: Iterable[str], running: Iterable[JobView | JobRecord]) -> tuple[dict[str, float], bool]:
+        """The memory the ``running`` jobs hold on each of the ``short`` hosts, and whether the policy sees such a
+        host where they hold some shrunk to it (kept from new tasks) rather than as it is (:meth:`_visible_hosts`)."""
         held = dict.fromkeys(short, 0.0)
         for v in running:  # (the running jobs only, not a pass over the backlog; a paused job's memory is free to the
             for h in v.hosts:  # policies and to _check: not held)
@@ -640,16 +647,19 @@ class Engine:
         # Shrunk only for a policy that never pauses or moves a running job: one that does (GREEDY-PMTN's victims,
         # DYNMCB8's repacking) would make room on the shrunk host by pausing or moving what runs there, and start
         # the new job on the very host that refused it. To those, a short host with tasks is shown as it is.
-        shrink = bool(getattr(self.policy, "keeps_placements", False))
-        return tuple(h if h.name not in short else replace(h, mem=held[h.name]) if shrink else h
-                     for h in self.hosts if h.name not in short or held[h.name] > 0)
+        return held, bool(getattr(self.policy, "keeps_placements", False))
 
-    def closed(self) -> dict[str, tuple[float, str]]:
-        """The hosts kept from new tasks now (:meth:`_mark_short`): until when (the backend's clock) and why (the
-        job whose start, resume or move there was refused or not answered, and the failure). Read without the lock
-        (``vcemu status``): a copy of each dict, made whole under the GIL."""
+    def closed(self, running: Iterable[JobView | JobRecord]) -> dict[str, tuple[float, str]]:
+        """The hosts the policy is kept from now (:meth:`_mark_short`, :meth:`_visible_hosts`), given the
+        ``running`` jobs: until when (the backend's clock) and why (the job whose call there was refused or not
+        answered, and the failure). Read without the lock (``vcemu status``): a copy of each dict, made whole under
+        the GIL."""
         now, short, why = self.backend.now(), dict(self._short), dict(self._short_why)
-        return {h: (until, why.get(h, "")) for h, (until, _) in short.items() if until > now}
+        until = {h: u for h, (u, _) in short.items() if u > now}
+        if not until:
+            return {}
+        held, shrink = self._held(until, running)
+        return {h: (u, why.get(h, "")) for h, u in until.items() if shrink or held[h] == 0}
 
     def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
         """Keep ``hosts`` from new tasks for a while (:meth:`_visible_hosts`): their agent refused ``job``'s start,

@@ -175,16 +175,22 @@ def default_cpus_per_host(hosts: int) -> float:
 
 def local_cluster_record(args: argparse.Namespace) -> dict[str, object]:
     """What a live run's config.json records of the local cluster it ran on beyond its flags: the cores each host
-    got (``--cpus-per-host``, else :func:`default_cpus_per_host` of this machine, as :func:`start_local_cluster`
-    gives them) and the machine's CPU count. Its flags record ``cpus_per_host: null`` for the default, which is 60%
-    of *this* machine's cores: the run could not be set up again elsewhere from its folder (reproducibility review).
-    Nothing for a run on Ray (``--ray``: its agents.log has the placement) or without ``hosts``."""
+    got (:func:`host_cores`, as :func:`start_local_cluster` gives them) and the machine's CPU count. Its flags record
+    ``cpus_per_host: null`` for the default, which is 60% of *this* machine's cores: the run could not be set up again
+    elsewhere from its folder (reproducibility review). Nothing for a run on Ray (``--ray``: its agents.log has the
+    placement) or without ``hosts``."""
     hosts = getattr(args, "hosts", None)
     if getattr(args, "ray", None) or not isinstance(hosts, int) or hosts < 1:
         return {}
-    given = getattr(args, "cpus_per_host", None)
-    cores = per_host("--cpus-per-host", given if given is not None else default_cpus_per_host(hosts), hosts)
+    cores = host_cores(hosts, getattr(args, "cpus_per_host", None))
     return {"cpus_per_host_used": [float(c) for c in cores], "machine_cpus": os.cpu_count()}
+
+
+def host_cores(hosts: int, cpus_per_host: float | list[str] | None) -> list[str]:
+    """The cores of each of ``hosts`` hosts of a local cluster, as texts the agents take: ``--cpus-per-host`` (one
+    value, or one per host; ValueError otherwise), else :func:`default_cpus_per_host` of this machine."""
+    return per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None else default_cpus_per_host(hosts),
+                    hosts)
 
 
 def hosts_refusal(hosts: int, cpus_per_host: float | list[str] | None) -> str | None:
@@ -260,8 +266,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     from vcemu.sizes import parse_size
     from vcemu.v1 import agent_pb2
 
-    cpus = per_host("--cpus-per-host", cpus_per_host if cpus_per_host is not None
-                    else default_cpus_per_host(hosts), hosts)
+    cpus = host_cores(hosts, cpus_per_host)
     mems = per_host("--mem-per-host", mem_per_host, hosts)
     split = [hosts // agents + (1 if i < hosts % agents else 0) for i in range(agents)]
     refusal = ports_refusal("127.0.0.1", port, metrics_port)  # before the coordinator opens its state file

@@ -477,12 +477,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         waiting = any(counts.get(s, 0) for s in (JobState.PENDING, JobState.RUNNING, JobState.PAUSED))
         reply = pb.ClusterStatusReply(policy=engine.policy.name, now=backend.now(),
                                       next_repacking=(engine.next_tick or 0.0) if waiting else 0.0)
-        closed = engine.closed()
-        if closed and not getattr(engine.policy, "keeps_placements", False):
-            # As the policy sees them (Engine._visible_hosts): to one that pauses or moves running jobs, a closed host
-            # where tasks of ours run is shown as it is, and is not kept from new tasks (code review)
-            busy = {h for r in running for h in r.hosts}
-            closed = {h: v for h, v in closed.items() if h not in busy}
+        # As the policy sees them: to one that pauses or moves running jobs, a marked host where tasks of ours run is
+        # shown as it is, not kept from new tasks (code review: status listed it)
+        closed = engine.closed(running)
         for h in hosts:
             info = backend.host_info.get(h.name)
             until, why = closed.get(h.name, (0.0, ""))
