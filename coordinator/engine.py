@@ -249,13 +249,12 @@ class Engine:
         self._retrying: dict[str, tuple[str, float, int]] = {}  # (and how many in a row asked for a backoff)
         #: per cause of those refusals: when a job was last logged for it, and how many have not been since
         self._pending_said: dict[str, tuple[float, int]] = {}
-        #: Hosts whose agent refused a start for want of its machine's resources (``BackendError.short``): until when
-        #: the policy sees each as full (:meth:`_visible_hosts`), and its refusals since a start last got through
-        #: there. Without it the job went back to the refusing host, which still looked free, at every retry, until
-        #: it failed, while another host stood idle (exhaustion review).
-        self._short: dict[str, tuple[float, int]] = {}
-        #: What marked each host of ``_short`` last (the job and the failure), for ``vcemu status`` (:meth:`closed`).
-        self._short_why: dict[str, str] = {}
+        #: Hosts whose agent refused a start for want of its machine's resources, or left a call unanswered
+        #: (``BackendError.short``): until when the policy sees each as full (:meth:`_visible_hosts`), its refusals
+        #: since a start last got through there, and what marked it last (the job and the failure, for ``vcemu
+        #: status``: :meth:`closed`). Without it the job went back to the refusing host, which still looked free, at
+        #: every retry, until it failed, while another host stood idle (exhaustion review).
+        self._short: dict[str, tuple[float, int, str]] = {}
 
     # ---- inputs -----------------------------------------------------------------------------------
 
@@ -277,8 +276,6 @@ class Engine:
             # An agent that registers again starts afresh: its hosts, kept from new tasks after it refused or left
             # unanswered a start (:meth:`_mark_short`), are offered again at once (it answers now).
             afresh = [h.name for h in hosts if self._short.pop(h.name, None) is not None]
-            for name in afresh:
-                self._short_why.pop(name, None)
             # A new list, never the old one extended: readers that do not take the lock (ClusterStatus, the
             # metrics) read ``self.hosts`` once, and the list they get is never changed under them.
             self.hosts = [*self.hosts, *added]
@@ -468,7 +465,6 @@ class Engine:
             self.hosts = [h for h in self.hosts if h.name not in gone]
             for name in gone.intersection(self._short):  # (an agent that comes back starts afresh)
                 del self._short[name]
-                self._short_why.pop(name, None)
             hit = [j for j, r in self.jobs.items()
                    if r.state in (JobState.RUNNING, JobState.PAUSED) and gone.intersection(r.hosts)]
             for job in hit:
@@ -629,7 +625,7 @@ class Engine:
         to a policy that never pauses or moves a running job (``keeps_placements``), shown with the memory its
         running tasks hold as its whole memory, so that no new task fits there while what runs there keeps its
         place, and to the others as it is. The engine's own checks use the hosts as they are."""
-        short = {h for h, (until, _) in self._short.items() if until > now}
+        short = {h for h, (until, *_) in self._short.items() if until > now}
         if not short:
             return tuple(self.hosts)
         held, shrink = self._held(short, running)
@@ -652,14 +648,14 @@ class Engine:
     def closed(self, running: Iterable[JobView | JobRecord]) -> dict[str, tuple[float, str]]:
         """The hosts the policy is kept from now (:meth:`_mark_short`, :meth:`_visible_hosts`), given the
         ``running`` jobs: until when (the backend's clock) and why (the job whose call there was refused or not
-        answered, and the failure). Read without the lock (``vcemu status``): a copy of each dict, made whole under
+        answered, and the failure). Read without the lock (``vcemu status``): a copy of the marks, made whole under
         the GIL."""
-        now, short, why = self.backend.now(), dict(self._short), dict(self._short_why)
-        until = {h: u for h, (u, _) in short.items() if u > now}
-        if not until:
+        now, short = self.backend.now(), dict(self._short)
+        marked = {h: (until, why) for h, (until, _, why) in short.items() if until > now}
+        if not marked:
             return {}
-        held, shrink = self._held(until, running)
-        return {h: (u, why.get(h, "")) for h, u in until.items() if shrink or held[h] == 0}
+        held, shrink = self._held(marked, running)
+        return {h: mark for h, mark in marked.items() if shrink or held[h] == 0}
 
     def _mark_short(self, hosts: Iterable[str], job: str, message: str) -> None:
         """Keep ``hosts`` from new tasks for a while (:meth:`_visible_hosts`): their agent refused ``job``'s start,
@@ -675,12 +671,11 @@ class Engine:
         step = getattr(self.backend, "retry_after", 0.0)
         latest, known, marked = now, {h.name for h in self.hosts}, []
         for name in hosts:
-            was, tries = self._short.get(name, (-math.inf, 0))
+            was, tries, _ = self._short.get(name, (-math.inf, 0, ""))
             if name not in known or was > now:  # (a refusal from a plan made before the mark: one says it)
                 continue
             until = now + step * 2 ** min(SHORT_HOST_DOUBLINGS_MIN + tries, RETRY_DOUBLINGS_MAX)
-            self._short[name] = (until, tries + 1)
-            self._short_why[name] = f"{job}: {message}"
+            self._short[name] = (until, tries + 1, f"{job}: {message}")
             latest = max(latest, until)
             marked.append(name)
         if marked:  # (one line per mark, however many hosts the agent emulates)
@@ -880,7 +875,6 @@ class Engine:
             if self._short:  # it started there: the host's refusals in a row end
                 for h in action.hosts:
                     self._short.pop(h, None)
-                    self._short_why.pop(h, None)
             self._record(job, JobState.PENDING, running, rec.hosts, rec.cpu, "start")
         elif kind is Defer:
             rec.attempts += 1

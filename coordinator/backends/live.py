@@ -292,7 +292,7 @@ class LiveBackend:
             except grpc.RpcError as exc:
                 channel.close()
                 raise BackendError(f"agent at {address} did not answer Describe: {_rpc_text(exc)}") from None
-        stub = with_token(plain, self.token if description.wants_token else None)
+        stub = self._agent_stub(channel, description.wants_token, plain)
         with self._lock:
             old = self.agents.get(description.agent_id)
             if old is not None:
@@ -327,6 +327,11 @@ class LiveBackend:
                         t.retried = -math.inf
             return hosts
 
+    def _agent_stub(self, channel: grpc.Channel, wants_token: bool, plain: agent_pb2_grpc.AgentStub | None = None):  # type: ignore[no-untyped-def]
+        """The agent API's stub on ``channel`` (``plain``, if made already), sending the token to an agent that wants
+        it."""
+        return with_token(plain or agent_pb2_grpc.AgentStub(channel), self.token if wants_token else None)
+
     def _reconnect(self, handle: AgentHandle) -> None:
         """Give ``handle`` a new channel to its agent (:data:`RECONNECT_AFTER_MISSES`), the old one closed first
         (else gRPC hands the new one the same connection); the old one kept if no new one can be made (a TLS file
@@ -337,8 +342,7 @@ class LiveBackend:
             log.warning("agent %s: cannot connect to %s again: %s", handle.agent_id, handle.address, exc)
             return
         handle.channel.close()
-        handle.channel = channel
-        handle.stub = with_token(agent_pb2_grpc.AgentStub(channel), self.token if handle.wants_token else None)
+        handle.channel, handle.stub = channel, self._agent_stub(channel, handle.wants_token)
         log.info("agent %s: %d polls in a row unanswered; connecting to %s again", handle.agent_id, handle.misses,
                  handle.address)
 
