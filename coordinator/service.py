@@ -104,6 +104,9 @@ AGENT_METHODS = ("RegisterAgent", "Heartbeat")
 #: Least time between the end of an agent's lease and the moment it can be declared lost: its monitor looks at the
 #: lease every 0.1 s, under the agent's lock, and freezes its tasks one after another.
 MIN_FENCE_SLACK_S = 0.3
+#: The lease granted in a heartbeat's reply that renews none (:attr:`pb.HeartbeatReply.unreachable`): an agent that
+#: predates that field reads this lease, which has run out by the time it reads it, and freezes its tasks at once.
+UNRENEWED_LEASE_S = 1e-3
 #: Shortest time between two turns of the engine loop (seconds).
 BATCH_WINDOW_S = 0.02
 #: Wall time a turn of the engine loop spends at most on the stimuli due (:meth:`Engine.step`'s ``budget_s``): the rest
@@ -529,6 +532,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "description.wants_token: this agent's API wants a "
                               "bearer token, and the one it sent is not this coordinator's (give it the coordinator's "
                               "--token-file)")
+        if d.agent_id in self.s.unreachable and (
+                unanswered := self.s.backend.probe(request.address, d.agent_id, d.wants_token)) is not None:
+            # Its registration comes over its own link, which says nothing of ours to it: taken, it was given tasks
+            # that could not start, and declared lost again, over and over, for as long as the partition lasted.
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"agent {shown(d.agent_id)} was declared lost: "
+                          f"{self.s.unreachable[d.agent_id]}; it is taken again once the coordinator can reach it, and "
+                          f"cannot yet: {unanswered}")
         checked = self.s.backend.agents.get(d.agent_id)
         holder = self.s.backend.answering_elsewhere(checked, request.address)
         if holder is not None:  # (outside the engine lock: a call to an agent)
@@ -571,6 +581,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.s.beat(d.agent_id)
             self.s.registered.add(d.agent_id)
             self.s.lost.pop(d.agent_id, None)
+            self.s.unreachable.pop(d.agent_id, None)
             if self.s.store is not None:
                 self.s.store.put_agent(d.agent_id, request.address, d.SerializeToString())
                 if self.s.backend.reference is not None:
@@ -593,6 +604,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             handle = self.s.backend.agents.get(request.agent_id)
             if handle is None or handle.lost:
                 return pb.HeartbeatReply(known=False)
+            unreachable = self.s.heard_one_way(request.agent_id, handle.address)
+            if unreachable is not None:
+                return pb.HeartbeatReply(known=True, lease_s=UNRENEWED_LEASE_S, unreachable=unreachable)
             self.s.beat(request.agent_id)
             self.s.beating.add(request.agent_id)
             handle.heard = True  # a restored agent that heartbeats is the one at its stored address
@@ -728,6 +742,11 @@ class CoordinatorServer:
             #: that ``vcemu_agent_up`` stays 0 for them (an alert on it can fire) until they return, and ``status``
             #: names them.
             self.lost: dict[str, LostAgent] = {}
+            #: agents heard one way only (:meth:`heard_one_way`): why, said once; their heartbeats count for nothing.
+            self.one_way: dict[str, str] = {}
+            #: agents declared lost as heard one way only, and why, until they register again: the coordinator asks
+            #: them to Describe themselves first (:meth:`Service.RegisterAgent`).
+            self.unreachable: dict[str, str] = {}
             self.watchers: list[EventQueue] = []
             self.cancels_waiting = threading.BoundedSemaphore(MAX_CANCELS_WAITING)
             self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
@@ -1105,6 +1124,29 @@ class CoordinatorServer:
         with self.heartbeats_lock:
             self.heartbeats[agent_id] = time.monotonic()
 
+    def heard_one_way(self, agent_id: str, address: str) -> str | None:
+        """Why the agent's heartbeat, received now, is not to count (None: it counts): the coordinator's calls to it
+        have gone unanswered over as long as it waits on a silent agent (``heartbeat_misses`` intervals), while its
+        heartbeats arrive. Such an agent was never declared lost: its heartbeats renewed its lease and kept it
+        registered, so its running jobs showed `running`, their progress frozen, and its tasks out of our reach ran
+        on, for as long as the partition lasted (gray-failure review, session 44). Its heartbeats now neither count
+        as signs of life nor renew its lease: the lease runs out and its tasks are frozen, then it is declared lost
+        as a silent agent is, and its jobs run elsewhere. Said once until it answers again."""
+        unanswered = self.backend.unanswered_for(agent_id)
+        if unanswered < self.heartbeat_misses * self.heartbeat_s:
+            if self.one_way.pop(agent_id, None) is not None:
+                log.info("agent %s answers again: its heartbeats count again", agent_id)
+            return None
+        if agent_id not in self.one_way:
+            why = (f"the coordinator's calls to {address} went unanswered for {unanswered:.0f} s while the agent's "
+                   "heartbeats arrived (a one-way partition, or an address the coordinator cannot reach: the agent's "
+                   "--advertise)")
+            self.one_way[agent_id] = why
+            log.warning("agent %s: %s: they no longer renew its lease nor count as signs of life: it is declared lost "
+                        "in %g s unless it answers", agent_id, why, self.heartbeat_misses * self.heartbeat_s)
+        return (f"{self.one_way[agent_id]}: the lease is not renewed, and the agent is declared lost unless the "
+                "coordinator's calls get through")
+
     def _note_running(self) -> None:
         """Note that the process runs now (the ticker, and the watch before each look). If it was last noted more
         than a heartbeat interval (plus a tick) ago, it did not run in between (SIGSTOP, a paused VM, swapping):
@@ -1144,9 +1186,11 @@ class CoordinatorServer:
             # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
             listening = agent_id in self.beating or (handle is not None and handle.silent)
             if handle is not None and listening and max(last, handle.last_seen) < deadline:
+                one_way = self.one_way.get(agent_id)
+                why = (f"no heartbeat for {self.heartbeat_misses} x {self.heartbeat_s:g} s" if one_way is None else
+                       f"unreachable: {one_way}")
                 try:
-                    self.lose_agent(agent_id, f"agent {agent_id} lost: no heartbeat for "
-                                    f"{self.heartbeat_misses} x {self.heartbeat_s:g} s", handle)
+                    self.lose_agent(agent_id, f"agent {agent_id} lost: {why}", handle)
                 except Exception:  # the watch must outlive any one loss: the next agent to die needs it
                     log.exception("declaring agent %s lost failed", agent_id)
 
@@ -1203,6 +1247,10 @@ class CoordinatorServer:
                     self.heartbeats.pop(agent_id, None)
                 self.beating.discard(agent_id)
                 self.granted.pop(agent_id, None)  # (the store drops its record with the agent)
+                if (one_way := self.one_way.pop(agent_id, None)) is not None:  # (asked before it is taken again)
+                    self.unreachable[agent_id] = one_way
+                    while len(self.unreachable) > LOST_KEPT:  # (as the lost agents: one never back is kept no longer)
+                        del self.unreachable[next(iter(self.unreachable))]
             jobs = self.engine.lose_hosts(hosts, reason)  # a failure to record one is logged, not raised
             if (lost := self.lost.get(agent_id)) is not None:
                 self.lost[agent_id] = dataclasses.replace(lost, requeued=len(jobs))

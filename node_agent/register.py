@@ -2,9 +2,11 @@
 Heartbeat at the interval the coordinator asks for (RegisterAgentReply.heartbeat_interval_s, default
 2 s); re-register when the coordinator forgets the agent (it declared it lost, or lost its state) or
 becomes unreachable. Each answered RegisterAgent and known Heartbeat renews the agent's lease, counted from
-when it was sent (:meth:`node_agent.agent.AgentCore.renew_lease`). Every call has a deadline; failures back
-off exponentially with full jitter, capped at the heartbeat interval, so that a restarted coordinator hears
-from its agents within one interval (issue 7) and a hundred agents do not reconnect in lockstep."""
+when it was sent (:meth:`node_agent.agent.AgentCore.renew_lease`), but for a Heartbeat the coordinator answers
+saying it cannot reach the agent (HeartbeatReply.unreachable: heard one way only). Every call has a deadline;
+failures back off exponentially with full jitter, capped at the heartbeat interval, so that a restarted
+coordinator hears from its agents within one interval (issue 7) and a hundred agents do not reconnect in
+lockstep."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class Registrar:
             unanswered = 0  # calls in a row that waited out their deadline
             backoff = MIN_BACKOFF_S
             refused: str | None = None  # the coordinator's last refusal of this agent, said once
+            unreachable = False  # the coordinator says it cannot reach this agent (said once, until it can again)
             while not self._stop.is_set():
                 timeout = min(RPC_TIMEOUT_S, max(0.5, self.interval))
                 try:
@@ -74,7 +77,18 @@ class Registrar:
                     if not hb.known:
                         self.registered.clear()
                         continue
-                    self._agent.core.renew_lease(hb.lease_s, sent)
+                    if hb.unreachable:
+                        # Our heartbeats get there, its calls do not get here: it renews no lease, and declares this
+                        # agent lost as if silent, once the lease has frozen our tasks (coordinator.service.
+                        # CoordinatorServer.heard_one_way). The lease is left to run out.
+                        if not unreachable:
+                            log.error("coordinator %s cannot reach this agent: %s", self._coordinator, hb.unreachable)
+                        unreachable = True
+                    else:
+                        if unreachable:
+                            log.warning("coordinator %s reaches this agent again", self._coordinator)
+                        unreachable = False
+                        self._agent.core.renew_lease(hb.lease_s, sent)
                     backoff, wait, refused = MIN_BACKOFF_S, self.interval, None  # (a later refusal is said again)
                     unanswered = 0
                 except grpc.RpcError as e:

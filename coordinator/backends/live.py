@@ -105,8 +105,10 @@ SILENT_AFTER_S = 2.0
 #: An agent whose Status poll went unanswered is asked again no sooner than this after it, doubled with each poll in
 #: a row it leaves unanswered, up to :data:`SILENT_POLL_MAX_S`: each such poll holds the round, and the engine's lock
 #: with it, for :data:`FAST_TIMEOUT_S`, and an agent whose heartbeats get through while the coordinator's calls do not
-#: (a one-way partition) is never declared lost: asked at every round (every 0.1 s), it held the lock 10 s in 11
-#: (gray-failure review). Its lease is renewed by its heartbeats meanwhile; an answer ends the wait.
+#: (a one-way partition) is declared lost only after a while: asked at every round (every 0.1 s), it held the lock
+#: 10 s in 11 (gray-failure review). Its heartbeats renew its lease meanwhile, until its calls have gone unanswered
+#: over as long as the coordinator waits on a silent agent (:meth:`coordinator.service.CoordinatorServer.
+#: heard_one_way`); an answer ends the wait.
 SILENT_POLL_S = 0.5
 SILENT_POLL_MAX_S = 4.0
 #: Polls in a row an agent leaves unanswered after which its channel is made anew (and again at each such number): a
@@ -144,6 +146,9 @@ class AgentHandle:
     #: The agent's clock in its last Status reply received, echoed in the next poll (StatusRequest.lease_since).
     clock: float = 0.0
     silent: bool = False  # its last Status poll (or a call) went unanswered: calls get one short attempt
+    #: time.monotonic() of the first and the latest of its polls and calls unanswered in a row (while ``silent``).
+    unanswered_since: float = 0.0
+    unanswered_last: float = 0.0
     misses: int = 0  # its Status polls in a row that went unanswered
     next_poll: float = 0.0  # time.monotonic() before which it is not polled (:data:`SILENT_POLL_S`)
     lost: bool = False  # being declared lost (:meth:`LiveBackend.cut_off`): calls to it fail at once
@@ -157,6 +162,13 @@ class AgentHandle:
     #: The batch calls it answered UNIMPLEMENTED ("SetShares", "StartTasks", "StopTasks": an older agent), not asked
     #: again: one SetShare, StartTask or Stop per task instead.
     unbatched: set[str] = field(default_factory=set)
+
+    def unanswered(self) -> None:
+        """Its poll or call went unanswered (or another agent answered at its address): silent from now, if it was
+        not already, until a poll is answered."""
+        self.unanswered_last = time.monotonic()
+        if not self.silent:
+            self.silent, self.unanswered_since = True, self.unanswered_last
 
 
 @dataclass
@@ -331,6 +343,33 @@ class LiveBackend:
         """The agent API's stub on ``channel`` (``plain``, if made already), sending the token to an agent that wants
         it."""
         return with_token(plain or agent_pb2_grpc.AgentStub(channel), self.token if wants_token else None)
+
+    def unanswered_for(self, agent_id: str) -> float:
+        """Seconds over which the coordinator's calls to the agent have gone unanswered, in a row: from the first of
+        them to the latest (until a poll is answered); 0 while it answers, and for an agent not registered. Not to
+        now: an engine loop held up (a long decision) asks nothing, and what it did not ask says nothing of the
+        agent. Its heartbeats count for nothing here: an agent heard one way only (its heartbeats arrive, our calls
+        do not) is the case this measures (:meth:`coordinator.service.CoordinatorServer.heard_one_way`)."""
+        handle = self.agents.get(agent_id)
+        if handle is None or not handle.silent:
+            return 0.0
+        return handle.unanswered_last - handle.unanswered_since
+
+    def probe(self, address: str, agent_id: str, wants_token: bool) -> str | None:
+        """Ask the agent at ``address`` to Describe itself, one short attempt: None if agent ``agent_id`` answers, else
+        why not. For an agent that registers again after it was declared lost for being unreachable: its registration
+        comes over its own link, which says nothing of ours to it (a one-way partition, an address we cannot reach)."""
+        channel = self.channel_factory(address)
+        try:
+            reply = self._agent_stub(channel, wants_token).Describe(agent_pb2.DescribeRequest(),
+                                                                    timeout=FAST_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            return f"its Describe at {address} failed: {_rpc_text(exc)}"
+        finally:
+            channel.close()
+        if reply.agent_id != agent_id:
+            return f"agent {reply.agent_id!r} answers at {address}"
+        return None
 
     def _reconnect(self, handle: AgentHandle) -> None:
         """Give ``handle`` a new channel to its agent (:data:`RECONNECT_AFTER_MISSES`), the old one closed first
@@ -517,7 +556,7 @@ class LiveBackend:
                 if exc.code() not in _RETRYABLE:
                     raise
                 if handle is not None:
-                    handle.silent = True  # unanswered: the next calls get one short attempt, until a poll answers
+                    handle.unanswered()  # the next calls get one short attempt, until a poll answers
                 if attempt == attempts - 1:
                     raise
                 time.sleep(random.uniform(0, RPC_BACKOFF_S * 2**attempt))
@@ -1332,13 +1371,14 @@ class LiveBackend:
             try:
                 reply = call.result()
             except grpc.RpcError:
-                handle.silent, handle.misses = True, handle.misses + 1
+                handle.unanswered()
+                handle.misses += 1
                 # (the doubling capped: past 1,024 misses in a row, about 68 min at 4 s, 2 ** n overflowed a float)
                 handle.next_poll = time.monotonic() + min(SILENT_POLL_MAX_S,
                                                           SILENT_POLL_S * 2.0 ** min(handle.misses - 1, 64))
                 if handle.misses % RECONNECT_AFTER_MISSES == 0:
                     self._reconnect(handle)
-                continue  # an unreachable agent is noticed by heartbeats, not here
+                continue  # an unreachable agent is declared lost by the service's watch, not here
             if handle.lost:  # (removed while its answer came)
                 continue
             if reply.agent_id and reply.agent_id != handle.agent_id:
@@ -1348,7 +1388,7 @@ class LiveBackend:
                 if not handle.silent:
                     log.warning("agent %s: %s now answers as agent %s; %s is silent", handle.agent_id,
                                 handle.address, reply.agent_id, handle.agent_id)
-                handle.silent = True
+                handle.unanswered()
                 continue
             handle.last_status = reply
             handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True

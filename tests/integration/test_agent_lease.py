@@ -396,6 +396,45 @@ def test_polls_whose_replies_are_lost_do_not_renew_the_lease(rig: Rig) -> None:
 
 
 @pytest.mark.timeout(90)
+def test_an_agent_heard_one_way_is_fenced_declared_lost_and_taken_again_once_it_can_be_reached(rig: Rig) -> None:
+    """The coordinator's calls to agent a are cut while its heartbeats get through (a one-way partition; or an
+    agent whose --advertise address the coordinator cannot reach). Its heartbeats renewed its lease and kept it
+    registered: never declared lost, its job showed running, its progress frozen, for as long as the partition
+    lasted (gray-failure review, session 44: 68 s and more). Its heartbeats no longer count once the calls have
+    gone unanswered as long as the coordinator waits on a silent agent: its lease runs out (its task is frozen),
+    it is declared lost naming why, and its job runs on agent b. Its registrations are refused while the
+    coordinator cannot reach it (it was taken at once, given tasks that could not start, and lost again); once it
+    can, it is taken again, and its stale copy stopped."""
+    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.5).start()  # lease 1.2 s, lost at 1.5 s
+    try:
+        a = rig.agent("ow1-a0", server.address, proxied=True)
+        _submit(server.address)
+        wait_until("the job to run on agent a", lambda: _task(a.stub) is not None)
+        b = rig.agent("ow1-b0", server.address)
+        a_id = a.agent.core.agent_id
+        log: list[tuple[float, agent_pb2.TaskStatus | None, bool]] = []
+        done = threading.Event()
+        threading.Thread(target=_looks, args=(a.stub, b.stub, done, log), daemon=True).start()
+        a.to_agent.cut()  # type: ignore[union-attr]  # the coordinator's calls to agent a; its heartbeats pass
+        wait_until("the job to be started again on agent b", lambda: _task(b.stub) is not None, timeout=30)
+        lost = dict(server.lost_agents())
+        assert a_id in lost and "unreachable" in lost[a_id].reason and a.to_agent.address in lost[a_id].reason, (  # type: ignore[union-attr]
+            lost)
+        time.sleep(3.0)  # its registrations meanwhile: refused, the coordinator still cannot reach it
+        assert a_id not in server.backend.agents and a_id in server.unreachable
+        unfenced = [round(t, 2) for t, ta, on_b in log if on_b and ta is not None and not ta.fenced]
+        assert not unfenced, f"agent a's copy ran unfenced while agent b ran the job, at {unfenced}"
+        a.to_agent.heal()  # type: ignore[union-attr]
+        wait_until("agent a to be taken again", lambda: a_id in server.backend.agents, timeout=15)
+        wait_until("agent a's stale copy to be stopped", lambda: _task(a.stub) is None, timeout=15)
+        assert a_id not in server.unreachable and _task(b.stub) is not None
+        done.set()
+    finally:
+        rig.close()
+        server.stop()
+
+
+@pytest.mark.timeout(90)
 def test_a_coordinator_restarted_with_a_shorter_heartbeat_waits_out_the_lease_granted_before(
         tmp_path: Path, rig: Rig) -> None:
     """A coordinator restarted on its state file declares a silent agent it restored lost after its own
