@@ -170,7 +170,8 @@ def _load_round(args: argparse.Namespace, batch: int) -> dict:
     try:  # whatever stops the round (Ctrl-C, SIGTERM, a failure), the agent, server and clients go with it
         agent = start_agent([HostSpec(f"load-h{i}", 1.0, GIB) for i in range(args.hosts)],
                             agent_id=f"bench-load-{os.getpid()}-{batch}", no_cgroups=True)
-        server = CoordinatorServer(get_policy(args.policy), port=0, state=db, heartbeat_s=3600)
+        server = CoordinatorServer(get_policy(args.policy), port=0, state=db, heartbeat_s=3600,
+                                   max_queued=0)  # (a throughput measure: --jobs may be any number)
         assert server.store is not None
         server.store._db.execute(f"PRAGMA synchronous={args.synchronous.upper()}")
         server.start()

@@ -372,8 +372,12 @@ def _submit_file(args: argparse.Namespace) -> int:
     refuses it)."""
     import dataclasses
 
+    import grpc
+
     from vcemu.v1 import coordinator_pb2 as pb
     from workloads.jobfile import JobFileError, is_swf, load_jobs, shown, unreadable
+
+    RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 
     if is_swf(args.file):  # a trace's point is its submit times, which submit ignores: replay is the command
         refuse(f"vcemu submit: {args.file}: SWF traces are read by simulate and replay only; submit --file takes "
@@ -396,7 +400,7 @@ def _submit_file(args: argparse.Namespace) -> int:
         if why is not None:
             field = "id" if why[0] == "spec.name" else why[0]
             refuse(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {quoted(s.id)}: {field}: {why[1]}")
-    client, accepted, refused, known, told = Connection(args, "submit"), 0, 0, 0, 0
+    client, accepted, refused, known, told, left = Connection(args, "submit"), 0, 0, 0, 0, 0
     with client:
         for k in range(0, len(specs), 1000):
             chunk = specs[k:k + 1000]
@@ -410,19 +414,30 @@ def _submit_file(args: argparse.Namespace) -> int:
                       f"{accepted:,} jobs before them were accepted. The same command again submits only the jobs "
                       "the coordinator does not have (each job's request id)")
             reply = client.rpc("SubmitBatch", pb.SubmitBatchRequest(requests=requests), timeout=60.0, unsure=unsure)
-            for s, r in zip(chunk, reply.results, strict=True):
+            for i, (s, r) in enumerate(zip(chunk, reply.results, strict=True)):
+                where = f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {s.id}"
                 if r.code == 0:
                     accepted += 1
                     told += r.HasField("known")
                     known += r.known
                     print(f"{s.id}\t{r.job.job_id}")
+                elif r.code == RESOURCE_EXHAUSTED:
+                    # The coordinator holds all the jobs it takes (--max-queued): so would it for every job after this
+                    # one, each refused on a line of its own. Stopped here, the rest said in one line.
+                    left = len(specs) - k - i
+                    print(f"{where}: {r.error}; it and the {left - 1:,} jobs after it were not submitted: the same "
+                          "command again, once jobs have finished, submits them (and no job twice)", file=sys.stderr)
+                    break
                 else:
                     refused += 1
-                    print(f"vcemu submit: {args.file}:{source.lines.get(s.id)}: job {s.id}: {r.error}", file=sys.stderr)
+                    print(f"{where}: {r.error}", file=sys.stderr)
+            if left:
+                break
     # A coordinator older than SubmitResult.known does not say which jobs it already had.
     new = f" ({accepted - known} new, {known} already known)" if told == accepted else ""
-    print(f"{accepted} accepted{new}, {refused} refused", file=sys.stderr)
-    return 0 if refused == 0 else 1
+    rest = f", {left:,} not submitted" if left else ""
+    print(f"{accepted} accepted{new}, {refused} refused{rest}", file=sys.stderr)
+    return 0 if refused == 0 and not left else 1
 
 
 def _job_request_id(spec: JobSpec) -> str:

@@ -93,6 +93,11 @@ class JobBoard:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def unfinished(self) -> int:
+        """The number of jobs not finished: pending, running or paused."""
+        with self._lock:
+            return sum(n for state, n in self._counts.items() if not state.finished)
+
     def counts_and_running(self) -> tuple[dict[JobState, int], list[JobRow]]:
         """The number of jobs in each state (every state present) and the running jobs (in the order they last
         changed), as of one moment: ClusterStatus and the scrape show both."""

@@ -40,7 +40,7 @@ from vcemu.cliargs import (
     tcp_port,
     whole_in,
 )
-from vcemu.limits import MAX_AGENT_HOSTS, MAX_LOCAL_AGENTS
+from vcemu.limits import MAX_AGENT_HOSTS, MAX_LOCAL_AGENTS, MAX_QUEUED
 from vcemu.processes import stop_processes
 from vcemu.signals import INTERRUPTED, set_on_signals, signals_interrupt
 
@@ -77,7 +77,7 @@ def _server_options(args: argparse.Namespace) -> dict:
         refuse(f"vcemu: {exc}")
     # No history kept in memory: a serving coordinator reads none of it (replay and demo keep theirs for results).
     return {"state": args.state, "heartbeat_s": args.heartbeat, "token": read_token(args.token_file), "tls": tls,
-            "keep_history": False}
+            "keep_history": False, "max_queued": args.max_queued}
 
 
 def spawn_agent(coordinator: str, hosts: int, cpus_per_host: float | str, mem_per_host: str, agent_id: str,
@@ -657,6 +657,9 @@ def _reliability_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--token-file", default=None, help="require this bearer token on the user API (clients: set "
                     "$VCEMU_TOKEN_FILE) and, without TLS, of the agents (vcemu agent --token-file; the agents vcemu "
                     "up starts get it); it is sent to the agents that want it on their own API")
+    sp.add_argument("--max-queued", type=whole_in(0, 10**9), default=MAX_QUEUED, metavar="N",
+                    help="the most jobs not finished (pending, running or paused) the coordinator holds: a submission "
+                    "past it is refused, RESOURCE_EXHAUSTED (default %(default)s; 0: no bound)")
     sp.add_argument("--tls-cert", default=None, help="PEM certificate for mutual TLS with the agents")
     sp.add_argument("--tls-key", default=None, help="PEM private key for mutual TLS")
     sp.add_argument("--tls-ca", default=None, help="PEM CA certificate of the cluster")

@@ -57,6 +57,7 @@ from vcemu.limits import (
     KNOWN_METADATA,
     MAX_AGENT_HOSTS,
     MAX_MESSAGE_BYTES,
+    MAX_QUEUED,
     MAX_REPLY_BYTES,
     address_refusal,
     name_refusal,
@@ -671,6 +672,7 @@ class CoordinatorServer:
         reference: agent_pb2.HostInfo | None = None,
         keep_history: bool = True,
         turn_budget_s: float | None = TURN_BUDGET_S,
+        max_queued: int = MAX_QUEUED,
     ) -> None:
         """``reference``: the host a job's needs are fractions of (``vcemu coordinator --reference-host``), set
         before any agent can register. Without it, agents started by hand make the first host to register the
@@ -678,7 +680,8 @@ class CoordinatorServer:
         whose jobs were made with another reference is refused (ValueError): their needs would change meaning.
         ``turn_budget_s``: the wall time a turn of the engine loop spends at most on the stimuli due (None: no bound,
         for a replay or the demo, whose live run is compared with its simulation: a stimulus left to the next turn
-        waits 3 times the budget, compression times that in model time; code review)."""
+        waits 3 times the budget, compression times that in model time; code review).
+        ``max_queued``: the most jobs not finished it holds (:data:`MAX_QUEUED`; 0: no bound)."""
         if not heartbeat_s > 0 or heartbeat_misses < 1:
             raise ValueError(f"heartbeat: interval must be > 0 and misses >= 1, got {heartbeat_s}, {heartbeat_misses}")
         # Both ports, before the store is opened, and without gRPC's own error line: one line naming the flag.
@@ -687,6 +690,7 @@ class CoordinatorServer:
             raise OSError(refusal)
         self.heartbeat_s, self.heartbeat_misses = heartbeat_s, heartbeat_misses
         self.turn_budget_s = turn_budget_s
+        self.max_queued = max_queued
         #: The lease granted to agents (:meth:`node_agent.agent.AgentCore.renew_lease`): an agent that has heard
         #: nothing from this coordinator for ``lease_s`` seconds freezes its tasks. An agent is declared lost
         #: ``heartbeat_misses x heartbeat_s`` seconds after its last sign of life as this side received it, and the
@@ -870,6 +874,8 @@ class CoordinatorServer:
         with self.transaction():
             hosts = tuple(engine.hosts)
             refuse = getattr(engine.policy, "refuse", None)
+            # (under the intake lock, which every acceptance holds: no two can both take the last room)
+            room = self.max_queued - self.board.unfinished() if self.max_queued > 0 else math.inf
             for request in requests:
                 spec_in = request.spec
                 why = check_spec(spec_in, request.request_id)
@@ -917,6 +923,12 @@ class CoordinatorServer:
                     why = f"its numbers cannot be checked ({type(exc).__name__}: {exc})"
                     results.append(_refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid job: {why}"))
                     continue
+                if room <= 0:  # (after the checks: a job that would be refused anyway is told why)
+                    results.append(_refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                        f"the coordinator holds {self.max_queued:,} jobs not finished, the most it takes "
+                        "(--max-queued): submit again once some have finished")))
+                    continue
+                room -= 1
                 spec = dataclasses.replace(spec, id=f"job-{next(self.ids):05d}")
                 rec = JobRecord(spec)
                 if self.store is not None:  # the job's row and its first transition

@@ -8,8 +8,8 @@ import math
 import re
 
 __all__ = ["BUSY", "KNOWN_METADATA", "MAX_AGENT_HOSTS", "MAX_COMPRESS", "MAX_LOCAL_AGENTS", "MAX_MESSAGE_BYTES",
-           "MAX_NAME", "MAX_PENALTY_S", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_SIM_HOSTS", "MAX_TASKS", "MAX_WORK_S",
-           "MIN_COMPRESS", "address_refusal", "name_refusal", "request_bounds", "shown", "target_refusal"]
+           "MAX_NAME", "MAX_PENALTY_S", "MAX_QUEUED", "MAX_REPLY_BYTES", "MAX_REQUEST_ID", "MAX_SIM_HOSTS", "MAX_TASKS",
+           "MAX_WORK_S", "MIN_COMPRESS", "address_refusal", "name_refusal", "request_bounds", "shown", "target_refusal"]
 
 #: Largest request the coordinator accepts (``grpc.max_receive_message_length``).
 MAX_MESSAGE_BYTES = 1 << 20
@@ -23,6 +23,13 @@ KNOWN_METADATA = "vcemu-known"
 #: How an UNAVAILABLE refusal that is only the coordinator being busy ends (too many cancels waiting for the engine's
 #: turn): ``vcemu cancel`` retries such a refusal, and no other.
 BUSY = "retry in a moment"
+
+#: Jobs not finished (pending, running or paused) a coordinator holds at most by default (``--max-queued``): a
+#: submission past it is refused RESOURCE_EXHAUSTED. Unbounded, a job file of millions (or a client in a loop) had
+#: every job taken, about 2 KB of the coordinator's memory each, and each decision of the policy weighs the waiting
+#: jobs: the coordinator slowed to a crawl, or was killed for memory (43,500 jobs under a 160 MB limit: exhaustion
+#: review). ``vcemu submit --file`` stops at the first such refusal; the same command later submits the rest.
+MAX_QUEUED = 100_000
 
 #: Bounds on a submitted job spec beyond the model's own checks (a request must not make the coordinator allocate or
 #: loop without limit). The client commands check them before connecting (``vcemu submit --tasks``, ``--file``).

@@ -186,6 +186,58 @@ def test_submit_batch_is_bounded(stub):
     assert not stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs
 
 
+def test_jobs_past_the_most_the_coordinator_holds_unfinished_are_refused_and_taken_once_some_finish(tmp_path, capsys):
+    """--max-queued: a job file of millions (or a client in a loop) had every job taken, about 2 KB of memory each,
+    each decision of the policy weighing the waiting ones, until the coordinator crawled or was killed for memory.
+    Past the bound a submission is refused RESOURCE_EXHAUSTED (a repeated request id still gets its job; a bad spec
+    is still told what is wrong); `submit --file` stops at the first such refusal, saying how many jobs it did not
+    submit, and the same command later submits them, and no job twice."""
+    import json
+
+    from coordinator.cli import main
+
+    server = CoordinatorServer(get_policy("fcfs"), port=0, max_queued=3).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.CoordinatorStub(channel)
+            register(stub, hosts=1)
+            spec = pb.JobSpec(tasks=1, cpu_need=1.0, memory=0.1, work_seconds=600)
+            reply = stub.SubmitBatch(pb.SubmitBatchRequest(requests=[
+                pb.SubmitRequest(spec=spec, request_id="q0"), pb.SubmitRequest(spec=spec),
+                pb.SubmitRequest(spec=spec, request_id="q0"),  # (the same job: no room taken)
+                pb.SubmitRequest(spec=spec), pb.SubmitRequest(spec=spec),
+                pb.SubmitRequest(spec=pb.JobSpec(tasks=1, cpu_need=1.0, memory=2.0, work_seconds=5)),
+                pb.SubmitRequest(spec=spec, request_id="q0")]), timeout=5)
+            ok, full = grpc.StatusCode.OK.value[0], grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+            assert [r.code for r in reply.results] == [ok, ok, ok, ok, full,
+                                                       grpc.StatusCode.INVALID_ARGUMENT.value[0], ok]
+            assert "holds 3 jobs not finished" in reply.results[4].error
+            assert "--max-queued" in reply.results[4].error
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Submit(pb.SubmitRequest(spec=spec), timeout=5)
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert len(stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs) == 3
+            path = tmp_path / "jobs.jsonl"
+            path.write_text("".join(json.dumps({"id": f"f{i}", "tasks": 1, "cpu_need": 1.0, "memory": 0.1,
+                                                "work": 600.0}) + "\n" for i in range(4)))
+            stub.Cancel(pb.JobRef(job_id=reply.results[0].job.job_id), timeout=5)  # room for one
+            assert main(["submit", "--coordinator", server.address, "--file", str(path)]) == 1
+            out, err_text = capsys.readouterr()
+            assert [line.split("\t")[0] for line in out.splitlines()] == ["f0"]
+            assert "jobs.jsonl:2: job f1: " in err_text and "the 2 jobs after it were not submitted" in err_text
+            assert "1 accepted (1 new, 0 already known), 0 refused, 3 not submitted" in err_text
+            assert err_text.count("not finished") == 1  # (one line, not one per job left)
+            for job in stub.ListJobs(pb.ListJobsRequest(), timeout=5).jobs:
+                if job.state in ("pending", "running"):
+                    stub.Cancel(pb.JobRef(job_id=job.job_id), timeout=5)
+            assert main(["submit", "--coordinator", server.address, "--file", str(path)]) == 0
+            out, err_text = capsys.readouterr()
+            assert [line.split("\t")[0] for line in out.splitlines()] == ["f0", "f1", "f2", "f3"]
+            assert "4 accepted (3 new, 1 already known), 0 refused" in err_text
+    finally:
+        server.stop()
+
+
 def test_submit_batch_is_durable_before_the_reply(tmp_path):
     from coordinator.store import Store
 
