@@ -56,7 +56,7 @@ def test_a_serving_coordinator_restarts_without_loading_its_history_and_a_replay
     from coordinator.servers import _server_options
 
     args = argparse.Namespace(state=str(tmp_path / "run.db"), heartbeat=2.0, token_file=None, tls_cert=None,
-                              tls_key=None, tls_ca=None)
+                              tls_key=None, tls_ca=None, max_queued=0)
     options = _server_options(args)
     assert options["keep_history"] is False  # what ``vcemu up`` and ``vcemu coordinator`` pass
     store = Store(args.state)
