@@ -42,7 +42,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.backends.base import BackendError
-from coordinator.backends.live import AgentHandle, LiveBackend
+from coordinator.backends.live import FAST_TIMEOUT_S, AgentHandle, LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.jobboard import JobBoard, JobRow, hosts_used
@@ -108,6 +108,10 @@ MIN_FENCE_SLACK_S = 0.3
 #: The lease granted in a heartbeat's reply that renews none (:attr:`pb.HeartbeatReply.unreachable`): an agent that
 #: predates that field reads this lease, which has run out by the time it reads it, and freezes its tasks at once.
 UNRENEWED_LEASE_S = 1e-3
+#: Registrations of agents declared lost as unreachable probed at once (:meth:`CoordinatorServicer._probe`), and the
+#: time left of the caller's deadline for its reply.
+MAX_PROBES = 4
+PROBE_REPLY_MARGIN_S = 0.1
 #: Shortest time between two turns of the engine loop (seconds).
 BATCH_WINDOW_S = 0.02
 #: Wall time a turn of the engine loop spends at most on the stimuli due (:meth:`Engine.step`'s ``budget_s``): the rest
@@ -533,13 +537,16 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "description.wants_token: this agent's API wants a "
                               "bearer token, and the one it sent is not this coordinator's (give it the coordinator's "
                               "--token-file)")
-        if d.agent_id in self.s.unreachable and (
-                unanswered := self.s.backend.probe(request.address, d.agent_id, d.wants_token)) is not None:
-            # Its registration comes over its own link, which says nothing of ours to it: taken, it was given tasks
-            # that could not start, and declared lost again, over and over, for as long as the partition lasted.
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"agent {shown(d.agent_id)} was declared lost: "
-                          f"{self.s.unreachable[d.agent_id]}; it is taken again once the coordinator can reach it, and "
-                          f"cannot yet: {unanswered}")
+        # An agent declared lost as heard one way only, or found so and not lost yet (a registration anew would count
+        # its calls afresh, its lease renewed: code review), is asked first. Its registration comes over its own link,
+        # which says nothing of ours to it: taken, it was given tasks that could not start, and declared lost again,
+        # over and over, for as long as the partition lasted.
+        one_way = self.s.unreachable.get(d.agent_id) or self.s.one_way.get(d.agent_id)
+        if one_way is not None and (
+                unanswered := self._probe(request.address, d.agent_id, d.wants_token, context)) is not None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"agent {shown(d.agent_id)} is heard one way only: "
+                          f"{one_way}; it is taken again once the coordinator can reach it, and cannot yet: "
+                          f"{unanswered}")
         checked = self.s.backend.agents.get(d.agent_id)
         holder = self.s.backend.answering_elsewhere(checked, request.address)
         if holder is not None:  # (outside the engine lock: a call to an agent)
@@ -583,6 +590,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.s.registered.add(d.agent_id)
             self.s.lost.pop(d.agent_id, None)
             self.s.unreachable.pop(d.agent_id, None)
+            self.s.one_way.pop(d.agent_id, None)  # (it answered the probe: a new handle, its calls counted afresh)
             if self.s.store is not None:
                 self.s.store.put_agent(d.agent_id, request.address, d.SerializeToString())
                 if self.s.backend.reference is not None:
@@ -593,6 +601,22 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                  "" if len(hosts) == 1 else "s")
         return pb.RegisterAgentReply(hosts=[h.name for h in hosts], heartbeat_interval_s=self.s.heartbeat_s,
                                      lease_s=lease_s)
+
+    def _probe(self, address: str, agent_id: str, wants_token: bool, context: grpc.ServicerContext) -> str | None:
+        """:meth:`LiveBackend.probe` within the caller's deadline (less a margin for the reply): the registrar's is
+        min(5, max(0.5, interval)) s, under the probe's own 1 s at short intervals, and an agent whose address
+        swallowed the probe got DEADLINE_EXCEEDED, never the refusal's reason. At most :data:`MAX_PROBES` at once:
+        each holds an API thread, which heartbeats and clients share (a rack cut one way, its agents registering
+        every interval, would take them all)."""
+        if not self.s.probes.acquire(blocking=False):
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"agent {shown(agent_id)} was declared lost as unreachable, and "
+                          "the coordinator is asking other such agents now; retry")
+        try:
+            left = context.time_remaining()
+            timeout = FAST_TIMEOUT_S if left is None else max(0.05, left - PROBE_REPLY_MARGIN_S)
+            return self.s.backend.probe(address, agent_id, wants_token, timeout)
+        finally:
+            self.s.probes.release()
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
         if not request.agent_id:  # (API review: it answered known = false)
@@ -751,6 +775,8 @@ class CoordinatorServer:
             #: agents declared lost as heard one way only, and why, until they register again: the coordinator asks
             #: them to Describe themselves first (:meth:`Service.RegisterAgent`).
             self.unreachable: dict[str, str] = {}
+            self.probes = threading.BoundedSemaphore(MAX_PROBES)
+            self.none_answer = False  # (:meth:`heard_one_way`: said once, until an agent answers again)
             self.watchers: list[EventQueue] = []
             self.cancels_waiting = threading.BoundedSemaphore(MAX_CANCELS_WAITING)
             self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
@@ -1145,17 +1171,31 @@ class CoordinatorServer:
         as signs of life nor renew its lease: the lease runs out and its tasks are frozen, then it is declared lost
         as a silent agent is, and its jobs run elsewhere. Said once until it answers again."""
         unanswered = self.backend.unanswered_for(agent_id)
-        if unanswered < self.heartbeat_misses * self.heartbeat_s:
+        window = self.heartbeat_misses * self.heartbeat_s
+        if unanswered >= window and time.monotonic() - self.backend.answered_at > window:
+            # No agent has answered a poll for as long: the coordinator's own side (its network, its descriptors) is
+            # as likely at fault, and losing every agent for it would requeue every job (code review). As before.
+            if not self.none_answer:
+                self.none_answer = True
+                log.warning("the coordinator's calls to agent %s at %s have gone unanswered for %.1f s while its "
+                            "heartbeats arrive, and no agent has answered a poll for as long: a fault on the "
+                            "coordinator's side (its network, its file descriptors) is as likely, so none is declared "
+                            "lost for it", agent_id, address, unanswered)
+            unanswered = 0.0
+        elif self.backend.answered_at > time.monotonic() - window:
+            self.none_answer = False
+        if unanswered < window:
             if self.one_way.pop(agent_id, None) is not None:
                 log.info("agent %s answers again: its heartbeats count again", agent_id)
             return None
         if agent_id not in self.one_way:
-            why = (f"the coordinator's calls to {address} went unanswered for {unanswered:.0f} s while the agent's "
+            why = (f"the coordinator's calls to {address} went unanswered for {unanswered:.1f} s while the agent's "
                    "heartbeats arrived (a one-way partition, or an address the coordinator cannot reach: the agent's "
                    "--advertise)")
             self.one_way[agent_id] = why
             log.warning("agent %s: %s: they no longer renew its lease nor count as signs of life: it is declared lost "
-                        "in %g s unless it answers", agent_id, why, self.heartbeat_misses * self.heartbeat_s)
+                        "if a call to it still goes unanswered in %g s", agent_id, why,
+                        self.heartbeat_misses * self.heartbeat_s)
         return (f"{self.one_way[agent_id]}: the lease is not renewed, and the agent is declared lost unless the "
                 "coordinator's calls get through")
 
@@ -1176,6 +1216,7 @@ class CoordinatorServer:
             for agent_id, last in list(self.heartbeats.items()):
                 if last < now - stalled:
                     self.heartbeats[agent_id] = min(last + stalled, now)
+        self.backend.excuse_unanswered()  # (nor the calls whose deadlines passed meanwhile: code review)
         log.warning("the coordinator did not run for %.1f s: the agents' silence over that time is not counted "
                     "against them", stalled)
 
@@ -1199,6 +1240,12 @@ class CoordinatorServer:
             listening = agent_id in self.beating or (handle is not None and handle.silent)
             if handle is not None and listening and max(last, handle.last_seen) < deadline:
                 one_way = self.one_way.get(agent_id)
+                if one_way is not None and handle.unanswered_last < max(last, handle.last_seen) + (
+                        self.heartbeat_misses * self.heartbeat_s):
+                    # Heard one way only: lost once a call made after its lease ran out goes unanswered too, not
+                    # before it is asked again (its polls wait up to SILENT_POLL_MAX_S: at short intervals the poll
+                    # that would have cleared it came after the loss). A loop held up asks nothing: no loss then.
+                    continue
                 why = (f"no heartbeat for {self.heartbeat_misses} x {self.heartbeat_s:g} s" if one_way is None else
                        f"unreachable: {one_way}")
                 try:

@@ -82,6 +82,7 @@ from coordinator.backends.base import BackendError, Report
 from coordinator.model import Host, JobSpec, JobState
 from coordinator.store import StoredTask
 from vcemu.auth import with_token
+from vcemu.limits import shown
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from workloads import modeled
 
@@ -117,6 +118,10 @@ SILENT_POLL_MAX_S = 4.0
 #: for as long as that lasted (3 min 16 s in a test; gray-failure review). As the agent does its own (node_agent.
 #: register).
 RECONNECT_AFTER_MISSES = 2
+#: Polls in a row left unanswered before an agent's unanswered calls count against it as heard one way only
+#: (:meth:`LiveBackend.unanswered_for`): one past the reconnection, so that a poll on a new channel has had its chance
+#: (at the shortest heartbeat intervals, 3 intervals were spanned by 2 polls, the second 1 s after the first).
+ONE_WAY_POLLS = RECONNECT_AFTER_MISSES + 1
 #: Largest SetShares, StartTasks or StopTasks request sent, serialized (bytes): under an agent's request limit (64 KiB,
 #: node_agent.server.MAX_MESSAGE_BYTES); more share changes, starts or stops for a host go in several calls.
 BATCH_BYTES = 32 << 10
@@ -150,6 +155,9 @@ class AgentHandle:
     unanswered_since: float = 0.0
     unanswered_last: float = 0.0
     misses: int = 0  # its Status polls in a row that went unanswered
+    #: Its Status polls in a row that went unanswered, or that another agent answered at its address: the one-way
+    #: measure (:meth:`LiveBackend.unanswered_for`) needs :data:`ONE_WAY_POLLS` of them.
+    polls_unanswered: int = 0
     next_poll: float = 0.0  # time.monotonic() before which it is not polled (:data:`SILENT_POLL_S`)
     lost: bool = False  # being declared lost (:meth:`LiveBackend.cut_off`): calls to it fail at once
     #: It has answered since this coordinator started: registered with it, or answered a Status poll. An agent
@@ -165,10 +173,13 @@ class AgentHandle:
 
     def unanswered(self) -> None:
         """Its poll or call went unanswered (or another agent answered at its address): silent from now, if it was
-        not already, until a poll is answered."""
-        self.unanswered_last = time.monotonic()
+        not already, until a poll is answered. (Its times first: the Heartbeat's look at them takes no lock, and must
+        not find it silent with the span of an earlier time it was.)"""
+        now = time.monotonic()
         if not self.silent:
-            self.silent, self.unanswered_since = True, self.unanswered_last
+            self.unanswered_since = now
+        self.unanswered_last = now
+        self.silent = True
 
 
 @dataclass
@@ -252,6 +263,9 @@ class LiveBackend:
         self._journal_at = 0.0
         self._wake = threading.Event()
         self._polled = -math.inf  # monotonic time of the last Status round
+        #: time.monotonic() of the last Status poll any agent answered (:meth:`coordinator.service.CoordinatorServer.
+        #: heard_one_way`: when none answers, the fault is as likely the coordinator's own).
+        self.answered_at = -math.inf
         self._lock = threading.RLock()
         self.agents: dict[str, AgentHandle] = {}
         self.host_agent: dict[str, str] = {}
@@ -351,24 +365,33 @@ class LiveBackend:
         agent. Its heartbeats count for nothing here: an agent heard one way only (its heartbeats arrive, our calls
         do not) is the case this measures (:meth:`coordinator.service.CoordinatorServer.heard_one_way`)."""
         handle = self.agents.get(agent_id)
-        if handle is None or not handle.silent:
+        if handle is None or not handle.silent or handle.polls_unanswered < ONE_WAY_POLLS:
             return 0.0
         return handle.unanswered_last - handle.unanswered_since
 
-    def probe(self, address: str, agent_id: str, wants_token: bool) -> str | None:
+    def excuse_unanswered(self) -> None:
+        """This process did not run for a while (:meth:`coordinator.service.CoordinatorServer._note_running`): a call
+        whose deadline passed meanwhile says nothing of its agent, so every agent's unanswered calls are counted
+        afresh, from now (:meth:`unanswered_for`)."""
+        now = time.monotonic()
+        for handle in list(self.agents.values()):
+            handle.unanswered_since = handle.unanswered_last = now
+            handle.polls_unanswered = 0
+
+    def probe(self, address: str, agent_id: str, wants_token: bool, timeout: float = FAST_TIMEOUT_S) -> str | None:
         """Ask the agent at ``address`` to Describe itself, one short attempt: None if agent ``agent_id`` answers, else
         why not. For an agent that registers again after it was declared lost for being unreachable: its registration
         comes over its own link, which says nothing of ours to it (a one-way partition, an address we cannot reach)."""
         channel = self.channel_factory(address)
         try:
             reply = self._agent_stub(channel, wants_token).Describe(agent_pb2.DescribeRequest(),
-                                                                    timeout=FAST_TIMEOUT_S)
+                                                                    timeout=min(timeout, FAST_TIMEOUT_S))
         except grpc.RpcError as exc:
             return f"its Describe at {address} failed: {_rpc_text(exc)}"
         finally:
             channel.close()
         if reply.agent_id != agent_id:
-            return f"agent {reply.agent_id!r} answers at {address}"
+            return f"agent {shown(reply.agent_id)} answers at {address}"  # (whatever listens there: bounded)
         return None
 
     def _reconnect(self, handle: AgentHandle) -> None:
@@ -1373,6 +1396,7 @@ class LiveBackend:
             except grpc.RpcError:
                 handle.unanswered()
                 handle.misses += 1
+                handle.polls_unanswered += 1
                 # (the doubling capped: past 1,024 misses in a row, about 68 min at 4 s, 2 ** n overflowed a float)
                 handle.next_poll = time.monotonic() + min(SILENT_POLL_MAX_S,
                                                           SILENT_POLL_S * 2.0 ** min(handle.misses - 1, 64))
@@ -1389,10 +1413,12 @@ class LiveBackend:
                     log.warning("agent %s: %s now answers as agent %s; %s is silent", handle.agent_id,
                                 handle.address, reply.agent_id, handle.agent_id)
                 handle.unanswered()
+                handle.polls_unanswered += 1
                 continue
             handle.last_status = reply
             handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
-            handle.misses, handle.next_poll = 0, 0.0
+            self.answered_at = handle.last_seen
+            handle.misses, handle.next_poll, handle.polls_unanswered = 0, 0.0, 0
             handle.clock = reply.clock
             answered.update(handle.hosts)
             if reply.lease_left != 0:

@@ -3,6 +3,7 @@ that stay open but carry nothing any more."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from coordinator.policies import get_policy
@@ -77,6 +78,7 @@ def test_an_agent_heard_one_way_is_not_renewed_then_refused_until_it_can_be_reac
         handle = s.backend.agents["oneway"]  # (its polls fail: the span they measure is set here instead)
         unanswered = [1.4]  # over 1.4 s: under 3 heartbeats of 0.5 s, still counted
         s.backend.unanswered_for = lambda _agent: unanswered[0]
+        s.backend.answered_at = math.inf  # (as if other agents answered: test_heard_one_way has none answering)
         reply = stub.Heartbeat(beat, timeout=5)
         assert reply.lease_s == s.lease_s and not reply.unreachable
         unanswered[0] = 1.6
@@ -118,6 +120,10 @@ def test_the_unanswered_span_runs_from_the_first_unanswered_call_to_the_latest_u
         assert handle.silent and backend.unanswered_for("quiet") == 0.0
         time.sleep(0.3)
         assert backend.unanswered_for("quiet") == 0.0  # nothing asked since
+        handle.next_poll = 0.0
+        backend.poll()
+        assert handle.unanswered_since == first
+        assert backend.unanswered_for("quiet") == 0.0  # two polls: the one on a new channel not yet unanswered
         handle.next_poll = 0.0
         backend.poll()
         assert handle.unanswered_since == first and backend.unanswered_for("quiet") >= 0.3
