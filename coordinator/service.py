@@ -1190,8 +1190,8 @@ class CoordinatorServer:
             return None
         if agent_id not in self.one_way:
             why = (f"the coordinator's calls to {address} went unanswered for {unanswered:.1f} s while the agent's "
-                   "heartbeats arrived (a one-way partition, or an address the coordinator cannot reach: the agent's "
-                   "--advertise)")
+                   "heartbeats arrived (a one-way partition, a link slower than the calls' 1-s deadline, or an address "
+                   "the coordinator cannot reach: the agent's --advertise)")
             self.one_way[agent_id] = why
             log.warning("agent %s: %s: they no longer renew its lease nor count as signs of life: it is declared lost "
                         "if a call to it still goes unanswered in %g s", agent_id, why,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 
 import grpc
@@ -28,6 +29,11 @@ RPC_TIMEOUT_S = 5.0
 MIN_BACKOFF_S = 0.1
 #: Calls in a row that went unanswered (DEADLINE_EXCEEDED) after which the registrar connects again (a new channel).
 DEADLINES_BEFORE_NEW_CHANNEL = 2
+#: A refusal of the same code as the one last said, in other words, is said again no sooner than this after it: the
+#: text of one that names a failed call varies from one attempt to the next (a coordinator that cannot reach this
+#: agent says why its Describe failed, and gRPC's "last error" for one refused connection alternates between two
+#: wordings), and every retry's was said: an ERROR line every 1-2 s for as long as a one-way partition lasted.
+REFUSAL_REPEAT_S = 60.0
 
 
 class Registrar:
@@ -57,6 +63,8 @@ class Registrar:
             unanswered = 0  # calls in a row that waited out their deadline
             backoff = MIN_BACKOFF_S
             refused: str | None = None  # the coordinator's last refusal of this agent, said once
+            refused_code: grpc.StatusCode | None = None  # its code, and when it was said (REFUSAL_REPEAT_S)
+            refused_at = 0.0
             unreachable = False  # the coordinator says it cannot reach this agent (said once, until it can again)
             while not self._stop.is_set():
                 timeout = min(RPC_TIMEOUT_S, max(0.5, self.interval))
@@ -90,6 +98,7 @@ class Registrar:
                         unreachable = False
                         self._agent.core.renew_lease(hb.lease_s, sent)
                     backoff, wait, refused = MIN_BACKOFF_S, self.interval, None  # (a later refusal is said again)
+                    refused_code = None
                     unanswered = 0
                 except grpc.RpcError as e:
                     if e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
@@ -97,8 +106,9 @@ class Registrar:
                                     grpc.StatusCode.RESOURCE_EXHAUSTED):  # (a coordinator out of descriptors says so)
                         # The coordinator refuses this agent's description: say why, once per reason (the bare code
                         # was all it said, at every retry; diff review). Retried: a host name taken may come free.
-                        if e.details() != refused:
-                            refused = e.details()
+                        if e.details() != refused and (e.code() != refused_code
+                                                       or time.monotonic() - refused_at >= REFUSAL_REPEAT_S):
+                            refused, refused_code, refused_at = e.details(), e.code(), time.monotonic()
                             hint = "" if e.code() != grpc.StatusCode.UNAUTHENTICATED else (
                                 " (this agent's token is not the coordinator's: give it the coordinator's "
                                 "--token-file)" if self._token_sent else
