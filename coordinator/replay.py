@@ -62,7 +62,7 @@ from coordinator.metrics import History, JobResult, Transition, trace_span
 from coordinator.model import JobSpec, JobState
 from coordinator.policy_names import POLICY_HELP, PolicyNameError, canonical_name, thrashing
 from node_agent.spares import add_agent_spares
-from vcemu.cliargs import Parser, doc_text, penalty_seconds, positive
+from vcemu.cliargs import Parser, doc_text, penalty_seconds, per_host, per_host_values, positive
 from vcemu.limits import MAX_AGENT_HOSTS, MAX_COMPRESS, MAX_LOCAL_AGENTS, MIN_COMPRESS
 from vcemu.signals import signals_deferred, signals_interrupt
 
@@ -146,9 +146,11 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="live hosts (default 4)")
     p.add_argument("--agents", type=positive("--agents", int, high=MAX_LOCAL_AGENTS), default=1,
                    help="agent processes sharing the hosts (at most --hosts; default %(default)s)")
-    p.add_argument("--cpus-per-host", type=positive("--cpus-per-host"), default=None,
-                   help="real cores per emulated host (default: 60%% of the machine shared out; with --ray, 60%% of "
-                        "each node's CPUs shared out among its hosts, at most 1 core)")
+    p.add_argument("--cpus-per-host", type=per_host_values(positive("--cpus-per-host")), default=None,
+                   metavar="CORES[,CORES...]",
+                   help="real cores per emulated host, or one value per host, as vcemu up takes them (default: 60%% "
+                        "of the machine shared out; with --ray, one value: 60%% of each node's CPUs shared out among "
+                        "its hosts, at most 1 core)")
     p.add_argument("--mem-per-host", type=_mem_size, default="512MiB",
                    help="memory per emulated host (default %(default)s)")
     p.add_argument("--penalty", type=penalty_seconds, default=0.0,
@@ -177,6 +179,15 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         p.error("argument --agents: not with --ray (each emulated host is its own agent actor)")
     if a.agents > a.hosts:
         p.error(f"argument --agents: must be at most --hosts ({a.hosts}), got {a.agents}")
+    if a.cpus_per_host is not None:  # one value: a number, as before (config.json); one per host: their texts
+        if a.ray is not None and len(a.cpus_per_host) > 1:
+            p.error(f"argument --cpus-per-host: with --ray give one value for every host, got {len(a.cpus_per_host)}")
+        try:
+            per_host("--cpus-per-host", a.cpus_per_host, a.hosts)
+        except ValueError as exc:
+            p.error(str(exc))
+        if len(a.cpus_per_host) == 1:
+            a.cpus_per_host = float(a.cpus_per_host[0])
     if a.ray is None:
         from coordinator.servers import hosts_refusal
 
@@ -201,7 +212,6 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int, JobFile]:
     What is left must be what the live engine accepts (:meth:`JobSpec.validate` on the hosts, and the policy's
     ``refuse`` hook): :class:`workloads.jobfile.JobFileError` naming the line otherwise, as ``simulate`` refuses it,
     since the engine would refuse it only at its arrival, in the middle of the live run."""
-    from coordinator.experiments import homogeneous_hosts
     from coordinator.policies import get_policy
     from workloads.jobfile import check_jobs, load_jobs, shown
 
@@ -222,19 +232,33 @@ def load_segment(a: argparse.Namespace) -> tuple[list[Any], int, JobFile]:
     if not fit:
         raise ValueError(f"{a.trace}: no job fits on {a.hosts} hosts")
     single_core(fit, a.cpus_per_host)
-    check_jobs(source, fit, tuple(homogeneous_hosts(a.hosts)), getattr(get_policy(a.policy), "refuse", None),
+    check_jobs(source, fit, replay_hosts(a.hosts, a.cpus_per_host), getattr(get_policy(a.policy), "refuse", None),
                what="to replay")
     t0 = fit[0].submit_time
     return [replace(j, submit_time=j.submit_time - t0) for j in fit], dropped, source
 
 
-def single_core(specs: Sequence[JobSpec], cpus_per_host: float | None) -> None:
+def replay_hosts(hosts: int, cpus_per_host: float | Sequence[str] | None) -> tuple[Any, ...]:
+    """The hosts as the live engine will see them, for the checks before the run: ``hosts`` equal ones, or with one
+    value per host each its cores over the largest's (the largest host is "a host", as ``vcemu up`` has it)."""
+    from coordinator.experiments import homogeneous_hosts
+    from coordinator.model import Host
+
+    if not isinstance(cpus_per_host, list | tuple):
+        return tuple(homogeneous_hosts(hosts))
+    cores = [float(c) for c in cpus_per_host]
+    return tuple(Host(f"h{i}", cpu=c / max(cores)) for i, c in enumerate(cores))
+
+
+def single_core(specs: Sequence[JobSpec], cpus_per_host: float | Sequence[str] | None) -> None:
     """ValueError naming ``--cpus-per-host`` and the first job whose need on hosts of that many cores is more than one
     core, for a workload whose task is a single process (all but ``modeled``): the agent refuses such a start, and the
     job fails at its arrival (a replay at ``--cpus-per-host 2`` had two of its three jobs fail so, 1 ms in)."""
     from node_agent.agent import SHARE_EPS
     from workloads import modeled
 
+    if isinstance(cpus_per_host, list | tuple):  # one per host: a task may be placed on the largest
+        cpus_per_host = max(float(c) for c in cpus_per_host)
     if cpus_per_host is None or cpus_per_host <= 1.0:
         return
     over = [s for s in specs if s.workload != modeled.NAME and s.cpu_need * cpus_per_host > 1.0 + SHARE_EPS]
@@ -444,6 +468,132 @@ def live_overhead(history: History, compress: float) -> tuple[float, str]:
     return compress * STARTUP_S, f"estimated as {compress:g} x {STARTUP_S:g} s"
 
 
+#: The median pace (:func:`live_pace`) above which the live run is warned to have run slower than its shares say.
+PACE_WARN = 1.10
+
+
+def live_pace(history: History) -> dict[str, Any]:
+    """How fast the live run's jobs ran next to what their shares say: for each job done, the work its recorded
+    shares were worth (the integral of its yield, share / need, over the time it was running, in the transitions'
+    trace seconds) over its work. The model's own runs give 1 (the simulator credits exactly that, with no penalty);
+    above 1 the job's tasks got less CPU than their shares or lost time the model does not have (start-ups and the
+    restarts of pauses and moves, which the model makes free; a machine too busy to give the agents' cgroups their
+    quotas). ``jobs``, ``median`` and ``max`` over the jobs done (None where none is). It needs nothing but the
+    history, so it covers the jobs :func:`live_overhead` cannot (a job whose share changed): in a review's replays of
+    24 jobs at --compress 20 on this project's 2-core VM the median was 1.03-1.05 under FCFS and EASY (load 2-3)
+    and 1.48 under DYNMCB8 (load 12, another user's tests beside it), whose live span was then 46% longer than the
+    simulation's."""
+    current: dict[str, tuple[float, float]] = {}  # job -> (since, yield) while running
+    worth: dict[str, float] = {}
+    done: list[str] = []
+    for t in history.transitions:
+        spec = history.specs.get(t.job)
+        if spec is None:
+            continue
+        was = current.pop(t.job, None)
+        if was is not None:
+            worth[t.job] = worth.get(t.job, 0.0) + was[1] * (t.time - was[0])
+        if t.dst is JobState.RUNNING:
+            current[t.job] = (t.time, t.cpu / spec.cpu_need)
+        elif t.dst is JobState.DONE:
+            done.append(t.job)
+    ratios = [worth.get(job, 0.0) / history.specs[job].work for job in done if history.specs[job].work > 0]
+    if not ratios:
+        return {"jobs": 0, "median": None, "max": None}
+    return {"jobs": len(ratios), "median": statistics.median(ratios), "max": max(ratios)}
+
+
+def restart_cost(history: History) -> dict[str, Any]:
+    """The live run's cost of a start and of a restart (a resume, or a move to other hosts: a task's process started
+    again there from its checkpoint), in trace seconds at the job's share, fitted to what its done jobs lost: each
+    one's work minus what its recorded shares were worth (:func:`live_pace`), taken as ``startup`` x its yield at
+    its start plus ``penalty`` x the sum of its yields at its restarts (least squares, neither below 0). The
+    simulation's ``--penalty`` is the second, charged at every resume and migration (001 Sec. IV-A), and 0 by
+    default: a review's DYNMCB8 replays, whose jobs were paused and moved about ten times each, were 36-77% from their
+    simulation per job at penalty 0, against a noise floor of 10%, and 5% at the penalty such a fit gives (30 trace s
+    at --compress 20: a second and a half of real time a restart on that VM). ``restarts``: how many there were;
+    ``penalty`` None where there was none (nothing to fit it to). A machine too busy to give the tasks their shares
+    shows as a dearer start and restart too: the fit takes all of what the jobs lost."""
+    current: dict[str, tuple[float, float]] = {}  # job -> (since, yield) while running
+    worth: dict[str, float] = {}
+    hosts: dict[str, tuple[str, ...]] = {}
+    at_start: dict[str, float] = {}  # job -> its yield when it first started
+    at_restarts: dict[str, float] = {}  # job -> the sum of its yields at its restarts
+    restarts = 0
+    done: list[str] = []
+    for t in history.transitions:
+        spec = history.specs.get(t.job)
+        if spec is None or spec.work <= 0:
+            continue
+        was = current.pop(t.job, None)
+        if was is not None:
+            worth[t.job] = worth.get(t.job, 0.0) + was[1] * (t.time - was[0])
+        if t.dst is JobState.RUNNING:
+            y = t.cpu / spec.cpu_need
+            current[t.job] = (t.time, y)
+            if t.src is JobState.PENDING and t.job not in at_start:
+                at_start[t.job] = y
+            elif t.src is JobState.PAUSED or (t.src is JobState.RUNNING and t.hosts != hosts.get(t.job)):
+                at_restarts[t.job] = at_restarts.get(t.job, 0.0) + y
+                restarts += 1
+            hosts[t.job] = t.hosts
+        elif t.dst is JobState.DONE:
+            done.append(t.job)
+    rows = [(at_start.get(j, 0.0), at_restarts.get(j, 0.0), worth.get(j, 0.0) - history.specs[j].work) for j in done]
+    ss = sum(a * a for a, _, _ in rows)
+    rr = sum(r * r for _, r, _ in rows)
+    sr = sum(a * r for a, r, _ in rows)
+    sl = sum(a * lost for a, _, lost in rows)
+    rl = sum(r * lost for _, r, lost in rows)
+    startup: float | None = None
+    penalty: float | None = None
+    det = ss * rr - sr * sr
+    if ss > 0 and rr > 0 and det > 1e-9 * ss * rr:
+        startup, penalty = (sl * rr - rl * sr) / det, (rl * ss - sl * sr) / det
+        if penalty < 0:  # (each clamped at 0, the other fitted alone)
+            startup, penalty = max(0.0, sl / ss), 0.0
+        elif startup < 0:
+            startup, penalty = 0.0, max(0.0, rl / rr)
+    elif rr > 0:  # (every job's start and restarts in one proportion: the restarts alone)
+        penalty = max(0.0, rl / rr)
+    elif ss > 0:
+        startup = max(0.0, sl / ss)
+    return {"jobs": len(rows), "restarts": restarts, "startup_s": startup, "penalty_s": penalty}
+
+
+def at_live_costs(specs: Sequence[JobSpec], policy: str, hosts: Sequence[Any], live: History,
+                  live_r: dict[str, JobResult], overhead: float) -> dict[str, Any]:
+    """:func:`restart_cost` of the live run and, where it had restarts, the segment simulated again at that penalty
+    and compared with the live run job by job (:func:`per_job`, under ``per_job``): the policy under the costs the
+    live run paid, beside the simulation at ``--penalty``. A live run far from its simulation but close to this one
+    differs by what its restarts cost, not by its decisions."""
+    from coordinator.experiments import simulate
+    from coordinator.metrics import job_results
+
+    costs = restart_cost(live)
+    if not costs["restarts"] or costs["penalty_s"] is None:
+        return costs
+    try:
+        again = simulate(specs, policy, hosts, costs["penalty_s"])
+    except Exception as exc:  # (it ran at --penalty already: a failure here is told, not fatal)
+        costs["failed"] = f"{type(exc).__name__}: {exc}"
+        return costs
+    costs["per_job"] = per_job(specs, live_r, {r.job: r for r in job_results(again)}, overhead)
+    return costs
+
+
+def pace_warning(pace: dict[str, Any]) -> str | None:
+    """The warning that the live run's jobs ran slower than their shares say (:func:`live_pace`'s median over
+    :data:`PACE_WARN`); None if not."""
+    if pace["median"] is None or pace["median"] <= PACE_WARN:
+        return None
+    return (f"vcemu replay: warning: the live jobs took a median of {pace['median']:.2f} times the time their shares "
+            f"give (max {pace['max']:.2f}; the simulation: 1.00): their tasks got less CPU than their shares, or "
+            "lost it to start-ups and the restarts of pauses and moves, which the simulation does not charge "
+            "(--penalty does); the live column is slowed by that, not only by the policy (metrics.json has the "
+            "machine's load at the start and the end, and the simulation at the live run's fitted restart cost)")
+
+
 def expected_wall(sim_end: float, compress: float) -> float:
     """The live run's expected wall seconds: the simulated end at ``compress``, after the first arrival's second of
     real time (start-ups and the live run's other costs make it somewhat longer)."""
@@ -587,6 +737,9 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
         # Where the run's coordinator listens, for `vcemu jobs` or `status` while it runs (it was said nowhere).
         logging.getLogger("vcemu.replay").info("coordinator on %s (%s)", server.address, a.policy)
         seen = server.loop_error_count  # (the exceptions the engine loop survived; see the module docstring)
+        # The machine's load beside the run (review: replays of the same decisions were 36% and 63% from their
+        # simulation at loads of 1-5 and 12-13, other users' work on the same cores taking the tasks' CPU).
+        load = [os.getloadavg()[0]]
         hosts = list(server.engine.hosts)  # the simulation's cluster: the live one as it started (an agent lost
         # during the run takes its hosts out of the engine's list)
         mode = next(iter(server.backend.agents.values())).mode
@@ -626,6 +779,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
             live = _snapshot(server.engine.history)
             plans = plan_times.summary((cutoff - origin) / a.compress)  # wall seconds from the first arrival
         timed_out = done < len(arrivals)
+        load.append(os.getloadavg()[0])
     finally:
         _stop_cluster(server, stop)
     if server.loop_error_count > seen:
@@ -653,14 +807,17 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     if failed:
         print(failed_line(failed), file=sys.stderr)
     overhead, how = live_overhead(live, a.compress)
+    pace = live_pace(live)
+    costs = at_live_costs(specs, a.policy, hosts, live, live_r, overhead)
     for warning in (overhead_warning(overhead, how, specs, a.compress),
-                    plans_warning(plans, a.compress, sim_end, a.timeout)):
+                    plans_warning(plans, a.compress, sim_end, a.timeout), pace_warning(pace)):
         if warning is not None:
             print(warning, file=sys.stderr)
     out = {
         "trace": a.trace, "segment": a.segment, "policy": a.policy, "compress": a.compress, "hosts": a.hosts,
         "jobs": len(specs), "dropped_too_wide": dropped, "mode": mode, "timed_out": timed_out,
         "arrived": len(live.specs), "startup_overhead_s": overhead, "startup_overhead_from": how,
+        "live_pace": pace, "sim_at_live_restart_cost": costs, "load_1m_start_end": load,
         "sim_end_s": sim_end, "expected_wall_s": expected_wall(sim_end, a.compress), "live_plans": plans,
         "wall_s": round(time.monotonic() - wall0, 1), "live": live_m, "sim": sim_m,
         "per_job": per_job(specs, live_r, sim_r, overhead), "failed_live": failed,
@@ -686,6 +843,10 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
             lv, sv = live_m[k], sim_m[k]
             print(f"{k:<20}{_f(lv):>14}{_f(sv):>14}")
         print(per_job_line(out["per_job"]))
+        if costs.get("per_job", {}).get("jobs"):
+            print(f"simulated again at the live run's restart cost ({costs['penalty_s']:.1f} trace s a resume or move, "
+                  f"fitted to {costs['restarts']} restarts; --penalty {a.penalty:g} above): "
+                  + per_job_line(costs["per_job"]).removeprefix("per job, live against simulated stretch: "))
         print(f"results: {path}")
     return 1 if timed_out or write_failed or live_m["completed"] < len(specs) else 0
 
@@ -719,17 +880,27 @@ def per_job(specs: Sequence[JobSpec], live: dict[str, JobResult], sim: dict[str,
     long_work = overhead / OVERHEAD_WARN
     diffs: list[float] = []
     long: list[float] = []
-    for s, _lr, _sr, diff in compared(specs, live, sim):
+    signed: list[float] = []  # (live - simulated) / simulated: > 0 where the live job was slower
+    long_signed: list[float] = []
+    for s, lr, sr, diff in compared(specs, live, sim):
         diffs.append(diff)
+        bias = diff if lr.stretch >= sr.stretch else -diff  # (lr.stretch, sr.stretch: done both ways)
+        signed.append(bias)
         if s.work >= long_work:
             long.append(diff)
+            long_signed.append(bias)
 
     def median(xs: list[float]) -> float | None:
         return statistics.median(xs) if xs else None
 
+    # The medians of the absolute differences say how far, not which way: a live run whose every job is 10% slower
+    # than its simulation (its start-ups, the machine's CPU noise) and one whose jobs are 10% off either way at
+    # random read alike. The signed medians tell them apart (review: FCFS and EASY were +10% and +9% on every
+    # compared job, a bias, not noise).
     return {"jobs": len(diffs), "median_rel_diff": median(diffs), "max_rel_diff": max(diffs, default=None),
+            "median_signed_rel_diff": median(signed),
             "long_work_s": long_work, "long_jobs": len(long), "long_median_rel_diff": median(long),
-            "long_max_rel_diff": max(long, default=None)}
+            "long_max_rel_diff": max(long, default=None), "long_median_signed_rel_diff": median(long_signed)}
 
 
 def per_job_line(cmp: dict[str, Any]) -> str:

@@ -125,3 +125,20 @@ def test_a_replay_refuses_hosts_of_more_than_a_core_a_single_process_job_would_n
     with pytest.raises(ValueError) as err:
         single_core(specs[1:], 2.0)
     assert str(err.value).endswith("uses at most 1 core: give --cpus-per-host 1.4 or less")  # 1 / 0.7, rounded down
+
+
+def test_per_job_gives_the_signed_median_too() -> None:
+    """The absolute medians say how far live is from simulated, not which way; the signed medians (live - simulated)
+    / simulated tell a bias (every job slower live: start-ups, CPU noise) from noise either way."""
+    specs, live, sim = _case()
+    got = per_job(specs, live, sim, overhead=40.0)
+    # signed differences +0.1 (a), 0 (b), -0.1 (c), +9 (d): median +0.05; the long ones a, b, c: 0
+    assert got["median_signed_rel_diff"] == pytest.approx(0.05)
+    assert got["long_median_signed_rel_diff"] == pytest.approx(0.0)
+    slower = {j: _done(j, r.work, 1.2 * r.end) for j, r in sim.items() if r.end is not None}
+    faster = {j: _done(j, r.work, 0.8 * r.end) for j, r in sim.items() if r.end is not None}
+    for runs, sign in ((slower, 1.0), (faster, -1.0)):
+        got = per_job(specs, runs, sim, overhead=0.0)
+        assert got["median_rel_diff"] == pytest.approx(0.2)  # the same either way...
+        assert got["median_signed_rel_diff"] == pytest.approx(sign * 0.2)  # ...but not the signed one
+    assert per_job(specs, {}, sim, overhead=10.0)["median_signed_rel_diff"] is None
