@@ -54,7 +54,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -472,32 +472,57 @@ def live_overhead(history: History, compress: float) -> tuple[float, str]:
 PACE_WARN = 1.10
 
 
-def live_pace(history: History) -> dict[str, Any]:
-    """How fast the live run's jobs ran next to what their shares say: for each job done, the work its recorded
-    shares were worth (the integral of its yield, share / need, over the time it was running, in the transitions'
-    trace seconds) over its work. The model's own runs give 1 (the simulator credits exactly that, with no penalty);
-    above 1 the job's tasks got less CPU than their shares or lost time the model does not have (start-ups and the
-    restarts of pauses and moves, which the model makes free; a machine too busy to give the agents' cgroups their
-    quotas). ``jobs``, ``median`` and ``max`` over the jobs done (None where none is). It needs nothing but the
-    history, so it covers the jobs :func:`live_overhead` cannot (a job whose share changed): in a review's replays of
-    24 jobs at --compress 20 on this project's 2-core VM the median was 1.03-1.05 under FCFS and EASY (load 2-3)
-    and 1.48 under DYNMCB8 (load 12, another user's tests beside it), whose live span was then 46% longer than the
-    simulation's."""
+@dataclass
+class _Running:
+    """What the done jobs of a history ran (:func:`_ran`): the work each one's recorded shares were worth (the
+    integral of its yield, share / need, over the time it was running, in the transitions' trace seconds), its yield
+    at its first start, the sum of its yields at its restarts (a resume, or a move to other hosts: its tasks'
+    processes started again from their checkpoint), and the number of restarts of every job."""
+
+    done: list[str]
+    worth: dict[str, float]
+    at_start: dict[str, float]
+    at_restarts: dict[str, float]
+    restarts: int
+
+
+def _ran(history: History) -> _Running:
     current: dict[str, tuple[float, float]] = {}  # job -> (since, yield) while running
-    worth: dict[str, float] = {}
-    done: list[str] = []
+    ran = _Running([], {}, {}, {}, 0)
+    hosts: dict[str, tuple[str, ...]] = {}
     for t in history.transitions:
         spec = history.specs.get(t.job)
-        if spec is None:
+        if spec is None or spec.work <= 0:
             continue
         was = current.pop(t.job, None)
         if was is not None:
-            worth[t.job] = worth.get(t.job, 0.0) + was[1] * (t.time - was[0])
+            ran.worth[t.job] = ran.worth.get(t.job, 0.0) + was[1] * (t.time - was[0])
         if t.dst is JobState.RUNNING:
-            current[t.job] = (t.time, t.cpu / spec.cpu_need)
+            y = t.cpu / spec.cpu_need
+            current[t.job] = (t.time, y)
+            if t.src is JobState.PENDING and t.job not in ran.at_start:
+                ran.at_start[t.job] = y
+            elif t.src is JobState.PAUSED or (t.src is JobState.RUNNING and t.hosts != hosts.get(t.job)):
+                ran.at_restarts[t.job] = ran.at_restarts.get(t.job, 0.0) + y
+                ran.restarts += 1
+            hosts[t.job] = t.hosts
         elif t.dst is JobState.DONE:
-            done.append(t.job)
-    ratios = [worth.get(job, 0.0) / history.specs[job].work for job in done if history.specs[job].work > 0]
+            ran.done.append(t.job)
+    return ran
+
+
+def live_pace(history: History) -> dict[str, Any]:
+    """How fast the live run's jobs ran next to what their shares say: for each job done, the work its recorded
+    shares were worth (:func:`_ran`) over its work. The model's own runs give 1 (the simulator credits exactly that,
+    with no penalty); above 1 the job's tasks got less CPU than their shares or lost time the model does not have
+    (start-ups and the restarts of pauses and moves, which the model makes free; a machine too busy to give the
+    agents' cgroups their quotas). ``jobs``, ``median`` and ``max`` over the jobs done (None where none is). It needs
+    nothing but the history, so it covers the jobs :func:`live_overhead` cannot (a job whose share changed): in a
+    review's replays of 24 jobs at --compress 20 on this project's 2-core VM the median was 1.03-1.05 under FCFS and
+    EASY (load 2-3) and 1.48 under DYNMCB8 (load 12, another user's tests beside it), whose live span was then 46%
+    longer than the simulation's."""
+    ran = _ran(history)
+    ratios = [ran.worth.get(job, 0.0) / history.specs[job].work for job in ran.done]
     if not ratios:
         return {"jobs": 0, "median": None, "max": None}
     return {"jobs": len(ratios), "median": statistics.median(ratios), "max": max(ratios)}
@@ -506,40 +531,17 @@ def live_pace(history: History) -> dict[str, Any]:
 def restart_cost(history: History) -> dict[str, Any]:
     """The live run's cost of a start and of a restart (a resume, or a move to other hosts: a task's process started
     again there from its checkpoint), in trace seconds at the job's share, fitted to what its done jobs lost: each
-    one's work minus what its recorded shares were worth (:func:`live_pace`), taken as ``startup`` x its yield at
+    one's work minus what its recorded shares were worth (:func:`_ran`), taken as ``startup`` x its yield at
     its start plus ``penalty`` x the sum of its yields at its restarts (least squares, neither below 0). The
     simulation's ``--penalty`` is the second, charged at every resume and migration (001 Sec. IV-A), and 0 by
-    default: a review's DYNMCB8 replays, whose jobs were paused and moved about ten times each, were 36-77% from their
-    simulation per job at penalty 0, against a noise floor of 10%, and 5% at the penalty such a fit gives (30 trace s
-    at --compress 20: a second and a half of real time a restart on that VM). ``restarts``: how many there were;
-    ``penalty`` None where there was none (nothing to fit it to). A machine too busy to give the tasks their shares
-    shows as a dearer start and restart too: the fit takes all of what the jobs lost."""
-    current: dict[str, tuple[float, float]] = {}  # job -> (since, yield) while running
-    worth: dict[str, float] = {}
-    hosts: dict[str, tuple[str, ...]] = {}
-    at_start: dict[str, float] = {}  # job -> its yield when it first started
-    at_restarts: dict[str, float] = {}  # job -> the sum of its yields at its restarts
-    restarts = 0
-    done: list[str] = []
-    for t in history.transitions:
-        spec = history.specs.get(t.job)
-        if spec is None or spec.work <= 0:
-            continue
-        was = current.pop(t.job, None)
-        if was is not None:
-            worth[t.job] = worth.get(t.job, 0.0) + was[1] * (t.time - was[0])
-        if t.dst is JobState.RUNNING:
-            y = t.cpu / spec.cpu_need
-            current[t.job] = (t.time, y)
-            if t.src is JobState.PENDING and t.job not in at_start:
-                at_start[t.job] = y
-            elif t.src is JobState.PAUSED or (t.src is JobState.RUNNING and t.hosts != hosts.get(t.job)):
-                at_restarts[t.job] = at_restarts.get(t.job, 0.0) + y
-                restarts += 1
-            hosts[t.job] = t.hosts
-        elif t.dst is JobState.DONE:
-            done.append(t.job)
-    rows = [(at_start.get(j, 0.0), at_restarts.get(j, 0.0), worth.get(j, 0.0) - history.specs[j].work) for j in done]
+    default: a review's DYNMCB8 replays, whose jobs were paused and moved about five times each, were 45-83% from
+    their simulation per job at penalty 0, against a noise floor of 6-10%, and 8-13% at the penalty such a fit gives.
+    ``restarts``: how many there were; ``penalty`` None where there was none (nothing to fit it to). A machine too
+    busy to give the tasks their shares shows as a dearer start and restart too: the fit takes all of what the jobs
+    lost."""
+    ran = _ran(history)
+    rows = [(ran.at_start.get(j, 0.0), ran.at_restarts.get(j, 0.0), ran.worth.get(j, 0.0) - history.specs[j].work)
+            for j in ran.done]
     ss = sum(a * a for a, _, _ in rows)
     rr = sum(r * r for _, r, _ in rows)
     sr = sum(a * r for a, r, _ in rows)
@@ -558,7 +560,7 @@ def restart_cost(history: History) -> dict[str, Any]:
         penalty = max(0.0, rl / rr)
     elif ss > 0:
         startup = max(0.0, sl / ss)
-    return {"jobs": len(rows), "restarts": restarts, "startup_s": startup, "penalty_s": penalty}
+    return {"jobs": len(rows), "restarts": ran.restarts, "startup_s": startup, "penalty_s": penalty}
 
 
 def at_live_costs(specs: Sequence[JobSpec], policy: str, hosts: Sequence[Any], live: History,
