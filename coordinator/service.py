@@ -108,7 +108,7 @@ MIN_FENCE_SLACK_S = 0.3
 #: The lease granted in a heartbeat's reply that renews none (:attr:`pb.HeartbeatReply.unreachable`): an agent that
 #: predates that field reads this lease, which has run out by the time it reads it, and freezes its tasks at once.
 UNRENEWED_LEASE_S = 1e-3
-#: Registrations of agents declared lost as unreachable probed at once (:meth:`CoordinatorServicer._probe`), and the
+#: Registrations of agents heard one way only probed at once (:meth:`CoordinatorServicer._probe`), and the
 #: time left of the caller's deadline for its reply.
 MAX_PROBES = 4
 PROBE_REPLY_MARGIN_S = 0.1
@@ -609,8 +609,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         each holds an API thread, which heartbeats and clients share (a rack cut one way, its agents registering
         every interval, would take them all)."""
         if not self.s.probes.acquire(blocking=False):
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"agent {shown(agent_id)} was declared lost as unreachable, and "
-                          "the coordinator is asking other such agents now; retry")
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"agent {shown(agent_id)} is heard one way only, and the "
+                          "coordinator is asking other such agents whether it can reach them now; retry")
         try:
             left = context.time_remaining()
             timeout = FAST_TIMEOUT_S if left is None else max(0.05, left - PROBE_REPLY_MARGIN_S)
@@ -1194,8 +1194,7 @@ class CoordinatorServer:
                    "the coordinator cannot reach: the agent's --advertise)")
             self.one_way[agent_id] = why
             log.warning("agent %s: %s: they no longer renew its lease nor count as signs of life: it is declared lost "
-                        "if a call to it still goes unanswered in %g s", agent_id, why,
-                        self.heartbeat_misses * self.heartbeat_s)
+                        "if a call to it still goes unanswered in %g s", agent_id, why, window)
         return (f"{self.one_way[agent_id]}: the lease is not renewed, and the agent is declared lost unless the "
                 "coordinator's calls get through")
 

@@ -171,10 +171,12 @@ class AgentHandle:
     #: again: one SetShare, StartTask or Stop per task instead.
     unbatched: set[str] = field(default_factory=set)
 
-    def unanswered(self) -> None:
-        """Its poll or call went unanswered (or another agent answered at its address): silent from now, if it was
-        not already, until a poll is answered. (Its times first: the Heartbeat's look at them takes no lock, and must
-        not find it silent with the span of an earlier time it was.)"""
+    def unanswered(self, poll: bool = False) -> None:
+        """Its poll (``poll``) or call went unanswered (or another agent answered its poll at its address): silent
+        from now, if it was not already, until a poll is answered. (Its times first: the Heartbeat's look at them
+        takes no lock, and must not find it silent with the span of an earlier time it was.)"""
+        if poll:
+            self.polls_unanswered += 1
         now = time.monotonic()
         if not self.silent:
             self.unanswered_since = now
@@ -380,8 +382,8 @@ class LiveBackend:
 
     def probe(self, address: str, agent_id: str, wants_token: bool, timeout: float = FAST_TIMEOUT_S) -> str | None:
         """Ask the agent at ``address`` to Describe itself, one short attempt: None if agent ``agent_id`` answers, else
-        why not. For an agent that registers again after it was declared lost for being unreachable: its registration
-        comes over its own link, which says nothing of ours to it (a one-way partition, an address we cannot reach)."""
+        why not. For an agent heard one way only that registers again: its registration comes over its own link, which
+        says nothing of ours to it (a one-way partition, an address we cannot reach)."""
         channel = self.channel_factory(address)
         try:
             reply = self._agent_stub(channel, wants_token).Describe(agent_pb2.DescribeRequest(),
@@ -1394,9 +1396,8 @@ class LiveBackend:
             try:
                 reply = call.result()
             except grpc.RpcError:
-                handle.unanswered()
+                handle.unanswered(poll=True)
                 handle.misses += 1
-                handle.polls_unanswered += 1
                 # (the doubling capped: past 1,024 misses in a row, about 68 min at 4 s, 2 ** n overflowed a float)
                 handle.next_poll = time.monotonic() + min(SILENT_POLL_MAX_S,
                                                           SILENT_POLL_S * 2.0 ** min(handle.misses - 1, 64))
@@ -1412,8 +1413,7 @@ class LiveBackend:
                 if not handle.silent:
                     log.warning("agent %s: %s now answers as agent %s; %s is silent", handle.agent_id,
                                 handle.address, reply.agent_id, handle.agent_id)
-                handle.unanswered()
-                handle.polls_unanswered += 1
+                handle.unanswered(poll=True)
                 continue
             handle.last_status = reply
             handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
