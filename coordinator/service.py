@@ -42,7 +42,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from coordinator.backends.base import BackendError
-from coordinator.backends.live import FAST_TIMEOUT_S, AgentHandle, LiveBackend
+from coordinator.backends.live import AgentHandle, LiveBackend
 from coordinator.engine import Engine, JobRecord
 from coordinator.exporter import AgentHealth, CoordinatorMetrics
 from coordinator.jobboard import JobBoard, JobRow, hosts_used
@@ -613,7 +613,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                           "coordinator is asking other such agents whether it can reach them now; retry")
         try:
             left = context.time_remaining()
-            timeout = FAST_TIMEOUT_S if left is None else max(0.05, left - PROBE_REPLY_MARGIN_S)
+            timeout = math.inf if left is None else max(0.05, left - PROBE_REPLY_MARGIN_S)  # (the probe's own, at most)
             return self.s.backend.probe(address, agent_id, wants_token, timeout)
         finally:
             self.s.probes.release()
