@@ -218,6 +218,9 @@ class Engine:
         #: The live jobs whose progress a snapshot reads: running ones, and paused ones unless the backend's paused
         #: jobs cannot progress (``_paused_fixed``); kept from ``_stale`` at each snapshot.
         self._moving: dict[str, JobRecord] = {}
+        #: The hosts of each job paused by the plan being applied (:meth:`_apply_checked`): its resume elsewhere in the
+        #: same plan is a move (a ``"move"`` transition), one in a later decision a resume after a preemption.
+        self._paused_in_plan: dict[str, tuple[str, ...]] = {}
         self.listeners: list[Listener] = []
         self.decision_listeners: list[Callable[[float], None]] = []
         #: Called with a job's record, under :attr:`lock`, whenever it changes in a way a reader of the job shows:
@@ -753,6 +756,7 @@ class Engine:
     def _apply_checked(self, plan: Plan, ordered: list[Action] | None = None) -> None:
         moved: dict[str, JobRecord] = {}
         jobs = self.jobs
+        self._paused_in_plan.clear()
         dropped: set[str] = set()  # jobs failed or requeued earlier in this plan: their other actions lapse
         # A backend that sends share changes in batches (live: one call per host) queues each SetShare; the run of
         # them is sent before the plan's next other action, and each recorded once sent (:meth:`_shares_sent`).
@@ -843,6 +847,7 @@ class Engine:
             d["cpu"] = 0.0
             d["_view"] = None
             self._stale[job] = None
+            self._paused_in_plan[job] = rec.hosts
             self._record(job, running, JobState.PAUSED, rec.hosts, 0.0, "pause")
             return
         if kind is Resume:
@@ -853,7 +858,12 @@ class Engine:
             d["cpu"] = cpu
             d["_view"] = None
             self._stale[job] = None
-            self._record(job, JobState.PAUSED, running, hosts, cpu, "resume")
+            # Paused by this plan and resumed on other hosts: a move (001 Sec. III-A, GREEDY-PMTN-MIGR: "this amounts
+            # to a job migration"), told from a resume elsewhere by a later decision at the same instant, which follows
+            # a preemption (simultaneous submissions: property review; :class:`coordinator.metrics.JobOutcomes`).
+            was = self._paused_in_plan.pop(job, None)
+            moved_here = was is not None and sorted(was) != sorted(hosts)
+            self._record(job, JobState.PAUSED, running, hosts, cpu, "move" if moved_here else "resume")
             return
         if kind is Migrate:
             self.backend.migrate(job, action.task, action.dst)

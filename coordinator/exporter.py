@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections import Counter as Multiset
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -144,9 +143,9 @@ class _StateCollector(Collector):
 class _MoveCounter(Collector):
     """``vcemu_preemptions_total`` and ``vcemu_migrations_total`` counted as coordinator.metrics.job_results
     counts them (seed 001 Sec. III-A and Table II): a migration is a running job moved within one decision,
-    by a ``migrate`` transition or by a pause and a resume elsewhere in the same decision (GREEDY-PMTN-MIGR:
-    "this amounts to a job migration"; not a preemption). A job resumed elsewhere by a later decision was
-    preempted, not migrated.
+    by a ``migrate`` transition or by a pause and a resume elsewhere in the same plan (GREEDY-PMTN-MIGR:
+    "this amounts to a job migration"; not a preemption), which the engine records as a ``move`` transition. A job
+    resumed elsewhere by a later decision was preempted, not migrated.
 
     Fed by engine listeners while a plan is carried out. A pause may yet turn into a migration (its resume
     elsewhere, later in the same plan), so :meth:`collect` leaves the pauses of the plan under way out of the
@@ -158,14 +157,8 @@ class _MoveCounter(Collector):
         self.policy = policy
         self.preemptions = 0
         self.migrations = 0
-        self._decision = 0
-        self._paused: dict[str, tuple[int, tuple[str, ...]]] = {}  # job -> (decision, hosts when paused)
         self._open = 0  # pauses counted in ``preemptions`` whose plan is still being carried out
         self.lock = threading.Lock()
-
-    def next_decision(self) -> None:
-        with self.lock:
-            self._decision += 1
 
     def plan_done(self) -> None:
         with self.lock:
@@ -176,16 +169,12 @@ class _MoveCounter(Collector):
             if t.reason == "migrate":
                 self.migrations += 1
             if t.src is JobState.RUNNING and t.dst is JobState.PAUSED:
-                self._paused[t.job] = (self._decision, t.hosts)
                 self.preemptions += 1
                 self._open += 1
-            elif t.src is JobState.PAUSED:
-                paused = self._paused.pop(t.job, None)
-                if (t.dst is JobState.RUNNING and paused is not None and paused[0] == self._decision
-                        and Multiset(paused[1]) != Multiset(t.hosts)):
-                    self.migrations += 1
-                    self.preemptions -= 1
-                    self._open -= 1
+            elif t.src is JobState.PAUSED and t.dst is JobState.RUNNING and t.reason == "move":
+                self.migrations += 1
+                self.preemptions -= 1
+                self._open -= 1
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         with self.lock:
@@ -274,7 +263,6 @@ class CoordinatorMetrics:
 
     def _on_decision(self, seconds: float) -> None:
         self.decisions.labels(self.policy).observe(seconds)
-        self.moves.next_decision()
 
     def _on_transition(self, t: Transition) -> None:
         if t.src is not t.dst:  # (a share change or a move of a running job is recorded as running -> running)

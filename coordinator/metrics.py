@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -123,8 +122,7 @@ def job_results(history: History) -> list[JobResult]:
 class _Fold:
     """One job's outcome so far, from its transitions in order (see :class:`JobOutcomes`)."""
 
-    __slots__ = ("start", "end", "state", "cpu", "running", "migrates", "preemptions", "moves", "last_hosts",
-                 "paused_at", "instant", "instant_pauses", "instant_moved")
+    __slots__ = ("start", "end", "state", "cpu", "running", "migrates", "preemptions", "moves")
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -133,21 +131,8 @@ class _Fold:
         self.cpu = 0.0  # the share of its last transition to running
         self.running = False  # it has run
         self.migrates = 0  # Migrate actions ("migrate" transitions)
-        self.preemptions = 0  # pauses of a running job, settled (their instant is over)
-        self.moves = 0  # instants in which a pause and a resume elsewhere made a migration, settled
-        self.last_hosts: tuple[str, ...] | None = None  # where it last ran
-        self.paused_at: float | None = None  # when it was last paused
-        self.instant: float | None = None  # the time of its latest transition
-        self.instant_pauses = 0  # pauses of a running job at that time
-        self.instant_moved = False  # a resume elsewhere at that time follows a pause at that time
-
-    def settle(self) -> None:
-        """The instant is over: its pauses were preemptions unless a resume elsewhere in it made them a move."""
-        if self.instant_moved:
-            self.moves += 1
-        else:
-            self.preemptions += self.instant_pauses
-        self.instant_pauses, self.instant_moved = 0, False
+        self.preemptions = 0  # pauses of a running job, less those its plan resumed elsewhere
+        self.moves = 0  # pauses and resumes elsewhere within one plan ("move" transitions)
 
 
 class JobOutcomes:
@@ -156,15 +141,13 @@ class JobOutcomes:
     transition (6.4 million for 64 HPC2N weeks of DYNMCB8). :func:`job_results` is this fold over a history.
 
     Counting (001 Table II): a migration is a running job moved within one decision, once however many tasks: a
-    Migrate (a ``"migrate"`` transition), or a pause and a resume on other hosts at the same instant
-    (GREEDY-PMTN-MIGR, 001 Sec. III-A: "this amounts to a job migration"), which is then not a preemption. A job
-    paused at one event and resumed on other nodes at a later one was preempted, not migrated: 001 Table II gives
-    GREEDY-PMTN 0.00 migrations although it "may or may not" restart a paused job on its previous nodes.
-
-    A job's transitions come in time order within one engine process (its clock does not go back; a coordinator
-    restarted on its store after the wall clock was set back could break that, and no caller folds such a history),
-    so one instant's are together: the fold decides whether an instant's pauses were preemptions or a move when the
-    next instant begins."""
+    Migrate (a ``"migrate"`` transition), or a pause and a resume on other hosts in one plan (GREEDY-PMTN-MIGR, 001
+    Sec. III-A: "this amounts to a job migration"; the engine records that resume as a ``"move"`` transition), which
+    is then not a preemption. A job paused by one decision and resumed on other nodes by a later one was preempted,
+    not migrated, even at the same instant (simultaneous submissions are one decision each): 001 Table II gives
+    GREEDY-PMTN 0.00 migrations although it "may or may not" restart a paused job on its previous nodes. (Until
+    session 46 an instant stood for a decision: GREEDY-PMTN on HPC2N week 3 read 31 preemptions and 3 migrations
+    where this rule reads 36 and 0, property review; :data:`MOVE_COUNTING` tells the two apart in stored results.)"""
 
     def __init__(self) -> None:
         self._jobs: dict[str, _Fold] = {}
@@ -173,19 +156,15 @@ class JobOutcomes:
         f = self._jobs.get(t.job)
         if f is None:
             f = self._jobs[t.job] = _Fold()
-        if t.time != f.instant:
-            f.settle()
-            f.instant = t.time
         src, dst = t.src, t.dst
         if dst is JobState.PAUSED:
-            f.paused_at = t.time
             if src is JobState.RUNNING:
-                f.instant_pauses += 1
+                f.preemptions += 1
         elif dst is JobState.RUNNING:
-            if (src is JobState.PAUSED and f.last_hosts is not None and f.paused_at == t.time
-                    and Counter(f.last_hosts) != Counter(t.hosts)):
-                f.instant_moved = True
-            f.last_hosts, f.cpu, f.running = t.hosts, t.cpu, True
+            if src is JobState.PAUSED and t.reason == "move":  # (its pause, in the same plan, was counted above)
+                f.preemptions -= 1
+                f.moves += 1
+            f.cpu, f.running = t.cpu, True
             if f.start is None:
                 f.start = t.time
         elif dst.finished and f.end is None:
@@ -202,17 +181,16 @@ class JobOutcomes:
             if f is None:
                 out.append(JobResult(job, spec.submit_time, None, None, spec.work, JobState.PENDING, 0.0, 0, 0))
                 continue
-            preemptions = f.preemptions + (0 if f.instant_moved else f.instant_pauses)
-            moves = f.moves + f.instant_moved
             final_yield = job_yield(f.cpu, spec.cpu_need) if f.running else 0.0
-            out.append(JobResult(job, spec.submit_time, f.start, f.end, spec.work, f.state, final_yield, preemptions,
-                                 f.migrates + moves))
+            out.append(JobResult(job, spec.submit_time, f.start, f.end, spec.work, f.state, final_yield,
+                                 f.preemptions, f.migrates + f.moves))
         return out
 
 
 #: How :func:`job_results` counts preemptions and migrations, stored with results computed from them (a
-#: sweep's cells), so that counts made under an earlier rule are not averaged with these.
-MOVE_COUNTING = "001-table-ii"
+#: sweep's cells), so that counts made under an earlier rule are not averaged with these. "-by-decision": a pause and
+#: a resume elsewhere make a move only within one plan, not merely within one instant (:class:`JobOutcomes`).
+MOVE_COUNTING = "001-table-ii-by-decision"
 
 
 @dataclass(frozen=True)

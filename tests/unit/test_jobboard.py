@@ -153,15 +153,13 @@ def test_a_pause_counts_as_a_preemption_once_its_plan_is_done_unless_it_was_a_mi
         pre, mig = (next(iter(f.samples)).value for f in c.collect())
         return pre, mig
 
-    c.next_decision()
     c.observe(Transition(1.0, "a", JobState.RUNNING, JobState.PAUSED, ("h0",), 0.0, "pause"))
     c.observe(Transition(1.0, "b", JobState.RUNNING, JobState.PAUSED, ("h1",), 0.0, "pause"))
     assert counts() == (0, 0)  # mid-plan: either pause may yet be a migration
-    c.observe(Transition(1.0, "a", JobState.PAUSED, JobState.RUNNING, ("h1",), 1.0, "resume"))
+    c.observe(Transition(1.0, "a", JobState.PAUSED, JobState.RUNNING, ("h1",), 1.0, "move"))
     assert counts() == (0, 1)
     c.plan_done()
     assert counts() == (1, 1)  # b stayed paused: a preemption
-    c.next_decision()
     c.observe(Transition(2.0, "b", JobState.PAUSED, JobState.RUNNING, ("h2",), 1.0, "resume"))  # a later decision
     c.plan_done()
     assert counts() == (1, 1)

@@ -64,17 +64,17 @@ def test_job_results_from_a_history():
     assert (s.jobs, s.completed, s.max_stretch) == (1, 1, 3.0)
 
 
-def test_a_pause_and_resume_elsewhere_at_once_is_one_migration_not_a_preemption():
+def test_a_pause_and_resume_elsewhere_in_one_plan_is_one_migration_not_a_preemption():
     h = History()
     h.specs["a"] = JobSpec("a", 0.0, 3, 1.0, 0.1, 20.0)
     h.transitions += [
         Transition(0.0, "a", JobState.PENDING, JobState.RUNNING, ("h1", "h1", "h2"), 1.0),
         Transition(5.0, "a", JobState.RUNNING, JobState.PAUSED, ("h1", "h1", "h2"), 0.0, "pause"),
-        Transition(5.0, "a", JobState.PAUSED, JobState.RUNNING, ("h1", "h2", "h2"), 1.0, "resume"),
+        Transition(5.0, "a", JobState.PAUSED, JobState.RUNNING, ("h1", "h2", "h2"), 1.0, "move"),  # (the engine's tag)
         Transition(25.0, "a", JobState.RUNNING, JobState.DONE, ("h1", "h2", "h2"), 1.0, "completed"),
     ]
     (r,) = job_results(h)
-    assert (r.preemptions, r.migrations) == (0, 1)  # same set of hosts, other task counts: still a move
+    assert (r.preemptions, r.migrations) == (0, 1)
 
 
 def test_a_stretch_difference_only_for_a_job_done_both_ways() -> None:

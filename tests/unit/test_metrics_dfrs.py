@@ -90,7 +90,7 @@ def test_rescheduling_costs_count_and_size_every_preemption_and_migration():
         Transition(30.0, "c", R, Z, ("h0", "h1"), 0.0),
         Transition(40.0, "c", Z, R, ("h2", "h3"), 1.0),
         Transition(50.0, "c", R, Z, ("h2", "h3"), 0.0),
-        Transition(50.0, "c", Z, R, ("h0", "h3"), 1.0),
+        Transition(50.0, "c", Z, R, ("h0", "h3"), 1.0, "move"),  # (the engine's tag for a resume elsewhere in its plan)
         Transition(80.0, "c", R, D, ("h0", "h3"), 1.0),
     ])
     k = rescheduling_costs(h)
