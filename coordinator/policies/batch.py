@@ -14,17 +14,40 @@ from typing import ClassVar
 
 from coordinator.model import Host, JobSpec, JobView, Snapshot, Stimulus
 from coordinator.plan import Action, Plan, Start
+from coordinator.policies.base import EPS
 
 
-def _free_nodes(snap: Snapshot) -> list[str]:
+def _free_nodes(snap: Snapshot) -> list[Host]:
     busy = {h for j in snap.running for h in j.hosts}
-    return [h.name for h in snap.hosts if h.name not in busy]
+    return [h for h in snap.hosts if h.name not in busy]
+
+
+def _holds(host: Host, spec: JobSpec) -> bool:
+    """Whether one task of ``spec`` fits in ``host``'s memory (the engine's and GREEDY's slack)."""
+    return host.mem + EPS >= spec.mem
+
+
+def _take(free: list[Host], spec: JobSpec) -> tuple[tuple[str, ...], float, list[Host]] | None:
+    """The first ``spec.tasks`` free nodes whose memory holds a task, the CPU each task gets there (its need, or the
+    smallest of those nodes' CPU: on hosts of unequal size a task of need 1 on a half-core node runs at yield 0.5, as
+    README says), and the nodes left free; None if too few fit. On 001's equal hosts: the first ``tasks`` free nodes
+    at the job's full need, as before."""
+    fit = [h for h in free if _holds(h, spec)][: spec.tasks]
+    if len(fit) < spec.tasks:
+        return None
+    taken = {h.name for h in fit}
+    return (tuple(h.name for h in fit), min(spec.cpu_need, min(h.cpu for h in fit)),
+            [h for h in free if h.name not in taken])
 
 
 def refuse_oversized(spec: JobSpec, hosts: tuple[Host, ...]) -> tuple[str, str] | None:
-    """(field, reason) if a batch scheduler can never run the job: one task per whole node."""
+    """(field, reason) if a batch scheduler can never run the job: one task per whole node whose memory holds it."""
     if spec.tasks > len(hosts):
         return "tasks", f"{spec.tasks} tasks need {spec.tasks} whole nodes; the cluster has {len(hosts)}"
+    holding = sum(1 for h in hosts if _holds(h, spec))
+    if spec.tasks > holding:
+        return "tasks", (f"{spec.tasks} tasks of memory {spec.mem:g} need {spec.tasks} whole nodes that hold one; "
+                         f"the cluster has {holding}")
     return None
 
 
@@ -47,10 +70,11 @@ class FCFS:
         free = _free_nodes(snap)
         actions: list[Action] = []
         for job in snap.pending:
-            if job.spec.tasks > len(free):
+            took = _take(free, job.spec)
+            if took is None:
                 break
-            hosts, free = tuple(free[: job.spec.tasks]), free[job.spec.tasks :]
-            actions.append(Start(job.id, hosts, job.spec.cpu_need))
+            hosts, cpu, free = took
+            actions.append(Start(job.id, hosts, cpu))
         return Plan(tuple(actions))
 
 
@@ -82,38 +106,48 @@ class Easy:
         free = _free_nodes(snap)
         queue = snap.pending
         actions: list[Action] = []
-        while queue and queue[0].spec.tasks <= len(free):  # plain FCFS while the head fits
+        while queue and (took := _take(free, queue[0].spec)) is not None:  # plain FCFS while the head fits
             job = queue.pop(0)
-            hosts, free = tuple(free[: job.spec.tasks]), free[job.spec.tasks :]
-            actions.append(Start(job.id, hosts, job.spec.cpu_need))
+            hosts, cpu, free = took
+            actions.append(Start(job.id, hosts, cpu))
         if not queue:
             return Plan(tuple(actions))
 
-        # Reservation for the head: the earliest time enough nodes are free, given predicted ends.
+        # Reservation for the head: the earliest time enough nodes that hold its tasks are free, given predicted ends
+        # (an estimate is of the run at full need: on a node of less CPU, the run takes it over the job's yield).
         head = queue[0]
-        started = {a.job: now for a in actions if isinstance(a, Start)}
+        names = {h.name: h for h in snap.hosts}
+
+        def nodes(on: tuple[str, ...]) -> int:
+            return sum(1 for h in on if _holds(names[h], head.spec))
+
+        started = {a.job: a for a in actions if isinstance(a, Start)}
         ends = sorted(
-            (max(now, (j.first_start if j.first_start is not None else now) + self._estimate(j)), len(j.hosts))
+            (max(now, (j.first_start if j.first_start is not None else now) + self._estimate(j) / j.yield_),
+             nodes(j.hosts))
             for j in snap.running
         )
-        ends += sorted((now + self._estimate(snap.jobs[j]), snap.jobs[j].spec.tasks) for j in started)
+        ends += sorted((now + self._estimate(snap.jobs[j]) / (a.cpu / snap.jobs[j].spec.cpu_need), nodes(a.hosts))
+                       for j, a in started.items())
         ends.sort()
-        available, shadow = len(free), now
-        for end, nodes in ends:
+        available, shadow = sum(1 for h in free if _holds(h, head.spec)), now
+        for end, n in ends:
             if available >= head.spec.tasks:
                 break
-            available += nodes
+            available += n
             shadow = end
         extra = available - head.spec.tasks  # nodes free at the shadow time that the head leaves over
 
         for job in queue[1:]:
-            n = job.spec.tasks
-            if n > len(free):
+            took = _take(free, job.spec)
+            if took is None:
                 continue
-            ends_in_time = now + self._estimate(job) <= shadow
+            hosts, cpu, rest = took
+            ends_in_time = now + self._estimate(job) / (cpu / job.spec.cpu_need) <= shadow
+            n = nodes(hosts)
             if ends_in_time or n <= extra:
                 if not ends_in_time:
                     extra -= n
-                hosts, free = tuple(free[:n]), free[n:]
-                actions.append(Start(job.id, hosts, job.spec.cpu_need))
+                free = rest
+                actions.append(Start(job.id, hosts, cpu))
         return Plan(tuple(actions))
