@@ -295,7 +295,34 @@ def _share(total: float, weights: list[float], lo: list[float], hi: list[float])
         for i in free:
             out[i] = left * max(weights[i], 1e-9) / wsum
         break
+    # A part fixed at its maximum early stays there when later parts are raised to their minimums: the parts then
+    # add up to more than ``total`` (weights 1, 1, bounds [0, 200] and [1000, 1000] of 1000 MHz gave 200 + 1000).
+    # Then the exact split: the level lam at which the parts clip(lam * w, lo, hi) add up to ``total``.
+    if sum(out) > total + 1e-9 * max(1.0, total) or any(not lo[i] - 1e-9 <= out[i] <= hi[i] + 1e-9 for i in range(n)):
+        return _clipped_share(total, [max(w, 1e-9) for w in weights], lo, hi)
     return out
+
+
+def _clipped_share(total: float, weights: list[float], lo: list[float], hi: list[float]) -> list[float]:
+    """The parts ``clip(lam * w_i, lo_i, hi_i)`` whose sum is ``total`` (``hi`` if even those are less; the caller
+    has checked that the ``lo`` fit). Their sum grows piecewise linearly with lam, bending where a part reaches a
+    bound: found between the two bends where it crosses ``total``."""
+    n = len(weights)
+    if sum(hi) <= total:
+        return list(hi)
+
+    def parts(lam: float) -> list[float]:
+        return [min(hi[i], max(lo[i], lam * weights[i])) for i in range(n)]
+
+    bends = sorted({0.0, *(lo[i] / weights[i] for i in range(n)), *(hi[i] / weights[i] for i in range(n))})
+    prev = 0.0
+    for lam in bends:
+        if sum(parts(lam)) >= total:
+            lo_sum, hi_sum = sum(parts(prev)), sum(parts(lam))
+            frac = 0.0 if hi_sum <= lo_sum else (total - lo_sum) / (hi_sum - lo_sum)
+            return parts(prev + frac * (lam - prev))  # (linear between two bends)
+        prev = lam
+    return list(hi)
 
 
 def distribute(ctx: _Ctx, placement: Mapping[str, str], app_nodes: Mapping[str, frozenset[str]]
@@ -587,12 +614,16 @@ def edf_place(state: ApcState, sticky: bool = True) -> Decision:
 
 def fcfs_place(state: ApcState) -> Decision:
     """Non-preemptive First-Come First-Served with first fit: running jobs stay; queued jobs start in
-    submission order until the first one that fits nowhere (no backfilling)."""
+    submission order until the first one that fits nowhere (no backfilling). A running job whose new stage (003
+    Sec. 4.1: a stage has its own memory and maximum speed) fits neither its node nor any other is suspended, as
+    EDF would: there is no room to run it at its stage's speed."""
     running = [j for j in state.jobs if j.id in state.placement and not j.finished]
     placement = _first_fit(state, running, state.placement)
     mem = {n.id: n.memory for n in state.nodes}
     cpu = {n.id: n.cpu for n in state.nodes}
     for j in running:
+        if j.id not in placement:  # (it fits nowhere now: suspended)
+            continue
         mem[placement[j.id]] -= j.stage().memory
         cpu[placement[j.id]] -= j.stage().max_speed
     queued = sorted((j for j in state.jobs if j.id not in state.placement and not j.finished),
