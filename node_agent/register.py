@@ -57,7 +57,10 @@ class Registrar:
         self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        with self._channel_factory(self._coordinator) as first:
+        first = self._connect()  # (its factory can fail as a later channel's can: see _connect)
+        if first is None:  # stopping
+            return
+        with first:
             channel = first
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
             unanswered = 0  # calls in a row that waited out their deadline
@@ -139,13 +142,14 @@ class Registrar:
                 channel.close()
 
     def _connect(self) -> grpc.Channel | None:
-        """A new channel to the coordinator, tried again each heartbeat interval until it can be made (None once
-        stopping): with TLS the factory reads the certificate, key and CA files again, and one that cannot be read
-        at that moment (being rotated) raised out of the thread, which ended: the agent never heartbeat again."""
+        """A channel to the coordinator, the first one too, tried again each heartbeat interval until it can be made
+        (None once stopping): with TLS the factory reads the certificate, key and CA files again, and one that cannot
+        be read at that moment (being rotated) raised out of the thread, which ended: the agent served and never
+        heartbeat again, or, for the first channel, never registered (coverage review)."""
         while not self._stop.is_set():
             try:
                 return self._channel_factory(self._coordinator)
             except Exception as exc:
-                log.error("coordinator %s: cannot connect again: %s; retrying", self._coordinator, exc)
+                log.error("coordinator %s: cannot connect: %s; retrying", self._coordinator, exc)
             self._stop.wait(self.interval)
         return None
