@@ -227,7 +227,6 @@ class TaskView:
     message: str
     pid: int
     units_done: int
-    target_units: int
     #: A transactional task's measured response time and throughput (:mod:`node_agent.transactional`).
     service: ServiceView | None = None
     #: Why processes of the task outlived its last kill, or "" (see :attr:`Task.kill_failed`).
@@ -252,6 +251,15 @@ def _fence_note(task: Task | ModeledTask) -> str:
     """Why the agent froze the task itself, while it is so frozen: its view's ``fenced`` and part of its message
     (a fenced task that has since finished, failed or been stopped is no longer fenced)."""
     return task.fenced if task.state is State.PAUSED else ""
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 40`` for a signal :class:`signal.Signals` does not name (the real-time signals
+    between SIGRTMIN and SIGRTMAX), whose ValueError failed the task's poll ("agent error while polling the task")."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _joined(*parts: str) -> str:
@@ -626,7 +634,7 @@ class Task:
 
     def _failure_message(self, rc: int) -> str:
         if rc < 0:
-            why = f"killed by {signal.Signals(-rc).name}"
+            why = f"killed by {_signal_name(-rc)}"
             if -rc == signal.SIGKILL:
                 kills = self._driver.oom_kills(self.cgroup)  # the cgroup is still there: read before _release
                 if kills:
@@ -682,7 +690,7 @@ class Task:
             progress=sp.start_progress + done * (1.0 - sp.start_progress), cpu_share=self.cpu_share,
             cpu_measured=measured, cpu_seconds=self._cpu_s, memory_bytes=self._rss,
             exit_code=self.exit_code, message=message, pid=self._proc.pid if self._proc else 0,
-            units_done=self._units, target_units=self.target, kill_failed=self.kill_failed, fenced=bool(note))
+            units_done=self._units, kill_failed=self.kill_failed, fenced=bool(note))
 
 
 class ModeledTask:
@@ -773,5 +781,5 @@ class ModeledTask:
         return TaskView(
             task_id=sp.task_id, host=sp.host, workload=sp.workload, state=self.state,
             progress=1.0 if self.state is State.DONE else self._progress, cpu_share=self.cpu_share,
-            cpu_measured=0.0, cpu_seconds=0.0, memory_bytes=0, exit_code=0, pid=0, units_done=0, target_units=0,
+            cpu_measured=0.0, cpu_seconds=0.0, memory_bytes=0, exit_code=0, pid=0, units_done=0,
             message=_joined(self.message, note), fenced=bool(note))
