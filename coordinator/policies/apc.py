@@ -474,7 +474,11 @@ def apc_place(state: ApcState, T: float, costs: Costs | None = None, tolerance: 
     if best is None:  # the current placement no longer fits (a stage changed memory): start from empty
         placement = {}
         best = evaluate(ctx, placement, app_nodes)
-        assert best is not None
+        if best is None:  # the apps' instances alone do not fit: no placement of the jobs can help
+            over = sorted(n for n in ctx.nodes if sum(a.memory for a in state.apps if n in app_nodes[a.id])
+                          > ctx.nodes[n].memory + 1e-6)
+            raise ValueError(f"node {over[0] if over else '?'}: the transactional instances placed on it need more "
+                             "memory than it has")
     apps = {a.id: a for a in state.apps}
 
     def urgency(jid: str) -> float:
