@@ -622,7 +622,3 @@ class Store:
             for key, value in self._db.execute("SELECT key, value FROM meta WHERE key LIKE ?", (_LEASE + "%",)):
                 out.leases[key[len(_LEASE):]] = float(value)
             return out
-
-    def request_ids(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._db.execute("SELECT request_id, id FROM jobs WHERE request_id IS NOT NULL"))

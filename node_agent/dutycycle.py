@@ -5,7 +5,7 @@ Same interface as the cgroup drivers, so the runner does not know the difference
 process after ``cores * period`` of wall time. This caps a process at its share (a single-process task
 uses at most one core) but, unlike a CFS quota, grants wall time rather than CPU time: on a busy machine
 a task gets less than its share. CPU and memory use come from /proc (psutil). Memory limits cannot be
-enforced without cgroups; they are recorded only.
+enforced without cgroups, and are ignored.
 
 The agent's fencer (:mod:`node_agent.fencer`) must be able to stop the tasks while the agent itself does not run,
 and there is no freezer to share with it: once the agent gives the driver its work directory
@@ -40,7 +40,6 @@ class _Group:
     pids: dict[int, int] = field(default_factory=dict)
     cores: float = 1.0
     frozen: bool = False
-    memory_limit: int = 0
     last_cpu_s: float = 0.0
 
 
@@ -137,8 +136,7 @@ class DutyCycleDriver(CgroupDriver):
             self._groups[name].cores = cores
 
     def set_memory_limit(self, name: str, limit_bytes: int) -> None:
-        with self._lock:
-            self._groups[name].memory_limit = limit_bytes
+        """Nothing: a memory limit cannot be enforced without cgroups (see the module docstring)."""
 
     def freeze(self, name: str) -> None:
         with self._lock:

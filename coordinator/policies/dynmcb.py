@@ -559,11 +559,6 @@ def _removal_count(need: np.ndarray, mem: np.ndarray, ranks: np.ndarray, tasks: 
     return _REMOVALS.get(key, lambda: int(mcb8_removals(need, mem, ranks, tasks, info.capc, info.capm, *info.limits)))
 
 
-@lru_cache(maxsize=1024)
-def _packs(jobs: tuple[PackJob, ...], caps: Hosts) -> bool:
-    return mcb_pack(PackProblem.build(jobs, caps), 1.0, "MCB8") is not None
-
-
 def _fits(c: np.ndarray, m: np.ndarray, capc: np.ndarray, capm: np.ndarray, limits: tuple[float, float, float]) -> bool:
     """``mcb_pack(PackProblem.build(jobs, hosts), 1.0, "MCB8") is not None`` for the tasks' CPU and memory
     requirements ``c`` and ``m`` (at least one task), with the hosts' totals precomputed: ``limits`` is

@@ -116,7 +116,7 @@ def test_removal_bisection_removes_what_one_at_a_time_removal_would(monkeypatch:
                 for j in considered
                 if j.id not in gone
             )
-            if not jobs or dynmcb._packs(jobs, caps):
+            if not jobs or dynmcb.mcb_pack(dynmcb.PackProblem.build(jobs, caps), 1.0, "MCB8") is not None:
                 break
             first += 1
         assert first == k
