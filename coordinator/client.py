@@ -178,6 +178,13 @@ class Connection:
             elif exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # a gRPC server without this service: an agent's port?
                 message += (f"; {self.address} serves gRPC but not the coordinator's API: is it an agent's port? "
                             "--coordinator or $VCEMU_COORDINATOR names the coordinator's address")
+            elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and connects is False and \
+                    (why := self._no_tcp_connection()) is not None:
+                # No TCP connection at all (a host down, a firewall that drops, a partition): it was said to have
+                # "taken the connection but never answered" (multi-host review)
+                message += (f"; cannot connect to {self.address} ({why}): nothing answered the connection: the machine "
+                            "is down or unreachable, or a firewall drops it; --coordinator or $VCEMU_COORDINATOR names "
+                            "the coordinator's address")
             elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and connects is False:  # (asked once, above)
                 message += (f"; {self.address} took the connection but never answered: is it a gRPC server? "
                             "--coordinator or $VCEMU_COORDINATOR names the coordinator's address (a coordinator out of "

@@ -64,8 +64,8 @@ from vcemu.limits import (
     request_bounds,
     shown,
 )
-from vcemu.ports import cannot_bind, ports_refusal
-from vcemu.tls import TlsFiles
+from vcemu.ports import cannot_bind, ports_refusal, unreachable_advertise
+from vcemu.tls import TlsFiles, certificate_refusal
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -83,6 +83,8 @@ UNSAVED_RETRY_S = 1.0
 #: An agent restarted under a new id each time (the default id holds its pid) would otherwise add a series, and
 #: an entry here, per restart for as long as the coordinator runs.
 LOST_KEPT = 256
+#: How often the log says again that an agent's registration is refused for an address it cannot be called at.
+REFUSAL_SAY_S = 60.0
 MAX_BATCH = 1_000  # submissions per SubmitBatch call (with MAX_MESSAGE_BYTES, bounds one call's work)
 #: Threads serving the gRPC API (users' calls and the agents' RegisterAgent and Heartbeat).
 API_THREADS = 16
@@ -519,6 +521,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def RegisterAgent(self, request: pb.RegisterAgentRequest, context: grpc.ServicerContext) -> pb.RegisterAgentReply:
         d = request.description
         why = check_agent(request)
+        if why is None:
+            # An address the coordinator could not call (multi-host review): taken, the agent's hosts were given
+            # tasks that never started, and it was declared lost as heard one way only. Said in this log too (the
+            # operator reads it), once a minute for an agent, which retries every heartbeat.
+            why = certificate_refusal(request.address, context.auth_context()) or \
+                unreachable_advertise(request.address, context.peer())
+            if why is not None and self.s.refusal_due(d.agent_id):
+                log.error("agent %s at %s refused: %s", shown(d.agent_id), shown(request.address), why)
         if why is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
         if d.agent_id not in self.s.backend.agents and (short := descriptors_short()) is not None:
@@ -772,6 +782,9 @@ class CoordinatorServer:
             self.lost: dict[str, LostAgent] = {}
             #: agents heard one way only (:meth:`heard_one_way`): why, said once; their heartbeats count for nothing.
             self.one_way: dict[str, str] = {}
+            #: when each agent's registration was last refused in the log for an address it cannot be called at
+            #: (:meth:`refusal_due`; the latest :data:`LOST_KEPT`)
+            self.refused_said: dict[str, float] = {}
             #: agents declared lost as heard one way only, and why, until they register again: the coordinator asks
             #: them to Describe themselves first (:meth:`Service.RegisterAgent`).
             self.unreachable: dict[str, str] = {}
@@ -1161,6 +1174,18 @@ class CoordinatorServer:
         """A sign of life from the agent, received now (a heartbeat or a registration)."""
         with self.heartbeats_lock:
             self.heartbeats[agent_id] = time.monotonic()
+
+    def refusal_due(self, agent_id: str) -> bool:
+        """Whether a refusal of ``agent_id``'s address is to be said in the log now: once a minute for an agent
+        (:data:`REFUSAL_SAY_S`), for at most :data:`LOST_KEPT` agents remembered (ids are the caller's to choose)."""
+        now = time.monotonic()
+        if now - self.refused_said.get(agent_id, -math.inf) < REFUSAL_SAY_S:
+            return False
+        self.refused_said.pop(agent_id, None)
+        self.refused_said[agent_id] = now
+        while len(self.refused_said) > LOST_KEPT:
+            del self.refused_said[next(iter(self.refused_said))]
+        return True
 
     def heard_one_way(self, agent_id: str, address: str) -> str | None:
         """Why the agent's heartbeat, received now, is not to count (None: it counts): the coordinator's calls to it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -69,10 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "its hosts are declared lost")
     p.add_argument("--no-cgroups", action="store_true",
                    help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus metrics on this port, at the --bind address (loopback by default: give "
+                        "--bind for a Prometheus on another machine)")
     p.add_argument("--coordinator", default=None, metavar="ADDR", help="register with this coordinator")
     p.add_argument("--advertise", default=None, metavar="ADDR",
-                   help="address the coordinator should dial (default: the bound address)")
+                   help="address the coordinator should dial (default: the --bind address; with --bind 0.0.0.0 or "
+                        "::, this machine's address on the way to the coordinator)")
     p.add_argument("--token-file", default=None, metavar="FILE",
                    help="the bearer token of a coordinator started with --token-file: this agent's own API wants "
                         "it (the coordinator sends it), and with --coordinator it is sent with RegisterAgent and "
@@ -189,8 +193,9 @@ def agent_main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg]
     from node_agent.agent import AgentIdInUse
     from node_agent.cgroups import CgroupUnavailable
-    from node_agent.register import Registrar
+    from node_agent.register import RECONNECT_OPTIONS, Registrar
     from node_agent.server import PortUnavailable, start_agent
+    from vcemu.ports import dial_address
 
     _exit_when_serving_dies()
     stop = threading.Event()
@@ -213,10 +218,16 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
         except (AgentIdInUse, RuntimeError, ValueError) as e:
             print(f"vcemu agent: error: {e}", file=sys.stderr)
             return 1
-        registrar = Registrar(agent, args.coordinator, args.advertise or agent.address,
-                              args.tls.client_channel if args.tls else None, token=args.token) \
+        advertise = args.advertise or (_advertised(args.bind, agent.port, args.coordinator, agent.address)
+                                       if args.coordinator else agent.address)
+        registrar = Registrar(agent, args.coordinator, advertise,
+                              functools.partial(args.tls.client_channel, options=RECONNECT_OPTIONS) if args.tls
+                              else None, token=args.token) \
             if args.coordinator else None
-        metrics = f", metrics on :{agent.metrics_port}" if agent.metrics_port is not None else ""
+        # (where, as the coordinator says it: ":9101" read as every interface, while it was --bind's, loopback by
+        # default, and a Prometheus on another machine found nothing there: multi-host review)
+        metrics = f", metrics on http://{dial_address(args.bind, agent.metrics_port, args.bind)}/metrics" \
+            if agent.metrics_port is not None else ""
         print(f"vcemu agent: {agent.core.mode}, hosts {', '.join(h.name for h in hosts)}{metrics}", file=sys.stderr)
         print(f"vcemu agent listening on {agent.address}", flush=True)
         stop.wait()
@@ -224,6 +235,25 @@ def _run(args: argparse.Namespace, hosts: list) -> int:  # type: ignore[type-arg
             registrar.stop()
         agent.stop()
     return 0
+
+
+def _advertised(bind: str, port: int, coordinator: str, bound: str) -> str:
+    """The address to register under when no --advertise is given. Bound to every interface (0.0.0.0, ::), the
+    agent registered as "0.0.0.0:PORT", which a coordinator on another machine dials as itself: the address its
+    packets to the coordinator leave from instead. Bound to loopback with a coordinator elsewhere: said (multi-host
+    review: the agent registered as 127.0.0.1:PORT, and its hosts took jobs that never started)."""
+    from vcemu.ports import WILDCARDS, coordinator_elsewhere, dial_address, source_ip_toward
+
+    source = source_ip_toward(coordinator)
+    if source is None:
+        return bound
+    if bind in WILDCARDS:
+        return dial_address(bind, port, source)
+    if bind in ("127.0.0.1", "localhost", "::1", "[::1]") and coordinator_elsewhere(coordinator, source):
+        print(f"vcemu agent: warning: listening on {bind} only, while the coordinator {coordinator} is on another "
+              f"machine, which cannot reach this agent there: give --bind {source} (this machine's address on the "
+              "way to the coordinator) or --bind 0.0.0.0", file=sys.stderr)
+    return bound
 
 
 #: Exit status of an agent whose gRPC server thread died (:func:`_exit_when_serving_dies`).

@@ -34,6 +34,17 @@ DEADLINES_BEFORE_NEW_CHANNEL = 2
 #: agent says why its Describe failed, and gRPC's "last error" for one refused connection alternates between two
 #: wordings), and every retry's was said: an ERROR line every 1-2 s for as long as a one-way partition lasted.
 REFUSAL_REPEAT_S = 60.0
+#: gRPC's own reconnection back-off, capped: by default it grows to 120 s (1 s x 1.6 per failed attempt), and a call
+#: made meanwhile fails at once without trying, so after a coordinator was down for 90 s its agents registered 12 to
+#: 28 s after it came back, not within a heartbeat, and after longer outages up to 2 minutes (multi-host review).
+RECONNECT_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 500), ("grpc.min_reconnect_backoff_ms", 500),
+                     ("grpc.max_reconnect_backoff_ms", int(HEARTBEAT_S * 1000)))
+#: How often an agent not yet registered says again that it cannot reach its coordinator, and why.
+UNREACHED_REPEAT_S = 30.0
+
+
+def _insecure(address: str) -> grpc.Channel:
+    return grpc.insecure_channel(address, options=RECONNECT_OPTIONS)
 
 
 class Registrar:
@@ -45,7 +56,7 @@ class Registrar:
         self._agent, self._coordinator, self._advertise = agent, coordinator, advertise
         self._metadata = bearer(token) if token else ()
         self._token_sent = bool(token)
-        self._channel_factory = channel_factory or grpc.insecure_channel
+        self._channel_factory = channel_factory or _insecure
         self._stop = threading.Event()
         self.registered = threading.Event()
         self.interval = HEARTBEAT_S
@@ -69,6 +80,7 @@ class Registrar:
             refused_code: grpc.StatusCode | None = None  # its code, and when it was said (REFUSAL_REPEAT_S)
             refused_at = 0.0
             unreachable = False  # the coordinator says it cannot reach this agent (said once, until it can again)
+            said_at = 0.0  # when a failed call was last said (UNREACHED_REPEAT_S)
             while not self._stop.is_set():
                 timeout = min(RPC_TIMEOUT_S, max(0.5, self.interval))
                 try:
@@ -118,8 +130,14 @@ class Registrar:
                                 " (give this agent the coordinator's token: --token-file)")
                             log.error("coordinator %s refuses this agent: %s: %s%s; retrying", self._coordinator,
                                       e.code().name, refused, hint)
-                    elif self.registered.is_set() or backoff == MIN_BACKOFF_S:
-                        log.warning("coordinator %s: %s; retrying", self._coordinator, e.code().name)
+                    elif self.registered.is_set() or backoff == MIN_BACKOFF_S or \
+                            time.monotonic() - said_at >= UNREACHED_REPEAT_S:
+                        # With why (gRPC's details: "Connection refused", a name that does not resolve, a TLS
+                        # failure), and again every 30 s while it lasts: one bare "UNAVAILABLE; retrying" was all an
+                        # agent said, however long its coordinator stayed out of reach (multi-host review).
+                        said_at = time.monotonic()
+                        log.warning("coordinator %s: %s: %s; retrying", self._coordinator, e.code().name,
+                                    e.details())
                     if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                         self.registered.clear()
                     unanswered = unanswered + 1 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED else 0

@@ -8,7 +8,10 @@ line naming the flag; a port taken between this check and gRPC's bind still fail
 from __future__ import annotations
 
 import errno
+import ipaddress
+import re
 import socket
+from collections.abc import Callable
 
 #: Bind addresses that listen on every interface, which no one can dial from another machine.
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
@@ -19,6 +22,80 @@ def dial_address(bind: str, port: int, node_ip: str) -> str:
     and an IPv6 host in brackets."""
     host = node_ip if bind in WILDCARDS else bind
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def is_local_ip(host: str) -> bool:
+    """Whether ``host`` (an IP) is an address of this machine: loopback, or one a socket can bind."""
+    ip = _ip(host)
+    if ip is None:
+        return False
+    if ip.is_loopback:
+        return True
+    try:
+        with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((str(ip), 0))
+    except OSError:
+        return False
+    return True
+
+
+def peer_ip(peer: str) -> str | None:
+    """The IP of a gRPC peer string (``ipv4:10.0.0.5:41234``, ``ipv6:[fd00::5]:41234``), else None."""
+    m = re.match(r"^ipv4:([\d.]+):\d+$", peer) or re.match(r"^ipv6:\[([0-9a-fA-F:.%]+)\]:\d+$", peer)
+    return m.group(1) if m else None
+
+
+def unreachable_advertise(address: str, peer: str, is_local: Callable[[str], bool] = is_local_ip) -> str | None:
+    """Why an agent that registered from ``peer`` (gRPC's peer string) with ``address`` (HOST:PORT) cannot be dialled
+    at that address by this coordinator, or None. A loopback or wildcard host names the machine that dials it: right
+    only when the agent runs on the coordinator's machine. An agent on another machine with the defaults (``--bind
+    127.0.0.1``, or ``--bind 0.0.0.0`` without ``--advertise``) was taken, and every call to it then failed or
+    reached this machine instead (multi-host review)."""
+    host = address.rpartition(":")[0].strip("[]")
+    ip = _ip(host)
+    if ip is None or not (ip.is_loopback or ip.is_unspecified):
+        return None
+    source = peer_ip(peer)
+    if source is None or is_local(source):
+        return None
+    return (f"address: {address} names the coordinator's own machine, but the agent registered from {source}: "
+            f"start it with --bind set to an address of its machine that the coordinator can reach (or --bind "
+            f"0.0.0.0 --advertise {f'[{source}]' if ':' in source else source}:PORT)")
+
+
+def source_ip_toward(target: str) -> str | None:
+    """The address of this machine that packets to ``target`` (a coordinator's HOST:PORT) leave from, as the routing
+    table picks it (a UDP socket's connect sends nothing), or None if it cannot be told."""
+    host, _, port = target.removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:").rpartition(":")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.connect(address)
+            return str(s.getsockname()[0])
+    except (OSError, ValueError, IndexError, UnicodeError):
+        return None
+
+
+def coordinator_elsewhere(target: str, source: str) -> bool:
+    """Whether the coordinator at ``target`` is on another machine, given ``source``, this machine's address on the
+    way there (:func:`source_ip_toward`): packets to an address of this machine leave from that very address, or
+    from loopback."""
+    src = _ip(source.split("%")[0])
+    if src is None or src.is_loopback:
+        return False
+    host = target.removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:").rpartition(":")[0].strip("[]")
+    try:
+        dest = {a[4][0] for a in socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)}
+    except (OSError, UnicodeError):
+        return False
+    return source not in dest and not any(is_local_ip(d) for d in dest)
 
 
 def _bind_errors(bind: str, port: int) -> list[int] | None:

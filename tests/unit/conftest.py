@@ -9,6 +9,7 @@ import pytest
 from coordinator.apc import experiment as apc
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer, CoordinatorServicer
+from tests.unit.scripted_agent import LocalCall
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 
@@ -34,6 +35,6 @@ def unstarted() -> Iterator[CoordinatorServer]:
     s = CoordinatorServer(get_policy("fcfs"), port=0)
     desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
         agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
-    CoordinatorServicer(s).RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), None)
+    CoordinatorServicer(s).RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), LocalCall())
     yield s
     s.stop()

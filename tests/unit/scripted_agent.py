@@ -235,3 +235,26 @@ class _OneRequest:
 
     def abort(self, code: grpc.StatusCode, details: str) -> None:
         raise _Refused(code, details)
+
+
+class LocalCall:
+    """The context of a servicer method called in-process (no gRPC server): a refusal raises, and the peer is this
+    machine over plain TCP, as an agent started by ``vcemu up`` registers."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise RuntimeError(f"{code}: {details}")
+
+    def set_trailing_metadata(self, metadata: object) -> None:
+        pass
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+    def time_remaining(self) -> float | None:
+        return None

@@ -13,6 +13,7 @@ import pytest
 from coordinator.model import JobState
 from coordinator.policies import get_policy
 from coordinator.service import CoordinatorServer, CoordinatorServicer, EventQueue
+from tests.unit.scripted_agent import LocalCall
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
@@ -1077,7 +1078,7 @@ def test_a_job_accepted_before_every_agent_was_lost_waits_for_hosts_instead_of_f
     assert refused.code == grpc.StatusCode.UNAVAILABLE.value[0]
     desc = agent_pb2.DescribeReply(agent_id="a0", mode="cgroup-v1", hosts=[
         agent_pb2.HostInfo(name="a0-h0", cpu_cores=0.5, memory_bytes=1 << 30)])
-    CoordinatorServicer(s).RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), None)
+    CoordinatorServicer(s).RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc), LocalCall())
     s.drain()
     assert s.engine.jobs[job].state is JobState.PENDING and job not in s.intake
 

@@ -17,19 +17,13 @@ from coordinator.store import StoredTask
 from node_agent.agent import AgentCore, HostSpec
 from node_agent.dutycycle import DutyCycleDriver
 from node_agent.server import AgentServicer, describe
-from tests.unit.scripted_agent import TableAgent, backend_on, engine_on, serve
+from tests.unit.scripted_agent import LocalCall, TableAgent, backend_on, engine_on, serve
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
 from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 from workloads import modeled
 
-
-class _Ctx:
-    def abort(self, code, msg):  # type: ignore[no-untyped-def]
-        raise RuntimeError(f"{code}: {msg}")
-
-    def set_trailing_metadata(self, md) -> None:  # type: ignore[no-untyped-def]
-        pass
+_Ctx = LocalCall
 
 
 def _register(agent: str) -> pb.RegisterAgentRequest:

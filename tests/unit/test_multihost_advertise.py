@@ -1,0 +1,38 @@
+"""An agent on another machine must not register under an address that names the coordinator's own machine
+(multi-host review: loopback or wildcard addresses were taken, and every call to the agent failed)."""
+
+from vcemu.ports import coordinator_elsewhere, peer_ip, source_ip_toward, unreachable_advertise
+
+
+def remote(ip: str) -> bool:  # no address but loopback is this machine's
+    return ip.startswith("127.") or ip == "::1"
+
+
+def test_loopback_address_from_another_machine_is_refused() -> None:
+    why = unreachable_advertise("127.0.0.1:42911", "ipv4:10.200.0.11:50000", is_local=remote)
+    assert why is not None and "10.200.0.11" in why and "--bind" in why
+
+
+def test_wildcard_address_from_another_machine_is_refused() -> None:
+    assert unreachable_advertise("0.0.0.0:52071", "ipv4:10.200.0.13:50000", is_local=remote) is not None
+    why = unreachable_advertise("[::]:52071", "ipv6:[fd00::13]:50000", is_local=remote)
+    assert why is not None and "[fd00::13]:PORT" in why
+
+
+def test_same_machine_and_routable_addresses_are_taken() -> None:
+    assert unreachable_advertise("127.0.0.1:42911", "ipv4:127.0.0.1:50000", is_local=remote) is None
+    assert unreachable_advertise("127.0.0.1:42911", "ipv4:10.0.0.5:50000", is_local=lambda ip: True) is None
+    assert unreachable_advertise("10.200.0.12:52062", "ipv4:10.200.0.12:50000", is_local=remote) is None
+    assert unreachable_advertise("agent-1.example:52062", "ipv4:10.200.0.12:50000", is_local=remote) is None
+    assert unreachable_advertise("127.0.0.1:42911", "unix:/tmp/x", is_local=remote) is None
+
+
+def test_peer_ip() -> None:
+    assert peer_ip("ipv4:10.1.2.3:4567") == "10.1.2.3"
+    assert peer_ip("ipv6:[fd00::1]:4567") == "fd00::1"
+    assert peer_ip("unix:/tmp/sock") is None
+
+
+def test_source_toward_loopback_is_loopback() -> None:
+    assert source_ip_toward("127.0.0.1:50051") == "127.0.0.1"
+    assert not coordinator_elsewhere("127.0.0.1:50051", "127.0.0.1")
