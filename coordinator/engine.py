@@ -632,6 +632,11 @@ class Engine:
         if not short:
             return tuple(self.hosts)
         held, shrink = self._held(short, running)
+        # A policy that never places a task on a node where one runs (``exclusive_nodes``: FCFS, EASY) needs no
+        # shrinking to keep new tasks off such a host, and EASY's reservation reads the memory of the nodes its
+        # running jobs will release: shrunk, a node that holds the head was not counted and a backfill delayed it.
+        if shrink and getattr(self.policy, "exclusive_nodes", False):
+            shrink = False
         return tuple(h if h.name not in short else replace(h, mem=held[h.name]) if shrink else h
                      for h in self.hosts if h.name not in short or held[h.name] > 0)
 

@@ -1,4 +1,6 @@
-"""Batch baselines of seed 001 Sec. IV-B: whole, exclusive nodes, one task per node, full CPU need.
+"""Batch baselines of seed 001 Sec. IV-B: whole, exclusive nodes, one task per node, full CPU need (on hosts of
+unequal size, a job takes the first free nodes whose memory holds a task, in order, and runs at the smallest CPU among
+them: a slow node taken first sets the whole job's yield, as 001's "assigns them to nodes in order" would).
 
 FCFS holds jobs in a queue and starts them strictly in submission order as nodes become free: a job
 that does not fit blocks every job behind it. EASY backfilling gives the queue's head a reservation at
@@ -61,6 +63,10 @@ class FCFS:
     decides_on_state: ClassVar[bool] = True
     #: Never pauses nor moves a running job (``Engine._visible_hosts``).
     keeps_placements: ClassVar[bool] = True
+    #: Never places a task on a node where one runs: a host the engine keeps from new tasks (``Engine._visible_hosts``)
+    #: is shown with its own memory while a task of ours runs there (its reservation counts the nodes that hold the
+    #: head by that memory).
+    exclusive_nodes: ClassVar[bool] = True
 
     @property
     def period(self) -> float | None:
@@ -91,6 +97,10 @@ class Easy:
     decides_on_state: ClassVar[bool] = True
     #: Never pauses nor moves a running job (``Engine._visible_hosts``).
     keeps_placements: ClassVar[bool] = True
+    #: Never places a task on a node where one runs: a host the engine keeps from new tasks (``Engine._visible_hosts``)
+    #: is shown with its own memory while a task of ours runs there (its reservation counts the nodes that hold the
+    #: head by that memory).
+    exclusive_nodes: ClassVar[bool] = True
 
     @property
     def period(self) -> float | None:
