@@ -6,7 +6,8 @@ Everything the coordinator has acknowledged is in this file before the acknowled
 * ``jobs``: every accepted job, its spec, its client request id and its engine state (one row, updated
   in place at every transition);
 * ``transitions``: the engine's history, every transition of every job (a record for analysis: a coordinator
-  reads none of it back, ``load(transitions=False)``; a run's own results come from its engine's history);
+  reads none of it back, ``load(transitions=False)``; a run's own results come from its engine's history; a resume
+  elsewhere in the plan that paused its job is reason ``"move"`` since session 46, ``"resume"`` in older files);
 * ``tasks``: per job, the number of task ids it has used, written *before* each StartTask RPC so that a
   restarted coordinator never gives a new task an id an agent may still hold (a job without tasks keeps
   its row, with none); and where each of its tasks runs (task id, host, last known progress), written

@@ -21,7 +21,9 @@ from workloads.annotate import synthetic_trace
 
 
 def reference_results(history: History) -> list[JobResult]:
-    """The count made from a kept history: each job's transitions read as a whole."""
+    """The count made from a kept history, each job's transitions read as a whole (the same rule as the fold's: this
+    checks that folding as transitions come gives the whole history's count; the rule itself, which resumes are
+    moves, is the engine's tag, checked below on plans and on a simulation)."""
     by_job: dict[str, list[Transition]] = {j: [] for j in history.specs}
     for t in history.transitions:
         by_job.setdefault(t.job, []).append(t)
@@ -49,6 +51,7 @@ def test_the_fold_gives_the_history_count_on_a_simulation(policy: str) -> None:
     expected = reference_results(history)
     assert job_results(history) == expected
     assert simulate_results(specs, policy, hosts, penalty=300.0) == expected
+    assert all(r.preemptions >= 0 and r.migrations >= 0 for r in expected)
     if policy.startswith(("greedy-pmtn", "dynmcb8")):  # the cases that matter were met
         assert sum(r.preemptions for r in expected) > 0
     if policy in ("greedy-pmtn-migr", "dynmcb8"):
