@@ -66,8 +66,9 @@ def unreachable_advertise(address: str, peer: str, is_local: Callable[[str], boo
     if source is None or is_local(source):
         return None
     return (f"address: {address} names the coordinator's own machine, but the agent registered from {source}: "
-            f"start it with --bind set to an address of its machine that the coordinator can reach (or --bind "
-            f"0.0.0.0 --advertise {f'[{source}]' if ':' in source else source}:PORT)")
+            f"start it with --bind set to an address of its machine that the coordinator can reach, or --bind "
+            f"0.0.0.0 (it then registers under its address on the way here), or --advertise "
+            f"{f'[{source}]' if ':' in source else source}:PORT")
 
 
 def source_ip_toward(target: str) -> str | None:
