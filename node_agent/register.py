@@ -37,7 +37,9 @@ REFUSAL_REPEAT_S = 60.0
 #: gRPC's own reconnection back-off, capped: by default it grows to 120 s (1 s x 1.6 per failed attempt), and a call
 #: made meanwhile fails at once without trying, so after a coordinator was down for 90 s its agents registered 12 to
 #: 28 s after it came back, not within a heartbeat, and after longer outages up to 2 minutes (multi-host review).
-RECONNECT_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 500), ("grpc.min_reconnect_backoff_ms", 500),
+#: (Not grpc.min_reconnect_backoff_ms: gRPC's core takes it as the shortest a connection attempt may take, 20 s by
+#: default, and at 0.5 s a slow link's or a loaded machine's TLS handshake would never finish.)
+RECONNECT_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 500),
                      ("grpc.max_reconnect_backoff_ms", int(HEARTBEAT_S * 1000)))
 #: How often an agent not yet registered says again that it cannot reach its coordinator, and why.
 UNREACHED_REPEAT_S = 30.0
