@@ -36,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from concurrent import futures
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -201,6 +202,13 @@ def check_spec(spec: pb.JobSpec, request_id: str) -> str | None:
 #: Bounds on an agent's registration (:func:`check_agent`): a host's cores and memory (and ``limits.MAX_AGENT_HOSTS``).
 MAX_HOST_CORES = 1e6
 MAX_HOST_MEMORY = 1 << 60
+
+
+def _keep_latest(agents: dict[str, Any]) -> None:
+    """Drop the oldest entries of a dict keyed by agent id (insertion order: the latest last) beyond :data:`LOST_KEPT`:
+    ids are the agents' to choose, and one restarted under a new id each time would add an entry per restart."""
+    while len(agents) > LOST_KEPT:
+        del agents[next(iter(agents))]
 
 
 def check_agent(request: pb.RegisterAgentRequest) -> str | None:
@@ -1178,14 +1186,14 @@ class CoordinatorServer:
     def refusal_due(self, agent_id: str) -> bool:
         """Whether a refusal of ``agent_id``'s address is to be said in the log now: once a minute for an agent
         (:data:`REFUSAL_SAY_S`), for at most :data:`LOST_KEPT` agents remembered (ids are the caller's to choose)."""
-        now = time.monotonic()
-        if now - self.refused_said.get(agent_id, -math.inf) < REFUSAL_SAY_S:
-            return False
-        self.refused_said.pop(agent_id, None)
-        self.refused_said[agent_id] = now
-        while len(self.refused_said) > LOST_KEPT:
-            del self.refused_said[next(iter(self.refused_said))]
-        return True
+        with self.membership:  # (registrations come on several API threads)
+            now = time.monotonic()
+            if now - self.refused_said.get(agent_id, -math.inf) < REFUSAL_SAY_S:
+                return False
+            self.refused_said.pop(agent_id, None)
+            self.refused_said[agent_id] = now
+            _keep_latest(self.refused_said)
+            return True
 
     def heard_one_way(self, agent_id: str, address: str) -> str | None:
         """Why the agent's heartbeat, received now, is not to count (None: it counts): the coordinator's calls to it
@@ -1318,8 +1326,7 @@ class CoordinatorServer:
                 beat = max(self.heartbeats.get(agent_id, -math.inf), handle.last_seen) if handle.heard else -math.inf
                 self.lost.pop(agent_id, None)  # (to the end: the latest lost last)
                 self.lost[agent_id] = LostAgent(handle.mode, beat, time.monotonic(), tuple(handle.hosts), reason, 0)
-                while len(self.lost) > LOST_KEPT:
-                    del self.lost[next(iter(self.lost))]
+                _keep_latest(self.lost)
             self.registered.discard(agent_id)
             # Not under membership: remove_agent waits for the backend's lock, which the engine loop holds across a
             # whole poll (agent calls included), and every agent's Heartbeat would wait that long on membership. The
@@ -1332,8 +1339,7 @@ class CoordinatorServer:
                 self.granted.pop(agent_id, None)  # (the store drops its record with the agent)
                 if (one_way := self.one_way.pop(agent_id, None)) is not None:  # (asked before it is taken again)
                     self.unreachable[agent_id] = one_way
-                    while len(self.unreachable) > LOST_KEPT:  # (as the lost agents: one never back is kept no longer)
-                        del self.unreachable[next(iter(self.unreachable))]
+                    _keep_latest(self.unreachable)  # (as the lost agents: one never back is kept no longer)
             jobs = self.engine.lose_hosts(hosts, reason)  # a failure to record one is logged, not raised
             if (lost := self.lost.get(agent_id)) is not None:
                 self.lost[agent_id] = dataclasses.replace(lost, requeued=len(jobs))

@@ -36,3 +36,24 @@ def test_peer_ip() -> None:
 def test_source_toward_loopback_is_loopback() -> None:
     assert source_ip_toward("127.0.0.1:50051") == "127.0.0.1"
     assert not coordinator_elsewhere("127.0.0.1:50051", "127.0.0.1")
+
+
+def test_the_coordinator_says_an_agents_refused_address_once_a_minute_for_a_bounded_number_of_agents(
+        monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The agent retries every heartbeat: its refusal is logged once a minute, and ids (the agents' to choose) are
+    remembered for at most LOST_KEPT agents."""
+    from coordinator import service
+    from coordinator.policies import get_policy
+
+    clock = [1000.0]
+    monkeypatch.setattr(service.time, "monotonic", lambda: clock[0])
+    s = service.CoordinatorServer(get_policy("fcfs"), port=0)
+    try:
+        assert s.refusal_due("a") and not s.refusal_due("a")
+        clock[0] += service.REFUSAL_SAY_S
+        assert s.refusal_due("a")
+        for i in range(service.LOST_KEPT + 10):
+            s.refusal_due(f"x{i}")
+        assert len(s.refused_said) == service.LOST_KEPT and "a" not in s.refused_said
+    finally:
+        s.stop()
