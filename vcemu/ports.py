@@ -24,6 +24,14 @@ def dial_address(bind: str, port: int, node_ip: str) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
+def split_target(target: str) -> tuple[str, str]:
+    """(host, port) of a gRPC address: HOST:PORT, [IPV6]:PORT, ``dns:[//AUTHORITY/]HOST:PORT``, ``ipv4:``/``ipv6:``
+    ones; the host without brackets, each part "" if missing."""
+    rest = re.sub(r"^(dns:(//[^/]*/)?|ipv[46]:)", "", target)
+    host, sep, port = rest.rpartition(":")
+    return (host.strip("[]"), port) if sep else (rest.strip("[]"), "")
+
+
 def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         return ipaddress.ip_address(host.strip("[]"))
@@ -58,8 +66,7 @@ def unreachable_advertise(address: str, peer: str, is_local: Callable[[str], boo
     only when the agent runs on the coordinator's machine. An agent on another machine with the defaults (``--bind
     127.0.0.1``, or ``--bind 0.0.0.0`` without ``--advertise``) was taken, and every call to it then failed or
     reached this machine instead (multi-host review)."""
-    host = address.rpartition(":")[0].strip("[]")
-    ip = _ip(host)
+    ip = _ip(split_target(address)[0])
     if ip is None or not (ip.is_loopback or ip.is_unspecified):
         return None
     source = peer_ip(peer)
@@ -74,9 +81,9 @@ def unreachable_advertise(address: str, peer: str, is_local: Callable[[str], boo
 def source_ip_toward(target: str) -> str | None:
     """The address of this machine that packets to ``target`` (a coordinator's HOST:PORT) leave from, as the routing
     table picks it (a UDP socket's connect sends nothing), or None if it cannot be told."""
-    host, _, port = target.removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:").rpartition(":")
+    host, port = split_target(target)
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_DGRAM)[0]
+        family, kind, proto, _, address = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, kind, proto) as s:
             s.connect(address)
             return str(s.getsockname()[0])
@@ -91,9 +98,8 @@ def coordinator_elsewhere(target: str, source: str) -> bool:
     src = _ip(source.split("%")[0])
     if src is None or src.is_loopback:
         return False
-    host = target.removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:").rpartition(":")[0].strip("[]")
     try:
-        dest = {a[4][0] for a in socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)}
+        dest = {a[4][0] for a in socket.getaddrinfo(split_target(target)[0], None, type=socket.SOCK_DGRAM)}
     except (OSError, UnicodeError):
         return False
     return source not in dest and not any(is_local_ip(d) for d in dest)

@@ -74,7 +74,9 @@ def certificate_refusal(address: str, auth_context: dict[str, list[bytes]]) -> s
     Check failed", and it was declared lost as "heard one way only ... a one-way partition" (multi-host review)."""
     if auth_context.get("transport_security_type") != [b"ssl"]:
         return None
-    host = address.rpartition(":")[0].strip("[]")
+    from vcemu.ports import split_target
+
+    host = split_target(address)[0]
     names = [n.decode(errors="replace") for n in auth_context.get("x509_subject_alternative_name", [])] or \
         [n.decode(errors="replace") for n in auth_context.get("x509_common_name", [])]
     if not host or any(_names_match(host, n) for n in names):

@@ -57,3 +57,14 @@ def test_the_coordinator_says_an_agents_refused_address_once_a_minute_for_a_boun
         assert len(s.refused_said) == service.LOST_KEPT and "a" not in s.refused_said
     finally:
         s.stop()
+
+
+def test_a_target_splits_into_host_and_port() -> None:
+    from vcemu.ports import split_target
+
+    assert split_target("10.0.0.1:50051") == ("10.0.0.1", "50051")
+    assert split_target("[fd00::1]:50051") == ("fd00::1", "50051")
+    assert split_target("dns:///coord.example:50051") == ("coord.example", "50051")
+    assert split_target("dns://8.8.8.8/coord.example:50051") == ("coord.example", "50051")
+    assert split_target("ipv4:10.0.0.1:50051") == ("10.0.0.1", "50051")
+    assert split_target("coord") == ("coord", "")
