@@ -242,14 +242,14 @@ def _advertised(bind: str, port: int, coordinator: str, bound: str) -> str:
     agent registered as "0.0.0.0:PORT", which a coordinator on another machine dials as itself: the address its
     packets to the coordinator leave from instead. Bound to loopback with a coordinator elsewhere: said (multi-host
     review: the agent registered as 127.0.0.1:PORT, and its hosts took jobs that never started)."""
-    from vcemu.ports import WILDCARDS, coordinator_elsewhere, dial_address, source_ip_toward
+    from vcemu.ports import WILDCARDS, coordinator_elsewhere, dial_address, is_loopback, source_ip_toward
 
     source = source_ip_toward(coordinator)
     if source is None:
         return bound
     if bind in WILDCARDS:
         return dial_address(bind, port, source)
-    if bind in ("127.0.0.1", "localhost", "::1", "[::1]") and coordinator_elsewhere(coordinator, source):
+    if is_loopback(bind) and coordinator_elsewhere(coordinator, source):
         print(f"vcemu agent: warning: listening on {bind} only, while the coordinator {coordinator} is on another "
               f"machine, which cannot reach this agent there: give --bind {source} (this machine's address on the "
               "way to the coordinator) or --bind 0.0.0.0", file=sys.stderr)

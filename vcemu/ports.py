@@ -39,6 +39,13 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP, maybe in brackets) is this machine's loopback: ``localhost``, 127.0.0.0/8
+    (Debian maps the machine's own name to 127.0.1.1), ``::1``."""
+    ip = _ip(host)
+    return host.lower() == "localhost" if ip is None else ip.is_loopback
+
+
 def is_local_ip(host: str) -> bool:
     """Whether ``host`` (an IP) is an address of this machine: loopback, or one a socket can bind."""
     ip = _ip(host)

@@ -68,3 +68,12 @@ def test_a_target_splits_into_host_and_port() -> None:
     assert split_target("dns://8.8.8.8/coord.example:50051") == ("coord.example", "50051")
     assert split_target("ipv4:10.0.0.1:50051") == ("10.0.0.1", "50051")
     assert split_target("coord") == ("coord", "")
+
+
+def test_every_loopback_bind_is_told_apart() -> None:
+    """The agent warns of a loopback --bind with a coordinator elsewhere: 127.0.1.1 (Debian's name for the machine
+    itself) is loopback too, which a list of four spellings missed."""
+    from vcemu.ports import is_loopback
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.1.1", "localhost", "::1", "[::1]", "LOCALHOST"))
+    assert not any(is_loopback(h) for h in ("10.0.0.1", "0.0.0.0", "::", "node-1.example"))
