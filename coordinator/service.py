@@ -12,7 +12,9 @@ every transition is committed before the reply leaves; a restarted coordinator r
 back its agents and the tasks they kept running (:meth:`LiveBackend.adopt`), and carries on. Agents
 heartbeat every ``heartbeat_s`` (told to them in RegisterAgentReply); one silent for ``heartbeat_misses``
 intervals is declared lost: its hosts leave the cluster and its jobs are requeued from their last
-checkpoint (counted in ``vcemu_agents_lost_total``, each requeue in the event stream). Before that silence
+checkpoint (counted in ``vcemu_agents_lost_total``, each requeue in the event stream); not while every agent,
+two or more, is silent at once, for up to :data:`ALL_SILENT_WINDOWS` such windows (the coordinator's own network
+is as likely at fault). Before that silence
 has passed, the agent has frozen the tasks it runs (fencing: :attr:`CoordinatorServer.lease_s`), so a job is
 never started again while an agent that is only cut off from the coordinator runs it on. Submit is
 idempotent by ``request_id``, durably. With ``token`` the user API needs ``authorization: Bearer <token>``, and so
@@ -115,6 +117,12 @@ UNRENEWED_LEASE_S = 1e-3
 #: time left of the caller's deadline for its reply.
 MAX_PROBES = 4
 PROBE_REPLY_MARGIN_S = 0.1
+#: How many loss windows (``heartbeat_misses x heartbeat_s``) every agent, two or more, may be silent together before
+#: they are declared lost (:meth:`CoordinatorServer._check_agents`): all silent at once is as likely a fault of the
+#: coordinator's own network as of every agent, and losing them all for a blip restarted every job on the cluster
+#: (multi-host review, session 46). Bounded, so that jobs of agents that did all fail (a rack's power, every agent
+#: stopped) show as running for a minute at the defaults, not for ever, and are requeued then as before.
+ALL_SILENT_WINDOWS = 10
 #: Shortest time between two turns of the engine loop (seconds).
 BATCH_WINDOW_S = 0.02
 #: Wall time a turn of the engine loop spends at most on the stimuli due (:meth:`Engine.step`'s ``budget_s``): the rest
@@ -798,6 +806,8 @@ class CoordinatorServer:
             self.unreachable: dict[str, str] = {}
             self.probes = threading.BoundedSemaphore(MAX_PROBES)
             self.none_answer = False  # (:meth:`heard_one_way`: said once, until an agent answers again)
+            #: since when every agent has been silent (:meth:`_check_agents`), or None
+            self.all_silent_since: float | None = None
             self.watchers: list[EventQueue] = []
             self.cancels_waiting = threading.BoundedSemaphore(MAX_CANCELS_WAITING)
             self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
@@ -1223,8 +1233,8 @@ class CoordinatorServer:
             return None
         if agent_id not in self.one_way:
             why = (f"the coordinator's calls to {address} went unanswered for {unanswered:.1f} s while the agent's "
-                   "heartbeats arrived (a one-way partition, a link slower than the calls' 1-s deadline, or an address "
-                   "the coordinator cannot reach: the agent's --advertise)")
+                   "heartbeats arrived (a one-way partition, a link that loses many packets or is slower than the "
+                   "calls' 1-s deadline, or an address the coordinator cannot reach: the agent's --advertise)")
             self.one_way[agent_id] = why
             log.warning("agent %s: %s: they no longer renew its lease nor count as signs of life: it is declared lost "
                         "if a call to it still goes unanswered in %g s", agent_id, why, window)
@@ -1254,9 +1264,13 @@ class CoordinatorServer:
 
     def _check_agents(self) -> None:
         """One look at every agent's last sign of life (see :meth:`_watch_agents`), after a gap in the process's
-        running is excused (whichever of this watch and the ticker runs first once it runs again)."""
+        running is excused (whichever of this watch and the ticker runs first once it runs again). Agents silent
+        past the window are declared lost, unless every agent is, two or more: see :meth:`_all_silent`."""
         self._note_running()
-        deadline = time.monotonic() - self.heartbeat_misses * self.heartbeat_s
+        window = self.heartbeat_misses * self.heartbeat_s
+        deadline = time.monotonic() - window
+        silent: list[tuple[str, AgentHandle, float]] = []
+        judged = 0
         for agent_id in list(self.heartbeats):
             handle = self.backend.agents.get(agent_id)
             # Its heartbeat read after its handle, each time: an agent that registered again while an earlier loss
@@ -1264,26 +1278,70 @@ class CoordinatorServer:
             # on the stamp read before (concurrency review). RegisterAgent stamps before it puts the new handle in,
             # so a new handle is never read with the old stamp.
             last = self.heartbeats.get(agent_id)
-            if last is None:  # (lost meanwhile)
+            if last is None or handle is None:  # (lost meanwhile)
                 continue
+            judged += 1
             # Silence counts only if the coordinator was listening: heartbeats are received by the
             # gRPC threads, but an agent without them is heard only through the engine loop's polls,
             # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
-            listening = agent_id in self.beating or (handle is not None and handle.silent)
-            if handle is not None and listening and max(last, handle.last_seen) < deadline:
-                one_way = self.one_way.get(agent_id)
-                if one_way is not None and handle.unanswered_last < max(last, handle.last_seen) + (
-                        self.heartbeat_misses * self.heartbeat_s):
-                    # Heard one way only: lost once a call made after its lease ran out goes unanswered too, not
-                    # before it is asked again (its polls wait up to SILENT_POLL_MAX_S: at short intervals the poll
-                    # that would have cleared it came after the loss). A loop held up asks nothing: no loss then.
-                    continue
-                why = (f"no heartbeat for {self.heartbeat_misses} x {self.heartbeat_s:g} s" if one_way is None else
-                       f"unreachable: {one_way}")
-                try:
-                    self.lose_agent(agent_id, f"agent {agent_id} lost: {why}", handle)
-                except Exception:  # the watch must outlive any one loss: the next agent to die needs it
-                    log.exception("declaring agent %s lost failed", agent_id)
+            listening = agent_id in self.beating or handle.silent
+            if listening and max(last, handle.last_seen) < deadline:
+                silent.append((agent_id, handle, max(last, handle.last_seen)))
+        if self._all_silent(silent, judged):
+            return
+        for agent_id, handle, last in silent:
+            one_way = self.one_way.get(agent_id)
+            if one_way is not None and handle.unanswered_last < last + window:
+                # Heard one way only: lost once a call made after its lease ran out goes unanswered too, not
+                # before it is asked again (its polls wait up to SILENT_POLL_MAX_S: at short intervals the poll
+                # that would have cleared it came after the loss). A loop held up asks nothing: no loss then.
+                continue
+            if self.heartbeats.get(agent_id) is None or max(self.heartbeats[agent_id], handle.last_seen) >= deadline:
+                continue  # (heard, or lost, while an earlier loss in this look waited for the engine lock)
+            why = (f"no heartbeat for {self.heartbeat_misses} x {self.heartbeat_s:g} s" if one_way is None else
+                   f"unreachable: {one_way}")
+            try:
+                self.lose_agent(agent_id, f"agent {agent_id} lost: {why}", handle)
+            except Exception:  # the watch must outlive any one loss: the next agent to die needs it
+                log.exception("declaring agent %s lost failed", agent_id)
+
+    def _all_silent(self, silent: list[tuple[str, AgentHandle, float]], judged: int) -> bool:
+        """Whether to declare none of the ``silent`` agents lost now because every one of the ``judged`` agents,
+        two or more, is silent: a fault of the coordinator's own network (its uplink, a switch) silences them all
+        at once, and declaring each lost restarted every job on the cluster when it healed (a blip of 6 s or more,
+        multi-host review) where their frozen tasks could have been thawed. They stay registered, their leases run
+        out (so their tasks are frozen: none runs out of our reach), and the log says so once. That lasts
+        :data:`ALL_SILENT_WINDOWS` loss windows at most, counted from the last sign of life of any: agents that
+        did all fail are lost then, as before. Once one is heard again, those still silent are given one window
+        afresh, from now (their heartbeats come within an interval of the first, a healthy agent's a little later),
+        as after a stall of the coordinator (:meth:`_note_running`); one that stays silent is lost then. A
+        coordinator of one agent cannot tell its own fault from the agent's, and loses it as before."""
+        window = self.heartbeat_misses * self.heartbeat_s
+        now = time.monotonic()
+        if judged >= 2 and len(silent) == judged:
+            since = max(last for _, _, last in silent)
+            if now - since < ALL_SILENT_WINDOWS * window:
+                if self.all_silent_since is None:
+                    self.all_silent_since = since
+                    log.warning("every agent (%d) has been silent for %.1f s: a fault of the coordinator's own network "
+                                "is as likely as all of them failing at once, so none is declared lost before %g s "
+                                "of silence; their leases run out and their tasks are frozen meanwhile", judged,
+                                now - since, ALL_SILENT_WINDOWS * window)
+                return True
+            if self.all_silent_since is not None:
+                log.warning("every agent (%d) has been silent for %.1f s: they are declared lost", judged, now - since)
+                self.all_silent_since = None
+            return False
+        if self.all_silent_since is not None:
+            self.all_silent_since = None
+            log.warning("an agent is heard again after every agent was silent: the %d still silent are given %g s "
+                        "afresh to be heard before each is declared lost", len(silent), window)
+            with self.heartbeats_lock:
+                for agent_id, _handle, _last in silent:
+                    if agent_id in self.heartbeats:
+                        self.heartbeats[agent_id] = max(self.heartbeats[agent_id], now)
+            return True
+        return False
 
     def grant(self, agent_id: str) -> float:
         """The lease to grant an agent now (:attr:`lease_s`), recorded in the store first if it is not the one the
