@@ -33,13 +33,13 @@ def _register(agent: str) -> pb.RegisterAgentRequest:
 
 
 def test_an_agent_that_registers_again_while_another_is_lost_is_not_lost_on_its_old_stamp() -> None:
-    """A and B fall silent; the watch declares A lost, which waits for the engine lock (slowed here); B registers
-    again meanwhile. The watch read every heartbeat stamp first, then judged B's new handle by its old stamp and
-    declared it lost right after its registration, requeueing its job."""
+    """A and B fall silent (C is heard: not every agent is silent); the watch declares A lost, which waits for the
+    engine lock (slowed here); B registers again meanwhile. The watch read every heartbeat stamp first, then judged
+    B's new handle by its old stamp and declared it lost right after its registration, requeueing its job."""
     s = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=0.2, heartbeat_misses=3)  # not started
     svc = CoordinatorServicer(s)
     try:
-        for a in ("A", "B"):
+        for a in ("A", "B", "C"):
             svc.RegisterAgent(_register(a), _Ctx())
             svc.Heartbeat(pb.HeartbeatRequest(agent_id=a), _Ctx())
         spec = JobSpec("job-00001", 0.0, 1, 0.5, 0.1, 100.0)
@@ -47,6 +47,7 @@ def test_an_agent_that_registers_again_while_another_is_lost_is_not_lost_on_its_
                         JobState.RUNNING)
         s.engine.restore([JobRecord(spec, JobState.RUNNING, ("B-h0",), 0.5, 30.0, 0, 0.0)])
         time.sleep(1.0)  # both silent past 3 x 0.2 s
+        svc.Heartbeat(pb.HeartbeatRequest(agent_id="C"), _Ctx())
         s._ran_at = time.monotonic()  # (no stall to excuse: the ticker is not running)
         cut_off = s.backend.cut_off
 
@@ -66,7 +67,7 @@ def test_an_agent_that_registers_again_while_another_is_lost_is_not_lost_on_its_
         t.start()
         s._check_agents()
         t.join()
-        assert sorted(s.lost) == ["A"] and sorted(s.backend.agents) == ["B"]
+        assert sorted(s.lost) == ["A"] and sorted(s.backend.agents) == ["B", "C"]
         assert s.engine.jobs["job-00001"].state is JobState.RUNNING
     finally:
         s.stop(grace=0)
