@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from coordinator.vcsched import experiment as vc
@@ -57,9 +58,20 @@ def _kill_before_any_row(out: Path) -> None:
             assert time.monotonic() < deadline, "the stalled run did not open its journal"
             time.sleep(0.05)
     finally:
+        group = [p for p in psutil.process_iter() if _group_of(p.pid) == proc.pid]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        # Its workers too, which hold the --out lock: they die a moment after the leader on a loaded machine, and
+        # the next run found the lock held ("another vcemu vcsched (pid N) is using ...").
+        psutil.wait_procs(group, timeout=30)
     assert (out / vc.JOURNAL).read_text().count("\n") == 1  # the header: no instance finished
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def test_a_killed_session_that_finished_nothing_keeps_its_number(tmp_path: Path,
