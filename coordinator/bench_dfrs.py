@@ -37,7 +37,7 @@ from typing import Any
 
 from coordinator.flagcheck import first_refusal
 from vcemu.bench_results import check_out, judged, output_flags, write_results
-from vcemu.cliargs import Parser, doc_text
+from vcemu.cliargs import Parser, doc_head, doc_text
 from vcemu.signals import INTERRUPTED, signals_interrupt
 
 BENCH_ALGS = ("greedy-pmtn", "dynmcb8-asap-per")
@@ -136,7 +136,7 @@ def _sweep_wall(workers: int, seed: int) -> float:
 
 
 def bench_dfrs_main(argv: Sequence[str]) -> int:
-    p = Parser(prog="vcemu bench dfrs", description=doc_text(__doc__.split("\n\n")[0]))
+    p = Parser(prog="vcemu bench dfrs", description=doc_text(doc_head(__doc__, paragraph=True)))
     output_flags(p, "dfrs")
     p.add_argument("--jobs", type=int, default=1000, help="jobs in the simulated trace (default 1000)")
     p.add_argument("--seed", type=int, default=1, help="seed of the simulated trace, >= 0 (default 1)")

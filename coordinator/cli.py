@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from coordinator import client, servers
 from coordinator.policy_names import POLICY_HELP, policy_name
 from node_agent.spares import add_agent_spares
-from vcemu.cliargs import Parser, doc_text, penalty_seconds, positive, version
+from vcemu.cliargs import Parser, doc_head, doc_text, penalty_seconds, positive, version
 from vcemu.limits import MAX_AGENT_HOSTS, MAX_SIM_HOSTS
 
 
@@ -56,7 +56,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="vcemu", description=doc_text(__doc__.splitlines()[0]))
+    p = Parser(prog="vcemu", description=doc_text(doc_head(__doc__)))
     p.add_argument("--version", action="version", version=f"vcemu {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 

@@ -37,6 +37,7 @@ from coordinator.policies.mcb8_kernel import mcb8_removals
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack
 from coordinator.policies.repack_kernel import greedy_admission, moved_positions
 from coordinator.policy_names import policy_name
+from vcemu.cliargs import doc_head
 from workloads.annotate import synthetic_trace
 
 __all__ = ["DecisionTimes", "time_sim_1000", "trace"]
@@ -190,7 +191,7 @@ class DecisionTimes:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m coordinator.perf_dfrs", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m coordinator.perf_dfrs", description=doc_head(__doc__))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policy", type=policy_name, default=POLICY)
     ap.add_argument("--jobs", type=int, default=N_JOBS)

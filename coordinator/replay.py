@@ -62,7 +62,7 @@ from coordinator.metrics import History, JobResult, Transition, trace_span
 from coordinator.model import JobSpec, JobState
 from coordinator.policy_names import POLICY_HELP, PolicyNameError, canonical_name, thrashing
 from node_agent.spares import add_agent_spares
-from vcemu.cliargs import Parser, doc_text, penalty_seconds, per_host, per_host_values, positive
+from vcemu.cliargs import Parser, doc_head, doc_text, penalty_seconds, per_host, per_host_values, positive
 from vcemu.limits import MAX_AGENT_HOSTS, MAX_COMPRESS, MAX_LOCAL_AGENTS, MIN_COMPRESS
 from vcemu.signals import signals_deferred, signals_interrupt
 
@@ -132,7 +132,7 @@ def _mem_size(text: str) -> str:
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    p = Parser(prog="vcemu replay", description=doc_text(__doc__.split("\n\n")[0]), epilog=EXIT_STATUS)
+    p = Parser(prog="vcemu replay", description=doc_text(doc_head(__doc__, paragraph=True)), epilog=EXIT_STATUS)
     p.add_argument("trace", help="job file (JSON lines / CSV; - reads JSON lines from standard input) or SWF trace "
                    "(.swf, .swf.gz)")
     p.add_argument("--policy", default="dynmcb8-asap-per", help=POLICY_HELP)

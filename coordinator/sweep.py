@@ -111,7 +111,7 @@ from coordinator.locks import NO_LOCKS, Held, claim
 from coordinator.model import JobSpec
 from coordinator.policy_names import POLICY_NAMES, PolicyNameError, canonical_name, policy_order, thrashing
 from coordinator.resumable import setting_shown
-from vcemu.cliargs import Parser, doc_text, usable_out_dir
+from vcemu.cliargs import Parser, doc_head, doc_text, usable_out_dir
 from vcemu.limits import MAX_PENALTY_S
 from vcemu.signals import INTERRUPTED, signals_interrupt
 
@@ -507,7 +507,7 @@ def _parse_floats(text: str, name: str) -> list[float]:
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = Parser(
-        prog="vcemu sweep", description=doc_text(__doc__.split("\n\n")[0]),
+        prog="vcemu sweep", description=doc_text(doc_head(__doc__, paragraph=True)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="stored cells: ok; error (the cell's own failure: deterministic); timeout (machine-dependent:\n"
                "rerun by a larger --cell-timeout or --retry-failed). Not stored: cells Ray lost (worker crash,\n"

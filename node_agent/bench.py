@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 
 from node_agent.agent import AgentCore, AgentError, HostSpec, open_core
 from vcemu.bench_results import check_out, output_flags, write_results
-from vcemu.cliargs import Parser, positive
+from vcemu.cliargs import Parser, doc_head, positive
 from vcemu.signals import INTERRUPTED, signals_deferred, signals_interrupt
 from workloads import progress
 from workloads.registry import child_env, command
@@ -429,7 +429,7 @@ def _table(out: dict) -> str:
 
 def cpu_share_main(argv: list[str]) -> int:
     """``vcemu bench cpu-share [--json] [--quick]``; returns the exit status."""
-    p = Parser(prog="vcemu bench cpu-share", description=__doc__.splitlines()[0])
+    p = Parser(prog="vcemu bench cpu-share", description=doc_head(__doc__))
     output_flags(p, "cpu-share")
     p.add_argument("--quick", action="store_true", help="1, 2, 5 and 10 tasks, 2 s windows (~40 s)")
     p.add_argument("--seconds", type=positive("--seconds"), default=None,

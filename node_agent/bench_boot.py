@@ -35,7 +35,7 @@ from node_agent.agent import AgentCore, HostSpec
 from node_agent.cgroups import CgroupDriver, open_driver
 from node_agent.dutycycle import DutyCycleDriver
 from vcemu.bench_results import check_out, output_flags, write_results
-from vcemu.cliargs import Parser, format_table, whole_in
+from vcemu.cliargs import Parser, doc_head, format_table, whole_in
 from vcemu.signals import INTERRUPTED, signals_deferred, signals_interrupt
 
 #: (name, spares, boot poll interval: None for as shipped)
@@ -122,7 +122,7 @@ def _table(out: dict) -> str:
 
 def boot_main(argv: list[str]) -> int:
     """``vcemu bench boot [--starts N] [--rounds N] [--no-cgroups] [--json]``; returns the exit status."""
-    p = Parser(prog="vcemu bench boot", description=__doc__.splitlines()[0])
+    p = Parser(prog="vcemu bench boot", description=doc_head(__doc__))
     p.add_argument("--starts", type=whole_in(1, 1000), default=8, help="starts timed per agent (default 8)")
     p.add_argument("--rounds", type=whole_in(1, 100), default=3,
                    help="times each of the three agents runs, in turn (default 3)")

@@ -139,6 +139,15 @@ def doc_text(doc: str | None) -> str:
     return _ROLE.sub(r"\1", doc or "").replace("``", "")
 
 
+def doc_head(doc: str | None, paragraph: bool = False) -> str:
+    """The first line of a docstring (``paragraph``: its first paragraph), for a parser's description; "" where
+    there is none: ``python -OO`` (PYTHONOPTIMIZE=2) strips docstrings, and ``__doc__.splitlines()`` then failed
+    every ``vcemu`` command with AttributeError before its parser was made (static type check review)."""
+    if not doc:
+        return ""
+    return doc.split("\n\n")[0] if paragraph else doc.splitlines()[0]
+
+
 def version() -> str:
     from vcemu.provenance import package_version
 

@@ -34,7 +34,7 @@ from coordinator.flagcheck import first_refusal
 from coordinator.policies.packing import PackJob, PackProblem, mcb_allocate, mcb_pack, placement_min_yield
 from coordinator.vcsched.generator import InstanceSpec, generate
 from vcemu.bench_results import check_out, judged, output_flags, write_results
-from vcemu.cliargs import Parser, doc_text
+from vcemu.cliargs import Parser, doc_head, doc_text
 
 __all__ = ["TARGETS", "bench_packing_main", "best_of"]
 
@@ -82,7 +82,7 @@ def _generic_allocate(jobs: list[PackJob], hosts: int) -> object:
 
 def bench_packing_main(argv: list[str]) -> int:
     """Entry point of ``vcemu bench packing [--json]``."""
-    p = Parser(prog="vcemu bench packing", description=doc_text(__doc__.splitlines()[0]))
+    p = Parser(prog="vcemu bench packing", description=doc_text(doc_head(__doc__)))
     output_flags(p, "packing")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated instances, >= 0 (default 0)")
     p.add_argument("--repeat", type=int, default=3, help="runs per instance, >= 1; the best is kept (default 3)")
