@@ -10,11 +10,9 @@ import contextlib
 import logging
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -244,8 +242,7 @@ def agent_metrics_refusal(base: int, count: int, port: int, metrics_port: int | 
 def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host: float | list[str] | None,
                         mem_per_host: str | list[str], port: int, metrics_port: int | None, no_cgroups: bool,
                         wait_s: float = 90.0, agent_prefix: str = "agent", agent_log: IO[bytes] | None = None,
-                        agent_metrics_port: int | None = None, agent_spares: int | None = None,
-                        rates_dir: str | None = None, **options):
+                        agent_metrics_port: int | None = None, agent_spares: int | None = None, **options):
     """A coordinator in this process and ``agents`` agent processes sharing ``hosts`` hosts. ``cpus_per_host``
     and ``mem_per_host`` are one value for every host or a list of one value per host (ValueError otherwise).
     The agents take the first free ids ``agent_prefix0``, ``agent_prefix1``, ..., reserved for this process
@@ -254,9 +251,7 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
     replay) keeps its terminal for that, and its results folder keeps the agents' log. With
     ``agent_metrics_port``, agent i serves its metrics on that port + i (``vcemu agent --metrics-port``; OSError
     if one cannot be listened on). ``agent_spares``: each agent's ``--spares`` (None: the agent's default, passed
-    explicitly). ``rates_dir``: a folder where each agent keeps its calibration (``--rates-file``), for a process
-    started again in its place (:func:`respawn_agent`) to read instead of measuring it again. The agents send
-    ``options``' token, if any, on their calls (:func:`spawn_agent`).
+    explicitly). The agents send ``options``' token, if any, on their calls (:func:`spawn_agent`).
     ``options``: more CoordinatorServer arguments (state, heartbeat_s, token, tls,
     compression)."""
     from coordinator.policies import get_policy
@@ -295,10 +290,9 @@ def start_local_cluster(policy_name: str, hosts: int, agents: int, cpus_per_host
             n = split[i]
             metrics = [] if agent_metrics_port is None else ["--metrics-port", str(agent_metrics_port + i)]
             spares = ["--spares", str(DEFAULT_SPARES if agent_spares is None else agent_spares)]
-            rates = [] if rates_dir is None else ["--rates-file", os.path.join(rates_dir, f"{agent_id}.json")]
             procs.append(spawn_agent(server.address, n, ",".join(cpus[first[i]:first[i] + n]),
                                      ",".join(mems[first[i]:first[i] + n]), agent_id,
-                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics + spares + rates,
+                                     (["--no-cgroups"] if no_cgroups else []) + tls_flags + metrics + spares,
                                      agent_log, token=options.get("token")))
 
         def exited() -> str | None:
@@ -402,36 +396,6 @@ def _run_local_up(args: argparse.Namespace, options: dict) -> int:
     started again as :class:`~coordinator.restarts.Restarts` says (``--restart-agents``). Called within
     :func:`~vcemu.signals.signals_interrupt`: while starting, Ctrl-C and SIGTERM stop at once, and
     start_local_cluster takes down what it started."""
-    # Each agent's calibration, kept for a process started again in its place (``vcemu agent --rates-file``):
-    # removed at the end, after the agents have stopped (a killed up's, by the next up). Without a folder for them
-    # (no writable temporary folder), up runs on, and a restarted agent measures its calibration again.
-    _remove_dead_rates_dirs()
-    try:
-        rates = tempfile.TemporaryDirectory(prefix=f"{RATES_DIR_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True)
-    except OSError as exc:
-        print(f"vcemu up: warning: no folder for the agents' calibrations ({exc.strerror or exc}): an agent started "
-              "again measures its own", file=sys.stderr)
-        return _serve_local_up(args, options, None)
-    with rates as rates_dir:
-        return _serve_local_up(args, options, rates_dir)
-
-
-#: ``vcemu up``'s folder of its agents' calibrations: this, up's pid, "-" and a random part, in the temporary folder.
-RATES_DIR_PREFIX = "vcemu-up-rates-"
-
-
-def _remove_dead_rates_dirs() -> None:
-    """Remove the calibration folders of ``vcemu up`` processes that are gone (killed: up removes its own)."""
-    import psutil
-
-    for folder in Path(tempfile.gettempdir()).glob(f"{RATES_DIR_PREFIX}*-*"):
-        pid = folder.name[len(RATES_DIR_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _serve_local_up(args: argparse.Namespace, options: dict, rates_dir: str | None) -> int:
-    """:func:`_run_local_up`'s run, its agents' calibrations kept in ``rates_dir`` (None: not kept)."""
     from coordinator.store import StoreError
 
     restarts = Restarts(DEFAULT_RESTARTS if args.restart_agents is None else args.restart_agents)
@@ -440,7 +404,7 @@ def _serve_local_up(args: argparse.Namespace, options: dict, rates_dir: str | No
         server, procs = start_local_cluster(
             args.policy, args.hosts, args.agents, args.cpus_per_host, args.mem_per_host, args.port,
             args.metrics_port, args.no_cgroups, agent_metrics_port=args.agent_metrics_port,
-            agent_spares=args.agent_spares, rates_dir=rates_dir, **options,
+            agent_spares=args.agent_spares, **options,
         )
         signals_set(stop)
     except KeyboardInterrupt:
@@ -584,8 +548,7 @@ def agent_exit_line(server: CoordinatorServer, proc: subprocess.Popen, last: boo
 
 def respawn_agent(proc: subprocess.Popen) -> subprocess.Popen:
     """The agent process :func:`spawn_agent` started as ``proc``, which has exited, started again with the same
-    command line (its agent id: the new one removes what the old one left, and registers the same hosts; its
-    ``--rates-file``, if given: it reads the calibration its predecessor made there instead of measuring). Its log
+    command line (its agent id: the new one removes what the old one left, and registers the same hosts). Its log
     goes to this process's stderr, as ``vcemu up``'s agents' does."""
     token = getattr(proc, "vcemu_token", None)
     again = subprocess.Popen(proc.args, stdout=subprocess.DEVNULL, start_new_session=True, env=_agent_env(token))

@@ -1072,15 +1072,16 @@ def _check_fraction(field: str, value: float) -> None:
 def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
               progress_by: str = "cpu-time", spares: int = 0, rates_file: str | None = None) -> AgentCore:
     """Claim the agent id, remove what dead agents left in cgroups (:func:`_sweep_cgroups`), probe cgroups (or
-    use duty cycling if ``no_cgroups``), calibrate the workloads, and return a running core.
+    use duty cycling if ``no_cgroups``), calibrate the workloads if ``progress_by`` is ``units``, and return a
+    running core.
 
     ``spares``: spare programs kept per workload (:mod:`node_agent.spares`): ``vcemu agent`` keeps
     :data:`~node_agent.spares.DEFAULT_SPARES`; an agent inside another command (a benchmark measuring CPU shares,
     ``apc --live``) none, unless it asks.
 
     Raises :class:`~node_agent.cgroups.CgroupUnavailable` if cgroups are needed but not writable, and ValueError for
-    a ``spares`` out of range (before anything is claimed). ``rates_file``: where an earlier process of this agent
-    wrote its calibration, read instead of measuring it again, or where this one writes it
+    a ``spares`` out of range (before anything is claimed). ``rates_file`` (``units`` progress): where an earlier
+    process of this agent wrote its calibration, read instead of measuring it again, or where this one writes it
     (:func:`~node_agent.runner.calibrated_rates`)."""
     if not 0 <= spares <= MAX_SPARES:
         raise ValueError(f"spares: must be in 0..{MAX_SPARES}, got {spares}")
@@ -1094,7 +1095,11 @@ def open_core(agent_id: str, hosts: list[HostSpec], no_cgroups: bool = False,
         _sweep_cgroups(agent_id, strict=not no_cgroups)  # a --no-cgroups agent too: cgroup runs may precede it
         driver: CgroupDriver = DutyCycleDriver() if no_cgroups else open_driver(agent_id)
         _remove_old_workdirs(agent_id)
-        rates = calibrated_rates(PROGRAMS, rates_file)
+        # Only ``units`` progress needs the programs' rates before a task starts (its target in units); under
+        # ``cpu-time`` (the default) a task is done when charged its CPU-seconds, and no rate is read. Calibrating
+        # anyway took every agent start about 4 s (two workloads, 1.5 CPU-s each, and a program's start-up each),
+        # more with several agents starting at once on a loaded machine.
+        rates = (calibrated_rates(PROGRAMS, rates_file) if progress_by == "units" else dict.fromkeys(PROGRAMS, 0.0))
     except BaseException:
         for lock in locks:
             lock.close()

@@ -64,10 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"programs of each workload started ahead, numpy loaded, so that a task's start or resume "
                         f"does not wait for them (0: none; default {DEFAULT_SPARES})")
     p.add_argument("--rates-file", default=None, metavar="FILE",
-                   help="the workloads' calibration: read from FILE if an earlier agent wrote it there (trusted "
-                        "as long as it is there: give a file of this run's), else measured (about 4 s) and written "
-                        "there; vcemu up passes one per agent, so that an agent it starts again registers before "
-                        "its hosts are declared lost")
+                   help="with --progress-by units, the workloads' calibration: read from FILE if an earlier agent "
+                        "wrote it there (trusted as long as it is there: give a file of this run's), else measured "
+                        "(about 4 s) and written there, so that an agent started again registers at once (under "
+                        "cpu-time progress nothing is calibrated)")
     p.add_argument("--no-cgroups", action="store_true",
                    help="throttle with SIGSTOP/SIGCONT duty cycling instead of cgroups")
     p.add_argument("--metrics-port", type=int, default=None,
@@ -155,6 +155,9 @@ def agent_main(argv: list[str]) -> int:
             parser.error(f"argument --parent-pid: process {args.parent_pid} is not this agent's parent (that is "
                          f"{os.getppid()})")
         hosts = _hosts(args, parser)
+        if args.rates_file is not None and args.progress_by != "units":
+            parser.error("argument --rates-file: only --progress-by units calibrates the workloads (under "
+                         f"{args.progress_by} progress a task is done when charged its CPU-seconds)")
         if args.rates_file is not None and (why := _rates_file_refusal(args.rates_file)) is not None:
             parser.error(f"argument --rates-file: {why}")
         # Checked before anything starts: the registrar retried a name with no port, or an address the coordinator

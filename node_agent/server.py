@@ -297,8 +297,8 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
                 no_cgroups: bool = False, metrics_port: int | None = None, tls: TlsFiles | None = None,
                 progress_by: str = "cpu-time", spares: int = 0, rates_file: str | None = None,
                 token: str | None = None) -> RunningAgent:
-    """Open cgroups, calibrate (or read the calibration from ``rates_file``: :func:`~node_agent.agent.open_core`),
-    and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
+    """Open cgroups, calibrate under ``units`` progress (or read the calibration from ``rates_file``:
+    :func:`~node_agent.agent.open_core`), and serve ``vcemu.v1.Agent`` + health on ``bind:port`` (0 = ephemeral).
 
     ``token``: the agent's API wants it as ``authorization: Bearer <token>`` on every call (the coordinator's
     ``--token-file``, which the coordinator sends; :mod:`vcemu.auth`), under TLS too; health stays open.

@@ -1,7 +1,8 @@
-"""``vcemu agent --rates-file``: a calibration kept for the agent process started again in its place
-(:func:`node_agent.runner.calibrated_rates`), which ``vcemu up`` gives each of its agents. Without it a restarted
-agent measured its calibration again for about 4 s before it registered, close to the 6 s after which its hosts
-are declared lost (session 37 measured 5.3 s on an idle machine; 1.6 s with the file)."""
+"""``vcemu agent --progress-by units --rates-file``: a calibration kept for the agent process started again in its
+place (:func:`node_agent.runner.calibrated_rates`). Without it a restarted agent measured its calibration again for
+about 4 s before it registered, close to the 6 s after which its hosts are declared lost (session 37 measured 5.3 s
+on an idle machine; 1.6 s with the file). Under ``cpu-time`` progress (the default, and ``vcemu up``'s) nothing is
+calibrated."""
 
 from __future__ import annotations
 
@@ -106,54 +107,49 @@ def test_the_agent_refuses_a_rates_file_it_could_not_use_before_it_calibrates(wh
     (tmp_path / "folder").mkdir()
     monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
     path = str(tmp_path / where) if where else ""
-    assert main(["agent", "--rates-file", path]) == 2
+    assert main(["agent", "--progress-by", "units", "--rates-file", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"vcemu agent: error: argument --rates-file: {path}"), err
     assert why in err[0], err
 
 
-def test_up_gives_each_agent_a_rates_file_in_one_folder_it_removes_at_the_end(tmp_path: Path, monkeypatch,
-                                                                              capsys) -> None:
-    """Each agent's is ``<folder>/<its id>.json`` (``agent0``, ``agent1``, or the next free ids if another cluster
-    holds these); the folder goes when ``up`` ends (here interrupted once both agents were started)."""
+def test_the_agent_refuses_a_rates_file_without_units_progress(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Under ``cpu-time`` progress (the default) nothing is calibrated: a ``--rates-file`` would do nothing."""
+    import node_agent.server
+
+    monkeypatch.setattr(node_agent.server, "open_core", lambda *a, **k: pytest.fail("agent core opened"))
+    assert main(["agent", "--rates-file", str(tmp_path / "agent0.json")]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err == ("vcemu agent: error: argument --rates-file: only --progress-by units calibrates the workloads "
+                   "(under cpu-time progress a task is done when charged its CPU-seconds)")
+
+
+@pytest.mark.parametrize(("progress_by", "calibrated"), [("cpu-time", []), ("units", ["dgemm", "arraycycle"])])
+def test_an_agent_calibrates_only_under_units_progress(progress_by: str, calibrated: list[str],
+                                                       measured: list[str]) -> None:
+    """Calibrating took every agent start about 4 s, and under ``cpu-time`` progress no rate is read."""
+    from node_agent.agent import open_core
+
+    core = open_core(f"ratescal-{os.getpid()}", [], no_cgroups=True, progress_by=progress_by)
+    try:
+        assert measured == calibrated
+        assert set(core.rates) == {"dgemm", "arraycycle"}
+    finally:
+        core.shutdown()
+
+
+def test_up_gives_its_agents_no_rates_file(monkeypatch, capsys) -> None:
+    """``vcemu up``'s agents progress by CPU time: they calibrate nothing, and up keeps no calibrations for them."""
     import coordinator.servers
 
-    files: list[str] = []
-    ids: list[str] = []
+    extras: list[list[str]] = []
 
     def spawn(coordinator, hosts, cpus, mems, agent_id, extra=(), log=None, token=None):  # type: ignore[no-untyped-def]
-        extra = list(extra)
-        files.append(extra[extra.index("--rates-file") + 1])
-        ids.append(agent_id)
-        assert os.path.isdir(os.path.dirname(files[-1]))
-        Path(files[-1]).write_text("{}")  # (as the agent writes it)
-        if len(files) == 2:
+        extras.append(list(extra))
+        if len(extras) == 2:
             raise KeyboardInterrupt
         return subprocess.Popen(["sleep", "60"])
 
     monkeypatch.setattr(coordinator.servers, "spawn_agent", spawn)
     assert main(["up", "--hosts", "2", "--agents", "2", "--port", "0"]) == 130, capsys.readouterr().err
-    folder = os.path.dirname(files[0])
-    assert [os.path.basename(f) for f in files] == [f"{i}.json" for i in ids] and ids[0].startswith("agent0")
-    assert os.path.dirname(files[1]) == folder
-    assert os.path.basename(folder).startswith(f"vcemu-up-rates-{os.getpid()}-")
-    assert not os.path.exists(folder)
-
-
-def test_up_removes_the_calibration_folders_of_up_processes_that_are_gone(tmp_path: Path, monkeypatch) -> None:
-    """A killed ``up`` cannot remove its folder: the next one does, and leaves a living one's alone."""
-    import tempfile
-
-    import coordinator.servers as servers
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    gone = tmp_path / f"vcemu-up-rates-{dead.pid}-abc"
-    living = tmp_path / f"vcemu-up-rates-{os.getpid()}-def"
-    other = tmp_path / "vcemu-up-rates-notapid-x"
-    for folder in (gone, living, other):
-        folder.mkdir()
-        (folder / "agent0.json").write_text("{}")
-    servers._remove_dead_rates_dirs()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([living.name, other.name])
+    assert len(extras) == 2 and not any("--rates-file" in extra for extra in extras), extras
