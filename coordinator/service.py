@@ -1270,7 +1270,7 @@ class CoordinatorServer:
         window = self.heartbeat_misses * self.heartbeat_s
         deadline = time.monotonic() - window
         silent: list[tuple[str, AgentHandle, float]] = []
-        judged = 0
+        judged, newest = 0, -math.inf
         for agent_id in list(self.heartbeats):
             handle = self.backend.agents.get(agent_id)
             # Its heartbeat read after its handle, each time: an agent that registered again while an earlier loss
@@ -1281,14 +1281,16 @@ class CoordinatorServer:
             if last is None or handle is None:  # (lost meanwhile)
                 continue
             judged += 1
+            newest = max(newest, last, handle.last_seen)
             # Silence counts only if the coordinator was listening: heartbeats are received by the
             # gRPC threads, but an agent without them is heard only through the engine loop's polls,
             # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
             listening = agent_id in self.beating or handle.silent
             if listening and max(last, handle.last_seen) < deadline:
                 silent.append((agent_id, handle, max(last, handle.last_seen)))
-        if self._all_silent(silent, judged):
+        if self._all_silent(silent, judged, newest):
             return
+        doomed: list[tuple[str, AgentHandle, str]] = []
         for agent_id, handle, last in silent:
             one_way = self.one_way.get(agent_id)
             if one_way is not None and handle.unanswered_last < last + window:
@@ -1297,15 +1299,23 @@ class CoordinatorServer:
                 # that would have cleared it came after the loss). A loop held up asks nothing: no loss then.
                 continue
             if self.heartbeats.get(agent_id) is None or max(self.heartbeats[agent_id], handle.last_seen) >= deadline:
-                continue  # (heard, or lost, while an earlier loss in this look waited for the engine lock)
-            why = (f"no heartbeat for {self.heartbeat_misses} x {self.heartbeat_s:g} s" if one_way is None else
-                   f"unreachable: {one_way}")
+                continue  # (heard, or lost, meanwhile)
+            doomed.append((agent_id, handle, f"no heartbeat for {self.heartbeat_misses} x {self.heartbeat_s:g} s"
+                           if one_way is None else f"unreachable: {one_way}"))
+        # Every one cut off before the first is removed (review h213): each loss waits for the engine lock, and the
+        # loop, given the first one's jobs, placed them on the next ones, still registered and silent, each call a
+        # deadline under that lock (6 s between the first and the last of three lost at the end of a hold).
+        if self._stop.is_set():  # (lose_agent declares none lost then: none cut off either)
+            return
+        for agent_id, handle, _why in doomed:
+            self.backend.cut_off(agent_id, handle)
+        for agent_id, handle, why in doomed:
             try:
                 self.lose_agent(agent_id, f"agent {agent_id} lost: {why}", handle)
             except Exception:  # the watch must outlive any one loss: the next agent to die needs it
                 log.exception("declaring agent %s lost failed", agent_id)
 
-    def _all_silent(self, silent: list[tuple[str, AgentHandle, float]], judged: int) -> bool:
+    def _all_silent(self, silent: list[tuple[str, AgentHandle, float]], judged: int, newest: float) -> bool:
         """Whether to declare none of the ``silent`` agents lost now because every one of the ``judged`` agents,
         two or more, is silent: a fault of the coordinator's own network (its uplink, a switch) silences them all
         at once, and declaring each lost restarted every job on the cluster when it healed (a blip of 6 s or more,
@@ -1315,17 +1325,25 @@ class CoordinatorServer:
         did all fail are lost then, as before. Once one is heard again, those still silent are given one window
         afresh, from now (their heartbeats come within an interval of the first, a healthy agent's a little later),
         as after a stall of the coordinator (:meth:`_note_running`); one that stays silent is lost then. A
-        coordinator of one agent cannot tell its own fault from the agent's, and loses it as before."""
+        coordinator of one agent cannot tell its own fault from the agent's, and loses it as before.
+
+        ``newest``: the latest sign of life of any of the ``judged`` agents. Every agent is silent once none has been
+        heard for all but one interval of the window (review h213: their last signs of life are spread over up to an
+        interval, heartbeats, and over a poll round or more, a slow answer: the one heard last before the fault
+        passed the window a look or more before the others, and was declared lost alone, its jobs restarted). An
+        agent whose own silence, by its polls (which the window given afresh does not touch), has passed the bound
+        is given no window afresh: one agent heard now and then kept a dead one registered for ever."""
         window = self.heartbeat_misses * self.heartbeat_s
+        bound = ALL_SILENT_WINDOWS * window
         now = time.monotonic()
-        if judged >= 2 and len(silent) == judged:
-            since = max(last for _, _, last in silent)
-            if now - since < ALL_SILENT_WINDOWS * window:
+        if judged >= 2 and silent and now - newest >= max(self.heartbeat_s, window - self.heartbeat_s):
+            since = newest
+            if now - since < bound:
                 if self.all_silent_since is None:
                     self.all_silent_since = since
                     log.warning("every agent (%d) has been silent for %.1f s: a fault of the coordinator's own network "
                                 "is as likely as all of them failing at once, so none is declared lost before %g s "
-                                "of silence; their leases run out and their tasks are frozen meanwhile", judged,
+                                "of silence; their leases run out meanwhile, freezing the tasks they still run", judged,
                                 now - since, ALL_SILENT_WINDOWS * window)
                 return True
             if self.all_silent_since is not None:
@@ -1334,13 +1352,21 @@ class CoordinatorServer:
             return False
         if self.all_silent_since is not None:
             self.all_silent_since = None
-            log.warning("an agent is heard again after every agent was silent: the %d still silent are given %g s "
-                        "afresh to be heard before each is declared lost", len(silent), window)
             with self.heartbeats_lock:
-                for agent_id, _handle, _last in silent:
-                    if agent_id in self.heartbeats:
-                        self.heartbeats[agent_id] = max(self.heartbeats[agent_id], now)
-            return True
+                afresh = [agent_id for agent_id, handle, _last in silent
+                          if agent_id in self.heartbeats and now - handle.last_seen < bound]
+                for agent_id in afresh:
+                    self.heartbeats[agent_id] = max(self.heartbeats[agent_id], now)
+            if afresh:
+                log.warning("an agent is heard again after every agent was silent: the %d still silent are given %g s "
+                            "afresh to be heard before each is declared lost", len(afresh), window)
+            else:
+                log.warning("an agent is heard again after every agent was silent")
+            # Nor do the calls that went unanswered over the fault count against them (review h213): their heartbeats
+            # come before their polls, backed off up to SILENT_POLL_MAX_S, and once another agent's poll was answered
+            # they were taken for heard one way only, their leases not renewed, until their next poll.
+            self.backend.excuse_unanswered()
+            return False  # (those given a window afresh are heard now for the look's recheck; the others are lost)
         return False
 
     def grant(self, agent_id: str) -> float:

@@ -3,6 +3,11 @@ none is declared lost for it until :data:`coordinator.service.ALL_SILENT_WINDOWS
 (:meth:`CoordinatorServer._all_silent`). Multi-host review, session 46: a 6-s fault on the coordinator's side of the
 network declared all three agents lost, and every job on the cluster was restarted when it healed.
 
+Review of the change (session 47): agents whose last signs of life were a little apart when the network failed (the
+first past the window was lost alone), a dead agent held for ever by another heard now and then, agents lost at the
+end of a hold one after another (the first one's jobs placed on the next, each call a deadline), and agents taken for
+heard one way only at the heal.
+
 The watch is driven by hand (a heartbeat of 100 s: a loss window of 300 s, the watch thread asleep), with the
 agents' last signs of life set back in time."""
 
@@ -119,5 +124,95 @@ def test_a_coordinator_of_one_agent_cannot_tell_and_declares_it_lost_as_before()
         _silent_for(server, WINDOW + 1.0, "a0")
         server._check_agents()
         assert not server.backend.agents and list(server.lost) == ["a0"]
+    finally:
+        server.stop()
+
+
+def test_a_dead_agent_is_not_held_past_the_bound_by_another_heard_now_and_then():
+    # a1 is dead (its polls unanswered since); a0 is heard once in a while (a link that loses most packets), each time
+    # after the two were all silent: a1 was given a window afresh each time, and held for ever.
+    server = _watched("a0", "a1")
+    try:
+        _silent_for(server, WINDOW + 1.0, "a0", "a1")
+        dead_since = server.backend.agents["a1"].last_seen
+        for _ in range(3 * ALL_SILENT_WINDOWS):
+            server._check_agents()  # all silent: held
+            server.beat("a0")  # a0 heard once
+            server._check_agents()  # a1 given a window afresh (while it is within the bound)
+            if "a1" in server.lost:
+                break
+            # a window passes, a0 silent again; a1 still dead: move every stamp a window back
+            now = time.monotonic()
+            for agent_id in ("a0", "a1"):
+                server.heartbeats[agent_id] -= WINDOW + 1.0
+            server.backend.agents["a0"].last_seen = now - (WINDOW + 1.0)
+            dead_since -= WINDOW + 1.0  # (a1's real silence grows by as much)
+            server.backend.agents["a1"].last_seen = dead_since
+        assert "a1" in server.lost, "an agent silent for 30 loss windows is still registered"
+    finally:
+        server.stop()
+
+
+def test_agents_falling_silent_a_little_apart_are_all_silent_not_the_first_lost_alone():
+    # The coordinator's network fails: a2's last answer came 1 s before the others' (a slow answer, a poll not due):
+    # it passed the loss window one look before them and was declared lost alone, its jobs restarted.
+    server = _watched("a0", "a1", "a2")
+    try:
+        _silent_for(server, WINDOW - 1.0, "a0", "a1")
+        _silent_for(server, WINDOW + 0.5, "a2")
+        server._check_agents()
+        assert not server.lost and set(server.backend.agents) == {"a0", "a1", "a2"}
+    finally:
+        server.stop()
+
+
+def test_one_silent_agent_beside_agents_heard_a_moment_ago_is_lost_as_before():
+    server = _watched("a0", "a1", "a2")
+    try:
+        _silent_for(server, 1.0, "a0", "a1")
+        _silent_for(server, WINDOW + 0.5, "a2")
+        server._check_agents()
+        assert list(server.lost) == ["a2"]
+    finally:
+        server.stop()
+
+
+def test_agents_lost_in_one_look_are_all_cut_off_before_the_first_is_removed(monkeypatch):
+    # Live (review h213): at the end of a hold, the first agent's jobs were placed by the engine on the next ones,
+    # still registered and silent, each call a deadline under the engine lock that their own losses waited for.
+    server = _watched("a0", "a1", "a2")
+    try:
+        _silent_for(server, ALL_SILENT_WINDOWS * WINDOW + 1.0, "a0", "a1", "a2")
+        handles = dict(server.backend.agents)
+        cut_at_each: list[bool] = []
+        lose = server.lose_agent
+
+        def recording(agent_id, reason, silent=None):  # type: ignore[no-untyped-def]
+            cut_at_each.append(all(h.lost for h in handles.values()))
+            return lose(agent_id, reason, silent)
+
+        monkeypatch.setattr(server, "lose_agent", recording)
+        server._check_agents()
+        assert set(server.lost) == {"a0", "a1", "a2"} and cut_at_each == [True, True, True]
+    finally:
+        server.stop()
+
+
+def test_once_one_is_heard_the_calls_unanswered_over_the_fault_do_not_make_the_others_heard_one_way():
+    # Live (review h213): at the heal, a2's heartbeat came after a1's poll was answered and before its own poll
+    # (backed off): it was taken for heard one way only (a WARNING, its lease not renewed) until that poll.
+    server = _watched("a0", "a1", "a2")
+    try:
+        _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
+        server._check_agents()
+        now = time.monotonic()
+        for agent_id in ("a1", "a2"):
+            handle = server.backend.agents[agent_id]
+            handle.silent, handle.polls_unanswered = True, 10
+            handle.unanswered_since, handle.unanswered_last = now - WINDOW - 50.0, now - 1.0
+        server.beat("a0")  # the fault heals: a0 heard first, its poll answered
+        server.backend.answered_at = time.monotonic()
+        server._check_agents()
+        assert server.heard_one_way("a1", "127.0.0.1:1") is None and not server.one_way
     finally:
         server.stop()
