@@ -585,7 +585,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from coordinator.policies import get_policy
     from coordinator.service import CoordinatorServer
     from coordinator.store import StoreError
-    from vcemu.ports import ports_refusal
+    from vcemu.ports import listen_address, ports_refusal
 
     log_to_stderr("vcemu coordinator")
     _raise_descriptor_limit()
@@ -600,7 +600,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     except (ValueError, OSError, StoreError) as e:
         print(f"vcemu coordinator: error: {e}", file=sys.stderr)
         return 2
-    metrics = f", metrics on http://{args.bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
+    metrics = f", metrics on http://{listen_address(args.bind, server.metrics_port)}/metrics" \
+        if server.metrics_port else ""
     print(f"vcemu coordinator listening on {server.address} ({described(args.policy)}){metrics}", flush=True)
     if server.restored_note is not None:
         print(f"vcemu coordinator: {server.restored_note}", flush=True)

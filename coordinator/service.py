@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import ipaddress
 import itertools
 import logging
 import math
@@ -67,7 +66,7 @@ from vcemu.limits import (
     request_bounds,
     shown,
 )
-from vcemu.ports import cannot_bind, ports_refusal, unreachable_advertise
+from vcemu.ports import cannot_bind, is_loopback, listen_address, metrics_host, ports_refusal, unreachable_advertise
 from vcemu.tls import TlsFiles, certificate_refusal
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
@@ -334,13 +333,7 @@ def _job_id_given(request: pb.JobRef, context: grpc.ServicerContext) -> None:
 
 def _loopback(bind: str) -> bool:
     """Whether a listening address is reachable from this machine only (``127.x``, ``::1``, ``localhost``)."""
-    host = bind.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(bind)
 
 
 def _spec_differences(spec: JobSpec, asked: pb.JobSpec) -> str:
@@ -863,14 +856,14 @@ class CoordinatorServer:
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
             try:
                 if tls is not None:
-                    self.port = self.grpc.add_secure_port(f"{bind}:{port}", tls.server_credentials())
+                    self.port = self.grpc.add_secure_port(listen_address(bind, port), tls.server_credentials())
                 else:
-                    self.port = self.grpc.add_insecure_port(f"{bind}:{port}")
+                    self.port = self.grpc.add_insecure_port(listen_address(bind, port))
             except RuntimeError:  # grpc's "Failed to bind to address ..."
                 self.port = 0
             if self.port == 0:
                 raise OSError(cannot_bind(bind, port))
-            self.address = f"{bind}:{self.port}"
+            self.address = listen_address(bind, self.port)
             if not token and tls is None and not _loopback(bind):
                 # (security review: it started without a word, and the Kubernetes base runs so)
                 log.warning("listening on %s with neither --token-file nor TLS: anything that reaches this port can "
@@ -882,11 +875,12 @@ class CoordinatorServer:
                             "travels in clear text: anything that sees the network between them can read it and "
                             "use it (mutual TLS: vcemu coordinator and vcemu agent --tls-cert/--tls-key/--tls-ca)")
             try:
-                self.metrics_port = self.metrics.serve(metrics_port, bind) if metrics_port is not None else None
+                self.metrics_port = None if metrics_port is None else \
+                    self.metrics.serve(metrics_port, metrics_host(bind))
             except OSError as exc:
                 self.grpc.stop(0)
                 why = exc.strerror or exc
-                raise OSError(f"--metrics-port: cannot listen on {bind}:{metrics_port}: {why}") from None
+                raise OSError(f"--metrics-port: cannot listen on {listen_address(bind, metrics_port)}: {why}") from None
             self._loop = threading.Thread(target=self._run, name="engine-loop", daemon=True)
             self._watch = threading.Thread(target=self._watch_agents, name="agent-watch", daemon=True)
             self._ticker = threading.Thread(target=self._tick, name="stall-ticker", daemon=True)

@@ -167,6 +167,9 @@ def agent_main(argv: list[str]) -> int:
         if args.advertise is not None:
             if args.coordinator is None:
                 parser.error("argument --advertise: only with --coordinator (it is the address given there)")
+            from vcemu.ports import bracketed
+
+            args.advertise = bracketed(args.advertise)
             if (why := address_refusal("--advertise", args.advertise)) is not None:
                 parser.error(f"argument {why}")
         from vcemu.cliargs import AGENT_TOKEN_ENV, read_token

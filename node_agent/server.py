@@ -27,7 +27,7 @@ from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_co
 from node_agent.runner import State, TaskView
 from node_agent.transactional import TransactionalParams
 from vcemu.auth import BearerTokenInterceptor
-from vcemu.ports import cannot_bind, ports_refusal
+from vcemu.ports import cannot_bind, listen_address, metrics_host, ports_refusal
 from vcemu.tls import TlsFiles
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
@@ -321,9 +321,9 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
         try:
             if tls is not None:  # mutual TLS: only holders of a certificate of the cluster's CA may call
-                bound = server.add_secure_port(f"{bind}:{port}", tls.server_credentials())
+                bound = server.add_secure_port(listen_address(bind, port), tls.server_credentials())
             else:
-                bound = server.add_insecure_port(f"{bind}:{port}")
+                bound = server.add_insecure_port(listen_address(bind, port))
         except RuntimeError:  # grpc's "Failed to bind to address ..."
             bound = 0
         if bound == 0:
@@ -331,16 +331,16 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
         server.start()
         for svc in ("", SERVICE_NAME):
             hs.set(svc, health_pb2.HealthCheckResponse.SERVING)
-        agent = RunningAgent(core=core, server=server, port=bound, address=f"{bind}:{bound}", health=hs,
+        agent = RunningAgent(core=core, server=server, port=bound, address=listen_address(bind, bound), health=hs,
                              wants_token=bool(token))
         if metrics_port is not None:
             registry = CollectorRegistry()
             registry.register(AgentCollector(core))
             try:
-                httpd, _ = start_http_server(metrics_port, addr=bind, registry=registry)
+                httpd, _ = start_http_server(metrics_port, addr=metrics_host(bind), registry=registry)
             except OSError as exc:
                 server.stop(0)
-                raise PortUnavailable(f"--metrics-port: cannot listen on {bind}:{metrics_port}: "
+                raise PortUnavailable(f"--metrics-port: cannot listen on {listen_address(bind, metrics_port)}: "
                                       f"{exc.strerror or exc}") from None
             agent.metrics_port = httpd.server_port
             agent._closers.append(httpd.shutdown)

@@ -90,7 +90,23 @@ def address_refusal(field: str, address: str) -> str | None:
     host, _, port = address.rpartition(":")
     if not (host and port.isascii() and port.isdigit() and 0 < int(port) < 65536) or len(address) > MAX_NAME:
         return f"{field}: must be HOST:PORT with a port in 1..65535, got {shown(address)}"
+    bare = re.sub(r"^(dns:(//[^/]*/)?|ipv[46]:)", "", host)
+    if ":" in bare and not (bare.startswith("[") and bare.endswith("]")):
+        # (IPv6 review: ``::1:52062`` was taken, and gRPC dials it as the host ``::1:52062`` on port 443)
+        return (f"{field}: must be HOST:PORT with an IPv6 address in brackets, got {shown(address)}"
+                f"{_bracketed_hint(bare, port)}")
     return None
+
+
+def _bracketed_hint(host: str, port: str) -> str:
+    """``" ([HOST]:PORT?)"`` when ``host`` is an IPv6 address without brackets, else ""."""
+    import ipaddress
+
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return ""
+    return f" ([{host}]:{port}?)"
 
 
 def target_refusal(text: str) -> str | None:
@@ -103,6 +119,10 @@ def target_refusal(text: str) -> str | None:
         return None if text.partition(":")[2].removeprefix("//") else f"no socket path in {text!r}"
     rest = re.sub(r"^dns:(//[^/]*/)?", "", text)
     rest = re.sub(r"^ipv[46]:", "", rest)
+    bare, _, last = rest.rpartition(":")
+    if last.isascii() and last.isdigit() and (hint := _bracketed_hint(bare, last)):
+        # (IPv6 review: "fd00::1:50051" was refused as "without a scheme", its "fd00:" read as one)
+        return f"give HOST:PORT with an IPv6 address in brackets, got {text!r}{hint}"
     if "://" in rest or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:(?!\d*$)", rest) and not rest.startswith("["):
         return f"give HOST:PORT, without a scheme, got {text!r}"
     port: str | None

@@ -11,10 +11,43 @@ import errno
 import ipaddress
 import re
 import socket
+import urllib.parse
 from collections.abc import Callable
 
 #: Bind addresses that listen on every interface, which no one can dial from another machine.
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
+
+def bind_host(bind: str) -> str:
+    """The host of a ``--bind`` address as a socket takes it: an IPv6 one without brackets (``[::1]`` is ``::1``)."""
+    return bind[1:-1] if bind.startswith("[") and bind.endswith("]") else bind
+
+
+def listen_address(bind: str, port: int) -> str:
+    """``HOST:PORT`` of ``bind`` and ``port`` as gRPC's ``add_*_port`` takes it and as a message shows it: an IPv6
+    host in brackets. ``--bind ::1`` was given to gRPC as ``::1:PORT``, which it reads as a host with no port (it
+    failed "Misformatted domain name"), and ``--bind [::1]`` to the metrics server, which cannot resolve ``[::1]``
+    (IPv6 review: no spelling of an IPv6 address served both)."""
+    host = bind_host(bind)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def metrics_host(bind: str) -> str:
+    """The address the metrics server of a process bound to ``bind`` listens on: ``bind``, but for ``0.0.0.0`` (or
+    "") ``::`` where an IPv6 socket takes IPv4 too (the system's default, ``net.ipv6.bindv6only=0``). gRPC listens on
+    both families for a wildcard ``0.0.0.0``, the metrics server (an IPv4 socket) did not: on an IPv6 network (an IPv6
+    Kubernetes cluster, whose manifests bind 0.0.0.0) the agents registered and ran jobs, and no Prometheus could
+    scrape them (IPv6 review)."""
+    bind = bind_host(bind)
+    if bind not in ("0.0.0.0", ""):
+        return bind
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            if s.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0:
+                return "::"
+    except OSError:  # (no IPv6 in this kernel)
+        pass
+    return bind
 
 
 def dial_address(bind: str, port: int, node_ip: str) -> str:
@@ -22,6 +55,15 @@ def dial_address(bind: str, port: int, node_ip: str) -> str:
     and an IPv6 host in brackets."""
     host = node_ip if bind in WILDCARDS else bind
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def bracketed(address: str) -> str:
+    """``address`` (HOST:PORT) with an IPv6 host put in brackets if it has none (``fd00::5:50052`` is
+    ``[fd00::5]:50052``), else as given. For an address that must have a port (``vcemu agent --advertise``): the
+    Kubernetes DaemonSet's ``--advertise=$(POD_IP):50052`` gave a pod IPv6 address so, which gRPC cannot dial."""
+    host, sep, port = address.rpartition(":")
+    ip = _ip(host) if sep and port.isascii() and port.isdigit() and not host.startswith("[") else None
+    return f"[{host}]:{port}" if ip is not None and ip.version == 6 else address
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -39,11 +81,29 @@ def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+#: Names of the loopback: ``localhost`` (and, RFC 6761, any name under it), and Debian's names of ``::1``.
+LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
+
+
+def _loopback_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """``ip.is_loopback``, an IPv4-mapped IPv6 loopback (``::ffff:127.0.0.1``) too, which Python 3.11 says is not."""
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _unspecified_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_unspecified or (mapped is not None and mapped.is_unspecified)
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (a name or an IP, maybe in brackets) is this machine's loopback: ``localhost``, 127.0.0.0/8
-    (Debian maps the machine's own name to 127.0.1.1), ``::1``."""
+    (Debian maps the machine's own name to 127.0.1.1), ``::1``, ``::ffff:127.0.0.1``."""
     ip = _ip(host)
-    return host.lower() == "localhost" if ip is None else ip.is_loopback
+    if ip is not None:
+        return _loopback_ip(ip)
+    name = host.strip("[]").lower().rstrip(".")
+    return name in LOOPBACK_NAMES or name.endswith(".localhost")
 
 
 def is_local_ip(host: str) -> bool:
@@ -51,7 +111,7 @@ def is_local_ip(host: str) -> bool:
     ip = _ip(host)
     if ip is None:
         return False
-    if ip.is_loopback:
+    if _loopback_ip(ip):
         return True
     try:
         with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -62,8 +122,12 @@ def is_local_ip(host: str) -> bool:
 
 
 def peer_ip(peer: str) -> str | None:
-    """The IP of a gRPC peer string (``ipv4:10.0.0.5:41234``, ``ipv6:[fd00::5]:41234``), else None."""
-    m = re.match(r"^ipv4:([\d.]+):\d+$", peer) or re.match(r"^ipv6:\[([0-9a-fA-F:.%]+)\]:\d+$", peer)
+    """The IP of a gRPC peer string (``ipv4:10.0.0.5:41234``, ``ipv6:%5Bfd00::5%5D:41234``), else None. gRPC gives an
+    IPv6 peer as a URI, its brackets (and a zone's ``%``) percent-encoded: read as ``ipv6:[fd00::5]:41234`` only, no
+    IPv6 peer had an IP, and an agent on another machine that registered over IPv6 under ``[::1]`` was taken (IPv6
+    review)."""
+    peer = urllib.parse.unquote(peer)
+    m = re.match(r"^ipv4:([\d.]+):\d+$", peer) or re.match(r"^ipv6:\[([0-9a-fA-F:.]+(?:%[^\]]+)?)\]:\d+$", peer)
     return m.group(1) if m else None
 
 
@@ -73,8 +137,10 @@ def unreachable_advertise(address: str, peer: str, is_local: Callable[[str], boo
     only when the agent runs on the coordinator's machine. An agent on another machine with the defaults (``--bind
     127.0.0.1``, or ``--bind 0.0.0.0`` without ``--advertise``) was taken, and every call to it then failed or
     reached this machine instead (multi-host review)."""
-    ip = _ip(split_target(address)[0])
-    if ip is None or not (ip.is_loopback or ip.is_unspecified):
+    host = split_target(address)[0]
+    ip = _ip(host)
+    # (IPv6 review: a name of the loopback, ``localhost:PORT``, and ``[::ffff:127.0.0.1]:PORT`` were taken)
+    if not (is_loopback(host) or (ip is not None and _unspecified_ip(ip))):
         return None
     source = peer_ip(peer)
     if source is None or is_local(source):
@@ -145,7 +211,7 @@ def port_denied(bind: str, port: int) -> bool:
 
 
 def denied(bind: str, port: int, flag: str = "--port") -> str:
-    return f"{flag}: cannot listen on {bind}:{port} (permission denied: ports below 1024 need root)"
+    return f"{flag}: cannot listen on {listen_address(bind, port)} (permission denied: ports below 1024 need root)"
 
 
 def not_local(bind: str) -> bool:
@@ -156,12 +222,12 @@ def not_local(bind: str) -> bool:
 
 def cannot_listen(bind: str, port: int, flag: str = "--port") -> str:
     """The one refusal of a port in use, the same from the coordinator and the agent."""
-    return f"{flag}: cannot listen on {bind}:{port} (in use by another process?)"
+    return f"{flag}: cannot listen on {listen_address(bind, port)} (in use by another process?)"
 
 
 def cannot_bind(bind: str, port: int) -> str:
     """gRPC could not listen on a port :func:`port_in_use` found free: the address is the likelier cause."""
-    return (f"--bind: cannot listen on {bind}:{port} (not an address of this machine? "
+    return (f"--bind: cannot listen on {listen_address(bind, port)} (not an address of this machine? "
             "or the port was taken just now)")
 
 
@@ -180,7 +246,7 @@ def ports_refusal(bind: str, port: int, metrics_port: int | None) -> str | None:
     if metrics_port is None:
         return None
     if metrics_port != 0 and metrics_port == port:
-        return f"--metrics-port: cannot listen on {bind}:{metrics_port} (the same port as --port)"
+        return f"--metrics-port: cannot listen on {listen_address(bind, metrics_port)} (the same port as --port)"
     if port_in_use(bind, metrics_port):
         return cannot_listen(bind, metrics_port, "--metrics-port")
     if port_denied(bind, metrics_port):

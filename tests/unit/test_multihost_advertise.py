@@ -77,3 +77,43 @@ def test_every_loopback_bind_is_told_apart() -> None:
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.1.1", "localhost", "::1", "[::1]", "LOCALHOST"))
     assert not any(is_loopback(h) for h in ("10.0.0.1", "0.0.0.0", "::", "node-1.example"))
+
+
+def test_peer_ip_of_grpcs_own_ipv6_peer_strings() -> None:
+    """gRPC percent-encodes an IPv6 peer's brackets (``ipv6:%5B::1%5D:41234``): read as None, the loopback check of a
+    remote agent registering over IPv6 never ran (IPv6 review)."""
+    assert peer_ip("ipv6:%5Bfd00::1%5D:4567") == "fd00::1"
+    assert peer_ip("ipv6:%5Bfe80::1%25eth0%5D:4567") == "fe80::1%eth0"
+    assert unreachable_advertise("[::1]:52071", "ipv6:%5Bfd00::13%5D:50000", is_local=remote) is not None
+
+
+def test_peer_ip_of_a_real_ipv6_call() -> None:
+    import socket
+    from concurrent import futures
+
+    import grpc
+    import pytest
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback: {exc}")
+    peers: list[str] = []
+
+    class Health(health.HealthServicer):
+        def Check(self, request, context):  # type: ignore[no-untyped-def]
+            peers.append(context.peer())
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    health_pb2_grpc.add_HealthServicer_to_server(Health(), server)
+    port = server.add_insecure_port("[::1]:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"[::1]:{port}") as channel:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    finally:
+        server.stop(0)
+    assert peer_ip(peers[0]) == "::1", peers[0]

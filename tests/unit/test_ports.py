@@ -38,3 +38,13 @@ def test_the_address_to_dial_is_the_nodes_for_a_wildcard_bind_and_brackets_ipv6(
     assert dial_address("::", 50051, "fd00::7") == "[fd00::7]:50051"
     assert dial_address("192.168.1.2", 50052, "10.0.0.7") == "192.168.1.2:50052"
     assert dial_address("[fd00::2]", 1, "10.0.0.7") == "[fd00::2]:1"
+
+
+def test_an_ipv6_bind_is_given_to_grpc_in_brackets_and_to_a_socket_without() -> None:
+    """(IPv6 review: ``--bind ::1`` reached gRPC as ``::1:PORT``, a host with no port to it, and ``--bind [::1]``
+    the metrics server, which cannot resolve ``[::1]``.)"""
+    for bind in ("::1", "[::1]"):
+        assert ports.listen_address(bind, 5) == "[::1]:5" and ports.bind_host(bind) == "::1"
+    assert ports.listen_address("::", 5) == "[::]:5" and ports.bind_host("[::]") == "::"
+    assert ports.listen_address("127.0.0.1", 5) == "127.0.0.1:5" and ports.bind_host("localhost") == "localhost"
+    assert ports.cannot_listen("::1", 5) == "--port: cannot listen on [::1]:5 (in use by another process?)"

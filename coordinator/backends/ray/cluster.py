@@ -239,6 +239,7 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
     (``--state``, ``--heartbeat``, ``--token-file``), as a local ``vcemu up`` passes them. Bad settings end
     it with one line naming the setting and exit status 2."""
     from coordinator.servers import say_waiting
+    from vcemu.ports import listen_address
     from vcemu.sizes import parse_size
 
     # ``vcemu up`` parses these as lists (one value, or one per host); Ray places hosts itself.
@@ -273,7 +274,8 @@ def run_up(args: argparse.Namespace, options: dict[str, Any] | None = None) -> i
             print(f"vcemu up: {exc}", file=sys.stderr)
             return exc.status
         placements, bind, coordinator = agents.placements, args.bind or ctx.node_ip, agents.coordinator
-        metrics = f", metrics on http://{bind}:{server.metrics_port}/metrics" if server.metrics_port else ""
+        metrics = f", metrics on http://{listen_address(bind, server.metrics_port)}/metrics" \
+            if server.metrics_port else ""
         nodes = len({p.node.node_id for p in placements})  # one placement per host, several on a node
         print(f"vcemu up: coordinator on {coordinator} ({described(args.policy)}), {args.hosts} hosts on "
               f"{nodes} Ray nodes (Ray {ctx.ray_version}, auth {ctx.auth_mode}){metrics}. Ctrl-C stops.")
