@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from coordinator import store as store_module
 from coordinator.locks import claim
 from coordinator.store import Store, StoreError, lock_path
 
@@ -75,3 +77,23 @@ def test_a_directory_is_named(tmp_path: Path) -> None:
         Store(str(some), exclusive=True)
     assert "unable to open" not in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["some"]
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM])
+def test_a_lock_file_that_cannot_be_written_is_the_machines_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  err: int) -> None:
+    """Storage-fault review: on a file system that turned read-only under a coordinator (ext4's errors=remount-ro
+    after an I/O error), its restart said "--state run.db: not a usable vcemu state file: cannot lock run.db.lock:
+    Read-only file system", blaming a sound state file (every job in it) for the machine's fault; the same with
+    "Operation not permitted" in a directory made immutable (chattr +i)."""
+    path = str(tmp_path / "s.db")
+    Store(path, exclusive=True).close()
+
+    def refuse(where: str) -> int:
+        raise OSError(err, os.strerror(err), where)
+
+    monkeypatch.setattr(store_module, "claim", refuse)
+    expected = rf"--state {path}: cannot be written here: cannot lock .*{os.strerror(err)}"
+    with pytest.raises(StoreError, match=expected) as refused:
+        Store(path, exclusive=True)
+    assert "not a usable" not in str(refused.value)

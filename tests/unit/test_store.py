@@ -242,3 +242,60 @@ def test_a_damaged_page_is_refused_in_one_line_whichever_it_is(tmp_path: Path) -
         finally:
             damaged.close()
     assert refused > 0
+
+
+@pytest.mark.parametrize("locked_before", [False, True])
+def test_a_damaged_seq_is_refused_in_one_line_naming_the_file(tmp_path: Path, locked_before: bool) -> None:
+    """Storage-fault review: one flipped bit in a jobs row's record header made its seq TEXT (SQLite keeps any value
+    in any column); MAX(seq) was that text, and a coordinator started on the file with no lock file beside it (a
+    copy) died with "TypeError: '>' not supported between instances of 'str' and 'int'"; with one, the next new
+    job's ``self._seq += 1`` failed."""
+    path = str(tmp_path / "run.db")
+    store = Store(path, exclusive=True)
+    store.put_job(spec(1), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE jobs SET seq=?", ("\x0222",))
+    if not locked_before:
+        os.unlink(f"{path}.lock")
+    with pytest.raises(StoreError, match=rf"^--state {path}: not a usable vcemu state file: .*job-00001.*seq"):
+        Store(path, exclusive=True)
+
+
+def test_a_schema_that_is_not_utf8_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """Storage-fault review: a flipped byte in the schema page (jobs' "NOT NULL" made "NOT NU\\x81L") gave "vcemu
+    coordinator: error: 'utf-8' codec can't decode byte 0x81 in position 43: invalid start byte", naming no file:
+    SQLite's "malformed database schema" message quotes the bytes, which Python could not decode."""
+    path = tmp_path / "run.db"
+    Store(str(path)).close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = path.read_bytes()
+    head = data[:4096].replace(b"hosts TEXT NOT NULL", b"hosts TEXT NOT NU\x81L", 1)
+    path.write_bytes(head + data[4096:])
+    with pytest.raises(StoreError, match=rf"^--state {path}: not a usable vcemu state file"):
+        Store(str(path), exclusive=True)
+
+
+def test_a_damaged_index_page_is_refused_at_the_start_not_at_every_later_submission(tmp_path: Path) -> None:
+    """Storage-fault review: a zeroed page of the jobs table's request-id or id index was not read by the load (it
+    reads the rows): the coordinator said "restored 400 jobs" and listened, then refused every new job for good,
+    "UNAVAILABLE: the coordinator cannot write its state file (database disk image is malformed): nothing was
+    accepted; submit again once it can". Every page of those indexes is zeroed in turn: the file is refused."""
+    path = tmp_path / "run.db"
+    store = Store(str(path))
+    for k in range(300):
+        store.put_job(spec(k), JobState.PENDING, (), 0.0, 0.0, 0, None, None, "")
+        store.set_request(spec(k).id, f"request-{k:05d}")
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = [r[0] for r in db.execute("SELECT pageno FROM dbstat WHERE name LIKE 'sqlite_autoindex_jobs_%'")]
+    assert len(pages) > 2
+    good = path.read_bytes()
+    for page in pages:
+        path.write_bytes(good[: (page - 1) * 4096] + bytes(4096) + good[page * 4096:])
+        with pytest.raises(StoreError, match=rf"^--state {path}: a damaged vcemu state file \(table jobs"):
+            Store(str(path), exclusive=True)
+        path.write_bytes(good)
+    Store(str(path), exclusive=True).close()  # (the sound file is taken)
