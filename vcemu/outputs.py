@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["clear_outputs", "new_run_dir", "save_figure", "write_bytes", "write_json", "write_text"]
+__all__ = ["clear_outputs", "name_the_file", "new_run_dir", "save_figure", "write_bytes", "write_json", "write_text"]
 
 _UMASK = os.umask(0)  # read once: os.umask can only be read by setting it
 os.umask(_UMASK)
@@ -38,10 +38,19 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        name_the_file(exc, target)
         raise
     return target
+
+
+def name_the_file(exc: BaseException, path: str | os.PathLike[str]) -> None:
+    """Give an OSError that names no file (a write, flush or fsync's: ENOSPC, EIO, EDQUOT) ``path``, so that its one
+    line says which file could not be written (storage-fault review: on a full disk, oppcost said "cannot write: no
+    space left on the device", naming neither the file nor its folder)."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = os.fspath(path)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -109,3 +109,36 @@ def test_usable_out_dir_says_an_out_that_is_a_file_is_a_file(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="--out .*afile: cannot write results there: it is a file, not a directory"):
         usable_out_dir(tmp_path / "afile")
     assert usable_out_dir(tmp_path / "new" / "dir").is_dir()
+
+
+def test_a_write_that_fails_for_want_of_room_names_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Storage-fault review: a results file whose write or fsync failed on a full disk raised an OSError naming no
+    file (the kernel's ENOSPC comes from write(2) or fsync(2), not open(2)), so oppcost on a full --out said only
+    "vcemu oppcost: cannot write: no space left on the device; make room and run it again"."""
+    import errno
+
+    from coordinator import cli
+    from coordinator.resumable import Journal
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    target = tmp_path / "fig3.png"
+    journal = Journal(tmp_path / "executions.partial.csv", ["a"])
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as failed:
+        outputs.write_bytes(target, b"x" * 100)
+    assert failed.value.filename == str(target)
+    assert not list(tmp_path.glob(".fig3.png.*"))  # (its temporary file is gone, as before)
+    with pytest.raises(OSError) as failed:
+        journal.append([{"a": 1}])
+    assert failed.value.filename == str(tmp_path / "executions.partial.csv")
+
+    def run(argv: list[str]) -> int:
+        outputs.write_bytes(target, b"x")
+        return 0
+
+    monkeypatch.setattr(cli, "_main", run)
+    assert cli.main(["oppcost", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith(f"vcemu oppcost: cannot write {target}: no space left on the device")
