@@ -1484,9 +1484,13 @@ class LiveBackend:
                             type(exc).__name__, exc, JOURNAL_PROGRESS_S)
             self._journal_failing = True
         else:
-            if self._journal_failing:
-                log.warning("journal of the tasks' progress written again")
-            self._journal_failing = False
+            # Only a journal that wrote something says the state file takes writes again: with no task there,
+            # nothing was written, and "written again" was logged a second after the last job ended on a disk
+            # still full or read-only (storage-fault review).
+            if self._tasks:
+                if self._journal_failing:
+                    log.warning("journal of the tasks' progress written again")
+                self._journal_failing = False
 
     def _unfence(self, t: _Task) -> str:
         """Thaw a task of ours that its agent froze when its lease ran out (it heard nothing from us for a while:

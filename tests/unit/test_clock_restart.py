@@ -120,3 +120,37 @@ def test_a_coordinator_restarted_on_a_clock_an_hour_behind_keeps_its_times_in_or
         assert 399.0 <= again.backend.now() < 401.0, again.backend.now()
     finally:
         again.stop()
+
+
+def test_the_progress_journal_says_written_again_only_once_it_wrote(caplog: pytest.LogCaptureFixture) -> None:
+    """Storage-fault review: on a state file that stayed full (or read-only), the journal's failure was followed,
+    once the last job had ended, by "journal of the tasks' progress written again": with no task, nothing had been
+    written, and the disk was as full as before."""
+    import logging
+    import sqlite3
+
+    from coordinator.backends.live import _Task
+
+    backend = LiveBackend(epoch=time.time())
+    full = [True]
+
+    def journal(*args: object) -> None:
+        if full[0]:
+            raise sqlite3.OperationalError("database or disk is full")
+
+    try:
+        backend.journal = journal
+        backend._tasks["job-00001"] = [_Task("job-00001.0.0", "h0", 0.5)]
+        with caplog.at_level(logging.WARNING, logger="coordinator"):
+            backend._journal_progress()
+            del backend._tasks["job-00001"]  # (its job ended; the disk is still full)
+            backend._journal_progress()
+            assert [r.getMessage() for r in caplog.records if "progress" in r.getMessage()] == [
+                "journal of the tasks' progress failed (OperationalError: database or disk is full); tried again "
+                "every 1 s"]
+            full[0] = False
+            backend._tasks["job-00002"] = [_Task("job-00002.0.0", "h0", 0.5)]
+            backend._journal_progress()
+            assert caplog.records[-1].getMessage() == "journal of the tasks' progress written again"
+    finally:
+        backend.close()
