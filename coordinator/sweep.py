@@ -1113,8 +1113,13 @@ def _locked_sweep(a: argparse.Namespace, cfg: dict[str, Any], out: Path) -> int:
         try:
             paths = write_reports(rows, cfg, out)
         except OSError as exc:
-            print(f"vcemu sweep: cannot write the reports in {out} ({exc.strerror or exc}); the cells are stored: "
-                  "--report-only writes the reports again", file=sys.stderr)
+            # Those written before the failure go too: a folder holds all of a run's reports or none (above), and
+            # a full disk left three tables without their figures while the run said it wrote none (storage review).
+            with contextlib.suppress(OSError):
+                clear_outputs(out, REPORT_PATTERNS)
+            which = f": {exc.filename}" if exc.filename else ""
+            print(f"vcemu sweep: cannot write the reports in {out} ({exc.strerror or exc}{which}); the cells are "
+                  "stored: --report-only writes the reports again", file=sys.stderr)
             paths, reported = [], False
         bad = sum(1 for r in rows if r.get("status") != "ok")
         # (the cells run now apart from those stored before: "72 cells in 57.9 s" timed 48 of them, and

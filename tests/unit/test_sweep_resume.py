@@ -849,3 +849,32 @@ def test_a_rerun_says_which_library_versions_its_stored_cells_came_from(tmp_path
     assert "vcemu sweep: note: the run that last wrote" in err and "numpy 1.0.0, now" in err, err
     assert sweep_main(_argv(out)) == 0  # (this run wrote config.json again: the same versions, nothing said)
     assert "note:" not in capsys.readouterr().err
+
+
+def test_reports_cut_short_by_a_full_disk_are_all_removed(tmp_path, capsys, fake_ray, monkeypatch):
+    """Storage-fault review: on a disk that filled while the reports were written, cells.csv, degradation.csv and a
+    table1 CSV stayed without the others, and the run said it "wrote no reports". A folder holds all of a run's
+    reports or none; --report-only writes them once there is room."""
+    import errno
+    import os
+
+    from coordinator import sweep_report
+
+    out = tmp_path / "sweep"
+    fake_ray()
+    real, written = sweep_report.write_text, []
+
+    def fills_up(path, text):  # type: ignore[no-untyped-def]
+        if len(written) == 2:  # (the third report)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(path)
+        return real(path, text)
+
+    monkeypatch.setattr(sweep_report, "write_text", fills_up)
+    sweep_main(_argv(out))
+    err = capsys.readouterr()
+    assert "cannot write the reports in" in err.err and "wrote no reports" in err.err + err.out
+    assert len(written) == 2 and not [p for pattern in sweep_report.REPORT_PATTERNS for p in out.glob(pattern)]
+    monkeypatch.setattr(sweep_report, "write_text", real)
+    assert sweep_main(_argv(out, "--report-only")) == 0
+    assert all((out / name).exists() for name in ("cells.csv", "degradation.csv", "table1_p300.csv", "fig1.png"))
