@@ -75,6 +75,8 @@ from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 log = logging.getLogger("vcemu.coordinator")
 
 SERVICE_NAME = "vcemu.v1.Coordinator"
+#: Seconds between two traces of the same state-file error of the engine loop (:meth:`CoordinatorServer._run`).
+STORE_ERROR_REPEAT_S = 60.0
 #: Exceptions of the engine loop kept as text (:attr:`CoordinatorServer.loop_errors`).
 LOOP_ERRORS_KEPT = 20
 #: Seconds between two notes of the stall ticker (:meth:`CoordinatorServer._tick`).
@@ -832,6 +834,8 @@ class CoordinatorServer:
             #: measures (``vcemu replay``) cannot go on after one: an arrival it failed on left no job behind.
             self.loop_error_count = 0
             self.loop_errors: deque[str] = deque(maxlen=LOOP_ERRORS_KEPT)
+            #: The state file's error the engine loop last said with its trace, and when (:meth:`_run`).
+            self._turn_store_error: tuple[str, float] | None = None
             # (without TLS the agents' calls want the token too: a rogue agent registered without it and was given a
             # job, API review)
             interceptors = [TokenInterceptor(token, agents=tls is None)] if token else []
@@ -1483,8 +1487,21 @@ class CoordinatorServer:
                     log.warning("engine turn cut short by the stop: %s: %s", type(exc).__name__, exc)
                     log.debug("the turn's traceback", exc_info=True)  # (whatever its cause: a bug's trace is kept)
                     break
-                log.exception("engine step failed")
-                self.loop_errors.append(f"{type(exc).__name__}: {exc}")
+                said = f"{type(exc).__name__}: {exc}"
+                # A state file that cannot be written (full, read-only) fails every turn that starts a job, twice a
+                # second for as long as it lasts, and each was a 28-line trace (storage-fault review): the same
+                # such error is said with its trace once a minute; any other error every time.
+                store = isinstance(exc, (sqlite3.Error, OSError))
+                now = time.monotonic()
+                said_before = self._turn_store_error  # (not ``last``: the loop's own, the start of this turn)
+                if store and said_before is not None and said_before[0] == said and \
+                        now - said_before[1] < STORE_ERROR_REPEAT_S:
+                    log.debug("engine step failed again", exc_info=True)
+                else:
+                    log.exception("engine step failed" + (" (the same failure is said again once a minute while "
+                                                          "it lasts)" if store else ""))
+                    self._turn_store_error = (said, now) if store else None
+                self.loop_errors.append(said)
                 self.loop_error_count += 1
                 self._stop.wait(0.5)
 

@@ -1169,3 +1169,37 @@ def test_without_tls_an_agent_registers_only_with_the_coordinators_token():
             core.shutdown()
     finally:
         s.stop(grace=0)
+
+
+def test_a_state_file_that_fails_every_turn_is_said_once_a_minute_not_twice_a_second(monkeypatch, caplog):
+    """Storage-fault review: with the state file's disk full and jobs pending, every engine turn failed on the
+    journal of a start (written before the StartTask), and each failure logged "engine step failed" with a 28-line
+    trace, twice a second for as long as the disk stayed full (78 in 64 s). The same state-file error is said with
+    its trace once a minute; another error (a bug's) every time; every failure is still counted."""
+    import logging
+    import sqlite3
+    import threading
+
+    server = CoordinatorServer(get_policy("greedy"), port=0)
+    turns: list[int] = []
+    enough = threading.Event()
+
+    def step(until: float, budget_s: float | None = None) -> None:
+        turns.append(1)
+        if len(turns) == 4:
+            raise ValueError("a bug")
+        if len(turns) >= 7:
+            enough.set()
+            return
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(server.engine, "step", step)
+    with caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
+        server.start()
+        try:
+            assert enough.wait(20)
+        finally:
+            server.stop()
+    said = [r.exc_info[1] for r in caplog.records if r.getMessage().startswith("engine step failed")]
+    assert [str(e) for e in said] == ["database or disk is full", "a bug", "database or disk is full"], caplog.text
+    assert server.loop_error_count == 6
