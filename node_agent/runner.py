@@ -297,6 +297,10 @@ class Task:
                  progress_by: str = PROGRESS_MODES[0]):
         if progress_by not in PROGRESS_MODES:
             raise ValueError(f"progress_by: must be one of {', '.join(PROGRESS_MODES)}, got {progress_by!r}")
+        if progress_by == "units" and not units_per_core_second > 0:
+            # (review h214: an agent opened under cpu-time progress calibrates nothing, its rates 0: a task switched to
+            # units progress then had a target of 1 unit and was "done" at its first multiplication)
+            raise ValueError(f"progress_by units: no calibrated rate for {spec.workload} (got {units_per_core_second})")
         self.spec = spec
         self.progress_by = progress_by
         #: CPU-seconds the task must be charged after its boot phase (``cpu-time`` mode).

@@ -236,13 +236,18 @@ def test_job_completes_when_its_work_is_done(stub, agent: RunningAgent, task_ids
 
 
 def test_units_mode_completes_when_the_program_has_done_its_units(stub, agent: RunningAgent, task_ids) -> None:
+    from node_agent.runner import calibrate
+
+    # The fixture's agent progresses by CPU time and calibrated nothing (its rates are 0): measure dgemm's here, or
+    # the task's target was 1 unit and this test passed at the program's first multiplication (review h214).
+    agent.core.rates["dgemm"] = calibrate("dgemm")
     agent.core.progress_by = "units"  # tasks read the mode when they start
     try:
         task_ids.append(tid := start(stub, 1.0, host="h1", need=1.0, work=1.0))
     finally:
         agent.core.progress_by = "cpu-time"
     task = agent.core._tasks[tid]
-    assert task.progress_by == "units" and task.target > 0
+    assert task.progress_by == "units" and task.target > 1000  # (1 s of work at a calibrated rate)
     done = wait_state(stub, tid, S.TASK_STATE_DONE, timeout=20.0)
     assert done.progress == 1.0 and done.exit_code == 0
     assert task.view().units_done >= task.target  # the program exited by itself at its calibrated units

@@ -153,3 +153,16 @@ def test_up_gives_its_agents_no_rates_file(monkeypatch, capsys) -> None:
     monkeypatch.setattr(coordinator.servers, "spawn_agent", spawn)
     assert main(["up", "--hosts", "2", "--agents", "2", "--port", "0"]) == 130, capsys.readouterr().err
     assert len(extras) == 2 and not any("--rates-file" in extra for extra in extras), extras
+
+
+def test_a_units_task_without_a_calibrated_rate_is_refused(tmp_path: Path) -> None:
+    """Review h214: an agent under cpu-time progress has rates of 0; a task given units progress on such a rate had a
+    target of 1 unit (``max(1, ...)``) and was done at its first multiplication, silently (the integration test of
+    units progress passed so)."""
+    from node_agent.dutycycle import DutyCycleDriver
+    from node_agent.runner import Task, TaskSpec
+
+    spec = TaskSpec("t/0", "h0", 1.0, "dgemm", 1.0, 1.0, 1.0, 64 << 20)
+    with pytest.raises(ValueError, match="no calibrated rate"):
+        Task(spec, DutyCycleDriver(), 0.0, str(tmp_path), "units")
+    assert Task(spec, DutyCycleDriver(), 0.0, str(tmp_path), "cpu-time").cpu_target > 0
