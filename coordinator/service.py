@@ -66,7 +66,14 @@ from vcemu.limits import (
     request_bounds,
     shown,
 )
-from vcemu.ports import cannot_bind, is_loopback, listen_address, metrics_host, ports_refusal, unreachable_advertise
+from vcemu.ports import (
+    cannot_bind,
+    is_loopback,
+    listen_address,
+    ports_refusal,
+    serve_metrics,
+    unreachable_advertise,
+)
 from vcemu.tls import TlsFiles, certificate_refusal
 from vcemu.v1 import agent_pb2
 from vcemu.v1 import coordinator_pb2 as pb
@@ -880,7 +887,7 @@ class CoordinatorServer:
                             "use it (mutual TLS: vcemu coordinator and vcemu agent --tls-cert/--tls-key/--tls-ca)")
             try:
                 self.metrics_port = None if metrics_port is None else \
-                    self.metrics.serve(metrics_port, metrics_host(bind))
+                    serve_metrics(bind, lambda host: self.metrics.serve(metrics_port, host))
             except OSError as exc:
                 self.grpc.stop(0)
                 why = exc.strerror or exc
@@ -1268,6 +1275,7 @@ class CoordinatorServer:
         window = self.heartbeat_misses * self.heartbeat_s
         deadline = time.monotonic() - window
         silent: list[tuple[str, AgentHandle, float]] = []
+        unheard: list[tuple[str, AgentHandle, float]] = []
         judged, newest = 0, -math.inf
         for agent_id in list(self.heartbeats):
             handle = self.backend.agents.get(agent_id)
@@ -1278,16 +1286,23 @@ class CoordinatorServer:
             last = self.heartbeats.get(agent_id)
             if last is None or handle is None:  # (lost meanwhile)
                 continue
-            judged += 1
-            newest = max(newest, last, handle.last_seen)
             # Silence counts only if the coordinator was listening: heartbeats are received by the
             # gRPC threads, but an agent without them is heard only through the engine loop's polls,
             # and a stalled loop (no polls) is no evidence against it: its last poll must have failed.
             listening = agent_id in self.beating or handle.silent
-            if listening and max(last, handle.last_seen) < deadline:
+            past = listening and max(last, handle.last_seen) < deadline
+            if not handle.heard:
+                # Restored from the store and never heard by this process (review h214): its silence says nothing
+                # of this coordinator's network, and it is lost after its grace as before, not held with the others
+                # (a restart on --state whose agents were all gone kept their jobs "running" 10 windows more).
+                if past:
+                    unheard.append((agent_id, handle, max(last, handle.last_seen)))
+                continue
+            judged += 1
+            newest = max(newest, last, handle.last_seen)
+            if past:
                 silent.append((agent_id, handle, max(last, handle.last_seen)))
-        if self._all_silent(silent, judged, newest):
-            return
+        silent = unheard if self._all_silent(silent, judged, newest) else silent + unheard
         doomed: list[tuple[str, AgentHandle, str]] = []
         for agent_id, handle, last in silent:
             one_way = self.one_way.get(agent_id)
@@ -1326,15 +1341,17 @@ class CoordinatorServer:
         coordinator of one agent cannot tell its own fault from the agent's, and loses it as before.
 
         ``newest``: the latest sign of life of any of the ``judged`` agents. Every agent is silent once none has been
-        heard for all but one interval of the window (review h213: their last signs of life are spread over up to an
-        interval, heartbeats, and over a poll round or more, a slow answer: the one heard last before the fault
-        passed the window a look or more before the others, and was declared lost alone, its jobs restarted). An
+        heard for all but one and a half intervals of the window (review h213: their last signs of life are spread
+        over up to an interval, heartbeats, and over a poll round or more, a slow answer: the one heard last before
+        the fault passed the window a look or more before the others, and was declared lost alone, its jobs
+        restarted; review h214: half an interval more, for the round trip and a loaded machine). An
         agent whose own silence, by its polls (which the window given afresh does not touch), has passed the bound
         is given no window afresh: one agent heard now and then kept a dead one registered for ever."""
         window = self.heartbeat_misses * self.heartbeat_s
         bound = ALL_SILENT_WINDOWS * window
         now = time.monotonic()
-        if judged >= 2 and silent and now - newest >= max(self.heartbeat_s, window - self.heartbeat_s):
+        # (heartbeats come an interval and a round trip apart, more on a loaded machine: half an interval of margin)
+        if judged >= 2 and silent and now - newest >= max(1.5 * self.heartbeat_s, window - 1.5 * self.heartbeat_s):
             since = newest
             if now - since < bound:
                 if self.all_silent_since is None:
@@ -1350,11 +1367,18 @@ class CoordinatorServer:
             return False
         if self.all_silent_since is not None:
             self.all_silent_since = None
+            # Every agent not heard within the last interval, not only those past the window (review h214): the
+            # hold starts when the first passes it, the others up to an interval later, and a fault that healed in
+            # between left those not past it yet to be lost a moment later, their heartbeats still to come.
             with self.heartbeats_lock:
-                afresh = [agent_id for agent_id, handle, _last in silent
-                          if agent_id in self.heartbeats and now - handle.last_seen < bound]
+                afresh = []
+                for agent_id, last in self.heartbeats.items():
+                    handle = self.backend.agents.get(agent_id)
+                    if (handle is not None and max(last, handle.last_seen) < now - self.heartbeat_s
+                            and now - handle.last_seen < bound):
+                        afresh.append(agent_id)
                 for agent_id in afresh:
-                    self.heartbeats[agent_id] = max(self.heartbeats[agent_id], now)
+                    self.heartbeats[agent_id] = now
             if afresh:
                 log.warning("an agent is heard again after every agent was silent: the %d still silent are given %g s "
                             "afresh to be heard before each is declared lost", len(afresh), window)

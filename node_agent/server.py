@@ -27,7 +27,7 @@ from node_agent.agent import AgentCore, AgentError, HostSpec, TaskStart, open_co
 from node_agent.runner import State, TaskView
 from node_agent.transactional import TransactionalParams
 from vcemu.auth import BearerTokenInterceptor
-from vcemu.ports import cannot_bind, listen_address, metrics_host, ports_refusal
+from vcemu.ports import cannot_bind, listen_address, ports_refusal, serve_metrics
 from vcemu.tls import TlsFiles
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 
@@ -337,7 +337,8 @@ def start_agent(hosts: list[HostSpec], agent_id: str, port: int = 0, bind: str =
             registry = CollectorRegistry()
             registry.register(AgentCollector(core))
             try:
-                httpd, _ = start_http_server(metrics_port, addr=metrics_host(bind), registry=registry)
+                httpd, _ = serve_metrics(bind, lambda host: start_http_server(metrics_port, addr=host,
+                                                                              registry=registry))
             except OSError as exc:
                 server.stop(0)
                 raise PortUnavailable(f"--metrics-port: cannot listen on {listen_address(bind, metrics_port)}: "

@@ -13,6 +13,9 @@ import re
 import socket
 import urllib.parse
 from collections.abc import Callable
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 #: Bind addresses that listen on every interface, which no one can dial from another machine.
 WILDCARDS = ("0.0.0.0", "::", "[::]", "")
@@ -48,6 +51,20 @@ def metrics_host(bind: str) -> str:
     except OSError:  # (no IPv6 in this kernel)
         pass
     return bind
+
+
+def serve_metrics(bind: str, serve: Callable[[str], _T]) -> _T:
+    """``serve(host)`` on :func:`metrics_host`, and for a wildcard bind whose ``::`` cannot be listened on, on
+    ``bind`` itself (IPv4 alone), as gRPC falls back for its wildcard. ``::`` takes the port on both families, and
+    one held on IPv6 alone (``[::1]:PORT``, another program's) failed the start where ``0.0.0.0`` had served, past
+    :func:`ports_refusal`, which checks ``bind`` (review h214)."""
+    host = metrics_host(bind)
+    try:
+        return serve(host)
+    except OSError:
+        if host == bind_host(bind):
+            raise
+    return serve(bind_host(bind))
 
 
 def dial_address(bind: str, port: int, node_ip: str) -> str:

@@ -216,3 +216,47 @@ def test_once_one_is_heard_the_calls_unanswered_over_the_fault_do_not_make_the_o
         assert server.heard_one_way("a1", "127.0.0.1:1") is None and not server.one_way
     finally:
         server.stop()
+
+
+def test_a_heal_within_an_interval_of_the_hold_gives_the_agents_not_yet_past_the_window_a_window_afresh_too():
+    # Review h214: a0 and a1 last heard 0.8 interval before a2 when the network failed; the hold starts as they pass
+    # the window (a2 not yet past it), and the fault heals half an interval later, a0 heard first. a2 was given no
+    # window afresh (only those past the window were), and was lost a moment later, its heartbeat not in yet.
+    server = _watched("a0", "a1", "a2")
+
+    def later(seconds: float) -> None:
+        for agent_id in ("a0", "a1", "a2"):
+            server.heartbeats[agent_id] -= seconds
+            server.backend.agents[agent_id].last_seen -= seconds
+
+    try:
+        _silent_for(server, WINDOW + 1.0, "a0", "a1")
+        _silent_for(server, WINDOW - 80.0 + 1.0, "a2")
+        server._check_agents()
+        later(50.0)
+        server.beat("a0")
+        server._check_agents()
+        later(40.0)  # a2 past the window now; a1 heard, a2's first heartbeat after the heal still to come
+        server.beat("a1")
+        server._check_agents()
+        assert not server.lost and set(server.backend.agents) == {"a0", "a1", "a2"}
+    finally:
+        server.stop()
+
+
+def test_agents_restored_from_the_store_and_never_heard_are_not_held(caplog: pytest.LogCaptureFixture):
+    # Review h214: a coordinator restarted on its --state whose agents are all gone (their machine powered off):
+    # never heard by this process, their silence says nothing of its network; they were held 10 windows past their
+    # grace, their jobs "running", and the log blamed the coordinator's own network.
+    server = _watched("a0", "a1")
+    try:
+        for handle in server.backend.agents.values():
+            handle.heard, handle.silent = False, True  # (as restored: heard by no poll yet)
+        _silent_for(server, WINDOW + 1.0, "a0", "a1")
+        for handle in server.backend.agents.values():
+            handle.last_seen = 0.0
+        with caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
+            server._check_agents()
+        assert set(server.lost) == {"a0", "a1"} and not _said(caplog, "has been silent")
+    finally:
+        server.stop()

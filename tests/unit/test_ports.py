@@ -48,3 +48,29 @@ def test_an_ipv6_bind_is_given_to_grpc_in_brackets_and_to_a_socket_without() -> 
     assert ports.listen_address("::", 5) == "[::]:5" and ports.bind_host("[::]") == "::"
     assert ports.listen_address("127.0.0.1", 5) == "127.0.0.1:5" and ports.bind_host("localhost") == "localhost"
     assert ports.cannot_listen("::1", 5) == "--port: cannot listen on [::1]:5 (in use by another process?)"
+
+
+def test_a_wildcard_bind_serves_its_metrics_on_ipv4_when_ipv6_holds_the_port(monkeypatch) -> None:
+    """Review h214: ``--bind 0.0.0.0`` serves its metrics on ``::`` (both families); a port another program holds on
+    IPv6 alone (``[::1]:PORT``) passed :func:`ports_refusal` (which checks 0.0.0.0) and failed the start, "cannot
+    listen on 0.0.0.0:PORT: Address already in use", where 0.0.0.0 had served before. As gRPC does for its wildcard,
+    IPv4 alone then."""
+    from coordinator.policies import get_policy
+    from coordinator.service import CoordinatorServer
+
+    try:
+        held = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        held.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        held.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with held:
+        held.listen()
+        port = held.getsockname()[1]
+        if ports.ports_refusal("0.0.0.0", 0, port) is not None:
+            pytest.skip("the port is taken on IPv4 too")
+        server = CoordinatorServer(get_policy("greedy"), port=0, bind="0.0.0.0", metrics_port=port)
+        try:
+            assert server.metrics_port == port
+        finally:
+            server.stop()
