@@ -63,7 +63,8 @@ def _kill_before_any_row(out: Path) -> None:
         proc.wait(timeout=30)
         # Its workers too, which hold the --out lock: they die a moment after the leader on a loaded machine, and
         # the next run found the lock held ("another vcemu vcsched (pid N) is using ...").
-        psutil.wait_procs(group, timeout=30)
+        _, alive = psutil.wait_procs(group, timeout=30)
+        assert not alive, f"workers of the killed run still alive after 30 s: {alive}"  # (review h214)
     assert (out / vc.JOURNAL).read_text().count("\n") == 1  # the header: no instance finished
 
 
