@@ -164,7 +164,7 @@ def default_cpus_per_host(hosts: int) -> float:
 
     The rest is for the coordinator and agents (status polling is Python), and headroom matters: CFS
     quotas are caps, not guarantees, and on a saturated machine tasks fall below their shares and run
-    slower per CPU-second than the agent's calibration (cores share caches and memory bandwidth).
+    slower per CPU-second than they do alone (cores share caches and memory bandwidth).
     (Three decimals gave 0.0 cores to each of 12,000 hosts, which the agents refused with a list of 12,000
     zeros, and 0.001 to each of 1,700, 40% more than the machine has: input review.)
     """

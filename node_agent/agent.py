@@ -216,7 +216,7 @@ class AgentCore:
         self._fencer_starts = 0
         self._fencer: subprocess.Popen[bytes] | None = self._start_fencer()
         self._spares_for = [w for w in PROGRAMS if w in self.rates]  # the workloads whose programs have spares
-        #: Programs started ahead, ``spares`` per calibrated workload once it has had a start (0: none; see
+        #: Programs started ahead, ``spares`` per workload program once it has had a start (0: none; see
         #: :mod:`node_agent.spares`). Made last: it starts no process until the first start of a workload program.
         self._spares = Spares(self._workdir, self._spares_for, spares)
         self._monitor = threading.Thread(target=self._monitor_loop, name="agent-monitor", daemon=True)
@@ -1003,9 +1003,9 @@ class AgentCore:
     def _update_rates(self) -> None:
         """Keep each workload's units per CPU-second current from the running tasks themselves.
 
-        The start-up calibration runs alone and unthrottled; tasks run throttled, beside each other,
-        on cores that share caches and memory bandwidth (and, on a virtual machine, a host), where a
-        CPU-second does 10-40% less work and drifts over minutes. A new task's target is computed
+        (Read under ``units`` progress only.) The start-up calibration runs alone and unthrottled; tasks run
+        throttled, beside each other, on cores that share caches and memory bandwidth (and, on a virtual machine, a
+        host), where a CPU-second does 10-40% less work and drifts over minutes. A new task's target is computed
         from this running estimate (an exponential average over every CPU-second of task time), so
         a job's work costs what it costs on the cluster as it is now. Shares are untouched.
         """

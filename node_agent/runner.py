@@ -6,8 +6,8 @@ import, the allocation and every multiplication are limited and accounted. Or, w
 (:mod:`node_agent.spares`), it is a program started ahead that has imported numpy already (outside the task's
 cgroup) and gets its arguments with the go byte: its allocation and every multiplication are.
 
-Work is converted into the program's units with a calibration made once per agent and workload (units
-per CPU-second of one core, measured unthrottled): a task that needs ``cpu_need`` of a host with ``C``
+Under ``units`` progress, work is converted into the program's units with a calibration made once per agent and
+workload (units per CPU-second of one core, measured unthrottled): a task that needs ``cpu_need`` of a host with ``C``
 cores for ``work_seconds`` at full speed does ``work_seconds * cpu_need * C * rate`` units, less the
 fraction ``start_progress`` already done elsewhere.
 

@@ -252,7 +252,8 @@ def ports_refusal(bind: str, port: int, metrics_port: int | None) -> str | None:
     """Why ``--port`` or ``--metrics-port`` cannot be listened on (one line naming the flag), or None.
 
     Asked before anything slow or lasting starts (a state file opened, cgroups cleaned, workloads
-    calibrated), so a refused run has done nothing: the metrics server is otherwise bound last of all.
+    calibrated under units progress), so a refused run has done nothing: the metrics server is otherwise bound
+    last of all.
     """
     if not_local(bind):
         return f"--bind: {bind} is not an address of this machine"
