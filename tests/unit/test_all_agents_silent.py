@@ -29,8 +29,9 @@ from vcemu.v1 import coordinator_pb2_grpc as pb_grpc
 WINDOW = 3 * 100.0
 
 
-def _watched(*agent_ids: str) -> CoordinatorServer:
-    """A started coordinator with the given agents registered and heard once; its watch and stall ticker idle."""
+def watched(*agent_ids: str) -> CoordinatorServer:
+    """A started coordinator with the given agents registered (one host each, ``<id>-h0``) and heard once; its watch
+    asleep (a heartbeat of 100 s: the watch sleeps 25 s) and no stall ticker: the test drives both itself."""
     server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0)
     server._ticker = threading.Thread(target=lambda: None)
     server.start()
@@ -60,7 +61,7 @@ def _said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
 
 
 def test_every_agent_silent_at_once_is_not_declared_lost_and_is_said_once(caplog: pytest.LogCaptureFixture):
-    server = _watched("a0", "a1", "a2")
+    server = watched("a0", "a1", "a2")
     try:
         _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
         with caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
@@ -75,7 +76,7 @@ def test_every_agent_silent_at_once_is_not_declared_lost_and_is_said_once(caplog
 
 def test_once_one_is_heard_the_rest_get_a_window_afresh_and_one_still_silent_then_is_lost(
         caplog: pytest.LogCaptureFixture):
-    server = _watched("a0", "a1", "a2")
+    server = watched("a0", "a1", "a2")
     try:
         _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
         server._check_agents()
@@ -94,7 +95,7 @@ def test_once_one_is_heard_the_rest_get_a_window_afresh_and_one_still_silent_the
 
 
 def test_agents_all_silent_past_the_bound_are_declared_lost(caplog: pytest.LogCaptureFixture):
-    server = _watched("a0", "a1")
+    server = watched("a0", "a1")
     try:
         _silent_for(server, WINDOW + 100.0, "a0", "a1")
         server._check_agents()
@@ -109,7 +110,7 @@ def test_agents_all_silent_past_the_bound_are_declared_lost(caplog: pytest.LogCa
 
 
 def test_one_silent_agent_among_others_heard_is_declared_lost_as_before():
-    server = _watched("a0", "a1")
+    server = watched("a0", "a1")
     try:
         _silent_for(server, WINDOW + 1.0, "a1")
         server._check_agents()
@@ -119,7 +120,7 @@ def test_one_silent_agent_among_others_heard_is_declared_lost_as_before():
 
 
 def test_a_coordinator_of_one_agent_cannot_tell_and_declares_it_lost_as_before():
-    server = _watched("a0")
+    server = watched("a0")
     try:
         _silent_for(server, WINDOW + 1.0, "a0")
         server._check_agents()
@@ -131,7 +132,7 @@ def test_a_coordinator_of_one_agent_cannot_tell_and_declares_it_lost_as_before()
 def test_a_dead_agent_is_not_held_past_the_bound_by_another_heard_now_and_then():
     # a1 is dead (its polls unanswered since); a0 is heard once in a while (a link that loses most packets), each time
     # after the two were all silent: a1 was given a window afresh each time, and held for ever.
-    server = _watched("a0", "a1")
+    server = watched("a0", "a1")
     try:
         _silent_for(server, WINDOW + 1.0, "a0", "a1")
         dead_since = server.backend.agents["a1"].last_seen
@@ -156,7 +157,7 @@ def test_a_dead_agent_is_not_held_past_the_bound_by_another_heard_now_and_then()
 def test_agents_falling_silent_a_little_apart_are_all_silent_not_the_first_lost_alone():
     # The coordinator's network fails: a2's last answer came 1 s before the others' (a slow answer, a poll not due):
     # it passed the loss window one look before them and was declared lost alone, its jobs restarted.
-    server = _watched("a0", "a1", "a2")
+    server = watched("a0", "a1", "a2")
     try:
         _silent_for(server, WINDOW - 1.0, "a0", "a1")
         _silent_for(server, WINDOW + 0.5, "a2")
@@ -167,7 +168,7 @@ def test_agents_falling_silent_a_little_apart_are_all_silent_not_the_first_lost_
 
 
 def test_one_silent_agent_beside_agents_heard_a_moment_ago_is_lost_as_before():
-    server = _watched("a0", "a1", "a2")
+    server = watched("a0", "a1", "a2")
     try:
         _silent_for(server, 1.0, "a0", "a1")
         _silent_for(server, WINDOW + 0.5, "a2")
@@ -180,7 +181,7 @@ def test_one_silent_agent_beside_agents_heard_a_moment_ago_is_lost_as_before():
 def test_agents_lost_in_one_look_are_all_cut_off_before_the_first_is_removed(monkeypatch):
     # Live (review h213): at the end of a hold, the first agent's jobs were placed by the engine on the next ones,
     # still registered and silent, each call a deadline under the engine lock that their own losses waited for.
-    server = _watched("a0", "a1", "a2")
+    server = watched("a0", "a1", "a2")
     try:
         _silent_for(server, ALL_SILENT_WINDOWS * WINDOW + 1.0, "a0", "a1", "a2")
         handles = dict(server.backend.agents)
@@ -201,7 +202,7 @@ def test_agents_lost_in_one_look_are_all_cut_off_before_the_first_is_removed(mon
 def test_once_one_is_heard_the_calls_unanswered_over_the_fault_do_not_make_the_others_heard_one_way():
     # Live (review h213): at the heal, a2's heartbeat came after a1's poll was answered and before its own poll
     # (backed off): it was taken for heard one way only (a WARNING, its lease not renewed) until that poll.
-    server = _watched("a0", "a1", "a2")
+    server = watched("a0", "a1", "a2")
     try:
         _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
         server._check_agents()
@@ -222,7 +223,7 @@ def test_a_heal_within_an_interval_of_the_hold_gives_the_agents_not_yet_past_the
     # Review h214: a0 and a1 last heard 0.8 interval before a2 when the network failed; the hold starts as they pass
     # the window (a2 not yet past it), and the fault heals half an interval later, a0 heard first. a2 was given no
     # window afresh (only those past the window were), and was lost a moment later, its heartbeat not in yet.
-    server = _watched("a0", "a1", "a2")
+    server = watched("a0", "a1", "a2")
 
     def later(seconds: float) -> None:
         for agent_id in ("a0", "a1", "a2"):
@@ -248,7 +249,7 @@ def test_agents_restored_from_the_store_and_never_heard_are_not_held(caplog: pyt
     # Review h214: a coordinator restarted on its --state whose agents are all gone (their machine powered off):
     # never heard by this process, their silence says nothing of its network; they were held 10 windows past their
     # grace, their jobs "running", and the log blamed the coordinator's own network.
-    server = _watched("a0", "a1")
+    server = watched("a0", "a1")
     try:
         for handle in server.backend.agents.values():
             handle.heard, handle.silent = False, True  # (as restored: heard by no poll yet)

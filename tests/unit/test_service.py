@@ -803,22 +803,10 @@ def test_a_cancel_the_state_file_cannot_take_is_not_acknowledged(tmp_path, monke
 
 
 def watched_with_one_agent() -> CoordinatorServer:
-    """A started coordinator whose agent watch the test drives itself (a heartbeat of 100 s: the watch sleeps 25 s;
-    no stall ticker: the test notes the running itself), with agent a0 registered and heard once."""
-    import threading
+    """A started coordinator whose agent watch the test drives itself, with agent a0 registered and heard once."""
+    from tests.unit.test_all_agents_silent import watched
 
-    server = CoordinatorServer(get_policy("greedy"), port=0, heartbeat_s=100.0)
-    server._ticker = threading.Thread(target=lambda: None)
-    server.start()
-    try:
-        with grpc.insecure_channel(server.address) as ch:
-            api = pb_grpc.CoordinatorStub(ch)
-            register(api, hosts=1)
-            api.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return watched("a0")
 
 
 def test_a_coordinator_that_did_not_run_does_not_count_its_own_stall_against_the_agents():
