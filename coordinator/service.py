@@ -340,11 +340,6 @@ def _job_id_given(request: pb.JobRef, context: grpc.ServicerContext) -> None:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id: required")
 
 
-def _loopback(bind: str) -> bool:
-    """Whether a listening address is reachable from this machine only (``127.x``, ``::1``, ``localhost``)."""
-    return is_loopback(bind)
-
-
 def _spec_differences(spec: JobSpec, asked: pb.JobSpec) -> str:
     """How a submission's spec differs in what runs from the spec of the job its request id made ("" if in
     nothing): the fields by their proto names, the job's value first, numbers in full. Not the name, a label: a
@@ -875,12 +870,12 @@ class CoordinatorServer:
             if self.port == 0:
                 raise OSError(cannot_bind(bind, port))
             self.address = listen_address(bind, self.port)
-            if not token and tls is None and not _loopback(bind):
+            if not token and tls is None and not is_loopback(bind):
                 # (security review: it started without a word, and the Kubernetes base runs so)
                 log.warning("listening on %s with neither --token-file nor TLS: anything that reaches this port can "
                             "submit and cancel jobs and register agents, which this coordinator then dials and "
                             "gives jobs (--token-file, or mutual TLS: --tls-cert/--tls-key/--tls-ca)", bind)
-            if token and tls is None and not _loopback(bind):
+            if token and tls is None and not is_loopback(bind):
                 # (the token guards this API, the agents' calls and the agents' own API: but in clear text)
                 log.warning("--token-file guards this coordinator and its agents' APIs, but without TLS the token "
                             "travels in clear text: anything that sees the network between them can read it and "

@@ -70,8 +70,7 @@ def serve_metrics(bind: str, serve: Callable[[str], _T]) -> _T:
 def dial_address(bind: str, port: int, node_ip: str) -> str:
     """The ``HOST:PORT`` others dial for a server bound to ``bind``: this node's IP (``node_ip``) for a wildcard bind,
     and an IPv6 host in brackets."""
-    host = node_ip if bind in WILDCARDS else bind
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    return listen_address(node_ip if bind in WILDCARDS else bind, port)
 
 
 def bracketed(address: str) -> str:

@@ -1091,14 +1091,14 @@ def test_a_running_job_whose_tasks_the_backend_no_longer_lists_shows_its_recorde
 def test_a_token_without_tls_off_loopback_warns_that_it_travels_in_clear_text(bind, warned, caplog):
     """With --token-file and no TLS, the token guards the coordinator and its agents' APIs but crosses the
     network in clear text: a coordinator listening beyond this machine says so when it starts."""
-    from coordinator.service import _loopback
+    from vcemu.ports import is_loopback
 
     with caplog.at_level("WARNING", logger="vcemu.coordinator"):
         s = CoordinatorServer(get_policy("greedy"), port=0, bind=bind, token="t0ken")
         s.stop()
     said = [r.getMessage() for r in caplog.records if "travels in clear text" in r.getMessage()]
     assert bool(said) is warned, said
-    assert [_loopback(b) for b in ("127.0.0.1", "127.5.0.1", "::1", "[::1]", "localhost", "0.0.0.0", "10.0.0.2",
+    assert [is_loopback(b) for b in ("127.0.0.1", "127.5.0.1", "::1", "[::1]", "localhost", "0.0.0.0", "10.0.0.2",
                                    "node7")] == [True, True, True, True, True, False, False, False]
 
 
