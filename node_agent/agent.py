@@ -920,7 +920,7 @@ class AgentCore:
                 if task_id in self._ending:
                     continue  # another thread is killing it
                 self._poll(task_id, task)
-                if task_id in self._ending:
+                if task_id in self._ending or self.progress_by != "units":  # (no rate is read under cpu-time)
                     continue
                 units, cpu = task.rate_delta()
                 if cpu > 0:
