@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from vcemu.outputs import name_the_file, stored_config, write_text
+from vcemu.outputs import naming, stored_config, write_text
 from vcemu.provenance import library_changes
 
 __all__ = ["OUT_LOCK", "Journal", "changed_settings", "claim_out", "die_with_parent", "other_settings_refusal",
@@ -348,20 +348,14 @@ class Journal:
 
     def append(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Write ``rows`` and wait until they are on disk."""
-        try:
+        with naming(self._file.name):
             self._writer.writerows(rows)
             self._file.flush()
             os.fsync(self._file.fileno())
-        except OSError as exc:
-            name_the_file(exc, self._file.name)
-            raise
 
     def close(self) -> None:
-        try:
+        with naming(self._file.name):  # (what a failed append left in its buffer, tried again: it fails again)
             self._file.close()
-        except OSError as exc:  # (what a failed append left in its buffer, tried again: it fails again)
-            name_the_file(exc, self._file.name)
-            raise
 
     def __enter__(self) -> Journal:
         return self

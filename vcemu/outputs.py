@@ -9,6 +9,7 @@ cut short, or one that writes fewer of them, does not leave the previous run's b
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -16,11 +17,11 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["clear_outputs", "name_the_file", "new_run_dir", "save_figure", "write_bytes", "write_json", "write_text"]
+__all__ = ["clear_outputs", "naming", "new_run_dir", "save_figure", "write_bytes", "write_json", "write_text"]
 
 _UMASK = os.umask(0)  # read once: os.umask can only be read by setting it
 os.umask(_UMASK)
@@ -32,25 +33,30 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes it 0600: give it the mode open() would have
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException as exc:
+        with naming(target):
+            os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes it 0600: give it the mode open() would have
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+    except BaseException:
         Path(tmp).unlink(missing_ok=True)
-        name_the_file(exc, target)
         raise
     return target
 
 
-def name_the_file(exc: BaseException, path: str | os.PathLike[str]) -> None:
-    """Give an OSError that names no file (a write, flush or fsync's: ENOSPC, EIO, EDQUOT) ``path``, so that its one
-    line says which file could not be written (storage-fault review: on a full disk, oppcost said "cannot write: no
-    space left on the device", naming neither the file nor its folder)."""
-    if isinstance(exc, OSError) and exc.filename is None:
-        exc.filename = os.fspath(path)
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Give an OSError raised within that names no file (a write, flush or fsync's: ENOSPC, EIO, EDQUOT) ``path``, so
+    that its one line says which file could not be written (storage-fault review: on a full disk, oppcost said
+    "cannot write: no space left on the device", naming neither the file nor its folder)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = os.fspath(path)
+        raise
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
