@@ -574,10 +574,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             print()
             print(format_table([("KEPT FROM NEW TASKS", "FOR", "WHY"),
                                 *((compress_hosts(names), left, why) for (left, why), names in closed.items())]))
+    if s.all_silent_for:
+        print()
+        print(all_silent_line(s))
     if s.lost_agents:
         print()
         print("\n".join(lost_agent_lines(list(s.lost_agents))))
     return 0
+
+
+def all_silent_line(s: Any) -> str:
+    """What ``vcemu status`` says while every agent is silent and none is declared lost (the coordinator's hold:
+    :meth:`coordinator.service.CoordinatorServer._all_silent`), which the heartbeats' growing silence alone hid."""
+    agents = len({h.agent for h in s.hosts if h.agent})
+    return (f"every agent ({agents}) silent for {s.all_silent_for:.1f} s: none is declared lost before "
+            f"{s.all_silent_limit:g} s of silence, a fault of the coordinator's own network being as likely as all of "
+            "them failing at once; their leases run out meanwhile, freezing their tasks")
 
 
 #: The characters of why a host is kept from new tasks that ``vcemu status`` shows (the failure's message can be long).

@@ -526,6 +526,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         for agent, lost in reversed(self.s.lost_agents()):  # the latest first
             reply.lost_agents.append(pb.LostAgentView(agent=agent, hosts=lost.hosts, reason=lost.reason,
                                                       seconds_ago=now - lost.lost_at, jobs_requeued=lost.requeued))
+        since = self.s.all_silent_since  # (read once: the watch may end the hold meanwhile)
+        if since is not None:  # (review s47: status said nothing of the hold, only the heartbeats' growing ages)
+            reply.all_silent_for = now - since
+            reply.all_silent_limit = ALL_SILENT_WINDOWS * self.s.heartbeat_misses * self.s.heartbeat_s
         yields = [r.cpu / r.spec.cpu_need for r in running]
         reply.min_yield = min(yields, default=0.0)
         reply.avg_yield = sum(yields) / len(yields) if yields else 0.0

@@ -14,6 +14,7 @@ agents' last signs of life set back in time."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -259,5 +260,33 @@ def test_agents_restored_from_the_store_and_never_heard_are_not_held(caplog: pyt
         with caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
             server._check_agents()
         assert set(server.lost) == {"a0", "a1"} and not _said(caplog, "has been silent")
+    finally:
+        server.stop()
+
+
+def test_status_says_every_agent_is_silent_while_none_is_declared_lost_and_nothing_once_one_is_heard(capsys):
+    """Review (session 47): while the agents were held, ``vcemu status`` listed them as ever, their tasks frozen and
+    the log's one line the only word of why none was declared lost."""
+    from coordinator.cli import main
+
+    server = watched("a0", "a1", "a2")
+    try:
+        assert main(["status", "--coordinator", server.address]) == 0
+        assert "silent" not in capsys.readouterr().out
+        _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
+        server._check_agents()
+        with grpc.insecure_channel(server.address) as ch:
+            reply = pb_grpc.CoordinatorStub(ch).ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+        assert WINDOW + 100.0 <= reply.all_silent_for < WINDOW + 130.0
+        assert reply.all_silent_limit == ALL_SILENT_WINDOWS * WINDOW
+        assert main(["status", "--coordinator", server.address]) == 0
+        out = capsys.readouterr().out
+        (seconds,) = re.findall(r"every agent \(3\) silent for ([0-9.]+) s", out)
+        assert WINDOW + 100.0 <= float(seconds) < WINDOW + 130.0
+        assert f"none is declared lost before {ALL_SILENT_WINDOWS * WINDOW:g} s of silence" in out
+        server.beat("a1")  # heard again: the hold ends at the next look
+        server._check_agents()
+        assert main(["status", "--coordinator", server.address]) == 0
+        assert "silent" not in capsys.readouterr().out
     finally:
         server.stop()
