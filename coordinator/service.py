@@ -809,6 +809,9 @@ class CoordinatorServer:
             self.none_answer = False  # (:meth:`heard_one_way`: said once, until an agent answers again)
             #: since when every agent has been silent (:meth:`_check_agents`), or None
             self.all_silent_since: float | None = None
+            #: when an agent's heartbeat or registration was last received (the stamps alone are moved by a stall),
+            #: and the latest such time or answered poll when every agent was found silent
+            self.heard_at = self.heard_before_hold = -math.inf
             self.watchers: list[EventQueue] = []
             self.cancels_waiting = threading.BoundedSemaphore(MAX_CANCELS_WAITING)
             self.watchers_lock = threading.Lock()  # the count against MAX_WATCHERS and the list change together
@@ -1195,7 +1198,7 @@ class CoordinatorServer:
     def beat(self, agent_id: str) -> None:
         """A sign of life from the agent, received now (a heartbeat or a registration)."""
         with self.heartbeats_lock:
-            self.heartbeats[agent_id] = time.monotonic()
+            self.heartbeats[agent_id] = self.heard_at = time.monotonic()
 
     def refusal_due(self, agent_id: str) -> bool:
         """Whether a refusal of ``agent_id``'s address is to be said in the log now: once a minute for an agent
@@ -1337,7 +1340,8 @@ class CoordinatorServer:
         did all fail are lost then, as before. Once one is heard again, those still silent are given one window
         afresh, from now (their heartbeats come within an interval of the first, a healthy agent's a little later),
         as after a stall of the coordinator (:meth:`_note_running`); one that stays silent is lost then. A
-        coordinator of one agent cannot tell its own fault from the agent's, and loses it as before.
+        coordinator of one agent cannot tell its own fault from the agent's, and loses it as before. A stall of this
+        process meanwhile moves their stamps on (:meth:`_note_running`) but hears no agent: the hold goes on.
 
         ``newest``: the latest sign of life of any of the ``judged`` agents. Every agent is silent once none has been
         heard for all but one and a half intervals of the window (review h213: their last signs of life are spread
@@ -1355,6 +1359,7 @@ class CoordinatorServer:
             if now - since < bound:
                 if self.all_silent_since is None:
                     self.all_silent_since = since
+                    self.heard_before_hold = max(self.heard_at, self.backend.answered_at)
                     log.warning("every agent (%d) has been silent for %.1f s: a fault of the coordinator's own network "
                                 "is as likely as all of them failing at once, so none is declared lost before %g s "
                                 "of silence; their leases run out meanwhile, freezing the tasks they still run", judged,
@@ -1365,6 +1370,11 @@ class CoordinatorServer:
                 self.all_silent_since = None
             return False
         if self.all_silent_since is not None:
+            if judged >= 2 and max(self.heard_at, self.backend.answered_at) <= self.heard_before_hold:
+                # No agent heard: their stamps were moved on by a stall of this process (:meth:`_note_running`),
+                # excused as ever; the hold goes on, and is not said again (review s47: such a stall was logged as a
+                # heal, the hold said again once the stamps passed the window, and the silent were given more).
+                return True
             self.all_silent_since = None
             # Every agent not heard within the last interval, not only those past the window (review h214): the
             # hold starts when the first passes it, the others up to an interval later, and a fault that healed in

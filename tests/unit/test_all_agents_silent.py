@@ -290,3 +290,29 @@ def test_status_says_every_agent_is_silent_while_none_is_declared_lost_and_nothi
         assert "silent" not in capsys.readouterr().out
     finally:
         server.stop()
+
+
+def test_a_stall_of_the_coordinator_during_the_hold_is_not_taken_for_an_agent_heard(caplog: pytest.LogCaptureFixture):
+    """Review (session 47): the stall excuse (:meth:`CoordinatorServer._note_running`) moves every silent agent's
+    stamp on by the stall, and a stall during a hold was then logged as "an agent is heard again", the silent given
+    a window afresh, and the hold said again once their moved stamps passed the window. No agent was heard: the hold
+    goes on, said once; an agent heard then ends it."""
+    server = watched("a0", "a1", "a2")
+    try:
+        with caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
+            _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
+            server._check_agents()
+            assert server.all_silent_since is not None
+            server._ran_at = time.monotonic() - 250.0  # the process did not run for 250 s
+            server._check_agents()  # the stamps moved on by the stall: silent for about 150 s, within the window
+            assert "the coordinator did not run" in caplog.text
+            assert not _said(caplog, "heard again") and server.all_silent_since is not None
+            _silent_for(server, WINDOW + 50.0, "a0", "a1", "a2")  # past the window again, still no agent heard
+            server._check_agents()
+            assert len(_said(caplog, "has been silent")) == 1
+            assert set(server.backend.agents) == {"a0", "a1", "a2"} and not server.lost
+            server.beat("a2")
+            server._check_agents()
+            assert _said(caplog, "heard again") and server.all_silent_since is None
+    finally:
+        server.stop()
