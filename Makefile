@@ -41,7 +41,7 @@ system-packages:
 	fi
 
 # Two phases, to keep the suite well under 15 minutes: the unit tests (pure, or each in its own temporary
-# directory and ports) on both cores with pytest-xdist (about 205 s serially, 115 s so); then the integration
+# directory and ports) on both cores with pytest-xdist (about 225 s on a 2-core machine); then the integration
 # and e2e tests one at a time, because they start real agents whose start-up sweeps and CPU-share measurements
 # assume no other agent is starting beside them. Each phase lists its slowest tests.
 test: lint system-packages
