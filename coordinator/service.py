@@ -658,6 +658,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 return pb.HeartbeatReply(known=False)
             unreachable = self.s.heard_one_way(request.agent_id, handle.address)
             if unreachable is not None:
+                # Not a sign of this agent's life the coordinator can use, but one that its network brings heartbeats:
+                # not every agent is silent (review h213: one heard one way only beside a dead one held both 60 s).
+                handle.received = self.s.heard_at = time.monotonic()
                 return pb.HeartbeatReply(known=True, lease_s=UNRENEWED_LEASE_S, unreachable=unreachable)
             self.s.beat(request.agent_id)
             self.s.beating.add(request.agent_id)
@@ -809,8 +812,8 @@ class CoordinatorServer:
             self.none_answer = False  # (:meth:`heard_one_way`: said once, until an agent answers again)
             #: since when every agent has been silent (:meth:`_check_agents`), or None
             self.all_silent_since: float | None = None
-            #: when an agent's heartbeat or registration was last received (the stamps alone are moved by a stall),
-            #: and the latest such time or answered poll when every agent was found silent
+            #: when an agent's heartbeat (one heard one way only's too) or registration was last received (the stamps
+            #: alone are moved by a stall), and the latest such time or answered poll when every agent was found silent
             self.heard_at = self.heard_before_hold = -math.inf
             self.watchers: list[EventQueue] = []
             self.cancels_waiting = threading.BoundedSemaphore(MAX_CANCELS_WAITING)
@@ -1301,7 +1304,7 @@ class CoordinatorServer:
                     unheard.append((agent_id, handle, max(last, handle.last_seen)))
                 continue
             judged += 1
-            newest = max(newest, last, handle.last_seen)
+            newest = max(newest, last, handle.last_seen, handle.received)  # (received: heard one way only)
             if past:
                 silent.append((agent_id, handle, max(last, handle.last_seen)))
         silent = unheard if self._all_silent(silent, judged, newest) else silent + unheard

@@ -165,6 +165,9 @@ class AgentHandle:
     #: agents' old addresses from the store), and no task is started on it meanwhile (:meth:`LiveBackend.
     #: _check_heard`), so a burst of jobs cannot each cost a call to a dead address under the engine lock.
     heard: bool = True
+    #: time.monotonic() of its last heartbeat received while it is heard one way only (not a sign of its life, but
+    #: of the coordinator's network: :meth:`coordinator.service.CoordinatorServer._all_silent`)
+    received: float = -math.inf
     wants_token: bool = False  # its API wants the coordinator's token: its stub sends it
     calls: set[grpc.Future] = field(default_factory=set)  # its calls in flight, cancelled by cut_off
     #: The batch calls it answered UNIMPLEMENTED ("SetShares", "StartTasks", "StopTasks": an older agent), not asked

@@ -316,3 +316,24 @@ def test_a_stall_of_the_coordinator_during_the_hold_is_not_taken_for_an_agent_he
             assert _said(caplog, "heard again") and server.all_silent_since is None
     finally:
         server.stop()
+
+
+def test_heartbeats_of_an_agent_heard_one_way_only_mean_not_every_agent_is_silent(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    """Review h213 (D3): the heartbeats of an agent heard one way only are received but not counted as signs of its
+    life; beside a dead agent both were taken for every agent silent, and the dead one was held 60 s. The coordinator
+    plainly hears its network then: the dead one is lost after its window, and the one-way agent as such an agent is."""
+    server = watched("a0", "a1")
+    try:
+        monkeypatch.setattr(server.backend, "unanswered_for", lambda agent_id: 1e9 if agent_id == "a0" else 0.0)
+        server.backend.answered_at = time.monotonic()  # a1 answered its polls until it died, a moment ago
+        _silent_for(server, WINDOW + 100.0, "a0", "a1")
+        with grpc.insecure_channel(server.address) as ch, \
+                caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
+            reply = pb_grpc.CoordinatorStub(ch).Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=5)
+            assert reply.unreachable  # a0 heard one way only: its heartbeat is not a sign of its life
+            server._check_agents()
+        assert not _said(caplog, "has been silent") and server.all_silent_since is None
+        assert "a1" in server.lost and "a0" in server.backend.agents
+    finally:
+        server.stop()
