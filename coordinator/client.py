@@ -589,7 +589,7 @@ def all_silent_line(s: Any) -> str:
     agents = len({h.agent for h in s.hosts if h.agent})
     return (f"every agent ({agents}) silent for {s.all_silent_for:.1f} s: none is declared lost before "
             f"{s.all_silent_limit:g} s of silence, a fault of the coordinator's own network being as likely as all of "
-            "them failing at once; their leases run out meanwhile, freezing their tasks")
+            "them failing at once; their leases run out meanwhile, freezing the tasks they still run")
 
 
 #: The characters of why a host is kept from new tasks that ``vcemu status`` shows (the failure's message can be long).
