@@ -59,6 +59,7 @@ from node_agent import cgroups, leaseclock
 from node_agent.cgroups import CgroupDriver, CgroupError
 from node_agent.fencer import write_lease
 from node_agent.runner import ModeledTask, State, Task, TaskSpec, TaskView, fence
+from node_agent.shortfall import CpuShortfall
 from node_agent.spares import MAX_SPARES, Spares
 from node_agent.transactional import NAME as TRANSACTIONAL
 from node_agent.transactional import TransactionalParams, TransactionalTask
@@ -175,6 +176,8 @@ class AgentCore:
         self.mode = driver.mode
         self.rates = dict(units_per_core_second)
         self._rate_acc: dict[str, list[float]] = {w: [0.0, 0.0] for w in self.rates}
+        #: Per host, the CPU its busy tasks were allocated and charged (:mod:`node_agent.shortfall`).
+        self.shortfall = CpuShortfall()
         self.workloads = sorted([*(w for w in PROGRAMS if w in self.rates), modeled.NAME, TRANSACTIONAL])
         self.started = leaseclock.now()  # (the lease's clock: Status echoes it, and uptime counts a suspend)
         self._tasks: dict[str, Task | ModeledTask] = {}
@@ -920,7 +923,13 @@ class AgentCore:
                 if task_id in self._ending:
                     continue  # another thread is killing it
                 self._poll(task_id, task)
-                if task_id in self._ending or self.progress_by != "units":  # (no rate is read under cpu-time)
+                if task_id in self._ending:
+                    continue
+                if isinstance(task, Task) and task.BUSY:
+                    seconds, allocated, charged = task.cpu_given_delta()
+                    if allocated > 0:
+                        self.shortfall.add(task.spec.host, seconds, allocated, charged, time.monotonic())
+                if self.progress_by != "units":  # (no rate is read under cpu-time)
                     continue
                 units, cpu = task.rate_delta()
                 if cpu > 0:
@@ -928,6 +937,8 @@ class AgentCore:
                     acc[0] += units
                     acc[1] += cpu
             self._update_rates()
+            for line in self.shortfall.check(time.monotonic()):
+                log.warning("%s", line)
 
     def _poll_booting(self) -> None:
         """(Under the lock.) Poll each booting task (:meth:`_poll`), and forget those no longer booting. Not once the
@@ -1026,6 +1037,12 @@ class AgentCore:
             cpu = self.driver.cpu_usage_s(task.cgroup)
             t = time.monotonic()
         return t, (s.units if s else 0), (s.t if s else t), cpu
+
+    def cpu_given(self) -> dict[str, tuple[float, float]]:
+        """Host -> (allocated, charged) CPU-seconds of its busy running tasks since the agent started
+        (:mod:`node_agent.shortfall`)."""
+        with self._lock:
+            return self.shortfall.totals()
 
     def cgroup_dirs(self, task_id: str) -> list[str]:
         """The cgroup directories of a task (for tests and operators)."""

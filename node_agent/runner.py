@@ -335,10 +335,14 @@ class Task:
         #: Why the agent froze it itself (:func:`fence`), until a Resume or a Pause; "" if it did not.
         self.fenced = ""
         self._rate_mark: tuple[int, float] | None = None
+        self._given_mark: tuple[float, float, float] | None = None  # (t, CPU-seconds, share): see cpu_given_delta
 
     # ------------------------------------------------------------------ lifecycle
     #: The program's stdout (a subclass that reads it sets ``subprocess.PIPE``).
     _STDOUT: int = subprocess.DEVNULL
+    #: The program computes without pause while it runs (dgemm, arraycycle), so it is charged its whole quota unless
+    #: the machine withholds it (:mod:`node_agent.shortfall`); a server waiting for requests is not.
+    BUSY = True
 
     def _args(self) -> list[str]:
         """The program's arguments (the start protocol of :mod:`workloads.program`)."""
@@ -396,6 +400,7 @@ class Task:
         return b""
 
     def set_share(self, share: float) -> None:
+        self._given_mark = None  # (the interval the change falls in is not counted: cpu_given_delta)
         if not self.state.finished and self._booted:
             self._driver.set_cpu(self.cgroup, share * self.spec.host_cores)
             self._share_written(share)
@@ -668,6 +673,18 @@ class Task:
         if prev is None or mark is None:
             return 0, 0.0
         return mark[0] - prev[0], mark[1] - prev[1]
+
+    def cpu_given_delta(self) -> tuple[float, float, float]:
+        """Wall seconds, and CPU-seconds allocated (its share of its host's cores over that time) and charged, since
+        the previous call, counted only between two calls that both found the task running at its own share,
+        unfenced, with no share change between (start-up, pauses, fences and the end are left out); ``(0, 0, 0)``
+        otherwise. For :class:`~node_agent.shortfall.CpuShortfall`, of :attr:`BUSY` workloads."""
+        running = self.state is State.RUNNING and self._booted and not self._share_unwritten and not self.fenced
+        mark = (*self._samples[-1], self.cpu_share) if running and self._samples else None
+        prev, self._given_mark = self._given_mark, mark
+        if prev is None or mark is None or mark[0] <= prev[0]:
+            return 0.0, 0.0, 0.0
+        return mark[0] - prev[0], prev[2] * self.spec.host_cores * (mark[0] - prev[0]), mark[1] - prev[1]
 
     def progress_sample(self) -> progress.Sample | None:
         """The program's latest (units, time) record, for rate measurements finer than :meth:`view`."""

@@ -220,6 +220,18 @@ class AgentCollector(Collector):
             for h in hosts:
                 g.add_metric([h.name], float(get(h)))
             yield g
+        # What says that the machine withholds CPU from the tasks (a noisy neighbour): the measured ratio above is a
+        # 1-s gauge over every task, idle servers and start-ups included; these count busy running tasks only.
+        given = self.core.cpu_given()
+        for i, (name, doc) in enumerate((
+                ("vcemu_agent_host_busy_cpu_allocated_seconds", "CPU-seconds the host's busy running tasks (dgemm, "
+                 "arraycycle) were allocated: their shares of its cores over the time they ran"),
+                ("vcemu_agent_host_busy_cpu_charged_seconds", "CPU-seconds the host's busy running tasks were "
+                 "charged over the same time (below allocated: the machine gave them less than their shares)"))):
+            c = CounterMetricFamily(name, doc, labels=["host"])
+            for h in hosts:
+                c.add_metric([h.name], given.get(h.name, (0.0, 0.0))[i])
+            yield c
         g = GaugeMetricFamily("vcemu_agent_host_unkilled_tasks", "Tasks of the host whose processes outlived their "
                               "kill (frozen, or in uninterruptible sleep) and hold their memory", labels=["host"])
         for h in hosts:

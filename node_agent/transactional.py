@@ -103,6 +103,7 @@ class TransactionalTask(Task):
     """A :class:`Task` whose program is the request server, plus the load generator process."""
 
     _STDOUT = subprocess.PIPE  # the server prints its port
+    BUSY = False  # (it waits for requests: its charged CPU says nothing of what the machine withholds)
 
     def __init__(self, spec: TaskSpec, driver: CgroupDriver, workdir: str, params: TransactionalParams) -> None:
         super().__init__(spec, driver, 1.0, workdir, "cpu-time")

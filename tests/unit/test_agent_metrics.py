@@ -34,6 +34,9 @@ class _Core:
     def program_starts(self) -> dict[tuple[str, str], int]:
         return {("dgemm", "spare"): 3, ("dgemm", "cold"): 1}
 
+    def cpu_given(self) -> dict[str, tuple[float, float]]:
+        return {}
+
 
 def test_program_starts_are_counted_by_workload_and_by_whether_a_spare_was_taken() -> None:
     got = {k: v for k, v in _samples(_Core(-1.0)).items() if k.startswith("vcemu_agent_program_starts")}
