@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coordinator.experiments import follow_jobs, simulate
+from coordinator.experiments import busy_machine_note, follow_jobs, simulate
 from coordinator.metrics import JobResult, job_results, stretch_difference
 from coordinator.model import JobState
 from coordinator.policy_names import described
@@ -99,13 +99,15 @@ def _demo(args: argparse.Namespace) -> int:
             agent_spares=args.agent_spares, turn_budget_s=None,  # (every stimulus on time, as in its simulation)
         )
         # The try follows the start at once: a signal landing between them would leave the agents running.
+        load = [os.getloadavg()[0]]  # (the machine's, beside the run: see busy_machine_note)
         try:
             live, ids, errors, mode = _run_live(args, mix, server)
         finally:
+            load.append(os.getloadavg()[0])
             with signals_deferred():  # a second Ctrl-C must not cut the stopping of the agents short
                 server.stop()
                 stop_agents(procs)
-    return _compare(args, mix, server, live, ids, errors, mode, out, wall0)
+    return _compare(args, mix, server, live, ids, errors, mode, out, wall0, load)
 
 
 def _run_live(args: argparse.Namespace, mix, server) -> tuple[Any, dict[str, str], list[str], str]:
@@ -130,7 +132,7 @@ def _run_live(args: argparse.Namespace, mix, server) -> tuple[Any, dict[str, str
 
 
 def _compare(args: argparse.Namespace, mix, server, live, ids: dict[str, str], errors: list[str], mode: str,
-             out: Path, wall0: float) -> int:
+             out: Path, wall0: float, load: list[float]) -> int:
     """The live run's simulation, and both in ``out`` and on stdout."""
     quiet = args.json
     # The simulation replays the jobs exactly as the coordinator accepted them (its submit times).
@@ -159,7 +161,7 @@ def _compare(args: argparse.Namespace, mix, server, live, ids: dict[str, str], e
     summary = {
         "jobs": len(mix), "completed": completed, **comparison, "policy": args.policy,
         "seed": args.seed, "hosts": args.hosts, "mode": mode, "wall_s": round(wall, 1),
-        "errors": errors, "results": str(out_dir),
+        "errors": errors, "results": str(out_dir), "load_1m_start_end": load,
     }
     if quiet:
         print(json.dumps(json_safe(summary)))
@@ -195,6 +197,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         verdict = "target met" if summary["target_met"] else "TARGET MISSED: the live run strayed from its simulation"
         lines.append(f"Median relative difference between live and simulated stretch: {100 * median:.1f}% "
                      f"(target <= {100 * target:.0f}%): {verdict}.")
+    busy = busy_machine_note(summary.get("load_1m_start_end", []))
+    if busy is not None:
+        lines.append(busy[0].upper() + busy[1:] + ".")
     if summary["mode"] == "duty-cycle":
         lines.append("Shares were enforced by duty-cycle throttling (--no-cgroups: SIGSTOP/SIGCONT), which is "
                      "less accurate than cgroups; run as root with writable cgroups for the comparison the "

@@ -81,6 +81,21 @@ def follow_jobs(engine: Engine, bar, until: Callable[[int], bool], deadline: flo
     return done
 
 
+def busy_machine_note(load: Sequence[float], cores: int | None = None) -> str | None:
+    """What a live run comparing itself with its simulation (``vcemu replay``, ``vcemu demo``) says when the
+    machine's 1-minute load (``load``: at its start and its end) was above its cores: other processes competed with
+    the run's start-ups, agents and coordinator, and, where they outweighed an agent's reservation, with its tasks
+    (noisy-neighbour review h217: a replay's jobs 9-53 % from their simulation at loads of 40-60 against 7 % at 18,
+    the cause said nowhere; the agents' log says when tasks were charged less than their shares). None otherwise."""
+    cores = cores or os.cpu_count() or 1
+    if not load or max(load) <= cores:
+        return None
+    return (f"the machine's 1-minute load was {load[0]:.1f} at the live run's start and {load[-1]:.1f} at its end, on "
+            f"{cores} cores: other processes competed with its tasks' start-ups, its agents and its coordinator (and "
+            "with the tasks themselves where they outweighed an agent's reservation: the agents' log says so), so "
+            "the live run's departures from its simulation measure the machine's load too")
+
+
 def _fmt(x: float | None, digits: int = 2) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 

@@ -733,7 +733,7 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     try:
         from tqdm import tqdm
 
-        from coordinator.experiments import follow_jobs, simulate
+        from coordinator.experiments import busy_machine_note, follow_jobs, simulate
         from coordinator.metrics import job_results
 
         # Where the run's coordinator listens, for `vcemu jobs` or `status` while it runs (it was said nowhere).
@@ -811,8 +811,10 @@ def _replay_live(a: argparse.Namespace, specs: list[JobSpec], dropped: int, serv
     overhead, how = live_overhead(live, a.compress)
     pace = live_pace(live)
     costs = at_live_costs(specs, a.policy, hosts, live, live_r, overhead)
+    busy = busy_machine_note(load)
     for warning in (overhead_warning(overhead, how, specs, a.compress),
-                    plans_warning(plans, a.compress, sim_end, a.timeout), pace_warning(pace)):
+                    plans_warning(plans, a.compress, sim_end, a.timeout), pace_warning(pace),
+                    busy and f"vcemu replay: warning: {busy}"):
         if warning is not None:
             print(warning, file=sys.stderr)
     out = {

@@ -90,3 +90,18 @@ def test_nothing_to_compare_is_written_as_standard_json(tmp_path: Path) -> None:
     text = (out / "summary.json").read_text()
     written = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
     assert written["live_vs_sim_median_rel_diff"] is None and written["target_met"] is None
+
+
+def test_a_machine_loaded_past_its_cores_is_said_beside_the_verdict() -> None:
+    """Noisy-neighbour review (h217): replays 9-53 % from their simulation at loads of 40-60 on 2 cores, 7 % at 18,
+    and neither demo nor replay said the machine's load was why."""
+    from coordinator.experiments import busy_machine_note
+
+    assert busy_machine_note([0.5, 1.9], cores=2) is None and busy_machine_note([], cores=2) is None
+    note = busy_machine_note([3.0, 41.5], cores=2)
+    assert note is not None and "load was 3.0 at the live run's start and 41.5 at its end, on 2 cores" in note
+    quiet = summary(0.083) | {"load_1m_start_end": [0.4, 0.9]}
+    assert not any("load" in line for line in summary_lines(quiet))
+    loaded = summary(0.52) | {"load_1m_start_end": [2.0, 400.0]}
+    (line,) = [line for line in summary_lines(loaded) if "load" in line]
+    assert line.startswith("The machine's 1-minute load was 2.0") and "measure the machine's load too" in line
