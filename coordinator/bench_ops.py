@@ -48,6 +48,7 @@ from coordinator.policy_names import MIN_PERIOD_S, POLICY_HELP, policy_name
 from coordinator.servers import interrupted, spawn_agent, stop_agents
 from vcemu.bench_results import check_out, output_flags, write_results
 from vcemu.cliargs import Parser, number_in, positive
+from vcemu.limits import MAX_LOCAL_AGENTS
 from vcemu.signals import signals_deferred, signals_interrupt
 from vcemu.v1 import agent_pb2, agent_pb2_grpc
 from vcemu.v1 import coordinator_pb2 as pb
@@ -64,8 +65,9 @@ STARTS_POLL_S = 0.01
 STARTS_RATE_MIN_JOBS = 4
 
 
-def _int_at_least(low: int):  # type: ignore[no-untyped-def]
-    """An argparse type: a whole number >= ``low`` (argparse then says "argument --hosts: must be >= 1, got 0")."""
+def _int_at_least(low: int, high: int | None = None):  # type: ignore[no-untyped-def]
+    """An argparse type: a whole number >= ``low`` (argparse then says "argument --hosts: must be >= 1, got 0"),
+    and where given, at most ``high``."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -73,6 +75,8 @@ def _int_at_least(low: int):  # type: ignore[no-untyped-def]
             raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {text}")
         return value
 
     return parse
@@ -295,8 +299,11 @@ def bench_scale_main(argv: list[str]) -> int:
     p = Parser(prog="vcemu bench scale", description=bench_scale_main.__doc__)
     p.add_argument("--hosts", type=_int_at_least(1), default=1000,
                    help="emulated hosts, modeled (default %(default)s)")
-    p.add_argument("--agents", type=_int_at_least(1), default=4,
-                   help="agent processes sharing the hosts (at most --hosts; default %(default)s)")
+    # (bounded as up's and replay's --agents: each is a Python process with a gRPC server of its own, and
+    # `bench scale --hosts 1000 --agents 1000` started a thousand of them on 2 cores)
+    p.add_argument("--agents", type=_int_at_least(1, MAX_LOCAL_AGENTS), default=4,
+                   help=f"agent processes sharing the hosts (at most --hosts and {MAX_LOCAL_AGENTS}; "
+                   "default %(default)s)")
     p.add_argument("--jobs", type=_int_at_least(1), default=None,
                    help="jobs to place, >= 1 (default: one per two hosts, at least one): with none, no cycle runs")
     # (up to 60 s: the bench times cycles, and waits --cycles + 2 periods; 1e5 was accepted, a week's wait)

@@ -51,6 +51,9 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
      "vcemu bench scale: error: argument --period: must be 1 to 60, got 1e5"),
     (bench_ops.bench_scale_main, ["--agents", "5", "--hosts", "2"],
      "vcemu bench scale: error: argument --agents: must be <= --hosts (2)"),
+    # a thousand agent processes on 2 cores: up and replay refuse more than 64 (MAX_LOCAL_AGENTS), bench scale did not
+    (bench_ops.bench_scale_main, ["--agents", "65", "--hosts", "1000"],
+     "vcemu bench scale: error: argument --agents: must be at most 64, got 65"),
     (bench_ops.bench_scale_main, ["--cycles", "0"], "vcemu bench scale: error: argument --cycles: must be >= 1"),
     # no job: no control cycle ever came, and the bench waited about 10 min for one (diff review)
     (bench_ops.bench_scale_main, ["--jobs", "0"], "vcemu bench scale: error: argument --jobs: must be >= 1"),
