@@ -107,6 +107,12 @@ MAX_WATCHERS = API_THREADS // 2
 #: many a Cancel is refused (UNAVAILABLE, retry), so that with the watchers they can never take every API thread:
 #: 16 Cancels waiting out a 6 s turn made the agents' heartbeats miss their deadline (concurrency review).
 MAX_CANCELS_WAITING = API_THREADS - MAX_WATCHERS - 2
+#: RegisterAgent calls waiting for the engine's lock at once, in the same budget as the Cancels (one semaphore, so
+#: that together they too leave threads to the heartbeats): beyond it a registration is refused UNAVAILABLE and the
+#: agent retries after its backoff. 64 agents started at once (2 cores) each waited on an API thread for a turn, on
+#: past its 2 s deadline (the agent then registered again, on another thread): they took every thread, and agents
+#: registered already were declared lost, their heartbeats unanswered, as the cluster came up (scale review).
+MAX_REGISTRATIONS_WAITING = MAX_CANCELS_WAITING
 #: Seconds between the server's pings of each client connection, and seconds a ping may go unanswered before the
 #: connection is closed and its calls cancelled (a half-open connection: a client gone without a word).
 KEEPALIVE_S = 30.0
@@ -582,6 +588,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             context.abort(grpc.StatusCode.ALREADY_EXISTS, f"description.agent_id: agent {shown(d.agent_id)} is "
                           f"registered at {holder}, which still answers as that agent: give this one another "
                           "--agent-id, or stop that one first")
+        if not self.s.cancels_waiting.acquire(blocking=False):  # (the budget of MAX_REGISTRATIONS_WAITING)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"{MAX_REGISTRATIONS_WAITING} registrations and cancels are "
+                          "waiting for the engine's turn, the most this coordinator holds at once (the agents' "
+                          f"heartbeats need the other threads): {BUSY}")
+        try:
+            return self._register(request, context, checked)
+        finally:
+            self.s.cancels_waiting.release()
+
+    def _register(self, request: pb.RegisterAgentRequest, context: grpc.ServicerContext,
+                  checked: AgentHandle | None) -> pb.RegisterAgentReply:
+        """RegisterAgent's part under the engine's lock, once the agent may wait for it."""
+        d = request.description
         with self.s.engine.lock:
             if self.s.backend.agents.get(d.agent_id) is not checked:  # (code review: the check could be overtaken)
                 context.abort(grpc.StatusCode.UNAVAILABLE, f"description.agent_id: agent {shown(d.agent_id)} "

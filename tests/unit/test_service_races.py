@@ -161,6 +161,52 @@ def test_cancels_waiting_out_a_long_turn_leave_threads_for_the_heartbeats() -> N
         s.stop(grace=0)
 
 
+def test_registrations_waiting_out_a_long_turn_leave_threads_for_the_heartbeats() -> None:
+    """Many agents started at once (64 on a 2-core machine) register while the loop holds the engine's lock through
+    its turns: each RegisterAgent waited for it on an API thread, on past its caller's 2 s deadline (the agent then
+    registered again, on another thread), until they took every thread and the heartbeats of the agents registered
+    already missed their deadline: healthy agents were declared lost as the cluster came up. As Cancels, past
+    MAX_REGISTRATIONS_WAITING they are refused UNAVAILABLE (the agent retries), and a heartbeat gets through."""
+    from coordinator.service import API_THREADS, MAX_REGISTRATIONS_WAITING
+
+    s = CoordinatorServer(get_policy("greedy"), port=0).start()
+    try:
+        with grpc.insecure_channel(s.address) as ch:
+            stub = pb_grpc.CoordinatorStub(ch)
+            stub.RegisterAgent(_register("a0"), timeout=5)
+            held = threading.Event()
+
+            def long_turn() -> None:
+                with s.engine.lock:
+                    held.set()
+                    time.sleep(4.0)
+
+            threading.Thread(target=long_turn).start()
+            held.wait()
+            codes: list[grpc.StatusCode] = []
+
+            def register(agent: str) -> None:
+                try:
+                    stub.RegisterAgent(_register(agent), timeout=30)
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as exc:
+                    codes.append(exc.code())
+
+            threads = [threading.Thread(target=register, args=(f"r{i}",)) for i in range(API_THREADS)]
+            for t in threads:
+                t.start()
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            reply = stub.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=2.0)  # DEADLINE_EXCEEDED before
+            assert reply.known and time.monotonic() - t0 < 1.0
+            for t in threads:
+                t.join()
+        assert codes.count(grpc.StatusCode.UNAVAILABLE) == API_THREADS - MAX_REGISTRATIONS_WAITING
+        assert codes.count(grpc.StatusCode.OK) == MAX_REGISTRATIONS_WAITING
+    finally:
+        s.stop(grace=0)
+
+
 def test_a_cancel_of_a_job_waiting_for_hosts_says_so() -> None:
     """A job accepted just before the last agent is lost waits in the intake (shown pending); Cancel answered
     NOT_FOUND "no job", and the job ran once hosts returned (concurrency review). It says why, and to retry."""
