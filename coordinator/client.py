@@ -562,7 +562,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         rows = [("HOST", "AGENT", "CORES", "CPU ALLOC", "CPU MEASURED", "MEM ALLOC")]
         for h in s.hosts:
-            rows.append((h.name, h.agent, f"{h.cpu_cores:.2f}", f"{h.cpu_allocated:.2f}", f"{h.cpu_measured:.2f}",
+            rows.append((h.name, h.agent, cores_text(h.cpu_cores), f"{h.cpu_allocated:.2f}", f"{h.cpu_measured:.2f}",
                          f"{h.memory_allocated:.2f}"))
         print(format_table(rows))
         closed: dict[tuple[str, str], list[str]] = {}  # (one row for an agent's hosts closed together)
@@ -590,6 +590,14 @@ def all_silent_line(s: Any) -> str:
     return (f"every agent ({agents}) silent for {s.all_silent_for:.1f} s: none is declared lost before "
             f"{s.all_silent_limit:g} s of silence, a fault of the coordinator's own network being as likely as all of "
             "them failing at once; their leases run out meanwhile, freezing the tasks they still run")
+
+
+def cores_text(cores: float) -> str:
+    """A host's cores in ``vcemu status``: two decimals where they say it all (0.50, 1.00), else up to four
+    significant digits. Two decimals alone showed the hosts of a many-host cluster on a small machine as others
+    than they are, or as none: 0.0125 cores read 0.01, 0.025 read 0.03, and the 0.001 of ``up --hosts 1200`` on 2
+    cores read 0.00 (scale review). (The other columns are fractions of the host: two decimals suit them.)"""
+    return f"{cores:.2f}" if round(cores, 2) == cores else f"{cores:.4g}"
 
 
 #: The characters of why a host is kept from new tasks that ``vcemu status`` shows (the failure's message can be long).

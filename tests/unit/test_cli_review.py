@@ -169,6 +169,20 @@ def test_status_names_the_lost_agents_latest_first_until_they_register_again(
     assert [line.split()[0] for line in lines[5:]] == ["LOST", "b1"], out
 
 
+def test_status_shows_a_small_host_s_cores_as_they_are(server: CoordinatorServer,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """64 agents of 2 hosts on 2 cores: each host 0.0125 cores, shown as 0.01 (0.025 as 0.03); `up --hosts 1200`'s
+    0.001 cores as 0.00, a host with no CPU (scale review)."""
+    desc = agent_pb2.DescribeReply(agent_id="s1", mode="cgroup-v1", hosts=[
+        agent_pb2.HostInfo(name=f"s1-h{i}", cpu_cores=c, memory_bytes=1 << 30) for i, c in enumerate((0.0125, 0.001))])
+    with grpc.insecure_channel(server.address) as ch:
+        pb_grpc.CoordinatorStub(ch).RegisterAgent(pb.RegisterAgentRequest(address="127.0.0.1:1", description=desc),
+                                                  timeout=5)
+    code, out, _ = run(["status", "--coordinator", server.address], capsys)
+    cores = {line.split()[0]: line.split()[2] for line in out.splitlines()[3:] if line.strip()}
+    assert code == 0 and cores == {"a0-h0": "0.50", "s1-h0": "0.0125", "s1-h1": "0.001"}, out
+
+
 @pytest.mark.parametrize(("seconds", "shown"), [(0.4, "0 s"), (119.9, "119 s"), (120, "2 min"), (7199, "119 min"),
                                                 (7200, "2 h 0 min"), (90061, "25 h 1 min")])
 def test_a_lost_agent_s_time_is_said_for_a_person(seconds: float, shown: str) -> None:
