@@ -112,6 +112,12 @@ SILENT_AFTER_S = 2.0
 #: heard_one_way`); an answer ends the wait.
 SILENT_POLL_S = 0.5
 SILENT_POLL_MAX_S = 4.0
+#: An agent that runs nothing (no task of a job, no orphan on its hosts, none in its last Status) is asked for its
+#: Status no more often than this (and than a quarter of the lease): every round (every 0.1 s) asked every agent,
+#: busy or idle, and 64 idle agents cost the coordinator a third of a core and themselves about one more, on 2 cores
+#: (scale review: healthy agents were declared lost, their heartbeats unanswered by a starved coordinator). A task
+#: started on one of its hosts makes it asked at every round again.
+IDLE_POLL_S = 1.0
 #: Polls in a row an agent leaves unanswered after which its channel is made anew (and again at each such number): a
 #: connection left half-open by the network (nothing answered, nothing closed) was never replaced, gRPC keeping it
 #: until TCP gave up, while the agent's heartbeats kept it registered: its jobs showed running, their progress frozen,
@@ -159,6 +165,8 @@ class AgentHandle:
     #: measure (:meth:`LiveBackend.unanswered_for`) needs :data:`ONE_WAY_POLLS` of them.
     polls_unanswered: int = 0
     next_poll: float = 0.0  # time.monotonic() before which it is not polled (:data:`SILENT_POLL_S`)
+    #: time.monotonic() before which it is not polled while it runs nothing and answers (:data:`IDLE_POLL_S`)
+    idle_until: float = 0.0
     lost: bool = False  # being declared lost (:meth:`LiveBackend.cut_off`): calls to it fail at once
     #: It has answered since this coordinator started: registered with it, or answered a Status poll. An agent
     #: restored from the store is not, until then: it may be long gone (a restarted ``vcemu up`` takes its
@@ -1391,10 +1399,13 @@ class LiveBackend:
         # took 1.1-1.9 s rather than 0.0-0.02 s; that one slow agent still costs a round its delay, up to the poll's
         # deadline).
         now = time.monotonic()
+        busy = {t.host for tasks in self._tasks.values() for t in tasks} | {t.host for t in self._orphans}
         calls = [(handle, handle.stub.Status.future(
             agent_pb2.StatusRequest(lease_s=self.lease_s if self.lease_s > 0 else -1.0, lease_since=handle.clock),
             timeout=min(self.rpc_timeout, FAST_TIMEOUT_S))) for handle in list(self.agents.values())
-            if not handle.lost and handle.next_poll <= now]
+            if not handle.lost and handle.next_poll <= now
+            and (handle.silent or handle.idle_until <= now or not busy.isdisjoint(handle.hosts))]
+        idle_s = min(IDLE_POLL_S, self.lease_s / 4) if self.lease_s > 0 else IDLE_POLL_S
         for handle, call in calls:  # (one being removed is not asked, nor its answer taken)
             try:
                 reply = call.result()
@@ -1422,6 +1433,8 @@ class LiveBackend:
             handle.last_seen, handle.silent, handle.heard = time.monotonic(), False, True
             self.answered_at = handle.last_seen
             handle.misses, handle.next_poll, handle.polls_unanswered = 0, 0.0, 0
+            # (one that runs nothing is asked again after idle_s, unless a task is started on it meanwhile: above)
+            handle.idle_until = 0.0 if reply.tasks or not busy.isdisjoint(handle.hosts) else handle.last_seen + idle_s
             handle.clock = reply.clock
             answered.update(handle.hosts)
             if reply.lease_left != 0:

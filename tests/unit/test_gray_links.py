@@ -107,9 +107,12 @@ def test_an_agent_heard_one_way_is_not_renewed_then_refused_until_it_can_be_reac
         s.stop(grace=0)
 
 
-def test_the_unanswered_span_runs_from_the_first_unanswered_call_to_the_latest_until_a_poll_answers():
+def test_the_unanswered_span_runs_from_the_first_unanswered_call_to_the_latest_until_a_poll_answers(monkeypatch):
     """Not to now: an engine loop held up asks nothing, and what it did not ask says nothing of the agent."""
+    from coordinator.backends import live
     from tests.unit.scripted_agent import TableAgent, backend_on
+
+    monkeypatch.setattr(live, "IDLE_POLL_S", 0.0)  # (agents that run nothing are asked at every round, as busy ones)
 
     quiet = TableAgent("quiet", ("q-h0",))
     with backend_on(quiet) as backend:

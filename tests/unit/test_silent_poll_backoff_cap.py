@@ -16,6 +16,7 @@ def test_a_long_silent_agent_does_not_break_the_poll_round() -> None:
         quiet.mute = True  # its Status unanswered (UNAVAILABLE)
         handle = backend.agents["quiet"]
         handle.misses, handle.next_poll = 1024, 0.0  # (as after 1,024 unanswered polls in a row)
+        handle.idle_until = 0.0  # (it runs nothing: asked now, not a second after its last answer)
         backend.poll()  # raised OverflowError: int too large to convert to float
         assert handle.silent and handle.misses == 1025
         assert handle.next_poll > 0.0

@@ -26,7 +26,10 @@ class SlowAgent(TableAgent):
         return super().Status(request, context)
 
 
-def test_a_poll_round_asks_every_agent_before_it_waits_for_any() -> None:
+def test_a_poll_round_asks_every_agent_before_it_waits_for_any(monkeypatch) -> None:
+    from coordinator.backends import live
+
+    monkeypatch.setattr(live, "IDLE_POLL_S", 0.0)  # (agents that run nothing are asked at every round, as busy ones)
     log: list[tuple[str, float]] = []
     slow = [SlowAgent(f"s{i}", (f"s{i}-h0",), 0.5, log) for i in range(3)]
     with backend_on(TableAgent("fast", ("f-h0",)), *slow) as backend:
@@ -50,6 +53,7 @@ def test_an_agent_that_leaves_its_polls_unanswered_is_asked_again_after_a_wait_t
 
     monkeypatch.setattr(live, "FAST_TIMEOUT_S", 0.3)
     monkeypatch.setattr(live, "SILENT_POLL_S", 0.3)
+    monkeypatch.setattr(live, "IDLE_POLL_S", 0.0)  # (agents that run nothing are asked at every round, as busy ones)
     log: list[tuple[str, float]] = []
     slow = SlowAgent("s", ("s-h0",), 0.0, log)
     with backend_on(TableAgent("fast", ("f-h0",)), slow) as backend:
@@ -89,6 +93,7 @@ def test_a_half_open_connection_to_an_agent_is_replaced_after_two_unanswered_pol
 
     monkeypatch.setattr(live, "FAST_TIMEOUT_S", 0.3)
     monkeypatch.setattr(live, "SILENT_POLL_S", 0.05)
+    monkeypatch.setattr(live, "IDLE_POLL_S", 0.0)  # (agents that run nothing are asked at every round, as busy ones)
     server, address = serve(TableAgent("x", ("h0",)))
     proxy = StallProxy(address)
     backend = live.LiveBackend()
@@ -135,3 +140,37 @@ def test_a_silent_agents_orphans_wait_with_its_polls() -> None:
         handle.next_poll = 0.0  # (its poll is due)
         assert backend._stop_orphans() is True
         assert [c for c in x.calls if c[0] in ("Stop", "StopTasks")][1:] == [("Stop", ("job-2.0",))]
+
+
+def test_an_agent_that_runs_nothing_is_asked_once_a_second_and_at_every_round_once_a_task_starts_on_it() -> None:
+    """Scale review: every round (every 0.1 s) asked every agent, busy or idle, and 64 idle agents cost the
+    coordinator a third of a core and themselves about one more, on 2 cores; healthy agents were declared lost, their
+    heartbeats unanswered by the starved coordinator. One that runs nothing is asked every IDLE_POLL_S."""
+    from coordinator.backends import live
+    from coordinator.model import JobSpec
+
+    log: list[tuple[str, float]] = []
+    idle = SlowAgent("idle", ("i-h0",), 0.0, log)
+    with backend_on(TableAgent("busy", ("b-h0",)), idle) as backend:
+
+        def asked() -> int:
+            with idle.lock:
+                return sum(what == "in" for what, _ in log)
+
+        backend.poll()
+        answered = backend.agents["idle"].last_seen
+        assert asked() == 1
+        rounds = 0
+        while time.monotonic() - answered < 0.8 * live.IDLE_POLL_S:  # rounds within the second: not asked again
+            backend.poll()
+            rounds += 1
+            assert asked() == 1
+            time.sleep(0.1)
+        assert rounds >= 3
+        time.sleep(max(0.0, answered + live.IDLE_POLL_S - time.monotonic()))
+        backend.poll()  # a second since its answer: asked
+        assert asked() == 2
+        backend.start(JobSpec("a", 0.0, 1, 1.0, 0.1, 10.0), ["i-h0"], 1.0)  # a task on it: asked at every round
+        for n in (3, 4, 5):
+            backend.poll()
+            assert asked() == n
