@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,3 +49,24 @@ def test_the_installed_ruff_is_the_pinned_one():
     except metadata.PackageNotFoundError:
         pytest.skip("ruff is not installed here")
     assert installed == version, f"ruff {installed} is installed, pyproject.toml pins {version}: run make install"
+
+
+def floor(req: Requirement) -> Version | None:
+    """The lowest version a requirement admits by its ``>=`` or ``==`` clause, or None."""
+    versions = [Version(s.version) for s in req.specifier if s.operator in (">=", "==")]
+    return max(versions) if versions else None
+
+
+def test_import_linter_floor_reads_the_wildcard_contract():
+    # The contract "the command line is the entry point only" forbids coordinator.cli to coordinator.**, which holds
+    # it: import-linter 2.0 does not know the wildcard, 2.1 to 2.11 stop on "Modules have shared descendants".
+    lowest = floor(requirements("dev")["import-linter"])
+    assert lowest is not None and lowest >= Version("2.12"), f"import-linter's floor {lowest} cannot read the contracts"
+
+
+def test_the_installed_import_linter_reads_the_contracts():
+    try:
+        installed = Version(metadata.version("import-linter"))
+    except metadata.PackageNotFoundError:
+        pytest.skip("import-linter is not installed here")
+    assert installed >= Version("2.12"), f"import-linter {installed} cannot read pyproject.toml's contracts"
