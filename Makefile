@@ -4,16 +4,18 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The tested versions of every package (pip -c): the same install today and tomorrow. `make constraints` renews it.
+CONSTRAINTS := constraints.txt
 
-.PHONY: install demo test lint unit clean system-packages
+.PHONY: install demo test lint unit clean system-packages constraints
 
-$(STAMP): pyproject.toml setup.py $(wildcard proto/vcemu/v1/*.proto)
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS) $(wildcard proto/vcemu/v1/*.proto)
 	@# A venv whose creation failed (Debian without python3-venv: no ensurepip) leaves .venv/bin/python behind with
 	@# no pip in it: start it again rather than fail on "No module named pip" once python3-venv is installed.
 	$(BIN)/python -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(PY) -m venv $(VENV); } || \
 	  { rm -rf $(VENV); echo "could not create $(VENV): on Debian or Ubuntu, apt-get install python3-venv" >&2; exit 1; }
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --upgrade pip -c $(CONSTRAINTS)
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	$(BIN)/python -m coordinator.warmup  # compiles the policies' numba kernels into numba's disk cache
 	touch $(STAMP)
 
@@ -47,6 +49,15 @@ system-packages:
 test: lint system-packages
 	$(BIN)/python -m pytest -q -ra -n 2 --durations=10 tests/unit
 	$(BIN)/python -m pytest -q -ra --durations=25 tests/integration tests/e2e
+
+# Renews constraints.txt: the newest versions pyproject.toml's ranges allow today, resolved in a venv of their own
+# (not .venv). Then run `make test` on them and commit the file with the fixes they need.
+constraints:
+	rm -rf .venv-constraints && $(PY) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install -q --upgrade pip
+	.venv-constraints/bin/python -m pip install -q -e '.[dev]'
+	{ sed -n '/^#/p' $(CONSTRAINTS); .venv-constraints/bin/python -m pip freeze --all --exclude-editable; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS) && rm -rf .venv-constraints
 
 clean:
 	rm -rf $(VENV) build *.egg-info vcemu/v1/*_pb2*.py vcemu/v1/*_pb2*.pyi

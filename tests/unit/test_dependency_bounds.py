@@ -70,3 +70,38 @@ def test_the_installed_import_linter_reads_the_contracts():
     except metadata.PackageNotFoundError:
         pytest.skip("import-linter is not installed here")
     assert installed >= Version("2.12"), f"import-linter {installed} cannot read pyproject.toml's contracts"
+
+
+def constraints() -> dict[str, str]:
+    """constraints.txt's pins by normalized name."""
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        req = Requirement(line)
+        version = pinned(req)
+        assert version is not None, f"constraints.txt: {line!r} is not an exact pin"
+        pins[req.name.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_make_install_installs_the_constrained_versions():
+    # Without it, `make install` takes the newest release of every package the day it runs, and `make test` on a
+    # fresh clone tests another set of packages than the commit's own run did.
+    makefile = (ROOT / "Makefile").read_text()
+    install = [line for line in makefile.splitlines() if "pip install" in line and "$(BIN)" in line]
+    assert install and all("-c $(CONSTRAINTS)" in line for line in install), install
+    assert "CONSTRAINTS := constraints.txt" in makefile
+    stamp_rule = next(line for line in makefile.splitlines() if line.startswith("$(STAMP):"))
+    assert "$(CONSTRAINTS)" in stamp_rule, "a changed constraints.txt must reinstall .venv"
+
+
+@pytest.mark.parametrize("group", [None, "dev"])
+def test_every_requirement_is_pinned_within_its_range(group):
+    pins = constraints()
+    for name, req in requirements(group).items():
+        assert name in pins, f"constraints.txt pins no {name}"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {req.specifier}"
+        )
