@@ -105,3 +105,13 @@ def test_every_requirement_is_pinned_within_its_range(group):
         assert req.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {req.specifier}"
         )
+
+
+def test_build_requirements_are_true():
+    # grpcio-tools 1.85.1 requires setuptools>=77.0.1: a floor of 68 claimed builds that cannot be resolved, and the
+    # unbounded "wheel" is not needed by setuptools >= 70.1 (and wheel 0.30 beside setuptools 77 fails the build).
+    build = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]]
+    by_name = {r.name.lower(): r for r in build}
+    assert "wheel" not in by_name
+    lowest = floor(by_name["setuptools"])
+    assert lowest is not None and lowest >= Version("77.0.1"), f"setuptools floor {lowest}"
