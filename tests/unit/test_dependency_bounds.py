@@ -115,3 +115,12 @@ def test_build_requirements_are_true():
     assert "wheel" not in by_name
     lowest = floor(by_name["setuptools"])
     assert lowest is not None and lowest >= Version("77.0.1"), f"setuptools floor {lowest}"
+
+
+def test_matplotlib_floor_draws_without_pyparsing_warnings():
+    # matplotlib 3.8.0, 3.9.0, 3.10.0 and 3.10.6 beside pyparsing 3.3.3 warn 168-170 times for one mathtext figure;
+    # 3.10.7, 3.10.8, 3.10.9, 3.11.0 and 3.11.2 do not.
+    lowest = floor(requirements()["matplotlib"])
+    assert lowest is not None and lowest >= Version("3.10.7"), f"matplotlib's floor {lowest} warns under pyparsing 3.3"
+    installed = Version(metadata.version("matplotlib"))
+    assert installed >= Version("3.10.7"), f"matplotlib {installed} prints PyparsingDeprecationWarning on every plot"
