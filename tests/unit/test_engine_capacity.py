@@ -78,3 +78,23 @@ def test_every_other_policy_takes_the_decision_in_its_stride(policy: str) -> Non
     engine.add_hosts([Host("h1")])
     engine.run(until=10_000.0)
     assert all(r.state is JobState.DONE for r in engine.jobs.values())
+
+
+def test_a_finish_a_hair_before_an_arrival_does_not_record_the_arrival_before_its_submit_time() -> None:
+    """Dependency review (h215), hypothesis 6.100's example of test_props_engine's bounds: jobs ending at
+    9.999999999999998 stopped the simulated clock there, and the engine, firing the arrivals at 10.0 as due within its
+    1e-9 s tolerance, recorded them submitted and started at 9.999999999999998, before their submit time."""
+    from coordinator.experiments import simulate
+    from coordinator.model import Host, JobSpec
+
+    hosts = (Host("h0", cpu=1.0, mem=1.0), Host("h1", cpu=1.0, mem=0.5), Host("h2", cpu=0.25, mem=0.75))
+    third = 1 / 3
+    specs = [JobSpec("j00", 0.0, 6, 0.1, third, 1e-06), JobSpec("j01", 0.0, 1, third, 1.0, 1e-06),
+             JobSpec("j02", 0.0, 1, 1.0, 0.25, 1e-06), JobSpec("j03", 10.0, 2, 0.25, 0.1, 1e-06),
+             JobSpec("j05", 0.0, 2, 0.9999999999999999, third, 1.0), JobSpec("j07", 0.0, 1, 1.0, 0.5, 1.0),
+             JobSpec("j08", 0.0, 1, 0.5, 0.1, 1.0), JobSpec("j10", 0.0, 3, third, 0.010000000000000002, 1.1),
+             JobSpec("j11", 10.0, 4, 0.010000000000000002, 0.010000000000000002, 1.1)]
+    history = simulate(specs, "greedy", hosts, 5.0)
+    early = [(t.job, t.time) for t in history.transitions if t.time < history.specs[t.job].submit_time]
+    assert early == []
+    assert {t.time for t in history.transitions if t.job in ("j03", "j11") and t.reason == "submitted"} == {10.0}
