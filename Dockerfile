@@ -3,7 +3,8 @@
 # is in; its `default` extra adds the dashboard and the dashboard agent, whose HTTP health endpoints, on 8265 and
 # 52365, KubeRay's default probes of Ray pods call: plain `ray` serves neither). Build from the repository root:
 #   docker build -t ghcr.io/vcemu/vcemu:0.1.0 .
-# The non-editable install runs setup.py's build hook, which generates vcemu/v1/*_pb2*.py from proto/.
+# The non-editable install runs setup.py's build hook, which generates vcemu/v1/*_pb2*.py from proto/; it takes the
+# versions the project tested (constraints.txt), as `make install` does.
 ARG PYTHON=3.11
 # The Ray the image installs: KubeRay requires the RayCluster's rayVersion (k8s/overlays/kuberay) to be the image's.
 ARG RAY_VERSION=2.60.0
@@ -12,15 +13,15 @@ FROM python:${PYTHON}-slim-bookworm AS build
 ARG RAY_VERSION
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md constraints.txt ./
 COPY proto/ proto/
 COPY coordinator/ coordinator/
 COPY node_agent/ node_agent/
 COPY workloads/ workloads/
 COPY vcemu/ vcemu/
 RUN python -m venv /opt/vcemu \
- && /opt/vcemu/bin/pip install --upgrade pip \
- && /opt/vcemu/bin/pip install . "ray[default]==${RAY_VERSION}" \
+ && /opt/vcemu/bin/pip install --upgrade pip -c constraints.txt \
+ && /opt/vcemu/bin/pip install -c constraints.txt . "ray[default]==${RAY_VERSION}" \
  && /opt/vcemu/bin/vcemu --help >/dev/null \
  && /opt/vcemu/bin/vcemu agent --help >/dev/null
 

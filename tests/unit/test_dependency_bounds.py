@@ -124,3 +124,16 @@ def test_matplotlib_floor_draws_without_pyparsing_warnings():
     assert lowest is not None and lowest >= Version("3.10.7"), f"matplotlib's floor {lowest} warns under pyparsing 3.3"
     installed = Version(metadata.version("matplotlib"))
     assert installed >= Version("3.10.7"), f"matplotlib {installed} prints PyparsingDeprecationWarning on every plot"
+
+
+def test_the_image_installs_the_tested_versions_and_its_ray_is_theirs():
+    """The Dockerfile installs with constraints.txt, as `make install` does; its RAY_VERSION, which the RayCluster
+    declares, is the constrained ray (two different pins would fail the image's build)."""
+    import re
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^COPY .*\bconstraints\.txt\b", dockerfile, flags=re.MULTILINE), "constraints.txt not copied"
+    installs = [ln for ln in dockerfile.splitlines() if "pip install" in ln]
+    assert installs and all("-c constraints.txt" in ln for ln in installs), installs
+    (ray,) = re.findall(r"^ARG RAY_VERSION=(\S+)$", dockerfile, flags=re.MULTILINE)
+    assert f"ray=={ray}" in (ROOT / "constraints.txt").read_text().splitlines()
