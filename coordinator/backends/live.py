@@ -578,8 +578,9 @@ class LiveBackend:
         most :data:`BATCH_DEADLINES_MAX`; a silent agent's one short attempt is not lengthened)."""
         timeout = self.rpc_timeout / attempts  # the attempts share one deadline
         handle = self.agents.get(self.host_agent.get(host, "")) if host is not None else None
-        if handle is not None and (handle.silent or (
-                handle.last_seen and time.monotonic() - handle.last_seen > SILENT_AFTER_S)):
+        # (one that answered running nothing is asked only every IDLE_POLL_S: its last answer is that much older)
+        if handle is not None and (handle.silent or (handle.last_seen and time.monotonic() - handle.last_seen
+                                                     > SILENT_AFTER_S + (IDLE_POLL_S if handle.idle_until else 0.0))):
             attempts, timeout = 1, min(timeout, FAST_TIMEOUT_S)  # (a batch too: the agent has not been answering)
         else:
             timeout *= min(BATCH_DEADLINES_MAX, 1 + (items - 1) // BATCH_ITEMS_PER_DEADLINE)
