@@ -1380,12 +1380,13 @@ class CoordinatorServer:
             since = newest
             if now - since < bound:
                 if self.all_silent_since is None:
-                    self.all_silent_since = since
                     self.heard_before_hold = max(self.heard_at, self.backend.answered_at)
                     log.warning("every agent (%d) has been silent for %.1f s: a fault of the coordinator's own network "
                                 "is as likely as all of them failing at once, so none is declared lost before %g s "
                                 "of silence; their leases run out meanwhile, freezing the tasks they still run", judged,
                                 now - since, ALL_SILENT_WINDOWS * window)
+                # (each time: a stall during the hold moves the stamps, and the bound, on; status counts as the bound)
+                self.all_silent_since = since
                 return True
             if self.all_silent_since is not None:
                 log.warning("every agent (%d) has been silent for %.1f s: they are declared lost", judged, now - since)
@@ -1396,6 +1397,7 @@ class CoordinatorServer:
                 # No agent heard: their stamps were moved on by a stall of this process (:meth:`_note_running`),
                 # excused as ever; the hold goes on, and is not said again (review s47: such a stall was logged as a
                 # heal, the hold said again once the stamps passed the window, and the silent were given more).
+                self.all_silent_since = newest  # (the bound counts from the moved stamps: status says as much)
                 return True
             self.all_silent_since = None
             # Every agent not heard within the last interval, not only those past the window (review h214): the
