@@ -405,9 +405,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         if self.s.board.get(request.job_id) is None:  # (an unknown id waits for no turn of the loop)
             context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {shown(request.job_id)}")
         if not self.s.cancels_waiting.acquire(blocking=False):
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"{MAX_CANCELS_WAITING} cancels are waiting for the engine's "
-                          "turn, the most this coordinator holds at once (the agents' heartbeats need the other "
-                          f"threads): {BUSY}")
+            # (the budget is shared with RegisterAgent: 64 agents starting at once hold it with no cancel waiting)
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"{MAX_CANCELS_WAITING} cancels and registrations are waiting "
+                          "for the engine's turn, the most this coordinator holds at once (the agents' heartbeats "
+                          f"need the other threads): {BUSY}")
         try:
             with self.s.engine.lock:
                 rec = self._record(request.job_id, context)
