@@ -1302,6 +1302,7 @@ class CoordinatorServer:
         silent: list[tuple[str, AgentHandle, float]] = []
         unheard: list[tuple[str, AgentHandle, float]] = []
         judged, newest = 0, -math.inf
+        heard = max(self.heard_at, self.backend.answered_at)  # (before the stamps: see _all_silent's hold)
         for agent_id in list(self.heartbeats):
             handle = self.backend.agents.get(agent_id)
             # Its heartbeat read after its handle, each time: an agent that registered again while an earlier loss
@@ -1327,7 +1328,7 @@ class CoordinatorServer:
             newest = max(newest, last, handle.last_seen, handle.received)  # (received: heard one way only)
             if past:
                 silent.append((agent_id, handle, max(last, handle.last_seen)))
-        silent = unheard if self._all_silent(silent, judged, newest) else silent + unheard
+        silent = unheard if self._all_silent(silent, judged, newest, heard) else silent + unheard
         doomed: list[tuple[str, AgentHandle, str]] = []
         for agent_id, handle, last in silent:
             one_way = self.one_way.get(agent_id)
@@ -1353,7 +1354,8 @@ class CoordinatorServer:
             except Exception:  # the watch must outlive any one loss: the next agent to die needs it
                 log.exception("declaring agent %s lost failed", agent_id)
 
-    def _all_silent(self, silent: list[tuple[str, AgentHandle, float]], judged: int, newest: float) -> bool:
+    def _all_silent(self, silent: list[tuple[str, AgentHandle, float]], judged: int, newest: float,
+                    heard: float | None = None) -> bool:
         """Whether to declare none of the ``silent`` agents lost now because every one of the ``judged`` agents,
         two or more, is silent: a fault of the coordinator's own network (its uplink, a switch) silences them all
         at once, and declaring each lost restarted every job on the cluster when it healed (a blip of 6 s or more,
@@ -1381,7 +1383,8 @@ class CoordinatorServer:
             since = newest
             if now - since < bound:
                 if self.all_silent_since is None:
-                    self.heard_before_hold = max(self.heard_at, self.backend.answered_at)
+                    # (as the look began: a sign received while it read the stamps is a heal, seen at the next look)
+                    self.heard_before_hold = max(self.heard_at, self.backend.answered_at) if heard is None else heard
                     log.warning("every agent (%d) has been silent for %.1f s: a fault of the coordinator's own network "
                                 "is as likely as all of them failing at once, so none is declared lost before %g s "
                                 "of silence; their leases run out meanwhile, freezing the tasks they still run", judged,
