@@ -337,3 +337,55 @@ def test_heartbeats_of_an_agent_heard_one_way_only_mean_not_every_agent_is_silen
         assert "a1" in server.lost and "a0" in server.backend.agents
     finally:
         server.stop()
+
+
+def test_status_of_a_hold_that_went_on_over_a_stall_does_not_say_more_silence_than_its_limit() -> None:
+    """Review h218: after a stall of the coordinator during the all-silent hold, the hold goes on from the agents'
+    stamps as the stall excuse moved them (its bound counted from those), but status's all_silent_for still counted
+    from the hold's first start: it said "silent for 1,700 s: none is declared lost before 1,500 s of silence"."""
+    server = watched("a0", "a1", "a2")
+    try:
+        limit = ALL_SILENT_WINDOWS * WINDOW
+        _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
+        server._check_agents()
+        assert server.all_silent_since is not None
+        # The process then does not run for limit - 100 s (a paused VM): as if that much time passed, unheard.
+        gap = limit - 100.0
+        server.all_silent_since -= gap
+        _silent_for(server, WINDOW + 100.0 + gap, "a0", "a1", "a2")
+        server._ran_at = time.monotonic() - gap
+        server._check_agents()
+        assert set(server.backend.agents) == {"a0", "a1", "a2"} and not server.lost  # held on, as designed
+        with grpc.insecure_channel(server.address) as ch:
+            reply = pb_grpc.CoordinatorStub(ch).ClusterStatus(pb.ClusterStatusRequest(), timeout=5)
+        assert reply.all_silent_for <= reply.all_silent_limit, (reply.all_silent_for, reply.all_silent_limit)
+    finally:
+        server.stop()
+
+
+def test_a_heartbeat_received_during_the_look_that_starts_the_hold_ends_it_at_the_next_look(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Review h218: a heartbeat received while the watch's look is under way (after it read the stamps, before the
+    hold starts) was in ``heard_at`` when the hold took ``heard_before_hold``, so at the next look that agent's fresh
+    stamp was taken for a stall's (:meth:`_note_running`) and the hold went on, the heal not seen until its next
+    heartbeat."""
+    server = watched("a0", "a1", "a2")
+    try:
+        _silent_for(server, WINDOW + 100.0, "a0", "a1", "a2")
+        with caplog.at_level(logging.WARNING, logger="vcemu.coordinator"):
+            received = time.monotonic()
+            judge = server._all_silent
+
+            def heartbeat_meanwhile(*args):  # a1's heartbeat, received once the look had read the stamps
+                server.heard_at = received
+                return judge(*args)
+
+            server._all_silent = heartbeat_meanwhile
+            server._check_agents()  # the look, on the stamps it read: every agent silent, the hold starts
+            server._all_silent = judge
+            assert server.all_silent_since is not None
+            server.heartbeats["a1"] = received  # (the stamp that heartbeat wrote)
+            server._check_agents()
+            assert _said(caplog, "heard again") and server.all_silent_since is None
+    finally:
+        server.stop()
