@@ -938,7 +938,9 @@ class AgentCore:
                     acc[1] += cpu
             self._update_rates()
             for line in self.shortfall.check(time.monotonic()):
-                log.warning("%s", line)
+                # (review h218: without cgroups the duty cycle's own inexactness alone can hold a task to 60-90 %)
+                log.warning("%s%s", line, "; shares here are held by duty-cycle throttling (--no-cgroups), which "
+                            "holds them less exactly than a cgroup's quota" if self.mode == "duty-cycle" else "")
 
     def _poll_booting(self) -> None:
         """(Under the lock.) Poll each booting task (:meth:`_poll`), and forget those no longer booting. Not once the

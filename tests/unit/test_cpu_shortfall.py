@@ -61,6 +61,8 @@ def test_the_agent_warns_and_exports_when_a_running_task_is_charged_less_than_it
             while not any("host h: its running tasks were charged" in r.getMessage() for r in caplog.records):
                 assert time.monotonic() < deadline, "no shortfall warning in 30 s"
                 time.sleep(0.1)
+        (said,) = [r.getMessage() for r in caplog.records if "its running tasks were charged" in r.getMessage()][:1]
+        assert said.endswith("holds them less exactly than a cgroup's quota")  # (duty cycle here: said so)
         got = _samples(core)
         allocated = got['vcemu_agent_host_busy_cpu_allocated_seconds_total{host="h"}']
         charged = got['vcemu_agent_host_busy_cpu_charged_seconds_total{host="h"}']
