@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -111,6 +113,38 @@ def test_a_loop_that_outlives_the_stop_starts_no_task_after_it() -> None:
         core.shutdown()
 
 
+def _during_a_long_turn(s: CoordinatorServer, calls: list[Callable[[], object]],
+                        meanwhile: Callable[[], None]) -> list[grpc.StatusCode]:
+    """Each of ``calls`` on a thread of its own while the loop holds the engine's lock through a 4-s turn, and
+    ``meanwhile`` once they are under way: the calls' codes (OK or the refusal's)."""
+    held = threading.Event()
+
+    def long_turn() -> None:
+        with s.engine.lock:
+            held.set()
+            time.sleep(4.0)
+
+    threading.Thread(target=long_turn).start()
+    held.wait()
+    codes: list[grpc.StatusCode] = []
+
+    def one(call: Callable[[], object]) -> None:
+        try:
+            call()
+            codes.append(grpc.StatusCode.OK)
+        except grpc.RpcError as exc:
+            codes.append(exc.code())
+
+    threads = [threading.Thread(target=one, args=(call,)) for call in calls]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    meanwhile()
+    for t in threads:
+        t.join()
+    return codes
+
+
 def test_cancels_waiting_out_a_long_turn_leave_threads_for_the_heartbeats() -> None:
     """While the loop holds the engine's lock through a long turn, Cancels wait for it on API threads; 16 of them
     took every thread and an agent's heartbeat (which needs no lock) missed its 2 s deadline. Past
@@ -124,37 +158,18 @@ def test_cancels_waiting_out_a_long_turn_leave_threads_for_the_heartbeats() -> N
             stub.RegisterAgent(_register("a0"), timeout=5)
             spec = pb.JobSpec(tasks=1, cpu_need=0.1, memory=0.01, work_seconds=100.0)
             jobs = [stub.Submit(pb.SubmitRequest(spec=spec), timeout=5).job_id for _ in range(API_THREADS)]
-            held = threading.Event()
 
-            def long_turn() -> None:
-                with s.engine.lock:
-                    held.set()
-                    time.sleep(4.0)
-
-            threading.Thread(target=long_turn).start()
-            held.wait()
-            codes: list[grpc.StatusCode] = []
-
-            def cancel(job: str) -> None:
-                try:
-                    stub.Cancel(pb.JobRef(job_id=job), timeout=30)
-                    codes.append(grpc.StatusCode.OK)
+            def meanwhile() -> None:
+                t0 = time.monotonic()
+                try:  # an unknown id is answered at once, lock or not
+                    stub.Cancel(pb.JobRef(job_id="job-99999"), timeout=2)
                 except grpc.RpcError as exc:
-                    codes.append(exc.code())
+                    assert exc.code() == grpc.StatusCode.NOT_FOUND
+                stub.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=2.0)  # DEADLINE_EXCEEDED before
+                assert time.monotonic() - t0 < 1.0
 
-            threads = [threading.Thread(target=cancel, args=(j,)) for j in jobs]
-            for t in threads:
-                t.start()
-            time.sleep(0.5)
-            t0 = time.monotonic()
-            try:  # an unknown id is answered at once, lock or not
-                stub.Cancel(pb.JobRef(job_id="job-99999"), timeout=2)
-            except grpc.RpcError as exc:
-                assert exc.code() == grpc.StatusCode.NOT_FOUND
-            stub.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=2.0)  # DEADLINE_EXCEEDED before
-            assert time.monotonic() - t0 < 1.0
-            for t in threads:
-                t.join()
+            codes = _during_a_long_turn(s, [functools.partial(stub.Cancel, pb.JobRef(job_id=j), timeout=30)
+                                            for j in jobs], meanwhile)
         assert codes.count(grpc.StatusCode.UNAVAILABLE) == API_THREADS - MAX_CANCELS_WAITING
         assert codes.count(grpc.StatusCode.OK) == MAX_CANCELS_WAITING
     finally:
@@ -174,33 +189,14 @@ def test_registrations_waiting_out_a_long_turn_leave_threads_for_the_heartbeats(
         with grpc.insecure_channel(s.address) as ch:
             stub = pb_grpc.CoordinatorStub(ch)
             stub.RegisterAgent(_register("a0"), timeout=5)
-            held = threading.Event()
 
-            def long_turn() -> None:
-                with s.engine.lock:
-                    held.set()
-                    time.sleep(4.0)
+            def meanwhile() -> None:
+                t0 = time.monotonic()
+                reply = stub.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=2.0)  # DEADLINE_EXCEEDED before
+                assert reply.known and time.monotonic() - t0 < 1.0
 
-            threading.Thread(target=long_turn).start()
-            held.wait()
-            codes: list[grpc.StatusCode] = []
-
-            def register(agent: str) -> None:
-                try:
-                    stub.RegisterAgent(_register(agent), timeout=30)
-                    codes.append(grpc.StatusCode.OK)
-                except grpc.RpcError as exc:
-                    codes.append(exc.code())
-
-            threads = [threading.Thread(target=register, args=(f"r{i}",)) for i in range(API_THREADS)]
-            for t in threads:
-                t.start()
-            time.sleep(0.5)
-            t0 = time.monotonic()
-            reply = stub.Heartbeat(pb.HeartbeatRequest(agent_id="a0"), timeout=2.0)  # DEADLINE_EXCEEDED before
-            assert reply.known and time.monotonic() - t0 < 1.0
-            for t in threads:
-                t.join()
+            codes = _during_a_long_turn(s, [functools.partial(stub.RegisterAgent, _register(f"r{i}"), timeout=30)
+                                            for i in range(API_THREADS)], meanwhile)
         assert codes.count(grpc.StatusCode.UNAVAILABLE) == API_THREADS - MAX_REGISTRATIONS_WAITING
         assert codes.count(grpc.StatusCode.OK) == MAX_REGISTRATIONS_WAITING
     finally:
