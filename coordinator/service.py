@@ -1355,7 +1355,7 @@ class CoordinatorServer:
                 log.exception("declaring agent %s lost failed", agent_id)
 
     def _all_silent(self, silent: list[tuple[str, AgentHandle, float]], judged: int, newest: float,
-                    heard: float | None = None) -> bool:
+                    heard: float) -> bool:
         """Whether to declare none of the ``silent`` agents lost now because every one of the ``judged`` agents,
         two or more, is silent: a fault of the coordinator's own network (its uplink, a switch) silences them all
         at once, and declaring each lost restarted every job on the cluster when it healed (a blip of 6 s or more,
@@ -1368,6 +1368,7 @@ class CoordinatorServer:
         coordinator of one agent cannot tell its own fault from the agent's, and loses it as before. A stall of this
         process meanwhile moves their stamps on (:meth:`_note_running`) but hears no agent: the hold goes on.
 
+        ``heard``: the latest heartbeat, registration or answered poll received as the look began.
         ``newest``: the latest sign of life of any of the ``judged`` agents. Every agent is silent once none has been
         heard for all but one and a half intervals of the window (review h213: their last signs of life are spread
         over up to an interval, heartbeats, and over a poll round or more, a slow answer: the one heard last before
@@ -1384,7 +1385,7 @@ class CoordinatorServer:
             if now - since < bound:
                 if self.all_silent_since is None:
                     # (as the look began: a sign received while it read the stamps is a heal, seen at the next look)
-                    self.heard_before_hold = max(self.heard_at, self.backend.answered_at) if heard is None else heard
+                    self.heard_before_hold = heard
                     log.warning("every agent (%d) has been silent for %.1f s: a fault of the coordinator's own network "
                                 "is as likely as all of them failing at once, so none is declared lost before %g s "
                                 "of silence; their leases run out meanwhile, freezing the tasks they still run", judged,
